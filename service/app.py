@@ -1,0 +1,95 @@
+"""The FastAPI application: ``/cpuBurnFlow``, ``/healthz``, ``/limits``.
+
+``create_app(settings)`` builds an app; the module-level ``app`` is built from the
+``BURN_SERVICE_*`` environment, so ``uvicorn service.app:app`` works as well as ``burn-service``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from service import __version__
+from service.burn import burn
+from service.config import Settings
+
+__all__ = ["app", "create_app", "format_server_timing"]
+
+DEFAULT_ITERATIONS = 5000
+
+
+def format_server_timing(metrics: dict[str, float]) -> str:
+    """``{"burn": 4.93}`` -> ``burn;dur=4.930`` (durations in ms, the header's unit)."""
+    return ", ".join(f"{name};dur={ms:.3f}" for name, ms in metrics.items())
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings if settings is not None else Settings.from_env()
+    app = FastAPI(
+        title="throttle-lab burn service",
+        version=__version__,
+        description="A CPU-burn service to see what CPU limits do to latency.",
+    )
+    app.state.settings = settings
+    # parameter name -> (minimum, maximum), for 422 messages that give the allowed range
+    app.state.parameter_ranges = {"iterations": (0, settings.max_iterations)}
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_parameter(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(status_code=422, content=describe_validation_error(app, exc))
+
+    @app.get("/cpuBurnFlow", summary="Burn CPU in a busy loop of `iterations` iterations")
+    def cpu_burn_flow(
+        iterations: int = Query(DEFAULT_ITERATIONS, ge=0, le=settings.max_iterations,
+                                description="loop iterations (~1 microsecond of CPU each)"),
+    ) -> JSONResponse:
+        # A sync route: FastAPI runs it in the threadpool, never on the event loop.
+        result = burn(iterations)
+        body = {"result": "success", "iterations": result.iterations,
+                "cpu_ns": result.cpu_ns, "wall_ns": result.wall_ns}
+        timing = {"burn": result.wall_ns / 1e6, "cpu": result.cpu_ns / 1e6}
+        return JSONResponse(body, headers={"Server-Timing": format_server_timing(timing)})
+
+    @app.get("/healthz", summary="Liveness and readiness")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/limits", summary="The CPU limits in force")
+    async def limits() -> dict[str, Any]:
+        return describe_limits(settings)
+
+    return app
+
+
+def describe_limits(settings: Settings) -> dict[str, Any]:
+    """What ``/limits`` reports: the machine's CPUs and the configured maxima."""
+    return {
+        "cpu_count": os.cpu_count(),
+        "max_iterations": settings.max_iterations,
+        "workers": settings.workers,
+    }
+
+
+def describe_validation_error(app: FastAPI, exc: RequestValidationError) -> dict[str, Any]:
+    """A 422 body that names each bad parameter and its allowed range, without echoing input."""
+    ranges: dict[str, tuple[int, int]] = app.state.parameter_ranges
+    problems = []
+    for error in exc.errors():
+        loc = error.get("loc", ())
+        name = str(loc[-1]) if loc else "request"
+        if name in ranges:
+            lo, hi = ranges[name]
+            message = f"{name} must be an integer in [{lo}, {hi}]"
+            problems.append({"parameter": name, "allowed": {"min": lo, "max": hi},
+                             "message": message})
+        else:
+            problems.append({"parameter": name, "message": f"{name}: {error.get('msg', 'invalid')}"})
+    return {"error": "invalid request", "detail": problems,
+            "message": "; ".join(p["message"] for p in problems)}
+
+
+app = create_app()

@@ -1,0 +1,83 @@
+"""``burn-service``: run the burn service on uvicorn.
+
+Each option is also read from ``BURN_SERVICE_<OPTION>`` (see ``service.config``). The settings
+reach uvicorn's worker processes through those same variables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from service import __version__
+from service.config import Settings, SettingsError, env_name, field_type, option_fields
+
+__all__ = ["build_parser", "main", "parse_settings"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="burn-service",
+        description="A CPU-burn service (FastAPI on uvicorn) to see what CPU limits do to "
+        "latency. Every option can also be set as BURN_SERVICE_<OPTION>, e.g. "
+        "BURN_SERVICE_PORT=7801.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    for f in option_fields():
+        if not f.metadata.get("cli", True):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        kind = field_type(f)
+        help_text = f"{f.metadata['help']} (env {env_name(f.name)}; default {f.default})"
+        if kind is bool:
+            parser.add_argument(flag, dest=f.name, default=None,
+                                action=argparse.BooleanOptionalAction, help=help_text)
+        else:
+            parser.add_argument(flag, dest=f.name, type=kind, default=None,
+                                choices=f.metadata["choices"], metavar=f.name.upper(),
+                                help=help_text)
+    return parser
+
+
+def parse_settings(argv: Sequence[str] | None = None) -> Settings:
+    """Settings from the command line over the environment; exits with a one-line error."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return Settings.from_env(**vars(args))
+    except SettingsError as exc:
+        parser.error(str(exc))
+        raise  # unreachable: parser.error exits
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = parse_settings(argv)
+    return serve(settings)
+
+
+def serve(settings: Settings) -> int:
+    import uvicorn
+
+    os.environ.update(settings.to_env())  # the app (and every worker) rebuilds them from here
+    try:
+        uvicorn.run(
+            "service.app:app",
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            log_level=settings.log_level,
+            timeout_graceful_shutdown=5,
+        )
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:  # e.g. the port is taken
+        print(f"burn-service: cannot serve on {settings.host}:{settings.port}: {exc}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The service's settings: one table of options, read from the command line and the environment.
+
+Every option ``--some-option`` of ``burn-service`` can also be given as the environment
+variable ``BURN_SERVICE_SOME_OPTION`` (the way uvicorn reads ``UVICORN_*``). The command line
+wins over the environment, the environment over the default. ``uvicorn service.app:app`` and
+every worker process read the same variables, so the environment is how the settings travel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ENV_PREFIX", "Settings", "SettingsError", "env_name", "option_fields"]
+
+ENV_PREFIX = "BURN_SERVICE_"
+
+# A burn iteration costs about 0.7-1 microsecond of CPU on a current x86 core, so the
+# default 5000 iterations take about 5 ms, like the original flow; 5,000,000 is a few seconds.
+DEFAULT_MAX_ITERATIONS = 5_000_000
+
+
+class SettingsError(ValueError):
+    """An option has a value outside its allowed range; the message names the option."""
+
+
+def _opt(default: Any, help: str, *, minimum: float | None = None, maximum: float | None = None,
+         choices: tuple[str, ...] | None = None, cli: bool = True) -> Any:
+    return field(default=default, metadata={"help": help, "min": minimum, "max": maximum,
+                                            "choices": choices, "cli": cli})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the service can be told. Add an option here and it appears on the command
+    line (``--name-with-dashes``), in the environment (``BURN_SERVICE_NAME``) and in ``/limits``
+    where relevant."""
+
+    host: str = _opt("127.0.0.1", "address to bind; keep it on loopback unless a limit is in front")
+    port: int = _opt(7800, "port to listen on (the original flow's port)", minimum=0, maximum=65535)
+    workers: int = _opt(1, "uvicorn worker processes", minimum=1, maximum=64)
+    log_level: str = _opt("info", "log level",
+                          choices=("critical", "error", "warning", "info", "debug", "trace"))
+    max_iterations: int = _opt(DEFAULT_MAX_ITERATIONS,
+                               "largest allowed ?iterations= of /cpuBurnFlow", minimum=0)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from ``BURN_SERVICE_*`` variables, then ``overrides`` (None means unset)."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in option_fields():
+            raw = environ.get(env_name(f.name))
+            if raw is not None and raw != "":
+                values[f.name] = _convert(f, raw, source=env_name(f.name))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        for f in option_fields():
+            value = getattr(self, f.name)
+            lo, hi, choices = f.metadata["min"], f.metadata["max"], f.metadata["choices"]
+            flag = "--" + f.name.replace("_", "-")
+            if choices is not None and value not in choices:
+                raise SettingsError(f"{flag} must be one of {', '.join(choices)} (got {value!r})")
+            if lo is not None and value < lo or hi is not None and value > hi:
+                rng = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
+                raise SettingsError(f"{flag} must be in {rng} (got {value})")
+
+    def to_env(self) -> dict[str, str]:
+        """The variables that make ``from_env`` rebuild these settings (for worker processes)."""
+        out: dict[str, str] = {}
+        for f in option_fields():
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            out[env_name(f.name)] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
+
+def option_fields() -> tuple[dataclasses.Field[Any], ...]:
+    return dataclasses.fields(Settings)
+
+
+def env_name(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def field_type(f: dataclasses.Field[Any]) -> type:
+    """The Python type of an option (annotations are strings under ``from __future__``)."""
+    text = str(f.type).replace(" ", "")
+    if text.startswith("int"):
+        return int
+    if text.startswith("float"):
+        return float
+    if text.startswith("bool"):
+        return bool
+    return str
+
+
+def _convert(f: dataclasses.Field[Any], raw: str, *, source: str) -> Any:
+    kind = field_type(f)
+    try:
+        if kind is bool:
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        return kind(raw)
+    except ValueError:
+        raise SettingsError(f"{source} must be {kind.__name__} (got {raw!r})") from None
