@@ -1,0 +1,101 @@
+"""Test support: real uvicorn servers (in a thread or a subprocess) and CI-aware skips."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from service.app import create_app
+from service.config import Settings
+
+__all__ = ["BIN", "ROOT", "free_port", "require", "running_service", "service_process",
+           "wait_healthy"]
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent  # the venv's bin: burn-service, http-timing, ...
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip with ``reason`` unless ``condition``; under CI (CI=true) fail instead of skipping."""
+    if condition:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true must run this test, but: {reason}")
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(base_url: str, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"service exited with {proc.returncode} before it was healthy")
+        try:
+            if httpx.get(base_url + "/healthz", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{base_url} not healthy after {timeout}s")
+
+
+@contextmanager
+def running_service(settings: Settings | None = None, **overrides: object) -> Iterator[str]:
+    """A real uvicorn server in a thread of this process; yields its base URL."""
+    port = free_port()
+    settings = settings or Settings(port=port, log_level="warning", **overrides)  # type: ignore[arg-type]
+    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
+                            log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base)
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@contextmanager
+def service_process(args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+                    timeout: float = 30.0) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``burn-service ARGS`` as a real subprocess on a free port; stopped by its pid at the end."""
+    port = free_port()
+    full_env = {**os.environ, **(env or {})}
+    proc = subprocess.Popen([str(BIN / "burn-service"), "--port", str(port),
+                             "--log-level", "warning", *args],
+                            env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base, timeout=timeout, proc=proc)
+        yield base, proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
