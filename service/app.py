@@ -11,11 +11,12 @@ from typing import Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from service import __version__
 from service.burn import burn
 from service.config import Settings
+from service.pages import register_pages, validation_error_page, wants_page
 
 __all__ = ["app", "create_app", "format_server_timing"]
 
@@ -36,11 +37,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     # parameter name -> (minimum, maximum), for 422 messages that give the allowed range
-    app.state.parameter_ranges = {"iterations": (0, settings.max_iterations)}
+    app.state.parameter_ranges = {"iterations": (0, settings.max_iterations),
+                                  "counter": (0, settings.max_counter)}
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid_parameter(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(status_code=422, content=describe_validation_error(app, exc))
+    async def _invalid_parameter(request: Request, exc: RequestValidationError) -> Response:
+        body = describe_validation_error(app, exc)
+        if wants_page(request):  # a browser on /pi or /: a readable page, never the input
+            return validation_error_page(request, body, describe_limits(settings))
+        return JSONResponse(status_code=422, content=body)
 
     @app.get("/cpuBurnFlow", summary="Burn CPU in a busy loop of `iterations` iterations")
     def cpu_burn_flow(
@@ -62,6 +67,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def limits() -> dict[str, Any]:
         return describe_limits(settings)
 
+    register_pages(
+        app, max_counter=settings.max_counter, limits=lambda: describe_limits(settings),
+        server_timing=lambda result, throttle_ns: format_server_timing(
+            {"burn": result.wall_ns / 1e6, "cpu": result.cpu_ns / 1e6,
+             **({"throttle": throttle_ns / 1e6} if throttle_ns else {})}),
+    )
     return app
 
 
@@ -70,6 +81,7 @@ def describe_limits(settings: Settings) -> dict[str, Any]:
     return {
         "cpu_count": os.cpu_count(),
         "max_iterations": settings.max_iterations,
+        "max_counter": settings.max_counter,
         "workers": settings.workers,
     }
 
