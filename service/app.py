@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
@@ -15,17 +16,35 @@ from fastapi.responses import JSONResponse, Response
 
 from service import __version__
 from service.burn import burn
+from service.cgroup import CpuStat, CpuStatProbe, limit_in_force
 from service.config import Settings
 from service.pages import register_pages, validation_error_page, wants_page
 
-__all__ = ["app", "create_app", "format_server_timing"]
+__all__ = ["app", "create_app", "format_server_timing", "kernel_throttling"]
 
 DEFAULT_ITERATIONS = 5000
 
 
-def format_server_timing(metrics: dict[str, float]) -> str:
-    """``{"burn": 4.93}`` -> ``burn;dur=4.930`` (durations in ms, the header's unit)."""
-    return ", ".join(f"{name};dur={ms:.3f}" for name, ms in metrics.items())
+def format_server_timing(metrics: Mapping[str, float | tuple[float, str]]) -> str:
+    """``{"burn": 4.93, "kernel-throttled": (70.0, "periods=1")}`` ->
+    ``burn;dur=4.930, kernel-throttled;dur=70.000;desc="periods=1"`` (durations in ms)."""
+    parts = []
+    for name, value in metrics.items():
+        ms, desc = value if isinstance(value, tuple) else (value, "")
+        parts.append(f"{name};dur={ms:.3f}" + (f';desc="{desc}"' if desc else ""))
+    return ", ".join(parts)
+
+
+def kernel_throttling(probe: CpuStatProbe | None,
+                      before: CpuStat | None) -> dict[str, tuple[float, str]]:
+    """The kernel's throttling of our cgroup since ``before`` as a Server-Timing metric: the
+    delta of cpu.stat's throttled time and nr_throttled. Exact for sequential requests; under
+    concurrency it also counts throttling that hit while other requests ran."""
+    after = probe.sample() if probe is not None and before is not None else None
+    if after is None or before is None:
+        return {}
+    delta = after - before
+    return {"kernel-throttled": (delta.throttled_ns / 1e6, f"periods={delta.nr_throttled}")}
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -36,6 +55,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         description="A CPU-burn service to see what CPU limits do to latency.",
     )
     app.state.settings = settings
+    # the cgroup whose quota is in force, read around each burn (None: no cpu.stat readable)
+    kernel = app.state.kernel_probe = CpuStatProbe.locate()
     # parameter name -> (minimum, maximum), for 422 messages that give the allowed range
     app.state.parameter_ranges = {"iterations": (0, settings.max_iterations),
                                   "counter": (0, settings.max_counter)}
@@ -53,10 +74,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                 description="loop iterations (~1 microsecond of CPU each)"),
     ) -> JSONResponse:
         # A sync route: FastAPI runs it in the threadpool, never on the event loop.
+        before = kernel.sample() if kernel is not None else None
         result = burn(iterations)
         body = {"result": "success", "iterations": result.iterations,
                 "cpu_ns": result.cpu_ns, "wall_ns": result.wall_ns}
-        timing = {"burn": result.wall_ns / 1e6, "cpu": result.cpu_ns / 1e6}
+        timing = {"burn": result.wall_ns / 1e6, "cpu": result.cpu_ns / 1e6,
+                  **kernel_throttling(kernel, before)}
         return JSONResponse(body, headers={"Server-Timing": format_server_timing(timing)})
 
     @app.get("/healthz", summary="Liveness and readiness")
@@ -83,6 +106,7 @@ def describe_limits(settings: Settings) -> dict[str, Any]:
         "max_iterations": settings.max_iterations,
         "max_counter": settings.max_counter,
         "workers": settings.workers,
+        "cgroup": limit.as_dict() if (limit := limit_in_force()) is not None else None,
     }
 
 

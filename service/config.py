@@ -51,6 +51,20 @@ class Settings:
                                "largest allowed ?iterations= of /cpuBurnFlow", minimum=0)
     max_counter: int = _opt(DEFAULT_MAX_COUNTER,
                             "largest allowed ?counter= of /pi and /api/pi", minimum=0)
+    cpus: float = _opt(0.0, "run under a real kernel CPU quota of this many CPUs, like docker "
+                       "--cpus (a cgroup made and removed by a supervisor, see cpu-quota; needs "
+                       "root); 0 = none", minimum=0, maximum=1024)
+    period_ms: float = _opt(100.0, "the kernel quota's period in ms (with --cpus)",
+                            minimum=1, maximum=1000)
+    burst_ms: float = _opt(0.0, "unused kernel quota that may be saved for later periods, in ms "
+                           "(with --cpus; at most the quota per period)", minimum=0, maximum=1000)
+    cpu_limit: float = _opt(0.0, "in-process CPU throttle: percent of one CPU this worker process "
+                            "may use (0 = off; no root needed)", minimum=0, maximum=100)
+    throttle_cycle: float = _opt(100.0, "the in-process throttle's cycle (its period) in ms",
+                                 minimum=1, maximum=1000)
+    throttle_mode: str = _opt("cfs", "cfs: pause work mid-request when the quota is spent, like "
+                              "the kernel; boundary: check only between requests",
+                              choices=("cfs", "boundary"))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -76,6 +90,13 @@ class Settings:
             if lo is not None and value < lo or hi is not None and value > hi:
                 rng = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
                 raise SettingsError(f"{flag} must be in {rng} (got {value})")
+        if self.cpus:
+            from service.cgroup import quota_settings  # the kernel's rules, in one place
+
+            try:
+                quota_settings(self.cpus, self.period_ms, self.burst_ms)
+            except ValueError as exc:
+                raise SettingsError(str(exc)) from None
 
     def to_env(self) -> dict[str, str]:
         """The variables that make ``from_env`` rebuild these settings (for worker processes)."""

@@ -1,0 +1,240 @@
+"""``cpu-quota``: run a command under a real kernel CPU quota, the way ``docker run --cpus`` does.
+
+    cpu-quota --cpus 0.3 [--period-ms 100] [--burst-ms 0] -- python job.py
+
+A supervisor that stays *outside* the quota creates a cgroup ``throttle-lab-<pid>-<random>``,
+writes the quota, starts the command inside it (the child moves itself in before ``exec``,
+so everything it starts is inside too), forwards SIGTERM/SIGINT/SIGHUP/SIGQUIT to it, waits,
+stops whatever the command left running in the group (like a container whose main process
+ended), prints the group's ``cpu.stat`` to stderr and removes the group. It exits with the
+command's status (128 + N when signal N ended it). So the group is removed after a normal exit,
+a signal, a crash or a SIGKILL of the command; only a SIGKILL of the supervisor itself can leave
+an (empty) group behind, and then the command is killed with it (``PR_SET_PDEATHSIG``).
+
+``burn-service --cpus X`` uses the same supervisor to re-run itself (see ``serve_under_quota``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from service.cgroup import (CgroupError, CpuStat, QuotaSettings, create_group, empty_group,
+                            locate_cpu_controller, quota_settings, read_cpu_stat, remove_group)
+
+__all__ = ["FORWARDED_SIGNALS", "SUPERVISED_ENV", "QuotaRun", "build_parser", "describe_run",
+           "is_supervised", "main", "run_under_quota", "serve_under_quota"]
+
+# The child of ``burn-service --cpus`` finds here the group its supervisor made for it, so it
+# serves instead of re-running itself once more.
+SUPERVISED_ENV = "THROTTLE_LAB_CGROUP"
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+EXIT_SETUP_FAILED = 125   # like env(1)/timeout(1): 125 our failure, 126 not executable, 127 not found
+PR_SET_PDEATHSIG = 1
+SI_KERNEL = 0x80
+
+
+@dataclass(frozen=True)
+class QuotaRun:
+    """How a supervised command ended and what the kernel did to it."""
+
+    returncode: int                 # the command's exit status; 128 + N when signal N ended it
+    settings: QuotaSettings
+    group: str                      # the cgroup's directory (gone when ``removed``)
+    stat: CpuStat | None            # the group's counters when the command ended
+    removed: bool
+    leftovers: list[int] = field(default_factory=list)  # pids we stopped after the command ended
+
+
+def describe_run(run: QuotaRun) -> str:
+    """One line for stderr: the quota and what the kernel counted."""
+    text = f"{run.settings.describe()}"
+    if run.stat is not None:
+        s = run.stat
+        share = f" ({100 * s.nr_throttled / s.nr_periods:.0f} %)" if s.nr_periods else ""
+        text += (f": {s.nr_periods} periods, {s.nr_throttled} throttled{share}, "
+                 f"throttled {s.throttled_ns / 1e9:.3f} s")
+    if run.leftovers:
+        text += f"; stopped {len(run.leftovers)} leftover process(es)"
+    name = Path(run.group).name
+    text += f"; cgroup {name} removed" if run.removed else f"; could NOT remove {run.group}"
+    return text
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+def _enter_group(directory: Path, mask: set[signal.Signals],
+                 supervisor: int) -> Callable[[], None]:
+    """What the child runs between fork and exec: die with the supervisor, move itself into
+    the group (so nothing it starts escapes), and take back the signals the supervisor blocks."""
+    procs = os.fsencode(directory / "cgroup.procs")
+    prctl = _load_prctl()
+
+    def preexec() -> None:
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != supervisor:   # the supervisor died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+        fd = os.open(procs, os.O_WRONLY)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+        finally:
+            os.close(fd)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+    return preexec
+
+
+def _sent_by_a_process(info: signal.struct_siginfo) -> bool:
+    """A terminal's Ctrl-C (si_code SI_KERNEL) reaches the whole foreground process group, the
+    command included: forward only what ``kill`` (SI_USER, SI_QUEUE, SI_TKILL <= 0) sent us."""
+    return info.si_code <= 0
+
+
+def _wait_forwarding(proc: subprocess.Popen[bytes], waited: set[signal.Signals]) -> int:
+    while True:
+        info = signal.sigtimedwait(waited, 0.25)
+        if info is not None and info.si_signo != signal.SIGCHLD and _sent_by_a_process(info):
+            try:
+                proc.send_signal(info.si_signo)
+            except ProcessLookupError:
+                pass
+        if proc.poll() is not None:
+            return proc.returncode
+
+
+def _drain(waited: set[signal.Signals]) -> None:
+    """Signals that arrived for a command that has ended: drop them before unblocking."""
+    while signal.sigtimedwait(waited, 0) is not None:
+        pass
+
+
+def run_under_quota(command: Sequence[str], settings: QuotaSettings, *,
+                    env: Mapping[str, str] | None = None, mark_child: bool = False) -> QuotaRun:
+    """Run ``command`` in a new cgroup with ``settings``; remove the group when it ends.
+
+    Raises ``CgroupError`` (with the reason) when the group cannot be made or entered, and
+    ``OSError`` when the command cannot be started (after removing the group)."""
+    controller = locate_cpu_controller()
+    waited = set(FORWARDED_SIGNALS) | {signal.SIGCHLD}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
+    try:
+        directory = create_group(settings, controller)
+        stat: CpuStat | None = None
+        leftovers: list[int] = []
+        try:
+            child_env = dict(os.environ if env is None else env)
+            if mark_child:
+                child_env[SUPERVISED_ENV] = str(directory)
+            try:
+                proc = subprocess.Popen(list(command), env=child_env,
+                                        preexec_fn=_enter_group(directory, mask, os.getpid()))
+            except subprocess.SubprocessError:
+                raise CgroupError(f"cannot move the command into {directory}") from None
+            returncode = _wait_forwarding(proc, waited)
+        finally:
+            try:
+                stat = read_cpu_stat(directory, controller.version)
+            except (OSError, ValueError):
+                stat = None
+            leftovers = empty_group(directory)
+            removed = remove_group(directory)
+            _drain(waited)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    code = 128 - returncode if returncode < 0 else returncode
+    return QuotaRun(code, settings, str(directory), stat, removed, leftovers)
+
+
+def _alternatives(cpus: float) -> str:
+    return (f"without cgroups use `burn-service --cpu-limit {cpus:g}` (an in-process throttle) "
+            f"or `docker run --cpus {cpus:g}`")
+
+
+def _run_cli(prog: str, command: Sequence[str], settings: QuotaSettings, *, quiet: bool,
+             mark_child: bool = False) -> int:
+    try:
+        run = run_under_quota(command, settings, mark_child=mark_child)
+    except CgroupError as exc:
+        print(f"{prog}: {exc}; {_alternatives(settings.cpus)}", file=sys.stderr)
+        return EXIT_SETUP_FAILED
+    except FileNotFoundError:
+        print(f"{prog}: {command[0]}: command not found", file=sys.stderr)
+        return 127
+    except PermissionError:
+        print(f"{prog}: {command[0]}: permission denied", file=sys.stderr)
+        return 126
+    if not quiet or not run.removed:
+        print(f"{prog}: {describe_run(run)}", file=sys.stderr)
+    return run.returncode
+
+
+def is_supervised() -> bool:
+    """True in the command that ``serve_under_quota`` started, inside the group made for it."""
+    marked = os.environ.get(SUPERVISED_ENV)
+    if not marked:
+        return False
+    try:
+        return locate_cpu_controller().directory == Path(marked)
+    except CgroupError:
+        return False
+
+
+def serve_under_quota(argv: Sequence[str], settings: QuotaSettings) -> int:
+    """``burn-service --cpus X``: run ``burn-service ARGV`` again inside a new quota group,
+    supervised from outside it; the child sees ``SUPERVISED_ENV`` and serves."""
+    command = [sys.executable, "-m", "service.cli", *argv]
+    return _run_cli("burn-service", command, settings, quiet=False, mark_child=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cpu-quota",
+        usage="%(prog)s --cpus CPUS [--period-ms MS] [--burst-ms MS] [--quiet] -- COMMAND [ARGS...]",
+        description="Run a command under a real kernel CPU quota (CFS bandwidth control in a "
+        "new cgroup, exactly what `docker run --cpus` sets), then remove the cgroup. Needs "
+        "Linux and root (or a delegated cgroup). Exits with the command's status.",
+    )
+    parser.add_argument("--cpus", type=float, required=True,
+                        help="CPUs the command may use, e.g. 0.3 = 30 ms of every 100 ms period")
+    parser.add_argument("--period-ms", type=float, default=100.0,
+                        help="the quota's period in ms, 1-1000 (default 100, as Docker)")
+    parser.add_argument("--burst-ms", type=float, default=0.0,
+                        help="unused quota that may be saved for later periods, in ms, at most "
+                        "the quota (default 0; Linux 5.14+)")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="do not print the cgroup's cpu.stat summary at the end")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND",
+                        help="the command and its arguments (after --)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        parser.error("give the command to run after --, e.g. cpu-quota --cpus 0.3 -- python job.py")
+    try:
+        settings = quota_settings(args.cpus, args.period_ms, args.burst_ms)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return _run_cli("cpu-quota", command, settings, quiet=args.quiet)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
