@@ -1,0 +1,260 @@
+"""``http-timing``: a drop-in for the original ``http-timing.py``, plus ``plot`` and ``report``.
+
+    http-timing [run] [--url URL] [--iterations N] [--requests N] ...   time requests, save raw data
+    http-timing plot FILE...                                            redraw pictures
+    http-timing report FILE [--json]                                    statistics of a run
+
+Run, raw data file, report/plot: each step usable alone (the shape of vegeta's run/report/plot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from client import __version__
+from client.plot import describe_limit, plot_run
+from client.rawdata import RawDataError, RequestRecord, Run, RunWriter, read_run, write_metadata
+from client.stats import Summary, summarize
+from client.timing import RunOutcome, build_url, fetch_limits, format_line, time_sequential
+
+__all__ = ["main"]
+
+DEFAULT_URL = "http://localhost:7800/cpuBurnFlow"
+EXIT_OK, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class CliError(Exception):
+    """A problem to report in one line (exit code 2), never with a traceback."""
+
+
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum} (got {text!r})") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum} (got {value})")
+        return value
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0 (got {text!r})") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0 (got {text})")
+    return value
+
+
+def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Time HTTP requests one after another and keep every request as raw data. "
+        "Other commands: 'http-timing plot FILE...', 'http-timing report FILE'.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--url", default=DEFAULT_URL, help=f"URL to time (default {DEFAULT_URL})")
+    parser.add_argument("--iterations", type=_int_at_least(0), default=5000,
+                        help="appended as ?iterations=N when N > 0 (default 5000)")
+    parser.add_argument("--requests", type=_int_at_least(1), default=100,
+                        help="how many requests (default 100)")
+    parser.add_argument("--new-connection", action="store_true",
+                        help="open a new connection for every request, as the original did "
+                        "(default: one keep-alive connection)")
+    parser.add_argument("--timeout", type=_positive_float, default=30.0,
+                        help="seconds before one request counts as failed (default 30)")
+    parser.add_argument("--max-failures", type=_int_at_least(0), default=5,
+                        help="stop after this many connection failures in a row; 0 never stops "
+                        "(default 5)")
+    parser.add_argument("--name", help="name of the run's files (default: run-<timestamp>)")
+    parser.add_argument("--data-dir", type=Path, default=Path("raw-data"),
+                        help="where <name>.csv and <name>.json go (default ./raw-data)")
+    parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"),
+                        help="where <name>.png goes (default ./pictures)")
+    parser.add_argument("--no-plot", action="store_true", help="do not draw the picture")
+    parser.add_argument("--quiet", action="store_true", help="no per-request lines")
+    return parser
+
+
+def build_plot_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="http-timing plot",
+                                     description="Draw saved runs (CSV, or the original script's "
+                                     "text output) as dots of latency against time.")
+    parser.add_argument("files", nargs="+", type=Path, help="run files (.csv, .json or text)")
+    parser.add_argument("-o", "--output", type=Path,
+                        help="picture path (one input only; default <pictures-dir>/<name>.png)")
+    parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"))
+    parser.add_argument("--title", help="picture title")
+    return parser
+
+
+def build_report_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="http-timing report",
+                                     description="Latency statistics of a saved run.")
+    parser.add_argument("file", type=Path, help="run file (.csv, .json or text capture)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] in SUBCOMMANDS:
+            return SUBCOMMANDS[args[0]](args[1:])
+        if args and args[0] == "run":
+            args = args[1:]
+        return command_run(args)
+    except CliError as exc:
+        print(f"http-timing: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except RawDataError as exc:
+        print(f"http-timing: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: stop and keep what was collected."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated()
+
+
+def command_run(argv: list[str]) -> int:
+    opts = build_run_parser().parse_args(argv)
+    started = datetime.now(timezone.utc)
+    name = opts.name or "run-" + started.strftime("%Y%m%d-%H%M%S")
+    if os.sep in name or (os.altsep and os.altsep in name) or name in ("", ".", ".."):
+        raise CliError(f"--name must be a plain file name (got {name!r})")
+    url = build_url(opts.url, opts.iterations)
+    if not url.startswith(("http://", "https://")):
+        raise CliError(f"--url must start with http:// or https:// (got {opts.url!r})")
+    csv_path = opts.data_dir / f"{name}.csv"
+    meta_path = csv_path.with_suffix(".json")
+    metadata: dict[str, Any] = {
+        "name": name, "tool": "http-timing", "version": __version__,
+        "url": url, "iterations": opts.iterations, "requests": opts.requests,
+        "mode": "sequential", "new_connection": opts.new_connection, "timeout_s": opts.timeout,
+        "started_at": started.isoformat(), "host": socket.gethostname(),
+        "platform": platform.platform(), "python": platform.python_version(),
+        "command": ["http-timing", *argv], "limits": fetch_limits(opts.url),
+    }
+    try:
+        writer = RunWriter(csv_path)
+        write_metadata(meta_path, metadata)
+    except OSError as exc:
+        raise CliError(f"cannot write raw data in {opts.data_dir}: {exc.strerror or exc}") from None
+
+    def on_record(record: RequestRecord) -> None:
+        writer.write(record)
+        if not opts.quiet:
+            print(format_line(record), flush=True)
+
+    outcome = RunOutcome()
+    interrupted = False
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        time_sequential(url, opts.requests, on_record, new_connection=opts.new_connection,
+                        timeout=opts.timeout, max_consecutive_failures=opts.max_failures,
+                        outcome=outcome)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        writer.close()
+    return _finish(opts, metadata, csv_path, meta_path, outcome, interrupted)
+
+
+def _finish(opts: argparse.Namespace, metadata: dict[str, Any], csv_path: Path, meta_path: Path,
+            outcome: RunOutcome, interrupted: bool) -> int:
+    # Ignore a second Ctrl-C while the files are completed, so they are not left half done.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        records = outcome.records
+        summary = summarize(records)
+        metadata.update(ended_at=datetime.now(timezone.utc).isoformat(), completed=len(records),
+                        interrupted=interrupted, stop_reason=outcome.stop_reason,
+                        summary=summary.to_dict())
+        write_metadata(meta_path, metadata)
+        if records:
+            total_ms = int(summary.total_ms)
+            print(f"{len(records)} requests in {total_ms}ms avg "
+                  f"{summary.total_ms / len(records):.1f}ms")
+            print(format_summary(summary))
+        picture = None
+        if records and not opts.no_plot and outcome.reached:
+            picture = plot_run(Run(csv_path, records, metadata),
+                               opts.pictures_dir / f"{csv_path.stem}.png")
+        print(f"raw data: {csv_path} (metadata {meta_path})" +
+              (f", picture: {picture}" if picture else ""))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        print(f"http-timing: interrupted after {len(records)} of {opts.requests} requests; "
+              "every completed request is saved", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if records and not outcome.reached:
+        print(f"http-timing: cannot reach {metadata['url']}: {records[-1].error} "
+              "(is the service running? start it with: burn-service)", file=sys.stderr)
+        return EXIT_USAGE
+    if outcome.stop_reason:
+        print(f"http-timing: {outcome.stop_reason}: {records[-1].error}", file=sys.stderr)
+    return EXIT_FAILED_REQUESTS if summary.errors else EXIT_OK
+
+
+def format_summary(summary: Summary) -> str:
+    def ms(v: float) -> str:
+        return "n/a" if v != v else f"{v:.2f}"
+    return (f"latency ms: p50 {ms(summary.p50_ms)}  p90 {ms(summary.p90_ms)}  "
+            f"p99 {ms(summary.p99_ms)}  max {ms(summary.max_ms)}  mean {ms(summary.mean_ms)}  "
+            f"errors {summary.errors} of {summary.count}")
+
+
+def command_plot(argv: list[str]) -> int:
+    opts = build_plot_parser().parse_args(argv)
+    if opts.output and len(opts.files) > 1:
+        raise CliError("-o/--output takes one input file; use --pictures-dir for several")
+    runs = [read_run(f) for f in opts.files]  # read all first: a bad file fails before drawing
+    for run in runs:
+        out = opts.output or opts.pictures_dir / f"{run.path.stem}.png"
+        print(plot_run(run, out, title=opts.title))
+    return EXIT_OK
+
+
+def command_report(argv: list[str]) -> int:
+    opts = build_report_parser().parse_args(argv)
+    run = read_run(opts.file)
+    summary = summarize(run.records)
+    if opts.json:
+        print(json.dumps({"name": run.name, "limit": describe_limit(run.metadata),
+                          **summary.to_dict()}, indent=2))
+    else:
+        print(f"run: {run.name} ({run.path})")
+        print(f"limit: {describe_limit(run.metadata)}")
+        print(format_summary(summary))
+    return EXIT_OK
+
+
+SUBCOMMANDS.update(plot=command_plot, report=command_report)
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Time requests strictly one after another, like the original ``http-timing.py``.
+
+The request is built once, before the clock starts, and sent over one keep-alive connection
+(or, with ``new_connection``, a fresh connection each time as the original did: ``Connection:
+close`` makes the server close it, so the next connect is inside the timed path, like the
+original's). Latency is measured with the monotonic ns clock until the whole body is read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import httpx
+
+from client import __version__
+from client.rawdata import RequestRecord
+from client.servertiming import server_fields
+
+__all__ = ["RunOutcome", "build_url", "fetch_limits", "format_line", "limits_url",
+           "time_sequential"]
+
+
+def build_url(url: str, iterations: int) -> str:
+    """Append ``?iterations=N`` when N > 0, as the original did (keeping any other query)."""
+    if iterations <= 0:
+        return url
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "iterations"]
+    query.append(("iterations", str(iterations)))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def limits_url(url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/limits", "", ""))
+
+
+def fetch_limits(url: str, timeout: float = 2.0) -> dict[str, object] | None:
+    """The service's ``/limits``, or None when it is not there (any other server works too)."""
+    try:
+        response = httpx.get(limits_url(url), timeout=timeout)
+        if response.status_code == 200:
+            body = response.json()
+            return body if isinstance(body, dict) else None
+    except (httpx.HTTPError, ValueError):
+        pass
+    return None
+
+
+def format_line(record: RequestRecord) -> str:
+    """The original's line: ``<ms since start> Status code <code> time <latency ns>``."""
+    return f"{record.start_ns // 1_000_000} Status code {record.status} time {record.latency_ns}"
+
+
+@dataclass
+class RunOutcome:
+    records: list[RequestRecord] = field(default_factory=list)
+    stop_reason: str | None = None  # why the run ended before ``requests`` (None: it did not)
+
+    @property
+    def reached(self) -> bool:
+        """Whether any request got an HTTP response at all."""
+        return any(r.status > 0 for r in self.records)
+
+
+def time_sequential(
+    url: str,
+    requests: int,
+    on_record: Callable[[RequestRecord], None],
+    *,
+    new_connection: bool = False,
+    timeout: float = 30.0,
+    max_consecutive_failures: int = 5,
+    outcome: RunOutcome | None = None,
+) -> RunOutcome:
+    """Send ``requests`` GETs one after another; call ``on_record`` as each completes.
+
+    Transport failures are recorded (status 0 and the error) and the run goes on, until
+    ``max_consecutive_failures`` in a row (0: never stop early). Pass ``outcome`` to keep what
+    was collected when the caller interrupts the run (KeyboardInterrupt propagates).
+    """
+    outcome = outcome if outcome is not None else RunOutcome()
+    headers = {"user-agent": f"http-timing/{__version__}"}
+    if new_connection:
+        headers["connection"] = "close"
+    consecutive_failures = 0
+    with httpx.Client(timeout=timeout, headers=headers) as client:
+        request = client.build_request("GET", url)
+        run_start = time.perf_counter_ns()
+        for seq in range(requests):
+            start = time.perf_counter_ns()
+            try:
+                response = client.send(request)
+            except httpx.TransportError as exc:
+                end = time.perf_counter_ns()
+                record = RequestRecord(seq, start - run_start, end - start, 0,
+                                       error=f"{type(exc).__name__}: {exc}".strip(": "))
+                consecutive_failures += 1
+            else:
+                end = time.perf_counter_ns()
+                record = RequestRecord(
+                    seq, start - run_start, end - start, response.status_code,
+                    error="" if response.is_success or response.is_redirect
+                    else f"HTTP {response.status_code}",
+                    **server_fields(response.headers.get("server-timing")),
+                )
+                consecutive_failures = 0
+            outcome.records.append(record)
+            on_record(record)
+            if max_consecutive_failures and consecutive_failures >= max_consecutive_failures:
+                outcome.stop_reason = (f"stopped after {consecutive_failures} consecutive "
+                                       f"connection failures")
+                break
+    return outcome
