@@ -30,7 +30,8 @@ from service.cgroup import (CgroupError, CpuStat, QuotaSettings, create_group, e
                             locate_cpu_controller, quota_settings, read_cpu_stat, remove_group)
 
 __all__ = ["FORWARDED_SIGNALS", "SUPERVISED_ENV", "QuotaRun", "build_parser", "describe_run",
-           "is_supervised", "main", "run_under_quota", "serve_under_quota"]
+           "is_supervised", "main", "run_under_quota", "serve_under_quota",
+           "setup_error_message"]
 
 # The child of ``burn-service --cpus`` finds here the group its supervisor made for it, so it
 # serves instead of re-running itself once more.
@@ -158,9 +159,11 @@ def run_under_quota(command: Sequence[str], settings: QuotaSettings, *,
     return QuotaRun(code, settings, str(directory), stat, removed, leftovers)
 
 
-def _alternatives(cpus: float) -> str:
-    return (f"without cgroups use `burn-service --cpu-limit {cpus:g}` (an in-process throttle) "
-            f"or `docker run --cpus {cpus:g}`")
+def setup_error_message(prog: str, reason: str, cpus: float) -> str:
+    """The one line printed when no quota group can be made: why, and what to use instead."""
+    percent = min(cpus * 100, 100)
+    return (f"{prog}: {reason}; without cgroups use `burn-service --cpu-limit {percent:g}` "
+            f"(an in-process throttle, % of one CPU) or `docker run --cpus {cpus:g}`")
 
 
 def _run_cli(prog: str, command: Sequence[str], settings: QuotaSettings, *, quiet: bool,
@@ -168,7 +171,7 @@ def _run_cli(prog: str, command: Sequence[str], settings: QuotaSettings, *, quie
     try:
         run = run_under_quota(command, settings, mark_child=mark_child)
     except CgroupError as exc:
-        print(f"{prog}: {exc}; {_alternatives(settings.cpus)}", file=sys.stderr)
+        print(setup_error_message(prog, str(exc), settings.cpus), file=sys.stderr)
         return EXIT_SETUP_FAILED
     except FileNotFoundError:
         print(f"{prog}: {command[0]}: command not found", file=sys.stderr)

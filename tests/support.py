@@ -20,8 +20,8 @@ import uvicorn
 from service.app import create_app
 from service.config import Settings
 
-__all__ = ["BIN", "ROOT", "free_port", "require", "running_service", "service_process",
-           "wait_healthy"]
+__all__ = ["BIN", "ROOT", "free_port", "require", "require_kernel_quota", "running_service",
+           "service_process", "wait_healthy"]
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the venv's bin: burn-service, http-timing, ...
@@ -34,6 +34,19 @@ def require(condition: bool, reason: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true must run this test, but: {reason}")
     pytest.skip(reason)
+
+
+def require_kernel_quota() -> None:
+    """Skip (fail under CI) unless this is Linux, we are root and a cgroup cpu controller is
+    mounted: what ``burn-service --cpus`` and ``cpu-quota`` need."""
+    from service.cgroup import CgroupError, locate_cpu_controller
+
+    require(sys.platform.startswith("linux"), "kernel CPU quotas need Linux cgroups")
+    require(os.geteuid() == 0, "creating a cgroup needs root")
+    try:
+        locate_cpu_controller()
+    except CgroupError as exc:
+        require(False, f"no cgroup cpu controller: {exc}")
 
 
 def free_port() -> int:
