@@ -64,8 +64,7 @@ def describe_run(run: QuotaRun) -> str:
                  f"throttled {s.throttled_ns / 1e9:.3f} s")
     if run.leftovers:
         text += f"; stopped {len(run.leftovers)} leftover process(es)"
-    name = Path(run.group).name
-    text += f"; cgroup {name} removed" if run.removed else f"; could NOT remove {run.group}"
+    text += f"; cgroup {run.group} removed" if run.removed else f"; could NOT remove {run.group}"
     return text
 
 

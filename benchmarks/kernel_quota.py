@@ -1,0 +1,141 @@
+"""What a real kernel CPU quota does to ~5 ms requests: ``burn-service --cpus X``, sequential.
+
+    sudo .venv/bin/python benchmarks/kernel_quota.py [--cpus none 0.3 0.1] [--requests 200]
+                                                    [--target-ms 5] [--iterations N]
+
+For each quota it starts ``burn-service`` (``--cpus X`` runs it in a new cgroup, removed at the
+end), calibrates nothing further, sends ``--requests`` sequential GETs of ``/cpuBurnFlow`` with
+the project's own client (``client.timing.time_sequential``, one keep-alive connection) and prints
+one Markdown table row: latency percentiles, the share of requests over 50 ms, the requests the
+kernel throttled (``Server-Timing: kernel-throttled``) and the cgroup's counters. The iteration
+count is calibrated first, without a quota, so that the burn's *CPU* time is ``--target-ms``.
+
+Needs Linux, root and a cgroup cpu controller. The CPU may be shared: run it once on a quiet
+machine and say how busy it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from client.rawdata import RequestRecord
+from client.stats import summarize
+from client.timing import time_sequential
+
+BIN = Path(sys.executable).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def _service(cpus: float | None) -> Iterator[str]:
+    port = _free_port()
+    args = [str(BIN / "burn-service"), "--port", str(port), "--log-level", "warning"]
+    if cpus is not None:
+        args += ["--cpus", str(cpus)]
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"burn-service exited: {proc.stderr.read() if proc.stderr else ''}")
+            try:
+                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("burn-service did not start in 120 s")
+            time.sleep(0.1)
+        yield base
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stderr is not None:
+            summary = proc.stderr.read().strip().splitlines()
+            if summary:
+                print(f"  # {summary[-1]}", file=sys.stderr)
+            proc.stderr.close()
+
+
+def _run(base: str, iterations: int, requests: int) -> list[RequestRecord]:
+    # one warm-up request, not counted
+    httpx.get(f"{base}/cpuBurnFlow", params={"iterations": iterations}, timeout=30)
+    return time_sequential(f"{base}/cpuBurnFlow?iterations={iterations}", requests,
+                           lambda record: None).records
+
+
+def calibrate(target_ms: float) -> int:
+    """Iterations whose burn takes ``target_ms`` of CPU on this machine (median of 30)."""
+    with _service(None) as base:
+        probe = 5000
+        records = _run(base, probe, 30)
+    cpu_ms = float(np.median([r.server_cpu_ns for r in records if r.server_cpu_ns])) / 1e6
+    return max(1, round(probe * target_ms / cpu_ms))
+
+
+def row(label: str, records: Sequence[RequestRecord], limits: dict[str, object] | None) -> str:
+    s = summarize(records)
+    lat = np.array([r.latency_ms for r in records if r.ok])
+    cpu = np.median([r.server_cpu_ns or 0 for r in records]) / 1e6
+    throttled = [r for r in records if (r.kernel_nr_throttled or 0) > 0]
+    kernel_ms = sum((r.kernel_throttled_ns or 0) for r in records) / 1e6
+    over = int((lat > 50).sum())
+    quota = "" if not limits or not limits.get("quota_us") else \
+        f"{limits['quota_us']}/{limits['period_us']}"
+    return (f"| {label} | {quota or 'none'} | {len(records)} | {cpu:.1f} | {s.p50_ms:.1f} | "
+            f"{s.p90_ms:.1f} | {s.p99_ms:.1f} | {s.mean_ms:.1f} | {over} ({100 * over / len(lat):.0f} %) | "
+            f"{len(throttled)} | {kernel_ms:.0f} |")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpus", nargs="+", default=["none", "0.3", "0.1"],
+                        help="quotas to run, 'none' for no quota (default: none 0.3 0.1)")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--target-ms", type=float, default=5.0,
+                        help="CPU per request to calibrate the iterations to (default 5)")
+    parser.add_argument("--iterations", type=int, default=0, help="skip calibration")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0 and any(c != "none" for c in args.cpus):
+        parser.error("a kernel quota needs root (creating a cgroup)")
+    iterations = args.iterations or calibrate(args.target_ms)
+    load = os.getloadavg()[0]
+    print(f"{args.requests} sequential requests of {iterations} iterations, one keep-alive "
+          f"connection, load average before {load:.1f} on {os.cpu_count()} CPUs\n")
+    print("| quota | quota/period µs | n | burn CPU ms | p50 ms | p90 ms | p99 ms | mean ms "
+          "| > 50 ms | kernel-throttled requests | kernel-throttled ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for text in args.cpus:
+        cpus = None if text == "none" else float(text)
+        with _service(cpus) as base:
+            limits = httpx.get(base + "/limits", timeout=5).json().get("cgroup")
+            records = _run(base, iterations, args.requests)
+        print(row(f"{text} CPU" if cpus else "none", records, limits), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
