@@ -55,7 +55,8 @@ def _service(cpus: float | None) -> Iterator[str]:
         deadline = time.monotonic() + 120
         while True:
             if proc.poll() is not None:
-                raise SystemExit(f"burn-service exited: {proc.stderr.read() if proc.stderr else ''}")
+                error = proc.stderr.read() if proc.stderr else ""
+                raise SystemExit(f"burn-service exited: {error}")
             try:
                 if httpx.get(base + "/healthz", timeout=1).status_code == 200:
                     break
@@ -105,8 +106,9 @@ def row(label: str, records: Sequence[RequestRecord], limits: dict[str, object] 
     over = int((lat > 50).sum())
     quota = "" if not limits or not limits.get("quota_us") else \
         f"{limits['quota_us']}/{limits['period_us']}"
+    share = f"{over} ({100 * over / len(lat):.0f} %)"
     return (f"| {label} | {quota or 'none'} | {len(records)} | {cpu:.1f} | {s.p50_ms:.1f} | "
-            f"{s.p90_ms:.1f} | {s.p99_ms:.1f} | {s.mean_ms:.1f} | {over} ({100 * over / len(lat):.0f} %) | "
+            f"{s.p90_ms:.1f} | {s.p99_ms:.1f} | {s.mean_ms:.1f} | {share} | "
             f"{len(throttled)} | {kernel_ms:.0f} |")
 
 

@@ -74,7 +74,7 @@ class Membership:
 class Mount:
     """The fields of one ``/proc/<pid>/mountinfo`` line that locate a cgroup hierarchy."""
 
-    root: str          # which directory of the hierarchy is mounted (``/docker/<id>`` in a container)
+    root: str          # the hierarchy's directory mounted here (``/docker/<id>`` in a container)
     mount_point: str
     fstype: str        # "cgroup" (v1) or "cgroup2"
     super_options: tuple[str, ...]  # v1: the controllers, e.g. ("rw", "cpu", "cpuacct")
@@ -90,7 +90,7 @@ class CpuController:
 
     @property
     def directory(self) -> Path:
-        """The directory holding the group's files (``CgroupError`` if the mount does not show it)."""
+        """The directory of the group's files (``CgroupError`` if the mount does not show it)."""
         mapped = map_group_path(self.mount, self.group)
         if mapped is None:
             raise CgroupError(f"cgroup {self.group} is outside the mount of "

@@ -36,8 +36,11 @@ __all__ = ["FORWARDED_SIGNALS", "SUPERVISED_ENV", "QuotaRun", "build_parser", "d
 # The child of ``burn-service --cpus`` finds here the group its supervisor made for it, so it
 # serves instead of re-running itself once more.
 SUPERVISED_ENV = "THROTTLE_LAB_CGROUP"
-FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
-EXIT_SETUP_FAILED = 125   # like env(1)/timeout(1): 125 our failure, 126 not executable, 127 not found
+FORWARDED_SIGNALS = tuple(getattr(signal, name)   # SIGHUP and SIGQUIT are POSIX only
+                          for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+                          if hasattr(signal, name))
+# like env(1) and timeout(1): 125 our failure, 126 not executable, 127 not found
+EXIT_SETUP_FAILED = 125
 PR_SET_PDEATHSIG = 1
 SI_KERNEL = 0x80
 
@@ -128,7 +131,7 @@ def run_under_quota(command: Sequence[str], settings: QuotaSettings, *,
     Raises ``CgroupError`` (with the reason) when the group cannot be made or entered, and
     ``OSError`` when the command cannot be started (after removing the group)."""
     controller = locate_cpu_controller()
-    waited = set(FORWARDED_SIGNALS) | {signal.SIGCHLD}
+    waited = {*FORWARDED_SIGNALS, signal.SIGCHLD}
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
     try:
         directory = create_group(settings, controller)
@@ -204,7 +207,8 @@ def serve_under_quota(argv: Sequence[str], settings: QuotaSettings) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cpu-quota",
-        usage="%(prog)s --cpus CPUS [--period-ms MS] [--burst-ms MS] [--quiet] -- COMMAND [ARGS...]",
+        usage="%(prog)s --cpus CPUS [--period-ms MS] [--burst-ms MS] [--quiet] "
+              "-- COMMAND [ARGS...]",
         description="Run a command under a real kernel CPU quota (CFS bandwidth control in a "
         "new cgroup, exactly what `docker run --cpus` sets), then remove the cgroup. Needs "
         "Linux and root (or a delegated cgroup). Exits with the command's status.",

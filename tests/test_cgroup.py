@@ -1,4 +1,4 @@
-"""service.cgroup: parsing on sample text (v1, v2, inside containers), then the real cgroup files."""
+"""service.cgroup: parsing sample text (v1, v2, inside containers), then the real cgroup files."""
 
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ DOCKER_V2_HOSTNS_CGROUP = "0::/system.slice/docker-4f2a9c.scope\n"
 DOCKER_V2_HOSTNS_MOUNTINFO = ("700 690 0:27 /system.slice/docker-4f2a9c.scope /sys/fs/cgroup "
                               "ro,nosuid - cgroup2 cgroup rw\n")
 
-V1_STAT = "nr_periods 31\nnr_throttled 30\nthrottled_time 2071000000\nnr_bursts 2\nburst_time 5000000\n"
+V1_STAT = ("nr_periods 31\nnr_throttled 30\nthrottled_time 2071000000\nnr_bursts 2\n"
+           "burst_time 5000000\n")
 V2_STAT = ("usage_usec 900000\nuser_usec 880000\nsystem_usec 20000\nnr_periods 31\n"
            "nr_throttled 30\nthrottled_usec 2071000\nnr_bursts 2\nburst_usec 5000\n")
 V2_STAT_NO_CPU_CONTROLLER = "usage_usec 900000\nuser_usec 880000\nsystem_usec 20000\n"
@@ -117,7 +118,8 @@ def test_find_cpu_controller(proc: str, mountinfo: str, version: int, group: str
 
 def test_find_cpu_controller_without_one() -> None:
     # v1 cpu hierarchy listed but not mounted, and no v2 line: nothing to find
-    assert find_cpu_controller("1:cpu:/\n", HOST_V1_MOUNTINFO.replace("rw,cpu\n", "rw,xx\n")) is None
+    unmounted = HOST_V1_MOUNTINFO.replace("rw,cpu\n", "rw,xx\n")
+    assert find_cpu_controller("1:cpu:/\n", unmounted) is None
     # the group is outside what the only mount shows
     assert find_cpu_controller("0::/elsewhere\n", DOCKER_V2_HOSTNS_MOUNTINFO) is None
     assert find_cpu_controller("", "") is None
@@ -143,7 +145,8 @@ def test_parse_cpu_stat_normalises_throttled_time_to_ns() -> None:
 def test_cpu_limit_cpus_and_dict() -> None:
     limited = CpuLimit(1, "/sys/fs/cgroup/cpu/g", "/g", 30000, 100000, 0)
     assert limited.cpus == 0.3
-    assert set(limited.as_dict()) >= {"version", "path", "quota_us", "period_us", "burst_us", "cpus"}
+    keys = {"version", "path", "quota_us", "period_us", "burst_us", "cpus"}
+    assert set(limited.as_dict()) >= keys
     assert CpuLimit(2, "/sys/fs/cgroup", "/", None, 100000, None).as_dict()["cpus"] is None
 
 
@@ -209,7 +212,8 @@ def test_read_v2_files(tmp_path: Path) -> None:
     (tmp_path / "cpu.max.burst").write_text("10000\n")
     (tmp_path / "cpu.stat").write_text(V2_STAT)
     limit = read_cpu_limit(tmp_path, 2, "/g")
-    assert (limit.quota_us, limit.period_us, limit.burst_us, limit.cpus) == (30000, 100000, 10000, 0.3)
+    assert (limit.quota_us, limit.period_us, limit.burst_us) == (30000, 100000, 10000)
+    assert limit.cpus == 0.3
     assert read_cpu_stat(tmp_path, 2) == CpuStat(31, 30, 2_071_000_000, 2, 5_000_000)
     probe = CpuStatProbe(tmp_path, 2)
     before = probe.sample()

@@ -1,0 +1,328 @@
+"""service.cpu_quota: the ``cpu-quota`` runner and ``burn-service --cpus``, on the real kernel.
+
+The kernel tests need root and a cgroup cpu controller (``tests.support.require_kernel_quota``
+skips without them on a laptop and fails under CI=true). Every group they make is named
+``throttle-lab-<supervisor pid>-<random>`` and each test checks that it is gone at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from service.cgroup import CpuStat, QuotaSettings, remove_group
+from service.cpu_quota import QuotaRun, describe_run, setup_error_message
+from tests.support import BIN, ROOT, require, require_kernel_quota, service_process
+
+CPU_QUOTA = str(BIN / "cpu-quota")
+ITERATIONS = 7000   # ~5 ms of CPU per request on this project's machines (see benchmarks/)
+SUMMARY = re.compile(r"cgroup (\S*throttle-lab-(\d+)-\w+) removed")
+
+
+def run_cpu_quota(args: Sequence[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CPU_QUOTA, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def removed_group(stderr: str) -> Path:
+    """The group named in the summary line; it must be ours and gone."""
+    match = SUMMARY.search(stderr)
+    assert match is not None, stderr
+    group = Path(match.group(1))
+    assert not group.exists(), f"{group} left behind"
+    return group
+
+
+# ---- no kernel needed ----------------------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--cpus", "0.3"], "give the command to run after --"),
+    (["--cpus", "0.3", "--"], "give the command to run after --"),
+    (["--cpus", "0.001", "--", "true"], "the kernel's minimum is 1000 µs"),
+    (["--cpus", "0", "--", "true"], "--cpus must be > 0"),
+    (["--cpus", "0.3", "--burst-ms", "40", "--", "true"], "--burst-ms must be in [0, 30]"),
+    (["--cpus", "0.3", "--period-ms", "0.5", "--", "true"], "--period-ms must be in [1, 1000]"),
+    (["--cpus", "lots", "--", "true"], "invalid float value"),
+])
+def test_bad_arguments_give_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = run_cpu_quota(args)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 2   # argparse: usage + the error
+
+
+@pytest.mark.parametrize(("args", "env", "message"), [
+    (["--cpus", "0.001"], {}, "the kernel's minimum is 1000 µs"),
+    (["--cpus", "-1"], {}, "--cpus must be in [0, 1024]"),
+    (["--cpus", "0.3", "--burst-ms", "50"], {}, "--burst-ms must be in [0, 30]"),
+    ([], {"BURN_SERVICE_CPUS": "0.3", "BURN_SERVICE_PERIOD_MS": "5000"}, "--period-ms must be in"),
+])
+def test_burn_service_rejects_bad_quotas(args: list[str], env: dict[str, str],
+                                         message: str) -> None:
+    result = subprocess.run([str(BIN / "burn-service"), *args], capture_output=True, text=True,
+                            timeout=30, env={**os.environ, **env})
+    assert result.returncode == 2 and message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_setup_error_message_suggests_the_alternatives() -> None:
+    line = setup_error_message("cpu-quota", "cannot create a cgroup: permission denied", 0.3)
+    assert line.startswith("cpu-quota: cannot create a cgroup: permission denied; ")
+    assert "burn-service --cpu-limit 30" in line and "docker run --cpus 0.3" in line
+    assert "\n" not in line
+    assert "--cpu-limit 100" in setup_error_message("burn-service", "x", 2.0)
+
+
+def test_describe_run() -> None:
+    run = QuotaRun(0, QuotaSettings(30000, 100000), "/sys/fs/cgroup/cpu/throttle-lab-1-ab",
+                   CpuStat(31, 30, 2_071_000_000), True, [42])
+    text = describe_run(run)
+    assert text.startswith("0.3 CPU (quota 30000 µs per 100000 µs period): 31 periods, "
+                           "30 throttled (97 %), throttled 2.071 s")
+    assert "stopped 1 leftover" in text and "throttle-lab-1-ab removed" in text
+    kept = QuotaRun(1, QuotaSettings(30000, 100000), "/g", None, False)
+    assert "could NOT remove /g" in describe_run(kept)
+
+
+# ---- the cpu-quota runner on the real kernel ------------------------------------------------
+
+@pytest.mark.root
+def test_runs_the_command_inside_its_own_group() -> None:
+    require_kernel_quota()
+    code = ("import json, sys\nfrom service.cgroup import limit_in_force\n"
+            "print(json.dumps(limit_in_force().as_dict()))\nsys.exit(3)")
+    result = run_cpu_quota(["--cpus", "0.5", "--period-ms", "50", "--", sys.executable, "-c", code])
+    assert result.returncode == 3, result.stderr
+    seen = json.loads(result.stdout)
+    assert (seen["quota_us"], seen["period_us"], seen["cpus"]) == (25000, 50000, 0.5)
+    group = removed_group(result.stderr)
+    assert seen["path"] == str(group) and group.name.startswith("throttle-lab-")
+    assert "0.5 CPU (quota 25000 µs per 50000 µs period)" in result.stderr
+
+
+@pytest.mark.root
+def test_the_quota_stalls_a_busy_loop_and_is_counted() -> None:
+    require_kernel_quota()
+    code = ("import time\nt = last = time.perf_counter(); gap = 0.0\n"
+            "while last - t < 0.6:\n"
+            "    now = time.perf_counter(); gap = max(gap, now - last); last = now\n"
+            "print(gap)")
+    result = run_cpu_quota(["--cpus", "0.2", "--", sys.executable, "-c", code])
+    assert result.returncode == 0, result.stderr
+    assert float(result.stdout) > 0.040          # stopped ~80 ms of each 100 ms period
+    periods = re.search(r"(\d+) periods, (\d+) throttled", result.stderr)
+    assert periods is not None and int(periods.group(2)) >= 2, result.stderr
+    removed_group(result.stderr)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(("script", "code"), [
+    ("kill -9 $$", 137),       # the command is SIGKILLed: 128 + 9, like a shell
+    ("exit 0", 0),
+])
+def test_exit_status_and_removal(script: str, code: int) -> None:
+    require_kernel_quota()
+    result = run_cpu_quota(["--cpus", "0.5", "--", "sh", "-c", script])
+    assert result.returncode == code, result.stderr
+    removed_group(result.stderr)
+
+
+@pytest.mark.root
+def test_command_not_found() -> None:
+    require_kernel_quota()
+    result = run_cpu_quota(["--cpus", "0.5", "--", "no-such-command-throttle-lab"])
+    assert result.returncode == 127
+    assert result.stderr.strip() == "cpu-quota: no-such-command-throttle-lab: command not found"
+
+
+@pytest.mark.root
+def test_leftover_processes_are_stopped() -> None:
+    require_kernel_quota()
+    result = run_cpu_quota(["--cpus", "0.5", "--", "sh", "-c", "sleep 60 & echo $!"])
+    assert result.returncode == 0 and "stopped 1 leftover" in result.stderr
+    pid = int(result.stdout)
+    time.sleep(0.1)
+    stat = Path(f"/proc/{pid}/stat")
+    assert not stat.exists() or stat.read_text().split()[2] == "Z"   # gone, or a zombie
+    removed_group(result.stderr)
+
+
+def _start_trapping(sig: str, code: int) -> subprocess.Popen[str]:
+    script = f'trap "exit {code}" {sig}; echo ready; while :; do sleep 0.05; done'
+    proc = subprocess.Popen([CPU_QUOTA, "--cpus", "0.5", "--", "sh", "-c", script],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(("sig", "name", "code"), [(signal.SIGTERM, "TERM", 5),
+                                                    (signal.SIGINT, "INT", 7)])
+def test_signals_to_the_supervisor_reach_the_command(sig: int, name: str, code: int) -> None:
+    require_kernel_quota()
+    proc = _start_trapping(name, code)
+    try:
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == code, stderr
+    removed_group(stderr)
+
+
+@pytest.mark.root
+def test_sigkill_of_the_supervisor_takes_the_command_along() -> None:
+    """The one case the supervisor cannot clean up: the command dies with it (PDEATHSIG), the
+    empty group stays (and this test removes it)."""
+    require_kernel_quota()
+    proc = _start_trapping("TERM", 5)
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    assert len(children) == 1
+    child = int(children[0])
+    group_line = Path(f"/proc/{child}/cgroup").read_text()
+    match = re.search(rf"throttle-lab-{proc.pid}-\w+", group_line)
+    assert match is not None, group_line
+    proc.kill()
+    proc.communicate(timeout=15)
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    from service.cgroup import locate_cpu_controller
+    leftover = locate_cpu_controller().directory / match.group(0)
+    try:
+        assert not Path(f"/proc/{child}").exists()
+    finally:
+        assert remove_group(leftover)
+
+
+@pytest.mark.root
+def test_without_root_one_line_that_suggests_the_alternatives() -> None:
+    require_kernel_quota()
+    python = Path("/usr/bin/python3")   # the venv's interpreter may live where nobody can read
+    require(python.exists(), "needs /usr/bin/python3 to run as an unprivileged user")
+    result = subprocess.run([str(python), "-m", "service.cpu_quota", "--cpus", "0.3", "--", "true"],
+                            capture_output=True, text=True, timeout=30, cwd="/",
+                            env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT)},
+                            user=65534, group=65534, extra_groups=[])
+    assert result.returncode == 125, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "permission denied" in lines[0]
+    assert "burn-service --cpu-limit 30" in lines[0] and "docker run --cpus 0.3" in lines[0]
+
+
+# ---- burn-service --cpus: the service under a real kernel quota -----------------------------
+
+def _latencies(base: str, n: int, iterations: int = ITERATIONS) -> tuple[np.ndarray, list[str]]:
+    """``n`` sequential burns; wall latency (ms) and the Server-Timing header of each."""
+    latencies, timings = [], []
+    with httpx.Client(timeout=30) as client:
+        request = client.build_request("GET", f"{base}/cpuBurnFlow",
+                                       params={"iterations": iterations})
+        for _ in range(n):
+            start = time.perf_counter_ns()
+            response = client.send(request)
+            latencies.append((time.perf_counter_ns() - start) / 1e6)
+            assert response.status_code == 200
+            timings.append(response.headers["server-timing"])
+    return np.array(latencies), timings
+
+
+KERNEL_TIMING = re.compile(r'kernel-throttled;dur=([\d.]+);desc="periods=(\d+)"')
+
+
+def _kernel_throttling(timings: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    found = [KERNEL_TIMING.search(t) for t in timings]
+    assert all(found), timings[:3]
+    return (np.array([float(m.group(1)) for m in found if m]),
+            np.array([int(m.group(2)) for m in found if m]))
+
+
+def _metric(text: str, name: str) -> float:
+    match = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.M)
+    assert match is not None, f"{name} not in /metrics"
+    return float(match.group(1))
+
+
+def _check_limits_match_files(base: str, supervisor: int, quota: int, period: int) -> Path:
+    limits = httpx.get(f"{base}/limits").json()["cgroup"]
+    group = Path(limits["path"])
+    assert group.name.startswith(f"throttle-lab-{supervisor}-")
+    assert limits["quota_us"] == int((group / "cpu.cfs_quota_us").read_text()) == quota
+    assert limits["period_us"] == int((group / "cpu.cfs_period_us").read_text()) == period
+    assert limits["burst_us"] == int((group / "cpu.cfs_burst_us").read_text())
+    assert limits["cpus"] == pytest.approx(quota / period) and limits["version"] == 1
+    return group
+
+
+@pytest.mark.root
+@pytest.mark.timeout(120)
+def test_burn_service_at_0_3_cpu_stalls_and_counts() -> None:
+    require_kernel_quota()
+    with service_process(["--cpus", "0.3"], timeout=60) as (base, proc):
+        group = _check_limits_match_files(base, proc.pid, 30000, 100000)
+        metrics_before = httpx.get(f"{base}/metrics").text
+        latency, timings = _latencies(base, 120)
+        metrics_after = httpx.get(f"{base}/metrics").text
+    assert not group.exists(), f"{group} left after a normal stop"
+    p50, p90 = np.percentile(latency, [50, 90])
+    assert p90 > 3 * p50 or p90 > 40, (p50, p90)
+    throttled_ms, periods = _kernel_throttling(timings)
+    stalled = periods > 0
+    assert stalled.sum() >= 5, periods
+    assert np.median(latency[stalled]) > 2 * np.median(latency[~stalled]), latency
+    assert throttled_ms[stalled].mean() > 20
+    for name in ("container_cpu_cfs_periods_total", "container_cpu_cfs_throttled_periods_total",
+                 "container_cpu_cfs_throttled_seconds_total"):
+        assert _metric(metrics_after, name) > _metric(metrics_before, name), name
+    rise = (_metric(metrics_after, "container_cpu_cfs_throttled_periods_total")
+            - _metric(metrics_before, "container_cpu_cfs_throttled_periods_total"))
+    assert rise >= periods.sum()
+
+
+@pytest.mark.root
+@pytest.mark.timeout(150)
+def test_burn_service_at_0_1_cpu_is_quantised_in_periods() -> None:
+    require_kernel_quota()
+    with service_process(["--cpus", "0.1"], timeout=90) as (base, proc):
+        group = _check_limits_match_files(base, proc.pid, 10000, 100000)
+        latency, timings = _latencies(base, 20)
+    assert not group.exists()
+    # 10 ms of CPU per 100 ms: a ~5 ms burn plus the server's own work mostly waits a period
+    assert np.median(latency) > 50 and (latency > 50).mean() >= 0.6, latency
+    # the header counts throttling during the burn only; waits while the request is parsed
+    # or the response sent are not in it
+    _, periods = _kernel_throttling(timings)
+    assert (periods > 0).mean() >= 0.25, periods
+
+
+@pytest.mark.root
+def test_burn_service_cgroup_removed_after_sigkill_of_its_child() -> None:
+    require_kernel_quota()
+    # the quota from the environment: the child sees it too, and must serve, not re-run itself
+    with service_process(["--period-ms", "50", "--burst-ms", "10"],
+                         env={"BURN_SERVICE_CPUS": "1.5"}) as (base, proc):
+        group = _check_limits_match_files(base, proc.pid, 75000, 50000)
+        assert int((group / "cpu.cfs_burst_us").read_text()) == 10000
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(children) == 1            # the supervisor runs exactly one service
+        child = int(children[0])
+        assert b"service.cli" in Path(f"/proc/{child}/cmdline").read_bytes()
+        # the child serves; it did not run yet another supervisor (BURN_SERVICE_CPUS is set)
+        assert Path(f"/proc/{child}/task/{child}/children").read_text().split() == []
+        assert group.name in Path(f"/proc/{child}/cgroup").read_text()
+        assert group.name not in Path(f"/proc/{proc.pid}/cgroup").read_text()   # outside
+        os.kill(child, signal.SIGKILL)
+        assert proc.wait(timeout=15) == 128 + signal.SIGKILL
+        assert not group.exists(), f"{group} left after SIGKILL of the service"
