@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Install the Debian packages that `make test` needs for its real-engine tests:
+#   docker.io     the Docker engine (dockerd); tests start it themselves and stop it by pid
+#   docker-compose  runs docker/compose.yaml (the limited/limitless pair)
+#   debootstrap   builds the local base image when no image registry is reachable
+#   chromium, chromium-driver   the real browser for the browser tests
+#   python3-venv  `make` creates .venv with it
+# Idempotent and unattended: packages already installed are skipped, and no daemon is started
+# (a temporary policy-rc.d refuses service starts during the install).
+# Usage: sudo scripts/install-system-deps.sh [EXTRA_PACKAGE ...]
+set -euo pipefail
+
+PACKAGES=(docker.io docker-compose debootstrap chromium chromium-driver python3-venv "$@")
+APT=(apt-get -o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0 -q)
+export DEBIAN_FRONTEND=noninteractive
+
+installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    installed "$pkg" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+    echo "install-system-deps: all present: ${PACKAGES[*]}"
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-system-deps: need root to install: ${missing[*]}" >&2
+    exit 1
+fi
+
+POLICY=/usr/sbin/policy-rc.d
+if [ ! -e "$POLICY" ]; then
+    trap 'rm -f "$POLICY"' EXIT
+    printf '#!/bin/sh\nexit 101\n' >"$POLICY"
+    chmod 755 "$POLICY"
+fi
+
+echo "install-system-deps: installing ${missing[*]}"
+"${APT[@]}" update
+"${APT[@]}" install -y --no-install-recommends "${missing[@]}"
