@@ -1,0 +1,170 @@
+"""``/metrics``: Prometheus text exposition of what the service did and what throttled it.
+
+Each app has its own :class:`ServiceMetrics` with its own ``CollectorRegistry`` (never the
+global one), so tests and tools can build several apps in one process. Series:
+
+- ``throttle_lab_http_requests_total{route,method,status}`` and
+  ``throttle_lab_http_request_duration_seconds{route}`` (a histogram whose buckets resolve the
+  ~70 ms throttling stalls): counted by an ASGI middleware per route template.
+- ``throttle_lab_burn_cpu_seconds_total``: CPU the burn loops used (thread CPU time).
+- ``throttle_lab_process_cpu_seconds_total``: the process's CPU (all threads, ns resolution,
+  from ``time.process_time_ns``; the standard ``process_cpu_seconds_total`` counts in 10 ms
+  ticks).
+- With ``--cpu-limit``: the in-process throttle's counters, named after the kernel's
+  ``cpu.stat`` (``nr_periods``, ``nr_throttled``, throttled time) so one dashboard reads both:
+  ``throttle_lab_inprocess_nr_periods_total``, ``throttle_lab_inprocess_nr_throttled_total``,
+  ``throttle_lab_inprocess_throttled_seconds_total``, and gauges
+  ``throttle_lab_inprocess_quota_seconds`` / ``throttle_lab_inprocess_period_seconds``.
+
+To add a series (e.g. the kernel's ``cpu.stat``), write a collector (an object with
+``collect()`` yielding ``prometheus_client.core`` metric families, optionally ``describe()``)
+and call ``app.state.metrics.register(collector)``.
+
+With ``--workers N`` each worker process has its own counters; a scrape sees one worker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+
+from fastapi import FastAPI
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.throttle import Throttle
+
+__all__ = ["LATENCY_BUCKETS", "InProcessThrottleCollector", "MetricsMiddleware",
+           "ProcessCpuCollector", "ServiceMetrics", "install_metrics"]
+
+# Seconds. Dense around 5 ms (an unthrottled request) and 70-100 ms (one throttled period).
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+                   0.3, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class ServiceMetrics:
+    """The service's metrics in a registry of its own."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.requests = Counter("throttle_lab_http_requests", "HTTP requests answered",
+                                ["route", "method", "status"], registry=self.registry)
+        self.latency = Histogram("throttle_lab_http_request_duration_seconds",
+                                 "Wall time from request to the end of the response",
+                                 ["route"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.burn_cpu = Counter("throttle_lab_burn_cpu_seconds",
+                                "CPU time used by the burn loops (thread CPU time)",
+                                registry=self.registry)
+        self.register(ProcessCpuCollector())
+
+    def register(self, collector: Collector) -> None:
+        """Add a collector (e.g. the kernel's cpu.stat) to this app's registry."""
+        self.registry.register(collector)
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.requests.labels(route=route, method=method, status=str(status)).inc()
+        self.latency.labels(route=route).observe(seconds)
+
+    def observe_burn(self, cpu_ns: int) -> None:
+        self.burn_cpu.inc(max(0, cpu_ns) / 1e9)
+
+    def render(self) -> bytes:
+        """The Prometheus text format of everything registered."""
+        return generate_latest(self.registry)
+
+
+class ProcessCpuCollector(Collector):
+    """``throttle_lab_process_cpu_seconds_total``: the process's CPU time, all threads."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("throttle_lab_process_cpu_seconds",
+                                  "CPU time of the whole process, all threads (ns resolution)",
+                                  value=time.process_time_ns() / 1e9)
+
+    def describe(self) -> Iterable[Metric]:
+        return [CounterMetricFamily("throttle_lab_process_cpu_seconds", "")]
+
+
+class InProcessThrottleCollector(Collector):
+    """The in-process throttle's counters, named like the kernel's ``cpu.stat``."""
+
+    PREFIX = "throttle_lab_inprocess_"
+
+    def __init__(self, throttle: Throttle) -> None:
+        self._throttle = throttle
+
+    def collect(self) -> Iterator[Metric]:
+        account = self._throttle.account
+        if account is None:  # off: no series, like a container without a CPU limit
+            return
+        stats = self._throttle.stats()
+        p = self.PREFIX
+        yield CounterMetricFamily(p + "nr_periods", "Periods (cycles) of the in-process quota "
+                                  "that have elapsed while work was running (cpu.stat nr_periods)",
+                                  value=stats.nr_periods)
+        yield CounterMetricFamily(p + "nr_throttled", "Periods that ended with work throttled "
+                                  "(cpu.stat nr_throttled)", value=stats.nr_throttled)
+        yield CounterMetricFamily(p + "throttled_seconds", "Wall time work waited for the next "
+                                  "period (cpu.stat throttled_time)", value=stats.throttled_ns / 1e9)
+        yield GaugeMetricFamily(p + "quota_seconds", "CPU time allowed per period",
+                                value=account.quota_ns / 1e9)
+        yield GaugeMetricFamily(p + "period_seconds", "Length of a period (the throttle cycle)",
+                                value=account.period_ns / 1e9)
+
+    def describe(self) -> Iterable[Metric]:
+        if self._throttle.account is None:
+            return []
+        p = self.PREFIX
+        return [CounterMetricFamily(p + "nr_periods", ""), CounterMetricFamily(p + "nr_throttled", ""),
+                CounterMetricFamily(p + "throttled_seconds", ""),
+                GaugeMetricFamily(p + "quota_seconds", ""), GaugeMetricFamily(p + "period_seconds", "")]
+
+
+class MetricsMiddleware:
+    """Pure ASGI middleware: counts each HTTP request and its latency under its route template
+    (``/cpuBurnFlow``, never the raw URL, so labels stay few); unmatched paths are ``other``."""
+
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def send_and_note(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            route = scope.get("route")
+            name = getattr(route, "path", None) or "other"
+            self.metrics.observe_request(name, scope.get("method", ""), status,
+                                         time.perf_counter() - start)
+
+
+def install_metrics(app: FastAPI, throttle: Throttle | None = None) -> ServiceMetrics:
+    """Give ``app`` its metrics (``app.state.metrics``), the middleware and ``GET /metrics``."""
+    metrics = ServiceMetrics()
+    if throttle is not None:
+        metrics.register(InProcessThrottleCollector(throttle))
+    app.state.metrics = metrics
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+
+    @app.get("/metrics", summary="Prometheus metrics", include_in_schema=True)
+    def prometheus_metrics() -> Response:
+        # sync: rendering reads clocks and takes the throttle's lock; keep it off the loop
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    return metrics

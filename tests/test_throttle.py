@@ -1,0 +1,300 @@
+"""The in-process throttle (service.throttle): a fake clock for the accounting, the real clock
+for threads and sleeping, and one real ``burn-service`` process for the whole path."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import httpx
+import pytest
+
+from service.burn import burn
+from service.cli import parse_settings
+from service.throttle import Throttle, Work
+from tests.support import service_process
+
+MS = 1_000_000
+CHUNK = 200_000  # CPU between two checkpoints, like burn()'s 256 iterations
+
+
+class FakeClock:
+    """One thread's view: work advances CPU and wall time together; sleep advances wall time."""
+
+    def __init__(self) -> None:
+        self.wall = 1_000 * MS  # the throttle's periods start here
+        self.cpu = 0
+        self.sleeps: list[float] = []
+        self.cpu_reads = 0
+
+    def wall_ns(self) -> int:
+        return self.wall
+
+    def cpu_ns(self) -> int:
+        self.cpu_reads += 1
+        return self.cpu
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.wall += round(seconds * 1e9)
+
+    def work(self, ns: int) -> None:
+        self.cpu += ns
+        self.wall += ns
+
+
+def fake_throttle(clock: FakeClock, percent: float, cycle_ms: float = 100,
+                  mode: str = "cfs") -> Throttle:
+    return Throttle(percent, cycle_ms, mode, cpus=1, cpu_clock=clock.cpu_ns,
+                    wall_clock=clock.wall_ns, sleep=clock.sleep)
+
+
+def request(clock: FakeClock, throttle: Throttle, cpu_ns: int, chunk: int = CHUNK,
+            last_checkpoint: bool = True) -> Work:
+    """A request of ``cpu_ns`` of CPU with a checkpoint after every chunk."""
+    with throttle.start() as work:
+        left = cpu_ns
+        while left > 0:
+            step = min(chunk, left)
+            clock.work(step)
+            left -= step
+            if left > 0 or last_checkpoint:
+                work.checkpoint()
+    return work
+
+
+# -- the accounting, on a fake clock --------------------------------------------------------
+
+def test_off_does_nothing_and_reads_no_clock() -> None:
+    clock = FakeClock()
+    t = fake_throttle(clock, 0)
+    work = request(clock, t, 50 * MS)
+    assert (t.enabled, t.describe(), t.work_checkpoint()) == (False, None, None)
+    assert work.paused_ns == 0 and t.checkpoint() == 0
+    assert clock.cpu_reads == 0 and clock.sleeps == []
+    assert t.stats().nr_periods == 0
+
+
+def test_cfs_pauses_mid_request_for_the_rest_of_each_cycle() -> None:
+    clock = FakeClock()
+    t = fake_throttle(clock, 30)
+    start = clock.wall
+    work = request(clock, t, 100 * MS)
+    assert clock.wall - start == 310 * MS      # 30 + 70 + 30 + 70 + 30 + 70 + 10
+    assert work.paused_ns == 210 * MS
+    assert clock.sleeps == pytest.approx([0.07] * 3)
+    s = t.stats()
+    assert (s.nr_throttled, s.throttled_ns) == (3, 210 * MS)
+    assert t.describe() == {"cpu_limit_percent": 30.0, "cycle_ms": 100.0, "mode": "cfs"}
+
+
+@pytest.mark.parametrize("mode", ["cfs", "boundary"])
+def test_request_arriving_while_throttled_waits_for_the_next_cycle(mode: str) -> None:
+    clock = FakeClock()
+    t = fake_throttle(clock, 30, mode=mode)
+    first = request(clock, t, 30 * MS, last_checkpoint=False)  # spends the whole quota
+    assert first.paused_ns == 0 and clock.wall == 1_030 * MS
+    second = t.start()
+    assert second.paused_ns == 70 * MS and clock.wall == 1_100 * MS
+    assert t.start().paused_ns == 0
+
+
+def test_boundary_mode_never_pauses_inside_a_request() -> None:
+    clock = FakeClock()
+    t = fake_throttle(clock, 30, mode="boundary")
+    start = clock.wall
+    waits, sleeps_inside = [], 0
+    for _ in range(50):                                     # 600 ms of CPU
+        work = t.start()
+        waits.append(work.paused_ns)
+        sleeps = len(clock.sleeps)
+        for _ in range(60):
+            clock.work(CHUNK)
+            work.checkpoint()
+        sleeps_inside += len(clock.sleeps) - sleeps
+        work.finish()
+    assert sleeps_inside == 0
+    assert waits[:3] == [0, 0, 0] and waits[3] == 64 * MS  # the third overshoots by 6 ms
+    assert sum(waits) == clock.wall - start - 600 * MS
+    share = 600 * MS / (clock.wall - start)
+    assert share == pytest.approx(0.30, rel=0.06)
+
+
+def test_overshoot_is_carried_as_debt() -> None:
+    # 1 %: 1 ms per cycle, checked every 0.7 ms, so each cycle runs 1.4 ms before the check
+    # notices. Carrying the 0.4 ms over keeps the share at 1 %; forgiving it would give 1.4 %.
+    clock = FakeClock()
+    t = fake_throttle(clock, 1)
+    start = clock.wall
+    request(clock, t, 70 * MS, chunk=700_000)
+    assert 70 * MS / (clock.wall - start) == pytest.approx(0.01, rel=0.03)
+
+
+def test_full_cpu_never_pauses_one_thread() -> None:
+    clock = FakeClock()
+    t = fake_throttle(clock, 100)
+    work = request(clock, t, 500 * MS)
+    assert work.paused_ns == 0 and clock.sleeps == []
+
+
+def test_tiny_budget_sleeps_long_and_keeps_its_share() -> None:
+    clock = FakeClock()
+    t = fake_throttle(clock, 0.01)  # 10 microseconds per 100 ms
+    start = clock.wall
+    request(clock, t, 2 * MS)
+    assert len(clock.sleeps) == 10           # one long sleep per checkpoint, no spinning
+    assert 2 * MS / (clock.wall - start) == pytest.approx(0.0001, rel=0.06)
+
+
+def test_work_longer_than_a_cycle() -> None:
+    clock = FakeClock()
+    t = fake_throttle(clock, 50)
+    start = clock.wall
+    work = request(clock, t, 250 * MS, last_checkpoint=False)
+    assert clock.wall - start == 450 * MS and work.paused_ns == 200 * MS
+
+
+def test_checkpoints_skip_the_cpu_clock_while_the_quota_cannot_run_out() -> None:
+    clock = FakeClock()
+    t = fake_throttle(clock, 80)
+    request(clock, t, 10 * MS)   # 50 checkpoints, 70 ms of quota left at the end
+    assert clock.cpu_reads <= 3
+
+
+def test_work_checkpoint_per_mode() -> None:
+    clock = FakeClock()
+    cfs = fake_throttle(clock, 30)
+    assert cfs.work_checkpoint() == cfs.checkpoint
+    boundary = fake_throttle(clock, 30, mode="boundary")
+    request(clock, boundary, 40 * MS)            # spends the quota and 10 ms more
+    gate = boundary.work_checkpoint()
+    assert gate is not None
+    before = clock.wall
+    gate()                                       # the first call waits for the next cycle
+    assert clock.wall > before
+    clock.work(40 * MS)
+    after = clock.wall
+    gate()                                       # later calls never wait
+    assert clock.wall == after
+
+
+@pytest.mark.parametrize("kwargs", [{"cpu_limit_percent": 101}, {"cpu_limit_percent": -1},
+                                    {"cpu_limit_percent": 5, "cycle_ms": 0},
+                                    {"cpu_limit_percent": 5, "mode": "spin"}])
+def test_bad_parameters_are_refused(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        Throttle(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("argv", [["--cpu-limit", "150"], ["--cpu-limit", "-1"],
+                                  ["--throttle-mode", "spin"], ["--throttle-cycle", "0"]])
+def test_bad_options_give_one_line_and_exit_2(argv: list[str],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_settings(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert re.search(r"--cpu-limit|--throttle-mode|--throttle-cycle", err.splitlines()[-1])
+
+
+def test_options_come_from_the_environment_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BURN_SERVICE_CPU_LIMIT", "12.5")
+    monkeypatch.setenv("BURN_SERVICE_THROTTLE_MODE", "boundary")
+    s = parse_settings(["--throttle-cycle", "50"])
+    assert (s.cpu_limit, s.throttle_cycle, s.throttle_mode) == (12.5, 50.0, "boundary")
+
+
+# -- the real clock: threads, sleeping, the share --------------------------------------------
+
+def measure_share(percent: float, seconds: float, threads: int = 2,
+                  cycle_ms: float = 20) -> float:
+    """Process CPU / wall while ``threads`` threads burn under the throttle."""
+    throttle = Throttle(percent, cycle_ms)
+    stop = threading.Event()
+
+    def worker() -> None:
+        with throttle.start() as work:
+            while not stop.is_set():
+                burn(256, work.checkpoint)
+
+    pool = [threading.Thread(target=worker, daemon=True) for _ in range(threads)]
+    cpu0, wall0 = time.process_time_ns(), time.monotonic_ns()
+    for th in pool:
+        th.start()
+    try:
+        time.sleep(seconds)
+        cpu1, wall1 = time.process_time_ns(), time.monotonic_ns()
+    finally:
+        stop.set()
+        for th in pool:
+            th.join(timeout=10)
+    assert not any(th.is_alive() for th in pool)
+    assert throttle.stats().nr_throttled > 0
+    return (cpu1 - cpu0) / (wall1 - wall0)
+
+
+def test_threads_share_one_budget_and_sleep_while_throttled() -> None:
+    before = threading.active_count()
+    share = measure_share(25, 0.4, threads=3)
+    assert 0.05 < share < 0.25 * 1.5   # spinning would give ~2 CPUs, no limit ~2 CPUs too
+    assert threading.active_count() == before  # nothing keeps running: idle costs nothing
+
+
+def test_share_roughly_doubles_per_doubling_of_the_limit() -> None:
+    # The seed's CI check (CpuThrottler: 1/2/4/8 %, each step 1.3x-3.0x), on the CPU share.
+    shares = [measure_share(p, 0.5) for p in (1, 2, 4, 8)]
+    factors = [b / a for a, b in zip(shares, shares[1:])]
+    assert all(1.3 <= f <= 3.0 for f in factors), (shares, factors)
+
+
+# -- the whole path: a real burn-service process (its budget is its own CPU) ----------------
+
+def test_burn_service_with_cpu_limit_pauses_requests_and_reports_it() -> None:
+    with service_process(["--cpu-limit", "20", "--throttle-cycle", "50"]) as (base, _proc):
+        limits = httpx.get(base + "/limits").json()
+        assert limits["inprocess"] == {"cpu_limit_percent": 20.0, "cycle_ms": 50.0, "mode": "cfs"}
+        paused: list[float] = []
+        errors: list[BaseException] = []
+
+        def client() -> None:
+            try:
+                with httpx.Client(base_url=base, timeout=10) as c:
+                    for _ in range(12):
+                        r = c.get("/cpuBurnFlow", params={"iterations": 6000})
+                        assert r.status_code == 200
+                        m = re.search(r"throttle;dur=([0-9.]+)", r.headers["server-timing"])
+                        assert m is not None
+                        paused.append(float(m.group(1)))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        pool = [threading.Thread(target=client) for _ in range(2)]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join(timeout=60)
+        assert not errors, errors
+        assert len(paused) == 24 and max(paused) > 10   # some waited for the next cycle
+        text = httpx.get(base + "/metrics").text
+    values = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r"^throttle_lab_(inprocess_\w+|burn_cpu_seconds_total|process_cpu_seconds_total) "
+        r"([0-9.e+-]+)$", text, re.M)}
+    assert values["inprocess_nr_throttled_total"] > 0
+    assert values["inprocess_nr_periods_total"] >= values["inprocess_nr_throttled_total"]
+    assert values["inprocess_throttled_seconds_total"] > 0.01
+    assert values["inprocess_quota_seconds"] == pytest.approx(0.01)
+    assert 0 < values["burn_cpu_seconds_total"] < values["process_cpu_seconds_total"]
+
+
+def test_burn_service_boundary_mode() -> None:
+    with service_process(["--cpu-limit", "10", "--throttle-mode", "boundary"]) as (base, _p):
+        assert httpx.get(base + "/limits").json()["inprocess"]["mode"] == "boundary"
+        with httpx.Client(base_url=base, timeout=10) as c:
+            timings = [c.get("/cpuBurnFlow", params={"iterations": 8000}).headers["server-timing"]
+                       for _ in range(6)]
+    waits = [float(re.search(r"throttle;dur=([0-9.]+)", t).group(1)) for t in timings]  # type: ignore[union-attr]
+    burns = [float(re.search(r"burn;dur=([0-9.]+)", t).group(1)) for t in timings]  # type: ignore[union-attr]
+    assert max(waits) > 20               # 10 ms per 100 ms: the second request already waits
+    assert max(burns) < 80               # but no request is paused inside its burn
