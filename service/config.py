@@ -9,6 +9,7 @@ every worker process read the same variables, so the environment is how the sett
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -51,6 +52,10 @@ class Settings:
                                "largest allowed ?iterations= of /cpuBurnFlow", minimum=0)
     max_counter: int = _opt(DEFAULT_MAX_COUNTER,
                             "largest allowed ?counter= of /pi and /api/pi", minimum=0)
+    max_concurrent: int = _opt(0, "most requests doing CPU work (/cpuBurnFlow, /pi, /api/pi) at "
+                               "once in each worker process; more get 503 with Retry-After "
+                               "(see service.guard); 0 = 2 x CPUs shared out across --workers",
+                               minimum=0, maximum=100_000)
     cpus: float = _opt(0.0, "run under a real kernel CPU quota of this many CPUs, like docker "
                        "--cpus (a cgroup made and removed by a supervisor, see cpu-quota; needs "
                        "root); 0 = none", minimum=0, maximum=1024)
@@ -87,6 +92,8 @@ class Settings:
             flag = "--" + f.name.replace("_", "-")
             if choices is not None and value not in choices:
                 raise SettingsError(f"{flag} must be one of {', '.join(choices)} (got {value!r})")
+            if isinstance(value, float) and not math.isfinite(value):  # nan passes < and >
+                raise SettingsError(f"{flag} must be a finite number (got {value})")
             if lo is not None and value < lo or hi is not None and value > hi:
                 rng = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
                 raise SettingsError(f"{flag} must be in {rng} (got {value})")

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from starlette.types import ASGIApp
 
 from service.app import create_app
 from service.config import Settings
@@ -70,12 +71,14 @@ def wait_healthy(base_url: str, timeout: float = 20.0, proc: subprocess.Popen[by
 
 
 @contextmanager
-def running_service(settings: Settings | None = None, **overrides: object) -> Iterator[str]:
-    """A real uvicorn server in a thread of this process; yields its base URL."""
+def running_service(settings: Settings | None = None, *, app: ASGIApp | None = None,
+                    **overrides: object) -> Iterator[str]:
+    """A real uvicorn server in a thread of this process; yields its base URL. It serves
+    ``app`` if given (e.g. one built by ``create_app`` with an extra route), else a new app."""
     port = free_port()
     settings = settings or Settings(port=port, log_level="warning", **overrides)  # type: ignore[arg-type]
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
-                            log_level="warning", lifespan="on")
+    config = uvicorn.Config(app if app is not None else create_app(settings), host="127.0.0.1",
+                            port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
