@@ -25,10 +25,13 @@ from types import FrameType
 from typing import Any
 
 from client import __version__
+from client.load import LoadPlan, LoadPlanError, time_plan
 from client.plot import describe_limit, plot_run
+from client.progress import RunProgress
 from client.rawdata import RawDataError, RequestRecord, Run, RunWriter, read_run, write_metadata
 from client.stats import Summary, summarize
-from client.timing import RunOutcome, build_url, fetch_limits, format_line, time_sequential
+from client.throughput import throughput_row
+from client.timing import RunOutcome, build_url, fetch_limits, format_line
 
 __all__ = ["main"]
 
@@ -72,8 +75,17 @@ def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
     parser.add_argument("--url", default=DEFAULT_URL, help=f"URL to time (default {DEFAULT_URL})")
     parser.add_argument("--iterations", type=_int_at_least(0), default=5000,
                         help="appended as ?iterations=N when N > 0 (default 5000)")
-    parser.add_argument("--requests", type=_int_at_least(1), default=100,
+    parser.add_argument("--requests", type=_int_at_least(1), default=None,
                         help="how many requests (default 100)")
+    parser.add_argument("--concurrency", type=_int_at_least(1), metavar="C",
+                        help="closed loop: C requests at a time, each worker sending its next "
+                        "when the previous is answered (default: one after another)")
+    parser.add_argument("--rate", type=_positive_float, metavar="R",
+                        help="open loop: R requests per second whatever the answers; latency "
+                        "counts from each request's intended send time (like wrk2)")
+    parser.add_argument("--duration", type=_positive_float, metavar="D",
+                        help="seconds to run, with --rate or --concurrency (instead of "
+                        "--requests)")
     parser.add_argument("--new-connection", action="store_true",
                         help="open a new connection for every request, as the original did "
                         "(default: one keep-alive connection)")
@@ -141,6 +153,12 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
 
 def command_run(argv: list[str]) -> int:
     opts = build_run_parser().parse_args(argv)
+    try:
+        plan = LoadPlan.from_options(requests=opts.requests, concurrency=opts.concurrency,
+                                     rate=opts.rate, duration=opts.duration)
+    except LoadPlanError as exc:
+        raise CliError(str(exc)) from None
+    opts.requests = plan.requests
     started = datetime.now(timezone.utc)
     name = opts.name or "run-" + started.strftime("%Y%m%d-%H%M%S")
     if os.sep in name or (os.altsep and os.altsep in name) or name in ("", ".", ".."):
@@ -152,8 +170,8 @@ def command_run(argv: list[str]) -> int:
     meta_path = csv_path.with_suffix(".json")
     metadata: dict[str, Any] = {
         "name": name, "tool": "http-timing", "version": __version__,
-        "url": url, "iterations": opts.iterations, "requests": opts.requests,
-        "mode": "sequential", "new_connection": opts.new_connection, "timeout_s": opts.timeout,
+        "url": url, "iterations": opts.iterations, **plan.to_metadata(),
+        "new_connection": opts.new_connection, "timeout_s": opts.timeout,
         "started_at": started.isoformat(), "host": socket.gethostname(),
         "platform": platform.platform(), "python": platform.python_version(),
         "command": ["http-timing", *argv], "limits": fetch_limits(opts.url),
@@ -164,18 +182,22 @@ def command_run(argv: list[str]) -> int:
     except OSError as exc:
         raise CliError(f"cannot write raw data in {opts.data_dir}: {exc.strerror or exc}") from None
 
+    progress = RunProgress(plan.requests, name)
+
     def on_record(record: RequestRecord) -> None:
         writer.write(record)
         if not opts.quiet:
             print(format_line(record), flush=True)
+        progress.advance(record)
 
     outcome = RunOutcome()
     interrupted = False
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        time_sequential(url, opts.requests, on_record, new_connection=opts.new_connection,
-                        timeout=opts.timeout, max_consecutive_failures=opts.max_failures,
-                        outcome=outcome)
+        with progress:
+            time_plan(url, plan, on_record, new_connection=opts.new_connection,
+                      timeout=opts.timeout, max_consecutive_failures=opts.max_failures,
+                      outcome=outcome)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -200,6 +222,8 @@ def _finish(opts: argparse.Namespace, metadata: dict[str, Any], csv_path: Path, 
             print(f"{len(records)} requests in {total_ms}ms avg "
                   f"{summary.total_ms / len(records):.1f}ms")
             print(format_summary(summary))
+            if metadata.get("mode", "sequential") != "sequential":
+                print(format_throughput(records, metadata))
         picture = None
         if records and not opts.no_plot and outcome.reached:
             picture = plot_run(Run(csv_path, records, metadata),
@@ -209,7 +233,7 @@ def _finish(opts: argparse.Namespace, metadata: dict[str, Any], csv_path: Path, 
     finally:
         signal.signal(signal.SIGINT, previous)
     if interrupted:
-        print(f"http-timing: interrupted after {len(records)} of {opts.requests} requests; "
+        print(f"http-timing: interrupted after {len(records)} of {opts.requests or 'the'} requests; "
               "every completed request is saved", file=sys.stderr)
         return EXIT_INTERRUPTED
     if records and not outcome.reached:
@@ -227,6 +251,21 @@ def format_summary(summary: Summary) -> str:
     return (f"latency ms: p50 {ms(summary.p50_ms)}  p90 {ms(summary.p90_ms)}  "
             f"p99 {ms(summary.p99_ms)}  max {ms(summary.max_ms)}  mean {ms(summary.mean_ms)}  "
             f"errors {summary.errors} of {summary.count}")
+
+
+def format_throughput(records: Sequence[RequestRecord], metadata: dict[str, Any]) -> str:
+    """``throughput 58.3 requests/s (intended 100/s), 0.0 % errors`` for load runs."""
+    row = throughput_row(records)
+    rate = metadata.get("rate_rps")
+    intended = f" (intended {rate:g}/s)" if isinstance(rate, (int, float)) else ""
+    return (f"throughput {row.rps:.1f} requests/s{intended}, "
+            f"{100 * row.error_rate:.1f} % errors")
+
+
+def command_sweep(argv: list[str]) -> int:
+    from client.sweep import command_sweep as sweep  # imported late: it builds on this module
+
+    return sweep(argv)
 
 
 def command_plot(argv: list[str]) -> int:
@@ -254,7 +293,7 @@ def command_report(argv: list[str]) -> int:
     return EXIT_OK
 
 
-SUBCOMMANDS.update(plot=command_plot, report=command_report)
+SUBCOMMANDS.update(plot=command_plot, report=command_report, sweep=command_sweep)
 
 if __name__ == "__main__":
     sys.exit(main())
