@@ -16,7 +16,13 @@ global one), so tests and tools can build several apps in one process. Series:
   ``throttle_lab_inprocess_throttled_seconds_total``, and gauges
   ``throttle_lab_inprocess_quota_seconds`` / ``throttle_lab_inprocess_period_seconds``.
 
-To add a series (e.g. the kernel's ``cpu.stat``), write a collector (an object with
+- The kernel's ``cpu.stat`` of the cgroup whose quota is in force (ours with ``--cpus``,
+  Docker's, Kubernetes'), named like cAdvisor: ``container_cpu_cfs_periods_total``,
+  ``container_cpu_cfs_throttled_periods_total``, ``container_cpu_cfs_throttled_seconds_total``
+  and, when a quota is set, ``container_spec_cpu_quota`` / ``container_spec_cpu_period`` (µs).
+  Absent when no cgroup cpu.stat is readable. The group's counters count every process in it.
+
+To add a series, write a collector (an object with
 ``collect()`` yielding ``prometheus_client.core`` metric families, optionally ``describe()``)
 and call ``app.state.metrics.register(collector)``.
 
@@ -36,10 +42,11 @@ from prometheus_client.registry import Collector
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.cgroup import CpuStatProbe, read_cpu_limit
 from service.throttle import Throttle
 
-__all__ = ["LATENCY_BUCKETS", "InProcessThrottleCollector", "MetricsMiddleware",
-           "ProcessCpuCollector", "ServiceMetrics", "install_metrics"]
+__all__ = ["LATENCY_BUCKETS", "InProcessThrottleCollector", "KernelCpuStatCollector",
+           "MetricsMiddleware", "ProcessCpuCollector", "ServiceMetrics", "install_metrics"]
 
 # Seconds. Dense around 5 ms (an unthrottled request) and 70-100 ms (one throttled period).
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
@@ -124,6 +131,41 @@ class InProcessThrottleCollector(Collector):
                 GaugeMetricFamily(p + "quota_seconds", ""), GaugeMetricFamily(p + "period_seconds", "")]
 
 
+class KernelCpuStatCollector(Collector):
+    """The kernel's ``cpu.stat`` (read at each scrape: one small file), as cAdvisor names it."""
+
+    def __init__(self, probe: CpuStatProbe | None) -> None:
+        self._probe = probe
+
+    def collect(self) -> Iterator[Metric]:
+        stat = self._probe.sample() if self._probe is not None else None
+        if self._probe is None or stat is None:
+            return
+        yield CounterMetricFamily("container_cpu_cfs_periods", "Elapsed enforcement period "
+                                  "intervals (cpu.stat nr_periods)", value=stat.nr_periods)
+        yield CounterMetricFamily("container_cpu_cfs_throttled_periods", "Throttled period "
+                                  "intervals (cpu.stat nr_throttled)", value=stat.nr_throttled)
+        yield CounterMetricFamily("container_cpu_cfs_throttled_seconds", "Total time the "
+                                  "cgroup was throttled (cpu.stat throttled_time / "
+                                  "throttled_usec)", value=stat.throttled_ns / 1e9)
+        try:
+            limit = read_cpu_limit(self._probe.path.parent, self._probe.version)
+        except (OSError, ValueError):
+            return
+        if limit.quota_us is not None and limit.period_us:
+            yield GaugeMetricFamily("container_spec_cpu_quota", "CPU quota of the cgroup, "
+                                    "microseconds per period", value=limit.quota_us)
+            yield GaugeMetricFamily("container_spec_cpu_period", "CPU period of the cgroup, "
+                                    "microseconds", value=limit.period_us)
+
+    def describe(self) -> Iterable[Metric]:
+        if self._probe is None:
+            return []
+        return [CounterMetricFamily("container_cpu_cfs_periods", ""),
+                CounterMetricFamily("container_cpu_cfs_throttled_periods", ""),
+                CounterMetricFamily("container_cpu_cfs_throttled_seconds", "")]
+
+
 class MetricsMiddleware:
     """Pure ASGI middleware: counts each HTTP request and its latency under its route template
     (``/cpuBurnFlow``, never the raw URL, so labels stay few); unmatched paths are ``other``."""
@@ -159,6 +201,7 @@ def install_metrics(app: FastAPI, throttle: Throttle | None = None) -> ServiceMe
     metrics = ServiceMetrics()
     if throttle is not None:
         metrics.register(InProcessThrottleCollector(throttle))
+    metrics.register(KernelCpuStatCollector(CpuStatProbe.locate()))
     app.state.metrics = metrics
     app.add_middleware(MetricsMiddleware, metrics=metrics)
 

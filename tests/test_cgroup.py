@@ -299,3 +299,23 @@ def test_real_limit_in_force_for_this_process() -> None:
     assert limit is not None and limit.period_us is not None
     assert Path(limit.path, "cpu.stat").exists()
     assert CpuStatProbe.locate() is not None
+
+
+def test_cpu_stat_in_metrics_with_cadvisor_names(tmp_path: Path) -> None:
+    from service.metrics import KernelCpuStatCollector, ServiceMetrics
+
+    (tmp_path / "cpu.stat").write_text(V2_STAT)
+    (tmp_path / "cpu.max").write_text("30000 100000\n")
+    metrics = ServiceMetrics()
+    metrics.register(KernelCpuStatCollector(CpuStatProbe(tmp_path, 2)))
+    text = metrics.render().decode()
+    assert "container_cpu_cfs_periods_total 31.0" in text
+    assert "container_cpu_cfs_throttled_periods_total 30.0" in text
+    assert "container_cpu_cfs_throttled_seconds_total 2.071" in text
+    assert "container_spec_cpu_quota 30000.0" in text and "container_spec_cpu_period 100000.0" in text
+    (tmp_path / "cpu.max").write_text("max 100000\n")   # unlimited: counters, no quota
+    text = metrics.render().decode()
+    assert "container_cpu_cfs_periods_total" in text and "container_spec_cpu_quota" not in text
+    nothing = ServiceMetrics()
+    nothing.register(KernelCpuStatCollector(None))
+    assert "container_cpu_cfs" not in nothing.render().decode()
