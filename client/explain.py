@@ -1,0 +1,344 @@
+"""The explaining commands of ``http-timing``: ``report`` (throttling), ``report --predict``,
+``predict`` and ``compare``.
+
+    http-timing report FILE [--json]
+    http-timing report FILE --predict [--cpus X] [--period-ms P] [--burst-ms B] [-o PICTURE]
+    http-timing predict --service-ms S --cpus X [--period-ms P] [--burst-ms B]
+                        [--concurrency C] [--requests N] [--overhead-ms O] [--cores K] [--json]
+    http-timing compare A B C... [-o PICTURE] [--title TITLE]
+
+Bad input is one line on stderr and exit code 2 (:class:`ExplainError`, or the parser's own
+one-line errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from client.compare import format_table, plot_overlay, save_comparison, sequential
+from client.detect import Detection, detect, explain
+from client.model import (MAX_CONCURRENCY, MAX_REQUESTS, Limit, Prediction, Workload,
+                          limit_from_metadata, predict)
+from client.plot import describe_limit
+from client.rawdata import Run, read_run
+from client.stats import Summary, summarize
+
+__all__ = ["ExplainError", "OneLineParser", "add_report_arguments", "command_compare",
+           "command_predict", "measure", "print_report"]
+
+
+class ExplainError(Exception):
+    """Bad input to report/predict/compare, said in one line (exit code 2)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``prog: message``), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _number(minimum: float, *, inclusive: bool) -> Callable[[str], float]:
+    rule = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number {rule} (got {text!r})") from None
+        if not math.isfinite(value) or value < minimum or (not inclusive and value == minimum):
+            raise argparse.ArgumentTypeError(f"must be a number {rule} (got {text})")
+        return value
+    return parse
+
+
+def _integer(minimum: int, maximum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"must be an integer in [{minimum}, {maximum}] (got {text!r})") from None
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"must be an integer in [{minimum}, {maximum}] (got {value})")
+        return value
+    return parse
+
+
+_positive = _number(0, inclusive=False)
+_non_negative = _number(0, inclusive=True)
+
+
+def _add_limit_arguments(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument("--cpus", type=_positive, required=required, metavar="X",
+                        help="the CPU limit, as docker run --cpus: X × period of CPU per period"
+                        + ("" if required else " (default: the run's metadata)"))
+    parser.add_argument("--period-ms", type=_positive, metavar="P",
+                        help="the quota's period in ms (default: the metadata's, else 100)")
+    parser.add_argument("--burst-ms", type=_non_negative, metavar="B",
+                        help="burst: unused quota that may be saved, in ms (default 0)")
+
+
+def add_report_arguments(parser: argparse.ArgumentParser) -> None:
+    """``report``'s options beyond FILE and --json."""
+    parser.add_argument("--predict", action="store_true",
+                        help="also simulate the run with the quota model and show both, in text "
+                        "and as a picture")
+    _add_limit_arguments(parser, required=False)
+    parser.add_argument("-o", "--output", type=Path, metavar="PICTURE",
+                        help="with --predict: the picture (default <pictures-dir>/<name>-predict.png)")
+    parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"))
+
+
+def build_predict_parser() -> OneLineParser:
+    parser = OneLineParser(
+        prog="http-timing predict",
+        description="Predict what a CPU quota does to requests of S ms of CPU sent back to back, "
+        "by simulating the kernel's accounting (quota per period, the wait for the next period, "
+        "burst credit) on a simulated clock. Deterministic.")
+    parser.add_argument("--service-ms", type=_positive, required=True, metavar="S",
+                        help="CPU time of one request in ms (its latency on an idle, unlimited "
+                        "machine, minus the network)")
+    _add_limit_arguments(parser, required=True)
+    parser.add_argument("--concurrency", type=_integer(1, MAX_CONCURRENCY), default=1,
+                        metavar="C", help="requests in flight at once (closed loop; default 1)")
+    parser.add_argument("--requests", type=_integer(1, MAX_REQUESTS), default=100, metavar="N",
+                        help="how many requests (default 100)")
+    parser.add_argument("--overhead-ms", type=_non_negative, default=0.0, metavar="O",
+                        help="client and network time per request that uses no quota (default 0)")
+    parser.add_argument("--cores", type=_integer(1, 1024), default=1, metavar="K",
+                        help="how many requests' work can run at once (default 1: one Python "
+                        "process)")
+    parser.add_argument("--json", action="store_true", help="print JSON (the keys of report)")
+    return parser
+
+
+def build_compare_parser() -> OneLineParser:
+    parser = OneLineParser(
+        prog="http-timing compare",
+        description="Several runs stacked on one time axis plus one latency CDF, and a table "
+        "(limit, p50, p90, p99, max, throttled %) printed and saved as Markdown next to the "
+        "picture.")
+    parser.add_argument("files", nargs="+", type=Path, help="run files (.csv, .json or text)")
+    parser.add_argument("-o", "--output", type=Path, default=Path("pictures/compare.png"),
+                        metavar="PICTURE", help="the picture (default pictures/compare.png); "
+                        "the table goes next to it as .md")
+    parser.add_argument("--title", help="picture title")
+    return parser
+
+
+# -- report ---------------------------------------------------------------------------------
+
+def measure(run: Run, limit: Limit | None = None) -> tuple[Summary, Detection, dict[str, Any]]:
+    """A run's statistics and throttling, as the keys of ``report --json``."""
+    summary = summarize(run.records)
+    limit = limit if limit is not None else limit_from_metadata(run.metadata)
+    detection = detect(run.records, sequential=sequential(run), limit=limit)
+    fields: dict[str, Any] = {"name": run.name, "limit": describe_limit(run.metadata),
+                              "limit_cpus": limit.cpus if limit else None,
+                              **summary.to_dict(), **detection.to_dict()}
+    return summary, detection, fields
+
+
+def _ms(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def format_detection(detection: Detection) -> list[str]:
+    d = detection
+    if d.count == 0:
+        return ["throttled: n/a (no successful request)"]
+    fraction = d.throttled_fraction or 0.0
+    where = f"; slower than {d.threshold_ms:.1f} ms counts" if (
+        d.threshold_ms is not None and "latency" in d.source) else ""
+    lines = [f"throttled: {d.throttled_count} of {d.count} requests ({100 * fraction:.1f} %), "
+             f"from the {d.source}{where}"]
+    if d.stall_ms is not None:
+        lines.append(f"stall: {d.stall_ms:.1f} ms typical extra delay of a throttled request "
+                     f"(unthrottled {_ms(d.baseline_ms)} ms)")
+    lines.append(f"period: {d.period_ms:g} ms ({d.period_source})")
+    if d.throughput_rps is not None:
+        lines.append(f"throughput: {d.throughput_rps:.1f} requests/s")
+    if d.server_cpu_ms is not None:
+        lines.append(f"server CPU per request: {d.server_cpu_ms:.2f} ms (median)")
+    lines.extend(f"note: {n}" for n in d.notes)
+    return lines
+
+
+def print_report(run: Run, opts: argparse.Namespace, summary_line: Callable[[Summary], str]) -> None:
+    """``http-timing report`` after the file is read: text or JSON, with --predict or not."""
+    if opts.predict:
+        _report_predict(run, opts)
+        return
+    if any(v is not None for v in (opts.cpus, opts.period_ms, opts.burst_ms)) or opts.output:
+        raise ExplainError("--cpus, --period-ms, --burst-ms and -o go with --predict")
+    summary, detection, fields = measure(run)
+    if opts.json:
+        print(json.dumps(_clean(fields), indent=2))
+        return
+    print(f"run: {run.name} ({run.path})")
+    print(f"limit: {fields['limit']}")
+    print(summary_line(summary))
+    for line in format_detection(detection):
+        print(line)
+
+
+def _clean(value: Any) -> Any:
+    """JSON without NaN (null instead)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _limit_for(run: Run, opts: argparse.Namespace) -> Limit:
+    found = limit_from_metadata(run.metadata)
+    if opts.cpus is not None:
+        period = opts.period_ms or (found.period_ms if found else 100.0)
+        limit = Limit(opts.cpus, period, opts.burst_ms or 0.0, "--cpus")
+    elif found is not None:
+        limit = Limit(found.cpus, opts.period_ms or found.period_ms,
+                      found.burst_ms if opts.burst_ms is None else opts.burst_ms, found.source)
+    else:
+        what = ("a text capture has no metadata" if not run.metadata
+                else "its metadata shows no CPU limit")
+        raise ExplainError(f"no CPU limit known for {run.path} ({what}): give --cpus X "
+                           "(and --period-ms P if not 100)")
+    return limit
+
+
+def _workload_for(run: Run, detection: Detection, limit: Limit) -> Workload:
+    if not sequential(run) and run.metadata.get("mode") == "open-loop":
+        raise ExplainError(f"{run.path} is an open-loop run (--rate); the model simulates "
+                           "closed loops only (sequential or --concurrency)")
+    if detection.service_ms is None or detection.count == 0:
+        raise ExplainError(f"{run.path}: no successful request to take a service time from")
+    overhead = 0.0
+    if detection.server_cpu_ms is not None and detection.baseline_ms is not None:
+        overhead = max(0.0, detection.baseline_ms - detection.server_cpu_ms)
+    concurrency = run.metadata.get("concurrency")
+    concurrency = concurrency if isinstance(concurrency, int) and concurrency >= 1 else 1
+    try:
+        return Workload(service_ms=detection.service_ms, cpus=limit.cpus,
+                        period_ms=limit.period_ms, burst_ms=limit.burst_ms,
+                        concurrency=min(concurrency, MAX_CONCURRENCY),
+                        requests=min(max(1, len(run.records)), MAX_REQUESTS),
+                        overhead_ms=overhead)
+    except ValueError as exc:
+        raise ExplainError(f"cannot model {run.path}: {exc}") from None
+
+
+ROWS = (("p50 ms", "p50_ms"), ("p90 ms", "p90_ms"), ("p99 ms", "p99_ms"),
+        ("mean ms", "mean_ms"), ("max ms", "max_ms"), ("throttled %", "throttled_fraction"),
+        ("stall ms", "stall_ms"), ("throughput rps", "throughput_rps"))
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "n/a"
+    if key == "throttled_fraction":
+        return f"{100 * value:.1f}"
+    return f"{value:.1f}" if key in ("stall_ms", "throughput_rps") else f"{value:.2f}"
+
+
+def _report_predict(run: Run, opts: argparse.Namespace) -> None:
+    limit = _limit_for(run, opts)
+    _, detection, measured = measure(run, limit)
+    workload = _workload_for(run, detection, limit)
+    prediction = predict(workload)
+    predicted = prediction.to_dict()
+    explanation = explain(detection, measured, prediction, limit)
+    out = opts.output or opts.pictures_dir / f"{run.path.stem}-predict.png"
+    picture = plot_overlay(run, Run(out, list(prediction.records), {"name": "predicted"}),
+                           detection, out,
+                           title=f"{run.name}: measured vs predicted at {limit.describe()}")
+    model_text = (f"{workload.service_ms:.2f} ms CPU per request ({detection.service_source})"
+                  + (f" + {workload.overhead_ms:.2f} ms outside the quota"
+                     if workload.overhead_ms else "")
+                  + f", concurrency {workload.concurrency}, {workload.requests} requests")
+    if opts.json:
+        print(json.dumps(_clean({**measured, "model_limit": limit.describe(),
+                                 "predicted": predicted, "explanation": explanation,
+                                 "picture": str(picture)}), indent=2))
+        return
+    print(f"run: {run.name} ({run.path})")
+    print(f"limit: {limit.describe()}, from {limit.source}")
+    print(f"model: {model_text}")
+    width = max(len(label) for label, _ in ROWS)
+    print(f"{'':{width}}  {'measured':>9}  {'predicted':>9}")
+    for label, key in ROWS:
+        print(f"{label:{width}}  {_cell(key, measured.get(key)):>9}  "
+              f"{_cell(key, predicted.get(key)):>9}")
+    for line in explanation:
+        print(line)
+    for note in detection.notes:
+        print(f"note: {note}")
+    print(f"picture: {picture}")
+
+
+# -- predict --------------------------------------------------------------------------------
+
+def command_predict(argv: list[str]) -> int:
+    opts = build_predict_parser().parse_args(argv)
+    if opts.burst_ms and opts.burst_ms > opts.cpus * (opts.period_ms or 100.0):
+        raise ExplainError(f"--burst-ms must be at most the quota per period "
+                           f"({opts.cpus * (opts.period_ms or 100.0):g} ms; got {opts.burst_ms:g})")
+    try:
+        workload = Workload(service_ms=opts.service_ms, cpus=opts.cpus,
+                            period_ms=opts.period_ms or 100.0, burst_ms=opts.burst_ms or 0.0,
+                            concurrency=opts.concurrency, requests=opts.requests,
+                            overhead_ms=opts.overhead_ms, cores=opts.cores)
+    except ValueError as exc:
+        raise ExplainError(str(exc)) from None
+    prediction = predict(workload)
+    fields = prediction.to_dict()
+    if opts.json:
+        print(json.dumps(_clean(fields), indent=2))
+        return 0
+    print(format_prediction(prediction))
+    return 0
+
+
+def format_prediction(prediction: Prediction) -> str:
+    w, d = prediction.workload, prediction.to_dict()
+    throttled = round(d["throttled_fraction"] * d["count"])
+    overhead = f" + {w.overhead_ms:g} ms outside the quota" if w.overhead_ms else ""
+    cores = f" on {w.cores} cores" if w.cores > 1 else ""
+    lines = [
+        f"model: {d['count']} requests of {w.service_ms:g} ms CPU{overhead}, concurrency "
+        f"{w.concurrency}{cores}, limit {d['limit']}",
+        f"latency ms: p50 {d['p50_ms']:.2f}  p90 {d['p90_ms']:.2f}  p99 {d['p99_ms']:.2f}  "
+        f"max {d['max_ms']:.2f}  mean {d['mean_ms']:.2f}",
+        f"throttled: {throttled} of {d['count']} requests ({100 * d['throttled_fraction']:.1f} %)"
+        + (f", stall {d['stall_ms']:.1f} ms typical" if d["stall_ms"] is not None else ""),
+        f"period: {d['period_ms']:g} ms; throughput {d['throughput_rps']:.1f} requests/s",
+        f"cpu.stat: nr_periods {d['nr_periods']}  nr_throttled {d['nr_throttled']}  "
+        f"throttled time {d['throttled_ms']:.1f} ms",
+    ]
+    return "\n".join(lines)
+
+
+# -- compare --------------------------------------------------------------------------------
+
+def command_compare(argv: list[str]) -> int:
+    opts = build_compare_parser().parse_args(argv)
+    if opts.output.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise ExplainError(f"-o must end in .png, .svg or .pdf (got {opts.output})")
+    runs = [read_run(f) for f in opts.files]  # read all first: a bad file fails before drawing
+    try:
+        picture, markdown, rows = save_comparison(runs, opts.output, opts.title)
+    except OSError as exc:
+        raise ExplainError(f"cannot write {opts.output}: {exc.strerror or exc}") from None
+    print(format_table(rows))
+    print(f"picture: {picture}, table: {markdown}")
+    return 0
+
