@@ -2,7 +2,9 @@
 
     http-timing [run] [--url URL] [--iterations N] [--requests N] ...   time requests, save raw data
     http-timing plot FILE...                                            redraw pictures
-    http-timing report FILE [--json]                                    statistics of a run
+    http-timing report FILE [--json] [--predict]                        statistics, throttling
+    http-timing predict --service-ms S --cpus X                         the quota model
+    http-timing compare A B C... [-o PICTURE]                           runs side by side
 
 Run, raw data file, report/plot: each step usable alone (the shape of vegeta's run/report/plot).
 """
@@ -10,7 +12,6 @@ Run, raw data file, report/plot: each step usable alone (the shape of vegeta's r
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -25,8 +26,10 @@ from types import FrameType
 from typing import Any
 
 from client import __version__
+from client.explain import (ExplainError, OneLineParser, add_report_arguments, command_compare,
+                            command_predict, print_report)
 from client.load import LoadPlan, LoadPlanError, time_plan
-from client.plot import describe_limit, plot_run
+from client.plot import plot_run
 from client.progress import RunProgress
 from client.rawdata import RawDataError, RequestRecord, Run, RunWriter, read_run, write_metadata
 from client.stats import Summary, summarize
@@ -117,10 +120,12 @@ def build_plot_parser() -> argparse.ArgumentParser:
 
 
 def build_report_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="http-timing report",
-                                     description="Latency statistics of a saved run.")
+    parser = OneLineParser(prog="http-timing report",
+                           description="Latency statistics of a saved run, which requests were "
+                           "throttled, and (--predict) what the quota model says.")
     parser.add_argument("file", type=Path, help="run file (.csv, .json or text capture)")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    add_report_arguments(parser)
     return parser
 
 
@@ -138,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"http-timing: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except RawDataError as exc:
+    except (RawDataError, ExplainError) as exc:
         print(f"http-timing: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -282,18 +287,12 @@ def command_plot(argv: list[str]) -> int:
 def command_report(argv: list[str]) -> int:
     opts = build_report_parser().parse_args(argv)
     run = read_run(opts.file)
-    summary = summarize(run.records)
-    if opts.json:
-        print(json.dumps({"name": run.name, "limit": describe_limit(run.metadata),
-                          **summary.to_dict()}, indent=2))
-    else:
-        print(f"run: {run.name} ({run.path})")
-        print(f"limit: {describe_limit(run.metadata)}")
-        print(format_summary(summary))
+    print_report(run, opts, format_summary)  # client.explain: throttling, --predict
     return EXIT_OK
 
 
-SUBCOMMANDS.update(plot=command_plot, report=command_report, sweep=command_sweep)
+SUBCOMMANDS.update(plot=command_plot, report=command_report, sweep=command_sweep,
+                   predict=command_predict, compare=command_compare)
 
 if __name__ == "__main__":
     sys.exit(main())
