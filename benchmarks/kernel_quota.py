@@ -1,7 +1,7 @@
 """What a real kernel CPU quota does to ~5 ms requests: ``burn-service --cpus X``, sequential.
 
-    sudo .venv/bin/python benchmarks/kernel_quota.py [--cpus none 0.3 0.1] [--requests 200]
-                                                    [--target-ms 5] [--iterations N]
+    sudo .venv/bin/python benchmarks/kernel_quota.py [--cpus none 1 0.3 0.1] [--requests 200]
+                               [--target-ms 5] [--iterations N] [--cpu-shares 10240]
 
 For each quota it starts ``burn-service`` (``--cpus X`` runs it in a new cgroup, removed at the
 end), calibrates nothing further, sends ``--requests`` sequential GETs of ``/cpuBurnFlow`` with
@@ -11,7 +11,9 @@ kernel throttled (``Server-Timing: kernel-throttled``) and the cgroup's counters
 count is calibrated first, without a quota, so that the burn's *CPU* time is ``--target-ms``.
 
 Needs Linux, root and a cgroup cpu controller. The CPU may be shared: run it once on a quiet
-machine and say how busy it was.
+machine and say how busy it was, or give ``--cpu-shares`` to raise the quota group's weight
+(``cpu.shares``; v2 ``cpu.weight`` scaled) above other processes so their load cannot starve
+the service below its quota (the quota itself is unchanged; Docker's default weight is 1024).
 """
 
 from __future__ import annotations
@@ -81,6 +83,16 @@ def _service(cpus: float | None) -> Iterator[str]:
             proc.stderr.close()
 
 
+def _set_weight(limits: dict[str, object] | None, shares: int) -> None:
+    if not shares or not limits or not limits.get("quota_us"):
+        return
+    group = Path(str(limits["path"]))
+    if limits["version"] == 1:
+        (group / "cpu.shares").write_text(str(shares))
+    else:
+        (group / "cpu.weight").write_text(str(max(1, min(10000, round(shares * 100 / 1024)))))
+
+
 def _run(base: str, iterations: int, requests: int) -> list[RequestRecord]:
     # one warm-up request, not counted
     httpx.get(f"{base}/cpuBurnFlow", params={"iterations": iterations}, timeout=30)
@@ -114,19 +126,22 @@ def row(label: str, records: Sequence[RequestRecord], limits: dict[str, object] 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cpus", nargs="+", default=["none", "0.3", "0.1"],
-                        help="quotas to run, 'none' for no quota (default: none 0.3 0.1)")
+    parser.add_argument("--cpus", nargs="+", default=["none", "1", "0.3", "0.1"],
+                        help="quotas to run, 'none' for no quota (default: none 1 0.3 0.1)")
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--target-ms", type=float, default=5.0,
                         help="CPU per request to calibrate the iterations to (default 5)")
     parser.add_argument("--iterations", type=int, default=0, help="skip calibration")
+    parser.add_argument("--cpu-shares", type=int, default=0,
+                        help="weight of the quota group, e.g. 10240 (default: Docker's 1024)")
     args = parser.parse_args(argv)
     if os.geteuid() != 0 and any(c != "none" for c in args.cpus):
         parser.error("a kernel quota needs root (creating a cgroup)")
     iterations = args.iterations or calibrate(args.target_ms)
     load = os.getloadavg()[0]
+    weight = f", cpu.shares {args.cpu_shares}" if args.cpu_shares else ""
     print(f"{args.requests} sequential requests of {iterations} iterations, one keep-alive "
-          f"connection, load average before {load:.1f} on {os.cpu_count()} CPUs\n")
+          f"connection, load average before {load:.1f} on {os.cpu_count()} CPUs{weight}\n")
     print("| quota | quota/period µs | n | burn CPU ms | p50 ms | p90 ms | p99 ms | mean ms "
           "| > 50 ms | kernel-throttled requests | kernel-throttled ms |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -134,6 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpus = None if text == "none" else float(text)
         with _service(cpus) as base:
             limits = httpx.get(base + "/limits", timeout=5).json().get("cgroup")
+            _set_weight(limits, args.cpu_shares)
             records = _run(base, iterations, args.requests)
         print(row(f"{text} CPU" if cpus else "none", records, limits), flush=True)
     return 0
