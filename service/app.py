@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
@@ -18,9 +18,11 @@ from service import __version__
 from service.burn import burn
 from service.cgroup import CpuStat, CpuStatProbe, limit_in_force
 from service.config import Settings
+from service.metrics import install_metrics
 from service.pages import register_pages, validation_error_page, wants_page
+from service.throttle import Throttle
 
-__all__ = ["app", "create_app", "format_server_timing", "kernel_throttling"]
+__all__ = ["app", "create_app", "format_server_timing", "kernel_throttling", "work_checkpoint"]
 
 DEFAULT_ITERATIONS = 5000
 
@@ -57,6 +59,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     # the cgroup whose quota is in force, read around each burn (None: no cpu.stat readable)
     kernel = app.state.kernel_probe = CpuStatProbe.locate()
+    # the in-process throttle (--cpu-limit; off at 0): budget = this process's CPU time
+    throttle = app.state.throttle = Throttle.from_settings(settings)
+    metrics = install_metrics(app, throttle)
     # parameter name -> (minimum, maximum), for 422 messages that give the allowed range
     app.state.parameter_ranges = {"iterations": (0, settings.max_iterations),
                                   "counter": (0, settings.max_counter)}
@@ -75,10 +80,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ) -> JSONResponse:
         # A sync route: FastAPI runs it in the threadpool, never on the event loop.
         before = kernel.sample() if kernel is not None else None
-        result = burn(iterations)
+        with throttle.start() as work:  # waits first while the process is throttled
+            result = burn(iterations, work.checkpoint)
+        metrics.observe_burn(result.cpu_ns)
         body = {"result": "success", "iterations": result.iterations,
                 "cpu_ns": result.cpu_ns, "wall_ns": result.wall_ns}
         timing = {"burn": result.wall_ns / 1e6, "cpu": result.cpu_ns / 1e6,
+                  **({"throttle": work.paused_ns / 1e6} if throttle.enabled else {}),
                   **kernel_throttling(kernel, before)}
         return JSONResponse(body, headers={"Server-Timing": format_server_timing(timing)})
 
@@ -92,11 +100,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     register_pages(
         app, max_counter=settings.max_counter, limits=lambda: describe_limits(settings),
+        checkpoint=lambda: work_checkpoint(app),
         server_timing=lambda result, throttle_ns: format_server_timing(
             {"burn": result.wall_ns / 1e6, "cpu": result.cpu_ns / 1e6,
              **({"throttle": throttle_ns / 1e6} if throttle_ns else {})}),
     )
     return app
+
+
+def work_checkpoint(app: FastAPI) -> Callable[[], object] | None:
+    """The in-process throttle's checkpoint for one request's work loop (the pi page, ...).
+
+    Call it once per request, from a sync route (its checkpoint sleeps), and call what it
+    returns every ~0.1-0.5 ms of CPU, between chunks of the loop; the wall time spent in those
+    calls is the request's ``throttle;dur``. None when ``--cpu-limit`` is off. In ``cfs`` mode
+    each call pauses while this process's quota is spent (the first one also makes a request
+    that arrived while throttled wait); in ``boundary`` mode only the first call waits.
+    Routes that can wrap their work use ``app.state.throttle.start()`` instead (a ``Work``
+    with ``checkpoint`` and ``paused_ns``; see ``service.throttle``).
+    """
+    throttle: Throttle = app.state.throttle
+    return throttle.work_checkpoint()
 
 
 def describe_limits(settings: Settings) -> dict[str, Any]:
@@ -106,6 +130,8 @@ def describe_limits(settings: Settings) -> dict[str, Any]:
         "max_iterations": settings.max_iterations,
         "max_counter": settings.max_counter,
         "workers": settings.workers,
+        "inprocess": ({"cpu_limit_percent": settings.cpu_limit, "cycle_ms": settings.throttle_cycle,
+                       "mode": settings.throttle_mode} if settings.cpu_limit > 0 else None),
         "cgroup": limit.as_dict() if (limit := limit_in_force()) is not None else None,
     }
 

@@ -90,7 +90,8 @@ class Throttle:
 
     @property
     def account(self) -> QuotaAccount | None:
-        """The quota accounting (None when off); hold no reference across threads."""
+        """The quota accounting (None when off): read ``quota_ns``/``period_ns`` from it; its
+        counters change under the throttle's lock, so read them with :meth:`stats`."""
         return self._account
 
     def describe(self) -> dict[str, Any] | None:
