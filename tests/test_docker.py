@@ -26,8 +26,8 @@ from tests.support import BIN, ROOT, free_port, require, wait_healthy
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1200)]
 
-REQUEST_CPU_MS = 6.0  # each request burns about this much CPU: ~5 fit in one 30 ms quota,
-REQUESTS = 150        # so roughly every fifth request waits for the next period
+REQUEST_CPU_MS = 8.0  # each request burns about this much CPU: ~4 fit in one 30 ms quota,
+REQUESTS = 150        # so roughly every fourth request waits for the next period
 STALL_MS = 40.0     # a 0.3 CPU quota stops the container for up to ~70 ms per 100 ms period
 
 
@@ -70,12 +70,15 @@ def calibrate_iterations(container: Container, cpu_ms: float = REQUEST_CPU_MS) -
 def time_run(container: Container, name: str, data_dir: Path,
              iterations: int) -> tuple[dict[str, Any], list[dict[str, str]]]:
     """``http-timing`` against the container, then ``http-timing report --json``."""
-    subprocess.run([str(BIN / "http-timing"), "--url", container.base_url + "/cpuBurnFlow",
-                    "--iterations", str(iterations), "--requests", str(REQUESTS), "--name", name,
-                    "--data-dir", str(data_dir), "--pictures-dir", str(data_dir), "--quiet"],
-                   check=True, capture_output=True, text=True, timeout=300)
+    run = subprocess.run([str(BIN / "http-timing"), "--url", container.base_url + "/cpuBurnFlow",
+                          "--iterations", str(iterations), "--requests", str(REQUESTS),
+                          "--name", name, "--data-dir", str(data_dir),
+                          "--pictures-dir", str(data_dir), "--quiet"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"http-timing exited {run.returncode}: {run.stdout}{run.stderr}"
     report = subprocess.run([str(BIN / "http-timing"), "report", str(data_dir / f"{name}.csv"),
-                             "--json"], check=True, capture_output=True, text=True, timeout=60)
+                             "--json"], capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0, f"http-timing report: {report.stderr}"
     with open(data_dir / f"{name}.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     return json.loads(report.stdout), rows
@@ -118,22 +121,38 @@ def test_limits_report_the_engine_quota(limited: Container, limitless: Container
     assert httpx.get(limitless.base_url + "/limits").json()["cgroup"]["quota_us"] is None
 
 
+def stall_shows(slow: dict[str, Any], free: dict[str, Any]) -> bool:
+    """The limited run's p90 lands in the stall (up to ~70 ms) and the free one's far below.
+    Generous: other work on a shared machine slows both runs and shortens the stalls."""
+    return ((slow["p90_ms"] > STALL_MS or slow["p90_ms"] > 3 * free["p90_ms"])
+            and free["p90_ms"] < slow["p90_ms"] / 1.5)
+
+
 def test_quota_stalls_the_limited_container_only(limited: Container, limitless: Container,
                                                  tmp_path: Path) -> None:
     iterations = calibrate_iterations(limitless)
-    free, free_rows = time_run(limitless, "docker-limitless", tmp_path, iterations)
-    slow, slow_rows = time_run(limited, "docker-limited", tmp_path, iterations)
-    print(f"\n{iterations} iterations; --cpus 0.3: p50 {slow['p50_ms']:.1f} ms p90 {slow['p90_ms']:.1f} ms "
-          f"max {slow['max_ms']:.1f} ms | no limit: p50 {free['p50_ms']:.1f} ms "
-          f"p90 {free['p90_ms']:.1f} ms max {free['max_ms']:.1f} ms")
-    assert free["count"] == slow["count"] == REQUESTS
-    assert free["errors"] == slow["errors"] == 0
-    # The limited run's p90 lands in the stall (~70 ms), the free one's does not.
-    assert slow["p90_ms"] > STALL_MS and slow["p90_ms"] > 3 * free["p90_ms"], (slow, free)
-    assert free["p90_ms"] < STALL_MS, free
-    # And the kernel says why: throttled periods during the limited requests, none without.
-    assert sum(int(r["kernel_nr_throttled"] or 0) for r in slow_rows) > 0
-    assert sum(int(r["kernel_nr_throttled"] or 0) for r in free_rows) == 0
+    figures = []
+    for attempt in range(1, 4):  # a busy shared machine can blur one run; the kernel cannot lie
+        free, free_rows = time_run(limitless, f"docker-limitless-{attempt}", tmp_path, iterations)
+        slow, slow_rows = time_run(limited, f"docker-limited-{attempt}", tmp_path, iterations)
+        figures.append(f"{iterations} iterations; --cpus 0.3: p50 {slow['p50_ms']:.1f} ms "
+                       f"p90 {slow['p90_ms']:.1f} ms max {slow['max_ms']:.1f} ms | no limit: "
+                       f"p50 {free['p50_ms']:.1f} ms p90 {free['p90_ms']:.1f} ms "
+                       f"max {free['max_ms']:.1f} ms")
+        print("\n" + figures[-1])
+        assert free["count"] == slow["count"] == REQUESTS
+        assert free["errors"] == slow["errors"] == 0
+        # The kernel says why: many limited requests were throttled, none of the free ones.
+        throttled = [r for r in slow_rows if int(r["kernel_nr_throttled"] or 0) > 0]
+        assert len(throttled) >= REQUESTS // 10, f"only {len(throttled)} throttled requests"
+        assert all(int(r["kernel_nr_throttled"] or 0) == 0 for r in free_rows)
+        if stall_shows(slow, free):
+            return
+    # A request that takes far longer than its CPU time without any limit: other processes hold
+    # the CPU, so the container could not use more than its quota anyway.
+    require(free["p50_ms"] < 2.5 * REQUEST_CPU_MS,
+            "the machine is too busy for a CPU quota to make a difference: " + figures[-1])
+    pytest.fail("the p90 of the --cpus 0.3 run never showed the stall:\n" + "\n".join(figures))
 
 
 def _compose_command() -> list[str] | None:
