@@ -26,7 +26,9 @@ from service.cpu_quota import QuotaRun, describe_run, setup_error_message
 from tests.support import BIN, ROOT, require, require_kernel_quota, service_process
 
 CPU_QUOTA = str(BIN / "cpu-quota")
-ITERATIONS = 7000   # ~5 ms of CPU per request on this project's machines (see benchmarks/)
+PROBE_ITERATIONS = 5000   # 2-5 ms of CPU on this project's machines; calibrated per test
+BURN_CPU_MS = 6.0         # "~5 ms" requests: with the server's own ~1 ms, more than half of
+                          # 0.1 CPU's 10 ms quota, so one request per period at most
 SUMMARY = re.compile(r"cgroup (\S*throttle-lab-(\d+)-\w+) removed")
 
 
@@ -224,7 +226,19 @@ def test_without_root_one_line_that_suggests_the_alternatives() -> None:
 
 # ---- burn-service --cpus: the service under a real kernel quota -----------------------------
 
-def _latencies(base: str, n: int, iterations: int = ITERATIONS) -> tuple[np.ndarray, list[str]]:
+CPU_TIMING = re.compile(r"(?:^|, )cpu;dur=([\d.]+)")
+
+
+def _calibrated_iterations(base: str, cpu_ms: float = BURN_CPU_MS) -> int:
+    """Iterations whose burn takes ``cpu_ms`` of CPU in this service now (the CPU time of the
+    burn, which neither the quota nor other people's load inflate much): median of 8."""
+    _, timings = _latencies(base, 8, PROBE_ITERATIONS)
+    cpu = [float(m.group(1)) for t in timings if (m := CPU_TIMING.search(t))]
+    assert len(cpu) == 8, timings
+    return max(1000, round(PROBE_ITERATIONS * cpu_ms / float(np.median(cpu))))
+
+
+def _latencies(base: str, n: int, iterations: int) -> tuple[np.ndarray, list[str]]:
     """``n`` sequential burns; wall latency (ms) and the Server-Timing header of each."""
     latencies, timings = [], []
     with httpx.Client(timeout=30) as client:
@@ -292,8 +306,9 @@ def test_burn_service_at_0_3_cpu_stalls_and_counts() -> None:
     with service_process(["--cpus", "0.3"], timeout=60) as (base, proc):
         group = _check_limits_match_files(base, proc.pid, 30000, 100000)
         _shield_from_neighbours(group)
+        iterations = _calibrated_iterations(base)
         metrics_before = httpx.get(f"{base}/metrics").text
-        latency, timings = _latencies(base, 120)
+        latency, timings = _latencies(base, 120, iterations)
         metrics_after = httpx.get(f"{base}/metrics").text
     assert not group.exists(), f"{group} left after a normal stop"
     p50, p90 = np.percentile(latency, [50, 90])
@@ -318,7 +333,7 @@ def test_burn_service_at_0_1_cpu_is_quantised_in_periods() -> None:
     with service_process(["--cpus", "0.1"], timeout=90) as (base, proc):
         group = _check_limits_match_files(base, proc.pid, 10000, 100000)
         _shield_from_neighbours(group)
-        latency, timings = _latencies(base, 20)
+        latency, timings = _latencies(base, 20, _calibrated_iterations(base))
     assert not group.exists()
     # 10 ms of CPU per 100 ms: a ~5 ms burn plus the server's own work mostly waits a period
     assert np.median(latency) > 50 and (latency > 50).mean() >= 0.6, latency
