@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python benchmarks/kernel_quota.py [--cpus none 1 0.3 0.1] [--requests 200]
                                [--target-ms 5] [--iterations N] [--cpu-shares 10240]
+                               [--client-nice -10]
 
 For each quota it starts ``burn-service`` (``--cpus X`` runs it in a new cgroup, removed at the
 end), calibrates nothing further, sends ``--requests`` sequential GETs of ``/cpuBurnFlow`` with
@@ -13,7 +14,8 @@ count is calibrated first, without a quota, so that the burn's *CPU* time is ``-
 Needs Linux, root and a cgroup cpu controller. The CPU may be shared: run it once on a quiet
 machine and say how busy it was, or give ``--cpu-shares`` to raise the quota group's weight
 (``cpu.shares``; v2 ``cpu.weight`` scaled) above other processes so their load cannot starve
-the service below its quota (the quota itself is unchanged; Docker's default weight is 1024).
+the service below its quota (the quota itself is unchanged; Docker's default weight is 1024),
+and ``--client-nice`` to renice this client (root may go below 0) for the same reason.
 """
 
 from __future__ import annotations
@@ -134,12 +136,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=0, help="skip calibration")
     parser.add_argument("--cpu-shares", type=int, default=0,
                         help="weight of the quota group, e.g. 10240 (default: Docker's 1024)")
+    parser.add_argument("--client-nice", type=int, default=0,
+                        help="renice this client, e.g. -10 (root only below 0)")
     args = parser.parse_args(argv)
     if os.geteuid() != 0 and any(c != "none" for c in args.cpus):
         parser.error("a kernel quota needs root (creating a cgroup)")
+    if args.client_nice:
+        os.setpriority(os.PRIO_PROCESS, 0, args.client_nice)
     iterations = args.iterations or calibrate(args.target_ms)
     load = os.getloadavg()[0]
     weight = f", cpu.shares {args.cpu_shares}" if args.cpu_shares else ""
+    weight += f", client nice {args.client_nice}" if args.client_nice else ""
     print(f"{args.requests} sequential requests of {iterations} iterations, one keep-alive "
           f"connection, load average before {load:.1f} on {os.cpu_count()} CPUs{weight}\n")
     print("| quota | quota/period µs | n | burn CPU ms | p50 ms | p90 ms | p99 ms | mean ms "
