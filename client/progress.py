@@ -16,14 +16,14 @@ import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
-from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
 
 from client.rawdata import RequestRecord
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 __all__ = ["DEFAULT_AFTER_S", "LiveStats", "RunProgress"]
 
@@ -108,6 +108,11 @@ class RunProgress:
             self._progress.update(self._task, completed=self.stats.count, **fields)
 
     def _show(self) -> None:
+        # rich is imported only now: most runs never show a bar, and it costs start-up time
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
         console = Console(file=self._file, force_terminal=True, highlight=False)
         columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn()]

@@ -152,7 +152,12 @@ def test_server_dying_mid_run_is_recorded_and_run_ends(tmp_path: Path) -> None:
                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
         try:
-            time.sleep(1.5)
+            csv_path = tmp_path / "raw-data" / "die.csv"
+            deadline = time.monotonic() + 30  # the client starts slowly on a busy machine
+            while time.monotonic() < deadline:
+                if csv_path.exists() and len(csv_path.read_text().splitlines()) > 3:
+                    break
+                time.sleep(0.05)
             service.kill()
             service.wait()
             out, err = proc.communicate(timeout=60)
