@@ -155,8 +155,9 @@ def draw_detected(ax: Axes, run: Run, detection: Detection, *, label_prefix: str
 
 
 def _detect(run: Run) -> Detection:
-    return detect(run.records, sequential=sequential(run),
-                  limit=limit_from_metadata(run.metadata))
+    limit = limit_from_metadata(run.metadata)
+    return detect(run.records, sequential=sequential(run), limit=limit,
+                  unlimited=limit is None and isinstance(run.metadata.get("limits"), dict))
 
 
 def plot_comparison(runs: Sequence[Run], out: Path, title: str | None = None) -> Path:

@@ -205,12 +205,13 @@ def _median_ms(values: Sequence[int | None]) -> float | None:
 
 
 def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
-           limit: Limit | None = None) -> Detection:
+           limit: Limit | None = None, unlimited: bool = False) -> Detection:
     """Detect throttling in a run's records (see the module docstring).
 
     ``sequential``: one request at a time (the latency distribution may then be used to find
     stalls the counters missed). ``limit``: the limit in force, if known (its period is the
-    fallback when the stalls are too few to infer one).
+    fallback when the stalls are too few to infer one). ``unlimited``: the run's metadata says
+    no limit was in force, so only the server's counters can say a request was throttled.
     """
     ok = sorted((r for r in records if r.ok), key=lambda r: (r.start_ns, r.seq))
     notes: list[str] = []
@@ -223,11 +224,26 @@ def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
     split = split_latencies(lat)
     baseline = split.baseline_ms if split else None
     threshold = split.threshold_ms if split else None
-    if split and server_cpu is not None and split.baseline_ms > 1.5 * server_cpu + MIN_GAP_MS:
-        # Even the fastest cluster is far slower than the work: (nearly) all were throttled.
-        baseline, threshold = server_cpu, 1.5 * server_cpu + MIN_GAP_MS
-        notes.append(f"every cluster of latencies is far above the server's CPU per request "
-                     f"({server_cpu:.2f} ms): the baseline is that CPU time")
+    if unlimited:
+        threshold = None
+        notes.append("no CPU limit was in force: slow requests were slowed by something else "
+                     "(other work on the machine, the network), not by a quota")
+    elif split and server_cpu is not None and split.baseline_ms > 1.5 * server_cpu + MIN_GAP_MS:
+        # Even the fastest cluster is far slower than the work: (nearly) all were throttled,
+        # if the slow requests end on a period grid; else the CPU was busy with other work.
+        cut = 1.5 * server_cpu + MIN_GAP_MS
+        slow = lat >= cut
+        ends = [(_origin_ns(r) + r.latency_ns) / 1e6 for r, s in zip(ok, slow) if s]
+        shortest = float((lat[slow] - server_cpu).min()) if slow.any() else MIN_PERIOD_MS
+        if infer_period(ends, min_period_ms=max(MIN_PERIOD_MS, 0.9 * shortest)) is not None:
+            baseline, threshold = server_cpu, cut
+            notes.append(f"every cluster of latencies is far above the server's CPU per "
+                         f"request ({server_cpu:.2f} ms) and they end on a period grid: the "
+                         "baseline is that CPU time")
+        else:
+            notes.append(f"requests took far longer than the server's CPU per request "
+                         f"({server_cpu:.2f} ms), but not in steps of a period: the CPU was "
+                         "busy with other work (contention), which is not a quota")
     elif split and split.threshold_ms is not None and server_cpu is None and (
             split.fast_count < max(3, 0.05 * len(ok))):
         notes.append(f"only {split.fast_count} request(s) in the fast mode: the baseline "

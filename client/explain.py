@@ -138,8 +138,12 @@ def build_compare_parser() -> OneLineParser:
 def measure(run: Run, limit: Limit | None = None) -> tuple[Summary, Detection, dict[str, Any]]:
     """A run's statistics and throttling, as the keys of ``report --json``."""
     summary = summarize(run.records)
-    limit = limit if limit is not None else limit_from_metadata(run.metadata)
-    detection = detect(run.records, sequential=sequential(run), limit=limit)
+    found = limit_from_metadata(run.metadata)
+    limit = limit if limit is not None else found
+    # the service's /limits was saved and shows neither a kernel quota nor a throttle
+    unlimited = limit is None and isinstance(run.metadata.get("limits"), dict)
+    detection = detect(run.records, sequential=sequential(run), limit=limit,
+                       unlimited=unlimited)
     fields: dict[str, Any] = {"name": run.name, "limit": describe_limit(run.metadata),
                               "limit_cpus": limit.cpus if limit else None,
                               **summary.to_dict(), **detection.to_dict()}

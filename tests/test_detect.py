@@ -121,6 +121,25 @@ def test_server_cpu_settles_the_baseline_when_all_are_throttled() -> None:
     assert d.service_ms == pytest.approx(6 * 1.015, rel=0.05)
 
 
+def test_contention_is_not_throttling() -> None:
+    # Another program keeps the CPU busy: 1.4 ms of work takes 8-30 ms, in no steps of a period.
+    rng = random.Random(7)
+    t, records = 0, []
+    for i in range(40):
+        latency = round(rng.uniform(8, 30) * MS)
+        records.append(RequestRecord(i, t, latency, 200, server_cpu_ns=1_400_000))
+        t += latency + 100_000
+    d = detect(records)
+    assert d.throttled_count == 0 and any("contention" in n for n in d.notes)
+
+
+def test_a_run_without_a_limit_is_never_throttled_by_latency() -> None:
+    records, truth = capture(0.3, 4.3)
+    assert detect(records, unlimited=True).throttled_count == 0
+    records[3].kernel_nr_throttled = 2  # the server's counters still count
+    assert detect(records, unlimited=True).throttled_count == 1
+
+
 def test_server_counters_are_used_and_the_stalls_they_miss_added() -> None:
     records = [RequestRecord(i, i * 10 * MS, 5 * MS, 200, kernel_nr_throttled=0)
                for i in range(20)]
