@@ -116,7 +116,8 @@ class InProcessThrottleCollector(Collector):
         yield CounterMetricFamily(p + "nr_throttled", "Periods that ended with work throttled "
                                   "(cpu.stat nr_throttled)", value=stats.nr_throttled)
         yield CounterMetricFamily(p + "throttled_seconds", "Wall time work waited for the next "
-                                  "period (cpu.stat throttled_time)", value=stats.throttled_ns / 1e9)
+                                  "period (cpu.stat throttled_time)",
+                                  value=stats.throttled_ns / 1e9)
         yield GaugeMetricFamily(p + "quota_seconds", "CPU time allowed per period",
                                 value=account.quota_ns / 1e9)
         yield GaugeMetricFamily(p + "period_seconds", "Length of a period (the throttle cycle)",
@@ -126,9 +127,10 @@ class InProcessThrottleCollector(Collector):
         if self._throttle.account is None:
             return []
         p = self.PREFIX
-        return [CounterMetricFamily(p + "nr_periods", ""), CounterMetricFamily(p + "nr_throttled", ""),
-                CounterMetricFamily(p + "throttled_seconds", ""),
-                GaugeMetricFamily(p + "quota_seconds", ""), GaugeMetricFamily(p + "period_seconds", "")]
+        counters = [CounterMetricFamily(p + name, "")
+                    for name in ("nr_periods", "nr_throttled", "throttled_seconds")]
+        gauges = [GaugeMetricFamily(p + name, "") for name in ("quota_seconds", "period_seconds")]
+        return [*counters, *gauges]
 
 
 class KernelCpuStatCollector(Collector):

@@ -85,7 +85,7 @@ class Throttle:
 
     @classmethod
     def from_settings(cls, settings: Any) -> Throttle:
-        """From ``service.config.Settings`` (``cpu_limit``, ``throttle_cycle``, ``throttle_mode``)."""
+        """From ``Settings``: ``cpu_limit``, ``throttle_cycle``, ``throttle_mode``."""
         return cls(settings.cpu_limit, settings.throttle_cycle, settings.throttle_mode)
 
     @property

@@ -251,6 +251,12 @@ def test_share_roughly_doubles_per_doubling_of_the_limit() -> None:
 
 # -- the whole path: a real burn-service process (its budget is its own CPU) ----------------
 
+def timing_ms(name: str, header: str) -> float:
+    match = re.search(rf"\b{name};dur=([0-9.]+)", header)
+    assert match is not None, header
+    return float(match.group(1))
+
+
 def test_burn_service_with_cpu_limit_pauses_requests_and_reports_it() -> None:
     with service_process(["--cpu-limit", "20", "--throttle-cycle", "50"]) as (base, _proc):
         limits = httpx.get(base + "/limits").json()
@@ -264,9 +270,7 @@ def test_burn_service_with_cpu_limit_pauses_requests_and_reports_it() -> None:
                     for _ in range(12):
                         r = c.get("/cpuBurnFlow", params={"iterations": 6000})
                         assert r.status_code == 200
-                        m = re.search(r"throttle;dur=([0-9.]+)", r.headers["server-timing"])
-                        assert m is not None
-                        paused.append(float(m.group(1)))
+                        paused.append(timing_ms("throttle", r.headers["server-timing"]))
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
@@ -294,7 +298,7 @@ def test_burn_service_boundary_mode() -> None:
         with httpx.Client(base_url=base, timeout=10) as c:
             timings = [c.get("/cpuBurnFlow", params={"iterations": 8000}).headers["server-timing"]
                        for _ in range(6)]
-    waits = [float(re.search(r"throttle;dur=([0-9.]+)", t).group(1)) for t in timings]  # type: ignore[union-attr]
-    burns = [float(re.search(r"burn;dur=([0-9.]+)", t).group(1)) for t in timings]  # type: ignore[union-attr]
+    waits = [timing_ms("throttle", t) for t in timings]
+    burns = [timing_ms("burn", t) for t in timings]
     assert max(waits) > 20               # 10 ms per 100 ms: the second request already waits
     assert max(burns) < 80               # but no request is paused inside its burn
