@@ -20,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter  # noqa: E402
 
 from client.detect import Detection, detect  # noqa: E402
 from client.model import limit_from_metadata  # noqa: E402
@@ -126,6 +127,9 @@ def _style_cdf(ax: Axes, all_latencies: Sequence[float]) -> None:
     positive = [v for v in all_latencies if v > 0]
     if positive and max(positive) / min(positive) > 5:
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_ylim(0, 1.02)
     ax.grid(True, alpha=0.3, which="both")
     ax.legend(loc="lower right", fontsize=10)
@@ -234,7 +238,8 @@ def plot_overlay(measured: Run, predicted: Run, detection: Detection, out: Path,
         measured_ok = [r.latency_ms for r in measured.records if r.ok]
         draw_cdf(cdf_ax, "measured", measured_ok, "#1f77b4")
         draw_cdf(cdf_ax, "predicted", ys, "#2ca02c", linestyle="--")
-        if detection.threshold_ms is not None and math.isfinite(detection.threshold_ms):
+        if (detection.threshold_ms is not None and math.isfinite(detection.threshold_ms)
+                and "latency" in detection.source):
             cdf_ax.axvline(detection.threshold_ms, color="#ff7f0e", linestyle=":",
                            label=f"throttled above {detection.threshold_ms:.1f} ms")
         _style_cdf(cdf_ax, measured_ok + ys)
