@@ -209,6 +209,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _option(argv: Sequence[str], flag: str) -> str | None:
+    """The value after ``flag`` in ``argv`` (None when absent)."""
+    for i, item in enumerate(argv[:-1]):
+        if item == flag:
+            return argv[i + 1]
+    return None
+
+
 def _one_line(text: str, limit: int = 300) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     tail = " | ".join(lines[-3:])
@@ -233,6 +241,8 @@ class Service:
         self.base_url = f"http://127.0.0.1:{port}"
         self.pid: int | None = None
         self.container: str | None = None
+        self.container_name = _option(self.argv, "--name") if docker else None
+        self._started = False
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
@@ -241,6 +251,7 @@ class Service:
                 "url": self.base_url}
 
     def start(self) -> Service:
+        self._started = True
         if self.docker:
             done = subprocess.run(self.argv, capture_output=True, text=True, timeout=120)
             if done.returncode != 0:
@@ -303,19 +314,23 @@ class Service:
         if self._proc is not None:
             proc, self._proc = self._proc, None
             if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)  # burn-service --cpus forwards it, removes its cgroup
+                # burn-service --cpus forwards it to the service and removes its cgroup
+                proc.send_signal(signal.SIGTERM)
                 try:
                     proc.wait(timeout=20)
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
             words = self.log()
-        if self.container is not None:
-            container, self.container = self.container, None
-            subprocess.run(["docker", "stop", "--time", "5", container], capture_output=True,
-                           timeout=60)
-            subprocess.run(["docker", "rm", "--force", container], capture_output=True,
-                           timeout=60)
+        if self.docker and self._started:
+            # by its id; by the unique name we gave it if `docker run` was cut short
+            container, self.container = self.container or self.container_name, None
+            if container:
+                subprocess.run(["docker", "stop", "--time", "5", container],
+                               capture_output=True, timeout=60)
+                subprocess.run(["docker", "rm", "--force", container], capture_output=True,
+                               timeout=60)
+            self._started = False
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -406,11 +421,9 @@ def command_sweep(argv: list[str]) -> int:
               "slows every run, limited or not)", flush=True)
 
     runs: list[Run] = []
-    failed_requests = False
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         for index, cpus in enumerate(cpus_list, start=1):
-            name = run_name(prefix, backend, cpus)
             port = _free_port()
             service = Service(
                 service_argv(backend, cpus, port, burn_service=burn_service, image=image,
@@ -419,30 +432,27 @@ def command_sweep(argv: list[str]) -> int:
                 health_timeout=30 + 1.5 / cpus if cpus else 30)
             label = f"{cpus_label(cpus)} CPU" if cpus else "no limit"
             print(f"\n[{index}/{len(cpus_list)}] {label}: {' '.join(service.argv)}", flush=True)
-            run = None
             try:
                 began = time.monotonic()
                 service.start()
-                print(f"healthy after {time.monotonic() - began:.1f} s "
-                      f"({'container ' + (service.container or '')[:12] if service.container else f'pid {service.pid}'})",
-                      flush=True)
-                run = _record_run(opts, plan, service, name, backend, cpus, prefix, started,
-                                  argv)
+                what = (f"container {service.container[:12]}" if service.container
+                        else f"pid {service.pid}")
+                print(f"healthy after {time.monotonic() - began:.1f} s ({what})", flush=True)
+                runs.append(_record_run(opts, plan, service, run_name(prefix, backend, cpus),
+                                        backend, cpus, prefix, started, argv))
             finally:
                 _stop_quietly(service)
-            runs.append(run)
-            failed_requests = failed_requests or summarize(run.records).errors > 0
+        _compare_and_report(runs, opts, plan, backend, prefix)
     except KeyboardInterrupt:
         print(f"\nhttp-timing sweep: interrupted; {len(runs)} of {len(cpus_list)} limits done, "
               f"every completed request is saved in {opts.data_dir}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except ServiceError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(f"{exc} (runs so far are saved in {opts.data_dir})") from None
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-    _compare_and_report(runs, opts, plan, backend, prefix)
-    return EXIT_FAILED_REQUESTS if failed_requests else EXIT_OK
+    failed = any(summarize(run.records).errors for run in runs)
+    return EXIT_FAILED_REQUESTS if failed else EXIT_OK
 
 
 def describe_backend(backend: str) -> str:

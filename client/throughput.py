@@ -73,12 +73,13 @@ def format_throughput_table(rows: Sequence[tuple[str, ThroughputRow]]) -> str:
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     previous: float | None = None
     for label, row in rows:
+        throttled = None if row.throttled_fraction is None else 100 * row.throttled_fraction
         factor = (f"{row.rps / previous:.2f}x" if previous and previous > 0
                   and math.isfinite(row.rps) else "")
         lines.append(
             f"| {label} | {row.requests} | {_num(row.rps, ',.1f')} | {factor} "
             f"| {_num(row.mean_ms, '.1f')} | {_num(row.p95_ms, '.1f')} "
             f"| {_num(row.p99_ms, '.1f')} | {_num(100 * row.error_rate, '.2f', ' %')} "
-            f"| {_num(None if row.throttled_fraction is None else 100 * row.throttled_fraction, '.0f', ' %')} |")
+            f"| {_num(throttled, '.0f', ' %')} |")
         previous = row.rps if math.isfinite(row.rps) else None
     return "\n".join(lines) + "\n"

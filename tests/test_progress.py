@@ -20,7 +20,8 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 MS = 1_000_000
 
 
-def record(seq: int, latency_ms: float, status: int = 200, throttled: int | None = None) -> RequestRecord:
+def record(seq: int, latency_ms: float, status: int = 200,
+           throttled: int | None = None) -> RequestRecord:
     return RequestRecord(seq, seq * 10 * MS, round(latency_ms * MS), status,
                          error="" if status == 200 else f"HTTP {status}",
                          kernel_nr_throttled=throttled)

@@ -111,7 +111,8 @@ def test_rate_sweep_is_the_throughput_scaling_test(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert sum(1 for line in result.stdout.splitlines() if " Status code 200 time " in line) == 20
     scaling = (tmp_path / "pictures" / "s-inprocess-sweep-throughput.md").read_text()
-    assert "| limit | requests | RPS | vs previous | avg ms | p95 ms | p99 ms | error rate" in scaling
+    assert ("| limit | requests | RPS | vs previous | avg ms | p95 ms | p99 ms | error rate"
+            in scaling)
     assert "| 0.5 CPU | 10 |" in scaling and "| 1 CPU | 10 |" in scaling
     assert "| 1 CPU | 10 |" in result.stdout
     run = read_run(tmp_path / "raw-data" / "s-inprocess-1.csv")
