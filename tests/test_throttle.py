@@ -13,7 +13,7 @@ import pytest
 from service.burn import burn
 from service.cli import parse_settings
 from service.throttle import Throttle, Work
-from tests.support import service_process
+from tests.support import running_service, service_process
 
 MS = 1_000_000
 CHUNK = 200_000  # CPU between two checkpoints, like burn()'s 256 iterations
@@ -244,7 +244,7 @@ def test_threads_share_one_budget_and_sleep_while_throttled() -> None:
 
 def test_share_roughly_doubles_per_doubling_of_the_limit() -> None:
     # The seed's CI check (CpuThrottler: 1/2/4/8 %, each step 1.3x-3.0x), on the CPU share.
-    shares = [measure_share(p, 0.5) for p in (1, 2, 4, 8)]
+    shares = [measure_share(p, 0.4) for p in (1, 2, 4, 8)]
     factors = [b / a for a, b in zip(shares, shares[1:])]
     assert all(1.3 <= f <= 3.0 for f in factors), (shares, factors)
 
@@ -292,8 +292,10 @@ def test_burn_service_with_cpu_limit_pauses_requests_and_reports_it() -> None:
     assert 0 < values["burn_cpu_seconds_total"] < values["process_cpu_seconds_total"]
 
 
-def test_burn_service_boundary_mode() -> None:
-    with service_process(["--cpu-limit", "10", "--throttle-mode", "boundary"]) as (base, _p):
+def test_boundary_mode_through_the_app() -> None:
+    # A server thread in this process: pytest's CPU is charged too, which only adds waiting;
+    # what is asserted (waits before requests, none inside a burn) holds all the same.
+    with running_service(cpu_limit=10, throttle_mode="boundary") as base:
         assert httpx.get(base + "/limits").json()["inprocess"]["mode"] == "boundary"
         with httpx.Client(base_url=base, timeout=10) as c:
             timings = [c.get("/cpuBurnFlow", params={"iterations": 8000}).headers["server-timing"]
