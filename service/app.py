@@ -15,9 +15,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from service import __version__
+from service.accesslog import install_access_log_filter
 from service.burn import burn
 from service.cgroup import CpuStat, CpuStatProbe, limit_in_force
 from service.config import Settings
+from service.errors import install_error_handlers
+from service.guard import install_guard, resolve_max_concurrent
 from service.metrics import install_metrics
 from service.pages import register_pages, validation_error_page, wants_page
 from service.throttle import Throttle
@@ -105,6 +108,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             {"burn": result.wall_ns / 1e6, "cpu": result.cpu_ns / 1e6,
              **({"throttle": throttle_ns / 1e6} if throttle_ns else {})}),
     )
+    # last, once every route exists: JSON/HTML errors and a logged 500, then the cap on CPU
+    # work (503 + Retry-After beyond --max-concurrent), innermost, and a query-free access log
+    install_error_handlers(app)
+    install_guard(app, resolve_max_concurrent(settings))
+    install_access_log_filter(getattr(route, "path", "") for route in app.routes)
     return app
 
 
@@ -129,6 +137,7 @@ def describe_limits(settings: Settings) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "max_iterations": settings.max_iterations,
         "max_counter": settings.max_counter,
+        "max_concurrent": resolve_max_concurrent(settings),
         "workers": settings.workers,
         "inprocess": ({"cpu_limit_percent": settings.cpu_limit, "cycle_ms": settings.throttle_cycle,
                        "mode": settings.throttle_mode} if settings.cpu_limit > 0 else None),
