@@ -228,14 +228,21 @@ def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
         threshold = None
         notes.append("no CPU limit was in force: slow requests were slowed by something else "
                      "(other work on the machine, the network), not by a quota")
-    elif split and server_cpu is not None and split.baseline_ms > 1.5 * server_cpu + MIN_GAP_MS:
+    elif (sequential and split and server_cpu is not None
+          and split.baseline_ms > 1.5 * server_cpu + MIN_GAP_MS):
         # Even the fastest cluster is far slower than the work: (nearly) all were throttled,
-        # if the slow requests end on a period grid; else the CPU was busy with other work.
+        # if the slow requests end on a period grid (the limit's, when it is known); else the
+        # CPU was busy with other work.
         cut = 1.5 * server_cpu + MIN_GAP_MS
         slow = lat >= cut
         ends = [(_origin_ns(r) + r.latency_ns) / 1e6 for r, s in zip(ok, slow) if s]
-        shortest = float((lat[slow] - server_cpu).min()) if slow.any() else MIN_PERIOD_MS
-        if infer_period(ends, min_period_ms=max(MIN_PERIOD_MS, 0.9 * shortest)) is not None:
+        short = float(np.percentile(lat[slow] - server_cpu, 25)) if slow.any() else 0.0
+        grid = infer_period(ends, min_period_ms=max(MIN_PERIOD_MS, 0.9 * short))
+        if limit is None:  # steady contention also puts the ends on a grid (the latency)
+            notes.append(f"requests took far longer than the server's CPU per request "
+                         f"({server_cpu:.2f} ms): (nearly) all throttled, or the CPU was busy "
+                         "with other work; without the limit the baseline is uncertain")
+        elif grid is not None and abs(grid - limit.period_ms) <= 0.1 * limit.period_ms:
             baseline, threshold = server_cpu, cut
             notes.append(f"every cluster of latencies is far above the server's CPU per "
                          f"request ({server_cpu:.2f} ms) and they end on a period grid: the "
@@ -287,9 +294,11 @@ def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
         stall = float(np.median(paused)) / 1e6 if any(paused) else None
 
     ends = [(_origin_ns(r) + r.latency_ns) / 1e6 for r, t in zip(ok, throttled) if t]
-    stalls = lat[mask] - (baseline or 0.0) if mask.any() else lat[mask]
-    shortest = float(stalls.min()) if stalls.size else MIN_PERIOD_MS
-    period = infer_period(ends, min_period_ms=max(MIN_PERIOD_MS, 0.9 * shortest))
+    # A stall is shorter than its period (unless it spans several): the short stalls bound
+    # the period from below (the lower quartile: a few tiny pauses near a boundary aside).
+    stalls = lat[mask] - (baseline or 0.0)
+    short = float(np.percentile(stalls, 25)) if stalls.size else MIN_PERIOD_MS
+    period = infer_period(ends, min_period_ms=max(MIN_PERIOD_MS, 0.9 * short))
     if period is not None:
         period_source = "inferred from stalls"
         if limit is not None and abs(period - limit.period_ms) > 0.1 * limit.period_ms:

@@ -213,8 +213,8 @@ def _limit_for(run: Run, opts: argparse.Namespace) -> Limit:
         limit = Limit(found.cpus, opts.period_ms or found.period_ms,
                       found.burst_ms if opts.burst_ms is None else opts.burst_ms, found.source)
     else:
-        what = ("a text capture has no metadata" if not run.metadata
-                else "its metadata shows no CPU limit")
+        what = ("its metadata shows no CPU limit" if isinstance(run.metadata.get("limits"), dict)
+                else "no limits in its metadata: a text capture, or a server without /limits")
         raise ExplainError(f"no CPU limit known for {run.path} ({what}): give --cpus X "
                            "(and --period-ms P if not 100)")
     return limit
@@ -226,17 +226,24 @@ def _workload_for(run: Run, detection: Detection, limit: Limit) -> Workload:
                            "closed loops only (sequential or --concurrency)")
     if detection.service_ms is None or detection.count == 0:
         raise ExplainError(f"{run.path}: no successful request to take a service time from")
+    concurrency = run.metadata.get("concurrency")
+    concurrency = min(concurrency, MAX_CONCURRENCY) if (
+        isinstance(concurrency, int) and concurrency >= 1) else 1
+    # The service's worker processes each run one request's work at a time (the GIL).
+    limits = run.metadata.get("limits")
+    workers = limits.get("workers") if isinstance(limits, dict) else None
+    cores = min(workers, 1024) if isinstance(workers, int) and workers >= 1 else 1
     overhead = 0.0
     if detection.server_cpu_ms is not None and detection.baseline_ms is not None:
-        overhead = max(0.0, detection.baseline_ms - detection.server_cpu_ms)
-    concurrency = run.metadata.get("concurrency")
-    concurrency = concurrency if isinstance(concurrency, int) and concurrency >= 1 else 1
+        # an unthrottled request: its work, slowed by the others sharing the cores, + the rest
+        shared = detection.server_cpu_ms * concurrency / min(concurrency, cores)
+        overhead = max(0.0, detection.baseline_ms - shared)
     try:
         return Workload(service_ms=detection.service_ms, cpus=limit.cpus,
                         period_ms=limit.period_ms, burst_ms=limit.burst_ms,
-                        concurrency=min(concurrency, MAX_CONCURRENCY),
+                        concurrency=concurrency,
                         requests=min(max(1, len(run.records)), MAX_REQUESTS),
-                        overhead_ms=overhead)
+                        overhead_ms=overhead, cores=cores)
     except ValueError as exc:
         raise ExplainError(f"cannot model {run.path}: {exc}") from None
 
@@ -268,7 +275,9 @@ def _report_predict(run: Run, opts: argparse.Namespace) -> None:
     model_text = (f"{workload.service_ms:.2f} ms CPU per request ({detection.service_source})"
                   + (f" + {workload.overhead_ms:.2f} ms outside the quota"
                      if workload.overhead_ms else "")
-                  + f", concurrency {workload.concurrency}, {workload.requests} requests")
+                  + f", concurrency {workload.concurrency}"
+                  + (f" on {workload.cores} cores" if workload.cores > 1 else "")
+                  + f", {workload.requests} requests")
     if opts.json:
         print(json.dumps(_clean({**measured, "model_limit": limit.describe(),
                                  "predicted": predicted, "explanation": explanation,

@@ -115,7 +115,7 @@ def test_server_cpu_settles_the_baseline_when_all_are_throttled() -> None:
     # 0.05 CPU, 6 ms: every request waits at least one period; no fast mode to find.
     records, truth = capture(0.05, 6.0, server_cpu=True, n=40, legacy=False)
     assert all(truth[1:])
-    d = detect(records)
+    d = detect(records, limit=Limit(0.05))
     assert list(d.throttled) == truth
     assert d.service_source == "server CPU per request"
     assert d.service_ms == pytest.approx(6 * 1.015, rel=0.05)
@@ -129,8 +129,21 @@ def test_contention_is_not_throttling() -> None:
         latency = round(rng.uniform(8, 30) * MS)
         records.append(RequestRecord(i, t, latency, 200, server_cpu_ns=1_400_000))
         t += latency + 100_000
-    d = detect(records)
+    d = detect(records, limit=Limit(0.3))
     assert d.throttled_count == 0 and any("contention" in n for n in d.notes)
+    unknown = detect(records)  # without the limit: not called throttling, but uncertain
+    assert unknown.throttled_count == 0 and any("uncertain" in n for n in unknown.notes)
+
+
+def test_steady_slow_requests_are_throttled_only_on_the_limits_period() -> None:
+    # Every request takes 12 ms for 1.4 ms of work: the ends line up on a 12 ms grid, which
+    # is not the limit's 100 ms period: contention, not a quota.
+    records = [RequestRecord(i, i * 12 * MS, 12 * MS, 200, server_cpu_ns=1_400_000)
+               for i in range(50)]
+    assert detect(records, limit=Limit(0.3)).throttled_count == 0
+    # 0.05 CPU, 6 ms of work: every request waits for the next 100 ms period
+    slow, truth = capture(0.05, 6.0, server_cpu=True, n=40, legacy=False)
+    assert detect(slow, limit=Limit(0.05)).throttled_count == sum(truth)
 
 
 def test_a_run_without_a_limit_is_never_throttled_by_latency() -> None:
