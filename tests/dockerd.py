@@ -125,7 +125,7 @@ def project_image(tag: str = TEST_IMAGE) -> BuildResult:
         if proc.returncode != 0:
             raise RuntimeError(f"build-wheels.sh failed:\n{_tail(proc.stderr)}")
         seconds["wheels"] = time.monotonic() - t0
-    args = ["build", "-t", tag, "-f", str(ROOT / "docker" / "Dockerfile")]
+    args = ["build", "--force-rm", "-t", tag, "-f", str(ROOT / "docker" / "Dockerfile")]
     if base is not None:
         args += ["--build-arg", f"BASE={base}"]
     t0 = time.monotonic()
