@@ -29,7 +29,8 @@ OTHER_PATH = "(other path)"
 
 
 def safe_path(path_with_query: str, known_paths: Iterable[str] | frozenset[str]) -> str:
-    """``/cpuBurnFlow?iterations=5`` -> ``/cpuBurnFlow``; a path that is no route -> ``(other path)``."""
+    """``/cpuBurnFlow?iterations=5`` -> ``/cpuBurnFlow``; a path that is no route ->
+    ``(other path)``."""
     path = path_with_query.split("?", 1)[0]
     return path if path in known_paths else OTHER_PATH
 

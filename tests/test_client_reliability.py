@@ -89,8 +89,9 @@ def test_a_server_that_never_answers_fails_each_request_after_the_timeout(tmp_pa
     assert elapsed < 60
 
 
-def _run_until_server_dies(tmp_path: Path, name: str, max_failures: str,
-                           requests: str = "100000") -> tuple[subprocess.Popen[str], list[dict[str, str]]]:
+def _run_until_server_dies(
+    tmp_path: Path, name: str, max_failures: str, requests: str = "100000",
+) -> tuple[subprocess.Popen[str], list[dict[str, str]]]:
     with service_process() as (base, service):
         proc = _start(["--url", base + "/cpuBurnFlow", "--iterations", "5000", "--requests",
                        requests, "--name", name, "--timeout", "2", "--max-failures", max_failures,

@@ -45,7 +45,8 @@ def _check_in_range(built: Settings) -> None:
 @example({env_name("cpus"): "nan"})
 @example({env_name("cpu_limit"): "inf"})
 @example({env_name("max_concurrent"): "-1"})
-def test_from_env_builds_settings_in_range_or_raises_settings_error(environ: dict[str, str]) -> None:
+def test_from_env_builds_settings_in_range_or_raises_settings_error(
+        environ: dict[str, str]) -> None:
     try:
         built = Settings.from_env(environ)
     except SettingsError as exc:

@@ -196,7 +196,8 @@ def test_access_log_filter_is_installed_once_per_logger() -> None:
 def test_the_running_service_logs_requests_without_their_input() -> None:
     with service_process(["--log-level", "info", "--max-iterations", str(MAX)]) as (base, proc):
         with httpx.Client(base_url=base) as client:
-            assert client.get("/cpuBurnFlow", params={"iterations": 7, "k": TOKEN}).status_code == 200
+            ok = client.get("/cpuBurnFlow", params={"iterations": 7, "k": TOKEN})
+            assert ok.status_code == 200
             assert client.get("/cpuBurnFlow", params={"iterations": TOKEN}).status_code == 422
             assert client.get(f"/{TOKEN}").status_code == 404
         proc.send_signal(signal.SIGTERM)
@@ -214,9 +215,12 @@ def test_the_running_service_logs_requests_without_their_input() -> None:
 # ----------------------------------------------------------------------------- 422 properties
 
 @pytest.fixture(scope="module")
-def small_service() -> Iterator[str]:
-    with running_service(max_iterations=MAX, max_counter=MAX) as base:
-        yield base
+def small_service() -> Iterator[httpx.Client]:
+    """One server and one keep-alive client for all examples (a new client per request
+    would cost more than the request)."""
+    with running_service(max_iterations=MAX, max_counter=MAX) as base, \
+            httpx.Client(base_url=base) as client:
+        yield client
 
 
 def _canonical_422(name: str) -> dict[str, object]:
@@ -228,7 +232,7 @@ def _canonical_422(name: str) -> dict[str, object]:
 
 ANY_VALUE = st.one_of(st.text(max_size=30), st.integers().map(str),
                       st.floats(allow_nan=True, allow_infinity=True).map(str))
-PROPERTY = settings(max_examples=150, deadline=None,
+PROPERTY = settings(max_examples=300, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -240,8 +244,9 @@ PROPERTY = settings(max_examples=150, deadline=None,
 @example(value="1_000")
 @example(value="\x00")
 @example(value="9" * 5000)
-def test_any_iterations_is_200_in_range_or_the_one_422(small_service: str, value: str) -> None:
-    r = httpx.get(small_service + "/cpuBurnFlow", params={"iterations": value})
+def test_any_iterations_is_200_in_range_or_the_one_422(small_service: httpx.Client,
+                                                        value: str) -> None:
+    r = small_service.get("/cpuBurnFlow", params={"iterations": value})
     assert r.status_code in (200, 422), r.text
     if r.status_code == 200:
         assert 0 <= r.json()["iterations"] <= MAX
@@ -251,8 +256,9 @@ def test_any_iterations_is_200_in_range_or_the_one_422(small_service: str, value
 
 @PROPERTY
 @given(value=ANY_VALUE)
-def test_any_counter_is_200_in_range_or_the_one_422(small_service: str, value: str) -> None:
-    r = httpx.get(small_service + "/api/pi", params={"counter": value})
+def test_any_counter_is_200_in_range_or_the_one_422(small_service: httpx.Client,
+                                                     value: str) -> None:
+    r = small_service.get("/api/pi", params={"counter": value})
     assert r.status_code in (200, 422), r.text
     if r.status_code == 200:
         assert 0 <= r.json()["counter"] <= MAX
@@ -266,8 +272,8 @@ def test_any_counter_is_200_in_range_or_the_one_422(small_service: str, value: s
 @example(n=0)
 @example(n=MAX)
 @example(n=MAX + 1)
-def test_integers_are_accepted_exactly_in_range(small_service: str, n: int) -> None:
-    r = httpx.get(small_service + "/cpuBurnFlow", params={"iterations": str(n)})
+def test_integers_are_accepted_exactly_in_range(small_service: httpx.Client, n: int) -> None:
+    r = small_service.get("/cpuBurnFlow", params={"iterations": str(n)})
     if 0 <= n <= MAX:
         assert r.status_code == 200 and r.json()["iterations"] == n
     else:
@@ -277,10 +283,11 @@ def test_integers_are_accepted_exactly_in_range(small_service: str, n: int) -> N
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=st.text(min_size=1, max_size=30).filter(lambda s: not s.strip().isdigit()))
-def test_the_422_page_is_the_same_whatever_was_typed(small_service: str, value: str) -> None:
-    reference = httpx.get(small_service + "/pi", params={"counter": "abc"},
-                          headers={"Accept": "text/html"})
-    r = httpx.get(small_service + "/pi", params={"counter": value}, headers={"Accept": "text/html"})
+def test_the_422_page_is_the_same_whatever_was_typed(small_service: httpx.Client,
+                                                     value: str) -> None:
+    reference = small_service.get("/pi", params={"counter": "abc"},
+                                  headers={"Accept": "text/html"})
+    r = small_service.get("/pi", params={"counter": value}, headers={"Accept": "text/html"})
     if r.status_code == 200:  # something pydantic reads as a number in range
         return
     assert r.status_code == 422 and r.text == reference.text

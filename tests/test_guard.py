@@ -128,7 +128,8 @@ def test_beyond_the_cap_cpu_routes_get_503_with_retry_after() -> None:
             assert r.json() == busy_body(1)
         assert busy_page.status_code == 503 and busy_page.headers["retry-after"] == "1"
         assert busy_page.headers["content-type"].startswith("text/html")
-        assert "Service Unavailable (503)" in busy_page.text and "--max-concurrent 1" in busy_page.text
+        assert "Service Unavailable (503)" in busy_page.text
+        assert "--max-concurrent 1" in busy_page.text
         assert [r.status_code for r in free] == [200, 200, 200, 200]  # not guarded
 
         # the slot is free again once the burn is done

@@ -36,7 +36,8 @@ class Kind:
 
 
 KINDS = [
-    Kind("burn", "/cpuBurnFlow", {"iterations": "20000"}, guarded=True, allowed=frozenset({200, 503})),
+    Kind("burn", "/cpuBurnFlow", {"iterations": "20000"}, guarded=True,
+         allowed=frozenset({200, 503})),
     Kind("burn-default", "/cpuBurnFlow", guarded=True, allowed=frozenset({200, 503})),
     Kind("api-pi", "/api/pi", {"counter": "20000"}, guarded=True, allowed=frozenset({200, 503})),
     Kind("pi-page", "/pi", {"counter": "5000"}, html=True, guarded=True,
