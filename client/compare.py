@@ -31,6 +31,7 @@ from client.stats import summarize  # noqa: E402
 __all__ = ["ComparisonRow", "compare_runs", "draw_detected", "format_markdown", "format_table",
            "limit_label", "plot_comparison", "plot_overlay", "save_comparison", "sequential"]
 
+PREDICTION_COLOURS = ("#2ca02c", "#9467bd", "#8c564b")
 CDF_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
                "#7f7f7f", "#bcbd22", "#17becf")
 
@@ -218,31 +219,35 @@ def save_comparison(runs: Sequence[Run], out: Path,
     return picture, markdown, rows
 
 
-def plot_overlay(measured: Run, predicted: Run, detection: Detection, out: Path,
-                 title: str | None = None) -> Path:
-    """The measured run's dots and the model's on one time axis, and both CDFs."""
+def plot_overlay(measured: Run, predicted: Sequence[tuple[str, Run]], detection: Detection,
+                 out: Path, title: str | None = None) -> Path:
+    """The measured run's dots and each prediction's (hollow) on one time axis, and all CDFs."""
     fig, (ax, cdf_ax) = plt.subplots(1, 2, figsize=(15, 6.5), dpi=100,
                                      gridspec_kw={"width_ratios": (2.2, 1)})
     try:
         draw_detected(ax, measured, detection, label_prefix="measured: ")
-        xs = [r.start_ns / 1e9 for r in predicted.records]
-        ys = [r.latency_ms for r in predicted.records]
-        ax.scatter(xs, ys, s=46, facecolors="none", edgecolors="#2ca02c", linewidths=1.3,
-                   label=f"predicted ({len(xs)})")
+        measured_ok = [r.latency_ms for r in measured.records if r.ok]
+        draw_cdf(cdf_ax, "measured", measured_ok, "#1f77b4")
+        everything = list(measured_ok)
+        for i, (label, run) in enumerate(predicted):
+            colour = PREDICTION_COLOURS[i % len(PREDICTION_COLOURS)]
+            xs = [r.start_ns / 1e9 for r in run.records]
+            ys = [r.latency_ms for r in run.records]
+            ax.scatter(xs, ys, s=46 + 30 * i, facecolors="none", edgecolors=colour,
+                       linewidths=1.3, label=f"{label} ({len(xs)})")
+            draw_cdf(cdf_ax, label, ys, colour, linestyle="--" if i == 0 else ":")
+            everything.extend(ys)
         ax.set_xlabel("time since start of run (s)", fontsize=12)
         ax.set_ylabel("request latency (ms)", fontsize=12)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper right", fontsize=10)
         ax.set_title(title or f"{measured.name}: measured and predicted", fontsize=12)
-        measured_ok = [r.latency_ms for r in measured.records if r.ok]
-        draw_cdf(cdf_ax, "measured", measured_ok, "#1f77b4")
-        draw_cdf(cdf_ax, "predicted", ys, "#2ca02c", linestyle="--")
         if (detection.threshold_ms is not None and math.isfinite(detection.threshold_ms)
                 and "latency" in detection.source):
             cdf_ax.axvline(detection.threshold_ms, color="#ff7f0e", linestyle=":",
                            label=f"throttled above {detection.threshold_ms:.1f} ms")
-        _style_cdf(cdf_ax, measured_ok + ys)
+        _style_cdf(cdf_ax, everything)
         out.parent.mkdir(parents=True, exist_ok=True)
         fig.tight_layout()
         fig.savefig(out)

@@ -151,7 +151,17 @@ class Detection:
     server_cpu_ms: float | None      # median server_cpu_ns
     server_wall_ms: float | None     # median server_wall_ns
     idle_fraction: float | None = None  # share of the run's span with no request in flight
+    quota_bound: bool = False        # stalls in (nearly) every period: all the quota was spent
     notes: tuple[str, ...] = ()
+
+    def charged_ms(self, cpus: float) -> float | None:
+        """The quota each request was charged, when the run spent all of it (quota-bound and
+        back to back): ``cpus × 1000 ms`` per second / requests per second. None otherwise."""
+        if not self.quota_bound or not self.throughput_rps:
+            return None
+        if self.idle_fraction is None or self.idle_fraction > 0.1:
+            return None
+        return cpus * 1000 / self.throughput_rps
 
     @property
     def throttled_count(self) -> int:
@@ -169,7 +179,8 @@ class Detection:
                 "baseline_ms": self.baseline_ms, "threshold_ms": self.threshold_ms,
                 "service_ms": self.service_ms, "service_source": self.service_source,
                 "server_cpu_ms": self.server_cpu_ms, "server_wall_ms": self.server_wall_ms,
-                "idle_fraction": self.idle_fraction, "notes": list(self.notes)}
+                "idle_fraction": self.idle_fraction, "quota_bound": self.quota_bound,
+                "notes": list(self.notes)}
 
 
 def _origin_ns(record: RequestRecord) -> int:
@@ -228,28 +239,24 @@ def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
         threshold = None
         notes.append("no CPU limit was in force: slow requests were slowed by something else "
                      "(other work on the machine, the network), not by a quota")
-    elif (sequential and split and server_cpu is not None
-          and split.baseline_ms > 1.5 * server_cpu + MIN_GAP_MS):
-        # Even the fastest cluster is far slower than the work: (nearly) all were throttled,
-        # if the slow requests end on a period grid (the limit's, when it is known); else the
-        # CPU was busy with other work.
-        cut = 1.5 * server_cpu + MIN_GAP_MS
+    elif (sequential and split and server_cpu is not None and limit is not None
+          and split.baseline_ms > server_cpu + 0.5 * (limit.period_ms - limit.quota_ms)):
+        # Even the fastest cluster is half a stall slower than the work: (nearly) all were
+        # throttled, if the slow requests end on the limit's period grid; else the CPU was
+        # busy with other work (steady contention puts the ends on a grid too, the latency's).
+        cut = server_cpu + 0.25 * (limit.period_ms - limit.quota_ms)
         slow = lat >= cut
         ends = [(_origin_ns(r) + r.latency_ns) / 1e6 for r, s in zip(ok, slow) if s]
         short = float(np.percentile(lat[slow] - server_cpu, 25)) if slow.any() else 0.0
         grid = infer_period(ends, min_period_ms=max(MIN_PERIOD_MS, 0.9 * short))
-        if limit is None:  # steady contention also puts the ends on a grid (the latency)
-            notes.append(f"requests took far longer than the server's CPU per request "
-                         f"({server_cpu:.2f} ms): (nearly) all throttled, or the CPU was busy "
-                         "with other work; without the limit the baseline is uncertain")
-        elif grid is not None and abs(grid - limit.period_ms) <= 0.1 * limit.period_ms:
+        if grid is not None and abs(grid - limit.period_ms) <= 0.1 * limit.period_ms:
             baseline, threshold = server_cpu, cut
             notes.append(f"every cluster of latencies is far above the server's CPU per "
-                         f"request ({server_cpu:.2f} ms) and they end on a period grid: the "
-                         "baseline is that CPU time")
+                         f"request ({server_cpu:.2f} ms) and they end on the period grid: "
+                         "(nearly) all were throttled")
         else:
             notes.append(f"requests took far longer than the server's CPU per request "
-                         f"({server_cpu:.2f} ms), but not in steps of a period: the CPU was "
+                         f"({server_cpu:.2f} ms), but not in steps of the period: the CPU was "
                          "busy with other work (contention), which is not a quota")
     elif split and split.threshold_ms is not None and server_cpu is None and (
             split.fast_count < max(3, 0.05 * len(ok))):
@@ -310,11 +317,17 @@ def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
         period, period_source = DEFAULT_PERIOD_MS, "default"
 
     throughput = idle = None
+    quota_bound = False
     if ok:
         span_ns = (max(_origin_ns(r) + r.latency_ns for r in ok)
                    - min(_origin_ns(r) for r in ok))
         throughput = len(ok) / (span_ns / 1e9) if span_ns > 0 else None
         idle = idle_fraction(records)
+        if mask.any() and baseline is not None and span_ns > 0:
+            # each stall covers at least one period boundary; quota-bound when (nearly)
+            # every boundary of the run ended a stall
+            covered = np.maximum(1, np.round((lat[mask] - baseline) / period)).sum()
+            quota_bound = bool(covered >= 0.8 * span_ns / 1e6 / period)
 
     if server_cpu is not None:
         service, service_source = server_cpu, "server CPU per request"
@@ -327,7 +340,7 @@ def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
                      service_source=service_source, stall_ms=stall, period_ms=period,
                      period_source=period_source, throughput_rps=throughput,
                      server_cpu_ms=server_cpu, server_wall_ms=server_wall, idle_fraction=idle,
-                     notes=tuple(notes))
+                     quota_bound=quota_bound, notes=tuple(notes))
 
 
 def explain(detection: Detection, measured: Mapping[str, Any], prediction: Prediction,
@@ -361,9 +374,8 @@ def explain(detection: Detection, measured: Mapping[str, Any], prediction: Predi
             lines.append(f"The requests were not sent back to back ({100 * idle:.0f} % of the run "
                          "had none in flight: an excerpt, or a slow client), so the quota each "
                          "request was charged cannot be read from the throughput.")
-        elif m_thr > 0 and m_rps > 0:
+        elif (charged := detection.charged_ms(limit.cpus)) is not None:
             # Quota-bound: every period's quota is spent, so quota per request = rate / rps.
-            charged = limit.cpus * 1000 / m_rps
             if charged > 1.1 * service:
                 extra = charged - service
                 lines.append(

@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -266,10 +267,23 @@ def _report_predict(run: Run, opts: argparse.Namespace) -> None:
     _, detection, measured = measure(run, limit)
     workload = _workload_for(run, detection, limit)
     prediction = predict(workload)
-    predicted = prediction.to_dict()
     explanation = explain(detection, measured, prediction, limit)
+    columns = [("measured", measured), ("predicted", prediction.to_dict())]
+    series = [("predicted", prediction)]
+    # When the run spent all its quota, the quota per request is known from the throughput:
+    # the model with that CPU shows whether the hidden CPU explains the rest of the gap.
+    charged = detection.charged_ms(limit.cpus)
+    charged_prediction = None
+    if charged is not None and charged > 1.1 * workload.service_ms:
+        shared = charged * workload.concurrency / min(workload.concurrency, workload.cores)
+        baseline = detection.baseline_ms if detection.baseline_ms is not None else charged
+        charged_prediction = predict(replace(workload, service_ms=charged,
+                                             overhead_ms=max(0.0, baseline - shared)))
+        columns.append(("charged", charged_prediction.to_dict()))
+        series.append((f"predicted with {charged:.1f} ms charged", charged_prediction))
     out = opts.output or opts.pictures_dir / f"{run.path.stem}-predict.png"
-    picture = plot_overlay(run, Run(out, list(prediction.records), {"name": "predicted"}),
+    picture = plot_overlay(run, [(label, Run(out, list(p.records), {"name": label}))
+                                 for label, p in series],
                            detection, out,
                            title=f"{run.name}: measured vs predicted at {limit.describe()}")
     model_text = (f"{workload.service_ms:.2f} ms CPU per request ({detection.service_source})"
@@ -279,18 +293,24 @@ def _report_predict(run: Run, opts: argparse.Namespace) -> None:
                   + (f" on {workload.cores} cores" if workload.cores > 1 else "")
                   + f", {workload.requests} requests")
     if opts.json:
-        print(json.dumps(_clean({**measured, "model_limit": limit.describe(),
-                                 "predicted": predicted, "explanation": explanation,
-                                 "picture": str(picture)}), indent=2))
+        print(json.dumps(_clean({
+            **measured, "model_limit": limit.describe(), "predicted": columns[1][1],
+            "charged_ms": charged,
+            "predicted_charged": charged_prediction.to_dict() if charged_prediction else None,
+            "explanation": explanation, "picture": str(picture)}), indent=2))
         return
     print(f"run: {run.name} ({run.path})")
     print(f"limit: {limit.describe()}, from {limit.source}")
     print(f"model: {model_text}")
+    if charged_prediction is not None:
+        w = charged_prediction.workload
+        print(f"charged: the same with {w.service_ms:.2f} ms of quota per request (from the "
+              f"throughput) + {w.overhead_ms:.2f} ms outside it")
     width = max(len(label) for label, _ in ROWS)
-    print(f"{'':{width}}  {'measured':>9}  {'predicted':>9}")
+    print(f"{'':{width}}" + "".join(f"  {name:>9}" for name, _ in columns))
     for label, key in ROWS:
-        print(f"{label:{width}}  {_cell(key, measured.get(key)):>9}  "
-              f"{_cell(key, predicted.get(key)):>9}")
+        print(f"{label:{width}}" + "".join(f"  {_cell(key, values.get(key)):>9}"
+                                           for _, values in columns))
     for line in explanation:
         print(line)
     for note in detection.notes:

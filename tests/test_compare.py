@@ -95,6 +95,7 @@ def test_save_comparison_writes_the_picture_and_the_markdown(tmp_path: Path) -> 
 def test_plot_overlay(tmp_path: Path) -> None:
     measured = modelled("m", 0.3, limits(0.3))
     predicted = predict(Workload(service_ms=5, cpus=0.3, requests=60))
-    out = plot_overlay(measured, Run(tmp_path / "p", list(predicted.records), {}),
-                       detect(measured.records), tmp_path / "o.png")
+    out = plot_overlay(measured, [("predicted", Run(tmp_path / "p", list(predicted.records),
+                                                    {}))], detect(measured.records),
+                       tmp_path / "o.png")
     assert out.read_bytes()[:8] == PNG

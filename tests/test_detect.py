@@ -121,18 +121,24 @@ def test_server_cpu_settles_the_baseline_when_all_are_throttled() -> None:
     assert d.service_ms == pytest.approx(6 * 1.015, rel=0.05)
 
 
-def test_contention_is_not_throttling() -> None:
-    # Another program keeps the CPU busy: 1.4 ms of work takes 8-30 ms, in no steps of a period.
+def contended(low_ms: float, high_ms: float, n: int = 40) -> list[RequestRecord]:
+    """Another program keeps the CPU busy: 1.4 ms of work takes low..high ms, at random."""
     rng = random.Random(7)
     t, records = 0, []
-    for i in range(40):
-        latency = round(rng.uniform(8, 30) * MS)
+    for i in range(n):
+        latency = round(rng.uniform(low_ms, high_ms) * MS)
         records.append(RequestRecord(i, t, latency, 200, server_cpu_ns=1_400_000))
         t += latency + 100_000
-    d = detect(records, limit=Limit(0.3))
+    return records
+
+
+def test_contention_is_not_throttling() -> None:
+    assert detect(contended(8, 30), limit=Limit(0.3)).throttled_count == 0  # no gap: one mode
+    # far slower than the work, as if every request were throttled, but not in period steps
+    d = detect(contended(60, 140), limit=Limit(0.3))
     assert d.throttled_count == 0 and any("contention" in n for n in d.notes)
-    unknown = detect(records)  # without the limit: not called throttling, but uncertain
-    assert unknown.throttled_count == 0 and any("uncertain" in n for n in unknown.notes)
+    unknown = detect(contended(60, 140))  # without the limit: not throttling, but uncertain
+    assert unknown.throttled_count == 0
 
 
 def test_steady_slow_requests_are_throttled_only_on_the_limits_period() -> None:
@@ -287,3 +293,18 @@ def test_explain_agreement_and_gaps() -> None:
     assert any("not sent back to back" in line for line in lines)
     assert explain(detect([]), {"mean_ms": None}, prediction, Limit(0.3)) == [
         "not enough successful requests to compare with the model"]
+
+
+def test_charged_quota_per_request_only_when_the_run_spent_all_of_it() -> None:
+    records, _ = capture(0.3, 4.3)  # a stall in every period: all the quota is spent
+    d = detect(records)
+    assert d.quota_bound
+    charged = d.charged_ms(0.3)
+    assert charged is not None and charged == pytest.approx(4.3 * 1.015, rel=0.05)
+    # the same requests at 1 CPU: no stall, nothing to read from the throughput
+    assert detect(capture(1.0, 4.3)[0]).charged_ms(1.0) is None
+    # one stall in a run of ten periods: the quota was not the bottleneck
+    sparse = [RequestRecord(i, i * 20 * MS, 5 * MS, 200) for i in range(50)]
+    sparse[10].latency_ns = 75 * MS
+    lone = detect(sparse)
+    assert lone.throttled_count == 1 and not lone.quota_bound and lone.charged_ms(0.3) is None
