@@ -76,11 +76,29 @@ _positive = _number(0, inclusive=False)
 _non_negative = _number(0, inclusive=True)
 
 
+def _period(text: str) -> float:
+    """A period in ms, in the kernel's range for ``cfs_period_us`` (1 ms to 1 s)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [1, 1000] (got {text!r})") from None
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"must be a number in [1, 1000] (got {text})")
+    return value
+
+
+def _check_burst(limit: Limit) -> Limit:
+    if limit.burst_ms > limit.quota_ms + 1e-9:
+        raise ExplainError(f"--burst-ms must be at most the quota per period "
+                           f"({limit.quota_ms:g} ms; got {limit.burst_ms:g})")
+    return limit
+
+
 def _add_limit_arguments(parser: argparse.ArgumentParser, *, required: bool) -> None:
     parser.add_argument("--cpus", type=_positive, required=required, metavar="X",
                         help="the CPU limit, as docker run --cpus: X × period of CPU per period"
                         + ("" if required else " (default: the run's metadata)"))
-    parser.add_argument("--period-ms", type=_positive, metavar="P",
+    parser.add_argument("--period-ms", type=_period, metavar="P",
                         help="the quota's period in ms (default: the metadata's, else 100)")
     parser.add_argument("--burst-ms", type=_non_negative, metavar="B",
                         help="burst: unused quota that may be saved, in ms (default 0)")
@@ -209,10 +227,12 @@ def _limit_for(run: Run, opts: argparse.Namespace) -> Limit:
     found = limit_from_metadata(run.metadata)
     if opts.cpus is not None:
         period = opts.period_ms or (found.period_ms if found else 100.0)
-        limit = Limit(opts.cpus, period, opts.burst_ms or 0.0, "--cpus")
+        limit = _check_burst(Limit(opts.cpus, period, opts.burst_ms or 0.0, "--cpus"))
     elif found is not None:
         limit = Limit(found.cpus, opts.period_ms or found.period_ms,
                       found.burst_ms if opts.burst_ms is None else opts.burst_ms, found.source)
+        if opts.burst_ms is not None:
+            _check_burst(limit)
     else:
         what = ("its metadata shows no CPU limit" if isinstance(run.metadata.get("limits"), dict)
                 else "no limits in its metadata: a text capture, or a server without /limits")
@@ -322,9 +342,7 @@ def _report_predict(run: Run, opts: argparse.Namespace) -> None:
 
 def command_predict(argv: list[str]) -> int:
     opts = build_predict_parser().parse_args(argv)
-    if opts.burst_ms and opts.burst_ms > opts.cpus * (opts.period_ms or 100.0):
-        raise ExplainError(f"--burst-ms must be at most the quota per period "
-                           f"({opts.cpus * (opts.period_ms or 100.0):g} ms; got {opts.burst_ms:g})")
+    _check_burst(Limit(opts.cpus, opts.period_ms or 100.0, opts.burst_ms or 0.0))
     try:
         workload = Workload(service_ms=opts.service_ms, cpus=opts.cpus,
                             period_ms=opts.period_ms or 100.0, burst_ms=opts.burst_ms or 0.0,

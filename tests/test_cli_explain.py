@@ -162,6 +162,8 @@ def test_compare_prints_the_table_and_saves_picture_and_markdown(runs: Path) -> 
     ["predict", "--service-ms", "5", "--cpus", "0.3", "--requests", "0"],
     ["predict", "--service-ms", "5", "--cpus", "0.3", "--concurrency", "two"],
     ["predict", "--service-ms", "5", "--cpus", "0.3", "--burst-ms", "31"],
+    ["predict", "--service-ms", "5", "--cpus", "0.3", "--period-ms", "2000"],
+    ["report", "graph-30.txt", "--predict", "--cpus", "0.3", "--burst-ms", "40"],
     ["predict", "--service-ms", "60000", "--cpus", "0.01", "--requests", "100000"],
     ["compare"],
     ["compare", "missing.csv"],
