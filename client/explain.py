@@ -111,7 +111,8 @@ def add_report_arguments(parser: argparse.ArgumentParser) -> None:
                         "and as a picture")
     _add_limit_arguments(parser, required=False)
     parser.add_argument("-o", "--output", type=Path, metavar="PICTURE",
-                        help="with --predict: the picture (default <pictures-dir>/<name>-predict.png)")
+                        help="with --predict: the picture "
+                        "(default <pictures-dir>/<name>-predict.png)")
     parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"))
 
 
@@ -194,7 +195,8 @@ def format_detection(detection: Detection) -> list[str]:
     return lines
 
 
-def print_report(run: Run, opts: argparse.Namespace, summary_line: Callable[[Summary], str]) -> None:
+def print_report(run: Run, opts: argparse.Namespace,
+                 summary_line: Callable[[Summary], str]) -> None:
     """``http-timing report`` after the file is read: text or JSON, with --predict or not."""
     if opts.predict:
         _report_predict(run, opts)
