@@ -104,9 +104,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     register_pages(
         app, max_counter=settings.max_counter, limits=lambda: describe_limits(settings),
         checkpoint=lambda: work_checkpoint(app),
-        server_timing=lambda result, throttle_ns: format_server_timing(
+        before_work=lambda: kernel.sample() if kernel is not None else None,
+        server_timing=lambda result, throttle_ns, before: format_server_timing(
             {"burn": result.wall_ns / 1e6, "cpu": result.cpu_ns / 1e6,
-             **({"throttle": throttle_ns / 1e6} if throttle_ns else {})}),
+             **({"throttle": (throttle_ns or 0) / 1e6} if throttle.enabled else {}),
+             **kernel_throttling(kernel, before)}),
     )
     # last, once every route exists: JSON/HTML errors and a logged 500, then the cap on CPU
     # work (503 + Retry-After beyond --max-concurrent), innermost, and a query-free access log

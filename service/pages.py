@@ -40,6 +40,7 @@ __all__ = [
     "build_chart",
     "describe_pauses",
     "flatten_limits",
+    "limit_headline",
     "pi_body",
     "register_pages",
     "templates",
@@ -59,7 +60,7 @@ templates = Jinja2Templates(env=jinja2.Environment(
 
 Limits = Callable[[], Mapping[str, Any]]
 Checkpoints = Callable[[], "Callable[[], object] | None"]
-Timing = Callable[[PiResult, int], str]
+Timing = Callable[[PiResult, "int | None", Any], str]
 
 
 # ----------------------------------------------------------------------------- pure helpers
@@ -91,6 +92,29 @@ def flatten_limits(limits: Mapping[str, Any]) -> list[tuple[str, str]]:
         else:
             rows.append((key, "off" if value is None else _text(value)))
     return rows
+
+
+def limit_headline(limits: Mapping[str, Any]) -> str:
+    """One line on the limit in force, from ``/limits``'s ``inprocess`` and ``cgroup`` parts."""
+    parts = []
+    inprocess = limits.get("inprocess")
+    if isinstance(inprocess, Mapping):
+        parts.append(f"in-process throttle: {_text(inprocess.get('cpu_limit_percent'))}% of one "
+                     f"CPU per {_text(inprocess.get('cycle_ms'))} ms cycle "
+                     f"({_text(inprocess.get('mode'))} mode)")
+    cgroup = limits.get("cgroup")
+    if isinstance(cgroup, Mapping) and cgroup.get("quota_us") is not None:
+        text = (f"kernel CPU quota: {_text(cgroup.get('cpus'))} CPU "
+                f"({_text(cgroup.get('quota_us'))} µs per {_text(cgroup.get('period_us'))} µs "
+                f"period, cgroup v{_text(cgroup.get('version'))})")
+        if cgroup.get("burst_us"):
+            text += f", burst {_text(cgroup.get('burst_us'))} µs"
+        parts.append(text)
+    if not parts:
+        cpus = limits.get("cpu_count")
+        parts.append("no CPU limit: the service may use every CPU"
+                     + (f" ({cpus})" if cpus is not None else ""))
+    return "; ".join(parts)
 
 
 def _text(value: Any) -> str:
@@ -180,63 +204,70 @@ def validation_error_page(request: Request, problems: Mapping[str, Any],
     return templates.TemplateResponse(
         request, "error.html",
         {"title": "Invalid request", "problems": list(problems.get("detail", [])),
-         "limits": flatten_limits(limits) if limits is not None else []},
+         **_limits_context(limits)},
         status_code=422)
+
+
+def _limits_context(limits: Mapping[str, Any] | None) -> dict[str, Any]:
+    if limits is None:
+        return {"limits": [], "limit_headline": ""}
+    return {"limits": flatten_limits(limits), "limit_headline": limit_headline(limits)}
 
 
 def register_pages(app: FastAPI, *, max_counter: int, limits: Limits,
                    checkpoint: Checkpoints | None = None,
+                   before_work: Callable[[], Any] | None = None,
                    server_timing: Timing | None = None) -> None:
     """Add ``/``, ``/pi`` and ``/api/pi`` to ``app``.
 
-    ``limits()`` is what ``/limits`` reports; ``checkpoint()`` gives the per-request
-    checkpoint of the in-process throttle (or None when it is off); ``server_timing(result,
-    throttle_ns)`` builds the Server-Timing header.
+    ``limits()`` is what ``/limits`` reports; ``checkpoint()`` gives one request's checkpoint
+    of the in-process throttle (None when it is off); ``before_work()`` is called just before
+    the loop (e.g. to sample the kernel's cpu.stat) and its value handed to
+    ``server_timing(result, throttle_ns, before)``, which builds the Server-Timing header.
     """
 
     counter_query = Query(DEFAULT_COUNTER, ge=0, le=max_counter,
                           description="pi series iterations; each one is timed")
 
-    def run(counter: int) -> tuple[PiResult, int | None]:
+    def run(counter: int) -> tuple[PiResult, int | None, dict[str, str]]:
+        before = before_work() if before_work is not None else None
         check = checkpoint() if checkpoint is not None else None
         if check is None:
-            return compute_pi(counter), None
-        paused = _PauseClock(check)
-        result = compute_pi(counter, checkpoint=paused)
-        return result, paused.paused_ns
-
-    def headers(result: PiResult, throttle_ns: int | None) -> dict[str, str]:
-        if server_timing is None:
-            return {}
-        return {"Server-Timing": server_timing(result, throttle_ns or 0)}
+            result, throttle_ns = compute_pi(counter), None
+        else:
+            paused = _PauseClock(check)
+            result, throttle_ns = compute_pi(counter, checkpoint=paused), paused.paused_ns
+        headers = ({"Server-Timing": server_timing(result, throttle_ns, before)}
+                   if server_timing is not None else {})
+        return result, throttle_ns, headers
 
     @app.get("/", response_class=HTMLResponse, summary="Landing page", include_in_schema=False)
     def landing(request: Request) -> HTMLResponse:
+        in_force = limits()
         return templates.TemplateResponse(request, "landing.html", {
-            "title": "throttle-lab",
-            "limits": flatten_limits(limits()),
+            "title": "throttle-lab", **_limits_context(in_force),
             "default_counter": DEFAULT_COUNTER, "max_counter": max_counter,
-            "max_iterations": limits().get("max_iterations"),
+            "max_iterations": in_force.get("max_iterations"),
         })
 
     @app.get("/pi", response_class=HTMLResponse,
              summary="Compute pi in `counter` timed iterations; show the gaps as a page")
     def pi_page(request: Request, counter: int = counter_query) -> HTMLResponse:
         # A sync route: FastAPI runs it in the threadpool, never on the event loop.
-        result, throttle_ns = run(counter)
+        result, throttle_ns, headers = run(counter)
         buckets = gap_buckets(result.histogram)
         pauses = summarize_pauses(buckets)
         times, gaps = gap_series(result)
         context = {
             "title": f"pi in {counter:,} iterations",
-            "limits": flatten_limits(limits()),
+            **_limits_context(limits()),
             "result": result,
             "error_abs": abs(result.error),
             "wall": _ms(result.wall_ns),
             "cpu": _ms(result.cpu_ns),
             "cpu_share": (f"{100 * result.cpu_ns / result.wall_ns:.0f}%"
                           if result.wall_ns else "n/a"),
-            "per_iteration_ns": (result.wall_ns / counter if counter else 0.0),
+            "cpu_per_iteration_ns": (result.cpu_ns / counter if counter else 0.0),
             "throttle": _ms(throttle_ns) if throttle_ns is not None else None,
             "pauses": pauses,
             "pause_text": describe_pauses(pauses, result.wall_ns),
@@ -245,15 +276,14 @@ def register_pages(app: FastAPI, *, max_counter: int, limits: Limits,
             "max_counter": max_counter,
             "math_pi": math.pi,
         }
-        return templates.TemplateResponse(request, "pi.html", context,
-                                          headers=headers(result, throttle_ns))
+        return templates.TemplateResponse(request, "pi.html", context, headers=headers)
 
     @app.get("/api/pi", summary="Compute pi in `counter` timed iterations; the gaps as JSON")
     def pi_api(counter: int = counter_query) -> JSONResponse:
-        result, throttle_ns = run(counter)
+        result, throttle_ns, headers = run(counter)
         buckets = gap_buckets(result.histogram)
         body = pi_body(result, buckets, summarize_pauses(buckets), throttle_ns)
-        return JSONResponse(body, headers=headers(result, throttle_ns))
+        return JSONResponse(body, headers=headers)
 
 
 class _PauseClock:

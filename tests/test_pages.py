@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 import httpx
 import pytest
 
-from service.pages import build_chart, describe_pauses, flatten_limits, templates
+from service.pages import build_chart, describe_pauses, flatten_limits, limit_headline, templates
 from service.pi import PauseSummary, leibniz_pi
 from tests.support import running_service
 
@@ -132,8 +132,9 @@ def test_limits_report_max_counter() -> None:
 def test_templates_escape_every_value() -> None:
     html = templates.get_template("error.html").render(
         title="t<i>", problems=[{"message": "<script>alert(1)</script>"}],
-        limits=[("name<b>", "value\"'&")])
+        limits=[("name<b>", "value\"'&")], limit_headline="<em>none</em>")
     assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "<em>" not in html and "&lt;em&gt;none" in html
     assert "name&lt;b&gt;" in html and "value&#34;&#39;&amp;" in html
     assert "t&lt;i&gt;" in html
 
@@ -164,3 +165,16 @@ def test_flatten_limits() -> None:
     assert rows == [("cpu_count", "2"), ("inprocess", "off"), ("cgroup.version", "1"),
                     ("cgroup.quota_us", "30000"), ("cgroup.burst", "none"), ("empty", "none"),
                     ("cpus", "0.3"), ("on", "yes")]
+
+
+def test_limit_headline() -> None:
+    assert limit_headline({"cpu_count": 2, "inprocess": None, "cgroup": None}) == (
+        "no CPU limit: the service may use every CPU (2)")
+    both = limit_headline({
+        "inprocess": {"cpu_limit_percent": 10.0, "cycle_ms": 100.0, "mode": "cfs"},
+        "cgroup": {"version": 1, "quota_us": 30000, "period_us": 100000, "burst_us": 0,
+                   "cpus": 0.3}})
+    assert both == ("in-process throttle: 10% of one CPU per 100 ms cycle (cfs mode); "
+                    "kernel CPU quota: 0.3 CPU (30000 µs per 100000 µs period, cgroup v1)")
+    # a cgroup without a quota is no limit
+    assert limit_headline({"cgroup": {"version": 1, "quota_us": None}}).startswith("no CPU limit")

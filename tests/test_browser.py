@@ -1,0 +1,132 @@
+"""The pages in a real browser: Debian's Chromium driven by Playwright, against a real server.
+
+Playwright cannot download its own browsers here, so it launches ``/usr/bin/chromium``
+(``apt-get install chromium``; scripts/install-system-deps.sh does it for CI). The pi page is
+loaded from a ``burn-service`` subprocess with the in-process throttle at 10% CPU, so the loop
+is paused every period and the page must show (and highlight) those pauses. Screenshots go to
+``pictures/`` for the README.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import ROOT, require, running_service, service_process
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Debian's Chromium, headless, as root, offline (see shared notes: machine.md)
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+PICTURES = ROOT / "pictures"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    require(CHROMIUM.exists(), f"needs Debian's Chromium at {CHROMIUM} "
+            "(apt-get install chromium; Playwright's own download is not used)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture()
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1000, "height": 900})
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+def only_own_requests(page: Any, base: str) -> list[str]:
+    """Record every URL the page fetches (a CDN or external asset would show up here)."""
+    urls: list[str] = []
+    page.on("request", lambda request: urls.append(request.url))
+    return urls
+
+
+def test_pi_page_shows_throttle_pauses_highlighted(page: Any) -> None:
+    with service_process(["--cpu-limit", "10"]) as (base, _proc):
+        urls = only_own_requests(page, base)
+        response = page.goto(base + "/pi?counter=100000", timeout=60_000)
+        assert response is not None and response.status == 200
+
+        summary = page.locator("#pause-summary").inner_text()
+        match = re.fullmatch(r"(\d+) pauses?, ([\d.,]+) ms of ([\d.,]+) ms", summary.strip())
+        assert match, summary
+        pauses = int(match.group(1))
+        assert pauses >= 1  # 10% CPU: ~50 ms of work is paused ~90 ms in every 100 ms period
+
+        rows = page.locator("#gaps tbody tr")
+        assert rows.count() >= 2
+        highlighted = page.locator("#gaps tbody tr.pause")
+        assert highlighted.count() >= 1
+        gaps = [int(t.replace(",", "")) for t in
+                page.locator("#gaps tbody tr td:first-child").all_inner_texts()]
+        assert gaps == sorted(gaps)
+        hot = [int(t.replace(",", "")) for t in
+               page.locator("#gaps tbody tr.pause td:first-child").all_inner_texts()]
+        assert hot == [g for g in gaps if g >= 1000]
+        assert max(hot) >= 20_000  # a throttle pause, not scheduling noise
+        counts = page.locator("#gaps tbody tr.pause td:nth-child(2)").all_inner_texts()
+        assert sum(int(c.replace(",", "")) for c in counts) == pauses
+        total = page.locator("#gaps tfoot th.num").inner_text()
+        assert total.replace(",", "") == "100000"
+
+        # the highlight is visible: a pause row is painted differently from a plain row
+        plain_bg = rows.first.locator("td").first.evaluate(
+            "el => getComputedStyle(el).backgroundColor")
+        hot_bg = highlighted.first.locator("td").first.evaluate(
+            "el => getComputedStyle(el).backgroundColor")
+        assert hot_bg != plain_bg
+        assert page.locator("#gap-chart circle.pause").count() >= 1
+        headline = page.locator("#limit-headline").inner_text()
+        assert "in-process throttle: 10% of one CPU per 100 ms cycle (cfs mode)" in headline
+
+        PICTURES.mkdir(exist_ok=True)
+        page.screenshot(path=str(PICTURES / "pi-page.png"), full_page=True)
+    assert urls and all(u.startswith(base + "/") for u in urls), urls
+
+
+def test_landing_page_form_leads_to_the_pi_page(page: Any) -> None:
+    with running_service(max_counter=1_000_000) as base:
+        urls = only_own_requests(page, base)
+        page.goto(base + "/")
+        assert page.locator("h1").inner_text().startswith("throttle-lab")
+        for link in ("/docs", "/metrics", "/limits"):
+            assert page.locator(f'a[href="{link}"]').count() >= 1
+        assert page.locator("#limit-headline").inner_text().strip()
+        assert "max_counter" not in page.locator("#limits").inner_text()  # folded away
+        page.click("#limits summary")
+        assert "max_counter\n1000000" in page.locator("#limits dl").inner_text()
+        PICTURES.mkdir(exist_ok=True)
+        page.screenshot(path=str(PICTURES / "landing-page.png"), full_page=True)
+
+        page.fill('input[name="counter"]', "3000")
+        with page.expect_navigation():
+            page.click('form[action="/pi"] button')
+        assert page.url == base + "/pi?counter=3000"
+        assert page.locator("#gaps tfoot th.num").inner_text().replace(",", "") == "3000"
+    assert urls and all(u.startswith(base + "/") for u in urls), urls
+
+
+def test_bad_counter_shows_a_readable_422_page(page: Any) -> None:
+    with running_service(max_counter=5000) as base:
+        response = page.goto(base + "/pi?counter=%3Cb%3Ebold%3C%2Fb%3E")
+        assert response is not None and response.status == 422
+        text = page.locator("main").inner_text()
+        assert "counter must be an integer in [0, 5000]" in text
+        assert "bold" not in page.content()
+        assert page.locator("main b").count() == 0
