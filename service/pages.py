@@ -146,6 +146,11 @@ class Chart:
     x_max_label: str       # the time at the right end
     threshold_label: str
 
+    @property
+    def zero_label_fits(self) -> bool:
+        """The y axis' "0" would not overlap the threshold's label."""
+        return self.bottom - self.threshold_y >= 12
+
 
 def build_chart(times_ns: Iterable[int], gaps_ns: Iterable[int], wall_ns: int,
                 threshold_us: int = PAUSE_THRESHOLD_US, width: int = 640,

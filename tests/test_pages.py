@@ -155,6 +155,7 @@ def test_build_chart_marks_only_pauses_and_keeps_small_gaps_flat() -> None:
     assert chart.stems.count("M") == 3 and chart.x_max_label == "30.0 ms"
     quiet = build_chart([1_000_000], [40_000], wall_ns=1_000_000)
     assert quiet.pauses == [] and quiet.y_max_label == "2.00 ms"  # twice the 1 ms threshold
+    assert quiet.zero_label_fits and not chart.zero_label_fits  # 1 ms of 99 ms: too close
     assert build_chart([], [], wall_ns=0).stems == ""
 
 
