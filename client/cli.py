@@ -1,10 +1,12 @@
 """``http-timing``: a drop-in for the original ``http-timing.py``, plus ``plot`` and ``report``.
 
     http-timing [run] [--url URL] [--iterations N] [--requests N] ...   time requests, save raw data
+                [--concurrency C | --rate R --duration D]               closed / open loop
     http-timing plot FILE...                                            redraw pictures
     http-timing report FILE [--json] [--predict]                        statistics, throttling
     http-timing predict --service-ms S --cpus X                         the quota model
     http-timing compare A B C... [-o PICTURE]                           runs side by side
+    http-timing sweep --cpus 1,0.3,0.1 --backend kernel|inprocess|docker start, time, compare
 
 Run, raw data file, report/plot: each step usable alone (the shape of vegeta's run/report/plot).
 """
@@ -72,7 +74,8 @@ def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Time HTTP requests one after another and keep every request as raw data. "
-        "Other commands: 'http-timing plot FILE...', 'http-timing report FILE'.",
+        "Other commands: 'http-timing plot FILE...', 'http-timing report FILE', "
+        "'http-timing sweep --cpus 1,0.3,0.1' (see each one's --help).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--url", default=DEFAULT_URL, help=f"URL to time (default {DEFAULT_URL})")
