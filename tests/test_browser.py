@@ -3,12 +3,14 @@
 Playwright cannot download its own browsers here, so it launches ``/usr/bin/chromium``
 (``apt-get install chromium``; scripts/install-system-deps.sh does it for CI). The pi page is
 loaded from a ``burn-service`` subprocess with the in-process throttle at 10% CPU, so the loop
-is paused every period and the page must show (and highlight) those pauses. Screenshots go to
-``pictures/`` for the README.
+is paused every period and the page must show (and highlight) those pauses. Screenshots are
+taken every run (a page that cannot render fails); they replace the README's pictures in
+``pictures/`` only with ``THROTTLE_LAB_UPDATE_PICTURES=1``, so `make test` leaves the tree clean.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +26,14 @@ CHROMIUM = Path("/usr/bin/chromium")
 # Debian's Chromium, headless, as root, offline (see shared notes: machine.md)
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-PICTURES = ROOT / "pictures"
+UPDATE_PICTURES = os.environ.get("THROTTLE_LAB_UPDATE_PICTURES") == "1"
+
+
+def screenshot(page: Any, name: str, tmp_path: Path) -> None:
+    folder = ROOT / "pictures" if UPDATE_PICTURES else tmp_path
+    folder.mkdir(exist_ok=True)
+    page.screenshot(path=str(folder / name), full_page=True)
+    assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +66,7 @@ def only_own_requests(page: Any, base: str) -> list[str]:
     return urls
 
 
-def test_pi_page_shows_throttle_pauses_highlighted(page: Any) -> None:
+def test_pi_page_shows_throttle_pauses_highlighted(page: Any, tmp_path: Path) -> None:
     with service_process(["--cpu-limit", "10"]) as (base, _proc):
         urls = only_own_requests(page, base)
         response = page.goto(base + "/pi?counter=100000", timeout=60_000)
@@ -95,12 +104,11 @@ def test_pi_page_shows_throttle_pauses_highlighted(page: Any) -> None:
         headline = page.locator("#limit-headline").inner_text()
         assert "in-process throttle: 10% of one CPU per 100 ms cycle (cfs mode)" in headline
 
-        PICTURES.mkdir(exist_ok=True)
-        page.screenshot(path=str(PICTURES / "pi-page.png"), full_page=True)
+        screenshot(page, "pi-page.png", tmp_path)
     assert urls and all(u.startswith(base + "/") for u in urls), urls
 
 
-def test_landing_page_form_leads_to_the_pi_page(page: Any) -> None:
+def test_landing_page_form_leads_to_the_pi_page(page: Any, tmp_path: Path) -> None:
     with running_service(max_counter=1_000_000) as base:
         urls = only_own_requests(page, base)
         page.goto(base + "/")
@@ -111,8 +119,7 @@ def test_landing_page_form_leads_to_the_pi_page(page: Any) -> None:
         assert "max_counter" not in page.locator("#limits").inner_text()  # folded away
         page.click("#limits summary")
         assert "max_counter\n1000000" in page.locator("#limits dl").inner_text()
-        PICTURES.mkdir(exist_ok=True)
-        page.screenshot(path=str(PICTURES / "landing-page.png"), full_page=True)
+        screenshot(page, "landing-page.png", tmp_path)
 
         page.fill('input[name="counter"]', "3000")
         with page.expect_navigation():
