@@ -20,7 +20,6 @@ import platform
 import signal
 import socket
 import sys
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -149,6 +148,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RawDataError, ExplainError) as exc:
         print(f"http-timing: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # the reader of our output went away (`... | head`)
+        _silence_stdout()
+        return EXIT_OK
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so later prints (and Python's exit flush) do not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 class _Terminated(KeyboardInterrupt):
@@ -195,7 +204,11 @@ def command_run(argv: list[str]) -> int:
     def on_record(record: RequestRecord) -> None:
         writer.write(record)
         if not opts.quiet:
-            print(format_line(record), flush=True)
+            try:
+                print(format_line(record), flush=True)
+            except BrokenPipeError:  # `http-timing | head`: keep measuring and saving, quietly
+                _silence_stdout()
+                opts.quiet = True
         progress.advance(record)
 
     outcome = RunOutcome()

@@ -14,19 +14,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
+from typing import TYPE_CHECKING
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter  # noqa: E402
+import numpy as np
 
-from client.detect import Detection, detect  # noqa: E402
-from client.model import limit_from_metadata  # noqa: E402
-from client.plot import COLOURS  # noqa: E402
-from client.rawdata import Run  # noqa: E402
-from client.stats import summarize  # noqa: E402
+from client.detect import Detection, detect
+from client.model import limit_from_metadata
+from client.plot import COLOURS, pyplot
+from client.rawdata import Run
+from client.stats import summarize
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = ["ComparisonRow", "compare_runs", "draw_detected", "format_markdown", "format_table",
            "limit_label", "plot_comparison", "plot_overlay", "save_comparison", "sequential"]
@@ -127,6 +126,8 @@ def _style_cdf(ax: Axes, all_latencies: Sequence[float]) -> None:
     ax.set_ylabel("fraction of requests at or below", fontsize=12)
     positive = [v for v in all_latencies if v > 0]
     if positive and max(positive) / min(positive) > 5:
+        from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(ScalarFormatter())
@@ -171,6 +172,7 @@ def plot_comparison(runs: Sequence[Run], out: Path, title: str | None = None) ->
     if not runs:
         raise ValueError("no runs to compare")
     n = len(runs)
+    plt = pyplot()
     fig = plt.figure(figsize=(15, max(5.0, 2.6 * n + 1.2)), dpi=100)
     try:
         grid = fig.add_gridspec(n, 2, width_ratios=(2.2, 1))
@@ -222,6 +224,7 @@ def save_comparison(runs: Sequence[Run], out: Path,
 def plot_overlay(measured: Run, predicted: Sequence[tuple[str, Run]], detection: Detection,
                  out: Path, title: str | None = None) -> Path:
     """The measured run's dots and each prediction's (hollow) on one time axis, and all CDFs."""
+    plt = pyplot()
     fig, (ax, cdf_ax) = plt.subplots(1, 2, figsize=(15, 6.5), dpi=100,
                                      gridspec_kw={"width_ratios": (2.2, 1)})
     try:

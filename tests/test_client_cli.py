@@ -170,3 +170,15 @@ def test_server_dying_mid_run_is_recorded_and_run_ends(tmp_path: Path) -> None:
     rows = read_rows(tmp_path / "raw-data" / "die.csv")
     assert rows[0]["status"] == "200"
     assert [r["status"] for r in rows[-5:]] == ["0"] * 5 and rows[-1]["error"]
+
+
+def test_output_piped_into_head_is_no_traceback_and_keeps_the_data(tmp_path: Path) -> None:
+    with running_service() as base:
+        result = subprocess.run(
+            f'"{BIN / "http-timing"}" --url {base}/cpuBurnFlow --iterations 100 --requests 40 '
+            f'--name piped --no-plot | head -2; echo "rc=${{PIPESTATUS[0]}}"',
+            shell=True, executable="/bin/bash", cwd=tmp_path, capture_output=True, text=True,
+            timeout=120)
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
+    assert len(result.stdout.splitlines()) == 3 and result.stdout.endswith("rc=0\n")
+    assert len(read_rows(tmp_path / "raw-data" / "piped.csv")) == 40
