@@ -19,7 +19,7 @@ __all__ = ["ENV_PREFIX", "Settings", "SettingsError", "env_name", "option_fields
 
 ENV_PREFIX = "BURN_SERVICE_"
 
-# A burn iteration costs about 0.7-1 microsecond of CPU on a current x86 core, so the
+# A burn iteration costs about 1 microsecond of CPU on a current x86 core, so the
 # default 5000 iterations take about 5 ms, like the original flow; 5,000,000 is a few seconds.
 DEFAULT_MAX_ITERATIONS = 5_000_000
 # A timed pi iteration (service.pi) costs about 0.3-0.5 microsecond, so 5,000,000 take
