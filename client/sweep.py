@@ -32,15 +32,11 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any
-
-import httpx
+from typing import Any
 
 from client import __version__
 from client.cli import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK, CliError,
@@ -51,22 +47,19 @@ from client.load import LoadPlan, LoadPlanError, time_plan
 from client.plot import plot_run
 from client.progress import RunProgress
 from client.rawdata import RequestRecord, Run, RunWriter, write_metadata
+from client.service import Service, ServiceError, burn_service_path, free_port
 from client.stats import summarize
 from client.throughput import format_throughput_table, throughput_row
 from client.timing import RunOutcome, build_url, fetch_limits
 
-__all__ = ["BACKENDS", "DEFAULT_IMAGE", "Service", "ServiceError", "build_sweep_parser",
-           "command_sweep", "cpus_label", "docker_problem", "kernel_quota_problem",
-           "parse_cpus", "resolve_backend", "run_name", "service_argv", "sweep_stem"]
+__all__ = ["BACKENDS", "DEFAULT_IMAGE", "build_sweep_parser", "command_sweep", "cpus_label",
+           "docker_problem", "kernel_quota_problem", "parse_cpus", "resolve_backend", "run_name",
+           "service_argv", "sweep_stem"]
 
 BACKENDS = ("auto", "kernel", "inprocess", "docker")
 DEFAULT_IMAGE = "throttle-lab:latest"  # docker/compose.yaml's default; THROTTLE_LAB_IMAGE wins
 CONTAINER_PORT = 7800                  # the image's BURN_SERVICE_PORT
 DEFAULT_REQUESTS = 100
-
-
-class ServiceError(RuntimeError):
-    """The service could not be started or did not become healthy (one line, with its log)."""
 
 
 # --- pure: options, names, commands -------------------------------------------------------
@@ -191,159 +184,6 @@ def resolve_backend(backend: str) -> tuple[str, str | None]:
     return ("inprocess", problem) if problem else ("kernel", None)
 
 
-def _burn_service() -> str:
-    """The ``burn-service`` next to this Python (the venv's), else the one on PATH."""
-    beside = Path(sys.executable).parent / "burn-service"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("burn-service")
-    if found is None:
-        raise CliError("burn-service not found next to this Python nor on PATH "
-                       "(pip install -e . installs it)")
-    return found
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _option(argv: Sequence[str], flag: str) -> str | None:
-    """The value after ``flag`` in ``argv`` (None when absent)."""
-    for i, item in enumerate(argv[:-1]):
-        if item == flag:
-            return argv[i + 1]
-    return None
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    tail = " | ".join(lines[-3:])
-    return tail[-limit:]
-
-
-# --- the service under one limit ----------------------------------------------------------
-
-class Service:
-    """The burn service under one limit: a process (kernel, inprocess) or a container (docker).
-
-    ``start()`` returns once ``/healthz`` answers; ``stop()`` ends exactly what was started,
-    by pid or container id, and is safe to call twice. Use as a context manager.
-    """
-
-    def __init__(self, argv: Sequence[str], port: int, *, docker: bool = False,
-                 health_timeout: float = 60.0) -> None:
-        self.argv = list(argv)
-        self.port = port
-        self.docker = docker
-        self.health_timeout = health_timeout
-        self.base_url = f"http://127.0.0.1:{port}"
-        self.pid: int | None = None
-        self.container: str | None = None
-        self.container_name = _option(self.argv, "--name") if docker else None
-        self._started = False
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-
-    def describe(self) -> dict[str, Any]:
-        return {"command": self.argv, "pid": self.pid, "container": self.container,
-                "url": self.base_url}
-
-    def start(self) -> Service:
-        self._started = True
-        if self.docker:
-            done = subprocess.run(self.argv, capture_output=True, text=True, timeout=120)
-            if done.returncode != 0:
-                raise ServiceError(f"docker run failed: {_one_line(done.stderr or done.stdout)}")
-            self.container = done.stdout.strip().splitlines()[-1]
-        else:
-            self._log = tempfile.TemporaryFile(prefix="burn-service-")
-            self._proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL)
-            self.pid = self._proc.pid
-        self._wait_healthy()
-        return self
-
-    def _exited(self) -> str | None:
-        """Why the service is gone, or None while it runs."""
-        if self._proc is not None and self._proc.poll() is not None:
-            return f"exited with {self._proc.returncode}"
-        if self.container is not None:
-            state = subprocess.run(["docker", "inspect", "--format", "{{.State.Status}}",
-                                    self.container], capture_output=True, text=True, timeout=20)
-            if state.returncode != 0 or state.stdout.strip() in ("exited", "dead"):
-                return f"container {self.container[:12]} stopped"
-        return None
-
-    def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.health_timeout
-        next_check = 0.0
-        while True:
-            try:
-                if httpx.get(self.base_url + "/healthz", timeout=2.0).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            now = time.monotonic()
-            if now >= next_check:  # docker inspect is slow: look every second
-                gone = self._exited()
-                if gone:
-                    raise ServiceError(f"the service {gone} before it was healthy: "
-                                       f"{_one_line(self.log())}")
-                next_check = now + 1.0
-            if now > deadline:
-                raise ServiceError(f"the service did not answer {self.base_url}/healthz within "
-                                   f"{self.health_timeout:g} s: {_one_line(self.log())}")
-            time.sleep(0.1)
-
-    def log(self) -> str:
-        """What the service printed (for error messages)."""
-        if self._log is not None and not self._log.closed:
-            self._log.seek(0)
-            return self._log.read().decode("utf-8", "replace")
-        if self.container is not None:
-            logs = subprocess.run(["docker", "logs", self.container], capture_output=True,
-                                  text=True, timeout=20)
-            return logs.stdout + logs.stderr
-        return ""
-
-    def stop(self) -> str:
-        """Stop what was started; returns the service's last words (e.g. the cgroup summary)."""
-        words = ""
-        if self._proc is not None:
-            proc, self._proc = self._proc, None
-            if proc.poll() is None:
-                # burn-service --cpus forwards it to the service and removes its cgroup
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            words = self.log()
-        if self.docker and self._started:
-            # by its id; by the unique name we gave it if `docker run` was cut short
-            container, self.container = self.container or self.container_name, None
-            if container:
-                subprocess.run(["docker", "stop", "--time", "5", container],
-                               capture_output=True, timeout=60)
-                subprocess.run(["docker", "rm", "--force", container], capture_output=True,
-                               timeout=60)
-            self._started = False
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return words
-
-    def __enter__(self) -> Service:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
-
-
 # --- the command ----------------------------------------------------------------------------
 
 def build_sweep_parser() -> argparse.ArgumentParser:
@@ -410,7 +250,10 @@ def command_sweep(argv: list[str]) -> int:
                        "(no root needed) or docker")
     if backend == "docker" and (problem := docker_problem(image)):
         raise CliError(f"--backend docker cannot work here: {problem}")
-    burn_service = _burn_service() if backend != "docker" else "burn-service"
+    try:
+        burn_service = burn_service_path() if backend != "docker" else "burn-service"
+    except ServiceError as exc:
+        raise CliError(str(exc)) from None
 
     if why_not_kernel:
         print(f"sweep: in-process throttle (no kernel quota here: {why_not_kernel})")
@@ -424,7 +267,7 @@ def command_sweep(argv: list[str]) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         for index, cpus in enumerate(cpus_list, start=1):
-            port = _free_port()
+            port = free_port()
             service = Service(
                 service_argv(backend, cpus, port, burn_service=burn_service, image=image,
                              container_name=f"throttle-lab-sweep-{os.getpid()}-{index}"),

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from client.rawdata import read_run
-from client.sweep import (Service, ServiceError, check_limits, cpus_label, parse_cpus,
-                          resolve_backend, run_name, service_argv, sweep_stem)
+from client.service import Service, ServiceError
+from client.sweep import (check_limits, cpus_label, parse_cpus, resolve_backend, run_name,
+                          service_argv, sweep_stem)
 from tests.support import BIN, free_port, require_kernel_quota
 
 PNG = b"\x89PNG\r\n\x1a\n"
