@@ -30,10 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -52,12 +49,11 @@ sys.path.insert(0, str(ROOT))
 from client.load import time_closed_loop  # noqa: E402
 from client.plot import plot_run  # noqa: E402
 from client.rawdata import RequestRecord, Run, RunWriter, write_metadata  # noqa: E402
+from client.service import Service, ServiceError  # noqa: E402
 from client.stats import summarize  # noqa: E402
 from client.timing import time_sequential  # noqa: E402
 from service.cgroup import (locate_cpu_controller, move_pid, remove_group,  # noqa: E402
                             unique_group_name)
-
-BIN = Path(sys.executable).parent
 
 
 @contextmanager
@@ -84,36 +80,11 @@ def shielded(shares: int) -> Iterator[Path]:
 def burn_service(*args: str) -> Iterator[str]:
     """``burn-service ARGS`` on a free port; stopped by its pid at the end (a child inherits
     this process's cgroup, so with ``--cpu-shares`` it starts inside the shield)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([str(BIN / "burn-service"), "--port", str(port), "--log-level",
-                             "warning", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"burn-service {' '.join(args)} exited with {proc.returncode}")
-            try:
-                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit("burn-service did not become healthy in 60 s")
-            time.sleep(0.05)
-        yield base
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        with Service.local(args) as service:
+            yield service.base_url
+    except ServiceError as exc:
+        raise SystemExit(f"burn-service {' '.join(args)}: {exc}") from None
 
 
 def scrape(base: str) -> dict[str, float]:

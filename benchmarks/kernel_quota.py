@@ -22,11 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,54 +31,24 @@ import httpx
 import numpy as np
 
 from client.rawdata import RequestRecord
+from client.service import Service, ServiceError
 from client.stats import summarize
 from client.timing import time_sequential
-
-BIN = Path(sys.executable).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
 def _service(cpus: float | None) -> Iterator[str]:
-    port = _free_port()
-    args = [str(BIN / "burn-service"), "--port", str(port), "--log-level", "warning"]
-    if cpus is not None:
-        args += ["--cpus", str(cpus)]
-    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
+    service = Service.local(["--cpus", str(cpus)] if cpus is not None else [],
+                            health_timeout=120)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                error = proc.stderr.read() if proc.stderr else ""
-                raise SystemExit(f"burn-service exited: {error}")
-            try:
-                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit("burn-service did not start in 120 s")
-            time.sleep(0.1)
-        yield base
+        service.start()
+        yield service.base_url
+    except ServiceError as exc:
+        raise SystemExit(f"burn-service: {exc}") from None
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc.stderr is not None:
-            summary = proc.stderr.read().strip().splitlines()
-            if summary:
-                print(f"  # {summary[-1]}", file=sys.stderr)
-            proc.stderr.close()
+        summary = service.stop().strip().splitlines()
+        if summary:
+            print(f"  # {summary[-1]}", file=sys.stderr)
 
 
 def _set_weight(limits: dict[str, object] | None, shares: int) -> None:

@@ -23,9 +23,6 @@ import argparse
 import asyncio
 import os
 import re
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -37,9 +34,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from client.service import Service, ServiceError
 from client.stats import percentile
-
-BIN = Path(sys.executable).parent
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -142,45 +138,15 @@ async def run_level(host: str, port: int, target: str, concurrency: int,
 
 # ----------------------------------------------------------------------------- the service
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def _service(extra_args: Sequence[str]) -> Iterator[tuple[str, int]]:
     """``burn-service`` on a free port; yields (base URL, pid); stopped by its pid."""
-    port = _free_port()
-    proc = subprocess.Popen([str(BIN / "burn-service"), "--port", str(port),
-                             "--log-level", "warning", *extra_args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                error = proc.stderr.read() if proc.stderr else ""
-                raise SystemExit(f"burn-service exited: {error.strip()}")
-            try:
-                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit("burn-service did not become healthy in 60 s")
-            time.sleep(0.05)
-        yield base, proc.pid
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        with Service.local(extra_args) as service:
+            assert service.pid is not None
+            yield service.base_url, service.pid
+    except ServiceError as exc:
+        raise SystemExit(f"burn-service: {exc}") from None
 
 
 # ----------------------------------------------------------------------------- command line

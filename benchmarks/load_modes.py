@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -30,12 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from client.load import LoadPlan, time_plan  # noqa: E402
 from client.rawdata import RequestRecord  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from client.service import Service, ServiceError  # noqa: E402
 
 
 def _row(label: str, records: Sequence[RequestRecord]) -> str:
@@ -70,21 +62,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--iterations", type=int, default=0)
     args = parser.parse_args(argv)
-    port = _free_port()
-    burn_service = Path(sys.executable).parent / "burn-service"
-    proc = subprocess.Popen([str(burn_service), "--port", str(port), "--log-level", "warning"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise SystemExit("burn-service did not start") from None
-                time.sleep(0.1)
+        service = Service.local(health_timeout=30).start()
+    except ServiceError as exc:
+        raise SystemExit(f"burn-service: {exc}") from None
+    try:
+        base = service.base_url
         url = f"{base}/cpuBurnFlow?iterations={args.iterations}"
         time_plan(url, LoadPlan.from_options(requests=20), lambda r: None)  # warm-up
         print(f"{args.requests} requests of {url.split('/', 3)[-1]}, load average "
@@ -106,8 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nThe paced baseline is a plain loop that sleeps between requests: what an idle "
               "server (and CPU) costs to wake, which every open loop pays too.")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=15)
+        service.stop()
     return 0
 
 

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
-import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -30,10 +28,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from client.service import Service, ServiceError  # noqa: E402
 from service.pi import measure_overhead  # noqa: E402
-from tests.support import free_port, wait_healthy  # noqa: E402
-
-BIN = Path(sys.executable).parent
 
 
 def service_args(limit: str) -> list[str] | None:
@@ -52,24 +48,11 @@ def service_args(limit: str) -> list[str] | None:
 
 @contextmanager
 def burn_service(args: Sequence[str]) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen([str(BIN / "burn-service"), "--port", str(port), "--log-level",
-                             "warning", "--max-counter", "100000000", *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    base = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(base, timeout=30, proc=proc)
-        yield base
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        with Service.local(["--max-counter", "100000000", *args], health_timeout=30) as service:
+            yield service.base_url
+    except ServiceError as exc:
+        raise SystemExit(f"burn-service {' '.join(args)}: {exc}") from None
 
 
 def measure(base: str, counter: int, requests: int) -> list[dict[str, float]]:
