@@ -1,13 +1,14 @@
 """Sustained throughput of a small burn under concurrent load, and the service's memory.
 
     .venv/bin/python benchmarks/load.py [--iterations 100] [--levels 1 4 16 64]
-                                        [--duration 5] [--max-concurrent N]
+                                        [--duration 5] [--max-concurrent N] [--max-queued Q]
                                         [--url http://HOST:PORT --pid PID]
 
 It starts ``burn-service`` (unless ``--url`` names a running one), then for each concurrency
 level keeps that many keep-alive connections busy with ``GET /cpuBurnFlow?iterations=N`` for
 ``--duration`` seconds and prints one Markdown table row: answers per second, successful
-(200) requests per second, 503s from the concurrency cap (``--max-concurrent``), p50/p99/max
+(200) requests per second, 503s from the concurrency cap (beyond ``--max-concurrent`` in flight
+and ``--max-queued`` waiting), p50/p99/max
 latency of the 200s, and the service's resident memory (VmRSS) after the level. The memory
 before the first level and after the last (and the peak, VmHWM) follow the table.
 
@@ -160,6 +161,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds of warm-up first")
     parser.add_argument("--max-concurrent", type=int, default=None,
                         help="passed to the burn-service it starts (default: its own)")
+    parser.add_argument("--max-queued", type=int, default=None,
+                        help="passed to the burn-service it starts (default: its own)")
     parser.add_argument("--url", help="measure a running service instead of starting one")
     parser.add_argument("--pid", type=int, help="with --url: its pid, to read its memory")
     args = parser.parse_args(argv)
@@ -181,7 +184,8 @@ def measure(base: str, pid: int | None, args: argparse.Namespace) -> int:
     asyncio.run(run_level(host, port, target, max(args.levels), args.warmup))
     after_warmup = rss()
     print(f"burn-service at {base}: GET {target}, {args.duration:g} s per level, "
-          f"max_concurrent={limits.get('max_concurrent')}, workers={limits.get('workers')}, "
+          f"max_concurrent={limits.get('max_concurrent')}, "
+          f"max_queued={limits.get('max_queued')}, workers={limits.get('workers')}, "
           f"cpu_count={limits.get('cpu_count')}; load generator: this process (asyncio, "
           f"one request in flight per connection), on the same machine\n")
     print(HEADER)
@@ -215,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra = ["--max-iterations", str(max(args.iterations, 1))]
     if args.max_concurrent is not None:
         extra += ["--max-concurrent", str(args.max_concurrent)]
+    if args.max_queued is not None:
+        extra += ["--max-queued", str(args.max_queued)]
     with _service(extra) as (base, pid):
         return measure(base, pid if os.path.exists(f"/proc/{pid}") else None, args)
 

@@ -20,7 +20,7 @@ from service.burn import burn
 from service.cgroup import CpuStat, CpuStatProbe, limit_in_force
 from service.config import Settings
 from service.errors import install_error_handlers
-from service.guard import install_guard, resolve_max_concurrent
+from service.guard import install_guard, resolve_max_concurrent, resolve_max_queued
 from service.metrics import install_metrics
 from service.pages import register_pages, validation_error_page, wants_page
 from service.throttle import Throttle
@@ -111,9 +111,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
              **kernel_throttling(kernel, before)}),
     )
     # last, once every route exists: JSON/HTML errors and a logged 500, then the cap on CPU
-    # work (503 + Retry-After beyond --max-concurrent), innermost, and a query-free access log
+    # work (a waiting line beyond --max-concurrent, 503 + Retry-After beyond --max-queued),
+    # innermost, and a query-free access log
     install_error_handlers(app)
-    install_guard(app, resolve_max_concurrent(settings))
+    install_guard(app, resolve_max_concurrent(settings), resolve_max_queued(settings))
     install_access_log_filter(getattr(route, "path", "") for route in app.routes)
     return app
 
@@ -140,6 +141,7 @@ def describe_limits(settings: Settings) -> dict[str, Any]:
         "max_iterations": settings.max_iterations,
         "max_counter": settings.max_counter,
         "max_concurrent": resolve_max_concurrent(settings),
+        "max_queued": resolve_max_queued(settings),
         "workers": settings.workers,
         "inprocess": ({"cpu_limit_percent": settings.cpu_limit, "cycle_ms": settings.throttle_cycle,
                        "mode": settings.throttle_mode} if settings.cpu_limit > 0 else None),

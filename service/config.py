@@ -53,9 +53,14 @@ class Settings:
     max_counter: int = _opt(DEFAULT_MAX_COUNTER,
                             "largest allowed ?counter= of /pi and /api/pi", minimum=0)
     max_concurrent: int = _opt(0, "most requests doing CPU work (/cpuBurnFlow, /pi, /api/pi) at "
-                               "once in each worker process; more get 503 with Retry-After "
+                               "once in each worker process; more wait in line (--max-queued) "
                                "(see service.guard); 0 = 2 x CPUs shared out across --workers",
                                minimum=0, maximum=100_000)
+    max_queued: int = _opt(0, "most requests beyond --max-concurrent that wait (first come, "
+                           "first served, no CPU used) for a slot in each worker process; more "
+                           "get 503 with Retry-After at once; 0 = 8 x the resolved "
+                           "--max-concurrent; -1 = no waiting line", minimum=-1,
+                           maximum=1_000_000)
     cpus: float = _opt(0.0, "run under a real kernel CPU quota of this many CPUs, like docker "
                        "--cpus (a cgroup made and removed by a supervisor, see cpu-quota; needs "
                        "root); 0 = none", minimum=0, maximum=1024)

@@ -124,7 +124,8 @@ def test_max_failures_zero_records_every_failed_request(tmp_path: Path) -> None:
 
 
 def test_a_concurrent_run_records_the_cap_503s_as_answers(tmp_path: Path) -> None:
-    with running_service(max_concurrent=1) as base:
+    # 1 slot and 2 places in line for 6 clients: the other 3 are turned away at once
+    with running_service(max_concurrent=1, max_queued=2) as base:
         result = subprocess.run(
             [str(BIN / "http-timing"), "--url", base + "/cpuBurnFlow", "--iterations", "20000",
              "--concurrency", "6", "--requests", "60", "--name", "capped", "--quiet",

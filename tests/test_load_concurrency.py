@@ -1,8 +1,10 @@
 """A flood on a real ``burn-service``: dozens of concurrent clients on every endpoint for
-several seconds, with a small ``--max-concurrent``. Only the expected answers come back
+several seconds, with a small ``--max-concurrent`` and a small waiting line (``--max-queued``),
+so that the line fills and some requests are turned away. Only the expected answers come back
 (200 / 503 on the CPU routes, 422 / 503 for deliberately bad input, 200 elsewhere, 404 for an
-unknown path), the cap holds (the service's own counters agree exactly with what the clients
-saw), and the service's memory stays put. Speed is measured by benchmarks/load.py, not here."""
+unknown path), the cap and the line hold (the service's own counters agree exactly with what
+the clients saw), and the service's memory stays put. Speed is measured by benchmarks/load.py,
+not here."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from tests.support import require, service_process
 
 CLIENTS = 48
 MAX_CONCURRENT = 2
+MAX_QUEUED = 6  # far fewer than the clients: the line fills and the rest get 503
 WARMUP_S = 2.0
 DURATION_S = 6.0
 RSS_GROWTH_LIMIT_KIB = 40 * 1024  # generous: the service's RSS is ~60-90 MiB
@@ -106,7 +109,8 @@ def _metric(text: str, name: str) -> float:
 
 def test_a_flood_on_every_endpoint_gets_only_expected_answers_and_bounded_work() -> None:
     require(sys.platform.startswith("linux"), "reads the service's memory from /proc")
-    args = ["--max-concurrent", str(MAX_CONCURRENT), "--max-iterations", "100000",
+    args = ["--max-concurrent", str(MAX_CONCURRENT), "--max-queued", str(MAX_QUEUED),
+            "--max-iterations", "100000",
             "--max-counter", "100000"]
     with service_process(args) as (base, proc):
         warmup = Tally()
@@ -129,7 +133,7 @@ def test_a_flood_on_every_endpoint_gets_only_expected_answers_and_bounded_work()
     answered = Counter(name for name, _ in tally.answers.elements())
     assert all(answered[k.name] >= 5 for k in KINDS), answered  # every endpoint was hit
 
-    # the cap was reached and held: some 503s, and every CPU route still did work
+    # the cap and the line were reached and held: some 503s, and every CPU route still did work
     total = warmup.answers + tally.answers
     rejected = sum(n for (name, status), n in total.items() if status == 503)
     admitted = sum(n for (name, status), n in total.items()
@@ -144,6 +148,11 @@ def test_a_flood_on_every_endpoint_gets_only_expected_answers_and_bounded_work()
     assert _metric(metrics, "throttle_lab_concurrency_limit") == MAX_CONCURRENT
     assert _metric(metrics, "throttle_lab_concurrency_peak") <= MAX_CONCURRENT
     assert _metric(metrics, "throttle_lab_concurrency_in_flight") == 0
+    assert _metric(metrics, "throttle_lab_concurrency_queue_limit") == MAX_QUEUED
+    assert 0 < _metric(metrics, "throttle_lab_concurrency_queued_peak") <= MAX_QUEUED
+    assert _metric(metrics, "throttle_lab_concurrency_queued") == 0
+    assert _metric(metrics, "throttle_lab_concurrency_abandoned_total") == 0  # nobody hung up
+    assert _metric(metrics, "throttle_lab_concurrency_queue_wait_seconds_count") > 0
     assert _metric(metrics, "throttle_lab_concurrency_rejected_total") == rejected
     assert _metric(metrics, "throttle_lab_concurrency_admitted_total") == admitted
 
