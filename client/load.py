@@ -30,14 +30,11 @@ from typing import Any
 
 import httpx
 
-from client import __version__
 from client.rawdata import RequestRecord
-from client.servertiming import server_fields
-from client.timing import RunOutcome, time_sequential
+from client.timing import RunOutcome, request_headers, send_timed, time_sequential
 
 __all__ = ["DEFAULT_REQUESTS", "MODES", "LoadPlan", "LoadPlanError", "intended_send_ns",
-           "open_loop_workers", "send_timed", "time_closed_loop", "time_open_loop",
-           "time_plan"]
+           "open_loop_workers", "time_closed_loop", "time_open_loop", "time_plan"]
 
 MODES = ("sequential", "closed-loop", "open-loop")
 DEFAULT_REQUESTS = 100
@@ -125,27 +122,6 @@ def open_loop_workers(rate_rps: float) -> int:
     return max(4, min(MAX_OPEN_LOOP_WORKERS, math.ceil(rate_rps * 0.25)))
 
 
-def send_timed(client: httpx.Client, request: httpx.Request, seq: int, run_start_ns: int,
-               scheduled_ns: int | None = None) -> RequestRecord:
-    """Send ``request``, read the whole body, return its record. Latency runs from the
-    intended send time when ``scheduled_ns`` (since ``run_start_ns``) is given, else from
-    the actual send."""
-    start = time.perf_counter_ns()
-    try:
-        response = client.send(request)
-    except httpx.TransportError as exc:
-        end = time.perf_counter_ns()
-        status, error, server = 0, f"{type(exc).__name__}: {exc}".strip(": "), {}
-    else:
-        end = time.perf_counter_ns()
-        status = response.status_code
-        error = "" if response.is_success or response.is_redirect else f"HTTP {status}"
-        server = server_fields(response.headers.get("server-timing"))
-    origin = start if scheduled_ns is None else run_start_ns + scheduled_ns
-    return RequestRecord(seq, start - run_start_ns, end - origin, status, error=error,
-                         scheduled_ns=scheduled_ns, **server)
-
-
 class _Recorder:
     """Passes completed requests to ``on_record`` one at a time until it is frozen, and
     stops the run after too many transport failures in a row."""
@@ -197,13 +173,6 @@ class _Tickets:
             return seq
 
 
-def _headers(new_connection: bool) -> dict[str, str]:
-    headers = {"user-agent": f"http-timing/{__version__}"}
-    if new_connection:
-        headers["connection"] = "close"
-    return headers
-
-
 def _run_workers(count: int, work: Callable[[httpx.Client, httpx.Request, int], None], url: str,
                  recorder: _Recorder, *, new_connection: bool, timeout: float) -> None:
     """Run ``work(client, request, run_start_ns)`` in ``count`` threads, each with its own
@@ -213,8 +182,8 @@ def _run_workers(count: int, work: Callable[[httpx.Client, httpx.Request, int], 
     ~80 ms of CPU) and the clock starts when every worker is ready, so the set-up is never
     counted in a latency nor delays the first due requests of an open loop."""
     tls = httpx.create_ssl_context()
-    clients = [httpx.Client(timeout=timeout, headers=_headers(new_connection), verify=tls)
-               for _ in range(count)]
+    headers = request_headers(new_connection)
+    clients = [httpx.Client(timeout=timeout, headers=headers, verify=tls) for _ in range(count)]
     errors: list[BaseException] = []
     clock: list[int] = []
     ready = threading.Barrier(count, action=lambda: clock.append(time.perf_counter_ns()))

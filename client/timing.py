@@ -20,7 +20,7 @@ from client.rawdata import RequestRecord
 from client.servertiming import server_fields
 
 __all__ = ["RunOutcome", "build_url", "fetch_limits", "format_line", "limits_url",
-           "time_sequential"]
+           "request_headers", "send_timed", "time_sequential"]
 
 
 def build_url(url: str, iterations: int) -> str:
@@ -66,6 +66,35 @@ class RunOutcome:
         return any(r.status > 0 for r in self.records)
 
 
+def request_headers(new_connection: bool) -> dict[str, str]:
+    """The client's headers; ``connection: close`` makes each request a new connection."""
+    headers = {"user-agent": f"http-timing/{__version__}"}
+    if new_connection:
+        headers["connection"] = "close"
+    return headers
+
+
+def send_timed(client: httpx.Client, request: httpx.Request, seq: int, run_start_ns: int,
+               scheduled_ns: int | None = None) -> RequestRecord:
+    """Send ``request``, read the whole body, return its record. Latency runs from the
+    intended send time when ``scheduled_ns`` (since ``run_start_ns``) is given, else from
+    the actual send."""
+    start = time.perf_counter_ns()
+    try:
+        response = client.send(request)
+    except httpx.TransportError as exc:
+        end = time.perf_counter_ns()
+        status, error, server = 0, f"{type(exc).__name__}: {exc}".strip(": "), {}
+    else:
+        end = time.perf_counter_ns()
+        status = response.status_code
+        error = "" if response.is_success or response.is_redirect else f"HTTP {status}"
+        server = server_fields(response.headers.get("server-timing"))
+    origin = start if scheduled_ns is None else run_start_ns + scheduled_ns
+    return RequestRecord(seq, start - run_start_ns, end - origin, status, error=error,
+                         scheduled_ns=scheduled_ns, **server)
+
+
 def time_sequential(
     url: str,
     requests: int,
@@ -83,31 +112,13 @@ def time_sequential(
     was collected when the caller interrupts the run (KeyboardInterrupt propagates).
     """
     outcome = outcome if outcome is not None else RunOutcome()
-    headers = {"user-agent": f"http-timing/{__version__}"}
-    if new_connection:
-        headers["connection"] = "close"
     consecutive_failures = 0
-    with httpx.Client(timeout=timeout, headers=headers) as client:
+    with httpx.Client(timeout=timeout, headers=request_headers(new_connection)) as client:
         request = client.build_request("GET", url)
         run_start = time.perf_counter_ns()
         for seq in range(requests):
-            start = time.perf_counter_ns()
-            try:
-                response = client.send(request)
-            except httpx.TransportError as exc:
-                end = time.perf_counter_ns()
-                record = RequestRecord(seq, start - run_start, end - start, 0,
-                                       error=f"{type(exc).__name__}: {exc}".strip(": "))
-                consecutive_failures += 1
-            else:
-                end = time.perf_counter_ns()
-                record = RequestRecord(
-                    seq, start - run_start, end - start, response.status_code,
-                    error="" if response.is_success or response.is_redirect
-                    else f"HTTP {response.status_code}",
-                    **server_fields(response.headers.get("server-timing")),
-                )
-                consecutive_failures = 0
+            record = send_timed(client, request, seq, run_start)
+            consecutive_failures = consecutive_failures + 1 if record.status == 0 else 0
             outcome.records.append(record)
             on_record(record)
             if max_consecutive_failures and consecutive_failures >= max_consecutive_failures:
