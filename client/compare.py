@@ -20,7 +20,7 @@ import numpy as np
 
 from client.detect import Detection, detect
 from client.model import limit_from_metadata
-from client.plot import COLOURS, pyplot
+from client.plot import COLOURS, pyplot, save_figure
 from client.rawdata import Run
 from client.stats import summarize
 
@@ -202,9 +202,7 @@ def plot_comparison(runs: Sequence[Run], out: Path, title: str | None = None) ->
         _style_cdf(cdf_ax, all_latencies)
         if title:
             fig.suptitle(title, fontsize=13)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.tight_layout()
-        fig.savefig(out)
+        save_figure(fig, out)
     finally:
         plt.close(fig)
     return out
@@ -251,9 +249,7 @@ def plot_overlay(measured: Run, predicted: Sequence[tuple[str, Run]], detection:
             cdf_ax.axvline(detection.threshold_ms, color="#ff7f0e", linestyle=":",
                            label=f"throttled above {detection.threshold_ms:.1f} ms")
         _style_cdf(cdf_ax, everything)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.tight_layout()
-        fig.savefig(out)
+        save_figure(fig, out)
     finally:
         plt.close(fig)
     return out

@@ -15,8 +15,9 @@ from client.rawdata import Run
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
-__all__ = ["describe_limit", "draw_run", "plot_run", "pyplot"]
+__all__ = ["describe_limit", "draw_run", "plot_run", "pyplot", "save_figure"]
 
 
 def pyplot() -> ModuleType:
@@ -28,6 +29,15 @@ def pyplot() -> ModuleType:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(fig: Figure, out: Path) -> Path:
+    """Lay ``fig`` out and save it at ``out`` (PNG), creating its folder; the caller closes it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out)
+    return out
+
 
 COLOURS = {"ok": "#1f77b4", "throttled": "#ff7f0e", "failed": "#d62728"}
 
@@ -87,9 +97,7 @@ def plot_run(run: Run, out: Path, title: str | None = None) -> Path:
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper right", fontsize=11)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.tight_layout()
-        fig.savefig(out)
+        save_figure(fig, out)
     finally:
         plt.close(fig)
     return out
