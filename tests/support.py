@@ -22,7 +22,7 @@ from service.app import create_app
 from service.config import Settings
 
 __all__ = ["BIN", "ROOT", "free_port", "require", "require_kernel_quota", "running_service",
-           "service_process", "wait_healthy"]
+           "service_process", "wait_for_rows", "wait_healthy"]
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the venv's bin: burn-service, http-timing, ...
@@ -68,6 +68,16 @@ def wait_healthy(base_url: str, timeout: float = 20.0, proc: subprocess.Popen[by
             pass
         time.sleep(0.05)
     raise RuntimeError(f"{base_url} not healthy after {timeout}s")
+
+
+def wait_for_rows(path: Path, n: int, timeout: float = 30.0) -> None:
+    """Wait until the CSV at ``path`` (a run being written) has more than ``n`` lines."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) > n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} did not reach {n} rows")
 
 
 @contextmanager

@@ -7,10 +7,9 @@ import json
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
-from tests.support import BIN, free_port, running_service, service_process
+from tests.support import BIN, free_port, running_service, service_process, wait_for_rows
 
 ORIGINAL_LINE = re.compile(r"^(\d+) Status code (\d+) time (\d+)$")
 
@@ -122,11 +121,7 @@ def test_sigint_mid_run_keeps_every_completed_request(tmp_path: Path) -> None:
                                 text=True)
         try:
             csv_path = tmp_path / "raw-data" / "int.csv"
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                if csv_path.exists() and len(csv_path.read_text().splitlines()) > 5:
-                    break
-                time.sleep(0.05)
+            wait_for_rows(csv_path, 5)
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=30)
         finally:
@@ -153,11 +148,7 @@ def test_server_dying_mid_run_is_recorded_and_run_ends(tmp_path: Path) -> None:
                                 text=True)
         try:
             csv_path = tmp_path / "raw-data" / "die.csv"
-            deadline = time.monotonic() + 30  # the client starts slowly on a busy machine
-            while time.monotonic() < deadline:
-                if csv_path.exists() and len(csv_path.read_text().splitlines()) > 3:
-                    break
-                time.sleep(0.05)
+            wait_for_rows(csv_path, 3)  # the client starts slowly on a busy machine
             service.kill()
             service.wait()
             out, err = proc.communicate(timeout=60)

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tests.support import BIN, running_service, service_process
+from tests.support import BIN, running_service, service_process, wait_for_rows
 
 ORIGINAL_LINE = re.compile(r"^(\d+) Status code (\d+) time (\d+)$")
 
@@ -36,22 +36,13 @@ def _stop(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
-def _wait_rows(path: Path, n: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and len(path.read_text().splitlines()) > n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{path} did not reach {n} rows")
-
-
 def test_sigterm_mid_run_keeps_every_completed_request(tmp_path: Path) -> None:
     with running_service() as base:
         proc = _start(["--url", base + "/cpuBurnFlow", "--iterations", "20000",
                        "--requests", "100000", "--name", "term"], tmp_path)
         try:
             csv_path = tmp_path / "raw-data" / "term.csv"
-            _wait_rows(csv_path, 5)
+            wait_for_rows(csv_path, 5)
             proc.send_signal(signal.SIGTERM)
             out, err = proc.communicate(timeout=30)
         finally:
@@ -97,7 +88,7 @@ def _run_until_server_dies(
                        requests, "--name", name, "--timeout", "2", "--max-failures", max_failures,
                        "--quiet", "--no-plot"], tmp_path)
         try:
-            _wait_rows(tmp_path / "raw-data" / f"{name}.csv", 5)
+            wait_for_rows(tmp_path / "raw-data" / f"{name}.csv", 5)
             service.kill()
             service.wait()
             proc.communicate(timeout=90)

@@ -18,7 +18,7 @@ from client.load import (LoadPlan, LoadPlanError, intended_send_ns, open_loop_wo
                          time_closed_loop, time_open_loop, time_plan)
 from client.rawdata import RequestRecord, read_run
 from client.stats import summarize
-from tests.support import BIN, free_port, running_service, service_process
+from tests.support import BIN, free_port, running_service, service_process, wait_for_rows
 
 ORIGINAL_LINE = re.compile(r"^(\d+) Status code (\d+) time (\d+)$")
 MS = 1_000_000
@@ -242,11 +242,7 @@ def test_interrupting_a_concurrent_run_keeps_every_completed_request(tmp_path: P
                                 text=True)
         try:
             csv_path = tmp_path / "raw-data" / "int.csv"
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                if csv_path.exists() and len(csv_path.read_text().splitlines()) > 10:
-                    break
-                time.sleep(0.05)
+            wait_for_rows(csv_path, 10)
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=30)
         finally:

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from client.rawdata import read_run
 from client.service import Service, ServiceError
 from client.sweep import (check_limits, cpus_label, parse_cpus, resolve_backend, run_name,
                           service_argv, sweep_stem)
-from tests.support import BIN, free_port, require_kernel_quota
+from tests.support import BIN, free_port, require_kernel_quota, wait_for_rows
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -191,11 +190,7 @@ def test_ctrl_c_stops_the_service_and_keeps_the_requests(tmp_path: Path) -> None
                             stderr=subprocess.PIPE, text=True)
     csv_path = tmp_path / "raw-data" / "i-inprocess-0.5.csv"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if csv_path.exists() and len(csv_path.read_text().splitlines()) > 5:
-                break
-            time.sleep(0.05)
+        wait_for_rows(csv_path, 5, timeout=60)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
