@@ -183,17 +183,12 @@ class Detection:
                 "notes": list(self.notes)}
 
 
-def _origin_ns(record: RequestRecord) -> int:
-    """Where a request's latency starts: its intended send time in an open loop."""
-    return record.start_ns if record.scheduled_ns is None else record.scheduled_ns
-
-
 def idle_fraction(records: Sequence[RequestRecord]) -> float | None:
     """The share of the run's span (first send to last answer) when no request was in flight:
     0 for requests sent back to back; large for a capture with gaps (an excerpt). Gaps up to
     1 ms count as busy: the original's text captures give send times in whole ms, and the
     client's own time between two requests is that short."""
-    spans = sorted((_origin_ns(r), _origin_ns(r) + r.latency_ns) for r in records)
+    spans = sorted((r.origin_ns, r.origin_ns + r.latency_ns) for r in records)
     if not spans:
         return None
     total = max(end for _, end in spans) - spans[0][0]
@@ -246,7 +241,7 @@ def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
         # busy with other work (steady contention puts the ends on a grid too, the latency's).
         cut = server_cpu + 0.25 * (limit.period_ms - limit.quota_ms)
         slow = lat >= cut
-        ends = [(_origin_ns(r) + r.latency_ns) / 1e6 for r, s in zip(ok, slow) if s]
+        ends = [(r.origin_ns + r.latency_ns) / 1e6 for r, s in zip(ok, slow) if s]
         short = float(np.percentile(lat[slow] - server_cpu, 25)) if slow.any() else 0.0
         grid = infer_period(ends, min_period_ms=max(MIN_PERIOD_MS, 0.9 * short))
         if grid is not None and abs(grid - limit.period_ms) <= 0.1 * limit.period_ms:
@@ -300,7 +295,7 @@ def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
                   for r, t in zip(ok, throttled) if t]
         stall = float(np.median(paused)) / 1e6 if any(paused) else None
 
-    ends = [(_origin_ns(r) + r.latency_ns) / 1e6 for r, t in zip(ok, throttled) if t]
+    ends = [(r.origin_ns + r.latency_ns) / 1e6 for r, t in zip(ok, throttled) if t]
     # A stall is shorter than its period (unless it spans several): the short stalls bound
     # the period from below (the lower quartile: a few tiny pauses near a boundary aside).
     stalls = lat[mask] - (baseline or 0.0)
@@ -319,8 +314,7 @@ def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
     throughput = idle = None
     quota_bound = False
     if ok:
-        span_ns = (max(_origin_ns(r) + r.latency_ns for r in ok)
-                   - min(_origin_ns(r) for r in ok))
+        span_ns = (max(r.origin_ns + r.latency_ns for r in ok) - min(r.origin_ns for r in ok))
         throughput = len(ok) / (span_ns / 1e9) if span_ns > 0 else None
         idle = idle_fraction(records)
         if mask.any() and baseline is not None and span_ns > 0:

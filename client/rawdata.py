@@ -65,6 +65,11 @@ class RequestRecord:
         return self.latency_ns / 1e6
 
     @property
+    def origin_ns(self) -> int:
+        """Where the latency starts: the intended send time in an open loop, else the send."""
+        return self.start_ns if self.scheduled_ns is None else self.scheduled_ns
+
+    @property
     def server_throttled(self) -> bool | None:
         """Whether the server said it was throttled during this request; None if it cannot tell."""
         known = [v for v in (self.kernel_nr_throttled, self.server_throttle_ns) if v is not None]

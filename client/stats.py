@@ -41,8 +41,8 @@ def summarize(records: Sequence[RequestRecord]) -> Summary:
     errors = sum(1 for r in records if not r.ok)
     if records:
         # open-loop latency runs from the intended send time (scheduled_ns), not start_ns
-        first = min(_origin_ns(r) for r in records)
-        last = max(_origin_ns(r) + r.latency_ns for r in records)
+        first = min(r.origin_ns for r in records)
+        last = max(r.origin_ns + r.latency_ns for r in records)
         total_ms = (last - first) / 1e6
     else:
         total_ms = 0.0
@@ -52,7 +52,3 @@ def summarize(records: Sequence[RequestRecord]) -> Summary:
     p50, p90, p99 = np.percentile(ok, [50, 90, 99])
     return Summary(len(records), errors, float(ok.mean()), float(p50), float(p90), float(p99),
                    float(ok.max()), total_ms)
-
-
-def _origin_ns(record: RequestRecord) -> int:
-    return record.start_ns if record.scheduled_ns is None else record.scheduled_ns
