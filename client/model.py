@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from client.rawdata import RequestRecord
+from client.stats import summarize
 from service.quota import QuotaAccount, QuotaStats
 
 __all__ = ["Limit", "MAX_REQUESTS", "Prediction", "Workload", "limit_from_metadata", "predict"]
@@ -159,19 +160,12 @@ class Prediction:
     stats: QuotaStats = field(default_factory=QuotaStats)
 
     @property
-    def latencies_ms(self) -> np.ndarray:
-        return np.asarray([r.latency_ns for r in self.records], dtype=float) / MS
-
-    @property
     def paused_ms(self) -> np.ndarray:
         return np.asarray([r.server_throttle_ns or 0 for r in self.records], dtype=float) / MS
 
     @property
     def total_ms(self) -> float:
-        if not self.records:
-            return 0.0
-        end = max(r.start_ns + r.latency_ns for r in self.records)
-        return (end - min(r.start_ns for r in self.records)) / MS
+        return summarize(self.records).total_ms
 
     @property
     def throttled_fraction(self) -> float:
@@ -186,17 +180,17 @@ class Prediction:
 
     @property
     def throughput_rps(self) -> float:
-        return len(self.records) / (self.total_ms / 1000) if self.total_ms > 0 else 0.0
+        total_ms = self.total_ms
+        return len(self.records) / (total_ms / 1000) if total_ms > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """The keys of ``http-timing report --json``, plus the model's inputs."""
-        lat = self.latencies_ms
-        p50, p90, p99 = (float(v) for v in np.percentile(lat, [50, 90, 99]))
+        s = summarize(self.records)  # the same statistics as a measured run's
         w = self.workload
         return {
-            "count": len(self.records), "errors": 0, "mean_ms": float(lat.mean()),
-            "p50_ms": p50, "p90_ms": p90, "p99_ms": p99, "max_ms": float(lat.max()),
-            "total_ms": self.total_ms, "throttled_fraction": self.throttled_fraction,
+            "count": s.count, "errors": s.errors, "mean_ms": s.mean_ms, "p50_ms": s.p50_ms,
+            "p90_ms": s.p90_ms, "p99_ms": s.p99_ms, "max_ms": s.max_ms,
+            "total_ms": s.total_ms, "throttled_fraction": self.throttled_fraction,
             "stall_ms": self.stall_ms, "period_ms": w.period_ms,
             "throughput_rps": self.throughput_rps, "limit": w.limit.describe(),
             "model": {"service_ms": w.service_ms, "cpus": w.cpus, "period_ms": w.period_ms,

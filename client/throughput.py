@@ -12,10 +12,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-import numpy as np
-
 from client.rawdata import RequestRecord
-from client.stats import summarize
+from client.stats import percentile, summarize
 
 __all__ = ["ThroughputRow", "format_throughput_table", "throughput_row"]
 
@@ -43,18 +41,17 @@ class ThroughputRow:
 def throughput_row(records: Sequence[RequestRecord]) -> ThroughputRow:
     summary = summarize(records)
     duration_s = summary.total_ms / 1e3
-    ok = np.asarray([r.latency_ms for r in records if r.ok], dtype=float)
+    ok = [r.latency_ms for r in records if r.ok]
     nan = float("nan")
-    p95, p99 = (float(v) for v in np.percentile(ok, [95, 99])) if ok.size else (nan, nan)
     known = [r.server_throttled for r in records if r.server_throttled is not None]
     return ThroughputRow(
         requests=len(records),
         errors=summary.errors,
         duration_s=duration_s,
         rps=len(records) / duration_s if duration_s > 0 else nan,
-        mean_ms=float(ok.mean()) if ok.size else nan,
-        p95_ms=p95,
-        p99_ms=p99,
+        mean_ms=summary.mean_ms,
+        p95_ms=percentile(ok, 95),
+        p99_ms=percentile(ok, 99),
         error_rate=summary.errors / len(records) if records else nan,
         throttled_fraction=(sum(known) / len(known)) if known else None,
     )
