@@ -14,7 +14,6 @@ Run, raw data file, report/plot: each step usable alone (the shape of vegeta's r
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import signal
@@ -27,9 +26,9 @@ from types import FrameType
 from typing import Any
 
 from client import __version__
-from client.explain import (ExplainError, OneLineParser, add_report_arguments, command_compare,
-                            command_predict, print_report)
+from client.explain import add_report_arguments, command_compare, command_predict, print_report
 from client.load import LoadPlan, LoadPlanError, time_plan
+from client.options import CliError, OneLineParser, int_at_least, number_above
 from client.plot import plot_run
 from client.progress import RunProgress
 from client.rawdata import RawDataError, RequestRecord, Run, RunWriter, read_run, write_metadata
@@ -43,32 +42,6 @@ DEFAULT_URL = "http://localhost:7800/cpuBurnFlow"
 EXIT_OK, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-class CliError(Exception):
-    """A problem to report in one line (exit code 2), never with a traceback."""
-
-
-def _int_at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum} (got {text!r})") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum} (got {value})")
-        return value
-    return parse
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number > 0 (got {text!r})") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0 (got {text})")
-    return value
-
-
 def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -78,25 +51,25 @@ def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--url", default=DEFAULT_URL, help=f"URL to time (default {DEFAULT_URL})")
-    parser.add_argument("--iterations", type=_int_at_least(0), default=5000,
+    parser.add_argument("--iterations", type=int_at_least(0), default=5000,
                         help="appended as ?iterations=N when N > 0 (default 5000)")
-    parser.add_argument("--requests", type=_int_at_least(1), default=None,
+    parser.add_argument("--requests", type=int_at_least(1), default=None,
                         help="how many requests (default 100)")
-    parser.add_argument("--concurrency", type=_int_at_least(1), metavar="C",
+    parser.add_argument("--concurrency", type=int_at_least(1), metavar="C",
                         help="closed loop: C requests at a time, each worker sending its next "
                         "when the previous is answered (default: one after another)")
-    parser.add_argument("--rate", type=_positive_float, metavar="R",
+    parser.add_argument("--rate", type=number_above(0), metavar="R",
                         help="open loop: R requests per second whatever the answers; latency "
                         "counts from each request's intended send time (like wrk2)")
-    parser.add_argument("--duration", type=_positive_float, metavar="D",
+    parser.add_argument("--duration", type=number_above(0), metavar="D",
                         help="seconds to run, with --rate or --concurrency (instead of "
                         "--requests)")
     parser.add_argument("--new-connection", action="store_true",
                         help="open a new connection for every request, as the original did "
                         "(default: one keep-alive connection)")
-    parser.add_argument("--timeout", type=_positive_float, default=30.0,
+    parser.add_argument("--timeout", type=number_above(0), default=30.0,
                         help="seconds before one request counts as failed (default 30)")
-    parser.add_argument("--max-failures", type=_int_at_least(0), default=5,
+    parser.add_argument("--max-failures", type=int_at_least(0), default=5,
                         help="stop after this many connection failures in a row; 0 never stops "
                         "(default 5)")
     parser.add_argument("--name", help="name of the run's files (default: run-<timestamp>)")
@@ -142,10 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args and args[0] == "run":
             args = args[1:]
         return command_run(args)
-    except CliError as exc:
-        print(f"http-timing: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except (RawDataError, ExplainError) as exc:
+    except (CliError, RawDataError) as exc:
         print(f"http-timing: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # the reader of our output went away (`... | head`)

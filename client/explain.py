@@ -7,7 +7,7 @@
                         [--concurrency C] [--requests N] [--overhead-ms O] [--cores K] [--json]
     http-timing compare A B C... [-o PICTURE] [--title TITLE]
 
-Bad input is one line on stderr and exit code 2 (:class:`ExplainError`, or the parser's own
+Bad input is one line on stderr and exit code 2 (:class:`CliError`, or the parser's own
 one-line errors).
 """
 
@@ -19,61 +19,19 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from client.compare import format_table, plot_overlay, save_comparison, sequential
 from client.detect import Detection, detect, explain
 from client.model import (MAX_CONCURRENCY, MAX_REQUESTS, Limit, Prediction, Workload,
                           limit_from_metadata, predict)
+from client.options import CliError, OneLineParser, int_in, number_above, number_at_least
 from client.plot import describe_limit
 from client.rawdata import Run, read_run
 from client.stats import Summary, summarize
 
-__all__ = ["ExplainError", "OneLineParser", "add_report_arguments", "command_compare",
-           "command_predict", "measure", "print_report"]
-
-
-class ExplainError(Exception):
-    """Bad input to report/predict/compare, said in one line (exit code 2)."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (``prog: message``), exit code 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
-
-
-def _number(minimum: float, *, inclusive: bool) -> Callable[[str], float]:
-    rule = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number {rule} (got {text!r})") from None
-        if not math.isfinite(value) or value < minimum or (not inclusive and value == minimum):
-            raise argparse.ArgumentTypeError(f"must be a number {rule} (got {text})")
-        return value
-    return parse
-
-
-def _integer(minimum: int, maximum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"must be an integer in [{minimum}, {maximum}] (got {text!r})") from None
-        if not minimum <= value <= maximum:
-            raise argparse.ArgumentTypeError(
-                f"must be an integer in [{minimum}, {maximum}] (got {value})")
-        return value
-    return parse
-
-
-_positive = _number(0, inclusive=False)
-_non_negative = _number(0, inclusive=True)
+__all__ = ["add_report_arguments", "command_compare", "command_predict", "measure",
+           "print_report"]
 
 
 def _period(text: str) -> float:
@@ -89,18 +47,18 @@ def _period(text: str) -> float:
 
 def _check_burst(limit: Limit) -> Limit:
     if limit.burst_ms > limit.quota_ms + 1e-9:
-        raise ExplainError(f"--burst-ms must be at most the quota per period "
+        raise CliError(f"--burst-ms must be at most the quota per period "
                            f"({limit.quota_ms:g} ms; got {limit.burst_ms:g})")
     return limit
 
 
 def _add_limit_arguments(parser: argparse.ArgumentParser, *, required: bool) -> None:
-    parser.add_argument("--cpus", type=_positive, required=required, metavar="X",
+    parser.add_argument("--cpus", type=number_above(0), required=required, metavar="X",
                         help="the CPU limit, as docker run --cpus: X × period of CPU per period"
                         + ("" if required else " (default: the run's metadata)"))
     parser.add_argument("--period-ms", type=_period, metavar="P",
                         help="the quota's period in ms (default: the metadata's, else 100)")
-    parser.add_argument("--burst-ms", type=_non_negative, metavar="B",
+    parser.add_argument("--burst-ms", type=number_at_least(0), metavar="B",
                         help="burst: unused quota that may be saved, in ms (default 0)")
 
 
@@ -122,17 +80,17 @@ def build_predict_parser() -> OneLineParser:
         description="Predict what a CPU quota does to requests of S ms of CPU sent back to back, "
         "by simulating the kernel's accounting (quota per period, the wait for the next period, "
         "burst credit) on a simulated clock. Deterministic.")
-    parser.add_argument("--service-ms", type=_positive, required=True, metavar="S",
+    parser.add_argument("--service-ms", type=number_above(0), required=True, metavar="S",
                         help="CPU time of one request in ms (its latency on an idle, unlimited "
                         "machine, minus the network)")
     _add_limit_arguments(parser, required=True)
-    parser.add_argument("--concurrency", type=_integer(1, MAX_CONCURRENCY), default=1,
+    parser.add_argument("--concurrency", type=int_in(1, MAX_CONCURRENCY), default=1,
                         metavar="C", help="requests in flight at once (closed loop; default 1)")
-    parser.add_argument("--requests", type=_integer(1, MAX_REQUESTS), default=100, metavar="N",
+    parser.add_argument("--requests", type=int_in(1, MAX_REQUESTS), default=100, metavar="N",
                         help="how many requests (default 100)")
-    parser.add_argument("--overhead-ms", type=_non_negative, default=0.0, metavar="O",
+    parser.add_argument("--overhead-ms", type=number_at_least(0), default=0.0, metavar="O",
                         help="client and network time per request that uses no quota (default 0)")
-    parser.add_argument("--cores", type=_integer(1, 1024), default=1, metavar="K",
+    parser.add_argument("--cores", type=int_in(1, 1024), default=1, metavar="K",
                         help="how many requests' work can run at once (default 1: one Python "
                         "process)")
     parser.add_argument("--json", action="store_true", help="print JSON (the keys of report)")
@@ -202,7 +160,7 @@ def print_report(run: Run, opts: argparse.Namespace,
         _report_predict(run, opts)
         return
     if any(v is not None for v in (opts.cpus, opts.period_ms, opts.burst_ms)) or opts.output:
-        raise ExplainError("--cpus, --period-ms, --burst-ms and -o go with --predict")
+        raise CliError("--cpus, --period-ms, --burst-ms and -o go with --predict")
     summary, detection, fields = measure(run)
     if opts.json:
         print(json.dumps(_clean(fields), indent=2))
@@ -238,17 +196,17 @@ def _limit_for(run: Run, opts: argparse.Namespace) -> Limit:
     else:
         what = ("its metadata shows no CPU limit" if isinstance(run.metadata.get("limits"), dict)
                 else "no limits in its metadata: a text capture, or a server without /limits")
-        raise ExplainError(f"no CPU limit known for {run.path} ({what}): give --cpus X "
+        raise CliError(f"no CPU limit known for {run.path} ({what}): give --cpus X "
                            "(and --period-ms P if not 100)")
     return limit
 
 
 def _workload_for(run: Run, detection: Detection, limit: Limit) -> Workload:
     if not sequential(run) and run.metadata.get("mode") == "open-loop":
-        raise ExplainError(f"{run.path} is an open-loop run (--rate); the model simulates "
+        raise CliError(f"{run.path} is an open-loop run (--rate); the model simulates "
                            "closed loops only (sequential or --concurrency)")
     if detection.service_ms is None or detection.count == 0:
-        raise ExplainError(f"{run.path}: no successful request to take a service time from")
+        raise CliError(f"{run.path}: no successful request to take a service time from")
     concurrency = run.metadata.get("concurrency")
     concurrency = min(concurrency, MAX_CONCURRENCY) if (
         isinstance(concurrency, int) and concurrency >= 1) else 1
@@ -268,7 +226,7 @@ def _workload_for(run: Run, detection: Detection, limit: Limit) -> Workload:
                         requests=min(max(1, len(run.records)), MAX_REQUESTS),
                         overhead_ms=overhead, cores=cores)
     except ValueError as exc:
-        raise ExplainError(f"cannot model {run.path}: {exc}") from None
+        raise CliError(f"cannot model {run.path}: {exc}") from None
 
 
 ROWS = (("p50 ms", "p50_ms"), ("p90 ms", "p90_ms"), ("p99 ms", "p99_ms"),
@@ -351,7 +309,7 @@ def command_predict(argv: list[str]) -> int:
                             concurrency=opts.concurrency, requests=opts.requests,
                             overhead_ms=opts.overhead_ms, cores=opts.cores)
     except ValueError as exc:
-        raise ExplainError(str(exc)) from None
+        raise CliError(str(exc)) from None
     prediction = predict(workload)
     fields = prediction.to_dict()
     if opts.json:
@@ -385,12 +343,12 @@ def format_prediction(prediction: Prediction) -> str:
 def command_compare(argv: list[str]) -> int:
     opts = build_compare_parser().parse_args(argv)
     if opts.output.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise ExplainError(f"-o must end in .png, .svg or .pdf (got {opts.output})")
+        raise CliError(f"-o must end in .png, .svg or .pdf (got {opts.output})")
     runs = [read_run(f) for f in opts.files]  # read all first: a bad file fails before drawing
     try:
         picture, markdown, rows = save_comparison(runs, opts.output, opts.title)
     except OSError as exc:
-        raise ExplainError(f"cannot write {opts.output}: {exc.strerror or exc}") from None
+        raise CliError(f"cannot write {opts.output}: {exc.strerror or exc}") from None
     print(format_table(rows))
     print(f"picture: {picture}, table: {markdown}")
     return 0

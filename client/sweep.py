@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from client import __version__
-from client.cli import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK, CliError,
-                        _int_at_least, _positive_float, _raise_terminated, format_summary,
-                        format_throughput)
+from client.cli import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK, _raise_terminated,
+                        format_summary, format_throughput)
 from client.compare import format_table, save_comparison
 from client.load import LoadPlan, LoadPlanError, time_plan
+from client.options import CliError, int_at_least, number_above
 from client.plot import plot_run
 from client.progress import RunProgress
 from client.rawdata import RequestRecord, Run, RunWriter, write_metadata
@@ -198,23 +198,23 @@ def build_sweep_parser() -> argparse.ArgumentParser:
                         help="kernel: burn-service --cpus (a real cgroup quota; root); "
                         "inprocess: burn-service --cpu-limit (anywhere); docker: docker run "
                         "--cpus; auto: kernel where permitted, else inprocess (default)")
-    parser.add_argument("--iterations", type=_int_at_least(0), default=5000,
+    parser.add_argument("--iterations", type=int_at_least(0), default=5000,
                         help="burn iterations per request, ~1 us each (default 5000)")
-    parser.add_argument("--requests", type=_int_at_least(1), default=None,
+    parser.add_argument("--requests", type=int_at_least(1), default=None,
                         help=f"requests per limit (default {DEFAULT_REQUESTS})")
-    parser.add_argument("--concurrency", type=_int_at_least(1), metavar="C",
+    parser.add_argument("--concurrency", type=int_at_least(1), metavar="C",
                         help="closed loop: C requests at a time")
-    parser.add_argument("--rate", type=_positive_float, metavar="R",
+    parser.add_argument("--rate", type=number_above(0), metavar="R",
                         help="open loop: R requests per second, latency from the intended "
                         "send time")
-    parser.add_argument("--duration", type=_positive_float, metavar="D",
+    parser.add_argument("--duration", type=number_above(0), metavar="D",
                         help="seconds per limit, with --rate or --concurrency")
     parser.add_argument("--name", default=None, metavar="PREFIX",
                         help="prefix of the file names (default sweep-<timestamp>; '' for none)")
     parser.add_argument("--image", default=None,
                         help=f"docker image for --backend docker (default $THROTTLE_LAB_IMAGE "
                         f"or {DEFAULT_IMAGE})")
-    parser.add_argument("--timeout", type=_positive_float, default=30.0,
+    parser.add_argument("--timeout", type=number_above(0), default=30.0,
                         help="seconds before one request counts as failed (default 30)")
     parser.add_argument("--data-dir", type=Path, default=Path("raw-data"))
     parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"))

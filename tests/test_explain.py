@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from client.detect import detect
-from client.explain import (ExplainError, OneLineParser, _limit_for, _workload_for,
-                            add_report_arguments, measure)
+from client.explain import _limit_for, _workload_for, add_report_arguments, measure
 from client.model import Limit
+from client.options import CliError, OneLineParser
 from client.rawdata import RequestRecord, Run
 
 MS = 1_000_000
@@ -42,9 +42,9 @@ def test_limit_from_metadata_or_flags() -> None:
     assert _limit_for(run, opts()) == Limit(0.3, 50, 0, "in-process")
     assert _limit_for(run, opts("--period-ms", "100")) == Limit(0.3, 100, 0, "in-process")
     assert _limit_for(run, opts("--cpus", "0.1")) == Limit(0.1, 50, 0, "--cpus")
-    with pytest.raises(ExplainError, match="no limits in its metadata: a text capture"):
+    with pytest.raises(CliError, match="no limits in its metadata: a text capture"):
         _limit_for(run_with({}), opts())
-    with pytest.raises(ExplainError, match="shows no CPU limit"):
+    with pytest.raises(CliError, match="shows no CPU limit"):
         _limit_for(run_with({"limits": {"cgroup": None, "inprocess": None}}), opts())
 
 
@@ -68,7 +68,7 @@ def test_workload_of_a_concurrent_run_shares_the_workers() -> None:
 
 def test_open_loop_runs_are_not_modelled() -> None:
     run = run_with({**INPROCESS, "mode": "open-loop", "rate_rps": 40})
-    with pytest.raises(ExplainError, match="open-loop"):
+    with pytest.raises(CliError, match="open-loop"):
         _workload_for(run, detect(run.records, sequential=False), Limit(0.3))
 
 
