@@ -40,11 +40,11 @@ from typing import Any
 
 __all__ = [
     "GROUP_PREFIX", "MIN_QUOTA_US", "CgroupError", "CpuController", "CpuLimit", "CpuStat",
-    "CpuStatProbe", "Membership", "Mount", "QuotaSettings", "create_group", "empty_group",
-    "find_cpu_controller", "limit_in_force", "locate_cpu_controller", "map_group_path",
-    "move_pid", "parse_cfs_value", "parse_cpu_max", "parse_cpu_stat", "parse_mountinfo",
-    "parse_proc_cgroup", "quota_settings", "read_cpu_limit", "read_cpu_stat", "remove_group",
-    "unique_group_name",
+    "CpuStatProbe", "Membership", "Mount", "QuotaSettings", "available_cpus", "create_group",
+    "empty_group", "find_cpu_controller", "limit_in_force", "locate_cpu_controller",
+    "map_group_path", "move_pid", "parse_cfs_value", "parse_cpu_max", "parse_cpu_stat",
+    "parse_mountinfo", "parse_proc_cgroup", "quota_settings", "read_cpu_limit", "read_cpu_stat",
+    "remove_group", "unique_group_name",
 ]
 
 GROUP_PREFIX = "throttle-lab"
@@ -327,6 +327,14 @@ def read_cpu_limit(directory: str | Path, version: int, group: str = "") -> CpuL
 def read_cpu_stat(directory: str | Path, version: int) -> CpuStat | None:
     """The group's ``cpu.stat`` (None without bandwidth counters; OSError if unreadable)."""
     return parse_cpu_stat(_read(Path(directory) / "cpu.stat"), version)
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, e.g. a cpuset), else ``os.cpu_count()``."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def limit_in_force(controller: CpuController | None = None) -> CpuLimit | None:

@@ -37,7 +37,6 @@ import asyncio
 import bisect
 import json
 import math
-import os
 import time
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.cgroup import available_cpus
 from service.config import Settings
 from service.errors import error_page, wants_html
 
@@ -68,14 +68,6 @@ QUEUE_FACTOR = 8   # default line: this many waiting requests per slot
 CLIENT_CLOSED_STATUS = 499  # nginx's "client closed request": left the line, nothing sent
 # upper bounds of the wait-time histogram, in seconds
 WAIT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, e.g. a cpuset), else ``os.cpu_count()``."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def resolve_max_concurrent(settings: Settings, cpus: int | None = None) -> int:

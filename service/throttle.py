@@ -29,12 +29,12 @@ does. ``burn-service --cpu-limit 30`` lets the process use 30 % of one CPU: a qu
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from service.cgroup import available_cpus
 from service.quota import QuotaAccount, QuotaStats
 
 __all__ = ["MODES", "Throttle", "Work"]
@@ -42,13 +42,6 @@ __all__ = ["MODES", "Throttle", "Work"]
 MODES = ("cfs", "boundary")
 
 Clock = Callable[[], int]
-
-
-def _usable_cpus() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 class Throttle:
@@ -71,7 +64,7 @@ class Throttle:
         self.cycle_ms = float(cycle_ms)
         self.mode = mode
         self.enabled = cpu_limit_percent > 0
-        self._cpus = cpus if cpus is not None else _usable_cpus()
+        self._cpus = cpus if cpus is not None else available_cpus()
         self._cpu_clock, self._wall_clock, self._sleep = cpu_clock, wall_clock, sleep
         self._lock = threading.Lock()
         period_ns = round(cycle_ms * 1e6)
