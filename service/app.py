@@ -64,7 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     kernel = app.state.kernel_probe = CpuStatProbe.locate()
     # the in-process throttle (--cpu-limit; off at 0): budget = this process's CPU time
     throttle = app.state.throttle = Throttle.from_settings(settings)
-    metrics = install_metrics(app, throttle)
+    metrics = install_metrics(app, throttle, kernel)
     # parameter name -> (minimum, maximum), for 422 messages that give the allowed range
     app.state.parameter_ranges = {"iterations": (0, settings.max_iterations),
                                   "counter": (0, settings.max_counter)}

@@ -198,12 +198,15 @@ class MetricsMiddleware:
                                          time.perf_counter() - start)
 
 
-def install_metrics(app: FastAPI, throttle: Throttle | None = None) -> ServiceMetrics:
-    """Give ``app`` its metrics (``app.state.metrics``), the middleware and ``GET /metrics``."""
+def install_metrics(app: FastAPI, throttle: Throttle | None = None,
+                    probe: CpuStatProbe | None = None) -> ServiceMetrics:
+    """Give ``app`` its metrics (``app.state.metrics``), the middleware and ``GET /metrics``;
+    ``probe`` reads the ``cpu.stat`` of the cgroup whose quota is in force (the app's
+    ``CpuStatProbe.locate()``; None: no kernel series)."""
     metrics = ServiceMetrics()
     if throttle is not None:
         metrics.register(InProcessThrottleCollector(throttle))
-    metrics.register(KernelCpuStatCollector(CpuStatProbe.locate()))
+    metrics.register(KernelCpuStatCollector(probe))
     app.state.metrics = metrics
     app.add_middleware(MetricsMiddleware, metrics=metrics)
 
