@@ -6,8 +6,6 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
@@ -17,39 +15,20 @@ from fastapi.responses import JSONResponse, Response
 from service import __version__
 from service.accesslog import install_access_log_filter
 from service.burn import burn
-from service.cgroup import CpuStat, CpuStatProbe, limit_in_force
+from service.cgroup import CpuStatProbe
 from service.config import Settings
 from service.errors import install_error_handlers
 from service.guard import install_guard, resolve_max_concurrent, resolve_max_queued
+from service.limits import describe_limits
 from service.metrics import install_metrics
 from service.pages import register_pages, validation_error_page, wants_page
 from service.throttle import Throttle
+from service.timing import format_server_timing, kernel_throttling, work_timing
 
-__all__ = ["app", "create_app", "format_server_timing", "kernel_throttling", "work_checkpoint"]
+# format_server_timing and kernel_throttling live in service.timing; still importable from here
+__all__ = ["app", "create_app", "format_server_timing", "kernel_throttling"]
 
 DEFAULT_ITERATIONS = 5000
-
-
-def format_server_timing(metrics: Mapping[str, float | tuple[float, str]]) -> str:
-    """``{"burn": 4.93, "kernel-throttled": (70.0, "periods=1")}`` ->
-    ``burn;dur=4.930, kernel-throttled;dur=70.000;desc="periods=1"`` (durations in ms)."""
-    parts = []
-    for name, value in metrics.items():
-        ms, desc = value if isinstance(value, tuple) else (value, "")
-        parts.append(f"{name};dur={ms:.3f}" + (f';desc="{desc}"' if desc else ""))
-    return ", ".join(parts)
-
-
-def kernel_throttling(probe: CpuStatProbe | None,
-                      before: CpuStat | None) -> dict[str, tuple[float, str]]:
-    """The kernel's throttling of our cgroup since ``before`` as a Server-Timing metric: the
-    delta of cpu.stat's throttled time and nr_throttled. Exact for sequential requests; under
-    concurrency it also counts throttling that hit while other requests ran."""
-    after = probe.sample() if probe is not None and before is not None else None
-    if after is None or before is None:
-        return {}
-    delta = after - before
-    return {"kernel-throttled": (delta.throttled_ns / 1e6, f"periods={delta.nr_throttled}")}
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -73,7 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def _invalid_parameter(request: Request, exc: RequestValidationError) -> Response:
         body = describe_validation_error(app, exc)
         if wants_page(request):  # a browser on /pi or /: a readable page, never the input
-            return validation_error_page(request, body, describe_limits(settings))
+            return validation_error_page(request, body, describe_limits(app))
         return JSONResponse(status_code=422, content=body)
 
     @app.get("/cpuBurnFlow", summary="Burn CPU in a busy loop of `iterations` iterations")
@@ -88,10 +67,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics.observe_burn(result.cpu_ns)
         body = {"result": "success", "iterations": result.iterations,
                 "cpu_ns": result.cpu_ns, "wall_ns": result.wall_ns}
-        timing = {"burn": result.wall_ns / 1e6, "cpu": result.cpu_ns / 1e6,
-                  **({"throttle": work.paused_ns / 1e6} if throttle.enabled else {}),
-                  **kernel_throttling(kernel, before)}
-        return JSONResponse(body, headers={"Server-Timing": format_server_timing(timing)})
+        timing = work_timing(result.wall_ns, result.cpu_ns,
+                             work.paused_ns if throttle.enabled else None, kernel, before)
+        return JSONResponse(body, headers={"Server-Timing": timing})
 
     @app.get("/healthz", summary="Liveness and readiness")
     async def healthz() -> dict[str, str]:
@@ -99,17 +77,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/limits", summary="The CPU limits in force")
     async def limits() -> dict[str, Any]:
-        return describe_limits(settings)
+        return describe_limits(app)
 
-    register_pages(
-        app, max_counter=settings.max_counter, limits=lambda: describe_limits(settings),
-        checkpoint=lambda: work_checkpoint(app),
-        before_work=lambda: kernel.sample() if kernel is not None else None,
-        server_timing=lambda result, throttle_ns, before: format_server_timing(
-            {"burn": result.wall_ns / 1e6, "cpu": result.cpu_ns / 1e6,
-             **({"throttle": (throttle_ns or 0) / 1e6} if throttle.enabled else {}),
-             **kernel_throttling(kernel, before)}),
-    )
+    register_pages(app)  # /, /pi, /api/pi: they read app.state like the routes above
     # last, once every route exists: JSON/HTML errors and a logged 500, then the cap on CPU
     # work (a waiting line beyond --max-concurrent, 503 + Retry-After beyond --max-queued),
     # innermost, and a query-free access log
@@ -117,36 +87,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_guard(app, resolve_max_concurrent(settings), resolve_max_queued(settings))
     install_access_log_filter(getattr(route, "path", "") for route in app.routes)
     return app
-
-
-def work_checkpoint(app: FastAPI) -> Callable[[], object] | None:
-    """The in-process throttle's checkpoint for one request's work loop (the pi page, ...).
-
-    Call it once per request, from a sync route (its checkpoint sleeps), and call what it
-    returns every ~0.1-0.5 ms of CPU, between chunks of the loop; the wall time spent in those
-    calls is the request's ``throttle;dur``. None when ``--cpu-limit`` is off. In ``cfs`` mode
-    each call pauses while this process's quota is spent (the first one also makes a request
-    that arrived while throttled wait); in ``boundary`` mode only the first call waits.
-    Routes that can wrap their work use ``app.state.throttle.start()`` instead (a ``Work``
-    with ``checkpoint`` and ``paused_ns``; see ``service.throttle``).
-    """
-    throttle: Throttle = app.state.throttle
-    return throttle.work_checkpoint()
-
-
-def describe_limits(settings: Settings) -> dict[str, Any]:
-    """What ``/limits`` reports: the machine's CPUs and the configured maxima."""
-    return {
-        "cpu_count": os.cpu_count(),
-        "max_iterations": settings.max_iterations,
-        "max_counter": settings.max_counter,
-        "max_concurrent": resolve_max_concurrent(settings),
-        "max_queued": resolve_max_queued(settings),
-        "workers": settings.workers,
-        "inprocess": ({"cpu_limit_percent": settings.cpu_limit, "cycle_ms": settings.throttle_cycle,
-                       "mode": settings.throttle_mode} if settings.cpu_limit > 0 else None),
-        "cgroup": limit.as_dict() if (limit := limit_in_force()) is not None else None,
-    }
 
 
 def describe_validation_error(app: FastAPI, exc: RequestValidationError) -> dict[str, Any]:

@@ -4,8 +4,8 @@ Pi is computed on the server, in the request's worker thread, so a CPU limit on 
 (kernel quota or the in-process throttle) shows up as long gaps in the pi loop. The pages
 use Jinja2 templates from ``service/templates`` with autoescaping on and no external assets.
 
-``register_pages(app, ...)`` adds the routes; ``wants_page`` and ``validation_error_page``
-let the app's 422 handler answer a browser with a readable page instead of JSON.
+``register_pages(app)`` adds the routes; ``wants_page`` and ``validation_error_page`` let the
+app's 422 handler answer a browser with a readable page instead of JSON.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.templating import Jinja2Templates
 
+from service.limits import describe_limits
 from service.pi import (
     PAUSE_THRESHOLD_US,
     GapBucket,
@@ -32,6 +33,7 @@ from service.pi import (
     gap_series,
     summarize_pauses,
 )
+from service.timing import work_timing
 
 __all__ = [
     "DEFAULT_COUNTER",
@@ -57,11 +59,6 @@ templates = Jinja2Templates(env=jinja2.Environment(
     autoescape=True,  # every value is escaped, whatever the template's name
     undefined=jinja2.StrictUndefined,
 ))
-
-Limits = Callable[[], Mapping[str, Any]]
-Checkpoints = Callable[[], "Callable[[], object] | None"]
-Timing = Callable[[PiResult, "int | None", Any], str]
-
 
 # ----------------------------------------------------------------------------- pure helpers
 
@@ -219,36 +216,34 @@ def _limits_context(limits: Mapping[str, Any] | None) -> dict[str, Any]:
     return {"limits": flatten_limits(limits), "limit_headline": limit_headline(limits)}
 
 
-def register_pages(app: FastAPI, *, max_counter: int, limits: Limits,
-                   checkpoint: Checkpoints | None = None,
-                   before_work: Callable[[], Any] | None = None,
-                   server_timing: Timing | None = None) -> None:
-    """Add ``/``, ``/pi`` and ``/api/pi`` to ``app``.
+def register_pages(app: FastAPI) -> None:
+    """Add ``/``, ``/pi`` and ``/api/pi`` to an app built by ``service.app.create_app``.
 
-    ``limits()`` is what ``/limits`` reports; ``checkpoint()`` gives one request's checkpoint
-    of the in-process throttle (None when it is off); ``before_work()`` is called just before
-    the loop (e.g. to sample the kernel's cpu.stat) and its value handed to
-    ``server_timing(result, throttle_ns, before)``, which builds the Server-Timing header.
+    The routes read ``app.state`` as ``/cpuBurnFlow`` does: ``settings.max_counter``, the
+    in-process ``throttle`` (its checkpoint pauses the pi loop, see
+    ``Throttle.work_checkpoint``) and the ``kernel_probe`` (cpu.stat around the loop, for
+    Server-Timing).
     """
-
+    max_counter: int = app.state.settings.max_counter
+    throttle = app.state.throttle
+    kernel = app.state.kernel_probe
     counter_query = Query(DEFAULT_COUNTER, ge=0, le=max_counter,
                           description="pi series iterations; each one is timed")
 
     def run(counter: int) -> tuple[PiResult, int | None, dict[str, str]]:
-        before = before_work() if before_work is not None else None
-        check = checkpoint() if checkpoint is not None else None
+        before = kernel.sample() if kernel is not None else None
+        check = throttle.work_checkpoint()  # None when the throttle is off
         if check is None:
             result, throttle_ns = compute_pi(counter), None
         else:
             paused = _PauseClock(check)
             result, throttle_ns = compute_pi(counter, checkpoint=paused), paused.paused_ns
-        headers = ({"Server-Timing": server_timing(result, throttle_ns, before)}
-                   if server_timing is not None else {})
-        return result, throttle_ns, headers
+        timing = work_timing(result.wall_ns, result.cpu_ns, throttle_ns, kernel, before)
+        return result, throttle_ns, {"Server-Timing": timing}
 
     @app.get("/", response_class=HTMLResponse, summary="Landing page", include_in_schema=False)
     def landing(request: Request) -> HTMLResponse:
-        in_force = limits()
+        in_force = describe_limits(app)
         return templates.TemplateResponse(request, "landing.html", {
             "title": "throttle-lab", **_limits_context(in_force),
             "default_counter": DEFAULT_COUNTER, "max_counter": max_counter,
@@ -265,7 +260,7 @@ def register_pages(app: FastAPI, *, max_counter: int, limits: Limits,
         times, gaps = gap_series(result)
         context = {
             "title": f"pi in {counter:,} iterations",
-            **_limits_context(limits()),
+            **_limits_context(describe_limits(app)),
             "result": result,
             "error_abs": abs(result.error),
             "wall": _ms(result.wall_ns),
