@@ -42,7 +42,7 @@ from client import __version__
 from client.cli import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK, _raise_terminated,
                         format_summary, format_throughput)
 from client.compare import format_table, save_comparison
-from client.load import LoadPlan, LoadPlanError, time_plan
+from client.load import DEFAULT_REQUESTS, LoadPlan, time_plan
 from client.options import CliError, int_at_least, number_above
 from client.plot import plot_run
 from client.progress import RunProgress
@@ -50,7 +50,7 @@ from client.rawdata import RequestRecord, Run, RunWriter, write_metadata
 from client.service import Service, ServiceError, burn_service_path, free_port
 from client.stats import summarize
 from client.throughput import format_throughput_table, throughput_row
-from client.timing import RunOutcome, build_url, fetch_limits
+from client.timing import RunOutcome, build_url, fetch_limits, format_line
 
 __all__ = ["BACKENDS", "DEFAULT_IMAGE", "build_sweep_parser", "command_sweep", "cpus_label",
            "docker_problem", "kernel_quota_problem", "parse_cpus", "resolve_backend", "run_name",
@@ -59,7 +59,6 @@ __all__ = ["BACKENDS", "DEFAULT_IMAGE", "build_sweep_parser", "command_sweep", "
 BACKENDS = ("auto", "kernel", "inprocess", "docker")
 DEFAULT_IMAGE = "throttle-lab:latest"  # docker/compose.yaml's default; THROTTLE_LAB_IMAGE wins
 CONTAINER_PORT = 7800                  # the image's BURN_SERVICE_PORT
-DEFAULT_REQUESTS = 100
 
 
 # --- pure: options, names, commands -------------------------------------------------------
@@ -93,6 +92,11 @@ def parse_cpus(text: str) -> tuple[float, ...]:
 def cpus_label(cpus: float) -> str:
     """``1``, ``0.3``, ``none`` (for 0): used in file names and tables."""
     return "none" if cpus == 0 else f"{cpus:g}"
+
+
+def _limit_text(cpus: float) -> str:
+    """``0.3 CPU``, or ``no limit`` for 0: the run's limit in tables and headings."""
+    return f"{cpus_label(cpus)} CPU" if cpus else "no limit"
 
 
 def sweep_stem(prefix: str, backend: str) -> str:
@@ -235,7 +239,7 @@ def command_sweep(argv: list[str]) -> int:
         cpus_list = parse_cpus(opts.cpus)
         plan = LoadPlan.from_options(requests=opts.requests, concurrency=opts.concurrency,
                                      rate=opts.rate, duration=opts.duration)
-    except (ValueError, LoadPlanError) as exc:
+    except ValueError as exc:  # a LoadPlanError is a ValueError
         raise CliError(str(exc)) from None
     prefix = "sweep-" + started.strftime("%Y%m%d-%H%M%S") if opts.name is None else opts.name
     _check_prefix(prefix)
@@ -273,8 +277,8 @@ def command_sweep(argv: list[str]) -> int:
                              container_name=f"throttle-lab-sweep-{os.getpid()}-{index}"),
                 port, docker=backend == "docker",
                 health_timeout=30 + 1.5 / cpus if cpus else 30)
-            label = f"{cpus_label(cpus)} CPU" if cpus else "no limit"
-            print(f"\n[{index}/{len(cpus_list)}] {label}: {' '.join(service.argv)}", flush=True)
+            print(f"\n[{index}/{len(cpus_list)}] {_limit_text(cpus)}: {' '.join(service.argv)}",
+                  flush=True)
             try:
                 began = time.monotonic()
                 service.start()
@@ -344,7 +348,7 @@ def _record_run(opts: argparse.Namespace, plan: LoadPlan, service: Service, name
         write_metadata(meta_path, metadata)
     except OSError as exc:
         raise CliError(f"cannot write raw data in {opts.data_dir}: {exc.strerror or exc}") from None
-    progress = RunProgress(plan.requests, f"{cpus_label(cpus)} CPU")
+    progress = RunProgress(plan.requests, _limit_text(cpus))
     show: Callable[[RequestRecord], None] = _print_line if opts.show_requests else _ignore
 
     def on_record(record: RequestRecord) -> None:
@@ -381,9 +385,7 @@ def _record_run(opts: argparse.Namespace, plan: LoadPlan, service: Service, name
 
 def _limit_of(run: Run) -> str:
     cpus = run.metadata.get("sweep", {}).get("cpus")
-    if not isinstance(cpus, (int, float)):
-        return run.name
-    return f"{cpus_label(cpus)} CPU" if cpus else "no limit"
+    return _limit_text(cpus) if isinstance(cpus, (int, float)) else run.name
 
 
 def _load_average() -> list[float] | None:
@@ -394,8 +396,6 @@ def _load_average() -> list[float] | None:
 
 
 def _print_line(record: RequestRecord) -> None:
-    from client.timing import format_line
-
     print(format_line(record), flush=True)
 
 
