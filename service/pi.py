@@ -28,6 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# Iterations between two calls of ``checkpoint``: the burn loop's cadence (256), about 0.1 ms
+# of timed pi iterations, so a throttle stops the loop close to where the kernel would.
+from service.burn import CHECK_EVERY
+
 __all__ = [
     "CHECK_EVERY",
     "PAUSE_THRESHOLD_US",
@@ -42,10 +46,6 @@ __all__ = [
     "measure_overhead",
     "summarize_pauses",
 ]
-
-# Iterations between two calls of ``checkpoint`` (same as service.burn): tens of microseconds
-# of work, so a throttle stops the loop close to where the kernel would.
-CHECK_EVERY = 256
 
 # A gap at least this long (1 ms) is a pause: a timed iteration takes well under 10 us, so
 # a gap of a millisecond is the thread not running (throttled, preempted or descheduled).
