@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, Response
 
 from service import __version__
 from service.accesslog import install_access_log_filter
-from service.burn import burn
+from service.burn import DEFAULT_ITERATIONS, burn
 from service.cgroup import CpuStatProbe
 from service.config import Settings
 from service.errors import install_error_handlers
@@ -27,8 +27,6 @@ from service.timing import format_server_timing, kernel_throttling, work_timing
 
 # format_server_timing and kernel_throttling live in service.timing; still importable from here
 __all__ = ["app", "create_app", "format_server_timing", "kernel_throttling"]
-
-DEFAULT_ITERATIONS = 5000
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

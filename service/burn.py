@@ -12,7 +12,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["CHECK_EVERY", "BurnResult", "burn"]
+__all__ = ["CHECK_EVERY", "DEFAULT_ITERATIONS", "BurnResult", "burn"]
+
+DEFAULT_ITERATIONS = 5000  # ~5 ms of CPU: /cpuBurnFlow's default, the original flow's burn
 
 # Iterations between two calls of ``checkpoint``: ~0.1-0.3 ms of work, so a throttle that
 # pauses the loop stops it close to where the kernel would, without a syscall per iteration.

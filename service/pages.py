@@ -22,6 +22,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.templating import Jinja2Templates
 
+from service.burn import DEFAULT_ITERATIONS
 from service.limits import describe_limits
 from service.pi import (
     PAUSE_THRESHOLD_US,
@@ -243,11 +244,11 @@ def register_pages(app: FastAPI) -> None:
 
     @app.get("/", response_class=HTMLResponse, summary="Landing page", include_in_schema=False)
     def landing(request: Request) -> HTMLResponse:
-        in_force = describe_limits(app)
         return templates.TemplateResponse(request, "landing.html", {
-            "title": "throttle-lab", **_limits_context(in_force),
+            "title": "throttle-lab", **_limits_context(describe_limits(app)),
             "default_counter": DEFAULT_COUNTER, "max_counter": max_counter,
-            "max_iterations": in_force.get("max_iterations"),
+            "default_iterations": DEFAULT_ITERATIONS,
+            "max_iterations": app.state.settings.max_iterations,
         })
 
     @app.get("/pi", response_class=HTMLResponse,
