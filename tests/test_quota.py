@@ -117,6 +117,21 @@ def test_periods_stay_on_the_grid_and_idle_periods_are_not_counted() -> None:
     assert a.stats(12_400 * MS).nr_periods == 3
 
 
+def test_a_charge_landing_on_a_boundary_counts_in_the_period_before_it() -> None:
+    # Work that starts with the period timer stopped and is charged exactly at the next
+    # boundary ran before that boundary: one charge there is the same as stopping 1 ns short
+    # and charging the last nanosecond on the boundary (what a simulator need not do).
+    whole, split = QuotaAccount(30 * MS, 100 * MS), QuotaAccount(30 * MS, 100 * MS)
+    whole.charge(30 * MS, 100 * MS)
+    split.charge(30 * MS - 1, 100 * MS - 1)
+    split.charge(1, 100 * MS)
+    for a in (whole, split):
+        assert a.throttled_until(100 * MS) == 100 * MS  # the boundary at 100 ms refilled it
+        assert a.remaining(100 * MS) == 30 * MS
+        assert a.stats(100 * MS).nr_periods == 1
+        assert a.next_boundary(100 * MS) == 200 * MS
+
+
 def test_burst_saves_unused_quota_and_counts_its_use() -> None:
     a = QuotaAccount(30 * MS, 100 * MS, burst_ns=20 * MS)
     a.charge(1, 1)
