@@ -8,9 +8,14 @@ original's). Latency is measured with the monotonic ns clock until the whole bod
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
@@ -95,6 +100,49 @@ def send_timed(client: httpx.Client, request: httpx.Request, seq: int, run_start
                          scheduled_ns=scheduled_ns, **server)
 
 
+class _HandOver:
+    """Ctrl-C/SIGTERM land between requests, never while a completed request is being kept
+    and handed to ``on_record`` (the CSV row, the printed line): a signal that arrives then is
+    acted on right after. So a record is in the outcome exactly when ``on_record`` finished
+    with it. Wraps the Python handlers of the main thread (elsewhere signals cannot arrive)."""
+
+    def __init__(self) -> None:
+        self._busy = False
+        self._pending: tuple[int, FrameType | None] | None = None
+        self._previous: dict[int, Callable[[int, FrameType | None], Any]] = {}
+
+    def __enter__(self) -> _HandOver:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                handler = signal.getsignal(signum)
+                if callable(handler):
+                    self._previous[signum] = handler
+                    signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self._busy:
+            self._pending = (signum, frame)
+        else:
+            self._previous[signum](signum, frame)
+
+    @contextmanager
+    def keeping(self) -> Iterator[None]:
+        self._busy = True
+        try:
+            yield
+        finally:
+            self._busy = False
+            if self._pending is not None:
+                signum, frame = self._pending
+                self._pending = None
+                self._previous[signum](signum, frame)
+
+
 def time_sequential(
     url: str,
     requests: int,
@@ -113,14 +161,16 @@ def time_sequential(
     """
     outcome = outcome if outcome is not None else RunOutcome()
     consecutive_failures = 0
-    with httpx.Client(timeout=timeout, headers=request_headers(new_connection)) as client:
+    with (httpx.Client(timeout=timeout, headers=request_headers(new_connection)) as client,
+          _HandOver() as hand_over):
         request = client.build_request("GET", url)
         run_start = time.perf_counter_ns()
         for seq in range(requests):
             record = send_timed(client, request, seq, run_start)
             consecutive_failures = consecutive_failures + 1 if record.status == 0 else 0
-            outcome.records.append(record)
-            on_record(record)
+            with hand_over.keeping():
+                outcome.records.append(record)
+                on_record(record)
             if max_consecutive_failures and consecutive_failures >= max_consecutive_failures:
                 outcome.stop_reason = (f"stopped after {consecutive_failures} consecutive "
                                        f"connection failures")
