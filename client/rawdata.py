@@ -103,16 +103,21 @@ class RunWriter:
         self.path = csv_path
         csv_path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] = open(csv_path, "w", newline="", encoding="utf-8")
-        self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, lineterminator="\n")
+        # rows are formatted in memory first (one writer, made once), then written whole
+        self._line = io.StringIO()
+        self._writer = csv.DictWriter(self._line, fieldnames=COLUMNS, lineterminator="\n")
         self._writer.writeheader()
+        self._file.write(self._line.getvalue())
         self._file.flush()
         self.count = 0
 
     def write(self, record: RequestRecord) -> None:
         row = record.to_row()
         row["error"] = " ".join(str(row["error"]).split())  # one line, no stray newlines
-        line = _format_row(row)
-        self._file.write(line)  # one write per row: a half row cannot be left by an interrupt
+        self._line.seek(0)
+        self._line.truncate()
+        self._writer.writerow(row)
+        self._file.write(self._line.getvalue())  # one write per row: never half a row
         self._file.flush()
         self.count += 1
 
@@ -127,12 +132,6 @@ class RunWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _format_row(row: dict[str, Any]) -> str:
-    buffer = io.StringIO()
-    csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n").writerow(row)
-    return buffer.getvalue()
 
 
 def write_metadata(path: Path, metadata: dict[str, Any]) -> None:
