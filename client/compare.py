@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from client.detect import Detection, detect
-from client.model import limit_from_metadata
+from client.model import Limit, limit_from_metadata
 from client.plot import COLOURS, pyplot, save_figure
 from client.rawdata import Run
 from client.stats import summarize
@@ -27,8 +27,9 @@ from client.stats import summarize
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-__all__ = ["ComparisonRow", "compare_runs", "draw_detected", "format_markdown", "format_table",
-           "limit_label", "plot_comparison", "plot_overlay", "save_comparison", "sequential"]
+__all__ = ["ComparisonRow", "compare_runs", "detect_run", "draw_detected", "format_markdown",
+           "format_table", "limit_label", "plot_comparison", "plot_overlay", "save_comparison",
+           "sequential"]
 
 PREDICTION_COLOURS = ("#2ca02c", "#9467bd", "#8c564b")
 CDF_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -82,7 +83,7 @@ def compare_runs(runs: Sequence[Run]) -> list[ComparisonRow]:
     rows = []
     for run in runs:
         s = summarize(run.records)
-        d = _detect(run)
+        d = detect_run(run)
         rows.append(ComparisonRow(run.name, limit_label(run), s.count, s.p50_ms, s.p90_ms,
                                   s.p99_ms, s.max_ms, d.throttled_fraction))
     return rows
@@ -160,8 +161,10 @@ def draw_detected(ax: Axes, run: Run, detection: Detection, *, label_prefix: str
                        label=f"{label_prefix}{labels[kind]} ({len(xs)})")
 
 
-def _detect(run: Run) -> Detection:
-    limit = limit_from_metadata(run.metadata)
+def detect_run(run: Run, limit: Limit | None = None) -> Detection:
+    """``detect`` with what the run's metadata says: one request at a time or not, the limit
+    in force (``limit`` overrides it), or that our service saw none."""
+    limit = limit if limit is not None else limit_from_metadata(run.metadata)
     return detect(run.records, sequential=sequential(run), limit=limit,
                   unlimited=limit is None and isinstance(run.metadata.get("limits"), dict))
 
@@ -182,7 +185,7 @@ def plot_comparison(runs: Sequence[Run], out: Path, title: str | None = None) ->
         for i, run in enumerate(runs):
             ax = fig.add_subplot(grid[i, 0], sharex=first, sharey=first)
             first = first or ax
-            detection = _detect(run)
+            detection = detect_run(run)
             draw_detected(ax, run, detection)
             share = detection.throttled_fraction
             ax.set_title(f"{run.name}: limit {limit_label(run)}"

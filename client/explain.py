@@ -21,8 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from client.compare import format_table, plot_overlay, save_comparison, sequential
-from client.detect import Detection, detect, explain
+from client.compare import detect_run, format_table, plot_overlay, save_comparison, sequential
+from client.detect import Detection, explain
 from client.model import (MAX_CONCURRENCY, MAX_REQUESTS, Limit, Prediction, Workload,
                           limit_from_metadata, predict)
 from client.options import CliError, OneLineParser, int_in, number_above, number_at_least
@@ -116,12 +116,8 @@ def build_compare_parser() -> OneLineParser:
 def measure(run: Run, limit: Limit | None = None) -> tuple[Summary, Detection, dict[str, Any]]:
     """A run's statistics and throttling, as the keys of ``report --json``."""
     summary = summarize(run.records)
-    found = limit_from_metadata(run.metadata)
-    limit = limit if limit is not None else found
-    # the service's /limits was saved and shows neither a kernel quota nor a throttle
-    unlimited = limit is None and isinstance(run.metadata.get("limits"), dict)
-    detection = detect(run.records, sequential=sequential(run), limit=limit,
-                       unlimited=unlimited)
+    limit = limit if limit is not None else limit_from_metadata(run.metadata)
+    detection = detect_run(run, limit)
     fields: dict[str, Any] = {"name": run.name, "limit": describe_limit(run.metadata),
                               "limit_cpus": limit.cpus if limit else None,
                               **summary.to_dict(), **detection.to_dict()}
