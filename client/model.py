@@ -270,11 +270,9 @@ def predict(workload: Workload) -> Prediction:
             t = stop
             continue
         k = min(len(running), w.cores)
-        # Stop at the next period boundary (its refill changes what is left). Stop 1 ns short
-        # of it first: a charge that lands on a boundary while the period timer is stopped
-        # would start the timer after that boundary (see QuotaAccount.charge).
-        boundary = (t // period + 1) * period
-        to_boundary = boundary - t - 1 if boundary - t > 1 else boundary - t
+        # Stop at the next period boundary: its refill changes what is left (CPU charged at
+        # the boundary ran before it, see QuotaAccount.charge).
+        to_boundary = account.next_boundary(t) - t
         steps = [
             math.ceil(account.remaining(t) / k),                                # quota spent
             math.ceil(min(f.cpu_left for f in running) * len(running) / k),    # a request done
