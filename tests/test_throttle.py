@@ -210,14 +210,30 @@ def test_options_come_from_the_environment_too(monkeypatch: pytest.MonkeyPatch) 
 
 def measure_share(percent: float, seconds: float, threads: int = 2,
                   cycle_ms: float = 20) -> float:
-    """Process CPU / wall while ``threads`` threads burn under the throttle."""
-    throttle = Throttle(percent, cycle_ms)
+    """Process CPU / wall while ``threads`` threads burn under the throttle.
+
+    A garbage collection of the test process's heap can cost 10-20 ms of CPU between two
+    checkpoints; at 1 % that is a debt worth seconds of pauses, charged as the kernel would.
+    So a pause ends early once the measurement is over, and the worker leaves.
+    """
     stop = threading.Event()
 
+    class Stopped(Exception):
+        pass
+
+    def sleep(seconds: float) -> None:
+        if stop.wait(seconds):
+            raise Stopped
+
+    throttle = Throttle(percent, cycle_ms, sleep=sleep)
+
     def worker() -> None:
-        with throttle.start() as work:
-            while not stop.is_set():
-                burn(256, work.checkpoint)
+        try:
+            with throttle.start() as work:
+                while not stop.is_set():
+                    burn(256, work.checkpoint)
+        except Stopped:
+            pass
 
     pool = [threading.Thread(target=worker, daemon=True) for _ in range(threads)]
     cpu0, wall0 = time.process_time_ns(), time.monotonic_ns()
@@ -244,7 +260,9 @@ def test_threads_share_one_budget_and_sleep_while_throttled() -> None:
 
 def test_share_roughly_doubles_per_doubling_of_the_limit() -> None:
     # The seed's CI check (CpuThrottler: 1/2/4/8 %, each step 1.3x-3.0x), on the CPU share.
-    shares = [measure_share(p, 0.4) for p in (1, 2, 4, 8)]
+    # Low limits get longer windows: at 1 % a 0.4 s window holds only 4 ms of CPU, and a stray
+    # millisecond elsewhere in the test process would swing the factor.
+    shares = [measure_share(p, 1.2 if p < 4 else 0.4) for p in (1, 2, 4, 8)]
     factors = [b / a for a, b in zip(shares, shares[1:])]
     assert all(1.3 <= f <= 3.0 for f in factors), (shares, factors)
 
