@@ -34,7 +34,7 @@ from client.progress import RunProgress
 from client.rawdata import RawDataError, RequestRecord, Run, RunWriter, read_run, write_metadata
 from client.stats import Summary, summarize
 from client.throughput import throughput_row
-from client.timing import RunOutcome, build_url, fetch_limits, format_line
+from client.timing import RunOutcome, build_url, fetch_limits, format_line, warm_up
 
 __all__ = ["main"]
 
@@ -69,6 +69,9 @@ def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
                         "(default: one keep-alive connection)")
     parser.add_argument("--timeout", type=number_above(0), default=30.0,
                         help="seconds before one request counts as failed (default 30)")
+    parser.add_argument("--warmup", type=int_at_least(0), default=0, metavar="N",
+                        help="send N requests first that are not recorded (default 0: the "
+                        "first recorded request pays the server's warm-up, as in the original)")
     parser.add_argument("--max-failures", type=int_at_least(0), default=5,
                         help="stop after this many connection failures in a row; 0 never stops "
                         "(default 5)")
@@ -158,7 +161,7 @@ def command_run(argv: list[str]) -> int:
     metadata: dict[str, Any] = {
         "name": name, "tool": "http-timing", "version": __version__,
         "url": url, "iterations": opts.iterations, **plan.to_metadata(),
-        "new_connection": opts.new_connection, "timeout_s": opts.timeout,
+        "new_connection": opts.new_connection, "timeout_s": opts.timeout, "warmup": opts.warmup,
         "started_at": started.isoformat(), "host": socket.gethostname(),
         "platform": platform.platform(), "python": platform.python_version(),
         "command": ["http-timing", *argv], "limits": fetch_limits(opts.url),
@@ -185,6 +188,7 @@ def command_run(argv: list[str]) -> int:
     interrupted = False
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
+        warm_up(url, opts.warmup, new_connection=opts.new_connection, timeout=opts.timeout)
         with progress:
             time_plan(url, plan, on_record, new_connection=opts.new_connection,
                       timeout=opts.timeout, max_consecutive_failures=opts.max_failures,

@@ -50,7 +50,7 @@ from client.rawdata import RequestRecord, Run, RunWriter, write_metadata
 from client.service import Service, ServiceError, burn_service_path, free_port
 from client.stats import summarize
 from client.throughput import format_throughput_table, throughput_row
-from client.timing import RunOutcome, build_url, fetch_limits, format_line
+from client.timing import RunOutcome, build_url, fetch_limits, format_line, warm_up
 
 __all__ = ["BACKENDS", "DEFAULT_IMAGE", "build_sweep_parser", "command_sweep", "cpus_label",
            "docker_problem", "kernel_quota_problem", "parse_cpus", "resolve_backend", "run_name",
@@ -218,6 +218,9 @@ def build_sweep_parser() -> argparse.ArgumentParser:
     parser.add_argument("--image", default=None,
                         help=f"docker image for --backend docker (default $THROTTLE_LAB_IMAGE "
                         f"or {DEFAULT_IMAGE})")
+    parser.add_argument("--warmup", type=int_at_least(0), default=0, metavar="N",
+                        help="requests sent to each service before timing, not recorded "
+                        "(default 0)")
     parser.add_argument("--timeout", type=number_above(0), default=30.0,
                         help="seconds before one request counts as failed (default 30)")
     parser.add_argument("--data-dir", type=Path, default=Path("raw-data"))
@@ -334,7 +337,7 @@ def _record_run(opts: argparse.Namespace, plan: LoadPlan, service: Service, name
     metadata: dict[str, Any] = {
         "name": name, "tool": "http-timing", "version": __version__,
         "url": url, "iterations": opts.iterations, **plan.to_metadata(),
-        "new_connection": False, "timeout_s": opts.timeout,
+        "new_connection": False, "timeout_s": opts.timeout, "warmup": opts.warmup,
         "started_at": datetime.now(timezone.utc).isoformat(), "host": socket.gethostname(),
         "platform": platform.platform(), "python": platform.python_version(),
         "command": ["http-timing", "sweep", *argv],
@@ -359,6 +362,7 @@ def _record_run(opts: argparse.Namespace, plan: LoadPlan, service: Service, name
     outcome = RunOutcome()
     interrupted = False
     try:
+        warm_up(url, opts.warmup, timeout=opts.timeout)
         with progress:
             time_plan(url, plan, on_record, timeout=opts.timeout, outcome=outcome)
     except KeyboardInterrupt:

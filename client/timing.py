@@ -25,7 +25,7 @@ from client.rawdata import RequestRecord
 from client.servertiming import server_fields
 
 __all__ = ["RunOutcome", "build_url", "fetch_limits", "format_line", "limits_url",
-           "request_headers", "send_timed", "time_sequential"]
+           "request_headers", "send_timed", "time_sequential", "warm_up"]
 
 
 def build_url(url: str, iterations: int) -> str:
@@ -77,6 +77,21 @@ def request_headers(new_connection: bool) -> dict[str, str]:
     if new_connection:
         headers["connection"] = "close"
     return headers
+
+
+def warm_up(url: str, requests: int, *, new_connection: bool = False,
+            timeout: float = 30.0) -> int:
+    """Send ``requests`` GETs that are not recorded (imports, caches and connection pools on the
+    server warm up, as hyperfine's ``--warmup``); returns how many got an HTTP answer."""
+    answered = 0
+    with httpx.Client(timeout=timeout, headers=request_headers(new_connection)) as client:
+        for _ in range(requests):
+            try:
+                client.get(url)
+                answered += 1
+            except httpx.TransportError:
+                break  # the run itself records (and reports) a service that cannot be reached
+    return answered
 
 
 def send_timed(client: httpx.Client, request: httpx.Request, seq: int, run_start_ns: int,

@@ -9,6 +9,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+import httpx
+
 from tests.support import BIN, free_port, running_service, service_process, wait_for_rows
 
 ORIGINAL_LINE = re.compile(r"^(\d+) Status code (\d+) time (\d+)$")
@@ -173,3 +175,25 @@ def test_output_piped_into_head_is_no_traceback_and_keeps_the_data(tmp_path: Pat
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
     assert len(result.stdout.splitlines()) == 3 and result.stdout.endswith("rc=0\n")
     assert len(read_rows(tmp_path / "raw-data" / "piped.csv")) == 40
+
+
+def burn_requests_answered(base: str) -> float:
+    """The service's own count of /cpuBurnFlow requests (``/metrics``)."""
+    text = httpx.get(base + "/metrics").text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("throttle_lab_http_requests_total{")
+               and 'route="/cpuBurnFlow"' in line)
+
+
+def test_warmup_requests_reach_the_server_but_are_not_recorded(tmp_path: Path) -> None:
+    with running_service() as base:
+        result = http_timing("--url", base + "/cpuBurnFlow", "--iterations", "100",
+                             "--requests", "4", "--warmup", "3", "--name", "w", "--no-plot",
+                             cwd=tmp_path)
+        answered = burn_requests_answered(base)
+    assert result.returncode == 0, result.stderr
+    assert answered == 7
+    rows = read_rows(tmp_path / "raw-data" / "w.csv")
+    assert [r["seq"] for r in rows] == ["0", "1", "2", "3"]
+    assert json.loads((tmp_path / "raw-data" / "w.json").read_text())["warmup"] == 3
+    assert sum(1 for line in result.stdout.splitlines() if ORIGINAL_LINE.match(line)) == 4

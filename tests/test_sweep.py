@@ -87,13 +87,14 @@ def test_a_service_that_dies_at_start_is_one_clear_error() -> None:
 
 def test_inprocess_sweep_saves_runs_picture_and_table(tmp_path: Path) -> None:
     result = sweep("--backend", "inprocess", "--cpus", "1,0.5", "--requests", "4",
-                   "--iterations", "1000", "--name", "t", cwd=tmp_path)
+                   "--iterations", "1000", "--warmup", "2", "--name", "t", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     for cpus, percent in (("1", 100), ("0.5", 50)):
         run = read_run(tmp_path / "raw-data" / f"t-inprocess-{cpus}.csv")
         assert len(run.records) == 4 and all(r.status == 200 for r in run.records)
         assert run.metadata["limits"]["inprocess"]["cpu_limit_percent"] == percent
         assert run.metadata["sweep"]["backend"] == "inprocess"
+        assert run.metadata["warmup"] == 2  # sent first, not among the 4 recorded
         assert gone(run.metadata["service"]["pid"])  # stopped by its pid
         assert (tmp_path / "pictures" / f"t-inprocess-{cpus}.png").read_bytes()[:8] == PNG
     assert (tmp_path / "pictures" / "t-inprocess-sweep.png").read_bytes()[:8] == PNG
