@@ -24,7 +24,7 @@ from typing import IO, Any
 
 import httpx
 
-__all__ = ["Service", "ServiceError", "burn_service_path", "free_port"]
+__all__ = ["Service", "ServiceError", "burn_service_path", "free_port", "stop_process"]
 
 
 class ServiceError(RuntimeError):
@@ -41,6 +41,18 @@ def burn_service_path() -> str:
         raise ServiceError("burn-service not found next to this Python nor on PATH "
                            "(pip install -e . installs it)")
     return found
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float) -> None:
+    """SIGTERM ``proc`` (by its own pid), wait up to ``timeout`` s, then SIGKILL; reaped."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def free_port() -> int:
@@ -159,14 +171,8 @@ class Service:
         words = ""
         if self._proc is not None:
             proc, self._proc = self._proc, None
-            if proc.poll() is None:
-                # burn-service --cpus forwards it to the service and removes its cgroup
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            # burn-service --cpus forwards SIGTERM to the service and removes its cgroup
+            stop_process(proc, timeout=20)
             words = self.log()
         if self.docker and self._started:
             # by its id; by the unique name we gave it if `docker run` was cut short

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from client.service import stop_process
 from tests.support import ROOT, require, wait_healthy
 
 __all__ = ["BuildResult", "Container", "docker", "docker_engine", "project_image",
@@ -77,13 +77,7 @@ def docker_engine(start_timeout: float = 60.0) -> Iterator[None]:
             time.sleep(0.5)
         yield
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, timeout=60)  # only the engine this fixture started
         log.close()
         os.unlink(log.name)
 

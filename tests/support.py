@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +16,7 @@ import pytest
 import uvicorn
 from starlette.types import ASGIApp
 
+from client.service import free_port, stop_process
 from service.app import create_app
 from service.config import Settings
 
@@ -48,12 +47,6 @@ def require_kernel_quota() -> None:
         locate_cpu_controller()
     except CgroupError as exc:
         require(False, f"no cgroup cpu controller: {exc}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_healthy(base_url: str, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
@@ -115,13 +108,7 @@ def service_process(args: Sequence[str] = (), env: Mapping[str, str] | None = No
         wait_healthy(base, timeout=timeout, proc=proc)
         yield base, proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, timeout=15)
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
