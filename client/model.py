@@ -35,7 +35,7 @@ import numpy as np
 
 from client.rawdata import RequestRecord
 from client.stats import summarize
-from service.quota import QuotaAccount, QuotaStats
+from service.quota import QuotaAccount, CpuStat
 
 __all__ = ["Limit", "MAX_REQUESTS", "Prediction", "Workload", "limit_from_metadata", "predict"]
 
@@ -157,7 +157,7 @@ class Prediction:
 
     workload: Workload
     records: tuple[RequestRecord, ...]
-    stats: QuotaStats = field(default_factory=QuotaStats)
+    stats: CpuStat = field(default_factory=CpuStat)
 
     @property
     def paused_ms(self) -> np.ndarray:
@@ -287,7 +287,7 @@ def predict(workload: Workload) -> Prediction:
         t += dt
         account.charge(used, t)
     stats = account.stats(t)
-    run_stats = QuotaStats(*(getattr(stats, n) - getattr(before, n)
+    run_stats = CpuStat(*(getattr(stats, n) - getattr(before, n)
                              for n in ("nr_periods", "nr_throttled", "throttled_ns",
                                        "nr_bursts", "burst_ns")))
     done.sort(key=lambda r: r.seq)

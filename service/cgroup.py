@@ -38,19 +38,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from service.limit import Limit
+from service.quota import CpuStat
+
 __all__ = [
-    "GROUP_PREFIX", "MIN_QUOTA_US", "CgroupError", "CpuController", "CpuLimit", "CpuStat",
-    "CpuStatProbe", "Membership", "Mount", "QuotaSettings", "available_cpus", "create_group",
-    "empty_group", "find_cpu_controller", "limit_in_force", "locate_cpu_controller",
-    "map_group_path", "move_pid", "parse_cfs_value", "parse_cpu_max", "parse_cpu_stat",
-    "parse_mountinfo", "parse_proc_cgroup", "quota_settings", "read_cpu_limit", "read_cpu_stat",
-    "remove_group", "unique_group_name",
+    "GROUP_PREFIX", "CgroupError", "CpuController", "CpuLimit", "CpuStatProbe", "Membership",
+    "Mount", "available_cpus", "create_group", "empty_group", "find_cpu_controller",
+    "limit_in_force", "locate_cpu_controller", "map_group_path", "move_pid", "parse_cfs_value",
+    "parse_cpu_max", "parse_cpu_stat", "parse_mountinfo", "parse_proc_cgroup", "read_cpu_limit",
+    "read_cpu_stat", "remove_group", "unique_group_name",
 ]
 
 GROUP_PREFIX = "throttle-lab"
-MIN_QUOTA_US = 1000          # the kernel refuses a quota below 1 ms
-MIN_PERIOD_US = 1000         # ... and a period outside [1 ms, 1 s]
-MAX_PERIOD_US = 1_000_000
 
 
 class CgroupError(RuntimeError):
@@ -119,58 +118,6 @@ class CpuLimit:
         return {"version": self.version, "path": self.path, "group": self.group,
                 "quota_us": self.quota_us, "period_us": self.period_us,
                 "burst_us": self.burst_us, "cpus": self.cpus}
-
-
-@dataclass(frozen=True)
-class CpuStat:
-    """The kernel's bandwidth counters of a group, throttled time normalised to nanoseconds."""
-
-    nr_periods: int
-    nr_throttled: int
-    throttled_ns: int
-    nr_bursts: int = 0
-    burst_ns: int = 0
-
-    def __sub__(self, other: CpuStat) -> CpuStat:
-        return CpuStat(self.nr_periods - other.nr_periods, self.nr_throttled - other.nr_throttled,
-                       self.throttled_ns - other.throttled_ns, self.nr_bursts - other.nr_bursts,
-                       self.burst_ns - other.burst_ns)
-
-
-@dataclass(frozen=True)
-class QuotaSettings:
-    """What to write: ``quota_us`` of CPU per ``period_us``, plus ``burst_us`` (0 = none)."""
-
-    quota_us: int
-    period_us: int
-    burst_us: int = 0
-
-    @property
-    def cpus(self) -> float:
-        return self.quota_us / self.period_us
-
-    def describe(self) -> str:
-        burst = f", burst {self.burst_us} µs" if self.burst_us else ""
-        return f"{self.cpus:g} CPU (quota {self.quota_us} µs per {self.period_us} µs period{burst})"
-
-
-def quota_settings(cpus: float, period_ms: float = 100.0, burst_ms: float = 0.0) -> QuotaSettings:
-    """``--cpus``/``--period-ms``/``--burst-ms`` -> microseconds, checked against the kernel's
-    limits; raises ``ValueError`` with a message naming the option."""
-    if not cpus > 0:
-        raise ValueError(f"--cpus must be > 0 (got {cpus:g})")
-    period_us = round(period_ms * 1000)
-    if not MIN_PERIOD_US <= period_us <= MAX_PERIOD_US:
-        raise ValueError(f"--period-ms must be in [1, 1000] (got {period_ms:g})")
-    quota_us = round(cpus * period_us)
-    if quota_us < MIN_QUOTA_US:
-        raise ValueError(f"--cpus {cpus:g} with --period-ms {period_ms:g} is a quota of "
-                         f"{quota_us} µs per period; the kernel's minimum is {MIN_QUOTA_US} µs")
-    burst_us = round(burst_ms * 1000)
-    if burst_us < 0 or burst_us > quota_us:
-        raise ValueError(f"--burst-ms must be in [0, {quota_us / 1000:g}] (at most the quota "
-                         f"per period; got {burst_ms:g})")
-    return QuotaSettings(quota_us, period_us, burst_us)
 
 
 def parse_proc_cgroup(text: str) -> list[Membership]:
@@ -434,9 +381,9 @@ def _write(path: Path, text: str) -> None:
         f.write(text)
 
 
-def create_group(settings: QuotaSettings, controller: CpuController | None = None,
+def create_group(limit: Limit, controller: CpuController | None = None,
                  name: str | None = None) -> Path:
-    """Make a new group with the quota, period and burst; returns its directory."""
+    """Make a new group with the limit's quota, period and burst; returns its directory."""
     controller = controller or locate_cpu_controller()
     directory = _parent_for_child(controller) / (name or unique_group_name())
     try:
@@ -445,16 +392,16 @@ def create_group(settings: QuotaSettings, controller: CpuController | None = Non
         raise _explain(exc, f"create a cgroup in {directory.parent}") from None
     try:
         if controller.version == 1:
-            _write(directory / "cpu.cfs_period_us", str(settings.period_us))
-            _write(directory / "cpu.cfs_quota_us", str(settings.quota_us))
+            _write(directory / "cpu.cfs_period_us", str(limit.period_us))
+            _write(directory / "cpu.cfs_quota_us", str(limit.quota_us))
             burst_file = directory / "cpu.cfs_burst_us"
         else:
-            _write(directory / "cpu.max", f"{settings.quota_us} {settings.period_us}")
+            _write(directory / "cpu.max", f"{limit.quota_us} {limit.period_us}")
             burst_file = directory / "cpu.max.burst"
-        if settings.burst_us:
+        if limit.burst_us:
             if not burst_file.exists():
                 raise CgroupError(f"this kernel has no {burst_file.name} (burst needs Linux 5.14+)")
-            _write(burst_file, str(settings.burst_us))
+            _write(burst_file, str(limit.burst_us))
     except OSError as exc:
         remove_group(directory)
         raise _explain(exc, f"set the quota in {directory}") from None

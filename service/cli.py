@@ -55,11 +55,11 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
 def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
     if settings.cpus:
-        from service.cgroup import quota_settings
         from service.cpu_quota import is_supervised, serve_under_quota
+        from service.limit import kernel_limit
 
         if not is_supervised():  # run again inside a new quota group, supervised from outside
-            quota = quota_settings(settings.cpus, settings.period_ms, settings.burst_ms)
+            quota = kernel_limit(settings.cpus, settings.period_ms, settings.burst_ms)
             return serve_under_quota(sys.argv[1:] if argv is None else argv, quota)
     return serve(settings)
 

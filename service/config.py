@@ -103,10 +103,10 @@ class Settings:
                 rng = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
                 raise SettingsError(f"{flag} must be in {rng} (got {value})")
         if self.cpus:
-            from service.cgroup import quota_settings  # the kernel's rules, in one place
+            from service.limit import kernel_limit  # the kernel's rules, in one place
 
             try:
-                quota_settings(self.cpus, self.period_ms, self.burst_ms)
+                kernel_limit(self.cpus, self.period_ms, self.burst_ms)
             except ValueError as exc:
                 raise SettingsError(str(exc)) from None
 

@@ -26,8 +26,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from service.cgroup import (CgroupError, CpuStat, QuotaSettings, create_group, empty_group,
-                            locate_cpu_controller, quota_settings, read_cpu_stat, remove_group)
+from service.cgroup import (CgroupError, create_group, empty_group, locate_cpu_controller,
+                            read_cpu_stat, remove_group)
+from service.limit import Limit, kernel_limit
+from service.quota import CpuStat
 
 __all__ = ["FORWARDED_SIGNALS", "SUPERVISED_ENV", "QuotaRun", "build_parser", "describe_run",
            "is_supervised", "main", "run_under_quota", "serve_under_quota",
@@ -50,7 +52,7 @@ class QuotaRun:
     """How a supervised command ended and what the kernel did to it."""
 
     returncode: int                 # the command's exit status; 128 + N when signal N ended it
-    settings: QuotaSettings
+    limit: Limit
     group: str                      # the cgroup's directory (gone when ``removed``)
     stat: CpuStat | None            # the group's counters when the command ended
     removed: bool
@@ -59,7 +61,7 @@ class QuotaRun:
 
 def describe_run(run: QuotaRun) -> str:
     """One line for stderr: the quota and what the kernel counted."""
-    text = f"{run.settings.describe()}"
+    text = f"{run.limit.describe_kernel()}"
     if run.stat is not None:
         s = run.stat
         share = f" ({100 * s.nr_throttled / s.nr_periods:.0f} %)" if s.nr_periods else ""
@@ -124,9 +126,9 @@ def _drain(waited: set[signal.Signals]) -> None:
         pass
 
 
-def run_under_quota(command: Sequence[str], settings: QuotaSettings, *,
+def run_under_quota(command: Sequence[str], limit: Limit, *,
                     env: Mapping[str, str] | None = None, mark_child: bool = False) -> QuotaRun:
-    """Run ``command`` in a new cgroup with ``settings``; remove the group when it ends.
+    """Run ``command`` in a new cgroup with ``limit``; remove the group when it ends.
 
     Raises ``CgroupError`` (with the reason) when the group cannot be made or entered, and
     ``OSError`` when the command cannot be started (after removing the group)."""
@@ -134,7 +136,7 @@ def run_under_quota(command: Sequence[str], settings: QuotaSettings, *,
     waited = {*FORWARDED_SIGNALS, signal.SIGCHLD}
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
     try:
-        directory = create_group(settings, controller)
+        directory = create_group(limit, controller)
         stat: CpuStat | None = None
         leftovers: list[int] = []
         try:
@@ -158,7 +160,7 @@ def run_under_quota(command: Sequence[str], settings: QuotaSettings, *,
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     code = 128 - returncode if returncode < 0 else returncode
-    return QuotaRun(code, settings, str(directory), stat, removed, leftovers)
+    return QuotaRun(code, limit, str(directory), stat, removed, leftovers)
 
 
 def setup_error_message(prog: str, reason: str, cpus: float) -> str:
@@ -168,12 +170,12 @@ def setup_error_message(prog: str, reason: str, cpus: float) -> str:
             f"(an in-process throttle, % of one CPU) or `docker run --cpus {cpus:g}`")
 
 
-def _run_cli(prog: str, command: Sequence[str], settings: QuotaSettings, *, quiet: bool,
+def _run_cli(prog: str, command: Sequence[str], limit: Limit, *, quiet: bool,
              mark_child: bool = False) -> int:
     try:
-        run = run_under_quota(command, settings, mark_child=mark_child)
+        run = run_under_quota(command, limit, mark_child=mark_child)
     except CgroupError as exc:
-        print(setup_error_message(prog, str(exc), settings.cpus), file=sys.stderr)
+        print(setup_error_message(prog, str(exc), limit.cpus), file=sys.stderr)
         return EXIT_SETUP_FAILED
     except FileNotFoundError:
         print(f"{prog}: {command[0]}: command not found", file=sys.stderr)
@@ -197,11 +199,11 @@ def is_supervised() -> bool:
         return False
 
 
-def serve_under_quota(argv: Sequence[str], settings: QuotaSettings) -> int:
+def serve_under_quota(argv: Sequence[str], limit: Limit) -> int:
     """``burn-service --cpus X``: run ``burn-service ARGV`` again inside a new quota group,
     supervised from outside it; the child sees ``SUPERVISED_ENV`` and serves."""
     command = [sys.executable, "-m", "service.cli", *argv]
-    return _run_cli("burn-service", command, settings, quiet=False, mark_child=True)
+    return _run_cli("burn-service", command, limit, quiet=False, mark_child=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,10 +238,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not command:
         parser.error("give the command to run after --, e.g. cpu-quota --cpus 0.3 -- python job.py")
     try:
-        settings = quota_settings(args.cpus, args.period_ms, args.burst_ms)
+        limit = kernel_limit(args.cpus, args.period_ms, args.burst_ms)
     except ValueError as exc:
         parser.error(str(exc))
-    return _run_cli("cpu-quota", command, settings, quiet=args.quiet)
+    return _run_cli("cpu-quota", command, limit, quiet=args.quiet)
 
 
 if __name__ == "__main__":

@@ -45,18 +45,26 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["QuotaAccount", "QuotaStats", "RunResult"]
+__all__ = ["CpuStat", "QuotaAccount", "RunResult"]
 
 
 @dataclass(frozen=True)
-class QuotaStats:
-    """The counters of ``cpu.stat``, with the kernel's names (times in ns)."""
+class CpuStat:
+    """The counters of ``cpu.stat`` with the kernel's names, times in ns (v1 ``throttled_time``
+    is ns, v2 ``throttled_usec`` µs: ``service.cgroup`` normalises). The same record whether
+    the kernel counted (a cgroup's file) or this module did (:meth:`QuotaAccount.stats`); the
+    difference of two readings is what happened between them."""
 
     nr_periods: int = 0
     nr_throttled: int = 0
     throttled_ns: int = 0
     nr_bursts: int = 0
     burst_ns: int = 0
+
+    def __sub__(self, other: CpuStat) -> CpuStat:
+        return CpuStat(self.nr_periods - other.nr_periods, self.nr_throttled - other.nr_throttled,
+                       self.throttled_ns - other.throttled_ns, self.nr_bursts - other.nr_bursts,
+                       self.burst_ns - other.burst_ns)
 
 
 @dataclass(frozen=True)
@@ -122,11 +130,11 @@ class QuotaAccount:
         elapsed = int(now_ns) - self.origin_ns
         return self.origin_ns + (elapsed // self.period_ns + 1) * self.period_ns
 
-    def stats(self, now_ns: int | None = None) -> QuotaStats:
+    def stats(self, now_ns: int | None = None) -> CpuStat:
         """The counters, after the boundaries up to ``now_ns`` (if given) have passed."""
         if now_ns is not None:
             self._advance(now_ns, inclusive=True)
-        return QuotaStats(self._nr_periods, self._nr_throttled, self._throttled_ns,
+        return CpuStat(self._nr_periods, self._nr_throttled, self._throttled_ns,
                           self._nr_bursts, self._burst_ns)
 
     # -- events ------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from service.cgroup import available_cpus
-from service.quota import QuotaAccount, QuotaStats
+from service.quota import QuotaAccount, CpuStat
 
 __all__ = ["MODES", "Throttle", "Work"]
 
@@ -138,10 +138,10 @@ class Throttle:
             with self._lock:
                 self._charge(self._wall_clock())
 
-    def stats(self) -> QuotaStats:
+    def stats(self) -> CpuStat:
         """``nr_periods``, ``nr_throttled``, ``throttled_ns`` (and burst counters) so far."""
         if self._account is None:
-            return QuotaStats()
+            return CpuStat()
         with self._lock:
             now = self._wall_clock()
             self._charge(now)

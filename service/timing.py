@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from service.cgroup import CpuStat, CpuStatProbe
+from service.cgroup import CpuStatProbe
+from service.quota import CpuStat
 
 __all__ = ["format_server_timing", "kernel_throttling", "work_timing"]
 

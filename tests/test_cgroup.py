@@ -13,12 +13,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.cgroup import (CgroupError, CpuController, CpuLimit, CpuStat, CpuStatProbe, Mount,
-                            QuotaSettings, create_group, empty_group, find_cpu_controller,
-                            limit_in_force, locate_cpu_controller, map_group_path, move_pid,
-                            parse_cfs_value, parse_cpu_max, parse_cpu_stat, parse_mountinfo,
-                            parse_proc_cgroup, quota_settings, read_cpu_limit, read_cpu_stat,
-                            remove_group, unique_group_name)
+from service.cgroup import (CgroupError, CpuController, CpuLimit, CpuStatProbe, Mount,
+                            create_group, empty_group, find_cpu_controller, limit_in_force,
+                            locate_cpu_controller, map_group_path, move_pid, parse_cfs_value,
+                            parse_cpu_max, parse_cpu_stat, parse_mountinfo, parse_proc_cgroup,
+                            read_cpu_limit, read_cpu_stat, remove_group, unique_group_name)
+from service.limit import Limit
+from service.quota import CpuStat
 from tests.support import require_kernel_quota
 
 # ---- samples ------------------------------------------------------------------------------
@@ -150,32 +151,6 @@ def test_cpu_limit_cpus_and_dict() -> None:
     assert CpuLimit(2, "/sys/fs/cgroup", "/", None, 100000, None).as_dict()["cpus"] is None
 
 
-def test_quota_settings_and_the_kernels_rules() -> None:
-    assert quota_settings(0.3) == QuotaSettings(30000, 100000, 0)
-    assert quota_settings(1.5, period_ms=50, burst_ms=20) == QuotaSettings(75000, 50000, 20000)
-    with pytest.raises(ValueError, match="--cpus must be > 0"):
-        quota_settings(0)
-    with pytest.raises(ValueError, match="minimum is 1000 µs"):
-        quota_settings(0.005)
-    with pytest.raises(ValueError, match=r"--period-ms must be in \[1, 1000\]"):
-        quota_settings(0.5, period_ms=2000)
-    with pytest.raises(ValueError, match=r"--burst-ms must be in \[0, 30\]"):
-        quota_settings(0.3, burst_ms=31)
-    with pytest.raises(ValueError, match="--cpus must be > 0"):
-        quota_settings(float("nan"))
-
-
-@given(cpus=st.floats(0.01, 64), period_ms=st.floats(1, 1000))
-def test_quota_settings_keeps_the_share(cpus: float, period_ms: float) -> None:
-    try:
-        s = quota_settings(cpus, period_ms)
-    except ValueError as exc:
-        assert "minimum is 1000" in str(exc) and cpus * period_ms * 1000 < 1000.5
-        return
-    assert s.quota_us >= 1000 and 1000 <= s.period_us <= 1_000_000
-    assert abs(s.cpus - cpus) <= 0.5 / s.period_us + 1e-9 * cpus
-
-
 # ---- the files, in a directory laid out like cgroupfs --------------------------------------
 
 def _v1_group(directory: Path, quota: int, period: int = 100000, stat: str = V1_STAT) -> None:
@@ -234,12 +209,12 @@ def test_v2_child_goes_where_the_cpu_controller_is_handed_down(tmp_path: Path) -
     (tmp_path / "cgroup.subtree_control").write_text("cpu memory\n")
     (tmp_path / "user.slice" / "cgroup.subtree_control").write_text("memory\n")
     controller = CpuController(2, mount, "/user.slice/session.scope")
-    group = create_group(QuotaSettings(30000, 100000), controller, name="throttle-lab-t")
+    group = create_group(Limit(0.3), controller, name="throttle-lab-t")
     assert group == tmp_path / "throttle-lab-t"
     assert (group / "cpu.max").read_text() == "30000 100000"
     (tmp_path / "cgroup.subtree_control").write_text("memory\n")
     with pytest.raises(CgroupError, match="enables the cpu controller"):
-        create_group(QuotaSettings(30000, 100000), controller, name="throttle-lab-u")
+        create_group(Limit(0.3), controller, name="throttle-lab-u")
     assert not (tmp_path / "throttle-lab-u").exists()
 
 
@@ -263,8 +238,7 @@ def test_unique_group_name() -> None:
 @pytest.mark.root
 def test_real_group_limits_counts_and_is_removed() -> None:
     require_kernel_quota()
-    settings = QuotaSettings(10000, 100000, 0)   # 0.1 CPU
-    group = create_group(settings)
+    group = create_group(Limit(0.1))
     busy = None
     try:
         assert "throttle-lab" in group.name and str(os.getpid()) in group.name

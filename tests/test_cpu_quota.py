@@ -21,7 +21,9 @@ import httpx
 import numpy as np
 import pytest
 
-from service.cgroup import CpuStat, QuotaSettings, remove_group
+from service.cgroup import remove_group
+from service.limit import Limit
+from service.quota import CpuStat
 from service.cpu_quota import QuotaRun, describe_run, setup_error_message
 from tests.support import BIN, ROOT, require, require_kernel_quota, service_process
 
@@ -86,13 +88,13 @@ def test_setup_error_message_suggests_the_alternatives() -> None:
 
 
 def test_describe_run() -> None:
-    run = QuotaRun(0, QuotaSettings(30000, 100000), "/sys/fs/cgroup/cpu/throttle-lab-1-ab",
+    run = QuotaRun(0, Limit(0.3), "/sys/fs/cgroup/cpu/throttle-lab-1-ab",
                    CpuStat(31, 30, 2_071_000_000), True, [42])
     text = describe_run(run)
     assert text.startswith("0.3 CPU (quota 30000 µs per 100000 µs period): 31 periods, "
                            "30 throttled (97 %), throttled 2.071 s")
     assert "stopped 1 leftover" in text and "throttle-lab-1-ab removed" in text
-    kept = QuotaRun(1, QuotaSettings(30000, 100000), "/g", None, False)
+    kept = QuotaRun(1, Limit(0.3), "/g", None, False)
     assert "could NOT remove /g" in describe_run(kept)
 
 

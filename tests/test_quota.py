@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.quota import QuotaAccount, QuotaStats
+from service.quota import QuotaAccount, CpuStat
 
 MS = 1_000_000
 
@@ -17,7 +17,7 @@ def test_fresh_account_has_one_quota_and_no_counts() -> None:
     a = QuotaAccount(30 * MS, 100 * MS)
     assert a.remaining(0) == 30 * MS
     assert a.throttled_until(5 * MS) == 5 * MS
-    assert a.stats(0) == QuotaStats()
+    assert a.stats(0) == CpuStat()
 
 
 def test_spent_quota_throttles_until_the_next_period() -> None:
