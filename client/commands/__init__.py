@@ -1,0 +1,1 @@
+"""The commands of ``http-timing``: argparse, call the layers below, print."""

@@ -1,0 +1,1 @@
+"""The render layer: text, tables, pictures and the live progress bar, from data and analysis."""
