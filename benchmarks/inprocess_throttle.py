@@ -32,6 +32,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -46,12 +47,14 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from client.load import time_closed_loop  # noqa: E402
-from client.plot import plot_run  # noqa: E402
-from client.rawdata import RequestRecord, Run, RunWriter, write_metadata  # noqa: E402
-from client.service import Service, ServiceError  # noqa: E402
-from client.stats import summarize  # noqa: E402
-from client.timing import time_sequential  # noqa: E402
+from client.data.files import Run  # noqa: E402
+from client.data.record import RequestRecord  # noqa: E402
+from client.data.summary import summarize  # noqa: E402
+from client.render.figures import plot_run  # noqa: E402
+from client.run.modes import time_plan  # noqa: E402
+from client.run.plan import LoadPlan  # noqa: E402
+from client.run.record import RunSpec, record_run  # noqa: E402
+from client.run.targets.service import ProcessService, ServiceError  # noqa: E402
 from service.cgroup import (locate_cpu_controller, move_pid, remove_group,  # noqa: E402
                             unique_group_name)
 
@@ -81,7 +84,7 @@ def burn_service(*args: str) -> Iterator[str]:
     """``burn-service ARGS`` on a free port; stopped by its pid at the end (a child inherits
     this process's cgroup, so with ``--cpu-shares`` it starts inside the shield)."""
     try:
-        with Service.local(args) as service:
+        with ProcessService.local(args) as service:
             yield service.base_url
     except ServiceError as exc:
         raise SystemExit(f"burn-service {' '.join(args)}: {exc}") from None
@@ -137,11 +140,10 @@ def saturate(percent: float, iterations: int, concurrency: int, window_s: float,
 
     with burn_service("--cpu-limit", str(percent)) as base:
         url = f"{base}/cpuBurnFlow?iterations={iterations}"
-        loop = threading.Thread(
-            target=time_closed_loop, daemon=True,
-            args=(url, concurrency, note),
-            kwargs={"requests": None, "duration_s": warmup_s + 4 * window_s + 5, "timeout": 60.0,
-                    "max_consecutive_failures": 1})
+        plan = LoadPlan.from_options(concurrency=concurrency,
+                                     duration=warmup_s + 4 * window_s + 5)
+        loop = threading.Thread(target=time_plan, daemon=True, args=(url, plan, note),
+                                kwargs={"timeout": 60.0, "max_consecutive_failures": 1})
         loop.start()
         time.sleep(warmup_s)
         m0, t0 = scrape(base), time.perf_counter_ns()
@@ -197,15 +199,20 @@ def print_scaling_table(rows: Sequence[Saturated]) -> None:
 def calibrate(base: str, target_ms: float) -> int:
     """Iterations whose burn takes ``target_ms`` of CPU here (median of 20, no limit)."""
     probe = 5000
-    records = time_sequential(f"{base}/cpuBurnFlow?iterations={probe}", 20, lambda r: None).records
+    records = time_plan(f"{base}/cpuBurnFlow?iterations={probe}", LoadPlan.from_options(requests=20),
+                        lambda r: None).records
     cpu_ms = statistics.median(r.server_cpu_ns or 0 for r in records) / 1e6
     return max(1, round(probe * target_ms / cpu_ms))
 
 
-def sequential(base: str, iterations: int, requests: int) -> list[RequestRecord]:
-    httpx.get(f"{base}/cpuBurnFlow", params={"iterations": iterations}, timeout=30)  # warm-up
-    return time_sequential(f"{base}/cpuBurnFlow?iterations={iterations}", requests,
-                           lambda r: None).records
+def sequential(base: str, iterations: int, requests: int, name: str,
+               data_dir: Path) -> Run:
+    """``requests`` one after another, recorded as any run is (one warm-up request first)."""
+    spec = RunSpec(url=f"{base}/cpuBurnFlow?iterations={iterations}",
+                   plan=LoadPlan.from_options(requests=requests), name=name, data_dir=data_dir,
+                   iterations=iterations, command=["benchmarks/inprocess_throttle.py"], warmup=1,
+                   note_load_average=True)
+    return record_run(spec).run
 
 
 def describe_sequential(label: str, records: Sequence[RequestRecord]) -> str:
@@ -220,12 +227,14 @@ def describe_sequential(label: str, records: Sequence[RequestRecord]) -> str:
 
 def demo(percent: float, requests: int, target_ms: float, picture: Path | None,
          raw_dir: Path | None) -> None:
-    with burn_service() as base:
-        iterations = calibrate(base, target_ms)
-        unlimited = sequential(base, iterations, requests)
-    with burn_service("--cpu-limit", str(percent)) as base:
-        limits = httpx.get(base + "/limits", timeout=5).json()
-        limited = sequential(base, iterations, requests)
+    name = f"inprocess-{percent:g}pct"
+    with tempfile.TemporaryDirectory() as scratch:
+        with burn_service() as base:
+            iterations = calibrate(base, target_ms)
+            unlimited = sequential(base, iterations, requests, "unlimited", Path(scratch)).records
+        with burn_service("--cpu-limit", str(percent)) as base:
+            run = sequential(base, iterations, requests, name, raw_dir or Path(scratch))
+            limited = run.records
     print(f"\n(c) {requests} sequential requests of {iterations} iterations (~{target_ms:g} ms "
           f"of CPU), one keep-alive connection\n")
     print("| limit | n | burn CPU ms (median) | p50 ms | p90 ms | p99 ms | mean ms "
@@ -233,23 +242,11 @@ def demo(percent: float, requests: int, target_ms: float, picture: Path | None,
     print("|---|---|---|---|---|---|---|---|---|")
     print(describe_sequential("none", unlimited))
     print(describe_sequential(f"{percent:g} % in-process (cfs, 100 ms)", limited))
-    name = f"inprocess-{percent:g}pct"
-    metadata = {"name": name, "url": f"/cpuBurnFlow?iterations={iterations}",
-                "iterations": iterations, "requests": requests, "limits": limits,
-                "date": date.today().isoformat(), "load_average": os.getloadavg()[0],
-                "tool": "benchmarks/inprocess_throttle.py"}
-    path = Path(f"{name}.csv")
-    if raw_dir is not None:
-        path = raw_dir / f"{name}.csv"
-        with RunWriter(path) as writer:
-            for record in limited:
-                writer.write(record)
-        write_metadata(path.with_suffix(".json"), metadata)
     if picture is not None:
         title = (f"In-process throttle, {percent:g} % of one CPU (100 ms cycle, cfs): "
                  f"{requests} sequential ~{target_ms:g} ms requests\n"
                  f"measured {date.today().isoformat()} on a shared, noisy 2-core machine")
-        plot_run(Run(path, limited, metadata), picture, title=title)
+        plot_run(run, picture, title=title)
         shown = picture.relative_to(ROOT) if picture.is_relative_to(ROOT) else picture
         print(f"\npicture: {shown}")
 

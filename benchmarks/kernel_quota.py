@@ -6,7 +6,7 @@
 
 For each quota it starts ``burn-service`` (``--cpus X`` runs it in a new cgroup, removed at the
 end), calibrates nothing further, sends ``--requests`` sequential GETs of ``/cpuBurnFlow`` with
-the project's own client (``client.timing.time_sequential``, one keep-alive connection) and prints
+the project's own client (``client.run.modes.time_plan``, one keep-alive connection) and prints
 one Markdown table row: latency percentiles, the share of requests over 50 ms, the requests the
 kernel throttled (``Server-Timing: kernel-throttled``) and the cgroup's counters. The iteration
 count is calibrated first, without a quota, so that the burn's *CPU* time is ``--target-ms``.
@@ -30,15 +30,16 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from client.rawdata import RequestRecord
-from client.service import Service, ServiceError
-from client.stats import summarize
-from client.timing import time_sequential
+from client.data.record import RequestRecord
+from client.data.summary import summarize
+from client.run.modes import time_plan
+from client.run.plan import LoadPlan
+from client.run.targets.service import ProcessService, ServiceError
 
 
 @contextmanager
 def _service(cpus: float | None) -> Iterator[str]:
-    service = Service.local(["--cpus", str(cpus)] if cpus is not None else [],
+    service = ProcessService.local(["--cpus", str(cpus)] if cpus is not None else [],
                             health_timeout=120)
     try:
         service.start()
@@ -64,8 +65,8 @@ def _set_weight(limits: dict[str, object] | None, shares: int) -> None:
 def _run(base: str, iterations: int, requests: int) -> list[RequestRecord]:
     # one warm-up request, not counted
     httpx.get(f"{base}/cpuBurnFlow", params={"iterations": iterations}, timeout=30)
-    return time_sequential(f"{base}/cpuBurnFlow?iterations={iterations}", requests,
-                           lambda record: None).records
+    return time_plan(f"{base}/cpuBurnFlow?iterations={iterations}",
+                     LoadPlan.from_options(requests=requests), lambda record: None).records
 
 
 def calibrate(target_ms: float) -> int:

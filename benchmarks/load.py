@@ -35,8 +35,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from client.service import Service, ServiceError
-from client.stats import percentile
+from client.data.summary import percentile
+from client.run.targets.service import ProcessService, ServiceError
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -143,7 +143,7 @@ async def run_level(host: str, port: int, target: str, concurrency: int,
 def _service(extra_args: Sequence[str]) -> Iterator[tuple[str, int]]:
     """``burn-service`` on a free port; yields (base URL, pid); stopped by its pid."""
     try:
-        with Service.local(extra_args) as service:
+        with ProcessService.local(extra_args) as service:
             assert service.pid is not None
             yield service.base_url, service.pid
     except ServiceError as exc:

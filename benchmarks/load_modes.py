@@ -25,9 +25,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from client.load import LoadPlan, time_plan  # noqa: E402
-from client.rawdata import RequestRecord  # noqa: E402
-from client.service import Service, ServiceError  # noqa: E402
+from client.data.record import RequestRecord  # noqa: E402
+from client.run.modes import time_plan  # noqa: E402
+from client.run.plan import LoadPlan  # noqa: E402
+from client.run.targets.service import ProcessService, ServiceError  # noqa: E402
 
 
 def _row(label: str, records: Sequence[RequestRecord]) -> str:
@@ -63,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=0)
     args = parser.parse_args(argv)
     try:
-        service = Service.local(health_timeout=30).start()
+        service = ProcessService.local(health_timeout=30).start()
     except ServiceError as exc:
         raise SystemExit(f"burn-service: {exc}") from None
     try:

@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from client.detect import detect  # noqa: E402
-from client.model import Workload, predict  # noqa: E402
-from client.rawdata import RequestRecord, parse_legacy_text  # noqa: E402
-from client.timing import format_line  # noqa: E402
+from client.analysis.detect import detect  # noqa: E402
+from client.analysis.model import Workload, predict  # noqa: E402
+from client.data.legacy import format_line, parse_legacy_text  # noqa: E402
+from client.data.record import RequestRecord  # noqa: E402
 from service.quota import QuotaAccount  # noqa: E402
 
 MS = 1_000_000

@@ -28,7 +28,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from client.service import Service, ServiceError  # noqa: E402
+from client.run.targets.service import ProcessService, ServiceError  # noqa: E402
 from service.pi import measure_overhead  # noqa: E402
 
 
@@ -49,7 +49,7 @@ def service_args(limit: str) -> list[str] | None:
 @contextmanager
 def burn_service(args: Sequence[str]) -> Iterator[str]:
     try:
-        with Service.local(["--max-counter", "100000000", *args], health_timeout=30) as service:
+        with ProcessService.local(["--max-counter", "100000000", *args], health_timeout=30) as service:
             yield service.base_url
     except ServiceError as exc:
         raise SystemExit(f"burn-service {' '.join(args)}: {exc}") from None

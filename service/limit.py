@@ -80,7 +80,7 @@ class Limit:
 
     @property
     def quota_ns(self) -> int:
-        return max(1, round(self.cpus * self.period_ms * 1e6))
+        return max(1, round(self.cpus * self.period_ns))
 
     @property
     def burst_ns(self) -> int:

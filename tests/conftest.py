@@ -1,8 +1,39 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
 
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+ORIGINAL_0_3 = ("26 Status code 200 time 5207306\n31 Status code 200 time 5064695\n"
+                "36 Status code 200 time 4997000\n41 Status code 200 time 4951787\n"
+                "154 Status code 200 time 69835568\n257 Status code 200 time 69930524\n"
+                "6 requests in 327ms avg 54ms\n")
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with raw-data/throttled.* (in-process 30 %), raw-data/free.* (no limit)
+    and graph-30.txt (the original's lines), recorded once with real services."""
+    from tests.support import BIN, running_service, service_process
+
+    def http_timing(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(BIN / "http-timing"), *args], cwd=cwd, capture_output=True,
+                              text=True, timeout=120)
+
+    cwd = tmp_path_factory.mktemp("explain")
+    with service_process(["--cpu-limit", "30"]) as (base, _):
+        result = http_timing("--url", base + "/cpuBurnFlow", "--iterations", "5000",
+                             "--requests", "60", "--name", "throttled", "--quiet", "--no-plot")
+        assert result.returncode == 0, result.stderr
+    with running_service() as base:
+        result = http_timing("--url", base + "/cpuBurnFlow", "--iterations", "2000",
+                             "--requests", "30", "--name", "free", "--quiet", "--no-plot")
+        assert result.returncode == 0, result.stderr
+    (cwd / "graph-30.txt").write_text(ORIGINAL_0_3)
+    return cwd

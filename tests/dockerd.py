@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from client.service import stop_process
+from client.run.targets.service import stop_process
 from tests.support import ROOT, require, wait_healthy
 
 __all__ = ["BuildResult", "Container", "docker", "docker_engine", "project_image",

@@ -16,7 +16,7 @@ import pytest
 import uvicorn
 from starlette.types import ASGIApp
 
-from client.service import free_port, stop_process
+from client.run.targets.service import free_port, stop_process
 from service.app import create_app
 from service.config import Settings
 

@@ -10,8 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from service.cgroup import (CgroupError, CpuController, CpuLimit, CpuStatProbe, Mount,
                             create_group, empty_group, find_cpu_controller, limit_in_force,

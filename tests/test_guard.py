@@ -15,7 +15,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from client.servertiming import parse_server_timing
+from client.data.servertiming import parse_server_timing
 from service.app import create_app
 from service.cli import parse_settings
 from service.config import Settings, SettingsError

@@ -1,1 +1,59 @@
-"""The commands of ``http-timing``: argparse, call the layers below, print."""
+"""``http-timing``: a drop-in for the original ``http-timing.py``, and the commands around it.
+
+    http-timing [run] [--url URL] [--iterations N] [--requests N] ...   time requests, save raw data
+                [--concurrency C | --rate R --duration D]               closed / open loop
+    http-timing plot FILE...                                            redraw pictures
+    http-timing report FILE [--json] [--predict]                        statistics, throttling
+    http-timing predict --service-ms S --cpus X                         the quota model
+    http-timing compare A B C... [-o PICTURE]                           runs side by side
+    http-timing sweep --cpus 1,0.3,0.1 --backend kernel|inprocess|docker start, time, compare
+
+Run, raw data file, report/plot: each step usable alone (the shape of vegeta's run/report/plot).
+Each command is a module with ``command_<name>(argv) -> exit code``: parse, call the layers
+below (data, run, analysis, render), print. A new command is one module and one line in
+``COMMANDS``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+from client.commands.common import EXIT_OK, EXIT_USAGE, silence_stdout
+from client.commands.compare import command_compare
+from client.commands.options import CliError
+from client.commands.plot import command_plot
+from client.commands.predict import command_predict
+from client.commands.report import command_report
+from client.commands.run import command_run
+from client.commands.sweep import command_sweep
+from client.data.record import RawDataError
+
+__all__ = ["COMMANDS", "main"]
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "run": command_run,
+    "plot": command_plot,
+    "report": command_report,
+    "predict": command_predict,
+    "compare": command_compare,
+    "sweep": command_sweep,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] in COMMANDS:
+            return COMMANDS[args[0]](args[1:])
+        return command_run(args)  # no command: the original's, ``run``
+    except (CliError, RawDataError) as exc:
+        print(f"http-timing: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # the reader of our output went away (`... | head`)
+        silence_stdout()
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

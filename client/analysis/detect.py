@@ -1,0 +1,302 @@
+"""Which requests of a run were throttled, by how much, and how often the stalls recur.
+
+Pure functions of a run's records (no I/O). Two sources, used together:
+
+- **The server's counters** (``kernel_nr_throttled``: the cgroup's ``nr_throttled`` went up
+  during the request; ``server_throttle_ns``: the in-process throttle paused it). Exact for
+  what happened inside the handler. The kernel stops the whole process, so a request that
+  arrives while the group is throttled waits *before* the handler reads the counters: the
+  server cannot see that stall.
+- **The latency distribution** of a sequential run (``client.analysis.latency``): a request
+  above the gap over the fast mode is throttled. When almost every request is throttled the
+  fast mode may be missing: the server's CPU per request (``server_cpu_ns``) then says what an
+  unthrottled request would take, and without it the baseline is marked uncertain.
+
+A run with counters uses them and adds the slow requests they missed (sequential runs only:
+under concurrency, queueing also makes requests slow). ``detect`` runs these steps in order:
+:func:`fast_mode` (the baseline and the threshold), :func:`mark_throttled` (which requests),
+:func:`stall_of` (how much), :func:`period_of` (how often, ``client.analysis.period``) and
+:func:`quota_bound_of` (whether all the quota was spent).
+
+The throttled share of a run is :attr:`Detection.throttled_fraction`: every table, report and
+picture uses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from client.analysis.latency import LatencySplit, split_latencies
+from client.analysis.period import DEFAULT_PERIOD_MS, MIN_PERIOD_MS, idle_fraction, infer_period
+from client.analysis.throughput import throughput_rps
+from client.data.files import Run
+from client.data.record import RequestRecord
+from service.limit import Limit
+
+__all__ = ["Detection", "FastMode", "ThrottleSource", "detect", "detect_run", "fast_mode",
+           "mark_throttled", "period_of", "quota_bound_of", "stall_of"]
+
+
+class ThrottleSource(str, Enum):
+    """Where the throttled marks came from (the value is what reports print)."""
+
+    SERVER = "server counters"
+    SERVER_AND_LATENCY = "server counters + latency"
+    LATENCY = "latency distribution"
+    NONE = "none"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def uses_latency(self) -> bool:
+        """Whether a latency threshold marked requests (then ``threshold_ms`` means something)."""
+        return self in (ThrottleSource.SERVER_AND_LATENCY, ThrottleSource.LATENCY)
+
+
+@dataclass(frozen=True)
+class Detection:
+    """What the run's records say about throttling (successful requests only)."""
+
+    count: int                       # successful requests looked at
+    throttled: tuple[bool, ...]      # per successful request, in order of sending
+    source: ThrottleSource
+    baseline_ms: float | None        # typical latency of an unthrottled request
+    threshold_ms: float | None       # latencies >= this were counted as throttled
+    service_ms: float | None         # CPU per request: the server's, else the baseline latency
+    service_source: str              # "server CPU per request" / "unthrottled latency"
+    stall_ms: float | None           # typical extra delay of a throttled request
+    period_ms: float                 # inferred, else the limit's, else 100
+    period_source: str               # "inferred from stalls" / "limit" / "default"
+    throughput_rps: float | None     # client.analysis.throughput.throughput_rps
+    server_cpu_ms: float | None      # median server_cpu_ns
+    server_wall_ms: float | None     # median server_wall_ns
+    idle_fraction: float | None = None  # share of the run's span with no request in flight
+    quota_bound: bool = False        # stalls in (nearly) every period: all the quota was spent
+    notes: tuple[str, ...] = ()
+    seqs: tuple[int, ...] = ()       # the ``seq`` of each successful request, as ``throttled``
+
+    def is_throttled(self, record: RequestRecord) -> bool:
+        """Whether this run's ``record`` was marked throttled (failed requests never are)."""
+        return self.marks.get(record.seq, False) if record.ok else False
+
+    @cached_property
+    def marks(self) -> dict[int, bool]:
+        """``seq`` -> throttled, for the successful requests."""
+        return dict(zip(self.seqs, self.throttled))
+
+    def charged_ms(self, cpus: float) -> float | None:
+        """The quota each request was charged, when the run spent all of it (quota-bound and
+        back to back): ``cpus × 1000 ms`` per second / requests per second. None otherwise."""
+        if not self.quota_bound or not self.throughput_rps:
+            return None
+        if self.idle_fraction is None or self.idle_fraction > 0.1:
+            return None
+        return cpus * 1000 / self.throughput_rps
+
+    @property
+    def throttled_count(self) -> int:
+        return sum(self.throttled)
+
+    @property
+    def throttled_fraction(self) -> float | None:
+        """The run's throttled share: throttled / successful requests (None without any)."""
+        return self.throttled_count / self.count if self.count else None
+
+    @property
+    def inferred_period(self) -> bool:
+        return self.period_source == "inferred from stalls"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"throttled_fraction": self.throttled_fraction,
+                "throttled_count": self.throttled_count, "throttled_source": self.source.value,
+                "stall_ms": self.stall_ms, "period_ms": self.period_ms,
+                "period_source": self.period_source, "throughput_rps": self.throughput_rps,
+                "baseline_ms": self.baseline_ms, "threshold_ms": self.threshold_ms,
+                "service_ms": self.service_ms, "service_source": self.service_source,
+                "server_cpu_ms": self.server_cpu_ms, "server_wall_ms": self.server_wall_ms,
+                "idle_fraction": self.idle_fraction, "quota_bound": self.quota_bound,
+                "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
+class FastMode:
+    """Step 1's answer: the unthrottled latency and the threshold above it (None: none)."""
+
+    baseline_ms: float | None
+    threshold_ms: float | None
+    notes: tuple[str, ...] = ()
+
+
+def _median_ms(values: Sequence[int | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(np.median(known)) / 1e6 if len(known) * 2 >= len(values) and known else None
+
+
+def _ends_ms(ok: Sequence[RequestRecord], chosen: Sequence[bool] | np.ndarray) -> list[float]:
+    return [r.end_ns / 1e6 for r, c in zip(ok, chosen) if c]
+
+
+def fast_mode(ok: Sequence[RequestRecord], lat: np.ndarray, split: LatencySplit | None, *,
+              sequential: bool, limit: Limit | None, unlimited: bool,
+              server_cpu: float | None) -> FastMode:
+    """Step 1: the fast mode, unless no limit was in force (then nothing is throttled by
+    latency), or even the fastest cluster is half a stall slower than the work (then nearly
+    all were throttled if the slow requests end on the limit's period grid; else the CPU was
+    busy with other work: steady contention puts the ends on a grid too, the latency's)."""
+    baseline = split.baseline_ms if split else None
+    threshold = split.threshold_ms if split else None
+    if unlimited:
+        return FastMode(baseline, None, (
+            "no CPU limit was in force: slow requests were slowed by something else "
+            "(other work on the machine, the network), not by a quota",))
+    if (sequential and split and server_cpu is not None and limit is not None
+            and split.baseline_ms > server_cpu + 0.5 * (limit.period_ms - limit.quota_ms)):
+        cut = server_cpu + 0.25 * (limit.period_ms - limit.quota_ms)
+        slow = lat >= cut
+        short = float(np.percentile(lat[slow] - server_cpu, 25)) if slow.any() else 0.0
+        grid = infer_period(_ends_ms(ok, slow), min_period_ms=max(MIN_PERIOD_MS, 0.9 * short))
+        if grid is not None and abs(grid - limit.period_ms) <= 0.1 * limit.period_ms:
+            return FastMode(server_cpu, cut, (
+                f"every cluster of latencies is far above the server's CPU per request "
+                f"({server_cpu:.2f} ms) and they end on the period grid: (nearly) all were "
+                "throttled",))
+        return FastMode(baseline, threshold, (
+            f"requests took far longer than the server's CPU per request ({server_cpu:.2f} ms), "
+            "but not in steps of the period: the CPU was busy with other work (contention), "
+            "which is not a quota",))
+    if split and split.threshold_ms is not None and server_cpu is None and (
+            split.fast_count < max(3, 0.05 * len(ok))):
+        return FastMode(baseline, threshold, (
+            f"only {split.fast_count} request(s) in the fast mode: the baseline "
+            f"({split.baseline_ms:.2f} ms) is uncertain; the server's CPU per request "
+            "(Server-Timing cpu) would settle it",))
+    return FastMode(baseline, threshold)
+
+
+def mark_throttled(ok: Sequence[RequestRecord], lat: np.ndarray, threshold: float | None, *,
+                   sequential: bool) -> tuple[list[bool], ThrottleSource, list[str]]:
+    """Step 2: which requests were throttled, by the server's counters and/or the latency."""
+    counters = [r.server_throttled for r in ok]
+    by_latency = [bool(threshold is not None and x >= threshold) for x in lat]
+    if not any(c is not None for c in counters):
+        notes = [] if sequential else [
+            "inferred from the latencies of a concurrent run: queueing behind other requests "
+            "also looks like a stall, so this is uncertain"]
+        return by_latency, ThrottleSource.LATENCY if ok else ThrottleSource.NONE, notes
+    by_server = [bool(c) for c in counters]
+    if not sequential:
+        return by_server, ThrottleSource.SERVER, []
+    missed = sum(1 for s, slow in zip(by_server, by_latency) if slow and not s)
+    throttled = [s or slow for s, slow in zip(by_server, by_latency)]
+    if not missed:
+        return throttled, ThrottleSource.SERVER, []
+    return throttled, ThrottleSource.SERVER_AND_LATENCY, [
+        f"{missed} slow request(s) without a throttle in the server's counters: stalls before "
+        "the handler started (the kernel stops the whole process, also while a request waits "
+        "to be read)"]
+
+
+def stall_of(ok: Sequence[RequestRecord], lat: np.ndarray, mask: np.ndarray,
+             baseline: float | None, server_cpu: float | None
+             ) -> tuple[float | None, float | None, list[str]]:
+    """Step 3: the typical unthrottled latency (baseline) and the typical extra delay of a
+    throttled request (stall)."""
+    notes: list[str] = []
+    if ok and not mask.all():
+        baseline = float(np.median(lat[~mask]))  # the typical unthrottled request
+    elif ok and server_cpu is not None:
+        baseline = server_cpu
+    elif ok:
+        baseline = None  # every request throttled and no CPU per request: no fast mode seen
+        notes.append("every request was throttled: no unthrottled latency to compare with")
+    stall = None
+    if mask.any() and baseline is not None:
+        stall = max(0.0, float(np.median(lat[mask])) - baseline)
+    elif mask.any():  # the server's own pause figures
+        paused = [max(r.server_throttle_ns or 0, r.kernel_throttled_ns or 0)
+                  for r, t in zip(ok, mask) if t]
+        stall = float(np.median(paused)) / 1e6 if any(paused) else None
+    return baseline, stall, notes
+
+
+def period_of(ok: Sequence[RequestRecord], lat: np.ndarray, mask: np.ndarray,
+              baseline: float | None, limit: Limit | None) -> tuple[float, str, list[str]]:
+    """Step 4: the period, inferred from when stalls end, else the limit's, else 100 ms."""
+    # A stall is shorter than its period (unless it spans several): the short stalls bound
+    # the period from below (the lower quartile: a few tiny pauses near a boundary aside).
+    stalls = lat[mask] - (baseline or 0.0)
+    short = float(np.percentile(stalls, 25)) if stalls.size else MIN_PERIOD_MS
+    period = infer_period(_ends_ms(ok, mask), min_period_ms=max(MIN_PERIOD_MS, 0.9 * short))
+    if period is not None:
+        notes = []
+        if limit is not None and abs(period - limit.period_ms) > 0.1 * limit.period_ms:
+            notes.append(f"stalls recur every {period:g} ms, but the limit's period is "
+                         f"{limit.period_ms:g} ms")
+        return period, "inferred from stalls", notes
+    if limit is not None:
+        return limit.period_ms, "limit", []
+    return DEFAULT_PERIOD_MS, "default", []
+
+
+def quota_bound_of(ok: Sequence[RequestRecord], lat: np.ndarray, mask: np.ndarray,
+                   baseline: float | None, period: float) -> bool:
+    """Step 5: each stall covers at least one period boundary; the run is quota-bound when
+    (nearly) every boundary of its span ended a stall."""
+    if not ok or not mask.any() or baseline is None:
+        return False
+    span_ns = max(r.end_ns for r in ok) - min(r.origin_ns for r in ok)
+    if span_ns <= 0:
+        return False
+    covered = np.maximum(1, np.round((lat[mask] - baseline) / period)).sum()
+    return bool(covered >= 0.8 * span_ns / 1e6 / period)
+
+
+def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
+           limit: Limit | None = None, unlimited: bool = False) -> Detection:
+    """Detect throttling in a run's records (see the module docstring).
+
+    ``sequential``: one request at a time (the latency distribution may then be used to find
+    stalls the counters missed). ``limit``: the limit in force, if known (its period is the
+    fallback when the stalls are too few to infer one). ``unlimited``: the run's metadata says
+    no limit was in force, so only the server's counters can say a request was throttled.
+    """
+    ok = sorted((r for r in records if r.ok), key=lambda r: (r.start_ns, r.seq))
+    lat = np.asarray([r.latency_ns for r in ok], dtype=float) / 1e6
+    server_cpu = _median_ms([r.server_cpu_ns for r in ok])
+    mode = fast_mode(ok, lat, split_latencies(lat), sequential=sequential, limit=limit,
+                     unlimited=unlimited, server_cpu=server_cpu)
+    throttled, source, marked = mark_throttled(ok, lat, mode.threshold_ms, sequential=sequential)
+    mask = np.asarray(throttled, dtype=bool)
+    baseline, stall, stalled = stall_of(ok, lat, mask, mode.baseline_ms, server_cpu)
+    period, period_source, recurring = period_of(ok, lat, mask, baseline, limit)
+    if server_cpu is not None:
+        service, service_source = server_cpu, "server CPU per request"
+    elif baseline is not None:
+        service, service_source = baseline, "unthrottled latency"
+    else:
+        service, service_source = None, "unknown"
+    return Detection(
+        count=len(ok), throttled=tuple(throttled), source=source, baseline_ms=baseline,
+        threshold_ms=mode.threshold_ms, service_ms=service, service_source=service_source,
+        stall_ms=stall, period_ms=period, period_source=period_source,
+        throughput_rps=throughput_rps(records) if ok else None, server_cpu_ms=server_cpu,
+        server_wall_ms=_median_ms([r.server_wall_ns for r in ok]),
+        idle_fraction=idle_fraction(records) if ok else None,
+        quota_bound=quota_bound_of(ok, lat, mask, baseline, period),
+        notes=(*mode.notes, *marked, *stalled, *recurring), seqs=tuple(r.seq for r in ok))
+
+
+def detect_run(run: Run, limit: Limit | None = None) -> Detection:
+    """``detect`` with what the run's metadata says: one request at a time or not, the limit
+    in force (``limit`` overrides it), or that our service saw none."""
+    meta = run.metadata
+    limit = limit if limit is not None else meta.limit
+    return detect(run.records, sequential=meta.sequential, limit=limit,
+                  unlimited=limit is None and meta.unlimited)

@@ -1,0 +1,121 @@
+"""Typed reports of a run: what ``report`` (and ``report --json``) says, and the comparison with
+the quota model that ``report --predict`` shows.
+
+:func:`build_report` is the one place a run's statistics (``client.data.summary``), throttling
+(``client.analysis.detect``) and limit come together; tables, pictures and commands read the
+:class:`Report`'s fields, never the JSON keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from client.analysis.detect import Detection, detect_run
+from client.analysis.model import MAX_CONCURRENCY, MAX_REQUESTS, Prediction, Workload, predict
+from client.data.files import Run
+from client.data.metadata import LoadMode
+from client.data.summary import Summary, summarize
+from service.limit import Limit
+
+__all__ = ["PredictionReport", "Report", "WorkloadError", "build_prediction", "build_report",
+           "workload_for"]
+
+
+@dataclass(frozen=True)
+class Report:
+    """A run's statistics and throttling, with the limit they were judged against."""
+
+    name: str
+    limit: Limit | None              # the limit used for detection (the run's, or one given)
+    limit_description: str           # the limits in force, in words (from the metadata)
+    summary: Summary
+    detection: Detection
+
+    def to_dict(self) -> dict[str, Any]:
+        """The keys of ``http-timing report --json``."""
+        return {"name": self.name, "limit": self.limit_description,
+                "limit_cpus": self.limit.cpus if self.limit else None,
+                **self.summary.to_dict(), **self.detection.to_dict()}
+
+
+def build_report(run: Run, limit: Limit | None = None) -> Report:
+    """The report of ``run``; ``limit`` overrides the one its metadata says was in force."""
+    limit = limit if limit is not None else run.metadata.limit
+    return Report(run.name, limit, run.metadata.limit_description(), summarize(run.records),
+                  detect_run(run, limit))
+
+
+class WorkloadError(ValueError):
+    """A run the model cannot simulate; one line naming the run."""
+
+
+def workload_for(run: Run, detection: Detection, limit: Limit) -> Workload:
+    """The model's workload for a measured run: its CPU per request, concurrency, the
+    service's worker processes (each runs one request's work at a time: the GIL) and the time
+    an unthrottled request spends outside its work (the network, the client)."""
+    meta = run.metadata
+    if not meta.sequential and meta.mode is LoadMode.OPEN_LOOP:
+        raise WorkloadError(f"{run.path} is an open-loop run (--rate); the model simulates "
+                            "closed loops only (sequential or --concurrency)")
+    if detection.service_ms is None or detection.count == 0:
+        raise WorkloadError(f"{run.path}: no successful request to take a service time from")
+    concurrency = min(meta.concurrency, MAX_CONCURRENCY)
+    cores = min(meta.workers, 1024)
+    overhead = 0.0
+    if detection.server_cpu_ms is not None and detection.baseline_ms is not None:
+        # an unthrottled request: its work, slowed by the others sharing the cores, + the rest
+        shared = detection.server_cpu_ms * concurrency / min(concurrency, cores)
+        overhead = max(0.0, detection.baseline_ms - shared)
+    try:
+        return Workload.under(limit, detection.service_ms, concurrency=concurrency,
+                              requests=min(max(1, len(run.records)), MAX_REQUESTS),
+                              overhead_ms=overhead, cores=cores)
+    except ValueError as exc:
+        raise WorkloadError(f"cannot model {run.path}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class PredictionReport:
+    """A measured run beside the model: the prediction with the run's service time, and, when
+    the run spent all its quota, the prediction with the quota each request was charged."""
+
+    report: Report
+    limit: Limit
+    workload: Workload
+    prediction: Prediction
+    charged_ms: float | None
+    charged: Prediction | None
+
+    def columns(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(label, report keys)`` per column: measured, predicted (, charged)."""
+        out = [("measured", self.report.to_dict()), ("predicted", self.prediction.to_dict())]
+        if self.charged is not None:
+            out.append(("charged", self.charged.to_dict()))
+        return out
+
+    def series(self) -> list[tuple[str, Prediction]]:
+        """The predictions to draw, labelled."""
+        out = [("predicted", self.prediction)]
+        if self.charged is not None and self.charged_ms is not None:
+            out.append((f"predicted with {self.charged_ms:.1f} ms charged", self.charged))
+        return out
+
+
+def build_prediction(run: Run, limit: Limit) -> PredictionReport:
+    """``report --predict``: the run's report and the model's predictions under ``limit``
+    (``WorkloadError`` when the run cannot be modelled)."""
+    report = build_report(run, limit)
+    detection = report.detection
+    workload = workload_for(run, detection, limit)
+    charged = detection.charged_ms(limit.cpus)
+    charged_prediction = None
+    if charged is not None and charged > 1.1 * workload.service_ms:
+        # The run spent all its quota, so the quota per request is known from the throughput:
+        # the model with that CPU shows whether the hidden CPU explains the rest of the gap.
+        shared = charged * workload.concurrency / min(workload.concurrency, workload.cores)
+        baseline = detection.baseline_ms if detection.baseline_ms is not None else charged
+        charged_prediction = predict(replace(workload, service_ms=charged,
+                                             overhead_ms=max(0.0, baseline - shared)))
+    return PredictionReport(report, limit, workload, predict(workload), charged,
+                            charged_prediction)

@@ -1,0 +1,116 @@
+"""What the commands share: exit codes, a quiet stdout when the reader went away, and the
+options that describe a CPU limit (``--cpus``, ``--period-ms``, ``--burst-ms``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from client.analysis.report import Report
+from client.analysis.throughput import throughput_row
+from client.commands.options import CliError, int_at_least, number_above, number_at_least
+from client.data.metadata import LoadMode
+from client.render.figures import plot_run
+from client.render.text import format_summary, format_throughput
+from client.run.plan import DEFAULT_REQUESTS, LoadPlan, LoadPlanError
+from client.run.record import RecordedRun
+from service.limit import MAX_PERIOD_MS, MIN_PERIOD_MS, Limit, LimitError
+
+__all__ = ["EXIT_FAILED_REQUESTS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE",
+           "add_limit_arguments", "add_load_arguments", "draw_result", "limit_from",
+           "period_ms", "plan_from", "show_result", "silence_stdout"]
+
+EXIT_OK, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null so later prints (and Python's exit flush) do not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def period_ms(text: str) -> float:
+    """A period in ms, in the kernel's range for ``cfs_period_us`` (1 ms to 1 s)."""
+    rule = f"must be a number in [{MIN_PERIOD_MS}, {MAX_PERIOD_MS}]"
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{rule} (got {text!r})") from None
+    if not MIN_PERIOD_MS <= value <= MAX_PERIOD_MS:
+        raise argparse.ArgumentTypeError(f"{rule} (got {text})")
+    return value
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument("--cpus", type=number_above(0), required=required, metavar="X",
+                        help="the CPU limit, as docker run --cpus: X × period of CPU per period"
+                        + ("" if required else " (default: the run's metadata)"))
+    parser.add_argument("--period-ms", type=period_ms, metavar="P",
+                        help="the quota's period in ms (default: the metadata's, else 100)")
+    parser.add_argument("--burst-ms", type=number_at_least(0), metavar="B",
+                        help="burst: unused quota that may be saved, in ms (default 0)")
+
+
+def limit_from(cpus: float, period: float | None, burst: float | None, source: str = "",
+               default: Limit | None = None) -> Limit:
+    """The limit the options give, the period and burst falling back to ``default``'s (then
+    100 ms, 0); a limit that cannot be is a one-line ``CliError``."""
+    try:
+        return Limit(cpus, period or (default.period_ms if default else 100.0),
+                     burst if burst is not None else (default.burst_ms if default else 0.0),
+                     source)
+    except LimitError as exc:
+        raise CliError(str(exc)) from None
+
+
+def add_load_arguments(parser: argparse.ArgumentParser, *, per: str = "") -> None:
+    """``--iterations``, ``--requests``, ``--concurrency``, ``--rate``, ``--duration``,
+    ``--warmup``, ``--timeout``: the load, the same for every command that sends it."""
+    parser.add_argument("--iterations", type=int_at_least(0), default=5000,
+                        help="burn iterations per request, ~1 us each, appended as "
+                        "?iterations=N when N > 0 (default 5000)")
+    parser.add_argument("--requests", type=int_at_least(1), default=None,
+                        help=f"how many requests{per} (default {DEFAULT_REQUESTS})")
+    parser.add_argument("--concurrency", type=int_at_least(1), metavar="C",
+                        help="closed loop: C requests at a time, each worker sending its next "
+                        "when the previous is answered (default: one after another)")
+    parser.add_argument("--rate", type=number_above(0), metavar="R",
+                        help="open loop: R requests per second whatever the answers; latency "
+                        "counts from each request's intended send time (like wrk2)")
+    parser.add_argument("--duration", type=number_above(0), metavar="D",
+                        help=f"seconds to run{per}, with --rate or --concurrency (instead of "
+                        "--requests)")
+    parser.add_argument("--timeout", type=number_above(0), default=30.0,
+                        help="seconds before one request counts as failed (default 30)")
+    parser.add_argument("--warmup", type=int_at_least(0), default=0, metavar="N",
+                        help="send N requests first that are not recorded (default 0: the "
+                        "first recorded request pays the server's warm-up, as in the original)")
+
+
+def plan_from(opts: argparse.Namespace) -> LoadPlan:
+    """The load plan of ``add_load_arguments``' options (one-line ``CliError`` if none)."""
+    try:
+        return LoadPlan.from_options(requests=opts.requests, concurrency=opts.concurrency,
+                                     rate=opts.rate, duration=opts.duration)
+    except LoadPlanError as exc:
+        raise CliError(str(exc)) from None
+
+
+def show_result(recorded: RecordedRun, report: Report) -> None:
+    """The latency line, and for a load run the throughput line."""
+    run = recorded.run
+    print(format_summary(report.summary))
+    if run.metadata.mode is not LoadMode.SEQUENTIAL:
+        row = throughput_row(run.records, report.detection.throttled_fraction)
+        print(format_throughput(row, run.metadata.rate_rps))
+
+
+def draw_result(recorded: RecordedRun, report: Report, pictures_dir: Path) -> Path | None:
+    """The run's picture, once any request was answered."""
+    if not recorded.outcome.reached:
+        return None
+    run = recorded.run
+    return plot_run(run, pictures_dir / f"{run.path.stem}.png", detection=report.detection)

@@ -1,0 +1,111 @@
+"""Command-line pieces shared by the ``http-timing`` commands: the one-line usage error, a
+parser whose own errors are one line, argument types that check a number's range, and the
+``--cpus`` list of limits.
+
+Each type raises ``argparse.ArgumentTypeError`` with ``must be ... (got ...)``; argparse puts
+the option's name in front (``argument --rate: must be a number > 0 (got 'fast')``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from typing import NoReturn
+
+from client.data.naming import limit_text
+from service.limit import Limit, LimitError
+
+__all__ = ["CliError", "OneLineParser", "int_at_least", "int_in", "number_above",
+           "number_at_least", "parse_limits"]
+
+
+class CliError(Exception):
+    """A problem to report in one line (exit code 2), never with a traceback."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``prog: message``), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"must be an integer >= {minimum} (got {text!r})") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum} (got {value})")
+        return value
+    return parse
+
+
+def int_in(minimum: int, maximum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"must be an integer in [{minimum}, {maximum}] (got {text!r})") from None
+        if not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"must be an integer in [{minimum}, {maximum}] (got {value})")
+        return value
+    return parse
+
+
+def _number(minimum: float, *, inclusive: bool) -> Callable[[str], float]:
+    rule = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number {rule} (got {text!r})") from None
+        if not math.isfinite(value) or value < minimum or (not inclusive and value == minimum):
+            raise argparse.ArgumentTypeError(f"must be a number {rule} (got {text})")
+        return value
+    return parse
+
+
+def number_above(minimum: float) -> Callable[[str], float]:
+    """A finite number > ``minimum``."""
+    return _number(minimum, inclusive=False)
+
+
+def number_at_least(minimum: float) -> Callable[[str], float]:
+    """A finite number >= ``minimum``."""
+    return _number(minimum, inclusive=True)
+
+
+def parse_limits(text: str, *, period_ms: float = 100.0, burst_ms: float = 0.0
+                 ) -> tuple[Limit | None, ...]:
+    """``1,0.3,0.1`` -> those limits (each with the period and burst given); ``0``, ``none`` or
+    ``unlimited`` is no limit (None). ``CliError`` naming the bad item, one line."""
+    limits: list[Limit | None] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            raise CliError(f"--cpus takes numbers separated by commas, like 1,0.3,0.1 "
+                           f"(got {text!r})")
+        limit: Limit | None = None
+        if item.lower() not in ("none", "unlimited"):
+            try:
+                cpus = float(item)
+            except ValueError:
+                raise CliError(f"--cpus: {item!r} is not a number of CPUs "
+                               "(like 0.3, or none for no limit)") from None
+            if not math.isfinite(cpus) or cpus < 0:
+                raise CliError(f"--cpus: {item!r} must be a number >= 0 (0 or none: no limit)")
+            if cpus > 0:
+                try:
+                    limit = Limit(cpus, period_ms, burst_ms)
+                except LimitError as exc:
+                    raise CliError(f"--cpus {item}: {exc}") from None
+        if limit in limits:
+            raise CliError(f"--cpus: {limit_text(limit)} is given twice")
+        limits.append(limit)
+    return tuple(limits)

@@ -1,0 +1,95 @@
+"""``http-timing report FILE``: a run's statistics, which requests were throttled, and with
+``--predict`` what the quota model says about it (text and a picture).
+
+    http-timing report FILE [--json]
+    http-timing report FILE --predict [--cpus X] [--period-ms P] [--burst-ms B] [-o PICTURE]
+
+Bad input is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from client.analysis.explain import explain
+from client.analysis.report import WorkloadError, build_prediction, build_report
+from client.commands.common import EXIT_OK, add_limit_arguments, limit_from
+from client.commands.options import CliError, OneLineParser
+from client.data.files import Run, read_run
+from client.render.compare import plot_overlay
+from client.render.text import format_prediction_report, format_report, json_ready
+from service.limit import Limit
+
+__all__ = ["build_report_parser", "command_report", "limit_for"]
+
+
+def build_report_parser() -> OneLineParser:
+    parser = OneLineParser(prog="http-timing report",
+                           description="Latency statistics of a saved run, which requests were "
+                           "throttled, and (--predict) what the quota model says.")
+    parser.add_argument("file", type=Path, help="run file (.csv, .json or text capture)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--predict", action="store_true",
+                        help="also simulate the run with the quota model and show both, in text "
+                        "and as a picture")
+    add_limit_arguments(parser, required=False)
+    parser.add_argument("-o", "--output", type=Path, metavar="PICTURE",
+                        help="with --predict: the picture "
+                        "(default <pictures-dir>/<name>-predict.png)")
+    parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"))
+    return parser
+
+
+def command_report(argv: list[str]) -> int:
+    opts = build_report_parser().parse_args(argv)
+    run = read_run(opts.file)
+    if opts.predict:
+        return report_predict(run, opts)
+    if any(v is not None for v in (opts.cpus, opts.period_ms, opts.burst_ms)) or opts.output:
+        raise CliError("--cpus, --period-ms, --burst-ms and -o go with --predict")
+    report = build_report(run)
+    if opts.json:
+        print(json.dumps(json_ready(report.to_dict()), indent=2))
+    else:
+        print("\n".join(format_report(report, run.path)))
+    return EXIT_OK
+
+
+def limit_for(run: Run, opts: argparse.Namespace) -> Limit:
+    """The limit to model: ``--cpus`` (its period and burst, else the run's), else the run's
+    (with ``--period-ms``/``--burst-ms`` over it); a run without one needs ``--cpus``."""
+    found = run.metadata.limit
+    if opts.cpus is not None:
+        return limit_from(opts.cpus, opts.period_ms, opts.burst_ms or 0.0, "--cpus",
+                          default=found)
+    if found is not None:
+        return limit_from(found.cpus, opts.period_ms, opts.burst_ms, found.source,
+                          default=found)
+    what = ("its metadata shows no CPU limit" if run.metadata.limits_known
+            else "no limits in its metadata: a text capture, or a server without /limits")
+    raise CliError(f"no CPU limit known for {run.path} ({what}): give --cpus X "
+                   "(and --period-ms P if not 100)")
+
+
+def report_predict(run: Run, opts: argparse.Namespace) -> int:
+    limit = limit_for(run, opts)
+    try:
+        result = build_prediction(run, limit)
+    except WorkloadError as exc:
+        raise CliError(str(exc)) from None
+    explanation = explain(result.report, result.prediction, limit)
+    out = opts.output or opts.pictures_dir / f"{run.path.stem}-predict.png"
+    picture = plot_overlay(run, [(label, p.records) for label, p in result.series()],
+                           result.report.detection, out,
+                           title=f"{run.name}: measured vs predicted at {limit.describe()}")
+    if opts.json:
+        print(json.dumps(json_ready({
+            **result.report.to_dict(), "model_limit": limit.describe(),
+            "predicted": result.prediction.to_dict(), "charged_ms": result.charged_ms,
+            "predicted_charged": result.charged.to_dict() if result.charged else None,
+            "explanation": explanation, "picture": str(picture)}), indent=2))
+    else:
+        print("\n".join(format_prediction_report(result, explanation, run.path, picture)))
+    return EXIT_OK

@@ -1,0 +1,123 @@
+"""``http-timing [run]``: time requests like the original ``http-timing.py`` and keep every one.
+
+Prints the original's line per request, then ``<N> requests in <total>ms avg <avg>ms``, the
+percentiles (and the throughput of a load run), and where the raw data and picture went.
+Exit codes: 0 all succeeded; 1 some failed (recorded); 2 bad usage or the service was never
+reachable; 130 interrupted (what was collected is saved).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from client import __version__
+from client.analysis.report import build_report
+from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
+                                    EXIT_USAGE, add_load_arguments, draw_result, plan_from,
+                                    show_result, silence_stdout)
+from client.commands.options import CliError, int_at_least
+from client.data.legacy import format_line
+from client.data.naming import check_file_name
+from client.data.record import RequestRecord
+from client.render.progress import RunProgress
+from client.run.http import build_url
+from client.run.record import RecordedRun, RunSpec, record_run
+from client.run.recorder import files_first
+
+__all__ = ["DEFAULT_URL", "build_run_parser", "command_run"]
+
+DEFAULT_URL = "http://localhost:7800/cpuBurnFlow"
+
+
+def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Time HTTP requests one after another and keep every request as raw data. "
+        "Other commands: 'http-timing plot FILE...', 'http-timing report FILE', "
+        "'http-timing sweep --cpus 1,0.3,0.1' (see each one's --help).",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--url", default=DEFAULT_URL, help=f"URL to time (default {DEFAULT_URL})")
+    add_load_arguments(parser)
+    parser.add_argument("--new-connection", action="store_true",
+                        help="open a new connection for every request, as the original did "
+                        "(default: one keep-alive connection)")
+    parser.add_argument("--max-failures", type=int_at_least(0), default=5,
+                        help="stop after this many connection failures in a row; 0 never stops "
+                        "(default 5)")
+    parser.add_argument("--name", help="name of the run's files (default: run-<timestamp>)")
+    parser.add_argument("--data-dir", type=Path, default=Path("raw-data"),
+                        help="where <name>.csv and <name>.json go (default ./raw-data)")
+    parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"),
+                        help="where <name>.png goes (default ./pictures)")
+    parser.add_argument("--no-plot", action="store_true", help="do not draw the picture")
+    parser.add_argument("--quiet", action="store_true", help="no per-request lines")
+    return parser
+
+
+class LinePrinter:
+    """Prints the original's line per request, until the reader of our output goes away
+    (``http-timing | head``): then it keeps quiet and the run goes on, measuring and saving."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+
+    def __call__(self, record: RequestRecord) -> None:
+        if self.quiet:
+            return
+        try:
+            print(format_line(record), flush=True)
+        except BrokenPipeError:
+            silence_stdout()
+            self.quiet = True
+
+
+def command_run(argv: list[str]) -> int:
+    opts = build_run_parser().parse_args(argv)
+    plan = plan_from(opts)
+    started = datetime.now(timezone.utc)
+    name = opts.name or "run-" + started.strftime("%Y%m%d-%H%M%S")
+    if problem := check_file_name(name):
+        raise CliError(problem)
+    url = build_url(opts.url, opts.iterations)
+    if not url.startswith(("http://", "https://")):
+        raise CliError(f"--url must start with http:// or https:// (got {opts.url!r})")
+    spec = RunSpec(url=url, plan=plan, name=name, data_dir=opts.data_dir,
+                   iterations=opts.iterations, command=["http-timing", *argv],
+                   new_connection=opts.new_connection, timeout=opts.timeout, warmup=opts.warmup,
+                   max_failures=opts.max_failures, limits_url=opts.url)
+    progress = RunProgress(plan.requests, name)
+    with progress:
+        recorded = record_run(spec, [LinePrinter(opts.quiet), progress.advance], started=started)
+    return finish(recorded, opts)
+
+
+def finish(recorded: RecordedRun, opts: argparse.Namespace) -> int:
+    """Print what the run gives, draw it, and say how it ended (the exit code)."""
+    run, records = recorded.run, recorded.run.records
+    with files_first():  # a second Ctrl-C does not cut the picture short
+        report = build_report(run)
+        if records:
+            total_ms = report.summary.total_ms
+            print(f"{len(records)} requests in {int(total_ms)}ms avg "
+                  f"{total_ms / len(records):.1f}ms")
+            show_result(recorded, report)
+        picture = None if opts.no_plot else draw_result(recorded, report, opts.pictures_dir)
+        print(f"raw data: {run.path} (metadata {recorded.meta_path})" +
+              (f", picture: {picture}" if picture else ""))
+    if recorded.interrupted:
+        print(f"http-timing: interrupted after {len(records)} of "
+              f"{run.metadata.requests or 'the'} requests; every completed request is saved",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if records and not recorded.outcome.reached:
+        print(f"http-timing: cannot reach {run.metadata.url}: {records[-1].error} "
+              "(is the service running? start it with: burn-service)", file=sys.stderr)
+        return EXIT_USAGE
+    if recorded.outcome.stop_reason:
+        print(f"http-timing: {recorded.outcome.stop_reason}: {records[-1].error}",
+              file=sys.stderr)
+    return EXIT_FAILED_REQUESTS if report.summary.errors else EXIT_OK

@@ -1,0 +1,147 @@
+"""Raw data on disk: one CSV row per request, flushed as it completes, plus a JSON metadata file.
+
+``<name>.csv`` has the columns of :mod:`client.data.record`; ``<name>.json`` the metadata of
+:mod:`client.data.metadata`. ``read_run`` reads a run from its CSV (the metadata beside it), its
+JSON, or a text capture of the original ``http-timing.py`` (:mod:`client.data.legacy`). A file
+that cannot be read gives a :class:`RawDataError` naming it, in one line.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from client.data.legacy import parse_legacy_text
+from client.data.metadata import RunMetadata
+from client.data.record import COLUMNS, INT_COLUMNS, REQUIRED_COLUMNS, RawDataError, RequestRecord
+
+__all__ = ["RawDataError", "Run", "RunWriter", "read_run", "write_metadata"]
+
+
+@dataclass
+class Run:
+    """A recorded run: its requests and the metadata saved with it (``present`` False for a
+    text capture)."""
+
+    path: Path
+    records: list[RequestRecord]
+    metadata: RunMetadata = field(default_factory=RunMetadata.missing)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name or self.path.stem
+
+
+class RunWriter:
+    """Appends one CSV row per completed request and flushes it, so an interrupted run keeps
+    every completed request (a row is written whole or not at all)."""
+
+    def __init__(self, csv_path: Path) -> None:
+        self.path = csv_path
+        csv_path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] = open(csv_path, "w", newline="", encoding="utf-8")
+        # rows are formatted in memory first (one writer, made once), then written whole
+        self._line = io.StringIO()
+        self._writer = csv.DictWriter(self._line, fieldnames=COLUMNS, lineterminator="\n")
+        self._writer.writeheader()
+        self._file.write(self._line.getvalue())
+        self._file.flush()
+        self.count = 0
+
+    def write(self, record: RequestRecord) -> None:
+        row = record.to_row()
+        row["error"] = " ".join(str(row["error"]).split())  # one line, no stray newlines
+        self._line.seek(0)
+        self._line.truncate()
+        self._writer.writerow(row)
+        self._file.write(self._line.getvalue())  # one write per row: never half a row
+        self._file.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_metadata(path: Path, metadata: RunMetadata) -> None:
+    """Write the metadata JSON atomically (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(metadata.to_dict(), indent=2, sort_keys=True, default=str) + "\n",
+                   encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_run(path: str | os.PathLike[str]) -> Run:
+    """Read a run from its CSV (metadata from the JSON beside it), its JSON, or a text capture."""
+    p = Path(path)
+    if p.suffix == ".json" and p.with_suffix(".csv").exists():
+        p = p.with_suffix(".csv")
+    if not p.exists():
+        raise RawDataError(f"{p}: no such file")
+    if p.is_dir():
+        raise RawDataError(f"{p}: is a directory, not a run file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise RawDataError(f"{p}: not a text file (expected a CSV run or an http-timing "
+                           "text capture)") from None
+    except OSError as exc:
+        raise RawDataError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    if not text.strip():
+        raise RawDataError(f"{p}: empty file")
+    first = text.lstrip().splitlines()[0]
+    if first.startswith("seq,") or "latency_ns" in first.split(","):
+        records = list(_parse_csv(p, text))
+    else:
+        records = parse_legacy_text(text.splitlines(), source=str(p))
+    return Run(p, records, _read_metadata(p.with_suffix(".json"), p))
+
+
+def _read_metadata(meta_path: Path, run_path: Path) -> RunMetadata:
+    if not meta_path.exists() or meta_path == run_path:
+        return RunMetadata.missing()
+    try:
+        raw = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raw = None  # a broken metadata file does not lose the requests
+    return RunMetadata.from_dict(raw) if isinstance(raw, dict) else RunMetadata.missing()
+
+
+def _parse_csv(p: Path, text: str) -> Iterator[RequestRecord]:
+    reader = csv.DictReader(text.splitlines())
+    header = reader.fieldnames or []
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise RawDataError(f"{p}: not an http-timing CSV: missing column(s) {', '.join(missing)}")
+    for line_no, row in enumerate(reader, start=2):
+        values: dict[str, Any] = {}
+        try:
+            for name in INT_COLUMNS:
+                raw = (row.get(name) or "").strip()
+                if raw == "":
+                    if name in REQUIRED_COLUMNS:
+                        raise ValueError(f"empty {name}")
+                    continue
+                number = float(raw)
+                if not math.isfinite(number):
+                    raise ValueError(f"{name} is not a finite number")
+                values[name] = int(number)
+        except ValueError as exc:
+            raise RawDataError(f"{p}: line {line_no}: {exc}") from None
+        yield RequestRecord(error=(row.get("error") or ""), **values)

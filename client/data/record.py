@@ -1,0 +1,78 @@
+"""One timed request: the row of a run's CSV.
+
+Columns (times in integer nanoseconds; empty where unknown):
+
+- ``seq``: request number, from 0
+- ``start_ns``: when the request was sent, since the run started (monotonic clock)
+- ``latency_ns``: time until the whole response was read
+- ``status``: HTTP status, 0 when the request failed in transport (refused, timeout, ...)
+- ``error``: the transport error or ``HTTP <status>``; empty on success
+- ``scheduled_ns``: the intended send time of an open loop (latency runs from it)
+- ``server_wall_ns``, ``server_cpu_ns``, ``server_throttle_ns``, ``kernel_throttled_ns``,
+  ``kernel_nr_throttled``: from the response's ``Server-Timing`` header, when present
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from client.data.servertiming import SERVER_FIELDS
+
+__all__ = ["COLUMNS", "INT_COLUMNS", "REQUIRED_COLUMNS", "RawDataError", "RequestRecord"]
+
+REQUIRED_COLUMNS = ("seq", "start_ns", "latency_ns", "status")
+COLUMNS = (*REQUIRED_COLUMNS, "error", "scheduled_ns", *SERVER_FIELDS)
+INT_COLUMNS = tuple(c for c in COLUMNS if c != "error")
+
+
+class RawDataError(ValueError):
+    """A file that cannot be read as a run; the message says which file and why, in one line."""
+
+
+@dataclass
+class RequestRecord:
+    seq: int
+    start_ns: int
+    latency_ns: int
+    status: int
+    error: str = ""
+    scheduled_ns: int | None = None  # intended send time (open-loop runs); None when closed loop
+    server_wall_ns: int | None = None
+    server_cpu_ns: int | None = None
+    server_throttle_ns: int | None = None
+    kernel_throttled_ns: int | None = None
+    kernel_nr_throttled: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 400
+
+    @property
+    def latency_ms(self) -> float:
+        return self.latency_ns / 1e6
+
+    @property
+    def origin_ns(self) -> int:
+        """Where the latency starts: the intended send time in an open loop, else the send."""
+        return self.start_ns if self.scheduled_ns is None else self.scheduled_ns
+
+    @property
+    def end_ns(self) -> int:
+        """When the whole response had been read, since the run started."""
+        return self.origin_ns + self.latency_ns
+
+    @property
+    def server_throttled(self) -> bool | None:
+        """Whether the server said it was throttled during this request (the kernel's
+        ``nr_throttled`` went up, or the in-process throttle paused it); None if it cannot
+        tell. One of the two sources of ``client.analysis.detect``; a run's throttled share
+        is that module's, never this alone."""
+        known = [v for v in (self.kernel_nr_throttled, self.server_throttle_ns) if v is not None]
+        if not known:
+            return None
+        return any(v > 0 for v in known)
+
+    def to_row(self) -> dict[str, Any]:
+        return {f.name: "" if getattr(self, f.name) is None else getattr(self, f.name)
+                for f in fields(self)}

@@ -1,0 +1,149 @@
+"""Several runs in one picture: stacked dot plots on one time axis and one latency CDF; and a
+measured run over the model's predictions for it (``http-timing report --predict``).
+
+``save_comparison`` draws the picture and writes its table as Markdown next to it
+(``pictures/x.png`` -> ``pictures/x.md``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from client.analysis.detect import Detection
+from client.analysis.report import Report, build_report
+from client.data.files import Run
+from client.data.record import RequestRecord
+from client.render.figures import draw_detected, pyplot, save_figure
+from client.render.tables import ComparisonRow, comparison_rows, format_markdown, md_escape
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+__all__ = ["draw_cdf", "plot_comparison", "plot_overlay", "save_comparison"]
+
+PREDICTION_COLOURS = ("#2ca02c", "#9467bd", "#8c564b")
+CDF_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+               "#7f7f7f", "#bcbd22", "#17becf")
+
+
+def draw_cdf(ax: Axes, label: str, latencies_ms: Sequence[float], colour: str,
+             linestyle: str = "-") -> None:
+    values = np.sort(np.asarray(latencies_ms, dtype=float))
+    if values.size == 0:
+        return
+    fraction = np.arange(1, values.size + 1) / values.size
+    ax.step(values, fraction, where="post", color=colour, linestyle=linestyle, linewidth=1.8,
+            label=f"{label} ({values.size})")
+
+
+def _style_cdf(ax: Axes, all_latencies: Sequence[float]) -> None:
+    ax.set_xlabel("request latency (ms, log scale)", fontsize=12)
+    ax.set_ylabel("fraction of requests at or below", fontsize=12)
+    positive = [v for v in all_latencies if v > 0]
+    if positive and max(positive) / min(positive) > 5:
+        from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(loc="lower right", fontsize=10)
+    ax.set_title("latency CDF", fontsize=12)
+
+
+def plot_comparison(runs: Sequence[Run], out: Path, title: str | None = None,
+                    reports: Sequence[Report] | None = None) -> Path:
+    """One dot plot per run, stacked on a shared time axis (and a shared latency axis, so a
+    limit's stalls are seen at their true size), and one CDF of all runs on the right."""
+    if not runs:
+        raise ValueError("no runs to compare")
+    reports = list(reports) if reports is not None else [build_report(run) for run in runs]
+    n = len(runs)
+    plt = pyplot()
+    fig = plt.figure(figsize=(15, max(5.0, 2.6 * n + 1.2)), dpi=100)
+    try:
+        grid = fig.add_gridspec(n, 2, width_ratios=(2.2, 1))
+        first: Axes | None = None
+        all_latencies: list[float] = []
+        cdf_ax = fig.add_subplot(grid[:, 1])
+        for i, (run, report) in enumerate(zip(runs, reports)):
+            ax = fig.add_subplot(grid[i, 0], sharex=first, sharey=first)
+            first = first or ax
+            draw_detected(ax, run, report.detection)
+            share = report.detection.throttled_fraction
+            ax.set_title(f"{run.name}: limit {run.metadata.limit_label()}"
+                         + (f", {100 * share:.0f} % throttled" if share is not None else ""),
+                         fontsize=11, loc="left")
+            ax.set_ylabel("latency (ms)", fontsize=10)
+            ax.grid(True, alpha=0.3)
+            ax.legend(loc="upper right", fontsize=8)
+            if i < n - 1:
+                ax.tick_params(labelbottom=False)
+            ok = [r.latency_ms for r in run.records if r.ok]
+            all_latencies.extend(ok)
+            draw_cdf(cdf_ax, run.name, ok, CDF_COLOURS[i % len(CDF_COLOURS)])
+        assert first is not None
+        first.set_ylim(bottom=0)
+        fig.axes[-1].set_xlabel("time since start of run (s)", fontsize=11)
+        _style_cdf(cdf_ax, all_latencies)
+        if title:
+            fig.suptitle(title, fontsize=13)
+        save_figure(fig, out)
+    finally:
+        plt.close(fig)
+    return out
+
+
+def save_comparison(runs: Sequence[Run], out: Path,
+                    title: str | None = None) -> tuple[Path, Path, list[ComparisonRow]]:
+    """Draw the picture at ``out`` and write its table as Markdown next to it (``.md``)."""
+    reports = [build_report(run) for run in runs]
+    rows = comparison_rows(runs, reports)
+    picture = plot_comparison(runs, out, title, reports)
+    markdown = out.with_suffix(".md")
+    caption = f"![{md_escape(title or 'comparison')}]({out.name})\n\n"
+    markdown.write_text(caption + format_markdown(rows), encoding="utf-8")
+    return picture, markdown, rows
+
+
+def plot_overlay(measured: Run, predicted: Sequence[tuple[str, Sequence[RequestRecord]]],
+                 detection: Detection, out: Path, title: str | None = None) -> Path:
+    """The measured run's dots and each prediction's (hollow) on one time axis, and all CDFs."""
+    plt = pyplot()
+    fig, (ax, cdf_ax) = plt.subplots(1, 2, figsize=(15, 6.5), dpi=100,
+                                     gridspec_kw={"width_ratios": (2.2, 1)})
+    try:
+        draw_detected(ax, measured, detection, label_prefix="measured: ")
+        measured_ok = [r.latency_ms for r in measured.records if r.ok]
+        draw_cdf(cdf_ax, "measured", measured_ok, "#1f77b4")
+        everything = list(measured_ok)
+        for i, (label, records) in enumerate(predicted):
+            colour = PREDICTION_COLOURS[i % len(PREDICTION_COLOURS)]
+            xs = [r.start_ns / 1e9 for r in records]
+            ys = [r.latency_ms for r in records]
+            ax.scatter(xs, ys, s=46 + 30 * i, facecolors="none", edgecolors=colour,
+                       linewidths=1.3, label=f"{label} ({len(xs)})")
+            draw_cdf(cdf_ax, label, ys, colour, linestyle="--" if i == 0 else ":")
+            everything.extend(ys)
+        ax.set_xlabel("time since start of run (s)", fontsize=12)
+        ax.set_ylabel("request latency (ms)", fontsize=12)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper right", fontsize=10)
+        ax.set_title(title or f"{measured.name}: measured and predicted", fontsize=12)
+        if (detection.threshold_ms is not None and math.isfinite(detection.threshold_ms)
+                and detection.source.uses_latency):
+            cdf_ax.axvline(detection.threshold_ms, color="#ff7f0e", linestyle=":",
+                           label=f"throttled above {detection.threshold_ms:.1f} ms")
+        _style_cdf(cdf_ax, everything)
+        save_figure(fig, out)
+    finally:
+        plt.close(fig)
+    return out

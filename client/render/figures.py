@@ -1,0 +1,87 @@
+"""Draw a run as the original pictures did: each request a dot, latency against time.
+
+The requests the run's detection (``client.analysis.detect``: the server's counters and the
+latency) marks as throttled get their own colour; failed requests are red crosses. Headless
+(Agg); matplotlib is imported on first use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from client.analysis.detect import Detection, detect_run
+from client.data.files import Run
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["COLOURS", "draw_detected", "plot_run", "pyplot", "save_figure"]
+
+COLOURS = {"ok": "#1f77b4", "throttled": "#ff7f0e", "failed": "#d62728"}
+
+
+def pyplot() -> ModuleType:
+    """matplotlib.pyplot on the headless Agg backend, imported on first use (it costs ~0.4 s,
+    which commands that draw nothing should not pay)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Figure, out: Path) -> Path:
+    """Lay ``fig`` out and save it at ``out`` (PNG), creating its folder; the caller closes it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out)
+    return out
+
+
+def draw_detected(ax: Axes, run: Run, detection: Detection, *, label_prefix: str = "") -> None:
+    """Dots for one run (x: seconds since its start, y: latency in ms): successful requests,
+    the throttled ones in their own colour, failed ones as red crosses."""
+    groups: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in COLOURS}
+    for record in sorted(run.records, key=lambda r: (not r.ok, r.start_ns, r.seq)):
+        kind = ("failed" if not record.ok
+                else "throttled" if detection.is_throttled(record) else "ok")
+        groups[kind][0].append(record.start_ns / 1e9)
+        groups[kind][1].append(record.latency_ms)
+    labels = {"ok": "request", "throttled": f"throttled ({detection.source})",
+              "failed": "failed"}
+    for kind, (xs, ys) in groups.items():
+        if xs:
+            ax.scatter(xs, ys, s=22, c=COLOURS[kind], marker="x" if kind == "failed" else "o",
+                       alpha=0.85, linewidths=1.2,
+                       label=f"{label_prefix}{labels[kind]} ({len(xs)})")
+
+
+def plot_run(run: Run, out: Path, title: str | None = None,
+             detection: Detection | None = None) -> Path:
+    """Save the dot picture of ``run`` to ``out`` (PNG) and return the path."""
+    meta = run.metadata
+    if title is None:
+        url = meta.url or run.path.name
+        it_text = (f", iterations={meta.iterations}"
+                   if meta.iterations and "iterations=" not in url else "")
+        title = f"{url}{it_text}\n{meta.limit_description()}"
+    detection = detection if detection is not None else detect_run(run)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(12, 6.5), dpi=100)
+    try:
+        draw_detected(ax, run, detection)
+        ax.set_title(title, fontsize=13)
+        ax.set_xlabel("time since start of run (s)", fontsize=13)
+        ax.set_ylabel("request latency (ms)", fontsize=13)
+        ax.tick_params(labelsize=11)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper right", fontsize=11)
+        save_figure(fig, out)
+    finally:
+        plt.close(fig)
+    return out

@@ -1,0 +1,137 @@
+"""The text ``http-timing`` prints about runs, reports and predictions, written once.
+
+(The original per-request line, ``26 Status code 200 time 5207306``, is the data's own format:
+``client.data.legacy.format_line``.)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from client.analysis.detect import Detection
+from client.analysis.model import Prediction
+from client.analysis.report import PredictionReport, Report
+from client.analysis.throughput import ThroughputRow
+from client.data.summary import Summary
+
+__all__ = ["format_detection", "format_prediction", "format_prediction_report",
+           "format_report", "format_summary", "format_throughput", "json_ready"]
+
+
+def _ms(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def format_summary(summary: Summary) -> str:
+    """``latency ms: p50 5.13  p90 5.52  ...  errors 0 of 100``."""
+    def ms(v: float) -> str:
+        return "n/a" if v != v else f"{v:.2f}"
+    return (f"latency ms: p50 {ms(summary.p50_ms)}  p90 {ms(summary.p90_ms)}  "
+            f"p99 {ms(summary.p99_ms)}  max {ms(summary.max_ms)}  mean {ms(summary.mean_ms)}  "
+            f"errors {summary.errors} of {summary.count}")
+
+
+def format_throughput(row: ThroughputRow, rate_rps: float | None) -> str:
+    """``throughput 58.3 requests/s (intended 100/s), 0.0 % errors`` for load runs."""
+    intended = f" (intended {rate_rps:g}/s)" if rate_rps is not None else ""
+    return (f"throughput {row.rps:.1f} requests/s{intended}, "
+            f"{100 * row.error_rate:.1f} % errors")
+
+
+def format_detection(detection: Detection) -> list[str]:
+    d = detection
+    if d.count == 0:
+        return ["throttled: n/a (no successful request)"]
+    fraction = d.throttled_fraction or 0.0
+    where = f"; slower than {d.threshold_ms:.1f} ms counts" if (
+        d.threshold_ms is not None and d.source.uses_latency) else ""
+    lines = [f"throttled: {d.throttled_count} of {d.count} requests ({100 * fraction:.1f} %), "
+             f"from the {d.source}{where}"]
+    if d.stall_ms is not None:
+        lines.append(f"stall: {d.stall_ms:.1f} ms typical extra delay of a throttled request "
+                     f"(unthrottled {_ms(d.baseline_ms)} ms)")
+    lines.append(f"period: {d.period_ms:g} ms ({d.period_source})")
+    if d.throughput_rps is not None:
+        lines.append(f"throughput: {d.throughput_rps:.1f} requests/s")
+    if d.server_cpu_ms is not None:
+        lines.append(f"server CPU per request: {d.server_cpu_ms:.2f} ms (median)")
+    lines.extend(f"note: {n}" for n in d.notes)
+    return lines
+
+
+def format_report(report: Report, path: object) -> list[str]:
+    """``http-timing report FILE``'s lines."""
+    return [f"run: {report.name} ({path})", f"limit: {report.limit_description}",
+            format_summary(report.summary), *format_detection(report.detection)]
+
+
+_ROWS = (("p50 ms", "p50_ms"), ("p90 ms", "p90_ms"), ("p99 ms", "p99_ms"),
+         ("mean ms", "mean_ms"), ("max ms", "max_ms"), ("throttled %", "throttled_fraction"),
+         ("stall ms", "stall_ms"), ("throughput rps", "throughput_rps"))
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "n/a"
+    if key == "throttled_fraction":
+        return f"{100 * value:.1f}"
+    return f"{value:.1f}" if key in ("stall_ms", "throughput_rps") else f"{value:.2f}"
+
+
+def format_prediction_report(p: PredictionReport, explanation: list[str], path: object,
+                             picture: object) -> list[str]:
+    """``http-timing report FILE --predict``'s lines: measured vs predicted, and why."""
+    w, d = p.workload, p.report.detection
+    model = (f"{w.service_ms:.2f} ms CPU per request ({d.service_source})"
+             + (f" + {w.overhead_ms:.2f} ms outside the quota" if w.overhead_ms else "")
+             + f", concurrency {w.concurrency}"
+             + (f" on {w.cores} cores" if w.cores > 1 else "")
+             + f", {w.requests} requests")
+    lines = [f"run: {p.report.name} ({path})",
+             f"limit: {p.limit.describe()}, from {p.limit.source}", f"model: {model}"]
+    if p.charged is not None:
+        c = p.charged.workload
+        lines.append(f"charged: the same with {c.service_ms:.2f} ms of quota per request (from "
+                     f"the throughput) + {c.overhead_ms:.2f} ms outside it")
+    columns = p.columns()
+    width = max(len(label) for label, _ in _ROWS)
+    lines.append(f"{'':{width}}" + "".join(f"  {name:>9}" for name, _ in columns))
+    for label, key in _ROWS:
+        lines.append(f"{label:{width}}" + "".join(f"  {_cell(key, values.get(key)):>9}"
+                                                  for _, values in columns))
+    lines.extend(explanation)
+    lines.extend(f"note: {note}" for note in d.notes)
+    lines.append(f"picture: {picture}")
+    return lines
+
+
+def format_prediction(prediction: Prediction) -> str:
+    """``http-timing predict``'s text."""
+    w, d = prediction.workload, prediction.to_dict()
+    throttled = round(d["throttled_fraction"] * d["count"])
+    overhead = f" + {w.overhead_ms:g} ms outside the quota" if w.overhead_ms else ""
+    cores = f" on {w.cores} cores" if w.cores > 1 else ""
+    lines = [
+        f"model: {d['count']} requests of {w.service_ms:g} ms CPU{overhead}, concurrency "
+        f"{w.concurrency}{cores}, limit {d['limit']}",
+        f"latency ms: p50 {d['p50_ms']:.2f}  p90 {d['p90_ms']:.2f}  p99 {d['p99_ms']:.2f}  "
+        f"max {d['max_ms']:.2f}  mean {d['mean_ms']:.2f}",
+        f"throttled: {throttled} of {d['count']} requests ({100 * d['throttled_fraction']:.1f} %)"
+        + (f", stall {d['stall_ms']:.1f} ms typical" if d["stall_ms"] is not None else ""),
+        f"period: {d['period_ms']:g} ms; throughput {d['throughput_rps']:.1f} requests/s",
+        f"cpu.stat: nr_periods {d['nr_periods']}  nr_throttled {d['nr_throttled']}  "
+        f"throttled time {d['throttled_ms']:.1f} ms",
+    ]
+    return "\n".join(lines)
+
+
+def json_ready(value: Any) -> Any:
+    """JSON without NaN (null instead)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    return value

@@ -1,0 +1,131 @@
+"""``record_run``: one run from start to saved files, the same for every command and benchmark.
+
+metadata (what, where, the service's ``/limits``) -> ``<name>.json`` -> warm-up -> the load plan,
+each completed request a flushed CSV row and handed to the observers (printed lines, a progress
+bar) -> the end written into the metadata (summary, completed, interrupted, why it stopped).
+Ctrl-C or SIGTERM ends the run early with every completed request on disk; the caller learns
+it from ``RecordedRun.interrupted`` and decides what follows (a sweep stops, ``run`` exits 130).
+Drawing and printing the result are the caller's (``client.render``).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from client import __version__
+from client.data.files import Run, RunWriter, write_metadata
+from client.data.metadata import RunMetadata, SweepInfo
+from client.data.record import RawDataError, RequestRecord
+from client.data.summary import summarize
+from client.run.http import fetch_limits, warm_up
+from client.run.modes import time_plan
+from client.run.plan import LoadPlan
+from client.run.recorder import RunOutcome, files_first, stop_on_terminate
+
+__all__ = ["RecordedRun", "RunSpec", "load_average", "record_run"]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What to run and where to keep it."""
+
+    url: str                       # the full URL timed (with ``?iterations=N``)
+    plan: LoadPlan
+    name: str
+    data_dir: Path
+    iterations: int
+    command: Sequence[str]         # how it was asked for, for the metadata
+    new_connection: bool = False
+    timeout: float = 30.0
+    warmup: int = 0
+    max_failures: int = 5
+    limits_url: str | None = None  # where to ask for ``/limits`` (default: ``url``)
+    sweep: SweepInfo | None = None
+    service: dict[str, Any] | None = None
+    note_load_average: bool = False
+
+    @property
+    def csv_path(self) -> Path:
+        return self.data_dir / f"{self.name}.csv"
+
+    @property
+    def meta_path(self) -> Path:
+        return self.data_dir / f"{self.name}.json"
+
+
+@dataclass
+class RecordedRun:
+    run: Run
+    outcome: RunOutcome
+    interrupted: bool = False
+    meta_path: Path = field(default_factory=Path)
+
+
+def load_average() -> list[float] | None:
+    """How busy the machine was (it may be shared); None where there is no such number."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:  # not available on this platform
+        return None
+
+
+def start_metadata(spec: RunSpec, started: datetime) -> RunMetadata:
+    plan = spec.plan.to_metadata()
+    return RunMetadata(
+        name=spec.name, version=__version__, url=spec.url, iterations=spec.iterations,
+        mode=plan["mode"], requests=plan["requests"], concurrency=plan["concurrency"],
+        rate_rps=plan["rate_rps"], duration_s=plan["duration_s"],
+        new_connection=spec.new_connection, timeout_s=spec.timeout, warmup=spec.warmup,
+        started_at=started.isoformat(), host=socket.gethostname(),
+        platform=platform.platform(), python=platform.python_version(),
+        command=list(spec.command), limits=fetch_limits(spec.limits_url or spec.url),
+        sweep=spec.sweep, service=spec.service,
+        load_average=load_average() if spec.note_load_average else None)
+
+
+def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None]] = (), *,
+               started: datetime | None = None) -> RecordedRun:
+    """Run ``spec``, keeping every completed request on disk as it completes (see the module
+    docstring). ``RawDataError`` when the files cannot be written (nothing is sent then)."""
+    metadata = start_metadata(spec, started or datetime.now(timezone.utc))
+    try:
+        writer = RunWriter(spec.csv_path)
+        write_metadata(spec.meta_path, metadata)
+    except OSError as exc:
+        raise RawDataError(f"cannot write raw data in {spec.data_dir}: "
+                           f"{exc.strerror or exc}") from None
+
+    def on_record(record: RequestRecord) -> None:
+        writer.write(record)
+        for observe in observers:
+            observe(record)
+
+    outcome = RunOutcome()
+    interrupted = False
+    try:
+        with stop_on_terminate():
+            warm_up(spec.url, spec.warmup, new_connection=spec.new_connection,
+                    timeout=spec.timeout)
+            time_plan(spec.url, spec.plan, on_record, new_connection=spec.new_connection,
+                      timeout=spec.timeout, max_consecutive_failures=spec.max_failures,
+                      outcome=outcome)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        writer.close()
+    with files_first():
+        metadata.ended_at = datetime.now(timezone.utc).isoformat()
+        metadata.completed = len(outcome.records)
+        metadata.interrupted = interrupted
+        metadata.stop_reason = outcome.stop_reason
+        metadata.summary = summarize(outcome.records)
+        write_metadata(spec.meta_path, metadata)
+    return RecordedRun(Run(spec.csv_path, outcome.records, metadata), outcome, interrupted,
+                       spec.meta_path)

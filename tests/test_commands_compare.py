@@ -1,0 +1,54 @@
+"""End to end: ``http-timing compare`` on recorded runs (the ``runs`` fixture) and bad input."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from client.commands import main
+from tests.support import BIN
+
+REPORT_KEYS = {"count", "errors", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "max_ms",
+               "throttled_fraction", "stall_ms", "period_ms", "throughput_rps", "limit"}
+
+
+def http_timing(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "http-timing"), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_compare_prints_the_table_and_saves_picture_and_markdown(runs: Path) -> None:
+    result = http_timing("compare", "raw-data/free.csv", "raw-data/throttled.json",
+                         "graph-30.txt", "-o", "cmp/all.png", "--title", "three", cwd=runs)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:3] == ["run", "limit", "requests"]
+    assert [line.split()[0] for line in lines[1:4]] == ["free", "throttled", "graph-30"]
+    assert lines[1].split()[1] == "none" and "0.3 CPU (in-process)" in lines[2]
+    assert lines[3].split()[1] == "unknown" and lines[3].endswith("33 %")
+    assert lines[4] == f"picture: {Path('cmp/all.png')}, table: {Path('cmp/all.md')}"
+    assert (runs / "cmp" / "all.png").read_bytes()[:4] == b"\x89PNG"
+    md = (runs / "cmp" / "all.md").read_text()
+    assert "| graph-30 | unknown | 6 |" in md and "| throttled | 0.3 CPU (in-process) | 60 |" in md
+
+
+@pytest.mark.parametrize("args", [
+    ["compare"],
+    ["compare", "missing.csv"],
+    ["compare", "graph-30.txt", "-o", "table.txt"],
+])
+def test_bad_input_is_one_line_and_exit_2(runs: Path, args: list[str],
+                                         monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # In-process through the console script's main (a subprocess each would take seconds).
+    monkeypatch.chdir(runs)
+    try:
+        code = main(args)
+    except SystemExit as exc:  # argparse's own errors, as the console script would exit
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2, args
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err

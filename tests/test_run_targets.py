@@ -1,0 +1,97 @@
+"""client.run.targets: the backends' commands and checks (pure), and a service that fails to
+start (a real process). Real sweeps over every backend are in tests/test_commands_sweep.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from client.run.targets import AUTO, BACKENDS, TargetOptions, resolve_backend
+from client.run.targets.docker import DockerBackend
+from client.run.targets.inprocess import InProcessBackend
+from client.run.targets.kernel import KernelBackend, health_timeout, kernel_quota_problem
+from client.run.targets.service import ContainerService, ProcessService, ServiceError, free_port
+from service.limit import Limit
+
+OPTIONS = TargetOptions(image="img:1")
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_each_backend_starts_the_service_under_its_limit() -> None:
+    kernel, inprocess, docker = (KernelBackend(OPTIONS), InProcessBackend(OPTIONS),
+                                 DockerBackend(OPTIONS))
+    assert kernel.argv(Limit(0.3), 8000, "bs") == [
+        "bs", "--port", "8000", "--cpus", "0.3", "--log-level", "warning"]
+    assert kernel.argv(Limit(0.3, 50, 10), 8000, "bs") == [
+        "bs", "--port", "8000", "--cpus", "0.3", "--period-ms", "50", "--burst-ms", "10",
+        "--log-level", "warning"]
+    assert inprocess.argv(Limit(0.3), 8000, "bs") == [
+        "bs", "--port", "8000", "--cpu-limit", "30", "--log-level", "warning"]
+    assert inprocess.argv(Limit(0.3, 20), 8000, "bs")[3:7] == [
+        "--cpu-limit", "30", "--throttle-cycle", "20"]
+    assert inprocess.argv(None, 8000, "bs") == ["bs", "--port", "8000", "--log-level", "warning"]
+    assert docker.argv(Limit(0.1), 8000, "c") == [
+        "docker", "run", "--detach", "--name", "c", "--cpus", "0.1",
+        "--publish", "127.0.0.1:8000:7800", "img:1", "--log-level", "warning"]
+    assert docker.argv(Limit(0.5, 50), 8000)[3:7] == [
+        "--cpu-period", "50000", "--cpu-quota", "25000"]
+    container = docker.target(Limit(0.1), 8000, index=2)
+    assert isinstance(container, ContainerService)
+    assert container.container_name == f"throttle-lab-sweep-{os.getpid()}-2"
+    assert health_timeout(None) == 30 and health_timeout(Limit(0.1)) == pytest.approx(45)
+
+
+def test_each_backend_refuses_what_it_cannot_set() -> None:
+    KernelBackend(OPTIONS).check([Limit(4.0), None])
+    with pytest.raises(ValueError, match="minimum is 1000 µs"):
+        KernelBackend(OPTIONS).check([Limit(0.005)])
+    InProcessBackend(OPTIONS).check([Limit(0.005), Limit(1.0)])  # its own accounting: any share
+    with pytest.raises(ValueError, match="at most 1 CPU"):
+        InProcessBackend(OPTIONS).check([Limit(1.0), Limit(2.0)])
+    with pytest.raises(ValueError, match="no burst"):
+        InProcessBackend(OPTIONS).check([Limit(0.3, burst_ms=5)])
+    with pytest.raises(ValueError, match="above this machine's"):
+        DockerBackend(OPTIONS).check([Limit(float((os.cpu_count() or 1) + 1))])
+    with pytest.raises(ValueError, match="no burst flag"):
+        DockerBackend(OPTIONS).check([Limit(0.3, burst_ms=5)])
+
+
+def test_the_registry_and_auto() -> None:
+    assert set(BACKENDS) == {"kernel", "inprocess", "docker"}
+    for name, make in BACKENDS.items():
+        assert make(OPTIONS).name == name and make(OPTIONS).description
+    backend, why_not = resolve_backend(AUTO, OPTIONS)
+    problem = kernel_quota_problem()
+    assert backend.name == ("inprocess" if problem else "kernel") and why_not == problem
+    docker, _ = resolve_backend("docker", OPTIONS)
+    assert isinstance(docker, DockerBackend) and docker.image == "img:1"
+    assert InProcessBackend(OPTIONS).problem() is None
+
+
+def test_a_service_that_dies_at_start_is_one_clear_error() -> None:
+    script = "import sys; print('cannot start: port taken'); sys.exit(3)"
+    service = ProcessService([sys.executable, "-c", script], free_port(), health_timeout=20)
+    with pytest.raises(ServiceError, match="exited with 3 before it was healthy: "
+                                           "cannot start: port taken"):
+        service.start()
+    service.stop()
+    assert service.pid is not None and gone(service.pid)
+    assert service.ident == f"pid {service.pid}"
+
+
+def test_a_service_is_stopped_by_its_pid_and_stopping_twice_is_safe() -> None:
+    service = ProcessService.local(["--cpu-limit", "50"])
+    with service:
+        assert service.describe()["url"] == service.base_url and service.pid is not None
+        pid = service.pid
+    assert gone(pid)
+    assert service.stop() == ""
