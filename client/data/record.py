@@ -19,7 +19,8 @@ from typing import Any
 
 from client.data.servertiming import SERVER_FIELDS
 
-__all__ = ["COLUMNS", "INT_COLUMNS", "REQUIRED_COLUMNS", "RawDataError", "RequestRecord"]
+__all__ = ["COLUMNS", "INT_COLUMNS", "REQUIRED_COLUMNS", "RawDataError", "RequestRecord",
+           "status_error"]
 
 REQUIRED_COLUMNS = ("seq", "start_ns", "latency_ns", "status")
 COLUMNS = (*REQUIRED_COLUMNS, "error", "scheduled_ns", *SERVER_FIELDS)
@@ -46,7 +47,8 @@ class RequestRecord:
 
     @property
     def ok(self) -> bool:
-        return 200 <= self.status < 400
+        """Answered 2xx (or 3xx without an error: older runs did not refuse redirects)."""
+        return 200 <= self.status < 400 and not self.error
 
     @property
     def latency_ms(self) -> float:
@@ -76,3 +78,14 @@ class RequestRecord:
     def to_row(self) -> dict[str, Any]:
         return {f.name: "" if getattr(self, f.name) is None else getattr(self, f.name)
                 for f in fields(self)}
+
+
+def status_error(status: int, location: str | None = None) -> str:
+    """The ``error`` of an HTTP answer: empty for 2xx; a redirect is not followed (its time is
+    not the service's work), and says where it pointed."""
+    if 200 <= status < 300:
+        return ""
+    if 300 <= status < 400:
+        where = f" to {location}" if location else ""
+        return f"HTTP {status}: redirect{where} not followed (time the final URL)"
+    return f"HTTP {status}"

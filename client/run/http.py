@@ -4,21 +4,26 @@ The request is built once, before the clock starts, and sent over one keep-alive
 (or, with ``new_connection``, a fresh connection each time as the original did: ``Connection:
 close`` makes the server close it, so the next connect is inside the timed path, like the
 original's). Latency is measured with the monotonic ns clock until the whole body is read.
+Plain ``http://`` is timed on a bare socket (``client.run.wire``: as lean as wrk), ``https://``
+through httpx; redirects are not followed (a 3xx is recorded as an error saying where to).
 """
 
 from __future__ import annotations
 
 import ssl
 import time
+from typing import Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
 
 from client import __version__
-from client.data.record import RequestRecord
+from client.data.record import RequestRecord, status_error
 from client.data.servertiming import server_fields
+from client.run.wire import SocketSender
 
-__all__ = ["Sender", "build_url", "fetch_limits", "limits_url", "request_headers", "warm_up"]
+__all__ = ["HttpxSender", "Sender", "build_url", "fetch_limits", "limits_url", "make_sender",
+           "request_headers", "warm_up"]
 
 
 def build_url(url: str, iterations: int) -> str:
@@ -56,12 +61,33 @@ def request_headers(new_connection: bool) -> dict[str, str]:
     return headers
 
 
-class Sender:
-    """One connection's timed requests to one URL. The request is built once, here, before
-    any clock starts; :meth:`send` times only sending it and reading the whole answer.
+class Sender(Protocol):
+    """One connection's timed requests to one URL: made once per worker thread, before any
+    clock starts (a connection is not shared); closed when done."""
 
-    Make one per worker thread (a connection is not shared); ``tls`` lets many senders share
-    one TLS context (making one costs ~80 ms of CPU). Close it when done."""
+    def send(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None
+             ) -> RequestRecord:
+        """Send the request, read the whole body, return its record. Latency runs from the
+        intended send time when ``scheduled_ns`` (since ``run_start_ns``) is given, else from
+        the actual send."""
+
+    def close(self) -> None:
+        """Close the connection."""
+
+
+def make_sender(url: str, *, new_connection: bool = False, timeout: float = 30.0,
+                tls: ssl.SSLContext | None = None) -> Sender:
+    """The leanest sender for ``url``: a plain socket for ``http://``
+    (:class:`client.run.wire.SocketSender`), httpx for ``https://``."""
+    headers = request_headers(new_connection)
+    if url.startswith("http://"):
+        return SocketSender(url, headers, timeout=timeout)
+    return HttpxSender(url, new_connection=new_connection, timeout=timeout, tls=tls)
+
+
+class HttpxSender:
+    """A :class:`Sender` through httpx (TLS; the request built once). ``tls`` lets many senders
+    share one TLS context (making one costs ~80 ms of CPU)."""
 
     def __init__(self, url: str, *, new_connection: bool = False, timeout: float = 30.0,
                  tls: ssl.SSLContext | None = None) -> None:
@@ -70,9 +96,6 @@ class Sender:
         self._request = self._client.build_request("GET", url)
 
     def send(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None) -> RequestRecord:
-        """Send the request, read the whole body, return its record. Latency runs from the
-        intended send time when ``scheduled_ns`` (since ``run_start_ns``) is given, else from
-        the actual send."""
         start = time.perf_counter_ns()
         try:
             response = self._client.send(self._request)
@@ -82,7 +105,7 @@ class Sender:
         else:
             end = time.perf_counter_ns()
             status = response.status_code
-            error = "" if response.is_success or response.is_redirect else f"HTTP {status}"
+            error = status_error(status, response.headers.get("location"))
             server = server_fields(response.headers.get("server-timing"))
         origin = start if scheduled_ns is None else run_start_ns + scheduled_ns
         return RequestRecord(seq, start - run_start_ns, end - origin, status, error=error,
@@ -90,12 +113,6 @@ class Sender:
 
     def close(self) -> None:
         self._client.close()
-
-    def __enter__(self) -> Sender:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def warm_up(url: str, requests: int, *, new_connection: bool = False,

@@ -1,7 +1,7 @@
 """The load modes behind one interface: workers that send, one recorder that keeps.
 
 Every mode (``client.run.plan``) runs the same way: W worker threads, each with its own
-connection (:class:`client.run.http.Sender`, the request built before the clock starts), take
+connection (a :class:`client.run.http.Sender`, the request built before the clock starts), take
 request numbers from one :class:`Tickets` and hand each completed request to one
 :class:`Recorder`; the calling thread waits for them, so Ctrl-C/SIGTERM stop every mode alike
 (what completed is kept, nothing reaches ``on_record`` afterwards). A mode only says how many
@@ -31,7 +31,7 @@ import httpx
 
 from client.data.metadata import LoadMode
 from client.data.record import RequestRecord
-from client.run.http import Sender
+from client.run.http import Sender, make_sender
 from client.run.plan import LoadPlan, intended_send_ns, open_loop_workers
 from client.run.recorder import Recorder, RunOutcome, Tickets
 
@@ -132,8 +132,9 @@ def time_plan(
     mode = MODES[plan.mode]
     count = connections or mode.workers(plan)
     recorder = Recorder(on_record, outcome, max_consecutive_failures)
-    tls = httpx.create_ssl_context()  # one for all (each costs ~80 ms of CPU to make)
-    senders = [Sender(url, new_connection=new_connection, timeout=timeout, tls=tls)
+    # one TLS context for all (each costs ~80 ms of CPU to make)
+    tls = httpx.create_ssl_context() if url.startswith("https://") else None
+    senders = [make_sender(url, new_connection=new_connection, timeout=timeout, tls=tls)
                for _ in range(count)]
     _run_workers(senders, lambda shift: mode.work(plan, shift), Tickets(plan.requests),
                  recorder)
@@ -151,15 +152,16 @@ def _run_workers(senders: list[Sender], work: Callable[[Shift], None], tickets: 
 
     def body(sender: Sender) -> None:
         try:
-            with sender:
-                ready.wait()
-                work(Shift(sender, tickets, recorder, clock[0]))
+            ready.wait()
+            work(Shift(sender, tickets, recorder, clock[0]))
         except threading.BrokenBarrierError:
             pass  # another worker failed before the start; its error is reported
         except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
             errors.append(exc)
             recorder.stop.set()
             ready.abort()
+        finally:
+            sender.close()
 
     threads = [threading.Thread(target=body, args=(sender,), name=f"http-timing-worker-{i}",
                                 daemon=True) for i, sender in enumerate(senders)]

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""How much does ``http-timing``'s own timer add to a latency? Compared with wrk, same run.
+
+Every latency http-timing reports carries the client's own time. This runs, in alternating
+rounds against the same server, ``wrk -t1 -c1 --latency`` (C, one connection) and
+http-timing's sequential timed path (one keep-alive connection, the request built once):
+the socket path used for ``http://`` (``client.run.wire``) and, for comparison, the httpx path
+(``client.run.http.HttpxSender``, what every request went through before). Targets: a bare ASGI
+app on uvicorn (the same uvicorn burn-service runs on) and burn-service's
+``/cpuBurnFlow?iterations=1``. Prints p50/p90 per client and the difference to wrk's p50.
+
+Needs wrk (Debian: ``sudo apt-get install -y wrk``); without it the script says so and exits 1.
+
+    .venv/bin/python benchmarks/timer_vs_wrk.py [--rounds 3] [--seconds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from client.data.record import RequestRecord  # noqa: E402
+from client.run.http import HttpxSender, request_headers  # noqa: E402
+from client.run.modes import time_plan  # noqa: E402
+from client.run.plan import LoadPlan  # noqa: E402
+from client.run.targets.service import ProcessService, ServiceError, free_port  # noqa: E402
+from client.run.wire import SocketSender  # noqa: E402
+
+BARE_APP = '''
+async def app(scope, receive, send):
+    if scope["type"] == "http":
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+'''
+
+
+def wrk_p50_p90(url: str, seconds: float) -> tuple[float, float]:
+    out = subprocess.run(["wrk", "-t1", "-c1", f"-d{seconds:g}s", "--latency", url],
+                         capture_output=True, text=True, timeout=seconds + 30).stdout
+    found = {p: _ms(v, u) for p, v, u in
+             re.findall(r"^\s+(50|90)%\s+([\d.]+)(us|ms|s)$", out, re.M)}
+    return found["50"], found["90"]
+
+
+def _ms(value: str, unit: str) -> float:
+    return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+
+
+def client_p50_p90(make: Callable[[], HttpxSender | SocketSender], seconds: float
+                   ) -> tuple[float, float]:
+    sender = make()
+    latencies: list[float] = []
+    try:
+        for seq in range(200):  # warm the connection and both sides' caches
+            sender.send(seq, 0)
+        deadline = time.monotonic() + seconds
+        seq = 0
+        while time.monotonic() < deadline:
+            record: RequestRecord = sender.send(seq, 0)
+            if record.status == 200:
+                latencies.append(record.latency_ns / 1e6)
+            seq += 1
+    finally:
+        sender.close()
+    q = statistics.quantiles(latencies, n=10)
+    return statistics.median(latencies), q[8]
+
+
+def run_p50_p90(url: str, requests: int) -> tuple[float, float]:
+    """The whole sequential run as ``http-timing`` makes it (a worker thread, the recorder)."""
+    plan = LoadPlan.from_options(requests=requests)
+    records = time_plan(url, plan, lambda record: None).records
+    latencies = [r.latency_ns / 1e6 for r in records[200:] if r.status == 200]
+    return statistics.median(latencies), statistics.quantiles(latencies, n=10)[8]
+
+
+def bare_asgi(directory: Path) -> ProcessService:
+    (directory / "bare_asgi_app.py").write_text(BARE_APP)
+    port = free_port()
+    return ProcessService([sys.executable, "-m", "uvicorn", "bare_asgi_app:app", "--app-dir",
+                           str(directory), "--port", str(port), "--log-level", "warning",
+                           "--no-access-log"], port, health_timeout=30)
+
+
+def measure(label: str, url: str, rounds: int, seconds: float) -> list[str]:
+    headers = request_headers(False)
+    results: dict[str, list[tuple[float, float]]] = {"wrk": [], "socket": [], "run": [],
+                                                     "httpx": []}
+    for _ in range(rounds):  # alternate, so a busy moment hits every client alike
+        results["wrk"].append(wrk_p50_p90(url, seconds))
+        results["socket"].append(client_p50_p90(lambda: SocketSender(url, headers), seconds))
+        results["run"].append(run_p50_p90(url, 5000))
+        results["httpx"].append(client_p50_p90(lambda: HttpxSender(url), seconds))
+    wrk50 = statistics.median(r[0] for r in results["wrk"])
+    rows = []
+    for name, title in (("wrk", "wrk -t1 -c1"), ("socket", "http-timing (socket, now)"),
+                        ("run", "http-timing run (5000 requests)"),
+                        ("httpx", "http-timing (httpx, before)")):
+        p50 = statistics.median(r[0] for r in results[name])
+        p90 = statistics.median(r[1] for r in results[name])
+        diff = "" if name == "wrk" else f"{p50 - wrk50:+.3f}"
+        rows.append(f"| {label} | {title} | {p50:.3f} | {p90:.3f} | {diff} |")
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=3.0, help="per client per round")
+    opts = parser.parse_args(argv)
+    if shutil.which("wrk") is None:
+        print("timer_vs_wrk: wrk is not installed (Debian: sudo apt-get install -y wrk)",
+              file=sys.stderr)
+        return 1
+    import tempfile
+
+    rows: list[str] = []
+    try:
+        with tempfile.TemporaryDirectory() as scratch, bare_asgi(Path(scratch)) as bare:
+            rows += measure("bare ASGI app", bare.base_url + "/", opts.rounds, opts.seconds)
+        with ProcessService.local(health_timeout=30) as service:
+            rows += measure("/cpuBurnFlow?iterations=1",
+                            service.base_url + "/cpuBurnFlow?iterations=1", opts.rounds,
+                            opts.seconds)
+    except ServiceError as exc:
+        print(f"timer_vs_wrk: {exc}", file=sys.stderr)
+        return 1
+    print(f"\nSequential latency, one keep-alive connection, {opts.rounds} alternating rounds of "
+          f"{opts.seconds:g} s per client (medians of the rounds); load average "
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs\n")
+    print("| endpoint | client | p50 ms | p90 ms | p50 - wrk's |")
+    print("|---|---|---:|---:|---:|")
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

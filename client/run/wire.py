@@ -1,0 +1,288 @@
+"""The timed path for plain ``http://``: HTTP/1.1 on a socket, with nothing in between.
+
+Every latency ``http-timing`` reports carries the client's own time, so the request is encoded
+once, before any clock starts, and a request is ``sendall`` of those bytes and reading the
+answer into one reused buffer. The response parser is a real HTTP/1.1 one: the status line,
+headers (several ``Server-Timing`` lines are joined), a body framed by ``Content-Length``, by
+``Transfer-Encoding: chunked`` (chunk extensions and trailers allowed) or by the end of the
+connection; ``Connection: close`` (and HTTP/1.0 without keep-alive) closes the socket after the
+answer, and the next request connects again inside its timed path, as the original did. A
+keep-alive connection the server has closed while idle is noticed before the clock starts (and
+a request that finds it closed anyway is sent once more on a new connection, inside its time).
+
+Errors are named as httpx names them (``ConnectError``, ``ReadTimeout``,
+``RemoteProtocolError``, ...), so records read the same whichever path timed them; TLS and
+everything that is not timed go through httpx (``client.run.http``).
+"""
+
+from __future__ import annotations
+
+import errno
+import select
+import socket
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from client.data.record import RequestRecord, status_error
+from client.data.servertiming import server_fields
+
+__all__ = ["MAX_HEAD_BYTES", "NoResponse", "ProtocolError", "RawResponse", "SocketSender",
+           "encode_get", "read_response"]
+
+MAX_HEAD_BYTES = 64 * 1024
+_CHUNK = 65536
+
+
+class ProtocolError(Exception):
+    """The server's answer is not HTTP/1.1 as it must be (named RemoteProtocolError)."""
+
+
+class NoResponse(ProtocolError):
+    """The connection ended before a single byte of an answer."""
+
+
+@dataclass(frozen=True)
+class RawResponse:
+    status: int
+    server_timing: str | None
+    location: str | None
+    keep_alive: bool
+    body_bytes: int
+
+
+def encode_get(url: str, headers: dict[str, str]) -> tuple[str, int, bytes]:
+    """``(host, port, request bytes)`` of a GET of ``url`` (``http://`` only)."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"not a plain http:// URL: {url!r}")
+    port = parts.port or 80
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    authority = host if port == 80 else f"{host}:{port}"
+    lines = [f"GET {target} HTTP/1.1", f"Host: {authority}", "Accept: */*",
+             *(f"{k}: {v}" for k, v in headers.items())]
+    return parts.hostname, port, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+class _Reader:
+    """Bytes from a socket through one reused buffer."""
+
+    def __init__(self, sock: socket.socket, buffer: bytearray) -> None:
+        self.sock, self.buf, self.start, self.end = sock, buffer, 0, 0
+        self.view = memoryview(buffer)
+
+    def fill(self) -> int:
+        """Read more (compacting first); 0 at the end of the connection."""
+        if self.start:
+            self.buf[:self.end - self.start] = self.buf[self.start:self.end]
+            self.end -= self.start
+            self.start = 0
+        if self.end == len(self.buf):  # a long line or chunk header: grow the buffer
+            self.view.release()
+            self.buf.extend(bytes(len(self.buf)))
+            self.view = memoryview(self.buf)
+        got = self.sock.recv_into(self.view[self.end:])
+        self.end += got
+        return got
+
+    def line(self, limit: int = MAX_HEAD_BYTES) -> bytes:
+        while True:
+            at = self.buf.find(b"\r\n", self.start, self.end)
+            if at >= 0:
+                out = bytes(self.buf[self.start:at])
+                self.start = at + 2
+                return out
+            if self.end - self.start > limit:
+                raise ProtocolError("header line too long")
+            nothing_yet = self.end == 0
+            if not self.fill():
+                if nothing_yet:
+                    raise NoResponse("Server disconnected without sending a response.")
+                raise ProtocolError("Server disconnected without sending a complete response.")
+
+    def skip(self, count: int) -> None:
+        """Consume ``count`` bytes of body."""
+        while count > 0:
+            if self.start == self.end and not self.fill():
+                raise ProtocolError("Server disconnected before the end of the body.")
+            take = min(count, self.end - self.start)
+            self.start += take
+            count -= take
+
+    def drain(self) -> int:
+        """Consume everything until the server closes (a body framed by the connection)."""
+        total = self.end - self.start
+        self.start = self.end = 0
+        while (got := self.sock.recv_into(self.view)):
+            total += got
+        return total
+
+
+def _head(reader: _Reader) -> tuple[int, bytes, dict[bytes, list[bytes]]]:
+    first = reader.line()
+    parts = first.split(b" ", 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+        raise ProtocolError(f"not an HTTP/1.1 status line: {first[:80]!r}")
+    headers: dict[bytes, list[bytes]] = {}
+    size = len(first)
+    while (line := reader.line()):
+        size += len(line)
+        if size > MAX_HEAD_BYTES:
+            raise ProtocolError("response headers too large")
+        name, sep, value = line.partition(b":")
+        if not sep:
+            raise ProtocolError(f"malformed header line: {line[:80]!r}")
+        headers.setdefault(name.strip().lower(), []).append(value.strip())
+    return int(parts[1]), parts[0], headers
+
+
+def _chunked(reader: _Reader) -> int:
+    total = 0
+    while True:
+        size_line = reader.line().split(b";", 1)[0].strip()
+        try:
+            size = int(size_line, 16)
+        except ValueError:
+            raise ProtocolError(f"bad chunk size: {size_line[:20]!r}") from None
+        if size == 0:
+            while reader.line():  # trailers, up to the empty line
+                pass
+            return total
+        reader.skip(size)
+        total += size
+        if reader.line():
+            raise ProtocolError("chunk not followed by CRLF")
+
+
+def read_response(sock: socket.socket, buffer: bytearray) -> RawResponse:
+    """Read one whole response to a GET from ``sock`` (the body is counted, not kept)."""
+    reader = _Reader(sock, buffer)
+    try:
+        return _response(reader)
+    finally:
+        reader.view.release()
+
+
+def _response(reader: _Reader) -> RawResponse:
+    while True:
+        status, version, headers = _head(reader)
+        if status >= 200 or status == 101:
+            break  # 1xx informational answers precede the real one
+    connection = b",".join(headers.get(b"connection", [])).lower()
+    keep_alive = (b"close" not in connection and
+                  (version != b"HTTP/1.0" or b"keep-alive" in connection))
+    encoding = b",".join(headers.get(b"transfer-encoding", [])).lower()
+    lengths = headers.get(b"content-length")
+    if status in (204, 304) or 100 <= status < 200:
+        body = 0
+    elif b"chunked" in encoding:
+        body = _chunked(reader)
+    elif lengths:
+        try:
+            body = int(lengths[0])
+        except ValueError:
+            raise ProtocolError(f"bad Content-Length: {lengths[0][:20]!r}") from None
+        reader.skip(body)
+    else:  # the body ends with the connection
+        body, keep_alive = reader.drain(), False
+    if reader.start != reader.end:
+        keep_alive = False  # bytes beyond the answer: never reuse such a connection
+    timing = headers.get(b"server-timing")
+    location = headers.get(b"location")
+    return RawResponse(status, b", ".join(timing).decode("latin-1") if timing else None,
+                       location[0].decode("latin-1") if location else None, keep_alive, body)
+
+
+def _idle_connection_closed(sock: socket.socket) -> bool:
+    """Whether a kept-alive connection has something to read before we asked: the server
+    closed it (EOF) or sent something unasked. Either way it cannot carry a request."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable)
+
+
+def _error_name(exc: BaseException, connecting: bool) -> str:
+    if isinstance(exc, ProtocolError):
+        return "RemoteProtocolError"
+    if isinstance(exc, TimeoutError):
+        return "ConnectTimeout" if connecting else "ReadTimeout"
+    if connecting:
+        return "ConnectError"
+    if isinstance(exc, OSError) and exc.errno in (errno.EPIPE, errno.ECONNRESET):
+        return "ReadError"
+    return "ReadError" if isinstance(exc, OSError) else type(exc).__name__
+
+
+class SocketSender:
+    """One connection's timed GETs of one ``http://`` URL (see the module docstring)."""
+
+    def __init__(self, url: str, headers: dict[str, str], *, timeout: float = 30.0) -> None:
+        self.host, self.port, self.request = encode_get(url, headers)
+        self.timeout = timeout
+        self._sock: socket.socket | None = None
+        self._buffer = bytearray(_CHUNK)
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
+        return sock
+
+    def _exchange(self, sock: socket.socket) -> RawResponse:
+        sock.sendall(self.request)
+        return read_response(sock, self._buffer)
+
+    def send(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None) -> RequestRecord:
+        """As :meth:`client.run.http.Sender.send`: one request, its record."""
+        if self._sock is not None and _idle_connection_closed(self._sock):
+            self.close()  # found before the clock: reconnecting is part of the request
+        start = time.perf_counter_ns()
+        connecting = False
+        try:
+            reused = self._sock is not None
+            if self._sock is None:
+                connecting = True
+                self._connect()
+                connecting = False
+            assert self._sock is not None
+            try:
+                response = self._exchange(self._sock)
+            except (NoResponse, ConnectionError):
+                if not reused:
+                    raise
+                self.close()  # closed under us between the check and the send: once more
+                connecting = True
+                sock = self._connect()
+                connecting = False
+                response = self._exchange(sock)
+        except (OSError, ProtocolError) as exc:
+            end = time.perf_counter_ns()
+            self.close()
+            detail = str(exc) or type(exc).__name__
+            error = f"{_error_name(exc, connecting)}: {detail}"
+            return self._record(seq, run_start_ns, scheduled_ns, start, end, 0, error, None)
+        end = time.perf_counter_ns()
+        if not response.keep_alive:
+            self.close()
+        return self._record(seq, run_start_ns, scheduled_ns, start, end, response.status,
+                            status_error(response.status, response.location),
+                            response.server_timing)
+
+    @staticmethod
+    def _record(seq: int, run_start_ns: int, scheduled_ns: int | None, start: int, end: int,
+                status: int, error: str, server_timing: str | None) -> RequestRecord:
+        origin = start if scheduled_ns is None else run_start_ns + scheduled_ns
+        return RequestRecord(seq, start - run_start_ns, end - origin, status, error=error,
+                             scheduled_ns=scheduled_ns, **server_fields(server_timing))
+
+    def close(self) -> None:
+        if self._sock is not None:
+            sock, self._sock = self._sock, None
+            sock.close()
+
+    def __enter__(self) -> SocketSender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+

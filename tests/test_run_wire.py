@@ -1,0 +1,240 @@
+"""client.run.wire: the socket timed path and its HTTP/1.1 parser, against real sockets that
+answer exactly what each test says (framing, closes, errors), and against a real uvicorn."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from client.data.record import RequestRecord
+from client.run.wire import SocketSender, encode_get, read_response
+from tests.support import free_port, running_service
+
+Handler = Callable[[socket.socket, int], None]  # (connection, its number from 0)
+
+
+@contextmanager
+def scripted(handler: Handler) -> Iterator[str]:
+    """A TCP server on 127.0.0.1 whose every connection is given to ``handler``."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.05)  # so the accept loop sees ``stop`` promptly
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def accept() -> None:
+        count = 0
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.settimeout(5)
+            with conn:
+                try:
+                    handler(conn, count)
+                except OSError:
+                    pass
+            count += 1
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}/x?y=1"
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(5)
+
+
+def read_request(conn: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def answering(*answers: bytes, keep: bool = True) -> Handler:
+    """Each request on a connection gets the next answer; close after them unless ``keep``."""
+    def handle(conn: socket.socket, number: int) -> None:
+        for answer in answers:
+            if not read_request(conn):
+                return
+            conn.sendall(answer)
+        if keep:
+            read_request(conn)  # wait for the client to go away
+    return handle
+
+
+def once(url: str, **options: float) -> RequestRecord:
+    with SocketSender(url, {}, **options) as sender:
+        return sender.send(0, 0)
+
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nServer-Timing: burn;dur=1.5\r\n\r\nok"
+
+
+def test_the_request_is_encoded_once() -> None:
+    host, port, request = encode_get("http://127.0.0.1:7800/cpuBurnFlow?iterations=5",
+                                     {"user-agent": "t", "connection": "close"})
+    assert (host, port) == ("127.0.0.1", 7800)
+    assert request == (b"GET /cpuBurnFlow?iterations=5 HTTP/1.1\r\nHost: 127.0.0.1:7800\r\n"
+                       b"Accept: */*\r\nuser-agent: t\r\nconnection: close\r\n\r\n")
+    assert encode_get("http://h/", {})[2].startswith(b"GET / HTTP/1.1\r\nHost: h\r\n")
+    with pytest.raises(ValueError):
+        encode_get("https://h/", {})
+
+
+def test_keep_alive_content_length_and_server_timing() -> None:
+    seen: list[bytes] = []
+
+    def handle(conn: socket.socket, number: int) -> None:
+        seen.append(b"connection %d" % number)
+        for _ in range(3):
+            if not read_request(conn):
+                return
+            conn.sendall(OK)
+
+    with scripted(handle) as url:
+        sender = SocketSender(url, {"user-agent": "t"})
+        records = [sender.send(i, 0) for i in range(3)]
+        sender.close()
+    assert [r.status for r in records] == [200, 200, 200] and all(r.ok for r in records)
+    assert records[0].server_wall_ns == 1_500_000
+    assert seen == [b"connection 0"]  # one keep-alive connection for all three
+
+
+@settings(max_examples=30, deadline=None)
+@given(body=st.binary(max_size=300_000), cuts=st.lists(st.integers(1, 70_000), max_size=6),
+       extension=st.booleans(), trailer=st.booleans())
+def test_chunked_bodies_are_read_whole(body: bytes, cuts: list[int], extension: bool,
+                                       trailer: bool) -> None:
+    chunks, rest = [], body
+    for cut in cuts:
+        chunks.append(rest[:cut])
+        rest = rest[cut:]
+    chunks.append(rest)
+    wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    for chunk in (c for c in chunks if c):
+        wire += b"%x%s\r\n%s\r\n" % (len(chunk), b";x=1" if extension else b"", chunk)
+    wire += b"0\r\n" + (b"X-Trailer: t\r\n" if trailer else b"") + b"\r\n"
+    left, right = socket.socketpair()
+    with left, right:
+        writer = threading.Thread(target=right.sendall, args=(wire,))
+        writer.start()
+        response = read_response(left, bytearray(1024))
+        assert (response.status, response.body_bytes, response.keep_alive) == (
+            200, len(body), True)
+        writer.join(5)
+        right.sendall(OK)
+        follow = read_response(left, bytearray(1024))  # nothing of the first was left over
+    assert follow.server_timing == "burn;dur=1.5"
+
+
+def test_bytes_beyond_the_answer_close_the_connection() -> None:
+    left, right = socket.socketpair()
+    with left, right:
+        right.sendall(OK + b"HTTP/1.1 200 OK\r\n")  # an answer to a question never asked
+        assert not read_response(left, bytearray(1024)).keep_alive
+
+
+@pytest.mark.parametrize(("answer", "status", "kept"), [
+    (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", 200, False),
+    (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", 200, False),
+    (b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok", 200, True),
+    (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n", 204, True),
+    (b"HTTP/1.1 200 OK\r\n\r\nbody until the end", 200, False),
+])
+def test_framing_and_connection_reuse(answer: bytes, status: int, kept: bool) -> None:
+    left, right = socket.socketpair()
+    with left, right:
+        right.sendall(answer)
+        if not kept and b"Content-Length" not in answer:
+            right.shutdown(socket.SHUT_WR)
+        response = read_response(left, bytearray(16))
+    assert (response.status, response.keep_alive) == (status, kept)
+
+
+def test_connection_close_connects_again_inside_the_timed_path() -> None:
+    connections: list[int] = []
+
+    def handle(conn: socket.socket, number: int) -> None:
+        connections.append(number)
+        answering(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+                  keep=False)(conn, number)
+
+    with scripted(handle) as url:
+        with SocketSender(url, {"connection": "close"}) as sender:
+            assert [sender.send(i, 0).status for i in range(3)] == [200, 200, 200]
+    assert connections == [0, 1, 2]
+
+
+def test_an_idle_connection_the_server_closed_is_replaced() -> None:
+    # the first connection answers once and closes (as uvicorn does after its keep-alive
+    # timeout); the next request goes on a new connection and succeeds
+    with scripted(answering(OK, keep=False)) as url:
+        sender = SocketSender(url, {})
+        first = sender.send(0, 0)
+        import time
+
+        time.sleep(0.1)
+        second = sender.send(1, 0)
+        sender.close()
+    assert (first.status, second.status) == (200, 200)
+
+
+def test_redirects_are_not_followed_and_say_so() -> None:
+    moved = b"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n"
+    with scripted(answering(moved)) as url:
+        record = once(url)
+    assert record.status == 302 and not record.ok
+    assert record.error == "HTTP 302: redirect to /elsewhere not followed (time the final URL)"
+
+
+@pytest.mark.parametrize(("handler", "error"), [
+    (lambda conn, n: (read_request(conn), conn.sendall(b"garbage\r\n\r\n")),
+     "RemoteProtocolError: not an HTTP/1.1 status line"),
+    (lambda conn, n: read_request(conn), "RemoteProtocolError: Server disconnected without "
+                                         "sending a response."),
+    (lambda conn, n: (read_request(conn), conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 9"
+                                                       b"\r\n\r\nshort")),
+     "RemoteProtocolError: Server disconnected before the end of the body."),
+    (lambda conn, n: (read_request(conn),
+                      conn.sendall(b"HTTP/1.1 200 OK\r\nX: " + b"a" * 70_000 + b"\r\n\r\n")),
+     "RemoteProtocolError: response headers too large"),
+])
+def test_broken_answers_are_recorded_as_transport_errors(handler: Handler, error: str) -> None:
+    with scripted(handler) as url:
+        record = once(url)
+    assert record.status == 0 and record.error.startswith(error), record.error
+
+
+def test_refused_and_timed_out() -> None:
+    refused = once(f"http://127.0.0.1:{free_port()}/")
+    assert refused.status == 0 and refused.error.startswith("ConnectError: ")
+    with scripted(lambda conn, n: (read_request(conn), read_request(conn))) as url:
+        slow = once(url, timeout=0.2)
+    assert slow.status == 0 and slow.error.startswith("ReadTimeout: ")
+
+
+def test_against_uvicorn_the_records_match_httpx() -> None:
+    from client.run.http import HttpxSender, request_headers
+
+    with running_service() as base:
+        url = base + "/cpuBurnFlow?iterations=100"
+        raw, lean = SocketSender(url, request_headers(False)), HttpxSender(url)
+        a, b = raw.send(0, 0), lean.send(0, 0)
+        raw.close()
+        lean.close()
+    assert (a.status, a.error) == (b.status, b.error) == (200, "")
+    assert a.server_cpu_ns is not None and b.server_cpu_ns is not None
