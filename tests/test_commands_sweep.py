@@ -159,3 +159,67 @@ def test_ctrl_c_stops_the_service_and_keeps_the_requests(tmp_path: Path) -> None
     assert run.metadata.interrupted is True and run.metadata.completed == len(run.records)
     assert gone(run.metadata.service["pid"])
     assert not (tmp_path / "raw-data" / "i-inprocess-1.csv").exists()  # never started
+
+
+# --- replicas -------------------------------------------------------------------------------
+
+def check_replica_sweep(tmp_path: Path, backend: str, result: subprocess.CompletedProcess[str]
+                        ) -> None:
+    assert result.returncode == 0, result.stderr
+    one = read_run(tmp_path / "raw-data" / f"r-{backend}-replicas-1.csv")
+    four = read_run(tmp_path / "raw-data" / f"r-{backend}-replicas-4.csv")
+    assert {r.replica for r in one.records} == {0}
+    assert {r.replica for r in four.records if r.ok} == {0, 1, 2, 3}  # four distinct replicas
+    assert four.metadata.replicas is not None and four.metadata.replicas.count == 4
+    assert four.metadata.replicas.cpus_each == pytest.approx(0.1)
+    assert len(four.metadata.replicas.rss_mib) == 4
+    assert four.metadata.limit is not None and four.metadata.limit.cpus == pytest.approx(0.1)
+    members = (four.metadata.service or {})["replicas"]
+    assert len(members) == 4 and all(gone(m["pid"]) for m in members)  # stopped by pid
+    table = (tmp_path / "pictures" / f"r-{backend}-sweep-replicas.md").read_text()
+    assert "| replicas | CPU each | requests/s |" in table
+    assert "| 1 | 0.4 |" in table and "| 4 | 0.1 |" in table
+    assert (tmp_path / "pictures" / f"r-{backend}-sweep.png").read_bytes()[:8] == PNG
+
+
+def test_replicas_in_process_n_small_or_one_big(tmp_path: Path) -> None:
+    result = sweep("--backend", "inprocess", "--replicas", "1,4", "--cpus", "0.4",
+                   "--concurrency", "4", "--duration", "2", "--iterations", "2000",
+                   "--name", "r", cwd=tmp_path)
+    check_replica_sweep(tmp_path, "inprocess", result)
+    assert "replicas table: pictures/r-inprocess-sweep-replicas.md" in result.stdout
+
+
+def test_replicas_under_the_kernel_quota_one_cgroup_each(tmp_path: Path) -> None:
+    require_kernel_quota()
+    result = sweep("--backend", "kernel", "--replicas", "1,4", "--cpus", "0.4",
+                   "--concurrency", "4", "--duration", "2", "--iterations", "2000",
+                   "--name", "r", cwd=tmp_path)
+    check_replica_sweep(tmp_path, "kernel", result)
+    four = read_run(tmp_path / "raw-data" / "r-kernel-replicas-4.csv")
+    assert four.metadata.limits is not None
+    assert not Path(four.metadata.limits["cgroup"]["path"]).exists()  # its group is gone
+
+
+def test_a_fleet_of_twenty_at_one_percent_answers_an_open_loop(tmp_path: Path) -> None:
+    result = sweep("--backend", "inprocess", "--replicas", "20", "--cpus", "0.2", "--rate",
+                   "20", "--duration", "5", "--iterations", "500", "--name", "f", cwd=tmp_path,
+                   timeout=400)
+    assert result.returncode == 0, result.stderr
+    run = read_run(tmp_path / "raw-data" / "f-inprocess-replicas-20.csv")
+    assert len(run.records) == 100
+    assert len({r.replica for r in run.records if r.ok}) >= 15
+    assert "started 20/20 replicas" in result.stdout
+    members = (run.metadata.service or {})["replicas"]
+    assert all(gone(m["pid"]) for m in members)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--replicas", "1,x"], "whole numbers"),
+    (["--replicas", "0"], "must be >= 1"),
+    (["--replicas", "2", "--cpus", "0.4,0.2"], "one total"),
+])
+def test_bad_replicas_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    result = sweep("--backend", "inprocess", *args, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2 and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr

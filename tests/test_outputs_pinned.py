@@ -1,7 +1,9 @@
 """What the commands print for the committed runs in raw-data/, pinned byte for byte.
 
 tests/golden/ holds the output of the version before the client was split into layers (the
-picture paths replaced by PICTURES): a change of any number, word or key shows up here."""
+picture paths replaced by PICTURES; since then the model's inputs gained ``threads`` and ``replicas``, and one
+prediction's throughput its last digit, from the one definition of throughput): a change of any
+number, word or key shows up here."""
 
 from __future__ import annotations
 

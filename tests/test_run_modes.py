@@ -118,3 +118,16 @@ def test_time_plan_dispatches_each_mode() -> None:
     assert [r.seq for r in seq.records] == [0, 1, 2]
     assert len(closed.records) == 4 and all(r.scheduled_ns is None for r in closed.records)
     assert len(opened.records) == 3 and all(r.scheduled_ns is not None for r in opened.records)
+
+
+def test_requests_are_spread_round_robin_over_replicas() -> None:
+    collect = Collector()
+    with running_service() as a, running_service() as b, running_service() as c:
+        urls = [base + "/cpuBurnFlow?iterations=100" for base in (a, b, c)]
+        time_plan(urls, LoadPlan.from_options(requests=9), collect)
+        concurrent = Collector()
+        time_plan(urls, LoadPlan.from_options(concurrency=2, requests=12), concurrent)
+    assert [(r.seq, r.replica) for r in sorted(collect.records, key=lambda r: r.seq)] == [
+        (i, i % 3) for i in range(9)]
+    assert all(r.status == 200 for r in collect.records)
+    assert sorted(r.replica or 0 for r in concurrent.records) == sorted(i % 3 for i in range(12))

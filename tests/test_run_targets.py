@@ -12,6 +12,7 @@ from client.run.targets import AUTO, BACKENDS, TargetOptions, resolve_backend
 from client.run.targets.docker import DockerBackend
 from client.run.targets.inprocess import InProcessBackend
 from client.run.targets.kernel import KernelBackend, health_timeout, kernel_quota_problem
+from client.run.targets.replicas import ReplicaSet, starting_pool
 from client.run.targets.service import ContainerService, ProcessService, ServiceError, free_port
 from service.limit import Limit
 
@@ -95,3 +96,41 @@ def test_a_service_is_stopped_by_its_pid_and_stopping_twice_is_safe() -> None:
         pid = service.pid
     assert gone(pid)
     assert service.stop() == ""
+
+
+def test_the_starting_pool_is_what_the_cpus_can_run() -> None:
+    assert starting_pool(Limit(0.01), cpus=2) == 200   # fifty at 1 % all start at once
+    assert starting_pool(Limit(1.0), cpus=2) == 2
+    assert starting_pool(Limit(4.0), cpus=2) == 2      # start-up is one process: one CPU
+    assert starting_pool(None, cpus=8) == 8
+
+
+def test_a_replica_set_starts_all_and_stops_each_by_its_pid() -> None:
+    started: list[tuple[int, int]] = []
+    replicas = ReplicaSet(InProcessBackend(OPTIONS), Limit(0.5), 3, parallel=2,
+                          on_started=lambda done, total: started.append((done, total)))
+    with replicas:
+        pids = [m.pid for m in replicas.members]
+        assert len(set(replicas.urls)) == 3 and replicas.base_url == replicas.urls[0]
+        assert all(pid is not None and not gone(pid) for pid in pids)
+        assert started[-1] == (3, 3) and replicas.start_s is not None
+        memory = replicas.memory_mib()
+        assert len(memory) == 3 and all(20 < mib < 1000 for mib in memory)
+        assert len(replicas.describe()["replicas"]) == 3
+    assert all(gone(pid) for pid in pids if pid is not None)
+
+
+def test_a_replica_that_fails_stops_the_others() -> None:
+    class OneBad:
+        """The in-process backend, but its second replica exits at once."""
+
+        def target(self, limit: Limit | None, port: int, *, index: int = 1) -> ProcessService:
+            if index == 2:
+                return ProcessService([sys.executable, "-c", "raise SystemExit(4)"], port,
+                                      health_timeout=20)
+            return InProcessBackend(OPTIONS).target(limit, port, index=index)
+
+    replicas = ReplicaSet(OneBad(), Limit(0.5), 3, parallel=3)
+    with pytest.raises(ServiceError, match="exited with 4"):
+        replicas.start()
+    assert all(m.pid is None or gone(m.pid) for m in replicas.members)

@@ -17,7 +17,7 @@ from client.data.naming import limit_text
 from service.limit import Limit, LimitError
 
 __all__ = ["CliError", "OneLineParser", "int_at_least", "int_in", "number_above",
-           "number_at_least", "parse_limits"]
+           "number_at_least", "parse_counts", "parse_limits"]
 
 
 class CliError(Exception):
@@ -109,3 +109,20 @@ def parse_limits(text: str, *, period_ms: float = 100.0, burst_ms: float = 0.0
             raise CliError(f"--cpus: {limit_text(limit)} is given twice")
         limits.append(limit)
     return tuple(limits)
+
+
+def parse_counts(text: str, *, flag: str = "--replicas") -> tuple[int, ...]:
+    """``1,4,16`` -> (1, 4, 16): distinct integers >= 1; ``CliError`` naming the bad item."""
+    counts: list[int] = []
+    for item in (part.strip() for part in text.split(",")):
+        try:
+            count = int(item)
+        except ValueError:
+            raise CliError(f"{flag} takes whole numbers >= 1 separated by commas, like 1,4 "
+                           f"(got {text!r})") from None
+        if count < 1:
+            raise CliError(f"{flag}: {count} must be >= 1")
+        if count in counts:
+            raise CliError(f"{flag}: {count} is given twice")
+        counts.append(count)
+    return tuple(counts)

@@ -29,9 +29,15 @@ def build_predict_parser() -> OneLineParser:
                         help="how many requests (default 100)")
     parser.add_argument("--overhead-ms", type=number_at_least(0), default=0.0, metavar="O",
                         help="client and network time per request that uses no quota (default 0)")
-    parser.add_argument("--cores", type=int_in(1, 1024), default=1, metavar="K",
-                        help="how many requests' work can run at once (default 1: one Python "
-                        "process)")
+    parser.add_argument("--cores", type=int_in(1, 1024), default=None, metavar="K",
+                        help="CPUs the service's work can use at once (default 1: one Python "
+                        "process; with --threads T, T)")
+    parser.add_argument("--threads", type=int_in(1, 1024), default=1, metavar="T",
+                        help="each request's work runs on T threads in parallel: S ms of quota "
+                        "in S/T of wall time (default 1)")
+    parser.add_argument("--replicas", type=int_in(1, 10_000), default=1, metavar="N",
+                        help="requests spread round-robin over N replicas, each under the "
+                        "limit (default 1)")
     parser.add_argument("--json", action="store_true", help="print JSON (the keys of report)")
     return parser
 
@@ -42,7 +48,8 @@ def command_predict(argv: list[str]) -> int:
     try:
         workload = Workload.under(limit, opts.service_ms, concurrency=opts.concurrency,
                                   requests=opts.requests, overhead_ms=opts.overhead_ms,
-                                  cores=opts.cores)
+                                  cores=opts.cores or opts.threads, threads=opts.threads,
+                                  replicas=opts.replicas)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     prediction = predict(workload)

@@ -23,30 +23,33 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from client.analysis.replicas import replica_row
 from client.analysis.report import build_report
 from client.analysis.throughput import throughput_row
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
                                     add_load_arguments, draw_result, period_ms, plan_from,
                                     show_result)
-from client.commands.options import CliError, number_at_least, parse_limits
-from client.data.files import Run
+from client.commands.options import CliError, number_at_least, parse_counts, parse_limits
+from client.data.files import Run, write_metadata
 from client.data.legacy import format_line
-from client.data.metadata import LoadMode, SweepInfo
-from client.data.naming import check_file_name, limit_tag, limit_text, run_name, sweep_stem
+from client.data.metadata import LoadMode, ReplicaInfo, SweepInfo
+from client.data.naming import check_file_name, limit_text, run_name, sweep_stem
 from client.render.compare import save_comparison
-from client.render.progress import RunProgress
-from client.render.tables import format_table, format_throughput_table
+from client.render.progress import RunProgress, StartProgress
+from client.render.tables import format_replicas_table, format_table, format_throughput_table
 from client.run.http import build_url
 from client.run.plan import LoadPlan
 from client.run.record import RunSpec, load_average, record_run
 from client.run.recorder import files_first, stop_on_terminate
 from client.run.targets import AUTO, BACKENDS, Backend, ServiceError, Target, TargetOptions
 from client.run.targets import resolve_backend
+from client.run.targets.replicas import ReplicaSet
 from client.run.targets.service import free_port
-from service.limit import Limit
+from service.limit import Limit, LimitError
 
 __all__ = ["build_sweep_parser", "command_sweep"]
 
@@ -58,7 +61,11 @@ def build_sweep_parser() -> argparse.ArgumentParser:
         "run, a comparison picture and a Markdown table.")
     parser.add_argument("--cpus", default="1,0.3,0.1",
                         help="CPU limits, comma separated; 0 or none = no limit "
-                        "(default 1,0.3,0.1)")
+                        "(default 1,0.3,0.1); with --replicas: the total, shared by them")
+    parser.add_argument("--replicas", metavar="LIST",
+                        help="N small or 1 big: for each N in LIST (e.g. 1,4) start N "
+                        "services of --cpus/N CPU each and spread the requests round-robin "
+                        "over them")
     parser.add_argument("--backend", choices=(AUTO, *BACKENDS), default=AUTO,
                         help="kernel: burn-service --cpus (a real cgroup quota; root); "
                         "inprocess: burn-service --cpu-limit (anywhere); docker: docker run "
@@ -83,39 +90,77 @@ def build_sweep_parser() -> argparse.ArgumentParser:
 def command_sweep(argv: list[str]) -> int:
     opts = build_sweep_parser().parse_args(argv)
     started = datetime.now(timezone.utc)
-    limits = parse_limits(opts.cpus, period_ms=opts.period_ms, burst_ms=opts.burst_ms)
     plan = plan_from(opts)
     prefix = "sweep-" + started.strftime("%Y%m%d-%H%M%S") if opts.name is None else opts.name
     if problem := check_file_name(prefix, prefix=True):
         raise CliError(problem)
     options = TargetOptions(**({"image": opts.image} if opts.image else {}))
     backend, why_not_kernel = resolve_backend(opts.backend, options)
+    steps = (replica_steps(opts, backend, prefix) if opts.replicas
+             else limit_steps(opts, backend, prefix))
     try:
-        backend.check(limits)
+        backend.check([step.limit for step in steps])
     except ValueError as exc:
         raise CliError(str(exc)) from None
     if problem := backend.problem():
         raise CliError(problem)
     if why_not_kernel:
         print(f"sweep: in-process throttle (no kernel quota here: {why_not_kernel})")
-    print(f"sweep: {backend.description}; limits {', '.join(map(limit_tag, limits))} "
-          f"CPU; {plan.describe()}, iterations={opts.iterations}", flush=True)
+    print(f"sweep: {backend.description}; {', '.join(step.label for step in steps)}; "
+          f"{plan.describe()}, iterations={opts.iterations}", flush=True)
     if (load := load_average()) is not None:
         print(f"sweep: load average {load[0]:.1f} on {os.cpu_count()} CPUs (a busy machine "
               "slows every run, limited or not)", flush=True)
     sweep = Sweep(opts, plan, backend, prefix, started, argv)
     try:
         with stop_on_terminate():
-            runs = sweep.run_all(limits)
+            runs = sweep.run_all(steps)
             compare_and_report(runs, opts, plan, backend, prefix)
     except KeyboardInterrupt:
-        print(f"\nhttp-timing sweep: interrupted; {len(sweep.runs)} of {len(limits)} limits "
-              f"done, every completed request is saved in {opts.data_dir}", file=sys.stderr)
+        print(f"\nhttp-timing sweep: interrupted; {len(sweep.runs)} of {len(steps)} "
+              f"{'steps' if opts.replicas else 'limits'} done, every completed request is "
+              f"saved in {opts.data_dir}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except ServiceError as exc:
         raise CliError(f"{exc} (runs so far are saved in {opts.data_dir})") from None
     failed = any(r.metadata.summary and r.metadata.summary.errors for r in runs)
     return EXIT_FAILED_REQUESTS if failed else EXIT_OK
+
+
+@dataclass(frozen=True)
+class Step:
+    """One target of a sweep: a service under a limit, or N replicas under a limit each."""
+
+    label: str            # "0.3 CPU", "4 replicas x 0.1 CPU"
+    name: str             # the run's file name
+    limit: Limit | None   # each service's
+    replicas: int = 0     # 0: one plain service (not a replica set)
+
+
+def limit_steps(opts: argparse.Namespace, backend: Backend, prefix: str) -> list[Step]:
+    limits = parse_limits(opts.cpus, period_ms=opts.period_ms, burst_ms=opts.burst_ms)
+    return [Step(limit_text(limit), run_name(prefix, backend.name, limit), limit)
+            for limit in limits]
+
+
+def replica_steps(opts: argparse.Namespace, backend: Backend, prefix: str) -> list[Step]:
+    """``--replicas 1,4 --cpus 0.4``: 1 x 0.4 CPU, then 4 x 0.1 CPU."""
+    counts = parse_counts(opts.replicas)
+    totals = parse_limits(opts.cpus, period_ms=opts.period_ms, burst_ms=opts.burst_ms)
+    if len(totals) != 1:
+        raise CliError("with --replicas, --cpus is one total (e.g. --cpus 0.4 --replicas 1,4)")
+    total = totals[0]
+    steps = []
+    for count in counts:
+        each = None
+        if total is not None:
+            try:
+                each = Limit(total.cpus / count, total.period_ms, total.burst_ms / count)
+            except LimitError as exc:
+                raise CliError(f"--replicas {count}: {exc}") from None
+        steps.append(Step(f"{count} x {limit_text(each)}",
+                          f"{sweep_stem(prefix, backend.name)}-replicas-{count}", each, count))
+    return steps
 
 
 class Sweep:
@@ -127,34 +172,43 @@ class Sweep:
         self.prefix, self.started, self.argv = prefix, started, list(argv)
         self.runs: list[Run] = []
 
-    def run_all(self, limits: Sequence[Limit | None]) -> list[Run]:
-        for index, limit in enumerate(limits, start=1):
-            target = self.backend.target(limit, free_port(), index=index)
-            print(f"\n[{index}/{len(limits)}] {limit_text(limit)}: {' '.join(target.argv)}",
-                  flush=True)
+    def run_all(self, steps: Sequence[Step]) -> list[Run]:
+        for index, step in enumerate(steps, start=1):
+            target = self.target(step, index)
+            print(f"\n[{index}/{len(steps)}] {step.label}: {' '.join(target.argv)}", flush=True)
             try:
                 began = time.monotonic()
                 target.start()
                 print(f"healthy after {time.monotonic() - began:.1f} s ({target.ident})",
                       flush=True)
-                self.runs.append(self.record(target, limit))
+                self.runs.append(self.record(target, step))
             finally:
                 stop_quietly(target)
         return self.runs
 
-    def record(self, target: Target, limit: Limit | None) -> Run:
+    def target(self, step: Step, index: int) -> Target | ReplicaSet:
+        if not step.replicas:
+            return self.backend.target(step.limit, free_port(), index=index)
+        return ReplicaSet(self.backend, step.limit, step.replicas,
+                          on_started=StartProgress(step.replicas, step.label).advance)
+
+    def record(self, target: Target | ReplicaSet, step: Step) -> Run:
         """Time the target like ``http-timing run`` does: CSV row per request, metadata,
         picture; a Ctrl-C stops the sweep once the run's files are complete."""
-        opts, name = self.opts, run_name(self.prefix, self.backend.name, limit)
+        opts = self.opts
+        urls = tuple(build_url(url + "/cpuBurnFlow", opts.iterations) for url in target.urls)
+        replicas = (ReplicaInfo(step.replicas, step.limit.cpus if step.limit else 0,
+                                round(target.start_s or 0.0, 2))
+                    if isinstance(target, ReplicaSet) else None)
         spec = RunSpec(
-            url=build_url(target.base_url + "/cpuBurnFlow", opts.iterations), plan=self.plan,
-            name=name, data_dir=opts.data_dir, iterations=opts.iterations,
-            command=["http-timing", "sweep", *self.argv], timeout=opts.timeout,
-            warmup=opts.warmup, service=target.describe(), note_load_average=True,
+            url=urls[0], plan=self.plan, name=step.name, data_dir=opts.data_dir,
+            iterations=opts.iterations, command=["http-timing", "sweep", *self.argv],
+            timeout=opts.timeout, warmup=opts.warmup, service=target.describe(),
+            note_load_average=True, replica_urls=urls if replicas else (), replicas=replicas,
             sweep=SweepInfo(sweep_stem(self.prefix, self.backend.name) + "-sweep",
-                            self.backend.name, limit.cpus if limit else 0,
+                            self.backend.name, step.limit.cpus if step.limit else 0,
                             self.started.isoformat()))
-        progress = RunProgress(self.plan.requests, limit_text(limit))
+        progress = RunProgress(self.plan.requests, step.label)
         observers = [progress.advance]
         if opts.show_requests:
             observers.insert(0, lambda record: print(format_line(record), flush=True))
@@ -162,6 +216,10 @@ class Sweep:
             recorded = record_run(spec, observers)
         if recorded.interrupted:
             raise KeyboardInterrupt
+        if replicas is not None and isinstance(target, ReplicaSet):  # memory after the load
+            recorded.run.metadata.replicas = replace(
+                replicas, rss_mib=[round(mib, 1) for mib in target.memory_mib()])
+            write_metadata(recorded.meta_path, recorded.run.metadata)
         report = build_report(recorded.run)
         show_result(recorded, report)
         if recorded.outcome.stop_reason:
@@ -171,7 +229,7 @@ class Sweep:
         return recorded.run
 
 
-def stop_quietly(target: Target) -> None:
+def stop_quietly(target: Target | ReplicaSet) -> None:
     """Stop the target; a second Ctrl-C meanwhile must not leave it running."""
     with files_first():
         words = target.stop()
@@ -188,7 +246,14 @@ def compare_and_report(runs: Sequence[Run], opts: argparse.Namespace, plan: Load
     print()
     print(format_table(rows))
     files = [f"comparison picture: {picture}", f"table: {table}"]
-    if plan.mode is not LoadMode.SEQUENTIAL:
+    if opts.replicas:
+        replicas = format_replicas_table([replica_row(run, build_report(run)) for run in runs])
+        path = opts.pictures_dir / f"{stem}-replicas.md"
+        path.write_text(f"Replicas, {title}\n\n{replicas}", encoding="utf-8")
+        print()
+        print(replicas, end="")
+        files.append(f"replicas table: {path}")
+    elif plan.mode is not LoadMode.SEQUENTIAL:
         labelled = [(limit_text(_sweep_limit(run)), throughput_row(
             run.records, row.throttled_fraction)) for run, row in zip(runs, rows)]
         markdown = format_throughput_table(labelled)

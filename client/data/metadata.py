@@ -22,7 +22,7 @@ from typing import Any
 from client.data.summary import Summary
 from service.limit import Limit, LimitError
 
-__all__ = ["LoadMode", "RunMetadata", "SweepInfo"]
+__all__ = ["LoadMode", "ReplicaInfo", "RunMetadata", "SweepInfo"]
 
 
 class LoadMode(str, Enum):
@@ -49,10 +49,23 @@ class SweepInfo:
         return dataclasses.asdict(self)
 
 
+@dataclass(frozen=True)
+class ReplicaInfo:
+    """A run spread round-robin over ``count`` replicas of ``cpus_each`` CPU each (0: none)."""
+
+    count: int
+    cpus_each: float
+    start_s: float                 # from the first start to the last replica healthy
+    rss_mib: list[float] = field(default_factory=list)  # each replica's memory after the run
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 # keys written once the run has ended (all of them, ``None`` included)
 _END_KEYS = ("ended_at", "completed", "interrupted", "stop_reason", "summary")
 # keys written only when set
-_OPTIONAL_KEYS = ("sweep", "service", "load_average")
+_OPTIONAL_KEYS = ("sweep", "service", "load_average", "replicas")
 # fields about the file, not in it
 _BOOKKEEPING = frozenset({"extra", "absent", "present"})
 
@@ -90,6 +103,7 @@ class RunMetadata:
     sweep: SweepInfo | None = None
     service: dict[str, Any] | None = None
     load_average: list[float] | None = None
+    replicas: ReplicaInfo | None = None
     # what this version does not know, kept as read
     extra: dict[str, Any] = field(default_factory=dict)
     # known keys a file (of an older version) did not have: not written back
@@ -229,9 +243,10 @@ def _typed(name: str, value: Any, default: Any) -> Any:
             return default
     if name == "summary":
         return Summary.from_dict(value) if isinstance(value, Mapping) else None
-    if name == "sweep":
+    if name in ("sweep", "replicas"):
+        kind = SweepInfo if name == "sweep" else ReplicaInfo
         try:
-            return SweepInfo(**value) if isinstance(value, Mapping) else None
+            return kind(**value) if isinstance(value, Mapping) else None
         except TypeError:
             return None
     if name == "concurrency":
@@ -246,6 +261,6 @@ def _typed(name: str, value: Any, default: Any) -> Any:
 def _plain(value: Any) -> Any:
     if isinstance(value, LoadMode):
         return value.value
-    if isinstance(value, (Summary, SweepInfo)):
+    if isinstance(value, (Summary, SweepInfo, ReplicaInfo)):
         return value.to_dict()
     return value

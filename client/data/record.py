@@ -10,6 +10,7 @@ Columns (times in integer nanoseconds; empty where unknown):
 - ``scheduled_ns``: the intended send time of an open loop (latency runs from it)
 - ``server_wall_ns``, ``server_cpu_ns``, ``server_throttle_ns``, ``kernel_throttled_ns``,
   ``kernel_nr_throttled``: from the response's ``Server-Timing`` header, when present
+- ``replica``: which replica answered (0, 1, ...), when requests were spread over several
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ __all__ = ["COLUMNS", "INT_COLUMNS", "REQUIRED_COLUMNS", "RawDataError", "Reques
            "status_error"]
 
 REQUIRED_COLUMNS = ("seq", "start_ns", "latency_ns", "status")
-COLUMNS = (*REQUIRED_COLUMNS, "error", "scheduled_ns", *SERVER_FIELDS)
+COLUMNS = (*REQUIRED_COLUMNS, "error", "scheduled_ns", *SERVER_FIELDS, "replica")
 INT_COLUMNS = tuple(c for c in COLUMNS if c != "error")
 
 
@@ -44,6 +45,7 @@ class RequestRecord:
     server_throttle_ns: int | None = None
     kernel_throttled_ns: int | None = None
     kernel_nr_throttled: int | None = None
+    replica: int | None = None       # which of several replicas answered
 
     @property
     def ok(self) -> bool:

@@ -25,7 +25,7 @@ from client.data.record import RequestRecord
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
-__all__ = ["DEFAULT_AFTER_S", "LiveStats", "RunProgress"]
+__all__ = ["DEFAULT_AFTER_S", "LiveStats", "RunProgress", "StartProgress"]
 
 DEFAULT_AFTER_S = 2.0
 _STATS_EVERY_S = 0.25  # recompute the percentiles at most this often
@@ -150,3 +150,23 @@ def _is_terminal(file: IO[str]) -> bool:
         return file.isatty()
     except (AttributeError, ValueError):  # no isatty, or a closed file
         return False
+
+
+class StartProgress:
+    """Replicas started so far: a line at each tenth of them (and the last).
+    ``advance(done, total)`` is called from the threads that wait for each replica."""
+
+    def __init__(self, total: int, description: str, *, file: IO[str] | None = None) -> None:
+        self.total, self.description = total, description
+        self._file = file if file is not None else sys.stdout
+        self._began = time.monotonic()
+        self._lock = threading.Lock()
+        self._shown = 0
+
+    def advance(self, done: int, total: int) -> None:
+        with self._lock:
+            step = max(1, total // 10)
+            if done == total or done - self._shown >= step:
+                self._shown = done
+                print(f"  started {done}/{total} replicas ({time.monotonic() - self._began:.1f} "
+                      "s)", file=self._file, flush=True)

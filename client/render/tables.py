@@ -8,12 +8,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from client.analysis.replicas import ReplicaRow
 from client.analysis.report import Report
 from client.analysis.throughput import ThroughputRow
 from client.data.files import Run
 
 __all__ = ["HEADER", "ComparisonRow", "comparison_rows", "format_markdown", "format_table",
-           "format_throughput_table", "md_escape"]
+           "format_replicas_table", "format_throughput_table", "md_escape"]
 
 HEADER = ["run", "limit", "requests", "p50 ms", "p90 ms", "p99 ms", "max ms", "throttled"]
 
@@ -95,3 +96,26 @@ def format_throughput_table(rows: Sequence[tuple[str, ThroughputRow]]) -> str:
             f"| {_num(throttled, '.0f', ' %')} |")
         previous = row.rps if math.isfinite(row.rps) else None
     return "\n".join(lines) + "\n"
+
+
+def format_replicas_table(rows: Sequence[ReplicaRow]) -> str:
+    """A Markdown table of a replica sweep: measured beside the model's prediction."""
+    lines = ["| replicas | CPU each | requests/s | p50 ms | p90 ms | p99 ms | throttled "
+             "| answered by | model p50 / p99 ms | model throttled | start s | memory each |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in rows:
+        model = row.predicted
+        lines.append(
+            f"| {row.replicas} | {_num(row.cpus_each, 'g')} | {_num(row.throughput_rps, ',.1f')} "
+            f"| {_num(row.p50_ms, '.1f')} | {_num(row.p90_ms, '.1f')} "
+            f"| {_num(row.p99_ms, '.1f')} | {_percent(row.throttled_fraction)} "
+            f"| {row.answered_by} "
+            f"| {_num(model.percentile(50) if model else None, '.1f')} / "
+            f"{_num(model.percentile(99) if model else None, '.1f')} "
+            f"| {_percent(model.throttled_fraction if model else None)} "
+            f"| {_num(row.start_s, '.1f')} | {_num(row.rss_mib, '.0f', ' MiB')} |")
+    return "\n".join(lines) + "\n"
+
+
+def _percent(fraction: float | None) -> str:
+    return _num(None if fraction is None else 100 * fraction, ".0f", " %")

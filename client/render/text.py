@@ -112,6 +112,8 @@ def format_prediction(prediction: Prediction) -> str:
     throttled = round(d["throttled_fraction"] * d["count"])
     overhead = f" + {w.overhead_ms:g} ms outside the quota" if w.overhead_ms else ""
     cores = f" on {w.cores} cores" if w.cores > 1 else ""
+    cores += f", {w.threads} threads each" if w.threads > 1 else ""
+    cores += f", over {w.replicas} replicas" if w.replicas > 1 else ""
     lines = [
         f"model: {d['count']} requests of {w.service_ms:g} ms CPU{overhead}, concurrency "
         f"{w.concurrency}{cores}, limit {d['limit']}",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ssl
 import time
+from collections.abc import Sequence
 from typing import Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -22,8 +23,8 @@ from client.data.record import RequestRecord, status_error
 from client.data.servertiming import server_fields
 from client.run.wire import SocketSender
 
-__all__ = ["HttpxSender", "Sender", "build_url", "fetch_limits", "limits_url", "make_sender",
-           "request_headers", "warm_up"]
+__all__ = ["HttpxSender", "RoundRobinSender", "Sender", "build_url", "fetch_limits",
+           "limits_url", "make_sender", "make_senders", "request_headers", "warm_up"]
 
 
 def build_url(url: str, iterations: int) -> str:
@@ -83,6 +84,43 @@ def make_sender(url: str, *, new_connection: bool = False, timeout: float = 30.0
     if url.startswith("http://"):
         return SocketSender(url, headers, timeout=timeout)
     return HttpxSender(url, new_connection=new_connection, timeout=timeout, tls=tls)
+
+
+class RoundRobinSender:
+    """Spreads requests over several replicas from the client: request ``seq`` goes to replica
+    ``seq % N`` over that replica's own keep-alive connection (one per replica), and its record
+    says which (``replica``)."""
+
+    def __init__(self, senders: Sequence[Sender]) -> None:
+        if not senders:
+            raise ValueError("no replicas to send to")
+        self._senders = list(senders)
+
+    def send(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None) -> RequestRecord:
+        replica = seq % len(self._senders)
+        record = self._senders[replica].send(seq, run_start_ns, scheduled_ns)
+        record.replica = replica
+        return record
+
+    def close(self) -> None:
+        for sender in self._senders:
+            sender.close()
+
+
+def make_senders(url: str | Sequence[str], count: int, *, new_connection: bool = False,
+                 timeout: float = 30.0) -> list[Sender]:
+    """``count`` senders (one per worker): to ``url``, or round-robin over the replicas'
+    URLs when given a sequence (even of one: its records then say replica 0)."""
+    urls = [url] if isinstance(url, str) else list(url)
+    # one TLS context for all (each costs ~80 ms of CPU to make)
+    tls = httpx.create_ssl_context() if any(u.startswith("https://") for u in urls) else None
+
+    def one(url: str) -> Sender:
+        return make_sender(url, new_connection=new_connection, timeout=timeout, tls=tls)
+
+    if isinstance(url, str):
+        return [one(url) for _ in range(count)]
+    return [RoundRobinSender([one(u) for u in urls]) for _ in range(count)]
 
 
 class HttpxSender:

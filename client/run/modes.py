@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import httpx
 
 from client.data.metadata import LoadMode
 from client.data.record import RequestRecord
-from client.run.http import Sender, make_sender
+from client.run.http import Sender, make_senders
 from client.run.plan import LoadPlan, intended_send_ns, open_loop_workers
 from client.run.recorder import Recorder, RunOutcome, Tickets
 
@@ -113,7 +112,7 @@ MODES: dict[LoadMode, Mode] = {
 
 
 def time_plan(
-    url: str,
+    url: str | Sequence[str],
     plan: LoadPlan,
     on_record: Callable[[RequestRecord], None],
     *,
@@ -123,8 +122,9 @@ def time_plan(
     outcome: RunOutcome | None = None,
     connections: int | None = None,
 ) -> RunOutcome:
-    """Run ``plan`` against ``url``; ``on_record`` gets each completed request, one at a time,
-    in completion order. Transport failures are recorded (status 0 and the error) and the run
+    """Run ``plan`` against ``url`` (several: spread round-robin over those replicas, one
+    keep-alive connection per replica and worker); ``on_record`` gets each completed request,
+    one at a time, in completion order. Transport failures are recorded (status 0 and the error) and the run
     goes on, until ``max_consecutive_failures`` in a row (0: never stop early). Pass
     ``outcome`` to keep what was collected when the caller interrupts the run
     (``KeyboardInterrupt`` propagates). ``connections`` overrides the mode's worker count."""
@@ -132,10 +132,7 @@ def time_plan(
     mode = MODES[plan.mode]
     count = connections or mode.workers(plan)
     recorder = Recorder(on_record, outcome, max_consecutive_failures)
-    # one TLS context for all (each costs ~80 ms of CPU to make)
-    tls = httpx.create_ssl_context() if url.startswith("https://") else None
-    senders = [make_sender(url, new_connection=new_connection, timeout=timeout, tls=tls)
-               for _ in range(count)]
+    senders = make_senders(url, count, new_connection=new_connection, timeout=timeout)
     _run_workers(senders, lambda shift: mode.work(plan, shift), Tickets(plan.requests),
                  recorder)
     return outcome

@@ -21,7 +21,7 @@ from typing import Any
 
 from client import __version__
 from client.data.files import Run, RunWriter, write_metadata
-from client.data.metadata import RunMetadata, SweepInfo
+from client.data.metadata import ReplicaInfo, RunMetadata, SweepInfo
 from client.data.record import RawDataError, RequestRecord
 from client.data.summary import summarize
 from client.run.http import fetch_limits, warm_up
@@ -50,6 +50,8 @@ class RunSpec:
     sweep: SweepInfo | None = None
     service: dict[str, Any] | None = None
     note_load_average: bool = False
+    replica_urls: tuple[str, ...] = ()  # several: requests spread round-robin over them
+    replicas: ReplicaInfo | None = None
 
     @property
     def csv_path(self) -> Path:
@@ -86,7 +88,7 @@ def start_metadata(spec: RunSpec, started: datetime) -> RunMetadata:
         started_at=started.isoformat(), host=socket.gethostname(),
         platform=platform.platform(), python=platform.python_version(),
         command=list(spec.command), limits=fetch_limits(spec.limits_url or spec.url),
-        sweep=spec.sweep, service=spec.service,
+        sweep=spec.sweep, service=spec.service, replicas=spec.replicas,
         load_average=load_average() if spec.note_load_average else None)
 
 
@@ -111,9 +113,11 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
     interrupted = False
     try:
         with stop_on_terminate():
-            warm_up(spec.url, spec.warmup, new_connection=spec.new_connection,
-                    timeout=spec.timeout)
-            time_plan(spec.url, spec.plan, on_record, new_connection=spec.new_connection,
+            for url in spec.replica_urls or (spec.url,):
+                warm_up(url, spec.warmup, new_connection=spec.new_connection,
+                        timeout=spec.timeout)
+            time_plan(spec.replica_urls or spec.url, spec.plan, on_record,
+                      new_connection=spec.new_connection,
                       timeout=spec.timeout, max_consecutive_failures=spec.max_failures,
                       outcome=outcome)
     except KeyboardInterrupt:

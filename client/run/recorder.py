@@ -7,8 +7,9 @@
   outcome exactly when ``on_record`` finished with it, whatever interrupts the run.
 - The requests themselves are sent by worker threads (``client.run.modes``); the calling
   (main) thread only waits for them, where Ctrl-C and SIGTERM arrive: ``stop_on_terminate``
-  turns SIGTERM into the same ``KeyboardInterrupt`` as Ctrl-C, and ``files_first`` holds off
-  a second Ctrl-C while the files are completed.
+  turns SIGTERM into the same ``KeyboardInterrupt`` as Ctrl-C, ``files_first`` holds off
+  a second Ctrl-C while the files are completed, and ``holding_signals`` delays both until a
+  process that was being started has its id kept.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from types import FrameType
 
 from client.data.record import RequestRecord
 
-__all__ = ["RunOutcome", "Recorder", "Terminated", "Tickets", "files_first",
+__all__ = ["RunOutcome", "Recorder", "Terminated", "Tickets", "files_first", "holding_signals",
            "stop_on_terminate"]
 
 
@@ -121,3 +122,23 @@ def files_first() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def holding_signals() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM while inside (starting a process whose id must be kept) and
+    deliver them, to the handlers in force, right after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    for signum in previous:
+        signal.signal(signum, lambda number, frame: pending.append(number))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in pending:
+            signal.raise_signal(signum)

@@ -13,6 +13,7 @@ then remove), and is safe to call twice. Two kinds, one interface:
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
@@ -85,11 +86,16 @@ class Service:
 
     # -- what each kind does -------------------------------------------------------------
 
-    def _launch(self) -> None:
+    def launch(self) -> None:
+        """Start it (quickly: a process, a detached container); ``wait_healthy`` then waits."""
         raise NotImplementedError
 
     def _exited(self) -> str | None:
         """Why the service is gone, or None while it runs."""
+        raise NotImplementedError
+
+    def memory_mib(self) -> float | None:
+        """What it holds in memory now (resident set, MiB); None when it cannot be read."""
         raise NotImplementedError
 
     def log(self) -> str:
@@ -105,6 +111,11 @@ class Service:
         """``pid 1234`` or ``container 0123456789ab``."""
         return f"container {self.container[:12]}" if self.container else f"pid {self.pid}"
 
+    @property
+    def urls(self) -> list[str]:
+        """Where requests go: this one service."""
+        return [self.base_url]
+
     # -- shared ---------------------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
@@ -112,11 +123,12 @@ class Service:
                 "url": self.base_url}
 
     def start(self) -> Service:
-        self._launch()
-        self._wait_healthy()
+        self.launch()
+        self.wait_healthy()
         return self
 
-    def _wait_healthy(self) -> None:
+    def wait_healthy(self) -> None:
+        """Return once ``/healthz`` answers; ``ServiceError`` when it exits or times out."""
         deadline = time.monotonic() + self.health_timeout
         next_check = 0.0
         while True:
@@ -164,7 +176,7 @@ class ProcessService(Service):
         return cls([burn_service_path(), "--port", str(port), "--log-level", "warning", *args],
                    port, health_timeout=health_timeout)
 
-    def _launch(self) -> None:
+    def launch(self) -> None:
         self._log = tempfile.TemporaryFile(prefix="burn-service-")
         self._proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL)
@@ -174,6 +186,21 @@ class ProcessService(Service):
         if self._proc is not None and self._proc.poll() is not None:
             return f"exited with {self._proc.returncode}"
         return None
+
+    def memory_mib(self) -> float | None:
+        """The resident memory of the process and its children (``burn-service --cpus`` is a
+        supervisor and the service), from ``/proc``."""
+        if self.pid is None:
+            return None
+        total_kib, pending, seen = 0, [self.pid], set()
+        while pending:
+            pid = pending.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            total_kib += _rss_kib(pid)
+            pending.extend(_children(pid))
+        return total_kib / 1024 if total_kib else None
 
     def log(self) -> str:
         if self._log is not None and not self._log.closed:
@@ -203,7 +230,7 @@ class ContainerService(Service):
         self.container_name = _option(self.argv, "--name")
         self._started = False
 
-    def _launch(self) -> None:
+    def launch(self) -> None:
         self._started = True
         done = subprocess.run(self.argv, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
@@ -218,6 +245,15 @@ class ContainerService(Service):
         if state.returncode != 0 or state.stdout.strip() in ("exited", "dead"):
             return f"container {self.container[:12]} stopped"
         return None
+
+    def memory_mib(self) -> float | None:
+        """The container's memory as ``docker stats`` reports it."""
+        if self.container is None:
+            return None
+        stats = subprocess.run(["docker", "stats", "--no-stream", "--format",
+                                "{{.MemUsage}}", self.container], capture_output=True,
+                               text=True, timeout=30)
+        return _mib(stats.stdout.split("/")[0]) if stats.returncode == 0 else None
 
     def log(self) -> str:
         if self.container is None:
@@ -244,4 +280,44 @@ def _option(argv: Sequence[str], flag: str) -> str | None:
     for i, item in enumerate(argv[:-1]):
         if item == flag:
             return argv[i + 1]
+    return None
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
+                out.extend(int(child) for child in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _mib(text: str) -> float | None:
+    """``63.2MiB`` (``docker stats``) -> 63.2."""
+    units = {"B": 1 / 2**20, "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0, "kB": 1e3 / 2**20,
+             "MB": 1e6 / 2**20, "GB": 1e9 / 2**20}
+    text = text.strip()
+    for unit in sorted(units, key=len, reverse=True):
+        if text.endswith(unit):
+            try:
+                return float(text[:-len(unit)]) * units[unit]
+            except ValueError:
+                return None
     return None
