@@ -150,6 +150,7 @@ def _dir(path: Path) -> Path:
     return path
 
 
+@pytest.mark.root
 def test_an_unreadable_group_says_root_may_be_needed(tmp_path: Path) -> None:
     """A real permission error: root without the capabilities that bypass file permissions
     (what a normal user is) resolves a group owned by another user, mode 0700."""

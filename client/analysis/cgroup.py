@@ -20,6 +20,7 @@ the counters (``kernel/sched/fair.c``) decides how they are read here:
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -178,7 +179,7 @@ def attribute(intervals: Sequence[tuple[int, int]], timeline: Sequence[CounterSa
     out: list[tuple[int, int]] = []
     for start, end in intervals:
         throttled, periods = 0.0, 0
-        i = int(np.searchsorted(ends, start, side="left"))
+        i = bisect.bisect_left(ends, start)
         while i < len(events) and events[i].start_ns <= end:
             event = events[i]
             i += 1

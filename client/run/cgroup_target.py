@@ -37,7 +37,7 @@ from service.cgroup import (Mount, find_cpu_controller, map_group_path, parse_cp
                             parse_mountinfo, read_cpu_limit)
 from service.limit import Limit, LimitError
 
-__all__ = ["CgroupTarget", "CgroupTargetError", "UsageSource", "resolve_cgroup"]
+__all__ = ["USAGE_KINDS", "CgroupTarget", "CgroupTargetError", "UsageSource", "resolve_cgroup"]
 
 USAGE_KINDS = ("cpu.stat", "cpuacct", "schedstat")
 
@@ -56,6 +56,11 @@ class UsageSource:
     kind: str
     path: Path
     proc: Path = Path("/proc")
+
+    def __post_init__(self) -> None:
+        if self.kind not in USAGE_KINDS:
+            raise ValueError(f"usage source must be one of {', '.join(USAGE_KINDS)} "
+                             f"(got {self.kind!r})")
 
 
 @dataclass(frozen=True)
