@@ -33,6 +33,8 @@ __all__ = ["DEFAULT_INTERVAL", "TIMELINE_COLUMNS", "CgroupReader", "CgroupSample
 DEFAULT_INTERVAL = 0.01   # seconds: 100 samples per second, 10 per 100 ms period
 TIMELINE_COLUMNS = ("t_ns", "usage_ns", "nr_periods", "nr_throttled", "throttled_ns")
 RESCAN_EVERY = 100        # schedstat usage: look for new child groups every N readings
+GOLDEN = 0.6180339887498949   # the sampler's dither sequence: frac(k * GOLDEN)
+DITHER = 0.8                  # ... spread over 0.8 of a step
 _READ_SIZE = 4096
 
 
@@ -274,18 +276,24 @@ class CgroupSampler:
         return True
 
     def _loop(self) -> None:
+        """Sample on a grid of ``interval`` steps, each tick moved by a dither in
+        ``[-0.4, 0.4)`` steps (a golden-ratio sequence): a fixed grid would keep one phase
+        against the kernel's period grid (10 ms divides 100 ms), so every interval that
+        holds a boundary would hold it at the same place and pin it no closer than a step."""
         step = round(self.interval * 1e9)
-        next_ns = time.perf_counter_ns() + step
+        origin = time.perf_counter_ns()
+        tick = 0
         while not self._stop.is_set():
-            wait = (next_ns - time.perf_counter_ns()) / 1e9
+            tick += 1
+            due = origin + tick * step + round(((tick * GOLDEN) % 1.0 - 0.5) * DITHER * step)
+            wait = (due - time.perf_counter_ns()) / 1e9
             if wait > 0 and self._stop.wait(wait):
                 break
             if not self._sample():
                 return
-            now = time.perf_counter_ns()
-            next_ns += step
-            if next_ns <= now:   # late (a busy machine): skip ticks, never sample in a burst
-                next_ns = now + step - (now - next_ns) % step
+            behind = time.perf_counter_ns() - (origin + tick * step)
+            if behind > step:   # late (a busy machine): skip ticks, never sample in a burst
+                tick += behind // step
 
     def stop(self) -> list[CgroupSample]:
         """Last sample, join the thread, close the file; returns the samples."""
