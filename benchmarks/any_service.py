@@ -225,8 +225,9 @@ def main() -> int:
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root (it makes a cgroup)")
+    node = subprocess.check_output(["node", "--version"], text=True).strip()
     print(f"load: {' '.join(f'{v:.2f}' for v in os.getloadavg())} (1/5/15 min), "
-          f"{os.cpu_count()} CPUs; node {subprocess.check_output(['node', '--version'], text=True).strip()}")
+          f"{os.cpu_count()} CPUs; node {node}")
     with node_in_group(args.cpus) as (base, pid, group):
         target = resolve_cgroup(f"pid:{pid}")
         assert target.directory == group and target.limit is not None

@@ -9,7 +9,9 @@ with, so a timeline and the requests line up. The files stay open and are re-rea
 
 The sampler keeps its samples in memory and appends each to ``<name>.cgroup.csv`` (columns
 ``t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns``), flushed, so an interrupted run keeps
-them. It shares nothing with the timed path but a list append.
+them. It shares nothing with the timed path but a list append. Its ticks are dithered around
+a fixed grid (``interval`` on average) so that they do not lock to the kernel's period grid:
+that is what lets ``client.analysis.cgroup.period_phase`` place the boundaries precisely.
 """
 
 from __future__ import annotations
@@ -221,7 +223,7 @@ def read_sample(target: CgroupTarget, since_ns: int = 0) -> CgroupSample:
 
 
 class CgroupSampler:
-    """Samples a group every ``interval`` seconds on its own daemon thread::
+    """Samples a group every ``interval`` seconds (on average) on its own daemon thread::
 
         with CgroupSampler(target, timeline_path(csv_path)) as sampler:
             sampler.start(run_start_ns)      # the run's perf_counter_ns origin
