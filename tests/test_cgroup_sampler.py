@@ -16,7 +16,7 @@ from client.analysis.cgroup import attribute
 from client.run.cgroup_sampler import (TIMELINE_COLUMNS, CgroupReader, CgroupSample,
                                        CgroupSampler, TimelineError, read_sample, read_timeline,
                                        timeline_path)
-from client.run.cgroup_target import CgroupTarget, resolve_cgroup
+from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
 from service.cgroup import read_cpu_stat
 from tests.cgroup_fixtures import V1_STAT, burner_in_group, fake_proc, mount_line, v1_group, \
     v2_group
@@ -109,10 +109,14 @@ def test_sampler_keeps_its_samples_when_the_group_goes_away(tmp_path: Path) -> N
     assert kept and all(isinstance(s, CgroupSample) for s in kept)
 
 
-def test_sampler_rejects_a_bad_interval(tmp_path: Path) -> None:
-    target, _group, _proc = v1_target(tmp_path, cpuacct=True)
+def test_sampler_rejects_a_bad_interval_and_a_vanished_group(tmp_path: Path) -> None:
+    target, group, _proc = v1_target(tmp_path, cpuacct=True)
     with pytest.raises(ValueError, match="--cgroup-interval must be > 0"):
         CgroupSampler(target, None, interval=0)
+    (group / "cpu.stat").unlink()
+    with pytest.raises(CgroupTargetError, match="cannot open .*cpu.stat: No such file"):
+        CgroupSampler(target, tmp_path / "x.cgroup.csv").start()
+    assert not (tmp_path / "x.cgroup.csv").exists()
 
 
 @pytest.mark.parametrize("content, expected", [

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from client.run.cgroup_target import CgroupTarget, UsageSource
+from client.run.cgroup_target import CgroupTarget, CgroupTargetError, UsageSource
 from service.cgroup import parse_cpu_stat
 
 __all__ = ["DEFAULT_INTERVAL", "TIMELINE_COLUMNS", "CgroupReader", "CgroupSample",
@@ -249,11 +249,16 @@ class CgroupSampler:
 
     def start(self, run_start_ns: int | None = None) -> CgroupSampler:
         """Start sampling (``run_start_ns``: the run's origin; default now). Takes the first
-        sample before returning, so the timeline starts at or before the first request."""
+        sample before returning, so the timeline starts at or before the first request.
+        ``CgroupTargetError`` (one line) when the group's files cannot be opened."""
         if self._thread is not None:
             raise RuntimeError("this sampler was already started")
         self._since_ns = time.perf_counter_ns() if run_start_ns is None else run_start_ns
-        self._reader = CgroupReader(self.target)
+        try:
+            self._reader = CgroupReader(self.target)
+        except OSError as exc:   # the group went away since it was resolved
+            raise CgroupTargetError(f"cannot open {self.target.stat_path}: "
+                                    f"{exc.strerror or exc}") from None
         if self.csv_path is not None:
             self.csv_path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.csv_path, "w", encoding="ascii", newline="")
