@@ -1,0 +1,138 @@
+"""``http-timing watch TARGET``: the live ``top`` of one group's CPU throttling.
+
+    http-timing watch TARGET [--interval 1] [--count N] [--json] [--pod-uid UID]
+
+TARGET as for ``--cgroup``: a cgroup directory, ``pid:PID``, ``docker:NAME`` or
+``k8s:NAMESPACE/POD[/CONTAINER]``. Each interval: periods, throttled periods, throttled time,
+CPUs used and their share of the quota. A table refreshed in place on a terminal; one JSON
+object per line (per interval) with ``--json`` or when the output is not a terminal.
+Ctrl-C ends it (exit 0); a bad target is one line on stderr (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.live import Live
+
+from client.analysis.cgroup import interval_stats
+from client.options import OneLineParser, int_at_least, number_above
+from client.render.watch import WatchRow, json_line, watch_table
+from client.run.cgroup_sampler import CgroupReader, CgroupSample
+from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
+
+__all__ = ["build_parser", "command_watch"]
+
+PROG = "http-timing watch"
+EXIT_OK, EXIT_GONE, EXIT_USAGE = 0, 1, 2
+TABLE_ROWS = 20
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=PROG, description="Watch a cgroup's CPU throttling live: "
+                           "periods, throttled periods, throttled time and CPU used vs the "
+                           "quota, per interval.")
+    parser.add_argument("target", metavar="TARGET",
+                        help="a cgroup directory, pid:PID, docker:NAME_OR_ID or "
+                        "k8s:NAMESPACE/POD[/CONTAINER]")
+    parser.add_argument("--interval", type=number_above(0), default=1.0, metavar="SECONDS",
+                        help="seconds per line (default 1)")
+    parser.add_argument("--count", type=int_at_least(1), metavar="N",
+                        help="stop after N intervals (default: until Ctrl-C)")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object per line (the default when not on a terminal)")
+    parser.add_argument("--pod-uid", metavar="UID",
+                        help="the pod's uid for k8s:NS/POD where kubectl cannot tell it")
+    return parser
+
+
+def command_watch(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        target = resolve_cgroup(args.target, pod_uid=args.pod_uid)
+        reader = CgroupReader(target)
+    except CgroupTargetError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"{PROG}: cannot open {args.target}'s counters: {exc.strerror or exc}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    as_json = args.json or not sys.stdout.isatty()
+    try:
+        if as_json:
+            return _watch(target, reader, args.interval, args.count, _json_printer(target))
+        console = Console()
+        with Live(console=console, auto_refresh=False, transient=False) as live:
+            return _watch(target, reader, args.interval, args.count, _table_printer(target, live))
+    except KeyboardInterrupt:
+        return EXIT_OK
+    except BrokenPipeError:   # `| head`: the reader left
+        _silence_stdout()
+        return EXIT_OK
+    finally:
+        reader.close()
+
+
+
+def _watch(target: CgroupTarget, reader: CgroupReader, interval: float, count: int | None,
+           show: Callable[[WatchRow, WatchRow], None]) -> int:
+    """Read every ``interval`` (on a fixed grid, never drifting) and show each interval."""
+    origin = time.perf_counter_ns()
+    first = previous = reader.read(origin)
+    step = round(interval * 1e9)
+    shown = 0
+    while count is None or shown < count:
+        next_ns = origin + (shown + 1) * step
+        delay = (next_ns - time.perf_counter_ns()) / 1e9
+        if delay > 0:
+            time.sleep(delay)
+        try:
+            current = reader.read(origin)
+        except OSError as exc:
+            print(f"{PROG}: {target.directory} went away ({exc.strerror or exc}): the "
+                  "service stopped?", file=sys.stderr)
+            return EXIT_GONE
+        show(_row(previous, current, target), _row(first, current, target))
+        previous = current
+        shown += 1
+    return EXIT_OK
+
+
+def _row(before: CgroupSample, after: CgroupSample, target: CgroupTarget) -> WatchRow:
+    return WatchRow(time.strftime("%H:%M:%S"), after.t_ns / 1e9,
+                    interval_stats(before, after, target.limit))
+
+
+def _json_printer(target: CgroupTarget) -> Callable[[WatchRow, WatchRow], None]:
+    def show(row: WatchRow, _total: WatchRow) -> None:
+        sys.stdout.write(json_line(target.group, row) + "\n")
+        sys.stdout.flush()
+    return show
+
+
+def _table_printer(target: CgroupTarget, live: Live) -> Callable[[WatchRow, WatchRow], None]:
+    rows: deque[WatchRow] = deque(maxlen=TABLE_ROWS)
+
+    def show(row: WatchRow, total: WatchRow) -> None:
+        rows.append(row)
+        live.update(watch_table(target.group, target.limit, list(rows), total.stats),
+                    refresh=True)
+    return show
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so Python's exit flush stays quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+if __name__ == "__main__":
+    raise SystemExit(command_watch(sys.argv[1:]))

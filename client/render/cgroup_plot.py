@@ -1,0 +1,81 @@
+"""The watched group in a run's picture: shaded bands where the kernel throttled it (behind
+the requests' dots) and a panel of the CPU it used in each period against the quota.
+
+The panel shows what an average hides: a group that uses 40 % of its limit over the run can
+still hit the limit in every busy 100 ms period, and each of those periods stalls whatever
+runs in it. x is seconds since the run's start, as in the dot picture. matplotlib, Agg (the
+caller makes the figure: ``client.plot.pyplot()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from client.analysis.cgroup import CounterSample, period_phase, usage_per_period
+from service.limit import Limit
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+__all__ = ["BAND_COLOUR", "draw_throttled_bands", "draw_usage_panel", "usage_title"]
+
+BAND_COLOUR = "#ff7f0e"
+QUOTA_COLOUR = "#d62728"
+USAGE_COLOUR = "#1f77b4"
+DEFAULT_PERIOD_NS = 100_000_000   # buckets when the group has no quota (the usual period)
+
+
+def draw_throttled_bands(ax: Axes, stretches: Sequence[tuple[int, int]], *,
+                         label: str = "throttled (cgroup cpu.stat)") -> None:
+    """Shade each ``(start_ns, end_ns)`` stretch over the full height of ``ax``, behind the
+    dots (one collection, however many stretches). Nothing is drawn for no stretches."""
+    if not stretches:
+        return
+    ranges = [(start / 1e9, max(end - start, 0) / 1e9) for start, end in stretches]
+    ax.broken_barh(ranges, (0, 1), transform=ax.get_xaxis_transform(), facecolors=BAND_COLOUR,
+                   alpha=0.18, linewidth=0, zorder=0, label=f"{label} ({len(ranges)})")
+
+
+def usage_title(mean_cpus: float, limit: Limit | None, periods: int, at_quota: int) -> str:
+    """``CPU used per 100 ms period: 12 of 40 periods hit the 0.2 CPU quota, yet the run's
+    average is only 0.09 CPU (45 % of the limit)``: the bursts against the average."""
+    if limit is None:
+        return (f"CPU used per 100 ms: no CPU limit on this group; run's average "
+                f"{mean_cpus:.2f} CPU")
+    share = mean_cpus / limit.cpus
+    verdict = "yet the run's average is only" if share < 0.8 else "and the run's average is"
+    return (f"CPU used per {limit.period_ms:g} ms period: {at_quota} of {periods} periods hit "
+            f"the {limit.cpus:g} CPU quota,\n{verdict} {mean_cpus:.2f} CPU "
+            f"({100 * share:.0f} % of the limit)")
+
+
+def draw_usage_panel(ax: Axes, timeline: Sequence[CounterSample], limit: Limit | None) -> None:
+    """Bars: the group's CPU per period (ms), aligned to the kernel's period boundaries; a line
+    at the quota; the run's average as a dashed line; the title says how they compare."""
+    period_ns = limit.period_ns if limit else DEFAULT_PERIOD_NS
+    phase = period_phase(timeline, period_ns) if limit else None
+    periods = usage_per_period(timeline, period_ns, phase)
+    duration_ns = timeline[-1].t_ns - timeline[0].t_ns if len(timeline) > 1 else 0
+    mean_cpus = ((timeline[-1].usage_ns - timeline[0].usage_ns) / duration_ns
+                 if duration_ns > 0 else 0.0)
+    quota_ms = limit.quota_ms if limit else None
+    at_quota = sum(1 for p in periods if quota_ms and p.usage_ns / 1e6 >= 0.9 * quota_ms)
+    if periods:
+        colours = [QUOTA_COLOUR if quota_ms and p.usage_ns / 1e6 >= 0.9 * quota_ms
+                   else USAGE_COLOUR for p in periods]
+        ax.bar([p.start_ns / 1e9 for p in periods], [p.usage_ns / 1e6 for p in periods],
+               width=period_ns / 1e9, align="edge", color=colours, alpha=0.75,
+               label="CPU used in the period (red: at the quota)")
+    if quota_ms is not None:
+        ax.axhline(quota_ms, color=QUOTA_COLOUR, linewidth=1.5,
+                   label=f"quota {quota_ms:g} ms per {limit.period_ms:g} ms"
+                   if limit else "quota")
+    ax.axhline(mean_cpus * period_ns / 1e6, color="black", linestyle="--", linewidth=1.2,
+               label=f"run's average {mean_cpus:.2f} CPU")
+    ax.set_title(usage_title(mean_cpus, limit, len(periods), at_quota), fontsize=11)
+    ax.set_xlabel("time since start of run (s)")
+    ax.set_ylabel(f"CPU ms per {period_ns / 1e6:g} ms")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper right", fontsize=9)

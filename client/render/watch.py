@@ -1,0 +1,66 @@
+"""``http-timing watch``'s output: a table of the group's throttling per interval (the ``top``
+of throttling, drawn with rich) or one JSON object per line when the output is not a terminal."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.table import Table
+from rich.text import Text
+
+from client.analysis.cgroup import IntervalStats
+from service.limit import Limit
+
+__all__ = ["WatchRow", "json_line", "limit_text", "watch_table"]
+
+
+@dataclass(frozen=True)
+class WatchRow:
+    """One line of the view: when the interval ended and what happened in it."""
+
+    clock: str            # wall-clock time the interval ended, HH:MM:SS
+    elapsed_s: float      # since the watch started
+    stats: IntervalStats
+
+
+def limit_text(limit: Limit | None) -> str:
+    return f"quota {limit.describe()}" if limit else "no CPU limit on this group"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f} %"
+
+
+def watch_table(group: str, limit: Limit | None, rows: Sequence[WatchRow],
+                total: IntervalStats | None = None) -> Table:
+    """The last ``rows`` (oldest first) and, in the caption, the totals since the start."""
+    table = Table(title=f"CPU throttling of {group}\n{limit_text(limit)}  (Ctrl-C to stop)",
+                  title_justify="left")
+    table.add_column("time")
+    table.add_column("periods", justify="right")
+    table.add_column("throttled", justify="right")
+    table.add_column("throttled %", justify="right")
+    table.add_column("throttled ms", justify="right")
+    table.add_column("CPUs used", justify="right")
+    table.add_column("% of quota", justify="right")
+    for row in rows:
+        s = row.stats
+        hot = "bold red" if s.nr_throttled else ""
+        table.add_row(row.clock, str(s.nr_periods), Text(str(s.nr_throttled), style=hot),
+                      Text(_percent(s.throttled_share), style=hot), f"{s.throttled_ms:.1f}",
+                      f"{s.usage_cpus:.3f}", _percent(s.quota_share))
+    if total is not None:
+        table.caption = (f"since start ({total.interval_s:.1f} s): {total.nr_periods} periods, "
+                         f"{total.nr_throttled} throttled ({_percent(total.throttled_share)}), "
+                         f"{total.throttled_ms:.0f} ms throttled, {total.usage_cpus:.3f} CPUs "
+                         f"on average ({_percent(total.quota_share)} of the quota)")
+        table.caption_justify = "left"
+    return table
+
+
+def json_line(group: str, row: WatchRow) -> str:
+    """One interval as one line of JSON (null where there is no quota)."""
+    return json.dumps({"group": group, "time": row.clock, "elapsed_s": round(row.elapsed_s, 3),
+                       **row.stats.to_dict()}, sort_keys=True)

@@ -1,0 +1,212 @@
+"""Find a container's or a Kubernetes pod's cgroup: ask ``docker``/``kubectl`` (through an
+injectable command runner) and search the cgroup hierarchy for the pod's group.
+
+Kubernetes puts a pod's group under ``kubepods`` by QoS class, named by the pod UID, and each
+container's group below the pod's, named by the container id. Two cgroup drivers name them:
+
+=============  ================================================================================
+cgroupfs       ``/kubepods/pod<uid>/<id>`` (Guaranteed: no QoS level),
+               ``/kubepods/burstable/pod<uid>/<id>``, ``/kubepods/besteffort/pod<uid>/<id>``
+systemd        ``/kubepods.slice/kubepods-pod<uid_>.slice/cri-containerd-<id>.scope``,
+               ``/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice/
+               docker-<id>.scope`` (``uid_``: the UID with ``_`` for ``-``; ``crio-<id>.scope``
+               for CRI-O)
+=============  ================================================================================
+
+Both on cgroup v1 (below ``/sys/fs/cgroup/cpu``) and v2 (below ``/sys/fs/cgroup``); the
+``kubepods`` root may sit a few levels down (kind, k3s, a kubelet ``--cgroup-root``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CommandResult", "CommandRunner", "LookupFailed", "docker_container_pid",
+           "find_pod_directory", "kubernetes_pod", "parse_k8s_spec", "run_command"]
+
+KUBEPODS_DEPTH = 3       # how deep below a hierarchy's root the kubepods group may be
+_UID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
+                  r"[0-9a-fA-F]{12}$")
+_HEX_ID = re.compile(r"^[0-9a-f]{12,64}$")
+
+
+class LookupFailed(ValueError):
+    """docker/kubectl or the hierarchy could not say where the group is (one line)."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def first_error_line(self) -> str:
+        lines = [line.strip() for line in (self.stderr or self.stdout).splitlines() if
+                 line.strip()]
+        return lines[0] if lines else f"exit status {self.returncode}"
+
+
+CommandRunner = Callable[[Sequence[str]], CommandResult]
+
+
+def run_command(argv: Sequence[str], timeout: float = 20.0) -> CommandResult:
+    """Run a command, capture its output (127 when it is not installed, 124 on timeout)."""
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return CommandResult(127, "", f"{argv[0]}: command not found")
+    except subprocess.TimeoutExpired:
+        return CommandResult(124, "", f"{argv[0]} did not answer within {timeout:g} s")
+    return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+# ---- Docker --------------------------------------------------------------------------------
+
+def docker_container_pid(name: str, run: CommandRunner) -> int:
+    """The host pid of a running local container's main process."""
+    result = run(["docker", "inspect", "--type", "container", "--format",
+                  "{{.Id}} {{.State.Pid}} {{.State.Running}}", name])
+    if result.returncode != 0:
+        line = result.first_error_line()
+        lowered = line.lower()
+        if result.returncode == 127:
+            raise LookupFailed("docker: command not found (docker:NAME needs the Docker client)")
+        if "cannot connect to the docker daemon" in lowered or "daemon running" in lowered:
+            raise LookupFailed(f"Docker is not running (cannot connect to the Docker daemon) "
+                               f"for docker:{name}")
+        if "no such" in lowered:
+            raise LookupFailed(f"no such container: {name}")
+        if "permission denied" in lowered:
+            raise LookupFailed(f"docker inspect {name}: permission denied (root or the docker "
+                               "group may be needed)")
+        raise LookupFailed(f"docker inspect {name} failed: {line}")
+    fields = result.stdout.split()
+    if len(fields) != 3 or not fields[1].isdigit():
+        raise LookupFailed(f"docker inspect {name}: unexpected answer {result.stdout.strip()!r}")
+    if fields[2] != "true" or int(fields[1]) <= 0:
+        raise LookupFailed(f"container {name} is not running")
+    return int(fields[1])
+
+
+# ---- Kubernetes ----------------------------------------------------------------------------
+
+def parse_k8s_spec(spec: str) -> tuple[str, str, str | None]:
+    """``k8s:NAMESPACE/POD[/CONTAINER]`` -> (namespace, pod, container or None)."""
+    body = spec.split(":", 1)[1]
+    parts = body.split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise LookupFailed(f"{spec}: expected k8s:NAMESPACE/POD or k8s:NAMESPACE/POD/CONTAINER")
+    return parts[0], parts[1], (parts[2] if len(parts) == 3 else None)
+
+
+def kubernetes_pod(namespace: str, pod: str, container: str | None, pod_uid: str | None,
+                   run: CommandRunner) -> tuple[str, str | None]:
+    """(pod UID, container id or None): ``--pod-uid`` when given, else ``kubectl get pod``;
+    a container's id from ``.status.containerStatuses`` (or CONTAINER itself when it is a
+    hex container id, so no kubectl is needed)."""
+    direct_id = container if container and _HEX_ID.match(container) else None
+    need_kubectl = pod_uid is None or (container is not None and direct_id is None)
+    document: dict[str, Any] = {}
+    if need_kubectl:
+        result = run(["kubectl", "get", "pod", "-n", namespace, pod, "-o", "json"])
+        if result.returncode != 0:
+            what = "uid" if pod_uid is None else f"container {container}'s id"
+            hint = (" give the pod's uid with --pod-uid UID" if pod_uid is None else
+                    " give the container id instead of its name (k8s:NS/POD/<id>)")
+            raise LookupFailed(f"kubectl cannot tell pod {namespace}/{pod}'s {what} "
+                               f"({result.first_error_line()}):{hint}")
+        try:
+            document = json.loads(result.stdout)
+        except ValueError:
+            raise LookupFailed(f"kubectl get pod {namespace}/{pod}: not JSON") from None
+    uid = pod_uid or str(document.get("metadata", {}).get("uid") or "")
+    if not _UID.match(uid):
+        raise LookupFailed(f"pod uid must look like 8-4-4-4-12 hex digits (got {uid!r})")
+    if container is None:
+        return uid.lower(), None
+    return uid.lower(), direct_id or _container_id(document, namespace, pod, container)
+
+
+def _container_id(document: dict[str, Any], namespace: str, pod: str, container: str) -> str:
+    statuses = document.get("status", {}).get("containerStatuses") or []
+    names = [str(s.get("name")) for s in statuses]
+    for status in statuses:
+        if status.get("name") == container:
+            raw = str(status.get("containerID") or "")
+            if not raw:
+                raise LookupFailed(f"container {container} of pod {namespace}/{pod} has no "
+                                   "container id yet (not running?)")
+            return raw.split("://", 1)[-1]
+    raise LookupFailed(f"pod {namespace}/{pod} has no container {container} "
+                       f"(containers: {', '.join(names) or 'none reported yet'})")
+
+
+def find_pod_directory(top: Path, uid: str, container_id: str | None) -> Path | None:
+    """The pod's group (or its container's) below the hierarchy ``top``; None when the pod
+    has no group here. ``LookupFailed`` when the pod is here but the container is not."""
+    for kubepods in _kubepods_roots(top):
+        pod_dir = _pod_below(kubepods, uid)
+        if pod_dir is None:
+            continue
+        if container_id is None:
+            return pod_dir
+        found = _container_below(pod_dir, container_id)
+        if found is None:
+            raise LookupFailed(f"container {container_id[:12]} has no cgroup in {pod_dir} "
+                               "(restarted or not started yet?)")
+        return found
+    return None
+
+
+def _kubepods_roots(top: Path) -> list[Path]:
+    roots: list[Path] = []
+    level = [top]
+    for _ in range(KUBEPODS_DEPTH):
+        below: list[Path] = []
+        for directory in level:
+            for child in _subdirectories(directory):
+                if child.name in ("kubepods", "kubepods.slice") or \
+                        child.name.endswith("-kubepods.slice"):
+                    roots.append(child)
+                else:
+                    below.append(child)
+        level = below
+    return roots
+
+
+def _pod_below(kubepods: Path, uid: str) -> Path | None:
+    """``pod<uid>`` (cgroupfs) or ``*-pod<uid_>.slice`` (systemd), directly below kubepods
+    (Guaranteed) or below its QoS level (burstable, besteffort)."""
+    names = {f"pod{uid}", f"pod{uid.replace('-', '_')}"}
+    for qos in [kubepods, *_subdirectories(kubepods)]:
+        for child in _subdirectories(qos):
+            name = child.name
+            if name in names or (name.endswith(".slice") and
+                                 name[:-len(".slice")].rsplit("-", 1)[-1] in names):
+                return child
+    return None
+
+
+def _container_below(pod_dir: Path, container_id: str) -> Path | None:
+    for child in _subdirectories(pod_dir):
+        name = child.name
+        stem = name[:-len(".scope")] if name.endswith(".scope") else name
+        bare = stem.rsplit("-", 1)[-1]   # cri-containerd-<id>, docker-<id>, crio-<id>
+        if container_id in (stem, bare) or (len(container_id) >= 12 and
+                                            bare.startswith(container_id)):
+            return child
+    return None
+
+
+def _subdirectories(directory: Path) -> list[Path]:
+    try:
+        return sorted(p for p in directory.iterdir() if p.is_dir())
+    except OSError:
+        return []

@@ -1,0 +1,363 @@
+"""Read a watched group's counters during a run: a cheap reading (:func:`read_sample`,
+:class:`CgroupReader`) and a thread that samples them every ``interval`` (:class:`CgroupSampler`).
+
+One sample is ``cpu.stat``'s ``nr_periods``, ``nr_throttled`` and throttled time (ns) plus the
+group's CPU usage (ns, see ``client.run.cgroup_target.UsageSource``), stamped with the
+monotonic ``perf_counter_ns`` clock since the run's start: the clock the requests are timed
+with, so a timeline and the requests line up. The files stay open and are re-read with
+``os.pread`` (the kernel regenerates a cgroup or proc file read from offset 0).
+
+The sampler keeps its samples in memory and appends each to ``<name>.cgroup.csv`` (columns
+``t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns``), flushed, so an interrupted run keeps
+them. It shares nothing with the timed path but a list append. Its ticks are dithered around
+a fixed grid (``interval`` on average) so that they do not lock to the kernel's period grid:
+that is what lets ``client.analysis.cgroup.period_phase`` place the boundaries precisely.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from client.run.cgroup_target import CgroupTarget, CgroupTargetError, UsageSource
+from service.cgroup import parse_cpu_stat
+
+__all__ = ["DEFAULT_INTERVAL", "TIMELINE_COLUMNS", "CgroupReader", "CgroupSample",
+           "CgroupSampler", "TimelineError", "read_sample", "read_timeline", "timeline_path"]
+
+DEFAULT_INTERVAL = 0.01   # seconds: 100 samples per second, 10 per 100 ms period
+TIMELINE_COLUMNS = ("t_ns", "usage_ns", "nr_periods", "nr_throttled", "throttled_ns")
+RESCAN_EVERY = 100        # schedstat usage: look for new child groups every N readings
+GOLDEN = 0.6180339887498949   # the sampler's dither sequence: frac(k * GOLDEN)
+DITHER = 0.8                  # ... spread over 0.8 of a step
+_READ_SIZE = 4096
+
+
+class TimelineError(ValueError):
+    """A cgroup timeline file that cannot be read; one line naming the file and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupSample:
+    """The group's counters at ``t_ns`` (since the run's start, ``perf_counter_ns`` clock)."""
+
+    t_ns: int
+    usage_ns: int        # CPU the group has used (cumulative)
+    nr_periods: int
+    nr_throttled: int
+    throttled_ns: int    # cumulative; v2's µs are converted
+
+
+def timeline_path(csv_path: Path) -> Path:
+    """``raw-data/x.csv`` -> ``raw-data/x.cgroup.csv``."""
+    return csv_path.with_name(csv_path.stem + ".cgroup.csv")
+
+
+class _SchedstatUsage:
+    """CPU used by the tasks of a v1 group and its descendants, from /proc/<tid>/schedstat.
+    A thread that leaves keeps its last value in the sum, so the total never goes down."""
+
+    def __init__(self, directory: Path, proc: Path) -> None:
+        self.directory, self.proc = directory, proc
+        self._tasks: dict[Path, int] = {}       # group dir -> fd of its tasks file
+        self._threads: dict[int, tuple[int, int]] = {}   # tid -> (fd, last ns)
+        self._gone_ns = 0
+        self._reads = 0
+        self._finalizer = weakref.finalize(self, _close_schedstat, self._tasks, self._threads)
+        self._scan()
+
+    def _scan(self) -> None:
+        for here, _dirs, files in os.walk(self.directory):
+            path = Path(here)
+            if "tasks" in files and path not in self._tasks:
+                try:
+                    self._tasks[path] = os.open(path / "tasks", os.O_RDONLY)
+                except OSError:
+                    continue
+
+    def read(self) -> int:
+        self._reads += 1
+        if self._reads % RESCAN_EVERY == 0:
+            self._scan()
+        tids: set[int] = set()
+        for path, fd in list(self._tasks.items()):
+            try:
+                tids.update(int(t) for t in _pread_all(fd).split())
+            except OSError:   # the child group was removed
+                os.close(fd)
+                del self._tasks[path]
+        for tid in list(self._threads):
+            if tid not in tids:
+                self._forget(tid)
+        total = self._gone_ns
+        for tid in tids:
+            entry = self._threads.get(tid)
+            if entry is None:
+                try:
+                    entry = (os.open(self.proc / str(tid) / "schedstat", os.O_RDONLY), 0)
+                except OSError:
+                    continue
+            fd, last = entry
+            try:
+                last = int(os.pread(fd, 128, 0).split(None, 1)[0])
+            except (OSError, ValueError, IndexError):
+                pass   # the thread ended between the tasks file and here: keep its last value
+            self._threads[tid] = (fd, last)
+            total += last
+        return total
+
+    def _forget(self, tid: int) -> None:
+        fd, last = self._threads.pop(tid)
+        self._gone_ns += last
+        os.close(fd)
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _close_schedstat(tasks: dict[Path, int], threads: dict[int, tuple[int, int]]) -> None:
+    _close_fds([*tasks.values(), *(fd for fd, _last in threads.values())])
+    tasks.clear()
+    threads.clear()
+
+
+def _pread_all(fd: int) -> bytes:
+    data = os.pread(fd, 65536, 0)
+    if len(data) < 65536:
+        return data
+    chunks, offset = [data], len(data)
+    while True:
+        more = os.pread(fd, 65536, offset)
+        if not more:
+            return b"".join(chunks)
+        chunks.append(more)
+        offset += len(more)
+
+
+def _close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+class CgroupReader:
+    """Keeps one group's counter files open; :meth:`read` is one ``pread`` of ``cpu.stat``
+    (plus one of ``cpuacct.usage`` on v1, or the group's threads' schedstat). Not for two
+    threads at once: give each thread its own reader (``read_sample`` does)."""
+
+    def __init__(self, target: CgroupTarget) -> None:
+        self.target = target
+        self.version = target.version
+        source: UsageSource = target.usage_source
+        self._stat_fd = os.open(target.stat_path, os.O_RDONLY)
+        self._fds = [self._stat_fd]
+        self._usage_fd: int | None = None
+        self._schedstat: _SchedstatUsage | None = None
+        if source.kind == "cpuacct":
+            self._usage_fd = os.open(source.path, os.O_RDONLY)
+            self._fds.append(self._usage_fd)
+        elif source.kind == "schedstat":
+            self._schedstat = _SchedstatUsage(source.path, source.proc)
+        self._finalizer = weakref.finalize(self, _close_fds, self._fds)
+
+    def read(self, since_ns: int = 0) -> CgroupSample:
+        """The counters now; ``t_ns`` is ``perf_counter_ns() - since_ns`` at the ``cpu.stat``
+        read (OSError when the group is gone)."""
+        before = time.perf_counter_ns()
+        text = os.pread(self._stat_fd, _READ_SIZE, 0)
+        after = time.perf_counter_ns()
+        stat = parse_cpu_stat(text.decode("ascii"), self.version)
+        if stat is None:
+            raise OSError(f"{self.target.stat_path}: no throttling counters")
+        if self._usage_fd is not None:
+            usage = int(os.pread(self._usage_fd, 64, 0))
+        elif self._schedstat is not None:
+            usage = self._schedstat.read()
+        else:
+            usage = _usage_usec(text) * 1000
+        return CgroupSample((before + after) // 2 - since_ns, usage, stat.nr_periods,
+                            stat.nr_throttled, stat.throttled_ns)
+
+    def close(self) -> None:
+        if self._schedstat is not None:
+            self._schedstat.close()
+        self._finalizer()
+
+    def __enter__(self) -> CgroupReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _usage_usec(text: bytes) -> int:
+    start = text.find(b"usage_usec ")
+    if start < 0:
+        raise OSError("cpu.stat has no usage_usec")
+    end = text.find(b"\n", start)
+    return int(text[start + len(b"usage_usec "):end if end >= 0 else None])
+
+
+_readers = threading.local()
+
+
+def read_sample(target: CgroupTarget, since_ns: int = 0) -> CgroupSample:
+    """The target's counters now (see :meth:`CgroupReader.read`), through a reader kept open
+    for this thread, so repeated calls cost one ``pread`` and a parse."""
+    cache: dict[CgroupTarget, CgroupReader] | None = getattr(_readers, "cache", None)
+    if cache is None:
+        cache = _readers.cache = {}
+    reader = cache.get(target)
+    if reader is None:
+        reader = cache[target] = CgroupReader(target)
+    return reader.read(since_ns)
+
+
+class CgroupSampler:
+    """Samples a group every ``interval`` seconds (on average) on its own daemon thread::
+
+        with CgroupSampler(target, timeline_path(csv_path)) as sampler:
+            sampler.start(run_start_ns)      # the run's perf_counter_ns origin
+            ... time the requests ...
+        timeline = sampler.samples
+
+    ``stop()`` (or leaving the ``with``) takes a last sample, joins the thread and closes the
+    file. A group that disappears mid-run (the container stopped) ends the sampling:
+    ``error`` says why; the samples so far are kept."""
+
+    def __init__(self, target: CgroupTarget, csv_path: Path | None = None,
+                 interval: float = DEFAULT_INTERVAL) -> None:
+        if not interval > 0:
+            raise ValueError(f"--cgroup-interval must be > 0 (got {interval})")
+        self.target, self.csv_path, self.interval = target, csv_path, interval
+        self.samples: list[CgroupSample] = []
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._file: IO[str] | None = None
+        self._reader: CgroupReader | None = None
+        self._since_ns = 0
+
+    def start(self, run_start_ns: int | None = None) -> CgroupSampler:
+        """Start sampling (``run_start_ns``: the run's origin; default now). Takes the first
+        sample before returning, so the timeline starts at or before the first request.
+        ``CgroupTargetError`` (one line) when the group's files cannot be opened."""
+        if self._thread is not None:
+            raise RuntimeError("this sampler was already started")
+        self._since_ns = time.perf_counter_ns() if run_start_ns is None else run_start_ns
+        try:
+            self._reader = CgroupReader(self.target)
+        except OSError as exc:   # the group went away since it was resolved
+            raise CgroupTargetError(f"cannot open {self.target.stat_path}: "
+                                    f"{exc.strerror or exc}") from None
+        if self.csv_path is not None:
+            self.csv_path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.csv_path, "w", encoding="ascii", newline="")
+            self._file.write(",".join(TIMELINE_COLUMNS) + "\n")
+        self._sample()
+        self._thread = threading.Thread(target=self._loop, name="cgroup-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> bool:
+        assert self._reader is not None
+        try:
+            sample = self._reader.read(self._since_ns)
+        except (OSError, ValueError) as exc:
+            self.error = f"stopped sampling {self.target.directory}: {exc}"
+            return False
+        self.samples.append(sample)
+        if self._file is not None:
+            self._file.write(f"{sample.t_ns},{sample.usage_ns},{sample.nr_periods},"
+                             f"{sample.nr_throttled},{sample.throttled_ns}\n")
+            self._file.flush()
+        return True
+
+    def _loop(self) -> None:
+        """Sample on a grid of ``interval`` steps, each tick moved by a dither in
+        ``[-0.4, 0.4)`` steps (a golden-ratio sequence): a fixed grid would keep one phase
+        against the kernel's period grid (10 ms divides 100 ms), so every interval that
+        holds a boundary would hold it at the same place and pin it no closer than a step."""
+        step = round(self.interval * 1e9)
+        origin = time.perf_counter_ns()
+        tick = 0
+        while not self._stop.is_set():
+            tick += 1
+            due = origin + tick * step + round(((tick * GOLDEN) % 1.0 - 0.5) * DITHER * step)
+            wait = (due - time.perf_counter_ns()) / 1e9
+            if wait > 0 and self._stop.wait(wait):
+                break
+            if not self._sample():
+                return
+            behind = time.perf_counter_ns() - (origin + tick * step)
+            if behind > step:   # late (a busy machine): skip ticks, never sample in a burst
+                tick += behind // step
+
+    def stop(self) -> list[CgroupSample]:
+        """Last sample, join the thread, close the file; returns the samples."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            if self.error is None:
+                self._sample()
+            self._thread = None
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._file = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        return self.samples
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def __enter__(self) -> CgroupSampler:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def read_timeline(path: str | os.PathLike[str]) -> list[CgroupSample]:
+    """The samples of a ``<name>.cgroup.csv`` (``TimelineError`` in one line if unreadable)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="ascii")
+    except FileNotFoundError:
+        raise TimelineError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise TimelineError(f"{p}: is a directory, not a cgroup timeline") from None
+    except UnicodeDecodeError:
+        raise TimelineError(f"{p}: not a text file (expected a cgroup timeline CSV)") from None
+    except OSError as exc:
+        raise TimelineError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    rows = csv.reader(text.splitlines())
+    header = next(rows, None)
+    if header is None or tuple(h.strip() for h in header) != TIMELINE_COLUMNS:
+        raise TimelineError(f"{p}: not a cgroup timeline (expected the header "
+                            f"{','.join(TIMELINE_COLUMNS)})")
+    samples: list[CgroupSample] = []
+    for line_no, row in enumerate(rows, start=2):
+        if not row:
+            continue
+        try:
+            if len(row) != len(TIMELINE_COLUMNS):
+                raise ValueError(f"{len(row)} fields, expected {len(TIMELINE_COLUMNS)}")
+            samples.append(CgroupSample(*(int(v) for v in row)))
+        except ValueError as exc:
+            raise TimelineError(f"{p}: line {line_no}: {exc}") from None
+    return samples

@@ -1,0 +1,312 @@
+"""Which cgroup to watch during a run: ``--cgroup TARGET`` resolved to the cpu controller's
+group of the service being timed (any service: Java, Go, nginx, Node, Python...).
+
+TARGET is one of
+
+- a cgroup directory: ``/sys/fs/cgroup/cpu/docker/<id>`` (v1), ``/sys/fs/cgroup/<group>`` (v2);
+- ``pid:PID``: the cpu group of that process (``/proc/PID/cgroup``, mapped through *this*
+  process's ``/proc/self/mountinfo``: the files are read from here, not from the target's
+  mount namespace);
+- ``docker:NAME_OR_ID``: a local container, by its main process (``docker inspect``);
+- ``k8s:NAMESPACE/POD[/CONTAINER]``: on a Kubernetes node, the pod's (or one container's)
+  group under ``kubepods``, for the cgroupfs and systemd drivers (``client.run.cgroup_lookup``).
+
+A target that cannot be watched raises :class:`CgroupTargetError` with one line that says why
+(no such path/process/container, no cpu controller, not readable: root may be needed).
+
+How the group's CPU *usage* is read (:class:`UsageSource`): v2 ``usage_usec`` in ``cpu.stat``;
+v1 ``cpuacct.usage`` when the cpu and cpuacct controllers share the directory, or a cpuacct
+group of the same path holds the same processes (Docker makes ``/docker/<id>`` in both);
+otherwise (a group made under the cpu hierarchy only) the sum of ``/proc/<tid>/schedstat``'s
+first field (ns on CPU) over the ``tasks`` of the group and its descendants.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from client.run.cgroup_lookup import (CommandRunner, LookupFailed, docker_container_pid,
+                                      find_pod_directory, kubernetes_pod, parse_k8s_spec,
+                                      run_command)
+from service.cgroup import (Mount, find_cpu_controller, map_group_path, parse_cpu_stat,
+                            parse_mountinfo, read_cpu_limit)
+from service.limit import Limit, LimitError
+
+__all__ = ["USAGE_KINDS", "CgroupTarget", "CgroupTargetError", "UsageSource", "resolve_cgroup"]
+
+USAGE_KINDS = ("cpu.stat", "cpuacct", "schedstat")
+
+
+class CgroupTargetError(ValueError):
+    """A ``--cgroup`` target that cannot be watched; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class UsageSource:
+    """Where the group's CPU usage comes from. ``kind``: ``cpu.stat`` (v2 ``usage_usec``,
+    ``path`` = the cpu.stat file), ``cpuacct`` (v1 ``cpuacct.usage``, ``path`` = that file) or
+    ``schedstat`` (``path`` = the group directory whose ``tasks``, and its descendants', are
+    summed from ``proc``/<tid>/schedstat)."""
+
+    kind: str
+    path: Path
+    proc: Path = Path("/proc")
+
+    def __post_init__(self) -> None:
+        if self.kind not in USAGE_KINDS:
+            raise ValueError(f"usage source must be one of {', '.join(USAGE_KINDS)} "
+                             f"(got {self.kind!r})")
+
+
+@dataclass(frozen=True)
+class CgroupTarget:
+    """The cpu controller's group of the service under test."""
+
+    spec: str                 # what the user gave: a path, pid:N, docker:NAME, k8s:NS/POD[/C]
+    directory: Path           # the group's directory (cpu.stat, the quota files)
+    version: int              # 1 or 2
+    group: str                # the group's path in its hierarchy, e.g. /docker/<id>
+    limit: Limit | None       # the quota written in this group (None: unlimited here)
+    usage_source: UsageSource
+    burst_us: int | None = None   # as read (None when the kernel has no burst file)
+
+    @property
+    def stat_path(self) -> Path:
+        return self.directory / "cpu.stat"
+
+    def to_metadata(self) -> dict[str, Any]:
+        """What the run's metadata says about the watched group (JSON-ready)."""
+        limit = self.limit
+        return {"spec": self.spec, "path": str(self.directory), "group": self.group,
+                "version": self.version,
+                "quota_us": limit.quota_us if limit else None,
+                "period_us": limit.period_us if limit else None,
+                "burst_us": self.burst_us,
+                "cpus": round(limit.cpus, 6) if limit else None,
+                "usage_source": self.usage_source.kind}
+
+
+def resolve_cgroup(spec: str, *, pod_uid: str | None = None, proc: Path = Path("/proc"),
+                   run: CommandRunner = run_command) -> CgroupTarget:
+    """The group a ``--cgroup`` TARGET names (``CgroupTargetError`` in one line if none).
+
+    ``proc`` is the proc file system to read (``proc/self/mountinfo`` says where the cgroup
+    hierarchies are mounted, so fixture trees work); ``run`` runs ``docker``/``kubectl``."""
+    spec = spec.strip()
+    mountinfo = _read_mountinfo(proc)
+    mounts = parse_mountinfo(mountinfo)
+    try:
+        if spec.startswith("pid:"):
+            return _from_pid(spec, _parse_pid(spec[4:], spec), proc, mountinfo)
+        if spec.startswith("docker:"):
+            name = spec[len("docker:"):]
+            if not name:
+                raise CgroupTargetError("docker: needs a container name or id (docker:NAME)")
+            pid = docker_container_pid(name, run)
+            return _from_pid(spec, pid, proc, mountinfo, who=f"container {name}")
+        if spec.startswith(("k8s:", "kubernetes:")):
+            return _from_k8s(spec, pod_uid, proc, mounts, run)
+        if not spec:
+            raise CgroupTargetError("--cgroup needs a TARGET: a cgroup directory, pid:PID, "
+                                    "docker:NAME or k8s:NAMESPACE/POD[/CONTAINER]")
+        return _from_directory(spec, Path(spec), proc, mounts)
+    except LookupFailed as exc:
+        raise CgroupTargetError(str(exc)) from None
+
+
+# ---- the three ways in ---------------------------------------------------------------------
+
+def _parse_pid(text: str, spec: str) -> int:
+    if not text.strip().isdigit() or int(text) <= 0:
+        raise CgroupTargetError(f"{spec}: pid: needs a process id, a number > 0 (pid:1234)")
+    return int(text)
+
+
+def _from_pid(spec: str, pid: int, proc: Path, mountinfo: str,
+              who: str | None = None) -> CgroupTarget:
+    try:
+        text = (proc / str(pid) / "cgroup").read_text(encoding="ascii")
+    except FileNotFoundError:
+        if who is None:
+            raise CgroupTargetError(f"no such process: {pid}") from None
+        raise CgroupTargetError(f"{who}'s process {pid} is not on this machine (a remote "
+                                "Docker engine, or Docker Desktop's VM?)") from None
+    except OSError as exc:
+        raise _unreadable(exc, proc / str(pid) / "cgroup") from None
+    who = who or f"process {pid}"
+    controller = find_cpu_controller(text, mountinfo)
+    if controller is None or controller.group.startswith("/.."):
+        if any(line.split(":", 2)[-1].startswith("/..") for line in text.splitlines()):
+            raise CgroupTargetError(f"{who}'s cgroup is outside this process's cgroup "
+                                    "namespace: run http-timing on the host (or in the same "
+                                    "container)")
+        raise CgroupTargetError(f"{who} has no cgroup cpu controller mounted here "
+                                f"({proc}/{pid}/cgroup)")
+    directory = map_group_path(controller.mount, controller.group)
+    if directory is None:  # find_cpu_controller only returns mappable groups
+        raise CgroupTargetError(f"{who}'s cgroup {controller.group} is not mounted here")
+    return _build(spec, Path(directory), controller.version, controller.group, proc,
+                  parse_mountinfo(mountinfo))
+
+
+def _from_directory(spec: str, directory: Path, proc: Path, mounts: list[Mount]) -> CgroupTarget:
+    try:
+        is_dir = stat.S_ISDIR(directory.stat().st_mode)
+    except FileNotFoundError:
+        raise CgroupTargetError(f"no such cgroup directory: {directory}") from None
+    except OSError as exc:
+        raise _unreadable(exc, directory) from None
+    if not is_dir:
+        raise CgroupTargetError(f"{directory} is not a directory (give the cgroup's directory, "
+                                "e.g. /sys/fs/cgroup/cpu/docker/<id>)")
+    real = os.path.realpath(directory)
+    mount = _mount_of(real, mounts)
+    if mount is None:
+        raise CgroupTargetError(f"{directory} is not in a cgroup file system (cgroup mounts: "
+                                f"{', '.join(m.mount_point for m in mounts) or 'none found'})")
+    if mount.fstype == "cgroup" and "cpu" not in mount.super_options:
+        kind = ",".join(o for o in mount.super_options if o not in ("rw", "ro"))
+        raise CgroupTargetError(f"{directory} is in the cgroup v1 '{kind}' hierarchy, not the "
+                                "cpu controller's (e.g. /sys/fs/cgroup/cpu/...)")
+    relative = os.path.relpath(real, mount.mount_point)
+    root = mount.root.rstrip("/")
+    group = (root + ("" if relative == "." else "/" + relative)) or "/"
+    version = 1 if mount.fstype == "cgroup" else 2
+    return _build(spec, Path(real), version, group, proc, mounts)
+
+
+def _from_k8s(spec: str, pod_uid: str | None, proc: Path, mounts: list[Mount],
+              run: CommandRunner) -> CgroupTarget:
+    namespace, pod, container = parse_k8s_spec(spec)
+    uid, container_id = kubernetes_pod(namespace, pod, container, pod_uid, run)
+    errors: list[str] = []
+    for mount in _cpu_mounts(mounts):
+        try:
+            directory = find_pod_directory(Path(mount.mount_point), uid, container_id)
+        except LookupFailed as exc:
+            errors.append(str(exc))
+            continue
+        if directory is not None:
+            relative = os.path.relpath(directory, mount.mount_point)
+            group = mount.root.rstrip("/") + "/" + relative
+            version = 1 if mount.fstype == "cgroup" else 2
+            return _build(spec, directory, version, group, proc, mounts)
+    if errors:
+        raise CgroupTargetError(errors[0])
+    where = ", ".join(m.mount_point for m in _cpu_mounts(mounts)) or "no cpu hierarchy mounted"
+    raise CgroupTargetError(f"no cgroup for pod {namespace}/{pod} (uid {uid}) under kubepods "
+                            f"in {where}: is this the pod's node? (kubectl get pod -o wide)")
+
+
+# ---- the group's files ---------------------------------------------------------------------
+
+def _build(spec: str, directory: Path, version: int, group: str, proc: Path,
+           mounts: list[Mount]) -> CgroupTarget:
+    """Check the group has readable cpu controller files; read its quota and usage source."""
+    quota_file = directory / ("cpu.cfs_quota_us" if version == 1 else "cpu.max")
+    if not _exists(quota_file):
+        if version == 2 and group in ("", "/"):
+            why = "the root of cgroup v2 has no quota (give a group below it)"
+        elif version == 2:
+            why = "the parent's cgroup.subtree_control does not enable 'cpu'"
+        else:
+            why = "no cpu.cfs_quota_us (CFS bandwidth control missing from this kernel?)"
+        raise CgroupTargetError(f"no cpu controller in {directory}: {why}")
+    try:
+        stat_text = (directory / "cpu.stat").read_text(encoding="ascii")
+        cpu_limit = read_cpu_limit(directory, version, group)
+    except OSError as exc:
+        raise _unreadable(exc, directory) from None
+    except ValueError as exc:
+        raise CgroupTargetError(f"cannot read the quota in {directory}: {exc}") from None
+    if parse_cpu_stat(stat_text, version) is None:
+        raise CgroupTargetError(f"no throttling counters in {directory}/cpu.stat (no cpu "
+                                "controller for this group)")
+    limit = None
+    if cpu_limit.quota_us is not None and cpu_limit.period_us:
+        try:
+            limit = Limit(cpu_limit.quota_us / cpu_limit.period_us, cpu_limit.period_us / 1000,
+                          min(cpu_limit.burst_us or 0, cpu_limit.quota_us) / 1000, "cgroup")
+        except LimitError as exc:
+            raise CgroupTargetError(f"{directory}: unexpected quota: {exc}") from None
+    usage = _usage_source(directory, version, group, stat_text, proc, mounts)
+    return CgroupTarget(spec, directory, version, group, limit, usage, cpu_limit.burst_us)
+
+
+def _usage_source(directory: Path, version: int, group: str, stat_text: str, proc: Path,
+                  mounts: list[Mount]) -> UsageSource:
+    if version == 2 or "usage_usec" in stat_text:
+        return UsageSource("cpu.stat", directory / "cpu.stat", proc)
+    if (directory / "cpuacct.usage").exists():
+        return UsageSource("cpuacct", directory / "cpuacct.usage", proc)
+    for mount in mounts:
+        if mount.fstype != "cgroup" or "cpuacct" not in mount.super_options:
+            continue
+        twin = map_group_path(mount, group)
+        if twin is not None and Path(twin, "cpuacct.usage").exists() \
+                and _subtree_procs(Path(twin)) == _subtree_procs(directory):
+            return UsageSource("cpuacct", Path(twin, "cpuacct.usage"), proc)
+    return UsageSource("schedstat", directory, proc)
+
+
+def _subtree_procs(directory: Path) -> set[int] | None:
+    """The processes of a group and its descendants (None if unreadable)."""
+    found: set[int] = set()
+    try:
+        for here, _dirs, files in os.walk(directory):
+            if "cgroup.procs" in files:
+                text = Path(here, "cgroup.procs").read_text(encoding="ascii")
+                found.update(int(p) for p in text.split())
+    except (OSError, ValueError):
+        return None
+    return found
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; a permission error is said as such, not as "missing"."""
+    try:
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise _unreadable(exc, path) from None
+    return True
+
+
+def _unreadable(exc: OSError, path: Path) -> CgroupTargetError:
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return CgroupTargetError(f"cannot read {path}: permission denied (reading another "
+                                 "service's cgroup or process may need root)")
+    return CgroupTargetError(f"cannot read {path}: {exc.strerror or exc}")
+
+
+# ---- where the hierarchies are mounted -----------------------------------------------------
+
+def _read_mountinfo(proc: Path) -> str:
+    try:
+        return (proc / "self" / "mountinfo").read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CgroupTargetError(f"cannot read {proc}/self/mountinfo: "
+                                f"{exc.strerror or exc}") from None
+
+
+def _cpu_mounts(mounts: list[Mount]) -> list[Mount]:
+    """v1 cpu hierarchies first, then cgroup2 (whose groups have cpu.max when enabled)."""
+    v1 = [m for m in mounts if m.fstype == "cgroup" and "cpu" in m.super_options]
+    return v1 + [m for m in mounts if m.fstype == "cgroup2"]
+
+
+def _mount_of(real: str, mounts: list[Mount]) -> Mount | None:
+    """The cgroup mount whose mount point holds ``real`` (the deepest one)."""
+    best: Mount | None = None
+    for mount in mounts:
+        point = mount.mount_point.rstrip("/") or "/"
+        if real == point or real.startswith(point.rstrip("/") + "/"):
+            if best is None or len(point) > len(best.mount_point):
+                best = mount
+    return best

@@ -1,0 +1,116 @@
+"""Fixture cgroup trees and proc file systems (tmp dirs), and the real thing: the stdlib
+burner service (tests/burner_server.py) in a new cgroup with a real quota.
+
+A fixture tree is what the kernel shows, written as plain files: a hierarchy's groups with
+their quota files and ``cpu.stat``, and a fake ``proc`` whose ``self/mountinfo`` mounts those
+hierarchies, ``<pid>/cgroup`` names a process's groups and ``<tid>/schedstat`` its CPU time.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from client.service import stop_process
+from service.cgroup import create_group, empty_group, move_pid, remove_group
+from service.limit import Limit
+
+__all__ = ["BURNER", "V1_STAT", "V2_STAT", "BurningGroup", "burner_in_group", "fake_proc",
+           "mount_line", "v1_group", "v2_group"]
+
+BURNER = Path(__file__).resolve().parent / "burner_server.py"
+V1_STAT = "nr_periods 31\nnr_throttled 30\nthrottled_time 2071000000\nnr_bursts 0\nburst_time 0\n"
+V2_STAT = ("usage_usec 900000\nuser_usec 880000\nsystem_usec 20000\nnr_periods 31\n"
+           "nr_throttled 30\nthrottled_usec 2071000\nnr_bursts 0\nburst_usec 0\n")
+
+
+def v1_group(directory: Path, quota_us: int = 30000, period_us: int = 100000,
+             burst_us: int | None = 0, stat: str = V1_STAT, procs: Sequence[int] = (),
+             cpuacct_usage: int | None = None) -> Path:
+    """A v1 cpu group (``cpuacct_usage``: co-mounted cpuacct's ``cpuacct.usage`` too)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "cpu.cfs_quota_us").write_text(f"{quota_us}\n")
+    (directory / "cpu.cfs_period_us").write_text(f"{period_us}\n")
+    if burst_us is not None:
+        (directory / "cpu.cfs_burst_us").write_text(f"{burst_us}\n")
+    (directory / "cpu.stat").write_text(stat)
+    (directory / "cgroup.procs").write_text("".join(f"{p}\n" for p in procs))
+    (directory / "tasks").write_text("".join(f"{p}\n" for p in procs))
+    if cpuacct_usage is not None:
+        (directory / "cpuacct.usage").write_text(f"{cpuacct_usage}\n")
+    return directory
+
+
+def v2_group(directory: Path, cpu_max: str | None = "30000 100000", stat: str = V2_STAT,
+             burst_us: int = 0) -> Path:
+    """A v2 group; ``cpu_max=None``: the cpu controller is not enabled for it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "cgroup.controllers").write_text("cpu memory pids\n" if cpu_max else "memory\n")
+    if cpu_max is not None:
+        (directory / "cpu.max").write_text(cpu_max + "\n")
+        (directory / "cpu.max.burst").write_text(f"{burst_us}\n")
+        (directory / "cpu.stat").write_text(stat)
+    else:
+        (directory / "cpu.stat").write_text("usage_usec 5\nuser_usec 4\nsystem_usec 1\n")
+    (directory / "cgroup.procs").write_text("")
+    return directory
+
+
+def mount_line(number: int, root: str, mount_point: Path, fstype: str, options: str) -> str:
+    """One ``/proc/self/mountinfo`` line for a cgroup hierarchy."""
+    return (f"{number} 23 0:{number} {root} {mount_point} rw,relatime - {fstype} {fstype} "
+            f"{options}")
+
+
+def fake_proc(proc: Path, mounts: Sequence[str] | None = None,
+              cgroups: dict[int, str] | None = None,
+              schedstat: dict[int, int] | None = None) -> Path:
+    """``proc/self/mountinfo`` from ``mounts`` lines (None: leave it as it is),
+    ``proc/<pid>/cgroup`` from ``cgroups``, ``proc/<tid>/schedstat`` (ns on CPU first)."""
+    (proc / "self").mkdir(parents=True, exist_ok=True)
+    if mounts is not None:
+        (proc / "self" / "mountinfo").write_text(
+            "22 1 8:1 / / rw,relatime - ext4 /dev/vda1 rw\n" + "".join(m + "\n" for m in mounts))
+    for pid, text in (cgroups or {}).items():
+        (proc / str(pid)).mkdir(exist_ok=True)
+        (proc / str(pid) / "cgroup").write_text(text)
+    for tid, ns in (schedstat or {}).items():
+        (proc / str(tid)).mkdir(exist_ok=True)
+        (proc / str(tid) / "schedstat").write_text(f"{ns} 1234 5\n")
+    return proc
+
+
+@dataclass(frozen=True)
+class BurningGroup:
+    base_url: str
+    pid: int
+    group: Path
+
+
+@contextmanager
+def burner_in_group(cpus: float = 0.2) -> Iterator[BurningGroup]:
+    """tests/burner_server.py running in a new cgroup with a ``cpus`` quota; the server is
+    stopped by its pid and the group removed by its path at the end, also on failure."""
+    group = create_group(Limit(cpus))
+    proc: subprocess.Popen[str] | None = None
+    try:
+        proc = subprocess.Popen([sys.executable, str(BURNER), "--port", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        move_pid(group, proc.pid)
+        assert proc.stdout is not None
+        line = proc.stdout.readline().split()
+        if len(line) != 2 or line[0] != "port":
+            raise RuntimeError(f"burner_server did not start: {line} {proc.stderr}")
+        yield BurningGroup(f"http://127.0.0.1:{line[1]}", proc.pid, group)
+    finally:
+        if proc is not None:
+            stop_process(proc, timeout=10)
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+        empty_group(group)
+        remove_group(group)

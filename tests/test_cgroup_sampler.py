@@ -1,0 +1,204 @@
+"""client.run.cgroup_sampler: readings from fixture files (v1 with cpuacct or schedstat, v2),
+the sampler thread and its CSV, read_timeline's errors; then the real kernel: the stdlib
+burner service in a group with a 0.2 CPU quota, timed sequentially while the sampler runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from client.analysis.cgroup import attribute
+from client.run.cgroup_sampler import (TIMELINE_COLUMNS, CgroupReader, CgroupSample,
+                                       CgroupSampler, TimelineError, read_sample, read_timeline,
+                                       timeline_path)
+from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
+from service.cgroup import read_cpu_stat
+from tests.cgroup_fixtures import V1_STAT, burner_in_group, fake_proc, mount_line, v1_group, \
+    v2_group
+from tests.support import require_kernel_quota
+
+
+def v1_target(tmp_path: Path, *, cpuacct: bool, tids: dict[int, int] | None = None
+              ) -> tuple[CgroupTarget, Path, Path]:
+    """A v1 group (``cpuacct``: co-mounted, else usage from schedstat of ``tids``)."""
+    cpu = tmp_path / "cpu"
+    options = "rw,cpu,cpuacct" if cpuacct else "rw,cpu"
+    proc = fake_proc(tmp_path / "proc", [mount_line(32, "/", cpu, "cgroup", options)],
+                     schedstat=tids or {})
+    group = v1_group(cpu / "g", procs=sorted(tids or {}),
+                     cpuacct_usage=5_000_000 if cpuacct else None)
+    return resolve_cgroup(str(group), proc=proc), group, proc
+
+
+def test_v1_reading_with_cpuacct_follows_the_files(tmp_path: Path) -> None:
+    target, group, _proc = v1_target(tmp_path, cpuacct=True)
+    with CgroupReader(target) as reader:
+        first = reader.read()
+        assert (first.usage_ns, first.nr_periods, first.nr_throttled, first.throttled_ns) == \
+            (5_000_000, 31, 30, 2_071_000_000)
+        (group / "cpu.stat").write_text(V1_STAT.replace("31", "32").replace("2071", "2150"))
+        (group / "cpuacct.usage").write_text("7000000\n")
+        second = reader.read(since_ns=first.t_ns)
+    assert (second.usage_ns, second.nr_periods, second.throttled_ns) == \
+        (7_000_000, 32, 2_150_000_000)
+    assert second.t_ns < first.t_ns   # since_ns moved the origin forward
+
+
+def test_v2_usage_and_throttled_usec_in_ns(tmp_path: Path) -> None:
+    top = tmp_path / "cg2"
+    proc = fake_proc(tmp_path / "proc", [mount_line(29, "/", top, "cgroup2", "rw")])
+    group = v2_group(top / "app")
+    sample = read_sample(resolve_cgroup(str(group), proc=proc))
+    assert (sample.usage_ns, sample.nr_periods, sample.nr_throttled, sample.throttled_ns) == \
+        (900_000_000, 31, 30, 2_071_000_000)
+
+
+def test_schedstat_usage_sums_threads_and_keeps_those_that_left(tmp_path: Path) -> None:
+    target, group, proc = v1_target(tmp_path, cpuacct=False, tids={10: 1000, 11: 500})
+    child = v1_group(group / "child", procs=[12])        # descendants count too
+    fake_proc(proc, None, schedstat={12: 100})
+    assert target.usage_source.kind == "schedstat"
+    with CgroupReader(target) as reader:
+        assert reader.read().usage_ns == 1600
+        (proc / "10" / "schedstat").write_text("3000 1 1\n")
+        (group / "tasks").write_text("10\n")              # thread 11 ended
+        (child / "tasks").write_text("12\n13\n")          # a new thread
+        fake_proc(proc, None, schedstat={13: 50})
+        assert reader.read().usage_ns == 3000 + 500 + 100 + 50
+
+
+def test_sampler_writes_a_flushed_csv_and_stops_its_thread(tmp_path: Path) -> None:
+    target, group, _proc = v1_target(tmp_path, cpuacct=True)
+    csv_path = timeline_path(tmp_path / "raw" / "run-1.csv")
+    assert csv_path.name == "run-1.cgroup.csv"
+    before = {t.name for t in threading.enumerate()}
+    sampler = CgroupSampler(target, csv_path, interval=0.005)
+    with sampler:
+        sampler.start(time.perf_counter_ns())
+        assert sampler.running
+        deadline = time.monotonic() + 20
+        while len(csv_path.read_text().splitlines()) < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        on_disk = read_timeline(csv_path)          # readable while the run goes on
+        assert len(on_disk) >= 5
+    assert not sampler.running and "cgroup-sampler" not in before
+    assert all(t.name != "cgroup-sampler" for t in threading.enumerate())
+    samples = sampler.samples
+    assert read_timeline(csv_path) == samples
+    assert csv_path.read_text().splitlines()[0] == ",".join(TIMELINE_COLUMNS)
+    times = [s.t_ns for s in samples]
+    assert times == sorted(times) and times[0] >= 0
+    assert sampler.stop() == samples          # a second stop is harmless
+
+
+def test_sampler_keeps_its_samples_when_the_group_goes_away(tmp_path: Path) -> None:
+    target, group, _proc = v1_target(tmp_path, cpuacct=True)
+    sampler = CgroupSampler(target, None, interval=0.002).start()
+    time.sleep(0.05)
+    (group / "cpu.stat").write_text("garbage\n")    # what a reader sees of a vanished group
+    deadline = time.monotonic() + 10
+    while sampler.running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    kept = sampler.stop()
+    assert sampler.error is not None and "stopped sampling" in sampler.error
+    assert kept and all(isinstance(s, CgroupSample) for s in kept)
+
+
+def test_sampler_rejects_a_bad_interval_and_a_vanished_group(tmp_path: Path) -> None:
+    target, group, _proc = v1_target(tmp_path, cpuacct=True)
+    with pytest.raises(ValueError, match="--cgroup-interval must be > 0"):
+        CgroupSampler(target, None, interval=0)
+    (group / "cpu.stat").unlink()
+    with pytest.raises(CgroupTargetError, match="cannot open .*cpu.stat: No such file"):
+        CgroupSampler(target, tmp_path / "x.cgroup.csv").start()
+    assert not (tmp_path / "x.cgroup.csv").exists()
+
+
+@pytest.mark.parametrize("content, expected", [
+    (None, "no such file"),
+    ("", "not a cgroup timeline"),
+    ("seq,latency_ns\n1,2\n", "not a cgroup timeline"),
+    ("t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns\n1,2,3,4\n", "line 2: 4 fields"),
+    ("t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns\n1,2,3,4,x\n", "line 2: invalid"),
+])
+def test_read_timeline_errors_are_one_line(tmp_path: Path, content: str | None,
+                                           expected: str) -> None:
+    path = tmp_path / "x.cgroup.csv"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(TimelineError, match=expected) as info:
+        read_timeline(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(TimelineError, match="is a directory"):
+        read_timeline(tmp_path)
+    path.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(TimelineError, match="not a text file"):
+        read_timeline(path)
+
+
+# ---- the real kernel -------------------------------------------------------------------------
+
+@pytest.mark.root
+def test_real_group_sampled_while_requests_are_timed(tmp_path: Path) -> None:
+    """The burner in a 0.2 CPU group (20 ms per 100 ms period): requests of 25 ms CPU are
+    mostly throttled and then finish a few ms after the throttle ends (a sampling interval
+    later would be too late), 1 ms requests mostly are not. The timeline must be dense and
+    monotonic; its attribution must add up to the group's own cpu.stat change, agree with
+    the exact readings taken around each request, and mark the slow ones."""
+    require_kernel_quota()
+    with burner_in_group(0.2) as burner:
+        by_path = resolve_cgroup(str(burner.group))
+        assert resolve_cgroup(f"pid:{burner.pid}").directory == by_path.directory
+        burns = [25, 1, 1, 1] * 12
+        with httpx.Client(timeout=30) as client:
+            client.get(f"{burner.base_url}/healthz")
+            requests = [client.build_request("GET", f"{burner.base_url}/burn?ms={ms}")
+                        for ms in burns]
+            before = read_cpu_stat(by_path.directory, by_path.version)
+            run_start = time.perf_counter_ns()
+            intervals, exact = [], []
+            with CgroupSampler(by_path, tmp_path / "run.cgroup.csv") as sampler:
+                sampler.start(run_start)
+                for request in requests:
+                    first = read_sample(by_path, run_start)
+                    start = time.perf_counter_ns()
+                    assert client.send(request).status_code == 200
+                    end = time.perf_counter_ns()
+                    last = read_sample(by_path, run_start)
+                    exact.append((last.throttled_ns - first.throttled_ns,
+                                  last.nr_throttled - first.nr_throttled))
+                    intervals.append((start - run_start, end - run_start))
+            after = read_cpu_stat(by_path.directory, by_path.version)
+    timeline = sampler.samples
+    assert sampler.error is None and read_timeline(tmp_path / "run.cgroup.csv") == timeline
+    seconds = (timeline[-1].t_ns - timeline[0].t_ns) / 1e9
+    assert len(timeline) / seconds >= 50, (len(timeline), seconds)   # 100/s asked, noisy host
+    for field in ("t_ns", "usage_ns", "nr_periods", "nr_throttled", "throttled_ns"):
+        values = [getattr(s, field) for s in timeline]
+        assert values == sorted(values), field
+    assert before is not None and after is not None
+    kernel = after - before
+    assert kernel.nr_throttled >= 8 and kernel.throttled_ns > 400_000_000, kernel
+    assert timeline[-1].usage_ns - timeline[0].usage_ns >= 0.4 * sum(burns) * 1e6
+    assert by_path.limit is not None
+    marks = attribute(intervals, timeline, period_ns=by_path.limit.period_ns)
+    attributed = [m[0] for m in marks]
+    counted = timeline[-1].throttled_ns - timeline[0].throttled_ns
+    assert abs(sum(attributed) - counted) <= 0.2 * counted, (sum(attributed), counted)
+    assert abs(counted - kernel.throttled_ns) <= 0.2 * kernel.throttled_ns
+    throttled = [i for i, (ns, _nr) in enumerate(exact) if ns > 0]
+    assert len(throttled) >= 6, exact
+    # laid back from the boundary that ended it, a throttle lands in the right request (it
+    # would not if its time were spread over the sample interval it was counted in)
+    close = [i for i in throttled if abs(attributed[i] - exact[i][0]) <= 0.1 * exact[i][0]]
+    assert len(close) >= 0.85 * len(throttled), [(exact[i], marks[i]) for i in throttled]
+    marked = np.array([m[1] > 0 for m in marks])
+    exactly = np.array([nr > 0 or ns > 0 for ns, nr in exact])
+    assert (marked == exactly).mean() >= 0.9, list(zip(burns, exact, marks))
+    latencies = np.array([(b - a) / 1e6 for a, b in intervals])
+    assert np.median(latencies[marked]) > 3 * np.median(latencies[~marked])

@@ -1,0 +1,186 @@
+"""http-timing watch (client.commands.watch, client.render.watch): the live table under a real
+pty, JSON lines when piped, Ctrl-C and a closed pipe end it cleanly, bad input is one line.
+The watched group is real: the stdlib burner in a 0.2 CPU group, kept busy meanwhile."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+from rich.console import Console
+
+from client.analysis.cgroup import interval_stats
+from client.commands.watch import command_watch
+from client.render.watch import WatchRow, json_line, watch_table
+from client.run.cgroup_sampler import CgroupSample
+from service.limit import Limit
+from tests.cgroup_fixtures import BurningGroup, burner_in_group
+from tests.support import ROOT, require_kernel_quota
+
+WATCH = [sys.executable, "-m", "client.commands.watch"]
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@contextmanager
+def busy_burner() -> Iterator[BurningGroup]:
+    """The burner in a 0.2 CPU group, sent 30 ms burns back to back until the end."""
+    require_kernel_quota()
+    with burner_in_group(0.2) as burner:
+        stop = threading.Event()
+
+        def load() -> None:
+            with httpx.Client(timeout=30) as client:
+                while not stop.is_set():
+                    client.get(f"{burner.base_url}/burn?ms=30")
+
+        thread = threading.Thread(target=load, daemon=True)
+        thread.start()
+        try:
+            yield burner
+        finally:
+            stop.set()
+            thread.join(timeout=30)
+
+
+# ---- rendering (pure) ------------------------------------------------------------------------
+
+def test_table_and_json_line_show_the_interval() -> None:
+    stats = interval_stats(CgroupSample(0, 0, 0, 0, 0),
+                           CgroupSample(10**9, 190_000_000, 10, 9, 720_000_000), Limit(0.2))
+    row = WatchRow("12:00:01", 1.0, stats)
+    console = Console(width=140, record=True, file=open(os.devnull, "w"))
+    console.print(watch_table("/docker/abc", Limit(0.2), [row], stats))
+    console.file.close()
+    text = console.export_text()
+    assert "CPU throttling of /docker/abc" in text and "0.2 CPU (20 ms per 100 ms" in text
+    assert re.search(r"12:00:01 .*\b10\b.*\b9\b.*90 %.*720\.0.*0\.190.*95 %", text), text
+    assert "since start (1.0 s): 10 periods, 9 throttled (90 %)" in text
+    data = json.loads(json_line("/docker/abc", row))
+    assert data["nr_throttled"] == 9 and data["quota_share"] == pytest.approx(0.95)
+    assert data["group"] == "/docker/abc" and data["throttled_share"] == 0.9
+
+
+# ---- bad input -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, expected", [
+    (["/no/such/group"], "http-timing watch: no such cgroup directory: /no/such/group"),
+    (["pid:nope"], "http-timing watch: pid:nope: pid: needs a process id"),
+    (["/sys", "--interval", "0"], "argument --interval: must be a number > 0 (got 0)"),
+    (["/sys", "--count", "0"], "argument --count: must be an integer >= 1"),
+    ([], "the following arguments are required: TARGET"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv: list[str], expected: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = command_watch(argv)
+    except SystemExit as exc:   # argparse's own errors
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err
+    assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err
+
+
+# ---- the real thing --------------------------------------------------------------------------
+
+@pytest.mark.root
+def test_piped_output_is_one_json_object_per_interval() -> None:
+    with busy_burner() as burner:
+        out = subprocess.run([*WATCH, str(burner.group), "--interval", "0.3", "--count", "5"],
+                             capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(lines) == 5
+    assert all(line["quota_cpus"] == 0.2 and line["group"].endswith(burner.group.name)
+               for line in lines)
+    assert sum(line["nr_throttled"] for line in lines) >= 3, lines
+    assert sum(line["throttled_ms"] for line in lines) > 100, lines
+    for line in lines:   # the quota holds: never much more than 0.2 CPU per interval
+        assert 0 <= line["usage_cpus"] <= 0.2 * 1.5 + 0.05, line
+        assert 0.2 <= line["interval_s"] <= 1.5
+
+
+@pytest.mark.root
+def test_ctrl_c_and_a_closed_pipe_end_it_cleanly() -> None:
+    with busy_burner() as burner:
+        proc = subprocess.Popen([*WATCH, f"pid:{burner.pid}", "--interval", "0.1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=ROOT)
+        assert proc.stdout is not None and proc.stderr is not None
+        first = json.loads(proc.stdout.readline())
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0 and "Traceback" not in err and err == "", err
+        assert all(json.loads(line) for line in rest.splitlines())
+        assert first["quota_cpus"] == 0.2
+        closed = subprocess.Popen([*WATCH, str(burner.group), "--interval", "0.05"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+        assert closed.stdout is not None and closed.stderr is not None
+        closed.stdout.readline()
+        closed.stdout.close()             # like `| head -1`
+        code = closed.wait(timeout=30)
+        err = closed.stderr.read().decode()
+        closed.stderr.close()
+    assert code == 0 and err == "", err
+
+
+def _read_until(fd: int, pattern: re.Pattern[str], timeout: float) -> str:
+    """Read the pty until ``pattern`` is in its text (ANSI escapes removed) or ``timeout``."""
+    chunks: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:   # EIO: the other side is closed
+                break
+            if not data:
+                break
+            chunks.append(data.decode(errors="replace"))
+            if pattern.search(ANSI.sub("", "".join(chunks))):
+                break
+    return ANSI.sub("", "".join(chunks))
+
+
+@pytest.mark.root
+def test_terminal_shows_a_live_table_and_ctrl_c_exits_0() -> None:
+    with busy_burner() as burner:
+        master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
+        proc = subprocess.Popen([*WATCH, str(burner.group), "--interval", "0.25"],
+                                stdin=slave, stdout=slave, stderr=slave, cwd=ROOT,
+                                env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "140"})
+        os.close(slave)
+        try:
+            # the fourth refresh shows the totals over more than a second
+            screen = _read_until(master, re.compile(r"since start \(1\.[0-9] s\)"),
+                                 timeout=30)
+            proc.send_signal(signal.SIGINT)
+            screen += _read_until(master, re.compile(r"(?!)"), timeout=5)
+            code = proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            os.close(master)
+    assert code == 0, screen
+    assert "Traceback" not in screen and "KeyboardInterrupt" not in screen
+    assert f"CPU throttling of /{burner.group.name}" in screen
+    assert "quota 0.2 CPU (20 ms per 100 ms period)" in screen
+    for header in ("periods", "throttled", "throttled ms", "CPUs used", "% of quota"):
+        assert header in screen
+    rows = re.findall(r"\d\d:\d\d:\d\d\s+│?\s*(\d+)\s+│?\s*(\d+)", screen)
+    assert rows and sum(int(throttled) for _periods, throttled in rows) > 0, screen
