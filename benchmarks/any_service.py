@@ -39,10 +39,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from client.analysis.cgroup import attribute  # noqa: E402
-from client.run.cgroup_sampler import CgroupReader, CgroupSample, CgroupSampler  # noqa: E402
+from client.run.attribution import attribute  # noqa: E402
+from client.data.timeline import CgroupSample  # noqa: E402
+from client.run.cgroup_sampler import CgroupReader, CgroupSampler  # noqa: E402
 from client.run.cgroup_target import CgroupTarget, resolve_cgroup  # noqa: E402
-from client.service import stop_process  # noqa: E402
+from client.run.targets.service import stop_process  # noqa: E402
 from service.cgroup import create_group, empty_group, move_pid, remove_group  # noqa: E402
 from service.limit import Limit  # noqa: E402
 from service.quota import CpuStat  # noqa: E402
@@ -190,8 +191,8 @@ def compare_exact(m: Measured, marked: list[bool]) -> None:
 
 
 def picture(path: Path, m: Measured, marked: list[bool], limit: Limit) -> None:
-    from client.analysis.cgroup import throttled_stretches
-    from client.plot import pyplot, save_figure
+    from client.run.attribution import throttled_stretches
+    from client.render.figures import pyplot, save_figure
     from client.render.cgroup_plot import draw_throttled_bands, draw_usage_panel
 
     plt = pyplot()

@@ -39,9 +39,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from client.analysis.cgroup import period_phase  # noqa: E402
-from client.run.cgroup_sampler import (CgroupReader, CgroupSample, CgroupSampler,  # noqa: E402
-                                       read_sample)
+from client.run.attribution import period_phase  # noqa: E402
+from client.data.timeline import CgroupSample  # noqa: E402
+from client.run.cgroup_sampler import CgroupReader, CgroupSampler, read_sample  # noqa: E402
 from client.run.cgroup_target import CgroupTarget, resolve_cgroup  # noqa: E402
 from service.cgroup import (create_group, empty_group, move_pid, parse_cpu_stat,  # noqa: E402
                             remove_group)

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from client.service import stop_process
+from client.run.targets.service import stop_process
 from service.cgroup import create_group, empty_group, move_pid, remove_group
 from service.limit import Limit
 

@@ -1,198 +1,29 @@
-"""What a watched group's counter timeline says about each request: pure functions, no I/O.
+"""What a watched group's counter timeline says about a run: CPU used per period against
+the quota, the report's ``cgroup`` section, the per-interval numbers of ``watch`` (pure).
 
-The timeline is a list of samples (``t_ns``, ``usage_ns``, ``nr_periods``, ``nr_throttled``,
-``throttled_ns``; cumulative counters, ``t_ns`` on the requests' clock). How the kernel moves
-the counters (``kernel/sched/fair.c``) decides how they are read here:
-
-- ``nr_periods`` and ``nr_throttled`` grow at **period boundaries** (the period timer), and
-  the throttled time grows when a throttle **ends** (at the boundary whose refill lets the
-  group run again), by the whole length of that throttle. So a growth of the throttled time
-  seen between two samples is a throttle that *ended* there and *began* that long before:
-  the time is not spread over the sample interval, it is laid back from its end.
-- The boundaries lie on a fixed grid (the timer keeps its phase). :func:`period_phase` finds
-  the grid from the intervals in which ``nr_periods`` grew (each one says "a boundary is in
-  here"; with jittery 10 ms samples they pin it to well under a millisecond), and a throttle's
-  end is put on the boundary inside its interval (the interval's middle when none is known).
-- Overlapping requests share the blame: each request gets the part of every throttled
-  stretch that overlaps it, so with concurrency the per-request sums may exceed the group's.
-- CPU usage flows continuously: between samples it is interpolated linearly.
+How a throttle is placed in time and which requests it hit is ``client.run.attribution``'s
+(the run layer uses it to fill the CSV's ``cgroup_*`` columns). CPU usage flows continuously:
+between samples it is interpolated linearly.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from client.run.attribution import CounterSample, attribute, period_phase
 from service.limit import Limit
 
-__all__ = ["MIN_OVERLAP_NS", "BusyPeriod", "CgroupReport", "CounterSample", "IntervalStats",
-           "LatencyGroup", "PeriodUsage", "RequestSpan", "ThrottleEvent", "attribute",
-           "cgroup_report", "interval_stats", "period_phase", "request_spans",
-           "throttle_events", "throttled_stretches", "usage_per_period"]
+__all__ = ["BusyPeriod", "CgroupReport", "IntervalStats", "LatencyGroup", "PeriodUsage",
+           "RequestSpan", "cgroup_report", "interval_stats", "request_spans",
+           "usage_per_period"]
 
-MIN_OVERLAP_NS = 1_000_000   # a stretch overlapping a request by less is estimation noise
 BUSIEST = 5                  # how many of the busiest periods a report lists
 AT_QUOTA = 0.9               # a period that used >= 90 % of its quota hit the limit
-
-
-class CounterSample(Protocol):
-    """One reading of the group's counters (``client.run.cgroup_sampler.CgroupSample``)."""
-
-    @property
-    def t_ns(self) -> int: ...
-    @property
-    def usage_ns(self) -> int: ...
-    @property
-    def nr_periods(self) -> int: ...
-    @property
-    def nr_throttled(self) -> int: ...
-    @property
-    def throttled_ns(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class ThrottleEvent:
-    """One throttle: the group could not run from ``start_ns`` to ``end_ns`` (estimated),
-    ``throttled_ns`` as the kernel counted it (summed over CPUs), ``nr_throttled`` periods."""
-
-    start_ns: int
-    end_ns: int
-    throttled_ns: int
-    nr_throttled: int
-
-
-# ---- where the period boundaries are ---------------------------------------------------------
-
-def period_phase(timeline: Sequence[CounterSample], period_ns: int) -> int | None:
-    """The boundaries' phase ``φ`` in ``[0, period_ns)``: boundaries are at ``φ + k·period``.
-
-    Every sample interval in which ``nr_periods`` grew holds a boundary; the phase most of
-    them agree on (the middle of the widest such arc) wins. None when under half agree
-    (the quota was rewritten mid-run, so the timer restarted) or nothing grew."""
-    if period_ns <= 0:
-        return None
-    events: list[tuple[int, int]] = []
-    observations = 0
-    for before, after in zip(timeline, timeline[1:]):
-        if after.nr_periods == before.nr_periods or after.t_ns - before.t_ns >= period_ns / 2:
-            continue
-        observations += 1
-        lo, hi = before.t_ns % period_ns, after.t_ns % period_ns
-        if lo <= hi:
-            events += [(lo, 1), (hi, -1)]
-        else:
-            events += [(lo, 1), (period_ns, -1), (0, 1), (hi, -1)]
-    if not observations:
-        return None
-    events.sort(key=lambda e: (e[0], e[1]))
-    best, best_arcs, coverage = 0, [], 0
-    for (position, change), (next_position, _) in zip(events, events[1:]):
-        coverage += change
-        if next_position <= position:
-            continue
-        if coverage > best:
-            best, best_arcs = coverage, [(position, next_position)]
-        elif coverage == best:
-            best_arcs.append((position, next_position))
-    if best * 2 < observations or not best_arcs:
-        return None
-    lo, hi = _widest(best_arcs, period_ns)
-    return int((lo + hi) // 2) % period_ns
-
-
-def _widest(arcs: list[tuple[int, int]], period_ns: int) -> tuple[int, int]:
-    """The widest of the arcs, joining touching ones (also across the wrap at ``period``)."""
-    merged: list[list[int]] = []
-    for lo, hi in sorted(arcs):
-        if merged and merged[-1][1] >= lo:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
-    if len(merged) > 1 and merged[0][0] == 0 and merged[-1][1] == period_ns:
-        first = merged.pop(0)
-        merged[-1][1] = period_ns + first[1]
-    lo, hi = max(merged, key=lambda arc: arc[1] - arc[0])
-    return lo, hi
-
-
-def _boundary_in(lo: int, hi: int, period_ns: int | None, phase: int | None) -> int:
-    """The period boundary in the sample interval ``(lo, hi]``; its middle if none is known."""
-    if period_ns and phase is not None:
-        k = math.ceil((lo - phase) / period_ns)
-        boundary = phase + k * period_ns
-        if lo <= boundary <= hi:
-            return boundary
-    return (lo + hi) // 2
-
-
-# ---- throttles and what they did to each request ---------------------------------------------
-
-def throttle_events(timeline: Sequence[CounterSample],
-                    period_ns: int | None = None) -> list[ThrottleEvent]:
-    """The throttles the timeline shows, in time order. Each growth of the throttled time
-    ends a throttle on the boundary in its sample interval; the throttle began
-    ``throttled_ns`` earlier, but not before the previous one ended (several CPUs throttled
-    at once count their times together). ``nr_throttled`` grown at boundaries with no
-    throttled time yet (a throttle spanning periods) goes to the throttle that ends next."""
-    phase = period_phase(timeline, period_ns) if period_ns else None
-    events: list[ThrottleEvent] = []
-    previous_end = timeline[0].t_ns if timeline else 0
-    pending_nr, pending_from = 0, 0
-    for before, after in zip(timeline, timeline[1:]):
-        grown_ns = after.throttled_ns - before.throttled_ns
-        grown_nr = after.nr_throttled - before.nr_throttled
-        if grown_ns <= 0:
-            if grown_nr > 0:
-                pending_from = pending_from if pending_nr else before.t_ns
-                pending_nr += grown_nr
-            continue
-        end = _boundary_in(before.t_ns, after.t_ns, period_ns, phase)
-        length = max(1, min(grown_ns, end - previous_end))
-        events.append(ThrottleEvent(end - length, end, grown_ns, grown_nr + pending_nr))
-        previous_end, pending_nr = end, 0
-    if pending_nr and timeline:   # still throttled when the timeline ended
-        events.append(ThrottleEvent(max(previous_end, pending_from), timeline[-1].t_ns, 0,
-                                    pending_nr))
-    return events
-
-
-def throttled_stretches(timeline: Sequence[CounterSample],
-                        period_ns: int | None = None) -> list[tuple[int, int]]:
-    """``(start_ns, end_ns)`` of each throttle, for the picture's shaded bands."""
-    return [(e.start_ns, e.end_ns) for e in throttle_events(timeline, period_ns)]
-
-
-def attribute(intervals: Sequence[tuple[int, int]], timeline: Sequence[CounterSample], *,
-              period_ns: int | None = None,
-              min_overlap_ns: int = MIN_OVERLAP_NS) -> list[tuple[int, int]]:
-    """``(throttled_ns, nr_throttled)`` per request interval ``(start_ns, end_ns)``: the part
-    of each throttle's time that overlaps the request (all of it when the throttle lies
-    inside), and the periods of every throttle that overlaps it. An overlap shorter than
-    ``min_overlap_ns`` (and than the throttle) is taken as the estimate's noise."""
-    events = throttle_events(timeline, period_ns)
-    ends = [e.end_ns for e in events]
-    out: list[tuple[int, int]] = []
-    for start, end in intervals:
-        throttled, periods = 0.0, 0
-        i = bisect.bisect_left(ends, start)
-        while i < len(events) and events[i].start_ns <= end:
-            event = events[i]
-            i += 1
-            overlap = min(end, event.end_ns) - max(start, event.start_ns)
-            length = event.end_ns - event.start_ns
-            if length == 0 and not start <= event.end_ns <= end:
-                continue
-            if length > 0 and (overlap <= 0 or (overlap < min_overlap_ns and overlap < length)):
-                continue
-            throttled += event.throttled_ns * (overlap / length if length else 1.0)
-            periods += event.nr_throttled
-        out.append((round(throttled), periods))
-    return out
 
 
 # ---- CPU usage per period --------------------------------------------------------------------

@@ -2,11 +2,13 @@
 
 Pure functions of a run's records (no I/O). Two sources, used together:
 
-- **The server's counters** (``kernel_nr_throttled``: the cgroup's ``nr_throttled`` went up
-  during the request; ``server_throttle_ns``: the in-process throttle paused it). Exact for
-  what happened inside the handler. The kernel stops the whole process, so a request that
-  arrives while the group is throttled waits *before* the handler reads the counters: the
-  server cannot see that stall.
+- **Counters**: the watched group's, read by the client around each request (``--cgroup``,
+  ``cgroup_nr_throttled``: they see every stall of the request); else the server's
+  (``kernel_nr_throttled``: its cgroup's ``nr_throttled`` went up during the request;
+  ``server_throttle_ns``: the in-process throttle paused it). The server's are exact for what
+  happened inside the handler, but the kernel stops the whole process, so a request that
+  arrives while the group is throttled waits *before* the handler reads them: the server
+  cannot see that stall.
 - **The latency distribution** of a sequential run (``client.analysis.latency``): a request
   above the gap over the fast mode is throttled. When almost every request is throttled the
   fast mode may be missing: the server's CPU per request (``server_cpu_ns``) then says what an
@@ -48,6 +50,7 @@ class ThrottleSource(str, Enum):
 
     SERVER = "server counters"
     SERVER_AND_LATENCY = "server counters + latency"
+    CGROUP = "cgroup counters"   # the watched group's, read by the client (--cgroup)
     LATENCY = "latency distribution"
     NONE = "none"
 
@@ -183,7 +186,7 @@ def fast_mode(ok: Sequence[RequestRecord], lat: np.ndarray, split: LatencySplit 
 def mark_throttled(ok: Sequence[RequestRecord], lat: np.ndarray, threshold: float | None, *,
                    sequential: bool) -> tuple[list[bool], ThrottleSource, list[str]]:
     """Step 2: which requests were throttled, by the server's counters and/or the latency."""
-    counters = [r.server_throttled for r in ok]
+    counters = [r.counters_throttled for r in ok]
     by_latency = [bool(threshold is not None and x >= threshold) for x in lat]
     if not any(c is not None for c in counters):
         notes = [] if sequential else [
@@ -191,6 +194,10 @@ def mark_throttled(ok: Sequence[RequestRecord], lat: np.ndarray, threshold: floa
             "also looks like a stall, so this is uncertain"]
         return by_latency, ThrottleSource.LATENCY if ok else ThrottleSource.NONE, notes
     by_server = [bool(c) for c in counters]
+    if any(r.cgroup_nr_throttled is not None for r in ok):
+        # read by the client around the whole request (or from the group's timeline): a
+        # stall before the handler is in them too, so slowness adds nothing
+        return by_server, ThrottleSource.CGROUP, []
     if not sequential:
         return by_server, ThrottleSource.SERVER, []
     missed = sum(1 for s, slow in zip(by_server, by_latency) if slow and not s)

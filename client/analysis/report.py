@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from client.analysis.cgroup import CgroupReport, cgroup_report
 from client.analysis.detect import Detection, detect_run
 from client.analysis.model import MAX_CONCURRENCY, MAX_REQUESTS, Prediction, Workload, predict
 from client.data.files import Run
@@ -31,19 +32,24 @@ class Report:
     limit_description: str           # the limits in force, in words (from the metadata)
     summary: Summary
     detection: Detection
+    cgroup: CgroupReport | None = None   # the watched group's (``--cgroup``), when there is one
 
     def to_dict(self) -> dict[str, Any]:
-        """The keys of ``http-timing report --json``."""
-        return {"name": self.name, "limit": self.limit_description,
-                "limit_cpus": self.limit.cpus if self.limit else None,
-                **self.summary.to_dict(), **self.detection.to_dict()}
+        """The keys of ``http-timing report --json`` (``cgroup`` only for a watched group)."""
+        out = {"name": self.name, "limit": self.limit_description,
+               "limit_cpus": self.limit.cpus if self.limit else None,
+               **self.summary.to_dict(), **self.detection.to_dict()}
+        if self.cgroup is not None:
+            out["cgroup"] = self.cgroup.to_dict()
+        return out
 
 
 def build_report(run: Run, limit: Limit | None = None) -> Report:
     """The report of ``run``; ``limit`` overrides the one its metadata says was in force."""
     limit = limit if limit is not None else run.metadata.limit
+    cgroup = cgroup_report(run.records, run.timeline, limit) if run.timeline else None
     return Report(run.name, limit, run.metadata.limit_description(), summarize(run.records),
-                  detect_run(run, limit))
+                  detect_run(run, limit), cgroup)
 
 
 class WorkloadError(ValueError):

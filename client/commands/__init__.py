@@ -7,6 +7,8 @@
     http-timing predict --service-ms S --cpus X                         the quota model
     http-timing compare A B C... [-o PICTURE]                           runs side by side
     http-timing sweep --cpus 1,0.3,0.1 --backend kernel|inprocess|docker start, time, compare
+    http-timing [run] ... --cgroup TARGET                               + the service's own cgroup
+    http-timing watch TARGET                                            the top of throttling
 
 Run, raw data file, report/plot: each step usable alone (the shape of vegeta's run/report/plot).
 Each command is a module with ``command_<name>(argv) -> exit code``: parse, call the layers
@@ -27,6 +29,7 @@ from client.commands.predict import command_predict
 from client.commands.report import command_report
 from client.commands.run import command_run
 from client.commands.sweep import command_sweep
+from client.commands.watch import command_watch
 from client.data.record import RawDataError
 
 __all__ = ["COMMANDS", "main"]
@@ -38,6 +41,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "predict": command_predict,
     "compare": command_compare,
     "sweep": command_sweep,
+    "watch": command_watch,
 }
 
 

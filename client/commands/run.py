@@ -18,16 +18,18 @@ from client.analysis.report import build_report
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
                                     EXIT_USAGE, add_load_arguments, draw_result, plan_from,
                                     show_result, silence_stdout)
-from client.commands.options import CliError, int_at_least
+from client.commands.options import CliError, int_at_least, number_above
 from client.data.legacy import format_line
 from client.data.naming import check_file_name
 from client.data.record import RequestRecord
 from client.render.progress import RunProgress
+from client.run.cgroup_sampler import DEFAULT_INTERVAL
+from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
 from client.run.http import build_url
 from client.run.record import RecordedRun, RunSpec, record_run
 from client.run.recorder import files_first
 
-__all__ = ["DEFAULT_URL", "build_run_parser", "command_run"]
+__all__ = ["DEFAULT_URL", "build_run_parser", "cgroup_target", "command_run"]
 
 DEFAULT_URL = "http://localhost:7800/cpuBurnFlow"
 
@@ -48,6 +50,16 @@ def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
     parser.add_argument("--max-failures", type=int_at_least(0), default=5,
                         help="stop after this many connection failures in a row; 0 never stops "
                         "(default 5)")
+    parser.add_argument("--cgroup", metavar="TARGET",
+                        help="also read the service's own cgroup during the run, to mark each "
+                        "request with the throttling it met: a cgroup directory, pid:PID, "
+                        "docker:NAME_OR_ID or k8s:NAMESPACE/POD[/CONTAINER] (usually needs "
+                        "root)")
+    parser.add_argument("--cgroup-interval", type=number_above(0), default=DEFAULT_INTERVAL,
+                        metavar="S", help="seconds between two samples of the cgroup "
+                        f"(default {DEFAULT_INTERVAL:g}: {1 / DEFAULT_INTERVAL:g} per second)")
+    parser.add_argument("--pod-uid", metavar="UID",
+                        help="with --cgroup k8s:...: the pod's UID, where kubectl cannot tell")
     parser.add_argument("--name", help="name of the run's files (default: run-<timestamp>)")
     parser.add_argument("--data-dir", type=Path, default=Path("raw-data"),
                         help="where <name>.csv and <name>.json go (default ./raw-data)")
@@ -56,6 +68,18 @@ def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
     parser.add_argument("--no-plot", action="store_true", help="do not draw the picture")
     parser.add_argument("--quiet", action="store_true", help="no per-request lines")
     return parser
+
+
+def cgroup_target(spec: str | None, pod_uid: str | None) -> CgroupTarget | None:
+    """``--cgroup TARGET`` resolved to its group (a one-line ``CliError`` if it cannot be)."""
+    if spec is None:
+        if pod_uid is not None:
+            raise CliError("--pod-uid goes with --cgroup k8s:NAMESPACE/POD")
+        return None
+    try:
+        return resolve_cgroup(spec, pod_uid=pod_uid)
+    except CgroupTargetError as exc:
+        raise CliError(str(exc)) from None
 
 
 class LinePrinter:
@@ -88,7 +112,9 @@ def command_run(argv: list[str]) -> int:
     spec = RunSpec(url=url, plan=plan, name=name, data_dir=opts.data_dir,
                    iterations=opts.iterations, command=["http-timing", *argv],
                    new_connection=opts.new_connection, timeout=opts.timeout, warmup=opts.warmup,
-                   max_failures=opts.max_failures, limits_url=opts.url)
+                   max_failures=opts.max_failures, limits_url=opts.url,
+                   cgroup=cgroup_target(opts.cgroup, opts.pod_uid),
+                   cgroup_interval=opts.cgroup_interval)
     progress = RunProgress(plan.requests, name)
     with progress:
         recorded = record_run(spec, [LinePrinter(opts.quiet), progress.advance], started=started)

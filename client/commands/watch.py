@@ -12,7 +12,6 @@ Ctrl-C ends it (exit 0); a bad target is one line on stderr (exit 2).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections import deque
@@ -22,9 +21,11 @@ from rich.console import Console
 from rich.live import Live
 
 from client.analysis.cgroup import interval_stats
-from client.options import OneLineParser, int_at_least, number_above
+from client.commands.common import silence_stdout
+from client.commands.options import OneLineParser, int_at_least, number_above
 from client.render.watch import WatchRow, json_line, watch_table
-from client.run.cgroup_sampler import CgroupReader, CgroupSample
+from client.data.timeline import CgroupSample
+from client.run.cgroup_sampler import CgroupReader
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
 
 __all__ = ["build_parser", "command_watch"]
@@ -74,7 +75,7 @@ def command_watch(argv: list[str]) -> int:
     except KeyboardInterrupt:
         return EXIT_OK
     except BrokenPipeError:   # `| head`: the reader left
-        _silence_stdout()
+        silence_stdout()
         return EXIT_OK
     finally:
         reader.close()
@@ -125,14 +126,3 @@ def _table_printer(target: CgroupTarget, live: Live) -> Callable[[WatchRow, Watc
         live.update(watch_table(target.group, target.limit, list(rows), total.stats),
                     refresh=True)
     return show
-
-
-def _silence_stdout() -> None:
-    """After a broken pipe, point stdout at /dev/null so Python's exit flush stays quiet."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
-if __name__ == "__main__":
-    raise SystemExit(command_watch(sys.argv[1:]))

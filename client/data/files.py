@@ -13,7 +13,7 @@ import io
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -21,8 +21,9 @@ from typing import IO, Any
 from client.data.legacy import parse_legacy_text
 from client.data.metadata import RunMetadata
 from client.data.record import COLUMNS, INT_COLUMNS, REQUIRED_COLUMNS, RawDataError, RequestRecord
+from client.data.timeline import CgroupSample, read_timeline, timeline_path
 
-__all__ = ["RawDataError", "Run", "RunWriter", "read_run", "write_metadata"]
+__all__ = ["RawDataError", "Run", "RunWriter", "read_run", "rewrite_rows", "write_metadata"]
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Run:
     path: Path
     records: list[RequestRecord]
     metadata: RunMetadata = field(default_factory=RunMetadata.missing)
+    timeline: list[CgroupSample] | None = None   # the watched group's (``<name>.cgroup.csv``)
 
     @property
     def name(self) -> str:
@@ -78,6 +80,16 @@ class RunWriter:
         self.close()
 
 
+def rewrite_rows(csv_path: Path, records: Iterable[RequestRecord]) -> None:
+    """Write the run's CSV again with ``records`` (columns filled in after the run), atomically:
+    a reader sees the old file or the new one, never half of one."""
+    tmp = csv_path.with_name(csv_path.name + ".tmp")
+    with RunWriter(tmp) as writer:
+        for record in records:
+            writer.write(record)
+    os.replace(tmp, csv_path)
+
+
 def write_metadata(path: Path, metadata: RunMetadata) -> None:
     """Write the metadata JSON atomically (a reader never sees half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +122,9 @@ def read_run(path: str | os.PathLike[str]) -> Run:
         records = list(_parse_csv(p, text))
     else:
         records = parse_legacy_text(text.splitlines(), source=str(p))
-    return Run(p, records, _read_metadata(p.with_suffix(".json"), p))
+    timeline = timeline_path(p)
+    return Run(p, records, _read_metadata(p.with_suffix(".json"), p),
+               read_timeline(timeline) if timeline.exists() and timeline != p else None)
 
 
 def _read_metadata(meta_path: Path, run_path: Path) -> RunMetadata:

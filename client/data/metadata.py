@@ -65,7 +65,7 @@ class ReplicaInfo:
 # keys written once the run has ended (all of them, ``None`` included)
 _END_KEYS = ("ended_at", "completed", "interrupted", "stop_reason", "summary")
 # keys written only when set
-_OPTIONAL_KEYS = ("sweep", "service", "load_average", "replicas")
+_OPTIONAL_KEYS = ("sweep", "service", "load_average", "replicas", "cgroup")
 # fields about the file, not in it
 _BOOKKEEPING = frozenset({"extra", "absent", "present"})
 
@@ -104,6 +104,9 @@ class RunMetadata:
     service: dict[str, Any] | None = None
     load_average: list[float] | None = None
     replicas: ReplicaInfo | None = None
+    # the target's own group, read by the client (--cgroup): spec, path, group, version,
+    # quota_us, period_us, burst_us, cpus, usage_source
+    cgroup: dict[str, Any] | None = None
     # what this version does not know, kept as read
     extra: dict[str, Any] = field(default_factory=dict)
     # known keys a file (of an older version) did not have: not written back
@@ -155,16 +158,15 @@ class RunMetadata:
 
     @property
     def limit(self) -> Limit | None:
-        """The limit in force during the run, from the service's ``/limits``: the kernel
-        quota when there is one, else the in-process throttle; None when unknown or none."""
+        """The limit in force during the run: the quota of the group the client watched
+        (``--cgroup``), else the service's ``/limits``: the kernel quota when there is one,
+        else the in-process throttle; None when unknown or none."""
+        if self.cgroup is not None:
+            return _quota(self.cgroup, "cgroup")
         limits = self.limits or {}
         cgroup = limits.get("cgroup")
-        if isinstance(cgroup, Mapping):
-            quota_us = _positive(cgroup.get("quota_us"))
-            period_us = _positive(cgroup.get("period_us"))
-            if quota_us and period_us:
-                burst_us = _positive(cgroup.get("burst_us")) or 0.0
-                return _limit(quota_us / period_us, period_us / 1000, burst_us / 1000, "kernel")
+        if isinstance(cgroup, Mapping) and (kernel := _quota(cgroup, "kernel")) is not None:
+            return kernel
         inprocess = limits.get("inprocess")
         if isinstance(inprocess, Mapping):
             percent = _positive(inprocess.get("cpu_limit_percent"))
@@ -176,8 +178,9 @@ class RunMetadata:
 
     @property
     def limits_known(self) -> bool:
-        """Whether the service said which limits were in force (our burn-service does)."""
-        return isinstance(self.limits, Mapping)
+        """Whether the limits in force are known: the watched group's, or the service said
+        (our burn-service does)."""
+        return isinstance(self.limits, Mapping) or self.cgroup is not None
 
     @property
     def unlimited(self) -> bool:
@@ -203,6 +206,11 @@ class RunMetadata:
     def limit_description(self) -> str:
         """The limits in force in words: ``kernel quota 0.3 CPU (30 ms per 100 ms)``,
         ``in-process 30 % of 100 ms (cfs)``, ``no CPU limit``."""
+        if self.cgroup is not None:
+            limit = self.limit
+            where = f"cgroup {self.cgroup.get('spec') or self.cgroup.get('path')}"
+            return (f"{where}: quota {limit.cpus:g} CPU ({limit.quota_ms:g} ms per "
+                    f"{limit.period_ms:g} ms)" if limit else f"{where}: no CPU limit")
         if not self.limits_known:
             return str(self.extra.get("limit") or "limit unknown")
         limits = self.limits or {}
@@ -225,6 +233,15 @@ def _positive(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) and value > 0 else None
+
+
+def _quota(group: Mapping[str, Any], source: str) -> Limit | None:
+    """The limit a cgroup's numbers say (``quota_us``, ``period_us``, ``burst_us``)."""
+    quota_us, period_us = _positive(group.get("quota_us")), _positive(group.get("period_us"))
+    if not (quota_us and period_us):
+        return None
+    burst_us = _positive(group.get("burst_us")) or 0.0
+    return _limit(quota_us / period_us, period_us / 1000, burst_us / 1000, source)
 
 
 def _limit(cpus: float, period_ms: float, burst_ms: float, source: str) -> Limit | None:
@@ -251,7 +268,7 @@ def _typed(name: str, value: Any, default: Any) -> Any:
             return None
     if name == "concurrency":
         return value if isinstance(value, int) and value >= 1 else 1
-    if name in ("limits", "service"):
+    if name in ("limits", "service", "cgroup"):
         return dict(value) if isinstance(value, Mapping) else None
     if name == "command":
         return list(value) if isinstance(value, list) else []

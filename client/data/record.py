@@ -11,6 +11,10 @@ Columns (times in integer nanoseconds; empty where unknown):
 - ``server_wall_ns``, ``server_cpu_ns``, ``server_throttle_ns``, ``kernel_throttled_ns``,
   ``kernel_nr_throttled``: from the response's ``Server-Timing`` header, when present
 - ``replica``: which replica answered (0, 1, ...), when requests were spread over several
+- ``cgroup_throttled_ns``, ``cgroup_nr_throttled``: the throttling of the watched group
+  (``--cgroup``) during the request, read by the client: the exact change of the group's
+  ``cpu.stat`` across a sequential request, else what its timeline shows inside the request
+  (overlapping requests share the blame)
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ __all__ = ["COLUMNS", "INT_COLUMNS", "REQUIRED_COLUMNS", "RawDataError", "Reques
            "status_error"]
 
 REQUIRED_COLUMNS = ("seq", "start_ns", "latency_ns", "status")
-COLUMNS = (*REQUIRED_COLUMNS, "error", "scheduled_ns", *SERVER_FIELDS, "replica")
+COLUMNS = (*REQUIRED_COLUMNS, "error", "scheduled_ns", *SERVER_FIELDS, "replica",
+           "cgroup_throttled_ns", "cgroup_nr_throttled")
 INT_COLUMNS = tuple(c for c in COLUMNS if c != "error")
 
 
@@ -46,6 +51,8 @@ class RequestRecord:
     kernel_throttled_ns: int | None = None
     kernel_nr_throttled: int | None = None
     replica: int | None = None       # which of several replicas answered
+    cgroup_throttled_ns: int | None = None   # the watched group's throttled time meanwhile
+    cgroup_nr_throttled: int | None = None   # ... and its throttled periods
 
     @property
     def ok(self) -> bool:
@@ -67,12 +74,14 @@ class RequestRecord:
         return self.origin_ns + self.latency_ns
 
     @property
-    def server_throttled(self) -> bool | None:
-        """Whether the server said it was throttled during this request (the kernel's
-        ``nr_throttled`` went up, or the in-process throttle paused it); None if it cannot
-        tell. One of the two sources of ``client.analysis.detect``; a run's throttled share
-        is that module's, never this alone."""
-        known = [v for v in (self.kernel_nr_throttled, self.server_throttle_ns) if v is not None]
+    def counters_throttled(self) -> bool | None:
+        """Whether counters said this request was throttled: the server's (its cgroup's
+        ``nr_throttled`` went up, or the in-process throttle paused it) or the watched
+        group's read by the client (``--cgroup``); None if none can tell. One of the two
+        sources of ``client.analysis.detect``; a run's throttled share is that module's,
+        never this alone."""
+        known = [v for v in (self.kernel_nr_throttled, self.server_throttle_ns,
+                             self.cgroup_nr_throttled) if v is not None]
         if not known:
             return None
         return any(v > 0 for v in known)

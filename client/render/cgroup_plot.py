@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from client.analysis.cgroup import CounterSample, period_phase, usage_per_period
+from client.analysis.cgroup import usage_per_period
+from client.run.attribution import CounterSample, period_phase
 from service.limit import Limit
 
 if TYPE_CHECKING:

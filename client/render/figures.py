@@ -1,8 +1,10 @@
 """Draw a run as the original pictures did: each request a dot, latency against time.
 
-The requests the run's detection (``client.analysis.detect``: the server's counters and the
-latency) marks as throttled get their own colour; failed requests are red crosses. Headless
-(Agg); matplotlib is imported on first use.
+The requests the run's detection (``client.analysis.detect``: the counters and the latency)
+marks as throttled get their own colour; failed requests are red crosses. A run attached to a
+cgroup (``--cgroup``) also shows the group's throttled stretches as bands behind the dots and,
+below, the CPU it used in each period against its quota. Headless (Agg); matplotlib is
+imported on first use.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from client.analysis.detect import Detection, detect_run
 from client.data.files import Run
+from client.render.cgroup_plot import draw_throttled_bands, draw_usage_panel
+from client.run.attribution import throttled_stretches
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -71,11 +75,20 @@ def plot_run(run: Run, out: Path, title: str | None = None,
         title = f"{url}{it_text}\n{meta.limit_description()}"
     detection = detection if detection is not None else detect_run(run)
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(12, 6.5), dpi=100)
+    if run.timeline:  # the watched group: its throttles behind the dots, its CPU per period
+        fig, (ax, usage_ax) = plt.subplots(2, 1, figsize=(12, 9.5), dpi=100, sharex=True,
+                                           gridspec_kw={"height_ratios": (2, 1)})
+        limit = run.metadata.limit
+        draw_throttled_bands(ax, throttled_stretches(
+            run.timeline, limit.period_ns if limit else None))
+        draw_usage_panel(usage_ax, run.timeline, limit)
+    else:
+        fig, ax = plt.subplots(figsize=(12, 6.5), dpi=100)
     try:
         draw_detected(ax, run, detection)
         ax.set_title(title, fontsize=13)
-        ax.set_xlabel("time since start of run (s)", fontsize=13)
+        if not run.timeline:
+            ax.set_xlabel("time since start of run (s)", fontsize=13)
         ax.set_ylabel("request latency (ms)", fontsize=13)
         ax.tick_params(labelsize=11)
         ax.set_ylim(bottom=0)

@@ -46,7 +46,7 @@ class LiveStats:
             self._latencies_ms.append(record.latency_ms)
         else:
             self.errors += 1
-        if record.server_throttled:
+        if record.counters_throttled:
             self.throttled += 1
 
     def text(self) -> str:

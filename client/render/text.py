@@ -9,13 +9,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from client.analysis.cgroup import CgroupReport
 from client.analysis.detect import Detection
 from client.analysis.model import Prediction
 from client.analysis.report import PredictionReport, Report
 from client.analysis.throughput import ThroughputRow
 from client.data.summary import Summary
 
-__all__ = ["format_detection", "format_prediction", "format_prediction_report",
+__all__ = ["format_cgroup", "format_detection", "format_prediction", "format_prediction_report",
            "format_report", "format_summary", "format_throughput", "json_ready"]
 
 
@@ -62,8 +63,35 @@ def format_detection(detection: Detection) -> list[str]:
 
 def format_report(report: Report, path: object) -> list[str]:
     """``http-timing report FILE``'s lines."""
-    return [f"run: {report.name} ({path})", f"limit: {report.limit_description}",
-            format_summary(report.summary), *format_detection(report.detection)]
+    lines = [f"run: {report.name} ({path})", f"limit: {report.limit_description}",
+             format_summary(report.summary), *format_detection(report.detection)]
+    if report.cgroup is not None:
+        lines += format_cgroup(report.cgroup)
+    return lines
+
+
+def format_cgroup(c: CgroupReport) -> list[str]:
+    """The watched group's section: its counters over the run, usage against the quota, and
+    the requests that overlapped throttling against the others."""
+    def share(value: float) -> str:
+        return "n/a" if value != value else f"{100 * value:.0f} %"
+
+    quota = (f" of a {c.quota_cpus:g} CPU quota ({share(c.quota_share_mean)} of it)"
+             if c.quota_cpus is not None else " (no quota on the group)")
+    lines = [f"cgroup: {c.samples} samples over {c.duration_s:.1f} s ({c.samples_per_s:.0f}/s)",
+             f"cgroup: {c.nr_throttled} of {c.nr_periods} periods throttled "
+             f"({share(c.throttled_share)}), {c.throttled_ms:.1f} ms throttled in all",
+             f"cgroup: CPU used {c.usage_cpus_mean:.3f} CPU on average{quota}; "
+             f"{c.periods_at_quota} of {c.periods} periods used 90 % of the quota or more"]
+    if c.busiest:
+        busiest = ", ".join(f"{b.usage_ms:.1f} ms at {b.start_s:.1f} s" for b in c.busiest[:3])
+        lines.append(f"cgroup: busiest periods: {busiest}")
+    hit, other = c.throttled_latency, c.other_latency
+    lines.append(f"cgroup: {c.throttled_requests} of {c.requests} requests overlapped "
+                 f"throttling: p50 {_ms(hit.p50_ms)}  p90 {_ms(hit.p90_ms)}  p99 "
+                 f"{_ms(hit.p99_ms)} ms; the others: p50 {_ms(other.p50_ms)}  p90 "
+                 f"{_ms(other.p90_ms)}  p99 {_ms(other.p99_ms)} ms")
+    return lines
 
 
 _ROWS = (("p50 ms", "p50_ms"), ("p90 ms", "p90_ms"), ("p99 ms", "p99_ms"),

@@ -7,57 +7,33 @@ monotonic ``perf_counter_ns`` clock since the run's start: the clock the request
 with, so a timeline and the requests line up. The files stay open and are re-read with
 ``os.pread`` (the kernel regenerates a cgroup or proc file read from offset 0).
 
-The sampler keeps its samples in memory and appends each to ``<name>.cgroup.csv`` (columns
-``t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns``), flushed, so an interrupted run keeps
-them. It shares nothing with the timed path but a list append. Its ticks are dithered around
+The sampler keeps its samples in memory and appends each to ``<name>.cgroup.csv``
+(``client.data.timeline``), flushed, so an interrupted run keeps them. It shares nothing with the timed path but a list append. Its ticks are dithered around
 a fixed grid (``interval`` on average) so that they do not lock to the kernel's period grid:
 that is what lets ``client.analysis.cgroup.period_phase`` place the boundaries precisely.
 """
 
 from __future__ import annotations
 
-import csv
 import os
 import threading
 import time
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from client.data.timeline import CgroupSample, open_timeline, timeline_row
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, UsageSource
 from service.cgroup import parse_cpu_stat
 
-__all__ = ["DEFAULT_INTERVAL", "TIMELINE_COLUMNS", "CgroupReader", "CgroupSample",
-           "CgroupSampler", "TimelineError", "read_sample", "read_timeline", "timeline_path"]
+__all__ = ["DEFAULT_INTERVAL", "CgroupReader", "CgroupSampler", "read_sample"]
 
 DEFAULT_INTERVAL = 0.01   # seconds: 100 samples per second, 10 per 100 ms period
-TIMELINE_COLUMNS = ("t_ns", "usage_ns", "nr_periods", "nr_throttled", "throttled_ns")
 RESCAN_EVERY = 100        # schedstat usage: look for new child groups every N readings
 GOLDEN = 0.6180339887498949   # the sampler's dither sequence: frac(k * GOLDEN)
 DITHER = 0.8                  # ... spread over 0.8 of a step
 _READ_SIZE = 4096
-
-
-class TimelineError(ValueError):
-    """A cgroup timeline file that cannot be read; one line naming the file and why."""
-
-
-@dataclass(frozen=True, slots=True)
-class CgroupSample:
-    """The group's counters at ``t_ns`` (since the run's start, ``perf_counter_ns`` clock)."""
-
-    t_ns: int
-    usage_ns: int        # CPU the group has used (cumulative)
-    nr_periods: int
-    nr_throttled: int
-    throttled_ns: int    # cumulative; v2's µs are converted
-
-
-def timeline_path(csv_path: Path) -> Path:
-    """``raw-data/x.csv`` -> ``raw-data/x.cgroup.csv``."""
-    return csv_path.with_name(csv_path.stem + ".cgroup.csv")
 
 
 class _SchedstatUsage:
@@ -66,7 +42,10 @@ class _SchedstatUsage:
 
     def __init__(self, directory: Path, proc: Path) -> None:
         self.directory, self.proc = directory, proc
-        self._tasks: dict[Path, int] = {}       # group dir -> fd of its tasks file
+        # the group's directories; their ``tasks`` files are opened anew at each reading: a
+        # v1 pid list stays cached per open file while it is read (more often than once a
+        # second), so a file kept open would never show the threads born since
+        self._tasks: set[Path] = set()
         self._threads: dict[int, tuple[int, int]] = {}   # tid -> (fd, last ns)
         self._gone_ns = 0
         self._reads = 0
@@ -75,24 +54,26 @@ class _SchedstatUsage:
 
     def _scan(self) -> None:
         for here, _dirs, files in os.walk(self.directory):
-            path = Path(here)
-            if "tasks" in files and path not in self._tasks:
-                try:
-                    self._tasks[path] = os.open(path / "tasks", os.O_RDONLY)
-                except OSError:
-                    continue
+            if "tasks" in files:
+                self._tasks.add(Path(here))
 
     def read(self) -> int:
         self._reads += 1
         if self._reads % RESCAN_EVERY == 0:
             self._scan()
         tids: set[int] = set()
-        for path, fd in list(self._tasks.items()):
+        for path in list(self._tasks):
+            try:
+                fd = os.open(path / "tasks", os.O_RDONLY)
+            except OSError:   # the child group was removed
+                self._tasks.discard(path)
+                continue
             try:
                 tids.update(int(t) for t in _pread_all(fd).split())
-            except OSError:   # the child group was removed
+            except OSError:
+                self._tasks.discard(path)
+            finally:
                 os.close(fd)
-                del self._tasks[path]
         for tid in list(self._threads):
             if tid not in tids:
                 self._forget(tid)
@@ -122,8 +103,8 @@ class _SchedstatUsage:
         self._finalizer()
 
 
-def _close_schedstat(tasks: dict[Path, int], threads: dict[int, tuple[int, int]]) -> None:
-    _close_fds([*tasks.values(), *(fd for fd, _last in threads.values())])
+def _close_schedstat(tasks: set[Path], threads: dict[int, tuple[int, int]]) -> None:
+    _close_fds([fd for fd, _last in threads.values()])
     tasks.clear()
     threads.clear()
 
@@ -260,9 +241,7 @@ class CgroupSampler:
             raise CgroupTargetError(f"cannot open {self.target.stat_path}: "
                                     f"{exc.strerror or exc}") from None
         if self.csv_path is not None:
-            self.csv_path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.csv_path, "w", encoding="ascii", newline="")
-            self._file.write(",".join(TIMELINE_COLUMNS) + "\n")
+            self._file = open_timeline(self.csv_path)
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="cgroup-sampler", daemon=True)
         self._thread.start()
@@ -277,8 +256,7 @@ class CgroupSampler:
             return False
         self.samples.append(sample)
         if self._file is not None:
-            self._file.write(f"{sample.t_ns},{sample.usage_ns},{sample.nr_periods},"
-                             f"{sample.nr_throttled},{sample.throttled_ns}\n")
+            self._file.write(timeline_row(sample))
             self._file.flush()
         return True
 
@@ -330,34 +308,3 @@ class CgroupSampler:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
-
-
-def read_timeline(path: str | os.PathLike[str]) -> list[CgroupSample]:
-    """The samples of a ``<name>.cgroup.csv`` (``TimelineError`` in one line if unreadable)."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="ascii")
-    except FileNotFoundError:
-        raise TimelineError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise TimelineError(f"{p}: is a directory, not a cgroup timeline") from None
-    except UnicodeDecodeError:
-        raise TimelineError(f"{p}: not a text file (expected a cgroup timeline CSV)") from None
-    except OSError as exc:
-        raise TimelineError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    rows = csv.reader(text.splitlines())
-    header = next(rows, None)
-    if header is None or tuple(h.strip() for h in header) != TIMELINE_COLUMNS:
-        raise TimelineError(f"{p}: not a cgroup timeline (expected the header "
-                            f"{','.join(TIMELINE_COLUMNS)})")
-    samples: list[CgroupSample] = []
-    for line_no, row in enumerate(rows, start=2):
-        if not row:
-            continue
-        try:
-            if len(row) != len(TIMELINE_COLUMNS):
-                raise ValueError(f"{len(row)} fields, expected {len(TIMELINE_COLUMNS)}")
-            samples.append(CgroupSample(*(int(v) for v in row)))
-        except ValueError as exc:
-            raise TimelineError(f"{p}: line {line_no}: {exc}") from None
-    return samples

@@ -23,6 +23,7 @@ first field (ns on CPU) over the ``tasks`` of the group and its descendants.
 
 from __future__ import annotations
 
+import re
 import errno
 import os
 import stat
@@ -111,8 +112,8 @@ def resolve_cgroup(spec: str, *, pod_uid: str | None = None, proc: Path = Path("
             return _from_pid(spec, pid, proc, mountinfo, who=f"container {name}")
         if spec.startswith(("k8s:", "kubernetes:")):
             return _from_k8s(spec, pod_uid, proc, mounts, run)
-        if not spec:
-            raise CgroupTargetError("--cgroup needs a TARGET: a cgroup directory, pid:PID, "
+        if not spec or (re.match(r"^[A-Za-z][\w.-]*:", spec) and not Path(spec).exists()):
+            raise CgroupTargetError(f"--cgroup {spec!r}: TARGET is a cgroup directory, pid:PID, "
                                     "docker:NAME or k8s:NAMESPACE/POD[/CONTAINER]")
         return _from_directory(spec, Path(spec), proc, mounts)
     except LookupFailed as exc:

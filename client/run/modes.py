@@ -121,31 +121,43 @@ def time_plan(
     max_consecutive_failures: int = 5,
     outcome: RunOutcome | None = None,
     connections: int | None = None,
+    on_start: Callable[[int], None] | None = None,
+    wrap: Callable[[Sender], Sender] | None = None,
 ) -> RunOutcome:
     """Run ``plan`` against ``url`` (several: spread round-robin over those replicas, one
     keep-alive connection per replica and worker); ``on_record`` gets each completed request,
     one at a time, in completion order. Transport failures are recorded (status 0 and the error) and the run
     goes on, until ``max_consecutive_failures`` in a row (0: never stop early). Pass
     ``outcome`` to keep what was collected when the caller interrupts the run
-    (``KeyboardInterrupt`` propagates). ``connections`` overrides the mode's worker count."""
+    (``KeyboardInterrupt`` propagates). ``connections`` overrides the mode's worker count;
+    ``on_start(run_start_ns)`` is called at the run's first instant, before any request;
+    ``wrap`` may wrap each worker's sender (e.g. to read counters around each request)."""
     outcome = outcome if outcome is not None else RunOutcome()
     mode = MODES[plan.mode]
     count = connections or mode.workers(plan)
     recorder = Recorder(on_record, outcome, max_consecutive_failures)
     senders = make_senders(url, count, new_connection=new_connection, timeout=timeout)
+    if wrap is not None:
+        senders = [wrap(sender) for sender in senders]
     _run_workers(senders, lambda shift: mode.work(plan, shift), Tickets(plan.requests),
-                 recorder)
+                 recorder, on_start)
     return outcome
 
 
 def _run_workers(senders: list[Sender], work: Callable[[Shift], None], tickets: Tickets,
-                 recorder: Recorder) -> None:
+                 recorder: Recorder, on_start: Callable[[int], None] | None = None) -> None:
     """Run ``work`` in one thread per sender and wait for them in a way Ctrl-C/SIGTERM can
     interrupt. The clock starts when every worker is ready, so setting up is never counted
     in a latency nor delays the first due requests of an open loop."""
     errors: list[BaseException] = []
     clock: list[int] = []
-    ready = threading.Barrier(len(senders), action=lambda: clock.append(time.perf_counter_ns()))
+
+    def start() -> None:
+        clock.append(time.perf_counter_ns())
+        if on_start is not None:
+            on_start(clock[0])
+
+    ready = threading.Barrier(len(senders), action=start)
 
     def body(sender: Sender) -> None:
         try:

@@ -3,6 +3,8 @@
 metadata (what, where, the service's ``/limits``) -> ``<name>.json`` -> warm-up -> the load plan,
 each completed request a flushed CSV row and handed to the observers (printed lines, a progress
 bar) -> the end written into the metadata (summary, completed, interrupted, why it stopped).
+With ``cgroup`` (``--cgroup``), the target's own group is sampled meanwhile and each request
+gets its throttling (``client.run.attach``).
 Ctrl-C or SIGTERM ends the run early with every completed request on disk; the caller learns
 it from ``RecordedRun.interrupted`` and decides what follows (a sweep stops, ``run`` exits 130).
 Drawing and printing the result are the caller's (``client.render``).
@@ -20,10 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from client import __version__
-from client.data.files import Run, RunWriter, write_metadata
+from client.data.files import Run, RunWriter, rewrite_rows, write_metadata
 from client.data.metadata import ReplicaInfo, RunMetadata, SweepInfo
 from client.data.record import RawDataError, RequestRecord
 from client.data.summary import summarize
+from client.run.attach import CgroupAttachment
+from client.run.cgroup_sampler import DEFAULT_INTERVAL
+from client.run.cgroup_target import CgroupTarget
 from client.run.http import fetch_limits, warm_up
 from client.run.modes import time_plan
 from client.run.plan import LoadPlan
@@ -52,6 +57,8 @@ class RunSpec:
     note_load_average: bool = False
     replica_urls: tuple[str, ...] = ()  # several: requests spread round-robin over them
     replicas: ReplicaInfo | None = None
+    cgroup: CgroupTarget | None = None  # the target's own group, read during the run
+    cgroup_interval: float = DEFAULT_INTERVAL
 
     @property
     def csv_path(self) -> Path:
@@ -89,6 +96,7 @@ def start_metadata(spec: RunSpec, started: datetime) -> RunMetadata:
         platform=platform.platform(), python=platform.python_version(),
         command=list(spec.command), limits=fetch_limits(spec.limits_url or spec.url),
         sweep=spec.sweep, service=spec.service, replicas=spec.replicas,
+        cgroup=spec.cgroup.to_metadata() if spec.cgroup else None,
         load_average=load_average() if spec.note_load_average else None)
 
 
@@ -111,6 +119,8 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
 
     outcome = RunOutcome()
     interrupted = False
+    attached = (CgroupAttachment(spec.cgroup, spec.csv_path, spec.cgroup_interval)
+                if spec.cgroup is not None else None)
     try:
         with stop_on_terminate():
             for url in spec.replica_urls or (spec.url,):
@@ -119,17 +129,24 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
             time_plan(spec.replica_urls or spec.url, spec.plan, on_record,
                       new_connection=spec.new_connection,
                       timeout=spec.timeout, max_consecutive_failures=spec.max_failures,
-                      outcome=outcome)
+                      outcome=outcome, on_start=attached.start if attached else None,
+                      wrap=attached.probe if attached and spec.plan.sequential else None)
     except KeyboardInterrupt:
         interrupted = True
     finally:
         writer.close()
+        if attached is not None:
+            attached.stop()
     with files_first():
+        if attached is not None and not spec.plan.sequential:
+            outcome.records[:] = attached.attribute(outcome.records)
+            rewrite_rows(spec.csv_path, outcome.records)
         metadata.ended_at = datetime.now(timezone.utc).isoformat()
         metadata.completed = len(outcome.records)
         metadata.interrupted = interrupted
         metadata.stop_reason = outcome.stop_reason
         metadata.summary = summarize(outcome.records)
         write_metadata(spec.meta_path, metadata)
-    return RecordedRun(Run(spec.csv_path, outcome.records, metadata), outcome, interrupted,
-                       spec.meta_path)
+    timeline = attached.sampler.samples if attached is not None else None
+    return RecordedRun(Run(spec.csv_path, outcome.records, metadata, timeline), outcome,
+                       interrupted, spec.meta_path)

@@ -8,9 +8,9 @@ import numpy as np
 from matplotlib.collections import PolyCollection
 from matplotlib.patches import Rectangle
 
-from client.plot import pyplot, save_figure
+from client.render.figures import pyplot, save_figure
 from client.render.cgroup_plot import draw_throttled_bands, draw_usage_panel, usage_title
-from client.run.cgroup_sampler import CgroupSample
+from client.data.timeline import CgroupSample
 from service.limit import Limit
 
 MS = 1_000_000

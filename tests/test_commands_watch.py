@@ -12,7 +12,6 @@ import select
 import signal
 import struct
 import subprocess
-import sys
 import termios
 import threading
 import time
@@ -26,12 +25,12 @@ from rich.console import Console
 from client.analysis.cgroup import interval_stats
 from client.commands.watch import command_watch
 from client.render.watch import WatchRow, json_line, watch_table
-from client.run.cgroup_sampler import CgroupSample
+from client.data.timeline import CgroupSample
 from service.limit import Limit
 from tests.cgroup_fixtures import BurningGroup, burner_in_group
-from tests.support import ROOT, require_kernel_quota
+from tests.support import BIN, ROOT, require_kernel_quota
 
-WATCH = [sys.executable, "-m", "client.commands.watch"]
+WATCH = [str(BIN / "http-timing"), "watch"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 

@@ -359,10 +359,12 @@ def test_k8s_errors_are_one_line(tmp_path: Path, spec: str, pod_uid: str | None,
 
 def test_empty_and_unknown_targets(tmp_path: Path) -> None:
     proc, _top = v2_host(tmp_path)
-    with pytest.raises(CgroupTargetError, match="needs a TARGET"):
+    with pytest.raises(CgroupTargetError, match="TARGET is a cgroup directory, pid:PID"):
         resolve_cgroup("  ", proc=proc)
     with pytest.raises(CgroupTargetError, match="docker: needs a container name"):
         resolve_cgroup("docker:", proc=proc)
+    with pytest.raises(CgroupTargetError, match="'podman:web': TARGET is"):
+        resolve_cgroup("podman:web", proc=proc)
 
 
 # ---- the real kernel -------------------------------------------------------------------------

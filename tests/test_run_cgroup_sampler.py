@@ -12,10 +12,10 @@ import httpx
 import numpy as np
 import pytest
 
-from client.analysis.cgroup import attribute
-from client.run.cgroup_sampler import (TIMELINE_COLUMNS, CgroupReader, CgroupSample,
-                                       CgroupSampler, TimelineError, read_sample, read_timeline,
-                                       timeline_path)
+from client.run.attribution import attribute
+from client.data.timeline import (TIMELINE_COLUMNS, CgroupSample, TimelineError,
+                                  read_timeline, timeline_path)
+from client.run.cgroup_sampler import CgroupReader, CgroupSampler, read_sample
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
 from service.cgroup import read_cpu_stat
 from tests.cgroup_fixtures import V1_STAT, burner_in_group, fake_proc, mount_line, v1_group, \

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""The README's "Your own service" example: a Node.js server that knows nothing of
+throttle-lab, under a real 0.2 CPU quota, timed by ``http-timing --cgroup pid:PID``.
+
+    sudo .venv/bin/python benchmarks/own_service.py [--cpus 0.2] [--ms 6] [--concurrency 2]
+                                                     [--duration 6] [--name own-node]
+
+``benchmarks/node_burner.js`` runs in a new cgroup (removed at the end, the server stopped by
+its pid); ``http-timing`` is run as a user would run it, with ``--cgroup pid:<the server's
+pid>``, and writes ``raw-data/<name>.csv`` (+ ``.json``, ``.cgroup.csv``) and
+``pictures/<name>.png``; then ``http-timing report`` prints what it found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from any_service import node_in_group  # noqa: E402  (benchmarks/any_service.py)
+
+HTTP_TIMING = Path(sys.executable).parent / "http-timing"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpus", type=float, default=0.2)
+    parser.add_argument("--ms", type=float, default=6.0, help="CPU per request")
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--duration", type=float, default=6.0)
+    parser.add_argument("--name", default="own-node")
+    opts = parser.parse_args(argv)
+    with node_in_group(opts.cpus) as (base, pid, _group):
+        command = [str(HTTP_TIMING), "--url", f"{base}/burn?ms={opts.ms:g}", "--iterations",
+                   "0", "--concurrency", str(opts.concurrency), "--duration",
+                   f"{opts.duration:g}", "--cgroup", f"pid:{pid}", "--name", opts.name,
+                   "--quiet"]
+        print("$ http-timing " + " ".join(command[1:]))
+        run = subprocess.run(command, cwd=ROOT, text=True, capture_output=True)
+        print(run.stdout, end="")
+        if run.returncode != 0:
+            print(run.stderr, end="", file=sys.stderr)
+            return run.returncode
+    report = subprocess.run([str(HTTP_TIMING), "report", f"raw-data/{opts.name}.csv"],
+                            cwd=ROOT, text=True, capture_output=True)
+    print(report.stdout, end="")
+    return report.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""A run attached to a service's own cgroup (``http-timing --cgroup TARGET``): which request
+was throttled, for any service, from the kernel's counters.
+
+While the run goes, a :class:`client.run.cgroup_sampler.CgroupSampler` writes the group's
+timeline (``<name>.cgroup.csv``, from the run's first instant). Each request gets
+``cgroup_throttled_ns`` and ``cgroup_nr_throttled``:
+
+- **sequential**: the exact change of the group's ``cpu.stat`` across the request, read just
+  before it is sent and just after it is read (:class:`ProbingSender`): outside its latency;
+- **concurrent / open loop**: the throttled time the timeline shows inside the request
+  (``client.run.attribution``: a throttle is laid back from the boundary that ended it), filled
+  in once the run is over (the CSV is rewritten whole). Overlapping requests share the blame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from client.data.record import RequestRecord
+from client.data.timeline import CgroupSample, timeline_path
+from client.run.attribution import attribute
+from client.run.cgroup_sampler import DEFAULT_INTERVAL, CgroupReader, CgroupSampler
+from client.run.cgroup_target import CgroupTarget
+from client.run.http import Sender
+
+__all__ = ["CgroupAttachment", "ProbingSender"]
+
+
+class ProbingSender:
+    """A sender that reads the group's counters just before and just after each request
+    (outside the timed part) and puts their change into the record."""
+
+    def __init__(self, inner: Sender, target: CgroupTarget) -> None:
+        self.inner, self.reader = inner, CgroupReader(target)
+
+    def send(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None) -> RequestRecord:
+        before = self.reader.read(run_start_ns)
+        record = self.inner.send(seq, run_start_ns, scheduled_ns)
+        after = self.reader.read(run_start_ns)
+        record.cgroup_throttled_ns = after.throttled_ns - before.throttled_ns
+        record.cgroup_nr_throttled = after.nr_throttled - before.nr_throttled
+        return record
+
+    def close(self) -> None:
+        self.inner.close()
+        self.reader.close()
+
+
+class CgroupAttachment:
+    """The sampler of one run, and what it does to the run's senders and records."""
+
+    def __init__(self, target: CgroupTarget, csv_path: Path,
+                 interval: float = DEFAULT_INTERVAL) -> None:
+        self.target = target
+        self.path = timeline_path(csv_path)
+        self.sampler = CgroupSampler(target, self.path, interval)
+        self.run_start_ns = 0
+
+    def start(self, run_start_ns: int) -> None:
+        """At the run's first instant (its clock's origin): the first sample, then the thread."""
+        self.run_start_ns = run_start_ns
+        self.sampler.start(run_start_ns)
+
+    def probe(self, sender: Sender) -> Sender:
+        """For a sequential run: exact readings around each request."""
+        return ProbingSender(sender, self.target)
+
+    def stop(self) -> list[CgroupSample]:
+        return self.sampler.stop()
+
+    def attribute(self, records: Sequence[RequestRecord]) -> list[RequestRecord]:
+        """The records with the throttling the timeline shows inside each (sent to answered)."""
+        period_ns = self.target.limit.period_ns if self.target.limit else None
+        spans = [(r.start_ns, r.end_ns) for r in records]
+        marks = attribute(spans, self.sampler.samples, period_ns=period_ns)
+        return [replace(r, cgroup_throttled_ns=ns, cgroup_nr_throttled=nr)
+                for r, (ns, nr) in zip(records, marks)]

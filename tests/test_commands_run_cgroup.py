@@ -1,0 +1,119 @@
+"""``http-timing run --cgroup``: throttling evidence for a service that is not burn-service
+(tests/burner_server.py, a stdlib server) in a cgroup with a real quota, sequential and with
+--concurrency 4, by the group's path and by ``pid:``; and ``docker:`` against the project's
+image under ``--cpus 0.3``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from client.commands import main
+from client.data.files import read_run
+from client.data.timeline import read_timeline, timeline_path
+from tests.support import BIN, require_kernel_quota
+
+MS = 1_000_000
+
+
+def http_timing(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "http-timing"), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def check_attribution(csv: Path, sequential: bool) -> None:
+    run = read_run(csv)
+    timeline = read_timeline(timeline_path(csv))
+    assert run.timeline == timeline and len(timeline) > 50
+    group_ns = timeline[-1].throttled_ns - timeline[0].throttled_ns
+    marks = [r.cgroup_throttled_ns for r in run.records]
+    assert all(m is not None for m in marks)
+    assert group_ns > 100 * MS  # the quota bit
+    marked = [r for r in run.records if r.cgroup_nr_throttled]
+    others = [r for r in run.records if not r.cgroup_nr_throttled]
+    assert marked and others
+    if sequential:  # one request at a time: the marks add up to what the group counted
+        assert sum(m or 0 for m in marks) == pytest.approx(group_ns, rel=0.2)
+    else:           # overlapping requests share the blame: every throttle is in some request
+        assert sum(m or 0 for m in marks) >= 0.8 * group_ns
+    slow = sorted(r.latency_ns for r in marked)[len(marked) // 2]
+    fast = sorted(r.latency_ns for r in others)[len(others) // 2]
+    assert slow > 3 * fast  # the marked requests are the slow ones
+    meta = run.metadata
+    assert meta.cgroup is not None and meta.limit is not None
+    assert meta.limit.cpus == pytest.approx(0.2) and meta.limit.source == "cgroup"
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(("by", "load"), [
+    ("path", ["--requests", "120"]),
+    ("pid", ["--concurrency", "4", "--requests", "160"]),
+])
+def test_any_service_in_a_quota_group(tmp_path: Path, by: str, load: list[str]) -> None:
+    require_kernel_quota()
+    from tests.cgroup_fixtures import burner_in_group
+
+    with burner_in_group(0.2) as service:
+        target = str(service.group) if by == "path" else f"pid:{service.pid}"
+        result = http_timing("--url", service.base_url + "/burn?ms=8", "--iterations", "0",
+                             *load, "--cgroup", target, "--name", "b", "--quiet", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    check_attribution(tmp_path / "raw-data" / "b.csv", sequential=by == "path")
+    report = http_timing("report", "raw-data/b.csv", "--json", cwd=tmp_path)
+    data = json.loads(report.stdout)
+    assert data["cgroup"]["nr_throttled"] > 0 and data["cgroup"]["quota_cpus"] == 0.2
+    assert data["throttled_source"] == "cgroup counters"
+    text = http_timing("report", "raw-data/b.csv", cwd=tmp_path).stdout
+    assert "cgroup: " in text and "periods throttled" in text and "overlapped" in text
+    assert (tmp_path / "pictures" / "b.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(("target", "message"), [
+    ("/nonexistent/group", "no such"),
+    ("pid:999999999", "no such process"),
+    ("bogus:thing", "TARGET"),
+])
+def test_bad_targets_are_one_line(tmp_path: Path, target: str, message: str,
+                                  capsys: pytest.CaptureFixture[str],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = main(["--url", "http://127.0.0.1:9/", "--cgroup", target])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert message.lower() in err.lower(), err
+    assert not (tmp_path / "raw-data").exists()
+
+
+@pytest.mark.docker
+def test_a_docker_container_by_name(tmp_path: Path) -> None:
+    from tests.dockerd import docker, docker_engine, project_image
+
+    with docker_engine():
+        image = project_image().image
+        name = f"throttle-lab-cgroup-{tmp_path.name[-8:]}"
+        started = docker("run", "--detach", "--name", name, "--cpus", "0.3", "--publish",
+                         "127.0.0.1::7800", image, "--log-level", "warning")
+        container = started.stdout.strip()
+        try:
+            port = docker("port", container, "7800").stdout.split(":")[-1].strip()
+            url = f"http://127.0.0.1:{port}/cpuBurnFlow"
+            from tests.support import wait_healthy
+
+            wait_healthy(f"http://127.0.0.1:{port}", timeout=60)
+            result = http_timing("--url", url, "--iterations", "5000", "--requests", "60",
+                                 "--cgroup", f"docker:{name}", "--name", "d", "--quiet",
+                                 "--no-plot", cwd=tmp_path)
+        finally:
+            docker("rm", "--force", container)
+    assert result.returncode == 0, result.stderr
+    run = read_run(tmp_path / "raw-data" / "d.csv")
+    assert run.metadata.limit is not None and run.metadata.limit.cpus == pytest.approx(0.3)
+    assert run.timeline and all(r.cgroup_nr_throttled is not None for r in run.records)
+    marked = [r for r in run.records if r.cgroup_nr_throttled]
+    assert marked  # 5 ms requests back to back at 0.3 CPU: some wait for the next period
+    # what the service said from inside and what the client read from outside agree
+    both = [r for r in run.records if r.kernel_nr_throttled is not None]
+    assert sum(1 for r in both if r.kernel_nr_throttled and not r.cgroup_nr_throttled) <= 2

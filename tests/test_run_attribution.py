@@ -1,0 +1,118 @@
+"""client.run.attribution on synthetic timelines: where the period boundaries are, and which
+throttle each request overlapped."""
+
+from __future__ import annotations
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from client.run.attribution import (ThrottleEvent, attribute, period_phase, throttle_events,
+                                    throttled_stretches)
+from client.data.timeline import CgroupSample
+
+MS = 1_000_000
+P = 100 * MS
+
+
+def S(t_ms: float, usage_ms: float = 0, periods: int = 0, throttled: int = 0,
+      throttled_ms: float = 0) -> CgroupSample:
+    return CgroupSample(round(t_ms * MS), round(usage_ms * MS), periods, throttled,
+                        round(throttled_ms * MS))
+
+
+# One busy thread under 0.2 CPU: runs 0-20 ms, throttled 20-100 ms, boundary at 100 ms ends
+# the throttle (80 ms counted then), runs 100-120, throttled 120-200, boundary at 200.
+TWO_THROTTLES = [S(0), S(10, 10), S(20, 20), S(50, 20), S(92, 20),
+                 S(104, 24, 1, 1, 80), S(150, 40, 1, 1, 80), S(198, 40, 1, 1, 80),
+                 S(202, 42, 2, 2, 160), S(260, 42, 2, 2, 160)]
+
+
+def test_period_phase_from_the_intervals_where_nr_periods_grew() -> None:
+    # (92, 104] and (198, 202]: boundaries are in both; mod 100 ms they agree on (98, 102)
+    assert period_phase(TWO_THROTTLES, P) == 100 * MS % P == 0
+    regular = [S(t, periods=(t + 63) // 100) for t in range(0, 1000, 10)]   # boundary at 37
+    assert period_phase(regular, P) == 35 * MS                              # middle of (30, 40)
+    narrow = [S(0), S(30), S(40, periods=1), S(133, periods=1), S(138, periods=2),
+              S(236, periods=2), S(241, periods=3)]
+    assert period_phase(narrow, P) == 37 * MS                               # (36, 38)
+    assert period_phase([S(0), S(10)], P) is None                           # nothing grew
+    assert period_phase(TWO_THROTTLES, 0) is None
+
+
+def test_period_phase_across_the_wrap_and_without_agreement() -> None:
+    wrapped = [S(0), S(95), S(103, periods=1), S(197, periods=1), S(201, periods=2)]
+    assert period_phase(wrapped, P) == 99 * MS          # (97, 101) wraps over 0
+    split = [S(0), S(10), S(20, periods=1), S(112, periods=1), S(118, periods=2),
+             S(250, periods=2), S(260, periods=3)]
+    assert period_phase(split, P) == 15 * MS   # 2 of 3 agree on (12, 18); (50, 60) is outvoted
+    three_ways = [S(0), S(10), S(20, periods=1), S(110, periods=1), S(140, periods=1),
+                  S(150, periods=2), S(260, periods=2), S(270, periods=3),
+                  S(380, periods=3), S(390, periods=4)]
+    assert period_phase(three_ways, P) is None          # four phases, one vote each
+
+
+def test_throttles_end_on_the_boundary_and_lie_back_from_it() -> None:
+    events = throttle_events(TWO_THROTTLES, P)
+    assert events == [ThrottleEvent(20 * MS, 100 * MS, 80 * MS, 1),
+                      ThrottleEvent(120 * MS, 200 * MS, 80 * MS, 1)]
+    # without the period: the middle of the sample interval (98 ms, 200 ms)
+    assert throttle_events(TWO_THROTTLES) == [ThrottleEvent(18 * MS, 98 * MS, 80 * MS, 1),
+                                              ThrottleEvent(120 * MS, 200 * MS, 80 * MS, 1)]
+    assert throttled_stretches(TWO_THROTTLES, P) == [(20 * MS, 100 * MS), (120 * MS, 200 * MS)]
+    assert throttle_events([]) == [] and throttle_events([S(0)]) == []
+
+
+def test_a_throttle_over_several_periods_and_on_two_cpus() -> None:
+    # nr_throttled grows at 100 ms with no time yet (still throttled), time comes at 200 ms
+    long = [S(0), S(95), S(105, 0, 1, 1), S(195, 0, 1, 1), S(205, 5, 2, 2, 180),
+            S(295, 25, 2, 2, 180), S(305, 30, 3, 2, 180)]
+    assert throttle_events(long, P) == [ThrottleEvent(20 * MS, 200 * MS, 180 * MS, 2)]
+    # two CPUs throttled 80 ms each end at one boundary: 160 ms counted, but the stretch
+    # cannot start before the previous throttle ended (at the timeline's start here)
+    two_cpus = [S(0), S(95), S(105, 40, 1, 1, 160)]
+    assert throttle_events(two_cpus, P) == [ThrottleEvent(0, 100 * MS, 160 * MS, 1)]
+    # still throttled when the timeline ends: the periods count, the time is not known yet
+    unfinished = [S(0), S(95), S(105, 0, 1, 1), S(150, 0, 1, 1)]
+    assert throttle_events(unfinished, P) == [ThrottleEvent(95 * MS, 150 * MS, 0, 1)]
+
+
+def test_attribute_each_request_gets_the_throttling_that_overlaps_it() -> None:
+    requests = [(0, 101 * MS),          # the whole first throttle
+                (10 * MS, 60 * MS),     # overlaps it: half of its 80 ms (share the blame)
+                (101 * MS, 110 * MS),   # after its end: nothing
+                (int(99.5 * MS), 120 * MS),  # 0.5 ms overlap: the estimate's noise
+                (110 * MS, 250 * MS),   # the second
+                (300 * MS, 310 * MS)]   # after the timeline
+    assert attribute(requests, TWO_THROTTLES, period_ns=P) == [
+        (80 * MS, 1), (40 * MS, 1), (0, 0), (0, 0), (80 * MS, 1), (0, 0)]
+    assert attribute(requests[3:4], TWO_THROTTLES, period_ns=P, min_overlap_ns=0) == \
+        [(MS // 2, 1)]
+    assert attribute([], TWO_THROTTLES) == [] and attribute(requests[:1], []) == [(0, 0)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(1, 30), st.integers(0, 3), st.integers(0, 90)),
+                      min_size=2, max_size=40),
+       cuts=st.lists(st.integers(0, 10**6), max_size=15))
+def test_requests_that_tile_the_run_share_out_exactly_what_the_group_counted(
+        steps: list[tuple[int, int, int]], cuts: list[int]) -> None:
+    timeline, t, periods, throttled = [S(0)], 0, 0, 0
+    for dt, grew, ms in steps:
+        t, periods, throttled = t + dt, periods + grew, throttled + (ms if grew else 0)
+        timeline.append(S(t, 0, periods, periods, throttled))
+    end = timeline[-1].t_ns
+    edges = sorted({0, end, *(c * end // 10**6 for c in cuts)})
+    requests = list(zip(edges, edges[1:]))
+    marks = attribute(requests, timeline, period_ns=P, min_overlap_ns=0)
+    total = timeline[-1].throttled_ns
+    assert abs(sum(m[0] for m in marks) - total) <= len(requests)   # rounding, 1 ns each
+
+
+def test_a_counted_period_without_time_ends_when_the_group_runs_again() -> None:
+    # nr_throttled grew at 100 ms but no throttled time was ever added; the group ran on
+    timeline = [S(0), S(95, 10), S(105, 12, 1, 1), S(115, 20, 1, 1), S(300, 60, 3, 1)]
+    events = throttle_events(timeline, P)
+    assert events == [ThrottleEvent(95 * MS, 105 * MS, 0, 1)]
+    late = [(200 * MS, 250 * MS)]  # a request long after: not blamed
+    assert attribute(late, timeline, period_ns=P) == [(0, 0)]
