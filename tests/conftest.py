@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import matplotlib
@@ -20,20 +19,18 @@ ORIGINAL_0_3 = ("26 Status code 200 time 5207306\n31 Status code 200 time 506469
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory with raw-data/throttled.* (in-process 30 %), raw-data/free.* (no limit)
     and graph-30.txt (the original's lines), recorded once with real services."""
-    from tests.support import BIN, running_service, service_process
-
-    def http_timing(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(BIN / "http-timing"), *args], cwd=cwd, capture_output=True,
-                              text=True, timeout=120)
+    from tests.support import http_timing, running_service, service_process
 
     cwd = tmp_path_factory.mktemp("explain")
     with service_process(["--cpu-limit", "30"]) as (base, _):
         result = http_timing("--url", base + "/cpuBurnFlow", "--iterations", "5000",
-                             "--requests", "60", "--name", "throttled", "--quiet", "--no-plot")
+                             "--requests", "60", "--name", "throttled", "--quiet", "--no-plot",
+                             cwd=cwd)
         assert result.returncode == 0, result.stderr
     with running_service() as base:
         result = http_timing("--url", base + "/cpuBurnFlow", "--iterations", "2000",
-                             "--requests", "30", "--name", "free", "--quiet", "--no-plot")
+                             "--requests", "30", "--name", "free", "--quiet", "--no-plot",
+                             cwd=cwd)
         assert result.returncode == 0, result.stderr
     (cwd / "graph-30.txt").write_text(ORIGINAL_0_3)
     return cwd

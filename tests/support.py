@@ -112,3 +112,51 @@ def service_process(args: Sequence[str] = (), env: Mapping[str, str] | None = No
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+def gone(pid: int) -> bool:
+    """Whether no process has this pid any more (it was stopped and reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def interrupted_after_rows(argv: Sequence[str], cwd: Path, csv_path: Path, rows: int,
+                           timeout: float = 60.0) -> tuple[int, str, str]:
+    """Run ``argv``, Ctrl-C it once ``csv_path`` has ``rows`` rows; (exit code, out, err).
+    The process is killed by its pid if it does not end."""
+    import signal
+
+    proc = subprocess.Popen(list(argv), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        wait_for_rows(csv_path, rows, timeout=timeout)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out, err
+
+
+def exit_code_and_errors(argv: Sequence[str], cwd: Path, monkeypatch: pytest.MonkeyPatch,
+                         capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``http-timing ARGV`` through the console script's ``main`` in this process (a
+    subprocess each would take seconds): its exit code and what it wrote on stderr."""
+    from client.commands import main
+
+    monkeypatch.chdir(cwd)
+    try:
+        code: object = main(list(argv))
+    except SystemExit as exc:  # argparse's own errors, as the console script would exit
+        code = exc.code
+    return int(code or 0), capsys.readouterr().err  # type: ignore[call-overload]
+
+
+def http_timing(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """The ``http-timing`` console script, as a user runs it, in ``cwd``."""
+    return subprocess.run([str(BIN / "http-timing"), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)

@@ -11,25 +11,8 @@ import pytest
 from client.analysis.cgroup import (CgroupReport, RequestSpan, cgroup_report, interval_stats,
                                     request_spans, usage_per_period)
 from client.data.record import RequestRecord
-from client.data.timeline import CgroupSample
 from service.limit import Limit
-
-MS = 1_000_000
-P = 100 * MS
-
-
-def S(t_ms: float, usage_ms: float = 0, periods: int = 0, throttled: int = 0,
-      throttled_ms: float = 0) -> CgroupSample:
-    return CgroupSample(round(t_ms * MS), round(usage_ms * MS), periods, throttled,
-                        round(throttled_ms * MS))
-
-
-# One busy thread under 0.2 CPU: runs 0-20 ms, throttled 20-100 ms, boundary at 100 ms ends
-# the throttle (80 ms counted then), runs 100-120, throttled 120-200, boundary at 200.
-TWO_THROTTLES = [S(0), S(10, 10), S(20, 20), S(50, 20), S(92, 20),
-                 S(104, 24, 1, 1, 80), S(150, 40, 1, 1, 80), S(198, 40, 1, 1, 80),
-                 S(202, 42, 2, 2, 160), S(260, 42, 2, 2, 160)]
-
+from tests.timelines import MS, P, TWO_THROTTLES, S
 
 def test_usage_per_period_on_the_kernel_grid() -> None:
     timeline = [S(0, 0), S(50, 10), S(100, 20), S(150, 20), S(200, 20), S(250, 30), S(330, 30)]

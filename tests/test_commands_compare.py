@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from client.commands import main
-from tests.support import BIN
+from tests.support import exit_code_and_errors, http_timing
 
 REPORT_KEYS = {"count", "errors", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "max_ms",
                "throttled_fraction", "stall_ms", "period_ms", "throughput_rps", "limit"}
 
 
-def http_timing(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "http-timing"), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def test_compare_prints_the_table_and_saves_picture_and_markdown(runs: Path) -> None:
@@ -42,13 +37,7 @@ def test_compare_prints_the_table_and_saves_picture_and_markdown(runs: Path) -> 
 def test_bad_input_is_one_line_and_exit_2(runs: Path, args: list[str],
                                          monkeypatch: pytest.MonkeyPatch,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    # In-process through the console script's main (a subprocess each would take seconds).
-    monkeypatch.chdir(runs)
-    try:
-        code = main(args)
-    except SystemExit as exc:  # argparse's own errors, as the console script would exit
-        code = exc.code
-    err = capsys.readouterr().err
+    code, err = exit_code_and_errors(args, runs, monkeypatch, capsys)
     assert code == 2, args
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err

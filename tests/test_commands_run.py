@@ -5,13 +5,12 @@ from __future__ import annotations
 import csv
 import json
 import re
-import signal
 import subprocess
 from pathlib import Path
 
 import httpx
 
-from tests.support import BIN, free_port, running_service, service_process, wait_for_rows
+from tests.support import BIN, free_port, http_timing, interrupted_after_rows, running_service, service_process, wait_for_rows
 
 ORIGINAL_LINE = re.compile(r"^(\d+) Status code (\d+) time (\d+)$")
 
@@ -21,9 +20,6 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def http_timing(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "http-timing"), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def test_run_prints_original_lines_and_saves_raw_data_and_picture(tmp_path: Path) -> None:
@@ -117,20 +113,11 @@ def test_unreadable_inputs_to_plot_and_report(tmp_path: Path) -> None:
 
 def test_sigint_mid_run_keeps_every_completed_request(tmp_path: Path) -> None:
     with running_service() as base:
-        proc = subprocess.Popen([str(BIN / "http-timing"), "--url", base + "/cpuBurnFlow",
-                                 "--iterations", "20000", "--requests", "100000", "--name", "int"],
-                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-        try:
-            csv_path = tmp_path / "raw-data" / "int.csv"
-            wait_for_rows(csv_path, 5)
-            proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert proc.returncode == 130, err
+        csv_path = tmp_path / "raw-data" / "int.csv"
+        code, out, err = interrupted_after_rows(
+            [str(BIN / "http-timing"), "--url", base + "/cpuBurnFlow", "--iterations", "20000",
+             "--requests", "100000", "--name", "int"], tmp_path, csv_path, 5)
+    assert code == 130, err
     assert "Traceback" not in err and "interrupted" in err
     printed = [line for line in out.splitlines() if ORIGINAL_LINE.match(line)]
     rows = read_rows(csv_path)

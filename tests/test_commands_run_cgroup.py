@@ -6,7 +6,6 @@ image under ``--cpus 0.3``."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,14 +13,11 @@ import pytest
 from client.commands import main
 from client.data.files import read_run
 from client.data.timeline import read_timeline, timeline_path
-from tests.support import BIN, require_kernel_quota
+from tests.support import http_timing, require_kernel_quota
 
 MS = 1_000_000
 
 
-def http_timing(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "http-timing"), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def check_attribution(csv: Path, sequential: bool) -> None:

@@ -5,23 +5,18 @@ from __future__ import annotations
 import csv
 import json
 import re
-import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from client.commands import main
 from client.data.files import read_run
-from tests.support import BIN, free_port, running_service, service_process, wait_for_rows
+from tests.support import BIN, free_port, http_timing, interrupted_after_rows, running_service, service_process
 
 ORIGINAL_LINE = re.compile(r"^(\d+) Status code (\d+) time (\d+)$")
 MS = 1_000_000
 
 
-def http_timing(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "http-timing"), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def test_run_with_concurrency_keeps_the_original_lines(tmp_path: Path) -> None:
@@ -78,21 +73,12 @@ def test_bad_load_options_are_one_line_and_exit_2(tmp_path: Path, args: list[str
 
 def test_interrupting_a_concurrent_run_keeps_every_completed_request(tmp_path: Path) -> None:
     with service_process() as (base, _):
-        proc = subprocess.Popen([str(BIN / "http-timing"), "--url", base + "/cpuBurnFlow",
-                                 "--iterations", "2000", "--concurrency", "3", "--requests",
-                                 "100000", "--name", "int", "--quiet", "--no-plot"],
-                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
-        try:
-            csv_path = tmp_path / "raw-data" / "int.csv"
-            wait_for_rows(csv_path, 10)
-            proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert proc.returncode == 130, err
+        csv_path = tmp_path / "raw-data" / "int.csv"
+        code, out, err = interrupted_after_rows(
+            [str(BIN / "http-timing"), "--url", base + "/cpuBurnFlow", "--iterations", "2000",
+             "--concurrency", "3", "--requests", "100000", "--name", "int", "--quiet",
+             "--no-plot"], tmp_path, csv_path, 10)
+    assert code == 130, err
     assert "interrupted after" in err and "Traceback" not in err
     run = read_run(csv_path)  # every row whole
     assert len(run.records) >= 10

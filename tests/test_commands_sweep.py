@@ -4,8 +4,6 @@ stops them by pid/container id, and writes every run, the comparison picture and
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -14,7 +12,7 @@ import pytest
 
 from client.data.files import read_run
 from client.run.targets import resolve_backend
-from tests.support import BIN, require_kernel_quota, wait_for_rows
+from tests.support import BIN, gone, interrupted_after_rows, require_kernel_quota
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -26,14 +24,6 @@ def sweep(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedPr
 
 def metadata(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 # --- real sweeps ----------------------------------------------------------------------------
@@ -139,20 +129,11 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], messa
 
 
 def test_ctrl_c_stops_the_service_and_keeps_the_requests(tmp_path: Path) -> None:
-    proc = subprocess.Popen([str(BIN / "http-timing"), "sweep", "--backend", "inprocess",
-                             "--cpus", "0.5,1", "--requests", "100000", "--iterations", "1000",
-                             "--name", "i"], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
     csv_path = tmp_path / "raw-data" / "i-inprocess-0.5.csv"
-    try:
-        wait_for_rows(csv_path, 5, timeout=60)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, err
+    code, out, err = interrupted_after_rows(
+        [str(BIN / "http-timing"), "sweep", "--backend", "inprocess", "--cpus", "0.5,1",
+         "--requests", "100000", "--iterations", "1000", "--name", "i"], tmp_path, csv_path, 5)
+    assert code == 130, err
     assert "interrupted; 0 of 2 limits done" in err and "Traceback" not in err
     run = read_run(csv_path)
     assert len(run.records) > 5

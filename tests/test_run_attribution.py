@@ -9,24 +9,7 @@ from hypothesis import strategies as st
 
 from client.run.attribution import (ThrottleEvent, attribute, period_phase, throttle_events,
                                     throttled_stretches)
-from client.data.timeline import CgroupSample
-
-MS = 1_000_000
-P = 100 * MS
-
-
-def S(t_ms: float, usage_ms: float = 0, periods: int = 0, throttled: int = 0,
-      throttled_ms: float = 0) -> CgroupSample:
-    return CgroupSample(round(t_ms * MS), round(usage_ms * MS), periods, throttled,
-                        round(throttled_ms * MS))
-
-
-# One busy thread under 0.2 CPU: runs 0-20 ms, throttled 20-100 ms, boundary at 100 ms ends
-# the throttle (80 ms counted then), runs 100-120, throttled 120-200, boundary at 200.
-TWO_THROTTLES = [S(0), S(10, 10), S(20, 20), S(50, 20), S(92, 20),
-                 S(104, 24, 1, 1, 80), S(150, 40, 1, 1, 80), S(198, 40, 1, 1, 80),
-                 S(202, 42, 2, 2, 160), S(260, 42, 2, 2, 160)]
-
+from tests.timelines import MS, P, TWO_THROTTLES, S
 
 def test_period_phase_from_the_intervals_where_nr_periods_grew() -> None:
     # (92, 104] and (198, 202]: boundaries are in both; mod 100 ms they agree on (98, 102)

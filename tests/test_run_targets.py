@@ -15,16 +15,9 @@ from client.run.targets.kernel import KernelBackend, health_timeout, kernel_quot
 from client.run.targets.replicas import ReplicaSet, starting_pool
 from client.run.targets.service import ContainerService, ProcessService, ServiceError, free_port
 from service.limit import Limit
+from tests.support import gone
 
 OPTIONS = TargetOptions(image="img:1")
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_each_backend_starts_the_service_under_its_limit() -> None:
