@@ -24,7 +24,8 @@ from client.data.servertiming import server_fields
 from client.run.wire import SocketSender
 
 __all__ = ["HttpxSender", "RoundRobinSender", "Sender", "build_url", "fetch_limits",
-           "limits_url", "make_sender", "make_senders", "request_headers", "warm_up"]
+           "limits_url", "make_sender", "make_senders", "request_headers", "warm_up",
+           "warm_up_all"]
 
 
 def build_url(url: str, iterations: int) -> str:
@@ -167,3 +168,17 @@ def warm_up(url: str, requests: int, *, new_connection: bool = False,
                 break  # the run itself records (and reports) a service that cannot be reached
     return answered
 
+
+
+def warm_up_all(urls: Sequence[str], requests: int, *, new_connection: bool = False,
+                timeout: float = 30.0) -> int:
+    """``warm_up`` every URL (each replica's) at the same time; the answers in all."""
+    if requests <= 0:
+        return 0
+    if len(urls) == 1:
+        return warm_up(urls[0], requests, new_connection=new_connection, timeout=timeout)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(len(urls), 64)) as pool:
+        return sum(pool.map(lambda url: warm_up(url, requests, new_connection=new_connection,
+                                                timeout=timeout), urls))

@@ -29,7 +29,7 @@ from client.data.summary import summarize
 from client.run.attach import CgroupAttachment
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.cgroup_target import CgroupTarget
-from client.run.http import fetch_limits, warm_up
+from client.run.http import fetch_limits, warm_up_all
 from client.run.modes import time_plan
 from client.run.plan import LoadPlan
 from client.run.recorder import RunOutcome, files_first, stop_on_terminate
@@ -123,9 +123,8 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
                 if spec.cgroup is not None else None)
     try:
         with stop_on_terminate():
-            for url in spec.replica_urls or (spec.url,):
-                warm_up(url, spec.warmup, new_connection=spec.new_connection,
-                        timeout=spec.timeout)
+            warm_up_all(spec.replica_urls or (spec.url,), spec.warmup,
+                        new_connection=spec.new_connection, timeout=spec.timeout)
             time_plan(spec.replica_urls or spec.url, spec.plan, on_record,
                       new_connection=spec.new_connection,
                       timeout=spec.timeout, max_consecutive_failures=spec.max_failures,
