@@ -32,7 +32,7 @@ from client.analysis.report import build_report
 from client.analysis.throughput import throughput_row
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
                                     add_load_arguments, draw_result, period_ms, plan_from,
-                                    show_result)
+                                    show_result, stop_quietly)
 from client.commands.options import CliError, number_at_least, parse_counts, parse_limits
 from client.data.files import Run, write_metadata
 from client.data.legacy import format_line
@@ -44,7 +44,7 @@ from client.render.tables import format_replicas_table, format_table, format_thr
 from client.run.http import build_url
 from client.run.plan import LoadPlan
 from client.run.record import RunSpec, load_average, record_run
-from client.run.recorder import files_first, stop_on_terminate
+from client.run.recorder import stop_on_terminate
 from client.run.targets import AUTO, BACKENDS, Backend, ServiceError, Target, TargetOptions
 from client.run.targets import resolve_backend
 from client.run.targets.replicas import ReplicaSet
@@ -227,15 +227,6 @@ class Sweep:
                   f"{recorded.run.records[-1].error}", file=sys.stderr)
         draw_result(recorded, report, opts.pictures_dir)
         return recorded.run
-
-
-def stop_quietly(target: Target | ReplicaSet) -> None:
-    """Stop the target; a second Ctrl-C meanwhile must not leave it running."""
-    with files_first():
-        words = target.stop()
-    summary = [line for line in words.splitlines() if "periods" in line and "throttled" in line]
-    if summary:  # the cpu-quota supervisor's cpu.stat line
-        print(summary[-1].strip(), flush=True)
 
 
 def compare_and_report(runs: Sequence[Run], opts: argparse.Namespace, plan: LoadPlan,
