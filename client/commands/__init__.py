@@ -9,6 +9,7 @@
     http-timing sweep --cpus 1,0.3,0.1 --backend kernel|inprocess|docker start, time, compare
     http-timing [run] ... --cgroup TARGET                               + the service's own cgroup
     http-timing watch TARGET                                            the top of throttling
+    http-timing advise --p99 MS [--p90 MS] [--backend ...]              the smallest limit
 
 Run, raw data file, report/plot: each step usable alone (the shape of vegeta's run/report/plot).
 Each command is a module with ``command_<name>(argv) -> exit code``: parse, call the layers
@@ -21,6 +22,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
+from client.commands.advise import command_advise
 from client.commands.common import EXIT_OK, EXIT_USAGE, silence_stdout
 from client.commands.compare import command_compare
 from client.commands.options import CliError
@@ -42,6 +44,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "compare": command_compare,
     "sweep": command_sweep,
     "watch": command_watch,
+    "advise": command_advise,
 }
 
 

@@ -1,0 +1,243 @@
+"""``http-timing advise`` in words, tables and a picture.
+
+- :func:`format_run`: one line per run as it ends.
+- :func:`format_advice`: the recommendation (every spelling), the runs at it and at the next
+  lower step, the model's guess beside it, the usage-based table and the alternatives.
+- :func:`save_advice_figure`: p99 and p50 against the limit: the measured runs, the model's
+  curve, the target line and the recommendation marked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from client.analysis.advise import (ALTERNATIVE_ROLES, Advice, Alternative, docker_flags,
+                                    kubernetes_cpu)
+from client.analysis.advise_target import Measured
+from client.render.figures import pyplot, save_figure
+from service.limit import Limit
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+__all__ = ["format_advice", "format_run", "format_runs_table", "format_usage_table",
+           "limit_words", "save_advice_figure"]
+
+
+def limit_words(limit: Limit | None) -> str:
+    """``0.6 CPU``, ``0.21 CPU (period 10 ms)``, ``no limit``."""
+    if limit is None:
+        return "no limit"
+    extra = []
+    if limit.period_ms != 100:
+        extra.append(f"period {limit.period_ms:g} ms")
+    if limit.burst_ms:
+        extra.append(f"burst {limit.burst_ms:g} ms")
+    return f"{limit.cpus:g} CPU" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _ms(value: float) -> str:
+    return "n/a" if not math.isfinite(value) else f"{value:.1f}"
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.0f} %"
+
+
+def figures(run: Measured) -> str:
+    """``p50 8.3  p90 15.6  p99 22.6 ms, throttled 2 %`` (``, mean of 2 runs``)."""
+    runs = f", mean of {run.runs} runs" if run.runs > 1 else ""
+    return (f"p50 {_ms(run.p50_ms)}  p90 {_ms(run.p90_ms)}  p99 {_ms(run.p99_ms)} ms, "
+            f"throttled {_share(run.throttled_fraction)}{runs}")
+
+
+def verdict(run: Measured) -> str:
+    if run.met is None:
+        return "not judged"
+    if run.met:
+        return "meets the target" + (" (narrowly)" if run.narrow else "")
+    return "misses: " + ", ".join(run.missed or ()) + (" (narrowly)" if run.narrow else "")
+
+
+def format_run(index: int, run: Measured) -> str:
+    """``[3] search 0.55 CPU: p50 ... ms, throttled 6 %: misses: p99 34.2 > 30 ms``."""
+    return f"[{index}] {run.role} {limit_words(run.limit)}: {figures(run)}: {verdict(run)}"
+
+
+def format_runs_table(runs: Sequence[Measured]) -> str:
+    """Every run, a Markdown table."""
+    lines = ["| run | role | limit | requests | p50 ms | p90 ms | p99 ms | throttled | met |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        met = "–" if run.met is None else "yes" if run.met else "no"
+        lines.append(f"| {run.name} | {run.role} | {limit_words(run.limit)} | {run.requests} | "
+                     f"{_ms(run.p50_ms)} | {_ms(run.p90_ms)} | {_ms(run.p99_ms)} | "
+                     f"{_share(run.throttled_fraction)} | {met} |")
+    return "\n".join(lines) + "\n"
+
+
+def format_usage_table(advice: Advice) -> str:
+    """The latency-based limit beside the usage-based ones, each as measured (Markdown)."""
+    goal = advice.target.describe()
+    lines = [f"| limit set by | rule gives | run at | p50 ms | p90 ms | p99 ms | throttled "
+             f"| meets {goal} |", "|---|---|---|---|---|---|---|---|"]
+    rows: list[tuple[str, str, Limit | None, Measured | None]] = []
+    if advice.at is not None:
+        rows.append(("the latency target (advise)", "–", advice.at.limit, advice.at))
+    for usage in advice.usage_based:
+        rows.append((usage.rule.words, f"{usage.usage_cpus:.4f}", usage.limit, usage.result))
+    for label, gives, limit, run in rows:
+        cpus = f"{limit.cpus:g}" if limit else "–"
+        if run is None:
+            lines.append(f"| {label} | {gives} | {cpus} | – | – | – | – | not run |")
+            continue
+        lines.append(f"| {label} | {gives} | {cpus} | {_ms(run.p50_ms)} | {_ms(run.p90_ms)} | "
+                     f"{_ms(run.p99_ms)} | {_share(run.throttled_fraction)} | "
+                     f"{'yes' if run.met else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def _usage_heading(advice: Advice) -> str:
+    profile = advice.profile
+    usage = profile.usage
+    if not usage:
+        return ("What a usage-based recommender would set: no per-second usage was read from "
+                "the service's /metrics, so there is nothing to apply its rules to.")
+    mean = sum(usage) / len(usage)
+    few = " (few samples: a longer profile run gives a steadier percentile)" if len(
+        usage) < 10 else ""
+    return (f"What a usage-based recommender would set for the same load, from the per-second "
+            f"CPU usage of the service without a limit ({profile.usage_counter}, {len(usage)} "
+            f"samples{few}; mean {mean:.3f} CPU), each run as a limit (rounded up to a "
+            "millicore, at most the ceiling):")
+
+
+def _recommendation(advice: Advice) -> list[str]:
+    rec, at, below = advice.recommended, advice.at, advice.below
+    goal = advice.target.describe()
+    if rec is None or at is None:
+        return [f"No recommendation for {goal}: {advice.reason}"]
+    burst = f" (burst {rec.burst_ms:g} ms: cpu.cfs_burst_us / cpu.max.burst; docker and " \
+        "Kubernetes have no setting for it)" if rec.burst_ms else ""
+    lines = [f"Recommendation for {goal} ({advice.backend}; {advice.load}):",
+             f"  {rec.cpus:g} CPU = {kubernetes_cpu(rec)}: docker run {docker_flags(rec)}; "
+             f"Kubernetes resources.limits.cpu: {kubernetes_cpu(rec)}{burst}",
+             f"  measured at {limit_words(rec)}: {figures(at)}: {verdict(at)}"]
+    if below is not None and below.limit is not None:
+        lines.append(f"  at {limit_words(below.limit)} (the next lower step tried): "
+                     f"{figures(below)}: {verdict(below)}")
+        lines.append(f"  The smallest limit that meets it lies in ({below.limit.cpus:g}, "
+                     f"{rec.cpus:g}] CPU.")
+    elif advice.at_floor:
+        lines.append(f"  {rec.cpus:g} CPU is the smallest limit tried (a quota of at least "
+                     "1 ms per period): the target is loose for this load.")
+    if advice.guess is not None and advice.guess_error is not None:
+        lines.append(f"  The model's first guess was {advice.guess.limit.cpus:g} CPU (predicted "
+                     f"p99 {_ms(advice.guess.p99_ms)} ms): {_relative(advice.guess_error)} the "
+                     "measured answer.")
+    elif advice.guess is None:
+        lines.append("  The model found no limit up to the ceiling that meets the target; the "
+                     "search started at the ceiling.")
+    return lines
+
+
+def _relative(error: float) -> str:
+    if abs(error) < 0.005:
+        return "equal to"
+    return f"{abs(error) * 100:.0f} % {'above' if error > 0 else 'below'}"
+
+
+def _alternative(alt: Alternative, advice: Advice) -> str:
+    proven, model = alt.proven, alt.model
+    what = ("a shorter period" if alt.kind == "period" else "a burst of one quota")
+    said = f"the model says {limit_words(model.limit)} meets it"
+    if proven is None or proven.limit is None:
+        tried = ", ".join(f"{limit_words(r.limit)}: p99 {_ms(r.p99_ms)} ms"
+                          for r in alt.results)
+        return f"With {what}: {said}; measured, it did not ({tried})."
+    rec = advice.recommended
+    saved = f", {100 * (1 - proven.limit.cpus / rec.cpus):.0f} % less than {rec.cpus:g} CPU" \
+        if rec is not None else ""
+    where = (f"docker run {docker_flags(proven.limit)}; Kubernetes sets the period per node "
+             "only (kubelet --cpu-cfs-quota-period)" if alt.kind == "period" else
+             "cpu.cfs_burst_us / cpu.max.burst (Linux >= 5.14); docker and Kubernetes have "
+             "no setting for it")
+    return (f"With {what}: {said}; measured at {limit_words(proven.limit)}: {figures(proven)}: "
+            f"meets{saved} ({where}).")
+
+
+def format_advice(advice: Advice) -> str:
+    """The whole answer, printed at the end."""
+    lines = _recommendation(advice)
+    lines += ["", _usage_heading(advice), "", format_usage_table(advice).rstrip()]
+    profile = advice.profile
+    burst = (f"at most {profile.peak_to_mean:.1f}x the mean requests sent in one 100 ms period"
+             if profile.peak_to_mean else "too short a run to say")
+    lines.append("")
+    lines.append(f"How even the load is: {burst}.")
+    for alt in advice.alternatives:
+        lines.append(_alternative(alt, advice))
+    if advice.recommended is not None and not advice.alternatives:
+        lines.append("Neither a shorter period nor a burst of one quota needs 10 % less by the "
+                     "model (or the backend cannot set them), so none was run.")
+    return "\n".join(lines) + "\n"
+
+
+def save_advice_figure(advice: Advice, out: Path) -> Path:
+    """p99 and p50 against the limit (log scales): measured runs of the search's shape, the
+    model's curve, the target and the recommendation."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(11, 6.5), dpi=100)
+    try:
+        curve = advice.curve
+        if curve:
+            xs = [p.limit.cpus for p in curve]
+            ax.plot(xs, [p.p99_ms for p in curve], color="#1f77b4", lw=1.5,
+                    label="model: p99")
+            ax.plot(xs, [p.p50_ms for p in curve], color="#1f77b4", lw=1, ls="--",
+                    label="model: p50")
+        _draw_runs(ax, advice)
+        ax.axhline(advice.target.p99_ms, color="#2ca02c", lw=1.2,
+                   label=f"target p99 <= {advice.target.p99_ms:g} ms")
+        if advice.target.p90_ms is not None:
+            ax.axhline(advice.target.p90_ms, color="#2ca02c", lw=1, ls=":",
+                       label=f"target p90 <= {advice.target.p90_ms:g} ms")
+        if advice.recommended is not None:
+            ax.axvline(advice.recommended.cpus, color="#2ca02c", lw=2, alpha=0.5,
+                       label=f"recommended {advice.recommended.cpus:g} CPU")
+        for usage, colour in zip(advice.usage_based, ("#9467bd", "#8c564b")):
+            ax.axvline(usage.limit.cpus, color=colour, lw=1, ls="-.",
+                       label=f"usage {usage.rule.key}: {usage.limit.cpus:g} CPU")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("CPU limit (CPUs)", fontsize=12)
+        ax.set_ylabel("latency (ms)", fontsize=12)
+        ax.set_title(f"advise: {advice.target.describe()}\n{advice.backend}; {advice.load}",
+                     fontsize=12)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="best", fontsize=9)
+        save_figure(fig, out)
+    finally:
+        plt.close(fig)
+    return out
+
+
+def _draw_runs(ax: Axes, advice: Advice) -> None:
+    """The runs of the search's shape (the alternatives' periods and bursts are not)."""
+    runs = [r for r in advice.runs if r.limit is not None and r.met is not None
+            and r.role not in ALTERNATIVE_ROLES]
+    for met, colour, label in ((True, "#2ca02c", "met"), (False, "#d62728", "missed")):
+        chosen = [r for r in runs if r.met is met and math.isfinite(r.p99_ms)]
+        if chosen:
+            ax.scatter([r.limit.cpus for r in chosen if r.limit], [r.p99_ms for r in chosen],
+                       s=50, c=colour, zorder=3, label=f"measured p99 ({label})")
+            ax.scatter([r.limit.cpus for r in chosen if r.limit], [r.p50_ms for r in chosen],
+                       s=25, c=colour, marker="v", zorder=3, alpha=0.7,
+                       label=f"measured p50 ({label})")
+    profile = advice.profile.run
+    if math.isfinite(profile.p99_ms):
+        ax.axhline(profile.p99_ms, color="grey", lw=1, ls=":",
+                   label=f"no limit: p99 {profile.p99_ms:.1f} ms")
