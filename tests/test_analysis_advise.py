@@ -12,7 +12,7 @@ import pytest
 from client.analysis.advise import (MAIN_ROLES, Advice, UsageResult, alternative_guesses,
                                     bracket, conclude, docker_flags, floor_millicores,
                                     kubernetes_cpu, needs_repeat, next_millicores, shape,
-                                    unmet_reason, verdicts)
+                                    to_confirm, unmet_reason, verdicts)
 from client.analysis.advise_model import (USAGE_RULES, Profile, cpu_each, cpu_per_request,
                                           model_curve, model_guess, model_point, peak_to_mean,
                                           per_second_usage, profile_plan, usage_limits)
@@ -259,7 +259,7 @@ def test_the_answer_as_json() -> None:
     assert data["usage_based"][0]["rule"] == "p90+15%" and data["usage_based"][0]["met"]
     assert data["next_lower"]["cpus"] == 0.63 and advice.guess_error == pytest.approx(0.0714,
                                                                                        abs=1e-4)
-    assert set(MAIN_ROLES) == {"guess", "search", "usage"}
+    assert set(MAIN_ROLES) == {"guess", "search", "usage", "confirm"}
 
 
 def test_why_a_target_cannot_be_met() -> None:
@@ -270,3 +270,12 @@ def test_why_a_target_cannot_be_met() -> None:
     assert words.startswith("the target cannot be met by a CPU limit alone: even at the "
                             "machine's 2 CPUs the run missed it (p99 45.0 > 30 ms)")
     assert "the work itself takes 40.0 ms of CPU per request" in words
+
+
+def test_the_answer_is_confirmed_by_a_second_run() -> None:
+    target = LatencyTarget(30)
+    runs = [row(700, 20.0, target), row(630, 40.0, target)]
+    assert to_confirm(runs, target) == 700
+    runs.append(row(700, 45.0, target, name="r700-2", role="confirm"))   # mean 32.5: missed
+    assert to_confirm(runs, target) is None and bracket(verdicts(runs, target)) == (700, None)
+    assert to_confirm([row(630, 40.0, target)], target) is None      # nothing met yet

@@ -29,13 +29,13 @@ from service.limit import MIN_QUOTA_US, Limit
 __all__ = ["ALTERNATIVE_PERIODS_MS", "ALTERNATIVE_ROLES", "MAIN_ROLES", "SAVING", "TOLERANCE", "Advice",
            "Alternative", "UsageResult", "alternative_guesses", "bracket", "by_limit", "conclude",
            "docker_flags", "floor_millicores", "kubernetes_cpu", "needs_repeat",
-           "next_millicores", "shape", "unmet_reason", "verdicts"]
+           "next_millicores", "shape", "to_confirm", "unmet_reason", "verdicts"]
 
 TOLERANCE = 0.10                       # the answer is bracketed within 10 %
 ALTERNATIVE_PERIODS_MS = (50, 20, 10)  # shorter periods the model tries
 SAVING = 0.9                           # an alternative is tried when it needs <= 90 %
 ALTERNATIVE_ROLES = ("period", "burst")  # the roles of the alternatives' runs
-MAIN_ROLES = ("guess", "search", "usage")  # the runs of the search's shape
+MAIN_ROLES = ("guess", "search", "usage", "confirm")  # the runs of the search's shape
 
 
 def shape(period_ms: float, burst_ms: float = 0.0, *, full_burst: bool = False) -> Shape:
@@ -100,6 +100,16 @@ def by_limit(runs: Sequence[Measured]) -> dict[int, list[Measured]]:
 def verdicts(runs: Sequence[Measured], target: LatencyTarget) -> dict[int, bool]:
     """Millicores -> met: the limit's runs, pooled (the mean of their figures), met ``target``."""
     return {m: bool(pooled(at, target).met) for m, at in by_limit(runs).items()}
+
+
+def to_confirm(runs: Sequence[Measured], target: LatencyTarget) -> int | None:
+    """Once the search is done: the recommended limit (millicores) when only one run says it
+    meets the target; run it again (a second run decides with the first, as their mean).
+    None when there is nothing to confirm."""
+    _, high = bracket(verdicts(runs, target))
+    if high is None or len(by_limit(runs)[high]) >= 2:
+        return None
+    return high
 
 
 def needs_repeat(runs_at_limit: Sequence[Measured]) -> bool:

@@ -11,10 +11,11 @@
    service misses even without a limit is bad input (exit 2).
 2. **Guess**: the quota model proposes the smallest limit that meets the target
    (``client.analysis.advise_model``).
-3. **Verify**: real runs from the guess, stepping and then bisecting over limits until the
-   smallest that met is within 10 % of the largest that missed below it
-   (``client.analysis.advise``); a narrow miss is run once more. Up to the machine's CPUs (the
-   in-process backend: 1 CPU); when even that misses, no recommendation (exit 3).
+3. **Verify**: real runs from the guess (and at the usage rules' limits), stepping and then
+   bisecting over limits until the smallest that met is within 10 % of the largest that
+   missed below it (``client.analysis.advise``); a narrow verdict is run once more and the
+   mean of the two counts, and the answer is confirmed by a second run. Up to the machine's
+   CPUs (the in-process backend: 1 CPU); when even that misses, no recommendation (exit 3).
 4. **Say it**, beside what the usage rules (p90 + 15 %, p95 of per-second usage) would set,
    each measured too, and whether a shorter period or a burst of one quota met the target
    with less (run when the model says they need at most 90 %; ``--no-alternatives``: never).
@@ -39,8 +40,8 @@ from pathlib import Path
 
 from client.analysis.advise import (MAIN_ROLES, SAVING, Advice, Alternative, UsageResult,
                                     alternative_guesses, conclude, floor_millicores,
-                                    needs_repeat, next_millicores, shape, unmet_reason,
-                                    verdicts)
+                                    needs_repeat, next_millicores, shape, to_confirm,
+                                    unmet_reason, verdicts)
 from client.analysis.advise_target import pooled
 from client.analysis.advise_model import (ModelPoint, Profile, Shape, build_profile, model_curve,
                                           model_guess, profile_plan, usage_limits)
@@ -285,10 +286,19 @@ class Advisor:
 
     def search(self, start: int) -> None:
         """Step 3: on from the guess (and the usage rules' limits) until the answer is
-        bracketed within 10 %."""
-        while (step := next_millicores(verdicts(self.main_runs(), self.target), start=start,
-                                       floor=self.floor, ceiling=self.ceiling)) is not None:
-            if len(verdicts(self.main_runs(), self.target)) >= self.opts.max_runs:
+        bracketed within 10 % and met by the mean of two runs."""
+        while True:
+            judged = verdicts(self.main_runs(), self.target)
+            step = next_millicores(judged, start=start, floor=self.floor, ceiling=self.ceiling)
+            if step is None:
+                confirm = to_confirm(self.main_runs(), self.target)
+                if confirm is None:
+                    return
+                print(f"advise: {confirm / 1000:g} CPU met the target in one run; once more "
+                      "to confirm it", flush=True)
+                self.measure(self.shape(confirm), "confirm")
+                continue
+            if len(judged) >= self.opts.max_runs:
                 print(f"advise: --max-runs {self.opts.max_runs} reached; the answer is the "
                       "bracket so far", flush=True)
                 return
