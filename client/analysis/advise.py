@@ -4,12 +4,15 @@
   *shape* (:func:`shape`: the period and burst), from the smallest the backend can set
   (:func:`floor_millicores`: the kernel's 1 ms quota per period) to a ceiling (the machine's
   CPUs, or the backend's maximum).
-- **The search** (:func:`next_millicores`): the first run is at the model's guess; while every
-  run met the target (or every run missed) the next steps down (up) by a factor growing from
-  1.25; once a met limit and a missed one bracket the answer, the geometric middle, until the
-  smallest met limit is within 10 % of the largest missed one below it. A limit is met when
-  any of its runs met the target; a narrow miss is run once more by the command
-  (:func:`needs_repeat`), since on a shared machine other work only ever adds latency.
+- **The search** (:func:`next_millicores`): the first run is at the model's guess (the usage
+  rules' limits are run too and count as evidence); while every limit run met the target (or
+  every one missed) the next steps down (up) by a factor growing from 1.25; once a met limit
+  and a missed one bracket the answer, the geometric middle, until the smallest met limit is
+  within 10 % of the largest missed one (:func:`bracket`: a limit that met below a miss does
+  not count). A run whose verdict could flip (narrowly met or missed, :func:`needs_repeat`)
+  is run once more and the limit judged by the mean of its two runs (:func:`verdicts`); so is
+  the answer when only one run says it meets the target (:func:`to_confirm`): if the two
+  together miss, the search goes on above it.
 - **The answer** (:class:`Advice`): the recommended limit in every spelling, the runs at it
   and at the next lower step tried, the model's guess beside it, what the usage rules would
   set (measured too), and whether a shorter period or a burst met the target with less.
@@ -26,9 +29,9 @@ from client.analysis.advise_model import ModelPoint, Profile, Shape, UsageRule, 
 from client.analysis.advise_target import LatencyTarget, Measured, pooled
 from service.limit import MIN_QUOTA_US, Limit
 
-__all__ = ["ALTERNATIVE_PERIODS_MS", "ALTERNATIVE_ROLES", "MAIN_ROLES", "SAVING", "TOLERANCE", "Advice",
-           "Alternative", "UsageResult", "alternative_guesses", "bracket", "by_limit", "conclude",
-           "docker_flags", "floor_millicores", "kubernetes_cpu", "needs_repeat",
+__all__ = ["ALTERNATIVE_PERIODS_MS", "ALTERNATIVE_ROLES", "MAIN_ROLES", "SAVING", "TOLERANCE",
+           "Advice", "Alternative", "UsageResult", "alternative_guesses", "bracket", "by_limit",
+           "conclude", "docker_flags", "floor_millicores", "kubernetes_cpu", "needs_repeat",
            "next_millicores", "shape", "to_confirm", "unmet_reason", "verdicts"]
 
 TOLERANCE = 0.10                       # the answer is bracketed within 10 %

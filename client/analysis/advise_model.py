@@ -39,8 +39,8 @@ from client.run.usage import UsageSample
 from service.limit import Limit
 
 __all__ = ["USAGE_RULES", "ModelPoint", "Profile", "Shape", "UsageRule", "build_profile",
-           "cpu_each", "cpu_per_request", "model_curve", "model_guess", "model_point", "peak_to_mean",
-           "per_second_usage", "profile_plan", "usage_limits"]
+           "cpu_each", "cpu_per_request", "model_curve", "model_guess", "model_point",
+           "peak_to_mean", "per_second_usage", "profile_plan", "usage_limits"]
 
 Shape = Callable[[int], Limit]   # millicores -> the limit of that size (period, burst)
 

@@ -171,7 +171,7 @@ def command_advise(argv: list[str]) -> int:
             return EXIT_INTERRUPTED
         except ServiceError as exc:
             raise CliError(f"{exc} (runs so far are saved in {opts.data_dir})") from None
-        files = save_answer(advice, advisor, opts.pictures_dir, sweep_stem(prefix, "advise"))
+        files = save_answer(advice, opts.pictures_dir, sweep_stem(prefix, "advise"))
         if not opts.json:
             print()
             print(format_advice(advice), end="")
@@ -182,7 +182,7 @@ def command_advise(argv: list[str]) -> int:
     return EXIT_OK if advice.recommended is not None else EXIT_NOT_MET
 
 
-def save_answer(advice: Advice, advisor: Advisor, folder: Path, stem: str) -> list[Path]:
+def save_answer(advice: Advice, folder: Path, stem: str) -> list[Path]:
     """The picture, the tables (Markdown) and the JSON of the answer."""
     folder.mkdir(parents=True, exist_ok=True)
     picture = save_advice_figure(advice, folder / f"{stem}.png")
