@@ -44,8 +44,8 @@ def check_runs_kept_and_stopped(cwd: Path, answer: dict[str, Any]) -> None:
 def test_inprocess_advice_finds_a_bracketed_limit_and_measures_the_usage_rules(
         tmp_path: Path) -> None:
     result = http_timing("advise", "--backend", "inprocess", "--p99", "60", "--requests", "30",
-                         "--iterations", "3000", "--profile-seconds", "2", "--no-alternatives",
-                         "--name", "t", "--json", cwd=tmp_path)
+                         "--iterations", "3000", "--profile-seconds", "2", "--name", "t",
+                         "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)   # stdout is the JSON alone; progress went to stderr
     assert "[1] profile no limit" in result.stderr
@@ -69,6 +69,13 @@ def test_inprocess_advice_finds_a_bracketed_limit_and_measures_the_usage_rules(
         assert usage["met"] in (True, False) and usage["measured"]["cpus"] == usage["cpus"]
         assert any(r["cpus"] == usage["cpus"] for r in runs[1:])   # measured, really
     assert answer["profile"]["usage_cpus_per_second"]      # what the rules were applied to
+    # shorter periods (no burst in-process), run where the model says they need <= 90 %
+    assert isinstance(answer["alternatives"], list)
+    for alt in answer["alternatives"]:
+        assert alt["kind"] == "period" and alt["measured"]
+        for tried in alt["measured"]:
+            assert tried["period_ms"] < 100 and tried["cpus"] <= rec["cpus"] * 0.9
+            assert f"-period{tried['period_ms']:g}" in tried["name"]
     check_runs_kept_and_stopped(tmp_path, answer)
     pictures = tmp_path / "pictures"
     assert (pictures / "t-advise.png").read_bytes()[:8] == PNG

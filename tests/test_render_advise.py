@@ -72,6 +72,16 @@ def test_the_usage_table_puts_the_rules_beside_the_latency_target() -> None:
     assert len(runs) == 2 + 5 and runs[2].startswith("| t-advise-none | profile | no limit |")
 
 
+def test_alternatives_not_looked_for_or_not_worth_it() -> None:
+    base = advice()
+    skipped = Advice(base.target, base.backend, base.load, base.profile, base.guess, base.runs,
+                     base.at, base.below, 10, 2000)
+    assert "was not looked for (--no-alternatives)" in format_advice(skipped)
+    none = Advice(base.target, base.backend, base.load, base.profile, base.guess, base.runs,
+                  base.at, base.below, 10, 2000, alternatives=())
+    assert "Neither a shorter period nor a burst" in format_advice(none)
+
+
 def test_no_recommendation_says_why() -> None:
     base = advice()
     none = Advice(base.target, base.backend, base.load, base.profile, None, base.runs, None,

@@ -230,7 +230,7 @@ class Advice:
     ceiling: int
     reason: str | None = None                # why there is no recommendation
     usage_based: tuple[UsageResult, ...] = ()
-    alternatives: tuple[Alternative, ...] = ()
+    alternatives: tuple[Alternative, ...] | None = None   # None: not looked for
     curve: tuple[ModelPoint, ...] = field(default=(), compare=False)
 
     @property
@@ -265,7 +265,8 @@ class Advice:
             "runs": [run.to_dict() for run in self.runs], "model_guess": guess,
             "profile": self.profile.to_dict(),
             "usage_based": [u.to_dict() for u in self.usage_based],
-            "alternatives": [a.to_dict() for a in self.alternatives],
+            "alternatives": (None if self.alternatives is None
+                             else [a.to_dict() for a in self.alternatives]),
             "search": {"floor_cpus": self.floor / 1000, "ceiling_cpus": self.ceiling / 1000,
                        "tolerance": TOLERANCE},
         }

@@ -239,7 +239,7 @@ class Advisor:
                                               self.ceiling_words)
         usage = tuple(UsageResult(rule, cpus, self.shape(m), pooled(
             [r for r in main if r.millicores == m], self.target)) for rule, cpus, m in rules)
-        alternatives: tuple[Alternative, ...] = ()
+        alternatives: tuple[Alternative, ...] | None = None
         if at is not None and at.limit is not None and self.opts.alternatives:
             alternatives = self.alternatives(profile, at.limit, guess)
         low = max(self.floor, min([r.millicores or start for r in main] + [start]) // 4)

@@ -178,9 +178,13 @@ def format_advice(advice: Advice) -> str:
              if profile.peak_to_mean else "too short a run to say")
     lines.append("")
     lines.append(f"How even the load is: {burst}.")
+    if advice.alternatives is None:
+        if advice.recommended is not None:
+            lines.append("A shorter period or a burst was not looked for (--no-alternatives).")
+        return "\n".join(lines) + "\n"
     for alt in advice.alternatives:
         lines.append(_alternative(alt, advice))
-    if advice.recommended is not None and not advice.alternatives:
+    if not advice.alternatives:
         lines.append("Neither a shorter period nor a burst of one quota needs 10 % less by the "
                      "model (or the backend cannot set them), so none was run.")
     return "\n".join(lines) + "\n"
