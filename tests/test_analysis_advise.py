@@ -12,7 +12,7 @@ import pytest
 from client.analysis.advise import (MAIN_ROLES, Advice, UsageResult, alternative_guesses,
                                     bracket, conclude, docker_flags, floor_millicores,
                                     kubernetes_cpu, needs_repeat, next_millicores, shape,
-                                    to_confirm, unmet_reason, verdicts)
+                                    to_confirm, to_recheck, unmet_reason, verdicts)
 from client.analysis.advise_model import (USAGE_RULES, Profile, cpu_each, cpu_per_request,
                                           model_curve, model_guess, model_point, peak_to_mean,
                                           per_second_usage, profile_plan, usage_limits)
@@ -279,3 +279,15 @@ def test_the_answer_is_confirmed_by_a_second_run() -> None:
     runs.append(row(700, 45.0, target, name="r700-2", role="confirm"))   # mean 32.5: missed
     assert to_confirm(runs, target) is None and bracket(verdicts(runs, target)) == (700, None)
     assert to_confirm([row(630, 40.0, target)], target) is None      # nothing met yet
+
+
+def test_a_miss_above_a_met_limit_is_run_once_more_before_it_is_believed() -> None:
+    target = LatencyTarget(30)
+    runs = [row(600, 25.0, target), row(700, 45.0, target), row(800, 50.0, target)]
+    assert to_recheck(runs, target) == 700
+    runs.append(row(700, 12.0, target, name="r700-2"))     # mean 28.5: met after all
+    assert to_recheck(runs, target) == 800
+    runs.append(row(800, 44.0, target, name="r800-2"))     # missed twice: believed
+    assert to_recheck(runs, target) is None
+    assert bracket(verdicts(runs, target)) == (800, None)
+    assert to_recheck([row(600, 45.0, target), row(700, 20.0, target)], target) is None

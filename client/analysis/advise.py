@@ -32,7 +32,7 @@ from service.limit import MIN_QUOTA_US, Limit
 __all__ = ["ALTERNATIVE_PERIODS_MS", "ALTERNATIVE_ROLES", "MAIN_ROLES", "SAVING", "TOLERANCE",
            "Advice", "Alternative", "UsageResult", "alternative_guesses", "bracket", "by_limit",
            "conclude", "docker_flags", "floor_millicores", "kubernetes_cpu", "needs_repeat",
-           "next_millicores", "shape", "to_confirm", "unmet_reason", "verdicts"]
+           "next_millicores", "shape", "to_confirm", "to_recheck", "unmet_reason", "verdicts"]
 
 TOLERANCE = 0.10                       # the answer is bracketed within 10 %
 ALTERNATIVE_PERIODS_MS = (50, 20, 10)  # shorter periods the model tries
@@ -103,6 +103,19 @@ def by_limit(runs: Sequence[Measured]) -> dict[int, list[Measured]]:
 def verdicts(runs: Sequence[Measured], target: LatencyTarget) -> dict[int, bool]:
     """Millicores -> met: the limit's runs, pooled (the mean of their figures), met ``target``."""
     return {m: bool(pooled(at, target).met) for m, at in by_limit(runs).items()}
+
+
+def to_recheck(runs: Sequence[Measured], target: LatencyTarget) -> int | None:
+    """A limit that missed the target in its only run although a smaller limit met it (the
+    evidence contradicts itself: one of them was the machine's): the smallest such limit, to
+    run once more before the miss is believed. None when there is none."""
+    pools = by_limit(runs)
+    judged = verdicts(runs, target)
+    met = [m for m, ok in judged.items() if ok]
+    if not met:
+        return None
+    doubtful = [m for m, ok in judged.items() if not ok and m > min(met) and len(pools[m]) == 1]
+    return min(doubtful) if doubtful else None
 
 
 def to_confirm(runs: Sequence[Measured], target: LatencyTarget) -> int | None:

@@ -41,7 +41,7 @@ from pathlib import Path
 from client.analysis.advise import (MAIN_ROLES, SAVING, Advice, Alternative, UsageResult,
                                     alternative_guesses, conclude, floor_millicores,
                                     needs_repeat, next_millicores, shape, to_confirm,
-                                    unmet_reason, verdicts)
+                                    to_recheck, unmet_reason, verdicts)
 from client.analysis.advise_target import pooled
 from client.analysis.advise_model import (ModelPoint, Profile, Shape, build_profile, model_curve,
                                           model_guess, profile_plan, usage_limits)
@@ -288,6 +288,12 @@ class Advisor:
         """Step 3: on from the guess (and the usage rules' limits) until the answer is
         bracketed within 10 % and met by the mean of two runs."""
         while True:
+            recheck = to_recheck(self.main_runs(), self.target)
+            if recheck is not None:
+                print(f"advise: {recheck / 1000:g} CPU missed although a smaller limit met the "
+                      "target; once more", flush=True)
+                self.measure(self.shape(recheck), "search")
+                continue
             judged = verdicts(self.main_runs(), self.target)
             step = next_millicores(judged, start=start, floor=self.floor, ceiling=self.ceiling)
             if step is None:
