@@ -106,7 +106,7 @@ def test_kernel_advice_passes_the_independent_check(tmp_path: Path) -> None:
     result = http_timing("advise", "--backend", "kernel", "--p99", "30", "--requests", "100",
                          "--iterations", "5000", "--profile-seconds", "3",
                          "--no-alternatives", "--name", "k", "--json", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, result.stderr[-2000:]
     answer = json.loads(result.stdout)
     rec = answer["recommended"]["cpus"]
     assert answer["profile"]["cpu_ms_per_request"] > 2   # ~5 ms of CPU per request
@@ -114,10 +114,11 @@ def test_kernel_advice_passes_the_independent_check(tmp_path: Path) -> None:
     less = round(rec * 0.75, 3)
     first, first_less = p99s((rec, less), tmp_path, "check")
     second, second_less = p99s((rec, less), tmp_path, "again")
-    assert min(first, second) <= 30 * 1.25, f"{rec} CPU: p99 {first:.1f}, {second:.1f} ms"
+    busy = f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+    assert min(first, second) <= 30 * 1.25, f"{rec} CPU: p99 {first:.1f}, {second:.1f} ms {busy}"
     assert (first_less + second_less) / 2 > 30, (
-        f"{less} CPU (25 % less): p99 {first_less:.1f}, {second_less:.1f} ms: met it too")
-    assert (first_less + second_less) > (first + second)
+        f"{less} CPU (25 % less): p99 {first_less:.1f}, {second_less:.1f} ms: met it too {busy}")
+    assert (first_less + second_less) > (first + second), busy
 
 
 @pytest.mark.parametrize(("args", "message"), [

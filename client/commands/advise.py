@@ -14,7 +14,8 @@
 3. **Verify**: real runs from the guess (and at the usage rules' limits), stepping and then
    bisecting over limits until the smallest that met is within 10 % of the largest that
    missed below it (``client.analysis.advise``); a narrow verdict is run once more and the
-   mean of the two counts, and the answer is confirmed by a second run. Up to the machine's
+   mean of the two counts, a miss above a met limit is run once more before it is believed,
+   and the answer is confirmed by a second run. Up to the machine's
    CPUs (the in-process backend: 1 CPU); when even that misses, no recommendation (exit 3).
 4. **Say it**, beside what the usage rules (p90 + 15 %, p95 of per-second usage) would set,
    each measured too, and whether a shorter period or a burst of one quota met the target
