@@ -5,30 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from client.data.files import read_run
-from tests.support import BIN, require_kernel_quota, wait_for_rows
+from tests.support import (BIN, exit_code_and_errors, gone, http_timing, interrupted_after_rows,
+                           require_kernel_quota)
 
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def http_timing(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "http-timing"), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def check_runs_kept_and_stopped(cwd: Path, answer: dict[str, Any]) -> None:
@@ -45,7 +31,7 @@ def test_inprocess_advice_finds_a_bracketed_limit_and_measures_the_usage_rules(
         tmp_path: Path) -> None:
     result = http_timing("advise", "--backend", "inprocess", "--p99", "60", "--requests", "30",
                          "--iterations", "3000", "--profile-seconds", "2", "--name", "t",
-                         "--json", cwd=tmp_path)
+                         "--json", cwd=tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)   # stdout is the JSON alone; progress went to stderr
     assert "[1] profile no limit" in result.stderr
@@ -105,7 +91,8 @@ def test_kernel_advice_passes_the_independent_check(tmp_path: Path) -> None:
     require_kernel_quota()
     result = http_timing("advise", "--backend", "kernel", "--p99", "30", "--requests", "100",
                          "--iterations", "5000", "--profile-seconds", "3",
-                         "--no-alternatives", "--name", "k", "--json", cwd=tmp_path)
+                         "--no-alternatives", "--name", "k", "--json", cwd=tmp_path,
+                         timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
     answer = json.loads(result.stdout)
     rec = answer["recommended"]["cpus"]
@@ -132,11 +119,14 @@ def test_kernel_advice_passes_the_independent_check(tmp_path: Path) -> None:
     (["--p99", "30", "--burst-ms", "5"], "--backend inprocess has no burst"),
     ([], "the following arguments are required: --p99"),
 ])
-def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
-    result = http_timing("advise", "--backend", "inprocess", *args, cwd=tmp_path, timeout=60)
-    assert result.returncode == 2
-    assert message in result.stderr and "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str,
+                                          monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = exit_code_and_errors(["advise", "--backend", "inprocess", *args], tmp_path,
+                                     monkeypatch, capsys)
+    assert code == 2
+    assert message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "raw-data").exists()   # nothing was started
 
 
@@ -156,20 +146,11 @@ def test_a_target_below_the_unlimited_p99_is_one_line_after_the_profile(tmp_path
 
 
 def test_ctrl_c_stops_the_service_and_keeps_the_requests(tmp_path: Path) -> None:
-    proc = subprocess.Popen([str(BIN / "http-timing"), "advise", "--backend", "inprocess",
-                             "--p99", "60", "--iterations", "1000", "--profile-seconds", "60",
-                             "--name", "i"], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
     csv_path = tmp_path / "raw-data" / "i-advise-none.csv"
-    try:
-        wait_for_rows(csv_path, 5, timeout=60)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, err
+    code, _, err = interrupted_after_rows(
+        [str(BIN / "http-timing"), "advise", "--backend", "inprocess", "--p99", "60",
+         "--iterations", "1000", "--profile-seconds", "60", "--name", "i"], tmp_path, csv_path, 5)
+    assert code == 130, err
     assert "interrupted after 0 run(s)" in err and "Traceback" not in err
     run = read_run(csv_path)
     assert len(run.records) > 5
