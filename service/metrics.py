@@ -14,7 +14,8 @@ global one), so tests and tools can build several apps in one process. Series:
   ``cpu.stat`` (``nr_periods``, ``nr_throttled``, throttled time) so one dashboard reads both:
   ``throttle_lab_inprocess_nr_periods_total``, ``throttle_lab_inprocess_nr_throttled_total``,
   ``throttle_lab_inprocess_throttled_seconds_total``, and gauges
-  ``throttle_lab_inprocess_quota_seconds`` / ``throttle_lab_inprocess_period_seconds``.
+  ``throttle_lab_inprocess_quota_seconds`` / ``throttle_lab_inprocess_period_seconds``
+  (``--throttle-mode boundary``: counters summed over the worker threads, quota per thread).
 
 - The kernel's ``cpu.stat`` of the cgroup whose quota is in force (ours with ``--cpus``,
   Docker's, Kubernetes'), named like cAdvisor: ``container_cpu_cfs_periods_total``,
@@ -97,7 +98,8 @@ class ProcessCpuCollector(Collector):
 
 
 class InProcessThrottleCollector(Collector):
-    """The in-process throttle's counters, named like the kernel's ``cpu.stat``."""
+    """The in-process throttle's counters, named like the kernel's ``cpu.stat``; in ``boundary``
+    mode summed over the worker threads, each of which has the quota to itself."""
 
     PREFIX = "throttle_lab_inprocess_"
 
@@ -105,10 +107,10 @@ class InProcessThrottleCollector(Collector):
         self._throttle = throttle
 
     def collect(self) -> Iterator[Metric]:
-        account = self._throttle.account
-        if account is None:  # off: no series, like a container without a CPU limit
+        throttle = self._throttle
+        if not throttle.enabled:  # off: no series, like a container without a CPU limit
             return
-        stats = self._throttle.stats()
+        stats = throttle.stats()
         p = self.PREFIX
         yield CounterMetricFamily(p + "nr_periods", "Periods (cycles) of the in-process quota "
                                   "that have elapsed while work was running (cpu.stat nr_periods)",
@@ -118,13 +120,14 @@ class InProcessThrottleCollector(Collector):
         yield CounterMetricFamily(p + "throttled_seconds", "Wall time work waited for the next "
                                   "period (cpu.stat throttled_time)",
                                   value=stats.throttled_ns / 1e9)
-        yield GaugeMetricFamily(p + "quota_seconds", "CPU time allowed per period",
-                                value=account.quota_ns / 1e9)
+        yield GaugeMetricFamily(p + "quota_seconds", "CPU time allowed per period (per worker "
+                                "thread in boundary mode)",
+                                value=throttle.quota_ns / 1e9)
         yield GaugeMetricFamily(p + "period_seconds", "Length of a period (the throttle cycle)",
-                                value=account.period_ns / 1e9)
+                                value=throttle.period_ns / 1e9)
 
     def describe(self) -> Iterable[Metric]:
-        if self._throttle.account is None:
+        if not self._throttle.enabled:
             return []
         p = self.PREFIX
         counters = [CounterMetricFamily(p + name, "")
