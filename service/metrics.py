@@ -33,7 +33,7 @@ With ``--workers N`` each worker process has its own counters; a scrape sees one
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
@@ -68,14 +68,25 @@ class ServiceMetrics:
                                 "CPU time used by the burn loops (thread CPU time)",
                                 registry=self.registry)
         self.register(ProcessCpuCollector())
+        self._series: dict[tuple[str, str, int], tuple[Callable[[], None],
+                                                       Callable[[float], None]]] = {}
 
     def register(self, collector: Collector) -> None:
         """Add a collector (e.g. the kernel's cpu.stat) to this app's registry."""
         self.registry.register(collector)
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
-        self.requests.labels(route=route, method=method, status=str(status)).inc()
-        self.latency.labels(route=route).observe(seconds)
+        # the labelled series, looked up once per (route, method, status): labels() checks
+        # and locks on every call, a dict lookup does not
+        key = (route, method, status)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = (
+                self.requests.labels(route=route, method=method, status=str(status)).inc,
+                self.latency.labels(route=route).observe)
+        count, observe = series
+        count()
+        observe(seconds)
 
     def observe_burn(self, cpu_ns: int) -> None:
         self.burn_cpu.inc(max(0, cpu_ns) / 1e9)
