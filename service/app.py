@@ -111,12 +111,11 @@ def create_app(settings: Settings | None = None) -> BurnServiceApp:
     # work (a waiting line beyond --max-concurrent, 503 + Retry-After beyond --max-queued),
     # innermost, and a query-free access log
     install_error_handlers(app)
-    cap = resolve_max_concurrent(settings)
-    install_guard(app, cap, resolve_max_queued(settings))
+    install_guard(app, resolve_max_concurrent(settings), resolve_max_queued(settings))
     install_access_log_filter(getattr(route, "path", "") for route in app.routes)
-    # the plain GET /cpuBurnFlow: through the same middleware, one worker thread per slot
+    # the plain GET /cpuBurnFlow: through the same middleware, in the lane's worker threads
     route = next(r for r in app.routes if getattr(r, "path", None) == BURN_PATH)
-    app.burn_lane = BurnLane(work, route, settings.max_iterations, cap)
+    app.burn_lane = BurnLane(work, route, settings.max_iterations)
     return app
 
 

@@ -9,10 +9,11 @@ on the same uvicorn. So the plain request, ``GET /cpuBurnFlow`` with no query or
 
 - the app's own middleware (metrics, the error handler, the concurrency guard and its waiting
   line: the same classes, sharing the same counters and line) around a pure ASGI endpoint;
-- the burn runs in a thread pool of ``--max-concurrent`` threads (a plain
-  ``ThreadPoolExecutor``: cheaper than AnyIO's per-call capacity limiter and cancel scopes),
-  or right on the event loop when it is smaller than the hand-off itself
-  (``INLINE_ITERATIONS``, ~0.05-0.1 ms of CPU) and no in-process throttle may make it wait;
+- the burn runs in a thread of the lane's own pool (``service.workers``: cheaper than AnyIO's
+  per-call capacity limiter and cancel scopes, and one client in sequence always gets the same
+  thread, whose budget ``--throttle-mode boundary`` counts), or right on the event loop when it
+  is smaller than the hand-off itself (``INLINE_ITERATIONS``, ~0.05-0.1 ms of CPU) and no
+  in-process throttle may make it wait;
 - the JSON body and ``Server-Timing`` are formatted directly.
 
 Anything else (a bad or unusual query, another method, a ``root_path``) goes to FastAPI's
@@ -22,9 +23,7 @@ route, which validates it (422 naming the parameter and its range), documents it
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -33,6 +32,7 @@ from service.burn import DEFAULT_ITERATIONS, burn
 from service.cgroup import CpuStatProbe
 from service.throttle import Throttle
 from service.timing import work_timing
+from service.workers import WorkerPool
 
 __all__ = ["BURN_PATH", "INLINE_ITERATIONS", "ITERATIONS_KEY", "BurnAnswer", "BurnLane",
            "BurnWork", "parse_iterations"]
@@ -92,8 +92,7 @@ def parse_iterations(query: bytes, maximum: int) -> int | None:
 class _Endpoint:
     """The lane's ASGI endpoint: run the work (inline or in the pool) and send the answer."""
 
-    def __init__(self, work: BurnWork, route: object, pool: Callable[[], ThreadPoolExecutor]
-                 ) -> None:
+    def __init__(self, work: BurnWork, route: object, pool: WorkerPool) -> None:
         self._work, self._route, self._pool = work, route, pool
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -103,8 +102,7 @@ class _Endpoint:
         if work.may_run_inline(iterations):
             body, timing = work(iterations)
         else:
-            loop = asyncio.get_running_loop()
-            body, timing = await loop.run_in_executor(self._pool(), work, iterations)
+            body, timing = await self._pool.run(work, iterations)
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-length", b"%d" % len(body)), (b"content-type", b"application/json"),
             (b"server-timing", timing.encode())]})
@@ -116,11 +114,10 @@ class BurnLane:
     the lane from the app's middleware (call it once every middleware is installed), and
     :meth:`close` stops the pool (the app's lifespan does)."""
 
-    def __init__(self, work: BurnWork, route: object, max_iterations: int,
-                 threads: int) -> None:
+    def __init__(self, work: BurnWork, route: object, max_iterations: int) -> None:
         self.work = work
-        self._route, self._max, self._threads = route, max_iterations, max(1, threads)
-        self._executor: ThreadPoolExecutor | None = None
+        self._route, self._max = route, max_iterations
+        self.pool = WorkerPool("burn")  # as many threads as burns ran at once (the guard's cap)
         self._app: ASGIApp | None = None
 
     def takes(self, scope: Scope) -> bool:
@@ -140,7 +137,7 @@ class BurnLane:
 
     def build(self, middleware: Sequence[Middleware]) -> ASGIApp:
         """The endpoint wrapped in ``middleware`` (outermost first), as Starlette does."""
-        app: ASGIApp = _Endpoint(self.work, self._route, self._pool)
+        app: ASGIApp = _Endpoint(self.work, self._route, self.pool)
         for cls, args, kwargs in reversed(middleware):
             app = cls(app, *args, **kwargs)
         self._app = app
@@ -150,13 +147,6 @@ class BurnLane:
         assert self._app is not None, "BurnLane.build() first"
         await self._app(scope, receive, send)
 
-    def _pool(self) -> ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self._threads, thread_name_prefix="burn")
-        return self._executor
-
     def close(self) -> None:
         """Let the pool's threads end once their burns are done."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        self.pool.close()
