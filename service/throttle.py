@@ -98,6 +98,8 @@ class Throttle:
         self._account: QuotaAccount | None = None
         self._cpu_seen: int | None = None  # read at the first use, not at start-up
         self._safe_until = 0  # before this wall time the quota cannot be spent: skip reading CPU
+        self._resume_at = 0   # before this wall time the process is throttled: just sleep
+        self._own_ns = 0      # CPU the throttle itself used since the last reading
         if self.enabled and mode == "cfs":
             self._account = self._new_account()
         # boundary: one account per worker thread (and the counters of threads that ended)
@@ -190,29 +192,41 @@ class Throttle:
                             origin_ns=self._wall_clock())
 
     def _charge(self, now: int) -> None:
-        """Charge the process's CPU used since the last reading; caller holds the lock."""
+        """Charge the process's CPU used since the last reading, less the throttle's own (its
+        bookkeeping, sleeps and wake-ups, as the kernel's throttling is not charged to the
+        group either); caller holds the lock."""
         assert self._account is not None
         cpu = self._cpu_clock()
         if self._cpu_seen is not None:  # the first look only sets the baseline
-            self._account.charge(max(0, cpu - self._cpu_seen), now)
-        self._cpu_seen = cpu
+            self._account.charge(max(0, cpu - self._cpu_seen - self._own_ns), now)
+        self._cpu_seen, self._own_ns = cpu, 0
 
     def _wait(self) -> int:
         assert self._account is not None
         paused = 0
+        mark = self._thread_cpu_clock()  # this thread's CPU when the throttle's work began
         while True:
-            with self._lock:
-                now = self._wall_clock()
-                self._charge(now)
-                resume = self._account.throttled_until(now)
-                if resume <= now:
-                    # No need to read the CPU clock before the quota left could be spent by
-                    # every CPU at once, nor across a boundary (charges must not straddle one).
-                    left = self._account.remaining(now)
-                    self._safe_until = min(now + left // self._cpus,
-                                           self._account.next_boundary(now))
-                    return paused
-                self._safe_until = 0
+            now = self._wall_clock()
+            resume = self._resume_at
+            if now >= resume:
+                with self._lock:
+                    self._own_ns += self._thread_cpu_clock() - mark
+                    now = self._wall_clock()
+                    self._charge(now)
+                    resume = self._account.throttled_until(now)
+                    if resume <= now:
+                        # No need to read the CPU clock before the quota left could be spent
+                        # by every CPU at once, nor across a boundary (charges must not
+                        # straddle one).
+                        left = self._account.remaining(now)
+                        self._safe_until = min(now + left // self._cpus,
+                                               self._account.next_boundary(now))
+                        return paused
+                    self._safe_until = 0
+                    self._resume_at = resume
+                mark = self._thread_cpu_clock()
+            # else: another thread found the process throttled until `resume`; looking again
+            # before then would only say so (this thread's CPU is charged at the next look)
             self._sleep((resume - now) / 1e9)
             paused += max(0, self._wall_clock() - now)
 
