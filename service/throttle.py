@@ -29,8 +29,11 @@ budget it is:
 - **Cost**: idle costs nothing (no thread, no timer: the periods are computed lazily when
   someone asks). A paused thread sleeps, never spins. A ``cfs`` checkpoint reads only the
   cheap monotonic clock while the quota left cannot possibly be spent yet (``cpus`` CPUs at
-  full speed since the last reading); otherwise it reads the process CPU clock (one system
-  call) under a lock. ``boundary`` reads the thread's CPU clock twice per piece of work.
+  full speed since the last reading) and sleeps straight away while another thread has found
+  the process throttled; otherwise it reads the process CPU clock (one system call) under a
+  lock. The throttle's own CPU (its bookkeeping, sleeps and wake-ups: ~50-100 us each on a
+  small VM) is not charged, as the kernel's throttling is not charged to the group.
+  ``boundary`` reads the thread's CPU clock twice per piece of work.
 - **Start**: the CPU the process spent before the first request (imports, start-up) is not
   charged; the accounting begins at the first look (a container's quota would charge it).
 """

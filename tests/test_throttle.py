@@ -185,6 +185,26 @@ def test_overshoot_is_carried_as_debt() -> None:
     assert 70 * MS / (clock.wall - start) == pytest.approx(0.01, rel=0.03)
 
 
+class WakeCostClock(FakeClock):
+    """Each sleep also costs the sleeping thread some CPU (a wake-up on a VM: ~50 us)."""
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        self.cpu += MS
+
+
+def test_cfs_does_not_charge_the_throttles_own_sleeps() -> None:
+    # The kernel's throttling costs the group nothing; the in-process throttle's sleeps and
+    # wake-ups are its own work, not the process's: charging them would shrink the share.
+    walls = []
+    for clock in (FakeClock(), WakeCostClock()):
+        t = fake_throttle(clock, 30)
+        start = clock.wall
+        request(clock, t, 100 * MS)
+        walls.append(clock.wall - start)
+    assert walls[0] == walls[1] == 310 * MS
+
+
 def test_full_cpu_never_pauses_one_thread() -> None:
     clock = FakeClock()
     t = fake_throttle(clock, 100)
