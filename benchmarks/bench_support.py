@@ -1,6 +1,6 @@
-"""What the service benchmarks share: a ``burn-service`` subprocess, its ``/metrics``, a closed
-loop of keep-alive clients and ``wrk``. Standard library and ``prometheus_client`` only (no
-``client`` package), so a benchmark reads the service the same way whatever the client does.
+"""What the service benchmarks share: a ``burn-service`` subprocess, its ``/metrics`` and
+``wrk``. Standard library and ``prometheus_client`` only (no ``client`` package), so a benchmark
+reads the service the same way whatever the client does.
 
 Every process started here is stopped by its own pid (SIGTERM, then SIGKILL), also on error or
 Ctrl-C.
@@ -16,16 +16,15 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["BIN", "WrkResult", "closed_loop", "describe_load", "free_port", "get", "http_server",
+__all__ = ["BIN", "WrkResult", "describe_load", "free_port", "get", "http_server",
            "loadavg", "require_wrk", "run_wrk", "scrape", "service", "stop"]
 
 BIN = Path(sys.executable).parent  # the venv's bin: burn-service, uvicorn, ...
@@ -116,32 +115,6 @@ def scrape(base: str) -> dict[str, float]:
     return out
 
 
-def closed_loop(base: str, path: str, clients: int, stop_event: threading.Event,
-                on_done: Callable[[int, bytes], None]) -> list[threading.Thread]:
-    """``clients`` threads, each with one keep-alive connection sending ``path`` back to back
-    until ``stop_event``; ``on_done(perf_counter_ns, body)`` after each 200."""
-    host, port = base.rsplit("/", 1)[-1].split(":")
-
-    def one() -> None:
-        conn = http.client.HTTPConnection(host, int(port), timeout=120)
-        try:
-            while not stop_event.is_set():
-                conn.request("GET", path)
-                response = conn.getresponse()
-                body = response.read()
-                if response.status == 200:
-                    on_done(time.perf_counter_ns(), body)
-        except OSError:
-            pass  # the service went away: the measurement is over
-        finally:
-            conn.close()
-
-    threads = [threading.Thread(target=one, daemon=True) for _ in range(clients)]
-    for th in threads:
-        th.start()
-    return threads
-
-
 def require_wrk() -> str | None:
     """The path of ``wrk``, or None (the caller prints how to install it and skips)."""
     return shutil.which("wrk")
@@ -176,7 +149,7 @@ def run_wrk(url: str, seconds: float, connections: int = 1, threads: int = 1) ->
                           "--timeout", "30s", "--latency", url],
                          capture_output=True, text=True, check=True, timeout=seconds + 60).stdout
     done = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s)", out)
-    pct = dict(re.findall(r"^\s+(50|90|99)%\s+(\S+)$", out, re.M))
+    pct = dict(re.findall(r"^\s+(50|90|99)%\s+(\S+)\s*$", out, re.M))
     if done is None or len(pct) != 3:
         raise SystemExit(f"could not read wrk's output:\n{out}")
     return WrkResult(int(done.group(1)), _us(done.group(2) + done.group(3)) / 1e6,

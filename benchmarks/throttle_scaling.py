@@ -1,149 +1,185 @@
 """The seed's CI test, as ours: throughput per doubling of ``--cpu-limit`` (1, 2, 4, 8 %).
 
     .venv/bin/python benchmarks/throttle_scaling.py [--modes boundary cfs] [--percents 1 2 4 8]
-        [--clients 4] [--iterations 2000] [--window 6] [--min-requests 200] [--repeat 1]
+        [--connections 4] [--iterations 2000] [--window 10] [--rounds 3]
+
+Needs ``wrk`` (Debian: ``sudo apt-get -o DPkg::Lock::Timeout=600 install -y wrk``, or
+``sudo bash scripts/install-system-deps.sh wrk``); without it the benchmark says so and exits 0.
 
 The CpuThrottler document (``shared/seeds/cpu-throttling-worker-threads.md``) runs its worker
 threads at 1, 2, 4 and 8 % and checks that throughput roughly doubles per doubling: its run
-gave 1.63x, 2.05x, 1.91x, its CI accepts 1.3x-3.0x. Here, for each mode and limit, a fresh
-``burn-service --cpu-limit PCT --throttle-mode MODE`` gets a saturating closed loop of
-``--clients`` keep-alive clients sending ``/cpuBurnFlow?iterations=N`` back to back (no more
-than the service's default ``--max-concurrent``, so no request waits in the guard's line).
-After one second of warm-up the requests completed in the window are counted; the window
-grows (up to 4x) until ``--min-requests`` completed, so a low limit is not mostly rounding.
+gave 1.63x, 2.05x, 1.91x, its CI accepts 1.3x-3.0x. Here, per mode, four services
+``burn-service --cpu-limit PCT --throttle-mode MODE`` run **side by side**, each under a
+saturating closed loop (``wrk -c4``: four keep-alive connections sending
+``/cpuBurnFlow?iterations=N`` back to back, no more than the default ``--max-concurrent``, so
+none waits in the guard's line). Side by side, because on a shared machine the CPU cost of a
+burn drifts by 10-20 % from one minute to the next: measured at the same time, the four limits
+see the same machine and their ratios do not drift with it. After a warm-up, ``wrk`` counts the
+requests completed in ``--window`` seconds (twice that in ``cfs`` mode, whose rates are a
+quarter); ``--rounds`` repeat it, and the median factor per doubling is the result.
 
-Printed per row: requests/s, the factor against the limit half as large, the burn's own CPU
-per request (``cpu_ns`` of the responses) and the work's CPU share (burn CPU / wall). Goals:
-``boundary`` (the seed's CpuThrottler: only the work is charged, per worker thread) 2.0 +- 0.1
-per doubling; ``cfs`` (the whole process is charged, as a cgroup would) within 1.3-3.0. The
-load average is printed before and after: the machine may be shared, repeat and compare.
+Printed per limit: requests/s per round, the burns' own CPU per request and the work's CPU share
+(from ``/metrics``, read before the warm-up and after the window, so a scrape's own CPU is
+charged outside the window). Goals: ``boundary`` (the seed's CpuThrottler: only the work is
+charged, per worker thread) 2.0 +- 0.1 per doubling; ``cfs`` (the whole process is charged, as a
+cgroup would) within 1.3-3.0. The load average is printed before and after.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import statistics
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import date
 
-from bench_support import closed_loop, describe_load, service
+from bench_support import WrkResult, describe_load, require_wrk, run_wrk, scrape, service
 
 SEED_FACTORS = (1.63, 2.05, 1.91)
+GOALS = {"boundary": (1.9, 2.1), "cfs": (1.3, 3.0)}
 
 
 @dataclass(frozen=True)
 class Row:
-    mode: str
     percent: float
-    seconds: float
-    requests: int
-    burn_cpu_ns: int   # the burns' own CPU in the window (sum of cpu_ns)
+    rates: tuple[float, ...]   # requests/s, one per round
+    burn_cpu_s: float          # the burns' CPU over all rounds (with the warm-ups)
+    requests: float            # requests answered over all rounds (with the warm-ups)
+    seconds: float             # wall time over all rounds (with the warm-ups)
 
     @property
     def rate(self) -> float:
-        return self.requests / self.seconds
+        return statistics.median(self.rates)
 
     @property
     def burn_ms(self) -> float:
-        return self.burn_cpu_ns / max(1, self.requests) / 1e6
+        return 1000 * self.burn_cpu_s / max(1.0, self.requests)
 
     @property
     def work_share(self) -> float:
         """The burns' CPU in percent of one CPU."""
-        return 100 * self.burn_cpu_ns / 1e9 / self.seconds
+        return 100 * self.burn_cpu_s / self.seconds
 
 
-def saturate(mode: str, percent: float, clients: int, iterations: int, window: float,
-             min_requests: int, warmup: float = 1.0) -> Row:
-    done: list[tuple[int, int]] = []
-    lock = threading.Lock()
+BURNS = "throttle_lab_http_requests_total{method=GET,route=/cpuBurnFlow,status=200}"
 
-    def note(t: int, body: bytes) -> None:
-        cpu = int(json.loads(body)["cpu_ns"])
-        with lock:
-            done.append((t, cpu))
 
-    stop = threading.Event()
-    with service("--cpu-limit", f"{percent:g}", "--throttle-mode", mode) as base:
-        threads = closed_loop(base, f"/cpuBurnFlow?iterations={iterations}", clients, stop, note)
+def _together(urls: Sequence[str], seconds: float, connections: int) -> list[WrkResult]:
+    """``wrk`` on every URL at once; their results in the same order."""
+    results: list[WrkResult | None] = [None] * len(urls)
+    errors: list[BaseException] = []
+
+    def one(i: int) -> None:
         try:
-            time.sleep(warmup)
-            t0 = time.perf_counter_ns()
-            while True:
-                time.sleep(0.25)
-                t1 = time.perf_counter_ns()
-                elapsed = (t1 - t0) / 1e9
-                with lock:
-                    n = sum(1 for t, _ in done if t >= t0)
-                if elapsed >= 4 * window or elapsed >= window and n >= min_requests:
-                    break
-        finally:
-            stop.set()
+            results[i] = run_wrk(urls[i], seconds, connections)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(urls))]
     for th in threads:
-        th.join(timeout=30)
-    with lock:
-        inside = [(t, cpu) for t, cpu in done if t0 <= t < t1]
-    return Row(mode, percent, (t1 - t0) / 1e9, len(inside), sum(cpu for _, cpu in inside))
+        th.start()
+    for th in threads:
+        th.join()
+    if errors or any(r is None for r in results):
+        raise SystemExit(f"wrk failed: {errors[0] if errors else 'no result'}")
+    return [r for r in results if r is not None]
 
 
-def print_table(rows: Sequence[Row], iterations: int, clients: int) -> None:
-    print(f"\n| mode | limit | requests/s | x per doubling | burn CPU/request | work CPU share "
-          f"| window |")
-    print("|---|---|---|---|---|---|---|")
-    previous: dict[str, Row] = {}
+@contextmanager
+def services(mode: str, percents: Sequence[float]) -> Iterator[list[str]]:
+    with ExitStack() as stack:
+        yield [stack.enter_context(service("--cpu-limit", f"{p:g}", "--throttle-mode", mode))
+               for p in percents]
+
+
+def measure(mode: str, percents: Sequence[float], iterations: int, window: float,
+            rounds: int, connections: int, side_by_side: bool) -> list[Row]:
+    seconds = 2 * window if mode == "cfs" else window
+    rates: list[list[float]] = [[] for _ in percents]
+    with services(mode, percents) as bases:
+        urls = [f"{base}/cpuBurnFlow?iterations={iterations}" for base in bases]
+        before, t0 = [scrape(base) for base in bases], time.perf_counter()
+        for _ in range(rounds):
+            if side_by_side:
+                _together(urls, 2, connections)                  # warm-up: debts settle
+                for i, result in enumerate(_together(urls, seconds, connections)):
+                    rates[i].append(result.rate)
+                continue
+            for i, url in enumerate(urls):                       # one at a time, interleaved
+                run_wrk(url, 2, connections)
+                rates[i].append(run_wrk(url, seconds, connections).rate)
+        after, t1 = [scrape(base) for base in bases], time.perf_counter()
+    rows = []
+    for i, p in enumerate(percents):
+        def delta(name: str) -> float:
+            return after[i].get(name, 0.0) - before[i].get(name, 0.0)
+        rows.append(Row(p, tuple(rates[i]), delta("throttle_lab_burn_cpu_seconds_total"),
+                        delta(BURNS), t1 - t0))
+    return rows
+
+
+def factors(rows: Sequence[Row]) -> list[float]:
+    by = {r.percent: r for r in rows}
+    return [by[2 * p].rate / by[p].rate for p in sorted(by) if 2 * p in by]
+
+
+def print_table(mode: str, rows: Sequence[Row]) -> None:
+    low, high = GOALS[mode]
+    print(f"\n{mode} mode\n")
+    print("| limit | requests/s (per round) | median | x per doubling | burn CPU/request "
+          "| work CPU share |")
+    print("|---|---|---|---|---|---|")
+    by = {r.percent: r for r in rows}
     for r in rows:
-        before = previous.get(r.mode)
-        factor = (f"{r.rate / before.rate:.2f}x"
-                  if before is not None and r.percent == 2 * before.percent else "")
-        print(f"| {r.mode} | {r.percent:g} % | {r.rate:.1f} | {factor} | {r.burn_ms:.2f} ms | "
-              f"{r.work_share:.2f} % | {r.seconds:.1f} s, {r.requests} requests |")
-        previous[r.mode] = r
-    print(f"\n/cpuBurnFlow?iterations={iterations}, {clients} clients. The seed's CpuThrottler: "
-          f"{' / '.join(f'{f:.2f}x' for f in SEED_FACTORS)}; its CI accepts 1.3x-3.0x. Goals: "
-          "boundary 2.0 +- 0.1, cfs within 1.3-3.0.")
-
-
-def summary(rows: Sequence[Row]) -> None:
-    """One line per mode: the factors, and whether they meet the goals."""
-    for mode in dict.fromkeys(r.mode for r in rows):
-        mine = {r.percent: r for r in rows if r.mode == mode}
-        factors = [mine[2 * p].rate / mine[p].rate for p in sorted(mine) if 2 * p in mine]
-        if not factors:
-            continue
-        low, high = (1.9, 2.1) if mode == "boundary" else (1.3, 3.0)
-        verdict = "meets" if all(low <= f <= high for f in factors) else "MISSES"
-        print(f"{mode}: {' / '.join(f'{f:.2f}x' for f in factors)} per doubling; "
-              f"{verdict} the goal {low}-{high}")
+        half = by.get(r.percent / 2)
+        factor = f"{r.rate / half.rate:.2f}x" if half is not None else ""
+        per_round = " / ".join(f"{x:.1f}" for x in r.rates)
+        print(f"| {r.percent:g} % | {per_round} | {r.rate:.1f} | {factor} | {r.burn_ms:.2f} ms "
+              f"| {r.work_share:.2f} % |")
+    found = factors(rows)
+    verdict = "meets" if found and all(low <= f <= high for f in found) else "MISSES"
+    print(f"\n{mode}: {' / '.join(f'{f:.2f}x' for f in found)} per doubling; {verdict} the "
+          f"goal {low}-{high}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--modes", nargs="+", choices=("boundary", "cfs"),
-                        default=["boundary", "cfs"])
+    parser.add_argument("--modes", nargs="+", choices=tuple(GOALS), default=list(GOALS))
     parser.add_argument("--percents", type=float, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--iterations", type=int, default=2000)
-    parser.add_argument("--window", type=float, default=6.0, help="seconds measured per limit")
-    parser.add_argument("--min-requests", type=int, default=200)
-    parser.add_argument("--repeat", type=int, default=1, help="run the whole table N times")
+    parser.add_argument("--window", type=float, default=10.0,
+                        help="seconds measured per round (twice that in cfs mode)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--side-by-side", choices=("boundary", "cfs", "both", "none"),
+                        default="boundary", help="modes whose limits are loaded at the same "
+                        "time (the others: one at a time, interleaved)")
     args = parser.parse_args(argv)
     if any(not 0 < p <= 100 for p in args.percents):
         parser.error("--percents must be in (0, 100]")
-    if min(args.clients, args.iterations, args.repeat, args.min_requests) < 1 \
-            or args.window <= 0:
-        parser.error("--clients, --iterations, --window, --min-requests and --repeat must be "
-                     "positive")
+    if min(args.connections, args.iterations, args.rounds) < 1 or args.window <= 0:
+        parser.error("--connections, --iterations, --window and --rounds must be positive")
+    if require_wrk() is None:
+        print("wrk is not installed: skipped. Install it with `sudo apt-get -o "
+              "DPkg::Lock::Timeout=600 install -y wrk` (or `sudo bash "
+              "scripts/install-system-deps.sh wrk`).")
+        return 0
     print(f"{date.today().isoformat()}, {describe_load('before')}")
-    for _ in range(args.repeat):
-        rows = [saturate(mode, p, args.clients, args.iterations, args.window, args.min_requests)
-                for mode in args.modes for p in args.percents]
-        print_table(rows, args.iterations, args.clients)
-        summary(rows)
-    print(describe_load("after"))
+    print(f"/cpuBurnFlow?iterations={args.iterations}, wrk -c{args.connections} per service, "
+          f"the {len(args.percents)} limits side by side, {args.rounds} rounds. The seed's "
+          f"CpuThrottler: {' / '.join(f'{f:.2f}x' for f in SEED_FACTORS)}; its CI accepts "
+          "1.3x-3.0x.")
+    for mode in args.modes:
+        together = args.side_by_side in (mode, "both")
+        rows = measure(mode, args.percents, args.iterations, args.window, args.rounds,
+                       args.connections, together)
+        print(f"\n{mode}: limits loaded {'side by side' if together else 'one at a time'}")
+        print_table(mode, rows)
+    print(f"\n{describe_load('after')}")
     return 0
 
 
