@@ -98,7 +98,7 @@ class LeanAccessFormatter(AccessFormatter):
         client, method, path, version, status = args
         prefix = f"{record.levelname}:".ljust(9)
         return (f'{prefix} {client} - "{method} {path} HTTP/{version}" '
-                f"{status} {_PHRASES.get(status, '')}")  # type: ignore[call-overload]
+                f"{status} {_PHRASES.get(status, '')}")
 
 
 def log_config() -> dict[str, Any]:

@@ -23,7 +23,7 @@ route, which validates it (422 naming the parameter and its range), documents it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -110,7 +110,7 @@ class _Endpoint:
 
 
 class BurnLane:
-    """The plain ``GET /cpuBurnFlow`` past FastAPI: :meth:`route` decides, :meth:`build` makes
+    """The plain ``GET /cpuBurnFlow`` past FastAPI: :meth:`takes` decides, :meth:`build` makes
     the lane from the app's middleware (call it once every middleware is installed), and
     :meth:`close` stops the pool (the app's lifespan does)."""
 
