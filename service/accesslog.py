@@ -93,10 +93,11 @@ class LeanAccessFormatter(AccessFormatter):
     def format(self, record: logging.LogRecord) -> str:
         args = record.args
         if self.use_colors or self._fmt != ACCESS_FORMAT or not isinstance(args, tuple) \
-                or len(args) != 5 or not isinstance(args[4], int) or record.exc_info \
-                or record.stack_info:
+                or len(args) != 5 or record.exc_info or record.stack_info:
             return super().format(record)
         client, method, path, version, status = args
+        if not isinstance(status, int):
+            return super().format(record)
         prefix = f"{record.levelname}:".ljust(9)
         return (f'{prefix} {client} - "{method} {path} HTTP/{version}" '
                 f'{status} {_PHRASES.get(status, "")}')
