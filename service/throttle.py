@@ -100,6 +100,7 @@ class Throttle:
         # cfs: one account for the process
         self._account: QuotaAccount | None = None
         self._cpu_seen: int | None = None  # read at the first use, not at start-up
+        self._seen_at = 0  # the wall time of that reading
         self._safe_until = 0  # before this wall time the quota cannot be spent: skip reading CPU
         self._resume_at = 0   # before this wall time the process is throttled: just sleep
         self._own_ns = 0      # CPU the throttle itself used since the last reading
@@ -198,11 +199,22 @@ class Throttle:
         """Charge the process's CPU used since the last reading, less the throttle's own (its
         bookkeeping, sleeps and wake-ups, as the kernel's throttling is not charged to the
         group either); caller holds the lock."""
-        assert self._account is not None
+        account = self._account
+        assert account is not None
         cpu = self._cpu_clock()
         if self._cpu_seen is not None:  # the first look only sets the baseline
-            self._account.charge(max(0, cpu - self._cpu_seen - self._own_ns), now)
-        self._cpu_seen, self._own_ns = cpu, 0
+            used = max(0, cpu - self._cpu_seen - self._own_ns)
+            # The CPU since the last look ran all along, not just now: when that spans whole
+            # periods (an idle service's timers, requests that did no burn), their refills
+            # absorb their share, as the kernel's would; only the excess is owed.
+            current = account.next_boundary(now) - account.period_ns  # this period's start
+            whole = (current - account.next_boundary(self._seen_at)) // account.period_ns
+            if used and whole > 0 and now > self._seen_at:
+                early = used * (current - self._seen_at) // (now - self._seen_at)
+                account.charge(max(0, early - whole * account.quota_ns), current)
+                used -= early
+            account.charge(used, now)
+        self._cpu_seen, self._seen_at, self._own_ns = cpu, now, 0
 
     def _wait(self) -> int:
         assert self._account is not None

@@ -205,6 +205,26 @@ def test_cfs_does_not_charge_the_throttles_own_sleeps() -> None:
     assert walls[0] == walls[1] == 310 * MS
 
 
+def test_cfs_spreads_idle_cpu_over_the_periods_it_ran_in() -> None:
+    # An idle service still runs a little (uvicorn's 10 Hz timer: ~1.3 ms/s here). Charged in
+    # one lump at the next look it was a debt of seconds (60 s idle at 10 %: 78 ms, 7.8 s of
+    # pauses); the kernel charges it period by period, where each refill absorbs it.
+    clock = FakeClock()
+    t = fake_throttle(clock, 10)
+    request(clock, t, 1 * MS)
+    for _ in range(600):                      # 60 s: 0.13 ms of CPU per 100 ms period
+        clock.cpu += 130_000
+        clock.wall += 100 * MS
+    assert request(clock, t, 5 * MS).paused_ns == 0
+    # CPU beyond what the periods could absorb is still owed: 60 s at 20 ms per 100 ms
+    busy = FakeClock()
+    t = fake_throttle(busy, 10)
+    request(busy, t, 1 * MS)
+    busy.cpu += 600 * 20 * MS
+    busy.wall += 60_000 * MS
+    assert t.start().paused_ns > 50_000 * MS   # ~600 periods of 10 ms to pay
+
+
 def test_full_cpu_never_pauses_one_thread() -> None:
     clock = FakeClock()
     t = fake_throttle(clock, 100)
