@@ -16,9 +16,11 @@ no more than the default ``--max-concurrent``, so none waits in the guard's line
 10-20 % from one minute to the next on a shared machine, and measured at the same time the four
 limits see the same drift. In ``cfs`` mode they are loaded **one at a time**, interleaved over
 the rounds: ``cfs`` charges everything, cache misses included, and a busy neighbour would cool
-the caches of the quietest limit most (``--side-by-side`` changes this). After a warm-up,
-``wrk`` counts the requests completed in ``--window`` seconds (twice that in ``cfs`` mode,
-whose rates are a quarter); ``--rounds`` repeat it, and the median rate per limit is the result.
+the caches of the quietest limit most (``--side-by-side`` changes this). ``wrk`` counts the
+requests completed in ``--window`` seconds (twice that in ``cfs`` mode, whose rates are a
+quarter), after a 2 s warm-up when side by side (one at a time there is none: the requests a
+warm-up leaves in flight would spend the window's budget); ``--rounds`` repeat it, and the
+median rate per limit is the result.
 
 Printed per limit: requests/s per round, the burns' own CPU per request and, side by side, the
 work's CPU share (from ``/metrics``, read before the first warm-up and after the last window,
@@ -114,7 +116,9 @@ def measure(mode: str, percents: Sequence[float], iterations: int, window: float
                     rates[i].append(result.rate)
                 continue
             for i, url in enumerate(urls):                       # one at a time, interleaved
-                run_wrk(url, 2, connections)
+                # no warm-up: the requests a wrk run leaves in flight when it stops would
+                # spend this limit's budget at the start of the window (at 1 % seconds of it);
+                # those of the window before ended while the other limits were measured
                 rates[i].append(run_wrk(url, seconds, connections).rate)
         after, t1 = [scrape(base) for base in bases], time.perf_counter()
     rows = []
