@@ -24,8 +24,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["BIN", "WrkResult", "describe_load", "free_port", "get", "http_server",
-           "loadavg", "require_wrk", "run_wrk", "scrape", "service", "stop"]
+__all__ = ["BIN", "WrkResult", "describe_load", "exit_on_sigterm", "free_port", "get",
+           "http_server", "loadavg", "require_wrk", "run_wrk", "scrape", "service", "stop"]
 
 BIN = Path(sys.executable).parent  # the venv's bin: burn-service, uvicorn, ...
 
@@ -43,6 +43,16 @@ def loadavg() -> str:
 
 def describe_load(when: str) -> str:
     return f"load average {when}: {loadavg()}, {os.cpu_count()} CPUs"
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM (and a SIGINT a background shell ignored) unwind like Ctrl-C, so every server
+    this process started is stopped by the ``finally`` that started it."""
+    def leave(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
+    signal.signal(signal.SIGINT, leave)
 
 
 def stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
