@@ -2,19 +2,25 @@
 
 ``create_app(settings)`` builds an app; the module-level ``app`` is built from the
 ``BURN_SERVICE_*`` environment, so ``uvicorn service.app:app`` works as well as ``burn-service``.
+The plain ``GET /cpuBurnFlow`` takes a lean lane in front of FastAPI (``service.burnroute``),
+through the app's own middleware; everything else, a bad query included, is FastAPI's.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from service import __version__
 from service.accesslog import install_access_log_filter
-from service.burn import DEFAULT_ITERATIONS, burn
+from service.burn import DEFAULT_ITERATIONS
+from service.burnroute import BURN_PATH, BurnLane, BurnWork
 from service.cgroup import CpuStatProbe
 from service.config import Settings
 from service.errors import install_error_handlers
@@ -23,23 +29,50 @@ from service.limits import describe_limits
 from service.metrics import install_metrics
 from service.pages import register_pages, validation_error_page, wants_page
 from service.throttle import Throttle
-from service.timing import format_server_timing, kernel_throttling, work_timing
+from service.timing import format_server_timing, kernel_throttling
 
 # format_server_timing and kernel_throttling live in service.timing; still importable from here
-__all__ = ["app", "create_app", "format_server_timing", "kernel_throttling"]
+__all__ = ["BurnServiceApp", "app", "create_app", "format_server_timing", "kernel_throttling"]
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+class BurnServiceApp(FastAPI):
+    """FastAPI with :class:`~service.burnroute.BurnLane` in front: a plain ``GET /cpuBurnFlow``
+    goes through the app's middleware straight to the burn, past FastAPI's own layers."""
+
+    burn_lane: BurnLane | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        lane = self.burn_lane
+        if lane is not None and lane.takes(scope):
+            if not lane.built:  # at the first request, like Starlette's middleware stack
+                lane.build(self.user_middleware)
+            scope["app"] = self
+            await lane(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    lane = getattr(app, "burn_lane", None)
+    if lane is not None:
+        lane.close()
+
+
+def create_app(settings: Settings | None = None) -> BurnServiceApp:
     settings = settings if settings is not None else Settings.from_env()
-    app = FastAPI(
+    app = BurnServiceApp(
         title="throttle-lab burn service",
         version=__version__,
         description="A CPU-burn service to see what CPU limits do to latency.",
+        lifespan=_lifespan,
     )
     app.state.settings = settings
     # the cgroup whose quota is in force, read around each burn (None: no cpu.stat readable)
     kernel = app.state.kernel_probe = CpuStatProbe.locate()
-    # the in-process throttle (--cpu-limit; off at 0): budget = this process's CPU time
+    # the in-process throttle (--cpu-limit; off at 0): cfs charges this process's CPU time,
+    # boundary each worker thread's work
     throttle = app.state.throttle = Throttle.from_settings(settings)
     metrics = install_metrics(app, throttle, kernel)
     # parameter name -> (minimum, maximum), for 422 messages that give the allowed range
@@ -53,21 +86,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return validation_error_page(request, body, describe_limits(app))
         return JSONResponse(status_code=422, content=body)
 
-    @app.get("/cpuBurnFlow", summary="Burn CPU in a busy loop of `iterations` iterations")
+    work = BurnWork(throttle, kernel, metrics.observe_burn)
+
+    @app.get(BURN_PATH, summary="Burn CPU in a busy loop of `iterations` iterations")
     def cpu_burn_flow(
         iterations: int = Query(DEFAULT_ITERATIONS, ge=0, le=settings.max_iterations,
                                 description="loop iterations (~1 microsecond of CPU each)"),
-    ) -> JSONResponse:
-        # A sync route: FastAPI runs it in the threadpool, never on the event loop.
-        before = kernel.sample() if kernel is not None else None
-        with throttle.start() as work:  # waits first while the process is throttled
-            result = burn(iterations, work.checkpoint)
-        metrics.observe_burn(result.cpu_ns)
-        body = {"result": "success", "iterations": result.iterations,
-                "cpu_ns": result.cpu_ns, "wall_ns": result.wall_ns}
-        timing = work_timing(result.wall_ns, result.cpu_ns,
-                             work.paused_ns if throttle.enabled else None, kernel, before)
-        return JSONResponse(body, headers={"Server-Timing": timing})
+    ) -> Response:
+        # FastAPI's way, for what the lane does not take: a sync route, run in the threadpool
+        body, timing = work(iterations)
+        return Response(body, media_type="application/json",
+                        headers={"Server-Timing": timing})
 
     @app.get("/healthz", summary="Liveness and readiness")
     async def healthz() -> dict[str, str]:
@@ -84,6 +113,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     install_guard(app, resolve_max_concurrent(settings), resolve_max_queued(settings))
     install_access_log_filter(getattr(route, "path", "") for route in app.routes)
+    # the plain GET /cpuBurnFlow: through the same middleware, in the lane's worker threads
+    route = next(r for r in app.routes if getattr(r, "path", None) == BURN_PATH)
+    app.burn_lane = BurnLane(work, route, settings.max_iterations)
     return app
 
 

@@ -67,7 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def serve(settings: Settings) -> int:
     import uvicorn
 
+    from service.accesslog import lean_records, log_config
+
     os.environ.update(settings.to_env())  # the app (and every worker) rebuilds them from here
+    lean_records()  # the access line of every request is CPU the quota charges: keep it short
     try:
         uvicorn.run(
             "service.app:app",
@@ -75,6 +78,7 @@ def serve(settings: Settings) -> int:
             port=settings.port,
             workers=settings.workers,
             log_level=settings.log_level,
+            log_config=log_config(),
             timeout_graceful_shutdown=5,
         )
     except KeyboardInterrupt:

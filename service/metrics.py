@@ -14,7 +14,8 @@ global one), so tests and tools can build several apps in one process. Series:
   ``cpu.stat`` (``nr_periods``, ``nr_throttled``, throttled time) so one dashboard reads both:
   ``throttle_lab_inprocess_nr_periods_total``, ``throttle_lab_inprocess_nr_throttled_total``,
   ``throttle_lab_inprocess_throttled_seconds_total``, and gauges
-  ``throttle_lab_inprocess_quota_seconds`` / ``throttle_lab_inprocess_period_seconds``.
+  ``throttle_lab_inprocess_quota_seconds`` / ``throttle_lab_inprocess_period_seconds``
+  (``--throttle-mode boundary``: counters summed over the worker threads, quota per thread).
 
 - The kernel's ``cpu.stat`` of the cgroup whose quota is in force (ours with ``--cpus``,
   Docker's, Kubernetes'), named like cAdvisor: ``container_cpu_cfs_periods_total``,
@@ -32,7 +33,7 @@ With ``--workers N`` each worker process has its own counters; a scrape sees one
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
@@ -67,14 +68,25 @@ class ServiceMetrics:
                                 "CPU time used by the burn loops (thread CPU time)",
                                 registry=self.registry)
         self.register(ProcessCpuCollector())
+        self._series: dict[tuple[str, str, int], tuple[Callable[[], None],
+                                                       Callable[[float], None]]] = {}
 
     def register(self, collector: Collector) -> None:
         """Add a collector (e.g. the kernel's cpu.stat) to this app's registry."""
         self.registry.register(collector)
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
-        self.requests.labels(route=route, method=method, status=str(status)).inc()
-        self.latency.labels(route=route).observe(seconds)
+        # the labelled series, looked up once per (route, method, status): labels() checks
+        # and locks on every call, a dict lookup does not
+        key = (route, method, status)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = (
+                self.requests.labels(route=route, method=method, status=str(status)).inc,
+                self.latency.labels(route=route).observe)
+        count, observe = series
+        count()
+        observe(seconds)
 
     def observe_burn(self, cpu_ns: int) -> None:
         self.burn_cpu.inc(max(0, cpu_ns) / 1e9)
@@ -97,7 +109,8 @@ class ProcessCpuCollector(Collector):
 
 
 class InProcessThrottleCollector(Collector):
-    """The in-process throttle's counters, named like the kernel's ``cpu.stat``."""
+    """The in-process throttle's counters, named like the kernel's ``cpu.stat``; in ``boundary``
+    mode summed over the worker threads, each of which has the quota to itself."""
 
     PREFIX = "throttle_lab_inprocess_"
 
@@ -105,10 +118,10 @@ class InProcessThrottleCollector(Collector):
         self._throttle = throttle
 
     def collect(self) -> Iterator[Metric]:
-        account = self._throttle.account
-        if account is None:  # off: no series, like a container without a CPU limit
+        throttle = self._throttle
+        if not throttle.enabled:  # off: no series, like a container without a CPU limit
             return
-        stats = self._throttle.stats()
+        stats = throttle.stats()
         p = self.PREFIX
         yield CounterMetricFamily(p + "nr_periods", "Periods (cycles) of the in-process quota "
                                   "that have elapsed while work was running (cpu.stat nr_periods)",
@@ -118,13 +131,14 @@ class InProcessThrottleCollector(Collector):
         yield CounterMetricFamily(p + "throttled_seconds", "Wall time work waited for the next "
                                   "period (cpu.stat throttled_time)",
                                   value=stats.throttled_ns / 1e9)
-        yield GaugeMetricFamily(p + "quota_seconds", "CPU time allowed per period",
-                                value=account.quota_ns / 1e9)
+        yield GaugeMetricFamily(p + "quota_seconds", "CPU time allowed per period (per worker "
+                                "thread in boundary mode)",
+                                value=throttle.quota_ns / 1e9)
         yield GaugeMetricFamily(p + "period_seconds", "Length of a period (the throttle cycle)",
-                                value=account.period_ns / 1e9)
+                                value=throttle.period_ns / 1e9)
 
     def describe(self) -> Iterable[Metric]:
-        if self._throttle.account is None:
+        if not self._throttle.enabled:
             return []
         p = self.PREFIX
         counters = [CounterMetricFamily(p + name, "")

@@ -11,8 +11,7 @@ app's 422 handler answer a browser with a readable page instead of JSON.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,8 +96,9 @@ def limit_headline(limits: Mapping[str, Any]) -> str:
     parts = []
     inprocess = limits.get("inprocess")
     if isinstance(inprocess, Mapping):
+        per = " per worker thread," if inprocess.get("per") == "worker thread" else ""
         parts.append(f"in-process throttle: {_text(inprocess.get('cpu_limit_percent'))}% of one "
-                     f"CPU per {_text(inprocess.get('cycle_ms'))} ms cycle "
+                     f"CPU{per} per {_text(inprocess.get('cycle_ms'))} ms cycle "
                      f"({_text(inprocess.get('mode'))} mode)")
     cgroup = limits.get("cgroup")
     if isinstance(cgroup, Mapping) and cgroup.get("quota_us") is not None:
@@ -221,9 +221,9 @@ def register_pages(app: FastAPI) -> None:
     """Add ``/``, ``/pi`` and ``/api/pi`` to an app built by ``service.app.create_app``.
 
     The routes read ``app.state`` as ``/cpuBurnFlow`` does: ``settings.max_counter``, the
-    in-process ``throttle`` (its checkpoint pauses the pi loop, see
-    ``Throttle.work_checkpoint``) and the ``kernel_probe`` (cpu.stat around the loop, for
-    Server-Timing).
+    in-process ``throttle`` (the pi loop is its work: ``cfs`` pauses it at its checkpoints,
+    ``boundary`` charges it to the worker thread, see ``service.throttle``) and the
+    ``kernel_probe`` (cpu.stat around the loop, for Server-Timing).
     """
     max_counter: int = app.state.settings.max_counter
     throttle = app.state.throttle
@@ -233,12 +233,10 @@ def register_pages(app: FastAPI) -> None:
 
     def run(counter: int) -> tuple[PiResult, int | None, dict[str, str]]:
         before = kernel.sample() if kernel is not None else None
-        check = throttle.work_checkpoint()  # None when the throttle is off
-        if check is None:
-            result, throttle_ns = compute_pi(counter), None
-        else:
-            paused = _PauseClock(check)
-            result, throttle_ns = compute_pi(counter, checkpoint=paused), paused.paused_ns
+        with throttle.start() as work:  # the pi loop is the work: cfs pauses it mid-loop
+            result = compute_pi(counter, checkpoint=work.checkpoint if throttle.pauses_work
+                                else None)
+        throttle_ns = work.paused_ns if throttle.enabled else None
         timing = work_timing(result.wall_ns, result.cpu_ns, throttle_ns, kernel, before)
         return result, throttle_ns, {"Server-Timing": timing}
 
@@ -285,16 +283,3 @@ def register_pages(app: FastAPI) -> None:
         buckets = gap_buckets(result.histogram)
         body = pi_body(result, buckets, summarize_pauses(buckets), throttle_ns)
         return JSONResponse(body, headers=headers)
-
-
-class _PauseClock:
-    """Wraps a checkpoint and adds up the wall time spent inside it (the throttle's pauses)."""
-
-    def __init__(self, checkpoint: Callable[[], object]) -> None:
-        self._checkpoint = checkpoint
-        self.paused_ns = 0
-
-    def __call__(self) -> None:
-        t0 = time.perf_counter_ns()
-        self._checkpoint()
-        self.paused_ns += time.perf_counter_ns() - t0

@@ -1,58 +1,84 @@
-"""The in-process CPU throttle: a CFS-like quota on the process's own CPU time.
+"""The in-process CPU throttle (``burn-service --cpu-limit PCT``), in two modes.
 
 For people who cannot use cgroups (macOS, Windows, no root) but want to see what a CPU limit
-does. ``burn-service --cpu-limit 30`` lets the process use 30 % of one CPU: a quota of
-30 ms per 100 ms cycle (``--throttle-cycle``), with the kernel's accounting from
-``service.quota`` (refill per period, debt from overshoot, idle periods not counted).
+does. ``--cpu-limit 30`` is a quota of 30 ms per 100 ms cycle (``--throttle-cycle``), with
+the kernel's accounting from ``service.quota`` (refill per period, debt from overshoot, idle
+periods not counted); 0 % turns it off. The modes differ in *what* is charged and *whose*
+budget it is:
 
-- **Budget** = the CPU time of the whole process, all threads (``time.process_time_ns``),
-  like a cgroup: the event loop, HTTP parsing and the threadpool's work are all charged.
-  It is **per worker process**: ``--workers 4 --cpu-limit 30`` gives each of the four
-  processes its own 30 %, so 1.2 CPU in total (a cgroup around all of them would give 0.3).
-- **Modes**: ``cfs`` pauses work in the middle, where the kernel would: the work loop calls
-  :meth:`Work.checkpoint` every ~0.1-0.5 ms of CPU and it sleeps until the next cycle once
-  the quota is spent, so a request that hits the end of the budget waits about
-  ``cycle - quota``. ``boundary`` only checks between requests (transaction-aware, like
-  the CpuThrottler of the seed document): a request runs to its end, its overshoot is debt.
-  In both modes a request arriving while the process is throttled waits for the next cycle
-  before it starts (:meth:`Throttle.start`), as the kernel would not run it either.
+- ``cfs`` (the default) is a cgroup in miniature: the budget is the CPU time of the **whole
+  process**, all threads (``time.process_time_ns``: the event loop, HTTP parsing, the
+  threadpool's work), one budget **per worker process** (``--workers 4 --cpu-limit 30`` gives
+  each process its own 30 %, where one cgroup around them would give 0.3 CPU in all). Work is
+  paused in the middle, where the kernel would: the work loop calls :meth:`Work.checkpoint`
+  every ~0.1-0.5 ms of CPU and it sleeps until the next cycle once the quota is spent; a
+  request that arrives while the process is throttled waits for the next cycle before it
+  starts. It cannot stop code that has no checkpoint (the event loop), though it charges it.
+- ``boundary`` is the seed's CpuThrottler (``begin_work()`` / ``end_work()`` around each
+  transaction): only **the work** is charged (the burn or the pi loop: the CPU time of the
+  thread between :meth:`Throttle.start` and :meth:`Work.finish`, ``time.thread_time_ns``),
+  and every **worker thread** has a budget of its own, so throughput doubles when the limit
+  doubles. A piece of work always runs to its end; when it leaves its thread's budget spent,
+  the thread sleeps right there (the seed's ``end_work``) until its next cycle refills the
+  budget, holding the request (and its concurrency slot) meanwhile. The worker threads are
+  the threads that run requests, at most ``--max-concurrent`` at once per process, so the
+  work of a process gets at most ``max_concurrent × PCT`` %. Unlike the seed's class, a
+  work's overshoot is carried as debt into the next cycles (the kernel's rule), so a burn
+  longer than the budget still gets exactly its share.
+
 - **Cost**: idle costs nothing (no thread, no timer: the periods are computed lazily when
-  someone asks). A paused thread sleeps, never spins. A checkpoint reads only the cheap
-  monotonic clock while the quota left cannot possibly be spent yet (``cpus`` CPUs at full
-  speed since the last reading); otherwise it reads the process CPU clock (one system call)
-  under a lock. Thread-safe.
+  someone asks). A paused thread sleeps, never spins. A ``cfs`` checkpoint reads only the
+  cheap monotonic clock while the quota left cannot possibly be spent yet (``cpus`` CPUs at
+  full speed since the last reading) and sleeps straight away while another thread has found
+  the process throttled; otherwise it reads the process CPU clock (one system call) under a
+  lock. The throttle's own CPU (its bookkeeping, sleeps and wake-ups: ~50-100 us each on a
+  small VM) is not charged, as the kernel's throttling is not charged to the group.
+  ``boundary`` reads the thread's CPU clock twice per piece of work.
 - **Start**: the CPU the process spent before the first request (imports, start-up) is not
   charged; the accounting begins at the first look (a container's quota would charge it).
-- **What it cannot do**: stop a thread that does not call a checkpoint (the event loop keeps
-  running while the burn threads sleep, and its CPU is charged); the kernel stops everything.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from service.cgroup import available_cpus
-from service.quota import QuotaAccount, CpuStat
+from service.quota import CpuStat, QuotaAccount
 
 __all__ = ["MODES", "Throttle", "Work"]
 
 MODES = ("cfs", "boundary")
+SCOPES = {"cfs": "process", "boundary": "worker thread"}  # whose budget it is, per mode
 
 Clock = Callable[[], int]
+
+
+@dataclass
+class _Worker:
+    """One worker thread's budget in ``boundary`` mode."""
+
+    account: QuotaAccount
+    thread: weakref.ReferenceType[threading.Thread]
 
 
 class Throttle:
     """A quota of ``cpu_limit_percent`` % of one CPU per ``cycle_ms``; 0 % turns it off.
 
-    The clocks and ``sleep`` are parameters so tests can drive it with a fake clock.
+    The clocks and ``sleep`` are parameters so tests can drive it with a fake clock:
+    ``cpu_clock`` is the process's CPU (``cfs``), ``thread_cpu_clock`` the calling thread's
+    (``boundary``).
     """
 
     def __init__(self, cpu_limit_percent: float = 0.0, cycle_ms: float = 100.0,
                  mode: str = "cfs", *, burst_ms: float = 0.0, cpus: int | None = None,
-                 cpu_clock: Clock = time.process_time_ns, wall_clock: Clock = time.monotonic_ns,
+                 cpu_clock: Clock = time.process_time_ns,
+                 thread_cpu_clock: Clock = time.thread_time_ns,
+                 wall_clock: Clock = time.monotonic_ns,
                  sleep: Callable[[float], Any] = time.sleep) -> None:
         if not 0 <= cpu_limit_percent <= 100:
             raise ValueError(f"cpu_limit_percent must be in [0, 100] (got {cpu_limit_percent})")
@@ -64,17 +90,26 @@ class Throttle:
         self.cycle_ms = float(cycle_ms)
         self.mode = mode
         self.enabled = cpu_limit_percent > 0
+        self.period_ns = round(cycle_ms * 1e6)
+        self.quota_ns = max(1, round(self.period_ns * cpu_limit_percent / 100))
+        self.burst_ns = round(burst_ms * 1e6)
         self._cpus = cpus if cpus is not None else available_cpus()
-        self._cpu_clock, self._wall_clock, self._sleep = cpu_clock, wall_clock, sleep
+        self._cpu_clock, self._thread_cpu_clock = cpu_clock, thread_cpu_clock
+        self._wall_clock, self._sleep = wall_clock, sleep
         self._lock = threading.Lock()
-        period_ns = round(cycle_ms * 1e6)
-        quota_ns = max(1, round(period_ns * cpu_limit_percent / 100))
+        # cfs: one account for the process
         self._account: QuotaAccount | None = None
         self._cpu_seen: int | None = None  # read at the first use, not at start-up
+        self._seen_at = 0  # the wall time of that reading
         self._safe_until = 0  # before this wall time the quota cannot be spent: skip reading CPU
-        if self.enabled:
-            self._account = QuotaAccount(quota_ns, period_ns, round(burst_ms * 1e6),
-                                         origin_ns=wall_clock())
+        self._resume_at = 0   # before this wall time the process is throttled: just sleep
+        self._own_ns = 0      # CPU the throttle itself used since the last reading
+        if self.enabled and mode == "cfs":
+            self._account = self._new_account()
+        # boundary: one account per worker thread (and the counters of threads that ended)
+        self._local = threading.local()
+        self._workers: list[_Worker] = []
+        self._retired = CpuStat()
 
     @classmethod
     def from_settings(cls, settings: Any) -> Throttle:
@@ -82,130 +117,209 @@ class Throttle:
         return cls(settings.cpu_limit, settings.throttle_cycle, settings.throttle_mode)
 
     @property
-    def account(self) -> QuotaAccount | None:
-        """The quota accounting (None when off): read ``quota_ns``/``period_ns`` from it; its
-        counters change under the throttle's lock, so read them with :meth:`stats`."""
-        return self._account
+    def per(self) -> str:
+        """Whose budget it is: ``process`` (cfs) or ``worker thread`` (boundary)."""
+        return SCOPES[self.mode]
+
+    @property
+    def pauses_work(self) -> bool:
+        """Whether work may be paused in the middle (``cfs`` and on): its loop should call
+        :meth:`Work.checkpoint`; otherwise the checkpoint does nothing."""
+        return self.enabled and self.mode == "cfs"
 
     def describe(self) -> dict[str, Any] | None:
         """The ``"inprocess"`` part of ``/limits``; None when off."""
         if not self.enabled:
             return None
         return {"cpu_limit_percent": self.cpu_limit_percent, "cycle_ms": self.cycle_ms,
-                "mode": self.mode}
+                "mode": self.mode, "per": self.per}
 
     # -- used by the work ------------------------------------------------------------
 
     def start(self) -> Work:
-        """Begin a piece of work (a request): first wait while the process is throttled."""
-        work = Work(self)
-        if self.enabled:
-            work.paused_ns += self._wait()
-        return work
+        """Begin a piece of work (a request's burn or pi loop).
 
-    def work_checkpoint(self) -> Callable[[], object] | None:
-        """A checkpoint for one piece of work that only has a loop to hook into (the pi page).
-
-        None when the throttle is off. In ``cfs`` mode it is :meth:`checkpoint`. In
-        ``boundary`` mode its first call waits while the process is throttled (the wait before
-        the start, one chunk late) and later calls do nothing. Its wall time is the pause.
+        ``cfs``: first wait while the process is throttled. ``boundary``: note the thread's CPU
+        clock (the seed's ``begin_work``); its thread never starts throttled, as it slept at
+        the end of its previous work.
         """
         if not self.enabled:
-            return None
-        if self.mode == "cfs":
-            return self.checkpoint
-        gate = [True]
-
-        def wait_once() -> None:
-            if gate:
-                gate.clear()
-                self._wait()
-        return wait_once
+            return Work(self, None)
+        if self.mode == "boundary":
+            self._worker()  # a new thread's first cycle begins with its first work
+            return Work(self, self._thread_cpu_clock())
+        work = Work(self, None)
+        work.paused_ns += self._wait()
+        return work
 
     def checkpoint(self) -> int:
-        """Charge the process's CPU since the last look; sleep while the quota is spent.
+        """``cfs``: charge the process's CPU since the last look; sleep while the quota is spent.
 
         Returns the ns slept. Cheap enough to call every ~0.1 ms of work; blocks the calling
-        thread (call it from a worker thread, not from the event loop).
+        thread (call it from a worker thread, not from the event loop). Does nothing in
+        ``boundary`` mode or when off.
         """
-        if not self.enabled or self._wall_clock() < self._safe_until:
+        if self._account is None or self._wall_clock() < self._safe_until:
             return 0
         return self._wait()
 
     def sync(self) -> None:
-        """Charge the process's CPU since the last look, without waiting."""
-        if self.enabled:
+        """``cfs``: charge the process's CPU since the last look, without waiting."""
+        if self._account is not None:
             with self._lock:
                 self._charge(self._wall_clock())
 
     def stats(self) -> CpuStat:
-        """``nr_periods``, ``nr_throttled``, ``throttled_ns`` (and burst counters) so far."""
-        if self._account is None:
+        """``nr_periods``, ``nr_throttled``, ``throttled_ns`` (and burst counters) so far; in
+        ``boundary`` mode the sum over the worker threads, those that ended included."""
+        if not self.enabled:
             return CpuStat()
         with self._lock:
             now = self._wall_clock()
-            self._charge(now)
-            return self._account.stats(now)
+            if self._account is not None:
+                self._charge(now)
+                return self._account.stats(now)
+            alive = []
+            for worker in self._workers:
+                thread = worker.thread()
+                if thread is not None and thread.is_alive():
+                    alive.append(worker)
+                else:  # its thread ended: keep its counters, forget its budget
+                    self._retired = _total((self._retired, worker.account.stats(now)))
+            self._workers = alive
+            return _total([self._retired, *(w.account.stats(now) for w in alive)])
 
-    # -- inside ------------------------------------------------------------------------
+    # -- inside: cfs ---------------------------------------------------------------------
+
+    def _new_account(self) -> QuotaAccount:
+        return QuotaAccount(self.quota_ns, self.period_ns, self.burst_ns,
+                            origin_ns=self._wall_clock())
 
     def _charge(self, now: int) -> None:
-        """Charge CPU used since the last reading; caller holds the lock."""
-        assert self._account is not None
+        """Charge the process's CPU used since the last reading, less the throttle's own (its
+        bookkeeping, sleeps and wake-ups, as the kernel's throttling is not charged to the
+        group either); caller holds the lock."""
+        account = self._account
+        assert account is not None
         cpu = self._cpu_clock()
         if self._cpu_seen is not None:  # the first look only sets the baseline
-            self._account.charge(max(0, cpu - self._cpu_seen), now)
-        self._cpu_seen = cpu
+            used = max(0, cpu - self._cpu_seen - self._own_ns)
+            # The CPU since the last look ran all along, not just now: when that spans whole
+            # periods (an idle service's timers, requests that did no burn), their refills
+            # absorb their share, as the kernel's would; only the excess is owed.
+            current = account.next_boundary(now) - account.period_ns  # this period's start
+            whole = (current - account.next_boundary(self._seen_at)) // account.period_ns
+            if used and whole > 0 and now > self._seen_at:
+                early = used * (current - self._seen_at) // (now - self._seen_at)
+                account.charge(max(0, early - whole * account.quota_ns), current)
+                used -= early
+            account.charge(used, now)
+        self._cpu_seen, self._seen_at, self._own_ns = cpu, now, 0
 
     def _wait(self) -> int:
         assert self._account is not None
         paused = 0
+        mark = self._thread_cpu_clock()  # this thread's CPU when the throttle's work began
+        while True:
+            now = self._wall_clock()
+            resume = self._resume_at
+            if now >= resume:
+                with self._lock:
+                    self._own_ns += self._thread_cpu_clock() - mark
+                    now = self._wall_clock()
+                    self._charge(now)
+                    resume = self._account.throttled_until(now)
+                    if resume <= now:
+                        # No need to read the CPU clock before the quota left could be spent
+                        # by every CPU at once, nor across a boundary (charges must not
+                        # straddle one).
+                        left = self._account.remaining(now)
+                        self._safe_until = min(now + left // self._cpus,
+                                               self._account.next_boundary(now))
+                        return paused
+                    self._safe_until = 0
+                    self._resume_at = resume
+                mark = self._thread_cpu_clock()
+            # else: another thread found the process throttled until `resume`; looking again
+            # before then would only say so (this thread's CPU is charged at the next look)
+            self._sleep((resume - now) / 1e9)
+            paused += max(0, self._wall_clock() - now)
+
+    # -- inside: boundary ------------------------------------------------------------------
+
+    def _worker(self) -> _Worker:
+        """The calling thread's budget, made at its first piece of work."""
+        worker: _Worker | None = getattr(self._local, "worker", None)
+        if worker is None:
+            with self._lock:
+                worker = _Worker(self._new_account(), weakref.ref(threading.current_thread()))
+                self._workers.append(worker)
+            self._local.worker = worker
+        return worker
+
+    def _end_work(self, cpu_start: int) -> int:
+        """The seed's ``end_work``: charge the work's CPU to this thread's budget; if that
+        spent it, sleep until a cycle refills it. Returns the ns slept."""
+        account = self._worker().account
+        used = max(0, self._thread_cpu_clock() - cpu_start)
+        paused = 0
         while True:
             with self._lock:
                 now = self._wall_clock()
-                self._charge(now)
-                resume = self._account.throttled_until(now)
-                if resume <= now:
-                    # No need to read the CPU clock before the quota left could be spent by
-                    # every CPU at once, nor across a boundary (charges must not straddle one).
-                    left = self._account.remaining(now)
-                    self._safe_until = min(now + left // self._cpus,
-                                           self._account.next_boundary(now))
-                    return paused
-                self._safe_until = 0
+                if used:
+                    account.charge(used, now)
+                    used = 0
+                resume = account.throttled_until(now)
+            if resume <= now:
+                return paused
             self._sleep((resume - now) / 1e9)
             paused += max(0, self._wall_clock() - now)
 
 
 class Work:
-    """One piece of throttled work (a request): its checkpoint and the time it was paused.
+    """One piece of throttled work (a request's burn or pi loop) and the time it was paused.
 
     ``checkpoint()`` is what the work loop calls every ~0.1-0.5 ms of CPU: in ``cfs`` mode it
     charges and pauses like :meth:`Throttle.checkpoint`; in ``boundary`` mode, or with the
-    throttle off, it does nothing. ``paused_ns`` adds the wait before the start and every
-    pause (``Server-Timing: throttle;dur=``). Use as a context manager or call ``finish()``.
+    throttle off, it does nothing. ``finish()`` ends the work: ``cfs`` charges the process's
+    CPU so far, ``boundary`` charges the work's CPU to the thread and may sleep (the seed's
+    ``end_work``). ``paused_ns`` adds every wait: before the start, in checkpoints and at the
+    end (``Server-Timing: throttle;dur=``). Use as a context manager or call ``finish()``.
     """
 
-    __slots__ = ("_throttle", "checkpoint", "paused_ns")
+    __slots__ = ("_cpu_start", "_throttle", "checkpoint", "paused_ns")
 
-    def __init__(self, throttle: Throttle) -> None:
+    def __init__(self, throttle: Throttle, cpu_start: int | None) -> None:
         self._throttle = throttle
+        self._cpu_start = cpu_start
         self.paused_ns = 0
-        pauses = throttle.enabled and throttle.mode == "cfs"
-        self.checkpoint: Callable[[], None] = self._pause if pauses else _nothing
+        self.checkpoint: Callable[[], None] = self._pause if throttle.pauses_work else _nothing
 
     def _pause(self) -> None:
         self.paused_ns += self._throttle.checkpoint()
 
     def finish(self) -> None:
-        """The work is done: charge its CPU now (in ``boundary`` mode, its overshoot)."""
-        self._throttle.sync()
+        if self._cpu_start is not None:
+            start, self._cpu_start = self._cpu_start, None
+            self.paused_ns += self._throttle._end_work(start)
+        else:
+            self._throttle.sync()
 
     def __enter__(self) -> Work:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.finish()
+
+
+def _total(stats: Iterable[CpuStat]) -> CpuStat:
+    """The sum of several threads' counters."""
+    out = CpuStat()
+    for s in stats:
+        out = CpuStat(out.nr_periods + s.nr_periods, out.nr_throttled + s.nr_throttled,
+                      out.throttled_ns + s.throttled_ns, out.nr_bursts + s.nr_bursts,
+                      out.burst_ns + s.burst_ns)
+    return out
 
 
 def _nothing() -> None:

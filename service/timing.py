@@ -42,9 +42,13 @@ def kernel_throttling(probe: CpuStatProbe | None,
 def work_timing(wall_ns: int, cpu_ns: int, paused_ns: int | None,
                 probe: CpuStatProbe | None, before: CpuStat | None) -> str:
     """The header of one piece of work: ``paused_ns`` is None when the in-process throttle is
-    off; ``before`` is ``probe.sample()`` taken just before the work (None: no kernel metric)."""
-    metrics: dict[str, float | tuple[float, str]] = {"burn": wall_ns / 1e6, "cpu": cpu_ns / 1e6}
+    off; ``before`` is ``probe.sample()`` taken just before the work (None: no kernel metric).
+    The same text as :func:`format_server_timing`, written out: it is on every burn's path."""
+    header = f"burn;dur={wall_ns / 1e6:.3f}, cpu;dur={cpu_ns / 1e6:.3f}"
     if paused_ns is not None:
-        metrics["throttle"] = paused_ns / 1e6
-    metrics.update(kernel_throttling(probe, before))
-    return format_server_timing(metrics)
+        header += f", throttle;dur={paused_ns / 1e6:.3f}"
+    after = probe.sample() if probe is not None and before is not None else None
+    if after is not None and before is not None:
+        header += (f", kernel-throttled;dur={(after.throttled_ns - before.throttled_ns) / 1e6:.3f}"
+                   f';desc="periods={after.nr_throttled - before.nr_throttled}"')
+    return header

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -25,7 +28,7 @@ from service.cgroup import remove_group
 from service.limit import Limit
 from service.quota import CpuStat
 from service.cpu_quota import QuotaRun, describe_run, setup_error_message
-from tests.support import BIN, ROOT, require, require_kernel_quota, service_process
+from tests.support import BIN, require, require_kernel_quota, service_process
 
 CPU_QUOTA = str(BIN / "cpu-quota")
 PROBE_ITERATIONS = 5000   # 2-5 ms of CPU on this project's machines; calibrated per test
@@ -211,15 +214,38 @@ def test_sigkill_of_the_supervisor_takes_the_command_along() -> None:
         assert remove_group(leftover)
 
 
+@contextmanager
+def readable_copy_of_service() -> Iterator[Path]:
+    """A copy of the ``service`` package that every user can read, in a folder of its own.
+
+    The checkout may be anywhere (a clone under ``mktemp -d`` is 0700, a home directory 0750),
+    so an unprivileged user cannot be pointed into it: copy the package (the standard library
+    is all ``service.cpu_quota`` needs) with world-readable modes, whatever umask made it."""
+    import service
+
+    folder = Path(tempfile.mkdtemp(prefix="throttle-lab-readable-"))
+    try:
+        shutil.copytree(Path(service.__file__).parent, folder / "service",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for path in (folder, *folder.rglob("*")):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.mark.root
 def test_without_root_one_line_that_suggests_the_alternatives() -> None:
     require_kernel_quota()
     python = Path("/usr/bin/python3")   # the venv's interpreter may live where nobody can read
     require(python.exists(), "needs /usr/bin/python3 to run as an unprivileged user")
-    result = subprocess.run([str(python), "-m", "service.cpu_quota", "--cpus", "0.3", "--", "true"],
-                            capture_output=True, text=True, timeout=30, cwd="/",
-                            env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT)},
-                            user=65534, group=65534, extra_groups=[])
+    with readable_copy_of_service() as pythonpath:
+        result = subprocess.run([str(python), "-m", "service.cpu_quota", "--cpus", "0.3", "--",
+                                 "true"], capture_output=True, text=True, timeout=30, cwd="/",
+                                env={"PATH": os.environ.get("PATH", ""),
+                                     "PYTHONPATH": str(pythonpath),
+                                     "PYTHONDONTWRITEBYTECODE": "1"},
+                                user=65534, group=65534, extra_groups=[])
     assert result.returncode == 125, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "permission denied" in lines[0]

@@ -17,10 +17,13 @@ from hypothesis import strategies as st
 from starlette.requests import Request
 
 from service.accesslog import (
+    ACCESS_FORMAT,
     ACCESS_LOGGER,
     OTHER_PATH,
     AccessLogFilter,
+    LeanAccessFormatter,
     install_access_log_filter,
+    log_config,
     safe_path,
 )
 from service.app import create_app
@@ -191,6 +194,28 @@ def test_access_log_filter_is_installed_once_per_logger() -> None:
     uvicorn_filters = [f for f in logging.getLogger(ACCESS_LOGGER).filters
                        if isinstance(f, AccessLogFilter)]
     assert len(uvicorn_filters) == 1 and "/cpuBurnFlow" in uvicorn_filters[0].known_paths
+
+
+@pytest.mark.parametrize("status", [200, 404, 422, 499, 503, 799])
+@pytest.mark.parametrize("level", [logging.INFO, logging.WARNING, logging.CRITICAL])
+def test_lean_access_formatter_writes_uvicorns_text(status: int, level: int) -> None:
+    from uvicorn.logging import AccessFormatter
+
+    record = logging.LogRecord(ACCESS_LOGGER, level, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+                               ("127.0.0.1:5000", "GET", "/pi", "1.1", status), None)
+    stock = AccessFormatter(ACCESS_FORMAT, use_colors=False).format(record)
+    assert LeanAccessFormatter(ACCESS_FORMAT, use_colors=False).format(record) == stock
+    coloured = AccessFormatter(ACCESS_FORMAT, use_colors=True).format(record)
+    assert LeanAccessFormatter(ACCESS_FORMAT, use_colors=True).format(record) == coloured
+    other = "%(levelname)s %(message)s"      # another format: uvicorn's formatter does it
+    assert LeanAccessFormatter(other).format(record) == AccessFormatter(other).format(record)
+
+
+def test_burn_service_logs_through_the_lean_formatter() -> None:
+    config = log_config()
+    assert config["formatters"]["access"]["()"] == "service.accesslog.LeanAccessFormatter"
+    assert config["formatters"]["access"]["fmt"] == ACCESS_FORMAT
+    assert config["loggers"]["uvicorn.access"]["handlers"] == ["access"]
 
 
 def test_the_running_service_logs_requests_without_their_input() -> None:

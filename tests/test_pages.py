@@ -179,3 +179,7 @@ def test_limit_headline() -> None:
                     "kernel CPU quota: 0.3 CPU (30000 µs per 100000 µs period, cgroup v1)")
     # a cgroup without a quota is no limit
     assert limit_headline({"cgroup": {"version": 1, "quota_us": None}}).startswith("no CPU limit")
+    boundary = {"cpu_limit_percent": 5.0, "cycle_ms": 100.0, "mode": "boundary",
+                "per": "worker thread"}
+    assert limit_headline({"inprocess": boundary}) == (
+        "in-process throttle: 5% of one CPU per worker thread, per 100 ms cycle (boundary mode)")

@@ -35,6 +35,10 @@ class FakeClock:
         self.cpu_reads += 1
         return self.cpu
 
+    def thread_ns(self) -> int:
+        """The one thread's CPU: the same as the process's here, read without counting."""
+        return self.cpu
+
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.wall += round(seconds * 1e9)
@@ -47,7 +51,7 @@ class FakeClock:
 def fake_throttle(clock: FakeClock, percent: float, cycle_ms: float = 100,
                   mode: str = "cfs") -> Throttle:
     return Throttle(percent, cycle_ms, mode, cpus=1, cpu_clock=clock.cpu_ns,
-                    wall_clock=clock.wall_ns, sleep=clock.sleep)
+                    thread_cpu_clock=clock.thread_ns, wall_clock=clock.wall_ns, sleep=clock.sleep)
 
 
 def request(clock: FakeClock, throttle: Throttle, cpu_ns: int, chunk: int = CHUNK,
@@ -70,7 +74,7 @@ def test_off_does_nothing_and_reads_no_clock() -> None:
     clock = FakeClock()
     t = fake_throttle(clock, 0)
     work = request(clock, t, 50 * MS)
-    assert (t.enabled, t.describe(), t.work_checkpoint()) == (False, None, None)
+    assert (t.enabled, t.describe(), t.pauses_work) == (False, None, False)
     assert work.paused_ns == 0 and t.checkpoint() == 0
     assert clock.cpu_reads == 0 and clock.sleeps == []
     assert t.stats().nr_periods == 0
@@ -86,13 +90,13 @@ def test_cfs_pauses_mid_request_for_the_rest_of_each_cycle() -> None:
     assert clock.sleeps == pytest.approx([0.07] * 3)
     s = t.stats()
     assert (s.nr_throttled, s.throttled_ns) == (3, 210 * MS)
-    assert t.describe() == {"cpu_limit_percent": 30.0, "cycle_ms": 100.0, "mode": "cfs"}
+    assert t.describe() == {"cpu_limit_percent": 30.0, "cycle_ms": 100.0, "mode": "cfs",
+                            "per": "process"}
 
 
-@pytest.mark.parametrize("mode", ["cfs", "boundary"])
-def test_request_arriving_while_throttled_waits_for_the_next_cycle(mode: str) -> None:
+def test_cfs_request_arriving_while_throttled_waits_for_the_next_cycle() -> None:
     clock = FakeClock()
-    t = fake_throttle(clock, 30, mode=mode)
+    t = fake_throttle(clock, 30)
     first = request(clock, t, 30 * MS, last_checkpoint=False)  # spends the whole quota
     assert first.paused_ns == 0 and clock.wall == 1_030 * MS
     second = t.start()
@@ -100,25 +104,75 @@ def test_request_arriving_while_throttled_waits_for_the_next_cycle(mode: str) ->
     assert t.start().paused_ns == 0
 
 
+def test_boundary_work_that_spends_the_budget_sleeps_at_its_end() -> None:
+    # the seed's end_work(): the work runs to its end, then its thread sleeps out the cycle
+    clock = FakeClock()
+    t = fake_throttle(clock, 30, mode="boundary")
+    first = request(clock, t, 30 * MS, last_checkpoint=False)  # spends the whole budget
+    assert first.paused_ns == 70 * MS and clock.wall == 1_100 * MS
+    assert clock.sleeps == pytest.approx([0.07])
+    second = t.start()                                         # a fresh cycle: no wait
+    assert second.paused_ns == 0 and clock.wall == 1_100 * MS
+    assert t.stats().nr_throttled == 1
+
+
 def test_boundary_mode_never_pauses_inside_a_request() -> None:
     clock = FakeClock()
     t = fake_throttle(clock, 30, mode="boundary")
     start = clock.wall
-    waits, sleeps_inside = [], 0
+    paused, sleeps_inside = [], 0
     for _ in range(50):                                     # 600 ms of CPU
         work = t.start()
-        waits.append(work.paused_ns)
         sleeps = len(clock.sleeps)
         for _ in range(60):
             clock.work(CHUNK)
             work.checkpoint()
         sleeps_inside += len(clock.sleeps) - sleeps
         work.finish()
+        paused.append(work.paused_ns)
     assert sleeps_inside == 0
-    assert waits[:3] == [0, 0, 0] and waits[3] == 64 * MS  # the third overshoots by 6 ms
-    assert sum(waits) == clock.wall - start - 600 * MS
+    assert paused[:2] == [0, 0] and paused[2] == 64 * MS   # the third overshoots by 6 ms
+    assert sum(paused) == clock.wall - start - 600 * MS
     share = 600 * MS / (clock.wall - start)
     assert share == pytest.approx(0.30, rel=0.06)
+
+
+def test_boundary_charges_only_the_work() -> None:
+    # CPU outside start()..finish() (HTTP parsing, the event loop, other requests' overhead)
+    # is not the work's: the seed's budget counts transactions only. cfs charges it all.
+    results = {}
+    for mode in ("boundary", "cfs"):
+        clock = FakeClock()
+        t = fake_throttle(clock, 10, mode=mode)
+        t.start().finish()                                  # the first look sets the baseline
+        for _ in range(20):
+            clock.work(2 * MS)                              # overhead, outside the work
+            request(clock, t, 1 * MS)                       # the work
+        results[mode] = clock.wall - 1_000 * MS
+    assert results["boundary"] == 200 * MS   # 20 ms of work charged: two 10 ms cycles
+    assert results["cfs"] >= 550 * MS        # 60 ms charged: six cycles
+
+
+def test_boundary_budget_is_per_worker_thread() -> None:
+    clock = FakeClock()
+    t = fake_throttle(clock, 30, mode="boundary")
+    request(clock, t, 29 * MS, last_checkpoint=False)          # this thread: 1 ms left
+    other: list[int] = []
+
+    def worker() -> None:                                      # another thread: all 30 ms
+        other.append(request(clock, t, 25 * MS).paused_ns)
+        other.append(request(clock, t, 5 * MS).paused_ns)      # now that one is spent
+
+    th = threading.Thread(target=worker)
+    th.start()
+    th.join(timeout=10)
+    assert other[0] == 0 and other[1] > 0
+    mine = request(clock, t, 1 * MS)                           # still mine to spend
+    assert mine.paused_ns == 0
+    stats = t.stats()                                          # the ended thread's included
+    assert stats.nr_throttled == 1 and stats.throttled_ns == other[1]
+    assert t.describe() == {"cpu_limit_percent": 30.0, "cycle_ms": 100.0, "mode": "boundary",
+                            "per": "worker thread"}
 
 
 def test_overshoot_is_carried_as_debt() -> None:
@@ -129,6 +183,46 @@ def test_overshoot_is_carried_as_debt() -> None:
     start = clock.wall
     request(clock, t, 70 * MS, chunk=700_000)
     assert 70 * MS / (clock.wall - start) == pytest.approx(0.01, rel=0.03)
+
+
+class WakeCostClock(FakeClock):
+    """Each sleep also costs the sleeping thread some CPU (a wake-up on a VM: ~50 us)."""
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        self.cpu += MS
+
+
+def test_cfs_does_not_charge_the_throttles_own_sleeps() -> None:
+    # The kernel's throttling costs the group nothing; the in-process throttle's sleeps and
+    # wake-ups are its own work, not the process's: charging them would shrink the share.
+    walls = []
+    for clock in (FakeClock(), WakeCostClock()):
+        t = fake_throttle(clock, 30)
+        start = clock.wall
+        request(clock, t, 100 * MS)
+        walls.append(clock.wall - start)
+    assert walls[0] == walls[1] == 310 * MS
+
+
+def test_cfs_spreads_idle_cpu_over_the_periods_it_ran_in() -> None:
+    # An idle service still runs a little (uvicorn's 10 Hz timer: ~1.3 ms/s here). Charged in
+    # one lump at the next look it was a debt of seconds (60 s idle at 10 %: 78 ms, 7.8 s of
+    # pauses); the kernel charges it period by period, where each refill absorbs it.
+    clock = FakeClock()
+    t = fake_throttle(clock, 10)
+    request(clock, t, 1 * MS)
+    for _ in range(600):                      # 60 s: 0.13 ms of CPU per 100 ms period
+        clock.cpu += 130_000
+        clock.wall += 100 * MS
+    assert request(clock, t, 5 * MS).paused_ns == 0
+    # CPU beyond what the periods could absorb is still owed: 60 s at 20 ms per 100 ms
+    busy = FakeClock()
+    t = fake_throttle(busy, 10)
+    request(busy, t, 1 * MS)
+    busy.cpu += 600 * 20 * MS
+    busy.wall += 60_000 * MS
+    assert t.start().paused_ns > 50_000 * MS   # ~600 periods of 10 ms to pay
 
 
 def test_full_cpu_never_pauses_one_thread() -> None:
@@ -162,21 +256,18 @@ def test_checkpoints_skip_the_cpu_clock_while_the_quota_cannot_run_out() -> None
     assert clock.cpu_reads <= 3
 
 
-def test_work_checkpoint_per_mode() -> None:
+def test_checkpoints_pause_only_in_cfs_mode() -> None:
     clock = FakeClock()
-    cfs = fake_throttle(clock, 30)
-    assert cfs.work_checkpoint() == cfs.checkpoint
-    boundary = fake_throttle(clock, 30, mode="boundary")
-    request(clock, boundary, 40 * MS)            # spends the quota and 10 ms more
-    gate = boundary.work_checkpoint()
-    assert gate is not None
-    before = clock.wall
-    gate()                                       # the first call waits for the next cycle
-    assert clock.wall > before
-    clock.work(40 * MS)
-    after = clock.wall
-    gate()                                       # later calls never wait
-    assert clock.wall == after
+    cfs, boundary = fake_throttle(clock, 30), fake_throttle(clock, 30, mode="boundary")
+    assert (cfs.pauses_work, boundary.pauses_work) == (True, False)
+    work = boundary.start()
+    clock.work(80 * MS)                          # far beyond the budget, mid-work
+    for _ in range(5):
+        work.checkpoint()
+        assert boundary.checkpoint() == 0
+    assert clock.sleeps == []                    # nothing waits until the work ends
+    work.finish()
+    assert len(clock.sleeps) == 1
 
 
 @pytest.mark.parametrize("kwargs", [{"cpu_limit_percent": 101}, {"cpu_limit_percent": -1},
@@ -278,7 +369,8 @@ def timing_ms(name: str, header: str) -> float:
 def test_burn_service_with_cpu_limit_pauses_requests_and_reports_it() -> None:
     with service_process(["--cpu-limit", "20", "--throttle-cycle", "50"]) as (base, _proc):
         limits = httpx.get(base + "/limits").json()
-        assert limits["inprocess"] == {"cpu_limit_percent": 20.0, "cycle_ms": 50.0, "mode": "cfs"}
+        assert limits["inprocess"] == {"cpu_limit_percent": 20.0, "cycle_ms": 50.0, "mode": "cfs",
+                                       "per": "process"}
         paused: list[float] = []
         errors: list[BaseException] = []
 
@@ -311,14 +403,61 @@ def test_burn_service_with_cpu_limit_pauses_requests_and_reports_it() -> None:
 
 
 def test_boundary_mode_through_the_app() -> None:
-    # A server thread in this process: pytest's CPU is charged too, which only adds waiting;
-    # what is asserted (waits before requests, none inside a burn) holds all the same.
+    # A server thread in this process: boundary mode charges only the burns (the worker
+    # thread's CPU between start and finish), so pytest's own CPU does not count.
     with running_service(cpu_limit=10, throttle_mode="boundary") as base:
-        assert httpx.get(base + "/limits").json()["inprocess"]["mode"] == "boundary"
+        inprocess = httpx.get(base + "/limits").json()["inprocess"]
+        assert (inprocess["mode"], inprocess["per"]) == ("boundary", "worker thread")
         with httpx.Client(base_url=base, timeout=10) as c:
             timings = [c.get("/cpuBurnFlow", params={"iterations": 8000}).headers["server-timing"]
                        for _ in range(6)]
     waits = [timing_ms("throttle", t) for t in timings]
     burns = [timing_ms("burn", t) for t in timings]
-    assert max(waits) > 20               # 10 ms per 100 ms: the second request already waits
+    assert max(waits) > 20               # 10 ms per 100 ms: a request that spends it waits
     assert max(burns) < 80               # but no request is paused inside its burn
+
+
+def completed_per_second(base: str, iterations: int, clients: int, seconds: float,
+                         warmup: float = 0.5) -> float:
+    """Requests/s a closed loop of ``clients`` keep-alive clients gets done in ``seconds``."""
+    stop = threading.Event()
+    done: list[int] = []
+    errors: list[BaseException] = []
+
+    def client() -> None:
+        try:
+            with httpx.Client(base_url=base, timeout=30) as c:
+                request = c.build_request("GET", "/cpuBurnFlow", params={"iterations": iterations})
+                while not stop.is_set():
+                    assert c.send(request).status_code == 200
+                    done.append(time.perf_counter_ns())
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    pool = [threading.Thread(target=client) for _ in range(clients)]
+    for th in pool:
+        th.start()
+    try:
+        time.sleep(warmup)
+        t0 = time.perf_counter_ns()
+        time.sleep(seconds)
+        t1 = time.perf_counter_ns()
+    finally:
+        stop.set()
+        for th in pool:
+            th.join(timeout=30)
+    assert not errors, errors
+    return sum(1 for t in done if t0 <= t < t1) / ((t1 - t0) / 1e9)
+
+
+def test_boundary_throughput_doubles_per_doubling_like_the_seed() -> None:
+    # The seed's CI test (ci/test_cpu_throttling_scaling.sh): 1, 2, 4, 8 % under saturating
+    # load, each doubling 1.3x-3.0x in throughput. Boundary mode charges only the burns, per
+    # worker thread, so the factor is ~2.0 (benchmarks/throttle_scaling.py measures it).
+    rates = []
+    for percent in (1, 2, 4, 8):
+        with running_service(cpu_limit=percent, throttle_mode="boundary") as base:
+            rates.append(completed_per_second(base, 3000, clients=2,
+                                              seconds=2.5 if percent == 1 else 1.5))
+    factors = [b / a for a, b in zip(rates, rates[1:])]
+    assert all(1.3 <= f <= 3.0 for f in factors), (rates, factors)
