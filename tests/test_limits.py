@@ -17,7 +17,8 @@ def test_the_keys_and_the_in_process_throttle() -> None:
     assert set(off) == {"cpu_count", "max_iterations", "max_counter", "max_concurrent",
                         "max_queued", "workers", "inprocess", "cgroup"}
     on = describe_limits(create_app(Settings(cpu_limit=30, throttle_cycle=50)))
-    assert on["inprocess"] == {"cpu_limit_percent": 30, "cycle_ms": 50, "mode": "cfs"}
+    assert on["inprocess"] == {"cpu_limit_percent": 30, "cycle_ms": 50, "mode": "cfs",
+                              "per": "process"}
 
 
 def test_the_cgroup_part_is_the_kernels_record_when_readable() -> None:
