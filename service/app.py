@@ -19,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from service import __version__
 from service.accesslog import install_access_log_filter
-from service.burn import DEFAULT_ITERATIONS
+from service.burn import DEFAULT_ITERATIONS, resolve_max_threads
 from service.burnroute import BURN_PATH, BurnLane, BurnWork
 from service.cgroup import CpuStatProbe
 from service.config import Settings
@@ -76,8 +76,10 @@ def create_app(settings: Settings | None = None) -> BurnServiceApp:
     throttle = app.state.throttle = Throttle.from_settings(settings)
     metrics = install_metrics(app, throttle, kernel)
     # parameter name -> (minimum, maximum), for 422 messages that give the allowed range
+    max_threads = app.state.max_threads = resolve_max_threads(settings)
     app.state.parameter_ranges = {"iterations": (0, settings.max_iterations),
-                                  "counter": (0, settings.max_counter)}
+                                  "counter": (0, settings.max_counter),
+                                  "threads": (1, max_threads)}
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_parameter(request: Request, exc: RequestValidationError) -> Response:
@@ -86,15 +88,19 @@ def create_app(settings: Settings | None = None) -> BurnServiceApp:
             return validation_error_page(request, body, describe_limits(app))
         return JSONResponse(status_code=422, content=body)
 
-    work = BurnWork(throttle, kernel, metrics.observe_burn)
+    work = BurnWork(throttle, kernel, metrics.observe_burn,
+                    max_helpers=resolve_max_concurrent(settings) * (max_threads - 1))
 
     @app.get(BURN_PATH, summary="Burn CPU in a busy loop of `iterations` iterations")
     def cpu_burn_flow(
         iterations: int = Query(DEFAULT_ITERATIONS, ge=0, le=settings.max_iterations,
                                 description="loop iterations (~1 microsecond of CPU each)"),
+        threads: int = Query(1, ge=1, le=max_threads,
+                             description="burn `iterations` on each of this many threads at "
+                             "once (really in parallel: the burn runs in C, without the GIL)"),
     ) -> Response:
         # FastAPI's way, for what the lane does not take: a sync route, run in the threadpool
-        body, timing = work(iterations)
+        body, timing = work(iterations, threads)
         return Response(body, media_type="application/json",
                         headers={"Server-Timing": timing})
 

@@ -24,11 +24,12 @@ route, which validates it (422 naming the parameter and its range), documents it
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.burn import DEFAULT_ITERATIONS, burn
+from service.burn import DEFAULT_ITERATIONS, BurnResult, burn, burn_parallel
 from service.cgroup import CpuStatProbe
 from service.throttle import Throttle
 from service.timing import work_timing
@@ -53,26 +54,49 @@ class BurnWork:
     :meth:`may_run_inline`."""
 
     def __init__(self, throttle: Throttle, kernel: CpuStatProbe | None,
-                 observe_burn: Callable[[int], None]) -> None:
+                 observe_burn: Callable[[int], None], max_helpers: int = 1) -> None:
         self._throttle, self._kernel, self._observe_burn = throttle, kernel, observe_burn
+        # the threads that burn beside a request's own (?threads=T), made at the first use
+        self._max_helpers = max(1, max_helpers)
+        self._helpers: ThreadPoolExecutor | None = None
 
     def may_run_inline(self, iterations: int) -> bool:
         """Small enough for the event loop, and nothing can make it wait."""
         return iterations <= INLINE_ITERATIONS and not self._throttle.enabled
 
-    def __call__(self, iterations: int) -> BurnAnswer:
+    def __call__(self, iterations: int, threads: int = 1) -> BurnAnswer:
         kernel, throttle = self._kernel, self._throttle
         before = kernel.sample() if kernel is not None else None
         if throttle.enabled:
             with throttle.start() as work:  # may wait first (cfs) or at the end (boundary)
-                result = burn(iterations, work.checkpoint if throttle.pauses_work else None)
+                result = self._burn(iterations, threads, work.checkpoint
+                                    if throttle.pauses_work else None)
+                work.add_cpu(result.cpu_ns - result.cpu_ns // threads)  # the other threads'
             paused: int | None = work.paused_ns
         else:
-            result, paused = burn(iterations), None
+            result, paused = self._burn(iterations, threads, None), None
         self._observe_burn(result.cpu_ns)
-        body = (b'{"result":"success","iterations":%d,"cpu_ns":%d,"wall_ns":%d}'
+        body = (b'{"result":"success","iterations":%d,"cpu_ns":%d,"wall_ns":%d'
                 % (result.iterations, result.cpu_ns, result.wall_ns))
+        body += b',"threads":%d}' % threads if threads > 1 else b"}"
         return body, work_timing(result.wall_ns, result.cpu_ns, paused, kernel, before)
+
+    def _burn(self, iterations: int, threads: int,
+              checkpoint: Callable[[], object] | None) -> BurnResult:
+        """Today's burn on this thread; with ``threads`` > 1, on that many threads at once
+        (this one and helpers; their throttle checkpoints are the process's)."""
+        if threads == 1:
+            return burn(iterations, checkpoint)
+        if self._helpers is None:
+            self._helpers = ThreadPoolExecutor(max_workers=self._max_helpers,
+                                               thread_name_prefix="burn-helper")
+        helper = self._throttle.checkpoint if checkpoint is not None else None
+        return burn_parallel(iterations, threads, self._helpers.submit, checkpoint, helper)
+
+    def close(self) -> None:
+        """Stop the helper threads (after their current burn)."""
+        if self._helpers is not None:
+            self._helpers.shutdown(wait=False)
 
 
 def parse_iterations(query: bytes, maximum: int) -> int | None:
@@ -148,5 +172,6 @@ class BurnLane:
         await self._app(scope, receive, send)
 
     def close(self) -> None:
-        """Let the pool's threads end once their burns are done."""
+        """Let the pool's threads (and the burns' helpers) end once their burns are done."""
         self.pool.close()
+        self.work.close()

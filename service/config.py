@@ -52,6 +52,9 @@ class Settings:
                                "largest allowed ?iterations= of /cpuBurnFlow", minimum=0)
     max_counter: int = _opt(DEFAULT_MAX_COUNTER,
                             "largest allowed ?counter= of /pi and /api/pi", minimum=0)
+    max_threads: int = _opt(0, "largest allowed ?threads= of /cpuBurnFlow (a request burning "
+                            "on that many threads at once); 0 = 2 x CPUs", minimum=0,
+                            maximum=1024)
     max_concurrent: int = _opt(0, "most requests doing CPU work (/cpuBurnFlow, /pi, /api/pi) at "
                                "once in each worker process; more wait in line (--max-queued) "
                                "(see service.guard); 0 = 2 x CPUs shared out across --workers",

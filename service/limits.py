@@ -24,6 +24,7 @@ def describe_limits(app: FastAPI) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "max_iterations": settings.max_iterations,
         "max_counter": settings.max_counter,
+        "max_threads": state.max_threads,
         "max_concurrent": concurrency.limit,
         "max_queued": concurrency.queue_limit,
         "workers": settings.workers,

@@ -257,11 +257,12 @@ class Throttle:
             self._local.worker = worker
         return worker
 
-    def _end_work(self, cpu_start: int) -> int:
-        """The seed's ``end_work``: charge the work's CPU to this thread's budget; if that
-        spent it, sleep until a cycle refills it. Returns the ns slept."""
+    def _end_work(self, cpu_start: int, extra_ns: int = 0) -> int:
+        """The seed's ``end_work``: charge the work's CPU (this thread's since ``cpu_start``,
+        plus ``extra_ns`` it spent on others) to this thread's budget; if that spent it, sleep
+        until a cycle refills it. Returns the ns slept."""
         account = self._worker().account
-        used = max(0, self._thread_cpu_clock() - cpu_start)
+        used = max(0, self._thread_cpu_clock() - cpu_start) + extra_ns
         paused = 0
         while True:
             with self._lock:
@@ -287,21 +288,27 @@ class Work:
     end (``Server-Timing: throttle;dur=``). Use as a context manager or call ``finish()``.
     """
 
-    __slots__ = ("_cpu_start", "_throttle", "checkpoint", "paused_ns")
+    __slots__ = ("_cpu_start", "_extra_ns", "_throttle", "checkpoint", "paused_ns")
 
     def __init__(self, throttle: Throttle, cpu_start: int | None) -> None:
         self._throttle = throttle
         self._cpu_start = cpu_start
+        self._extra_ns = 0
         self.paused_ns = 0
         self.checkpoint: Callable[[], None] = self._pause if throttle.pauses_work else _nothing
 
     def _pause(self) -> None:
         self.paused_ns += self._throttle.checkpoint()
 
+    def add_cpu(self, cpu_ns: int) -> None:
+        """CPU this work spent on other threads (a burn on several at once): ``boundary``
+        charges it with the work's own; ``cfs`` already sees it in the process's CPU."""
+        self._extra_ns += max(0, cpu_ns)
+
     def finish(self) -> None:
         if self._cpu_start is not None:
             start, self._cpu_start = self._cpu_start, None
-            self.paused_ns += self._throttle._end_work(start)
+            self.paused_ns += self._throttle._end_work(start, self._extra_ns)
         else:
             self._throttle.sync()
 

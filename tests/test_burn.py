@@ -28,3 +28,32 @@ def test_cpu_and_wall_are_measured() -> None:
 def test_negative_iterations_are_refused() -> None:
     with pytest.raises(ValueError, match="iterations must be >= 0"):
         burn(-1)
+
+
+def test_the_c_burn_costs_what_the_python_burn_costs() -> None:
+    """One iteration of hash_burn is calibrated to one of burn: generous bounds (a shared
+    machine); the benchmark-free check is that both are ~the same order."""
+    from service.burn import bytes_per_iteration, hash_burn
+
+    assert bytes_per_iteration() >= 64
+    python = min(burn(20000).cpu_ns for _ in range(3))
+    c = min(hash_burn(20000).cpu_ns for _ in range(3))
+    assert 0.4 < c / python < 2.5
+
+
+def test_a_parallel_burn_uses_one_cpu_per_thread_at_once() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from service.burn import burn_parallel
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        one = burn_parallel(20000, 1, pool.submit)
+        twos = [burn_parallel(20000, 2, pool.submit) for _ in range(3)]
+    assert one.threads == 1 and all(two.threads == 2 for two in twos)
+    assert all(two.cpu_ns > 1.5 * one.cpu_ns for two in twos)  # twice the work
+    import os
+
+    if (os.cpu_count() or 1) >= 2:  # really at once: more CPU than wall time (the best of 3)
+        assert max(two.cpu_ns / two.wall_ns for two in twos) > 1.2
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        burn_parallel(1, 0, pool.submit)

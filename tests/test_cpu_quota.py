@@ -389,3 +389,40 @@ def test_burn_service_cgroup_removed_after_sigkill_of_its_child() -> None:
         os.kill(child, signal.SIGKILL)
         assert proc.wait(timeout=15) == 128 + signal.SIGKILL
         assert not group.exists(), f"{group} left after SIGKILL of the service"
+
+
+@pytest.mark.root
+@pytest.mark.timeout(150)
+def test_threads_drain_the_quota_faster() -> None:
+    """Under a 1 CPU kernel quota, a burn on two threads uses two CPUs at once (cpu_ns about
+    twice wall_ns while it fits in the quota), and the same CPU on two threads is throttled
+    where on one thread it is not: two threads spend a 100 ms quota in 50 ms."""
+    require_kernel_quota()
+
+    def burn(base: str, iterations: int, threads: int) -> dict[str, float]:
+        r = httpx.get(f"{base}/cpuBurnFlow", params={"iterations": iterations,
+                                                       "threads": threads}, timeout=60)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        periods = re.search(r'kernel-throttled;dur=[\d.]+;desc="periods=(\d+)"',
+                            r.headers["server-timing"])
+        body["nr_throttled"] = int(periods.group(1)) if periods else -1
+        return body
+
+    with service_process(["--cpus", "1"], timeout=90) as (base, _):
+        probe = burn(base, 20000, 2)
+        per_ms = probe["cpu_ns"] / 2 / 1e6 / 20000  # one thread's ms per iteration
+        small = round(15 / per_ms)   # 15 ms per thread: fits the quota
+        big = round(120 / per_ms)    # 120 ms per thread: more than half a period
+        fits = [burn(base, small, 2) for _ in range(5)]
+        assert max(b["cpu_ns"] / b["wall_ns"] for b in fits) > 1.6  # two CPUs at once
+        drained = []
+        for _ in range(3):
+            time.sleep(0.3)  # a fresh period's quota, as an open loop would find it
+            drained.append(burn(base, big, 2)["nr_throttled"])
+        alone = []
+        for _ in range(3):
+            time.sleep(0.3)
+            alone.append(burn(base, 2 * big, 1)["nr_throttled"])
+    assert all(n >= 1 for n in drained), drained   # always runs into the end of its quota
+    assert sum(1 for n in alone if n > 0) <= 1, alone  # one thread cannot use > 1 CPU

@@ -14,8 +14,8 @@ def test_the_keys_and_the_in_process_throttle() -> None:
     assert off["cpu_count"] == os.cpu_count()
     assert (off["max_concurrent"], off["max_queued"], off["workers"]) == (3, 5, 1)
     assert off["inprocess"] is None
-    assert set(off) == {"cpu_count", "max_iterations", "max_counter", "max_concurrent",
-                        "max_queued", "workers", "inprocess", "cgroup"}
+    assert set(off) == {"cpu_count", "max_iterations", "max_counter", "max_threads",
+                        "max_concurrent", "max_queued", "workers", "inprocess", "cgroup"}
     on = describe_limits(create_app(Settings(cpu_limit=30, throttle_cycle=50)))
     assert on["inprocess"] == {"cpu_limit_percent": 30, "cycle_ms": 50, "mode": "cfs",
                               "per": "process"}

@@ -38,3 +38,21 @@ def test_healthz_limits_docs() -> None:
         assert limits["max_iterations"] == 1234 and limits["cpu_count"] >= 1
         assert httpx.get(base + "/openapi.json").json()["paths"]["/cpuBurnFlow"]
         assert httpx.get(base + "/docs").status_code == 200
+
+
+def test_threads_burn_in_parallel_and_are_bounded() -> None:
+    with running_service(max_threads=3) as base:
+        two = httpx.get(base + "/cpuBurnFlow", params={"iterations": 20000, "threads": 2})
+        assert two.status_code == 200
+        body = two.json()
+        assert body["threads"] == 2 and body["cpu_ns"] > 0
+        assert "cpu;dur=" in two.headers["server-timing"]
+        one = httpx.get(base + "/cpuBurnFlow", params={"iterations": 20000}).json()
+        assert "threads" not in one  # the original body, unchanged
+        for bad in ("0", "4", "two", "-1"):
+            r = httpx.get(base + "/cpuBurnFlow", params={"iterations": 10, "threads": bad})
+            assert r.status_code == 422, bad
+            assert r.json()["detail"][0] == {"parameter": "threads",
+                                             "allowed": {"min": 1, "max": 3},
+                                             "message": "threads must be an integer in [1, 3]"}
+        assert httpx.get(base + "/limits").json()["max_threads"] == 3
