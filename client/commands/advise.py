@@ -48,8 +48,9 @@ from client.analysis.advise_model import (ModelPoint, Profile, Shape, build_prof
                                           model_guess, profile_plan, usage_limits)
 from client.analysis.advise_target import LatencyTarget, Measured, measured
 from client.analysis.report import Report, build_report
-from client.commands.common import (EXIT_INTERRUPTED, EXIT_OK, add_load_arguments, period_ms,
-                                    plan_from, stop_quietly)
+from client.commands.common import (EXIT_INTERRUPTED, EXIT_OK, add_load_arguments,
+                                    add_target_arguments, backend_from, plan_from,
+                                    stop_quietly)
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.commands.options import number_at_least
 from client.data.metadata import SweepInfo
@@ -61,8 +62,7 @@ from client.run.http import build_url
 from client.run.plan import LoadPlan
 from client.run.record import RecordedRun, RunSpec, load_average, record_run
 from client.run.recorder import stop_on_terminate
-from client.run.targets import AUTO, BACKENDS, Backend, ServiceError, TargetOptions
-from client.run.targets import resolve_backend
+from client.run.targets import Backend, ServiceError
 from client.run.targets.service import free_port
 from client.run.usage import UsageSample, UsageSampler
 from service.limit import Limit
@@ -83,13 +83,7 @@ def build_advise_parser() -> argparse.ArgumentParser:
                         help="and p90 at most MS milliseconds")
     parser.add_argument("--max-throttled", type=number_at_least(0), metavar="PCT",
                         help="and at most PCT %% of the requests throttled")
-    parser.add_argument("--backend", choices=(AUTO, *BACKENDS), default=AUTO,
-                        help="how the service is limited, as for sweep (default auto: the "
-                        "kernel where permitted, else in-process)")
-    parser.add_argument("--period-ms", type=period_ms, default=100.0, metavar="P",
-                        help="the quota's period in ms (default 100)")
-    parser.add_argument("--burst-ms", type=number_at_least(0), default=0.0, metavar="B",
-                        help="burst in ms, at most one quota (kernel backend; default 0)")
+    add_target_arguments(parser)
     add_load_arguments(parser, per=" per run")
     parser.add_argument("--profile-seconds", type=number_above(0), default=10.0, metavar="S",
                         help="the run without a limit lasts at least S seconds (the same load "
@@ -101,7 +95,6 @@ def build_advise_parser() -> argparse.ArgumentParser:
                         "says they need less")
     parser.add_argument("--name", default=None, metavar="PREFIX",
                         help="prefix of the file names (default <date>-<time>; '' for none)")
-    parser.add_argument("--image", default=None, help="docker image for --backend docker")
     parser.add_argument("--data-dir", type=Path, default=Path("raw-data"))
     parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"))
     parser.add_argument("--json", action="store_true",
@@ -144,8 +137,7 @@ def command_advise(argv: list[str]) -> int:
     prefix = started.strftime("%Y%m%d-%H%M%S") if opts.name is None else opts.name
     if problem := check_file_name(prefix, prefix=True):
         raise CliError(problem)
-    backend, why_not_kernel = resolve_backend(
-        opts.backend, TargetOptions(**({"image": opts.image} if opts.image else {})))
+    backend, why_not_kernel = backend_from(opts)
     limit_of = shape(opts.period_ms, opts.burst_ms)
     floor = floor_millicores(opts.period_ms)
     ceiling, ceiling_words = ceiling_for(backend, limit_of)

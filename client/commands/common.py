@@ -16,13 +16,14 @@ from client.render.figures import plot_run
 from client.render.text import format_summary, format_throughput
 from client.run.plan import DEFAULT_REQUESTS, LoadPlan, LoadPlanError
 from client.run.record import RecordedRun
+from client.run.targets import AUTO, BACKENDS, Backend, TargetOptions, resolve_backend
 from client.run.recorder import files_first
 from client.run.targets import Target
 from client.run.targets.replicas import ReplicaSet
 from service.limit import MAX_PERIOD_MS, MIN_PERIOD_MS, Limit, LimitError
 
 __all__ = ["EXIT_FAILED_REQUESTS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE",
-           "add_limit_arguments", "add_load_arguments", "draw_result", "limit_from",
+           "add_limit_arguments", "add_load_arguments", "add_target_arguments", "backend_from", "draw_result", "limit_from",
            "period_ms", "plan_from", "show_result", "silence_stdout", "stop_quietly"]
 
 EXIT_OK, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -126,3 +127,25 @@ def stop_quietly(target: Target | ReplicaSet) -> None:
     summary = [line for line in words.splitlines() if "periods" in line and "throttled" in line]
     if summary:  # the cpu-quota supervisor's cpu.stat line
         print(summary[-1].strip(), flush=True)
+
+
+def add_target_arguments(parser: argparse.ArgumentParser, *, per: str = "") -> None:
+    """``--backend``, ``--period-ms``, ``--burst-ms``, ``--image``: how the commands that start
+    the service themselves (sweep, advise) limit it."""
+    parser.add_argument("--backend", choices=(AUTO, *BACKENDS), default=AUTO,
+                        help="kernel: burn-service --cpus (a real cgroup quota; root); "
+                        "inprocess: burn-service --cpu-limit (anywhere); docker: docker run "
+                        "--cpus; auto: kernel where permitted, else inprocess (default)")
+    parser.add_argument("--period-ms", type=period_ms, default=100.0, metavar="P",
+                        help=f"the quota's period in ms{per} (default 100)")
+    parser.add_argument("--burst-ms", type=number_at_least(0), default=0.0, metavar="B",
+                        help=f"burst{per}, in ms, at most one quota (kernel backend; default 0)")
+    parser.add_argument("--image", default=None,
+                        help="docker image for --backend docker (default $THROTTLE_LAB_IMAGE "
+                        "or throttle-lab:latest)")
+
+
+def backend_from(opts: argparse.Namespace) -> tuple[Backend, str | None]:
+    """The backend of ``add_target_arguments``' options, and why not the kernel (for auto)."""
+    options = TargetOptions(**({"image": opts.image} if opts.image else {}))
+    return resolve_backend(opts.backend, options)

@@ -31,9 +31,9 @@ from client.analysis.replicas import replica_row
 from client.analysis.report import build_report
 from client.analysis.throughput import throughput_row
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
-                                    add_load_arguments, draw_result, period_ms, plan_from,
-                                    show_result, stop_quietly)
-from client.commands.options import CliError, number_at_least, parse_counts, parse_limits
+                                    add_load_arguments, add_target_arguments, backend_from,
+                                    draw_result, plan_from, show_result, stop_quietly)
+from client.commands.options import CliError, parse_counts, parse_limits
 from client.data.files import Run, write_metadata
 from client.data.legacy import format_line
 from client.data.metadata import LoadMode, ReplicaInfo, SweepInfo
@@ -45,8 +45,7 @@ from client.run.http import build_url
 from client.run.plan import LoadPlan
 from client.run.record import RunSpec, load_average, record_run
 from client.run.recorder import stop_on_terminate
-from client.run.targets import AUTO, BACKENDS, Backend, ServiceError, Target, TargetOptions
-from client.run.targets import resolve_backend
+from client.run.targets import Backend, ServiceError, Target
 from client.run.targets.replicas import ReplicaSet
 from client.run.targets.service import free_port
 from service.limit import Limit, LimitError
@@ -66,20 +65,10 @@ def build_sweep_parser() -> argparse.ArgumentParser:
                         help="N small or 1 big: for each N in LIST (e.g. 1,4) start N "
                         "services of --cpus/N CPU each and spread the requests round-robin "
                         "over them")
-    parser.add_argument("--backend", choices=(AUTO, *BACKENDS), default=AUTO,
-                        help="kernel: burn-service --cpus (a real cgroup quota; root); "
-                        "inprocess: burn-service --cpu-limit (anywhere); docker: docker run "
-                        "--cpus; auto: kernel where permitted, else inprocess (default)")
-    parser.add_argument("--period-ms", type=period_ms, default=100.0, metavar="P",
-                        help="the quota's period in ms for every limit (default 100)")
-    parser.add_argument("--burst-ms", type=number_at_least(0), default=0.0, metavar="B",
-                        help="burst for every limit, in ms (kernel backend; default 0)")
+    add_target_arguments(parser, per=" for every limit")
     add_load_arguments(parser, per=" per limit")
     parser.add_argument("--name", default=None, metavar="PREFIX",
                         help="prefix of the file names (default sweep-<timestamp>; '' for none)")
-    parser.add_argument("--image", default=None,
-                        help="docker image for --backend docker (default $THROTTLE_LAB_IMAGE "
-                        "or throttle-lab:latest)")
     parser.add_argument("--data-dir", type=Path, default=Path("raw-data"))
     parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"))
     parser.add_argument("--show-requests", action="store_true",
@@ -94,8 +83,7 @@ def command_sweep(argv: list[str]) -> int:
     prefix = "sweep-" + started.strftime("%Y%m%d-%H%M%S") if opts.name is None else opts.name
     if problem := check_file_name(prefix, prefix=True):
         raise CliError(problem)
-    options = TargetOptions(**({"image": opts.image} if opts.image else {}))
-    backend, why_not_kernel = resolve_backend(opts.backend, options)
+    backend, why_not_kernel = backend_from(opts)
     steps = (replica_steps(opts, backend, prefix) if opts.replicas
              else limit_steps(opts, backend, prefix))
     try:
