@@ -153,7 +153,7 @@ def test_ctrl_c_stops_the_service_and_keeps_the_requests(tmp_path: Path) -> None
     assert code == 130, err
     assert "interrupted after 0 run(s)" in err and "Traceback" not in err
     run = read_run(csv_path)
-    assert len(run.records) > 5
+    assert len(run.records) >= 5  # what was on disk when Ctrl-C came, at least
     assert run.metadata.interrupted is True and run.metadata.completed == len(run.records)
     assert gone(run.metadata.service["pid"])
     assert not (tmp_path / "pictures").exists()     # no answer from a profile cut short

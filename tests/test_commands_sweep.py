@@ -136,7 +136,7 @@ def test_ctrl_c_stops_the_service_and_keeps_the_requests(tmp_path: Path) -> None
     assert code == 130, err
     assert "interrupted; 0 of 2 limits done" in err and "Traceback" not in err
     run = read_run(csv_path)
-    assert len(run.records) > 5
+    assert len(run.records) >= 5  # what was on disk when Ctrl-C came, at least
     assert run.metadata.interrupted is True and run.metadata.completed == len(run.records)
     assert gone(run.metadata.service["pid"])
     assert not (tmp_path / "raw-data" / "i-inprocess-1.csv").exists()  # never started
