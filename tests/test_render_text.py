@@ -3,7 +3,6 @@ tests/test_outputs_pinned.py)."""
 
 from __future__ import annotations
 
-import math
 
 from client.analysis.detect import detect
 from client.analysis.throughput import throughput_row
@@ -13,7 +12,6 @@ from client.render.text import (
     format_detection,
     format_summary,
     format_throughput,
-    json_ready,
 )
 
 MS = 1_000_000
@@ -38,8 +36,3 @@ def test_detection_lines() -> None:
     assert lines[0] == ("throttled: 8 of 40 requests (20.0 %), from the latency distribution; "
                         "slower than 75.0 ms counts")
     assert lines[1] == "stall: 70.0 ms typical extra delay of a throttled request (unthrottled 5.00 ms)"
-
-
-def test_json_ready_has_no_nan() -> None:
-    assert json_ready({"a": math.nan, "b": [1.0, math.inf], "c": (2, "x")}) == {
-        "a": None, "b": [1.0, None], "c": [2, "x"]}

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from client.data.jsonsafe import json_ready
 from client.run.attribution import CounterSample, attribute, period_phase
 from service.limit import Limit
 
@@ -122,18 +123,8 @@ class CgroupReport:
     other_latency: LatencyGroup
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = _json_ready(asdict(self))
+        data: dict[str, Any] = json_ready(asdict(self))
         return data
-
-
-def _json_ready(value: Any) -> Any:
-    if isinstance(value, float):
-        return None if math.isnan(value) else value
-    if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
-    return value
 
 
 def _latency_group(latencies_ns: list[int]) -> LatencyGroup:
@@ -208,7 +199,7 @@ class IntervalStats:
         return self.nr_throttled / self.nr_periods if self.nr_periods else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**_json_ready(asdict(self)), "throttled_share": self.throttled_share}
+        return {**json_ready(asdict(self)), "throttled_share": self.throttled_share}
 
 
 def interval_stats(before: CounterSample, after: CounterSample,

@@ -8,7 +8,8 @@ from client.analysis.model import MAX_CONCURRENCY, MAX_REQUESTS, Workload, predi
 from client.commands.common import EXIT_OK, add_limit_arguments, limit_from
 from client.commands.options import (CliError, OneLineParser, int_in, number_above,
                                      number_at_least)
-from client.render.text import format_prediction, json_ready
+from client.data.jsonsafe import json_ready
+from client.render.text import format_prediction
 
 __all__ = ["build_predict_parser", "command_predict"]
 

@@ -18,8 +18,9 @@ from client.analysis.report import WorkloadError, build_prediction, build_report
 from client.commands.common import EXIT_OK, add_limit_arguments, limit_from
 from client.commands.options import CliError, OneLineParser
 from client.data.files import Run, read_run
+from client.data.jsonsafe import json_ready
 from client.render.compare import plot_overlay
-from client.render.text import format_prediction_report, format_report, json_ready
+from client.render.text import format_prediction_report, format_report
 from service.limit import Limit
 
 __all__ = ["build_report_parser", "command_report", "limit_for"]

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from client.analysis.cgroup import CgroupReport
@@ -17,7 +16,7 @@ from client.analysis.throughput import ThroughputRow
 from client.data.summary import Summary
 
 __all__ = ["format_cgroup", "format_detection", "format_prediction", "format_prediction_report",
-           "format_report", "format_summary", "format_throughput", "json_ready"]
+           "format_report", "format_summary", "format_throughput"]
 
 
 def _ms(value: float | None, digits: int = 2) -> str:
@@ -154,14 +153,3 @@ def format_prediction(prediction: Prediction) -> str:
         f"throttled time {d['throttled_ms']:.1f} ms",
     ]
     return "\n".join(lines)
-
-
-def json_ready(value: Any) -> Any:
-    """JSON without NaN (null instead)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_ready(v) for v in value]
-    return value
