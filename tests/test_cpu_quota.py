@@ -361,14 +361,18 @@ def test_burn_service_at_0_1_cpu_is_quantised_in_periods() -> None:
     with service_process(["--cpus", "0.1"], timeout=90) as (base, proc):
         group = _check_limits_match_files(base, proc.pid, 10000, 100000)
         _shield_from_neighbours(group)
-        latency, timings = _latencies(base, 20, _calibrated_iterations(base))
+        # a burn of 15 ms of CPU with 10 ms per 100 ms period: no request fits in one period's
+        # quota, so every one waits for at least one period boundary, and the latencies come
+        # in steps of the period (~100 ms, ~200 ms), never near the burn's own 15 ms. (With a
+        # burn under the quota, whether a request waits depends on how much quota the one
+        # before it left: about every other one, which is what the 0.3 CPU test looks at.)
+        latency, timings = _latencies(base, 20, _calibrated_iterations(base, cpu_ms=15.0))
     assert not group.exists()
-    # 10 ms of CPU per 100 ms: a ~5 ms burn plus the server's own work mostly waits a period
-    assert np.median(latency) > 50 and (latency > 50).mean() >= 0.6, latency
-    # the header counts throttling during the burn only; waits while the request is parsed
-    # or the response sent are not in it
+    assert np.median(latency) > 90 and (latency > 80).mean() >= 0.9, latency
+    # the header counts throttling during the burn only; the burn alone needs more than the
+    # quota, so nearly every burn is throttled at least once
     _, periods = _kernel_throttling(timings)
-    assert (periods > 0).mean() >= 0.25, periods
+    assert (periods > 0).mean() >= 0.8, periods
 
 
 @pytest.mark.root
