@@ -95,7 +95,12 @@ async def _client(http: httpx.AsyncClient, first: int, until: float, tally: Tall
 
 
 async def _load(base: str, seconds: float, tally: Tally) -> None:
-    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+    # An idle connection is dropped by the client after 1 s, well before uvicorn closes it
+    # (timeout_keep_alive, 5 s). Both at 5 s (httpx's default) raced: a pooled connection left
+    # idle since the first burst expired in the server ~5 s into the 6 s flood just as a client
+    # sent on it, and that request failed with a ReadError (seen once in ~5 CI runs).
+    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS,
+                          keepalive_expiry=1.0)
     async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30.0) as http:
         until = time.monotonic() + seconds
         await asyncio.gather(*(_client(http, n, until, tally) for n in range(CLIENTS)))

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 import pytest
 from hypothesis import given, settings
@@ -14,66 +12,8 @@ from hypothesis import strategies as st
 
 from client.data.record import RequestRecord
 from client.run.wire import SocketSender, encode_get, read_response
+from tests.scripted import Handler, answering, read_request, scripted
 from tests.support import free_port, running_service
-
-Handler = Callable[[socket.socket, int], None]  # (connection, its number from 0)
-
-
-@contextmanager
-def scripted(handler: Handler) -> Iterator[str]:
-    """A TCP server on 127.0.0.1 whose every connection is given to ``handler``."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.05)  # so the accept loop sees ``stop`` promptly
-    port = listener.getsockname()[1]
-    stop = threading.Event()
-
-    def accept() -> None:
-        count = 0
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            conn.settimeout(5)
-            with conn:
-                try:
-                    handler(conn, count)
-                except OSError:
-                    pass
-            count += 1
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}/x?y=1"
-    finally:
-        stop.set()
-        listener.close()
-        thread.join(5)
-
-
-def read_request(conn: socket.socket) -> bytes:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(4096)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-def answering(*answers: bytes, keep: bool = True) -> Handler:
-    """Each request on a connection gets the next answer; close after them unless ``keep``."""
-    def handle(conn: socket.socket, number: int) -> None:
-        for answer in answers:
-            if not read_request(conn):
-                return
-            conn.sendall(answer)
-        if keep:
-            read_request(conn)  # wait for the client to go away
-    return handle
 
 
 def once(url: str, **options: float) -> RequestRecord:
@@ -191,6 +131,40 @@ def test_an_idle_connection_the_server_closed_is_replaced() -> None:
         second = sender.send(1, 0)
         sender.close()
     assert (first.status, second.status) == (200, 200)
+
+
+def test_a_request_that_crosses_the_servers_close_is_sent_once_more() -> None:
+    # the server reads the second request on the kept-alive connection and closes it
+    # unanswered, as one whose idle timeout fires while the request is on the wire: the
+    # request goes once more on a new connection, inside its time
+    connections: list[int] = []
+
+    def handle(conn: socket.socket, number: int) -> None:
+        connections.append(number)
+        if number == 0:
+            read_request(conn)
+            conn.sendall(OK)
+            read_request(conn)
+            return
+        answering(OK, OK)(conn, number)
+
+    with scripted(handle) as url, SocketSender(url, {}) as sender:
+        records = [sender.send(i, 0) for i in range(3)]
+    assert [r.status for r in records] == [200, 200, 200], [r.error for r in records]
+    assert connections == [0, 1]
+
+
+def test_a_new_connection_closed_unanswered_is_an_error_not_a_retry() -> None:
+    connections: list[int] = []
+
+    def handle(conn: socket.socket, number: int) -> None:
+        connections.append(number)
+        read_request(conn)
+
+    with scripted(handle) as url:
+        record = once(url)
+    assert record.status == 0 and "without sending a response" in record.error
+    assert connections == [0]
 
 
 def test_redirects_are_not_followed_and_say_so() -> None:

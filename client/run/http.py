@@ -124,20 +124,47 @@ def make_senders(url: str | Sequence[str], count: int, *, new_connection: bool =
     return [RoundRobinSender([one(u) for u in urls]) for _ in range(count)]
 
 
+def _unanswered(exc: httpx.TransportError) -> bool:
+    """Whether the server closed or reset the connection without a byte of an answer: what a
+    kept-alive connection that the server closed while idle looks like when the close crossed
+    the request on the wire."""
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return "without sending a response" in str(exc)
+    return isinstance(exc, (httpx.ReadError, httpx.WriteError))
+
+
 class HttpxSender:
     """A :class:`Sender` through httpx (TLS; the request built once). ``tls`` lets many senders
-    share one TLS context (making one costs ~80 ms of CPU)."""
+    share one TLS context (making one costs ~80 ms of CPU).
+
+    A request that finds its kept-alive connection closed under it (no answer at all) is sent
+    once more on a new connection, inside its time, as :class:`client.run.wire.SocketSender`
+    does: servers close idle connections (uvicorn and Node after 5 s), and a request that
+    crosses that close on the wire is the client's race, not the server's failure."""
 
     def __init__(self, url: str, *, new_connection: bool = False, timeout: float = 30.0,
                  tls: ssl.SSLContext | None = None) -> None:
         self._client = httpx.Client(timeout=timeout, headers=request_headers(new_connection),
                                     verify=tls if tls is not None else True)
         self._request = self._client.build_request("GET", url)
+        self._kept_alive = False  # the last answer left a connection in the pool
+
+    def _exchange(self) -> httpx.Response:
+        kept_alive, self._kept_alive = self._kept_alive, False
+        try:
+            response = self._client.send(self._request)
+        except httpx.TransportError as exc:
+            if not (kept_alive and _unanswered(exc)):
+                raise
+            response = self._client.send(self._request)  # the pool dropped that connection
+        self._kept_alive = response.headers.get("connection", "").lower() != "close" \
+            and response.http_version != "HTTP/1.0"
+        return response
 
     def send(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None) -> RequestRecord:
         start = time.perf_counter_ns()
         try:
-            response = self._client.send(self._request)
+            response = self._exchange()
         except httpx.TransportError as exc:
             end = time.perf_counter_ns()
             status, error, server = 0, f"{type(exc).__name__}: {exc}".strip(": "), {}

@@ -1,0 +1,110 @@
+"""client.run.http: the httpx sender (``https://``), the sender chosen per URL, round-robin over
+replicas, and the URL helpers; against scripted sockets and a real uvicorn."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from client.run.http import (HttpxSender, RoundRobinSender, build_url, limits_url, make_sender,
+                             make_senders, request_headers)
+from client.run.wire import SocketSender
+from tests.scripted import answering, read_request, scripted
+from tests.support import running_service
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nServer-Timing: burn;dur=1.5\r\n\r\nok"
+
+
+def test_build_url_sets_iterations_and_keeps_the_rest() -> None:
+    assert build_url("http://h/cpuBurnFlow", 0) == "http://h/cpuBurnFlow"
+    assert build_url("http://h/cpuBurnFlow?iterations=5&x=1", 7) == \
+        "http://h/cpuBurnFlow?x=1&iterations=7"
+    assert limits_url("https://h:8443/a/b?c=1") == "https://h:8443/limits"
+    assert request_headers(True)["connection"] == "close"
+    assert "connection" not in request_headers(False)
+
+
+def test_plain_http_is_timed_on_a_socket_and_tls_through_httpx() -> None:
+    plain, tls = make_sender("http://h/"), make_sender("https://h/")
+    try:
+        assert isinstance(plain, SocketSender) and isinstance(tls, HttpxSender)
+    finally:
+        plain.close(), tls.close()
+
+
+def test_httpx_sender_records_status_and_server_timing() -> None:
+    with scripted(answering(OK, OK)) as url:
+        sender = HttpxSender(url)
+        try:
+            records = [sender.send(i, 0) for i in range(2)]
+        finally:
+            sender.close()
+    assert [r.status for r in records] == [200, 200] and all(r.ok for r in records)
+    assert records[0].server_wall_ns == 1_500_000
+
+
+def test_httpx_sender_sends_once_more_when_the_server_closed_its_kept_alive_connection() -> None:
+    # the close crosses the request: read, then closed without an answer (a server whose idle
+    # timeout fires as the request arrives); the request goes again on a new connection
+    connections: list[int] = []
+
+    def handle(conn: socket.socket, number: int) -> None:
+        connections.append(number)
+        if number == 0:
+            read_request(conn)
+            conn.sendall(OK)
+            read_request(conn)
+            return
+        answering(OK, OK)(conn, number)
+
+    with scripted(handle) as url:
+        sender = HttpxSender(url)
+        try:
+            records = [sender.send(i, 0) for i in range(3)]
+        finally:
+            sender.close()
+    assert [r.status for r in records] == [200, 200, 200], [r.error for r in records]
+    assert connections == [0, 1]
+
+
+def test_httpx_sender_does_not_retry_a_first_request_nobody_answered() -> None:
+    connections: list[int] = []
+
+    def handle(conn: socket.socket, number: int) -> None:
+        connections.append(number)
+        read_request(conn)
+
+    with scripted(handle) as url:
+        sender = HttpxSender(url)
+        try:
+            record = sender.send(0, 0)
+        finally:
+            sender.close()
+    assert record.status == 0 and "without sending a response" in record.error
+    assert connections == [0]
+
+
+def test_httpx_sender_records_a_redirect_as_an_error() -> None:
+    moved = b"HTTP/1.1 301 Moved\r\nLocation: /there\r\nContent-Length: 0\r\n\r\n"
+    with scripted(answering(moved)) as url:
+        sender = HttpxSender(url)
+        try:
+            record = sender.send(0, 0)
+        finally:
+            sender.close()
+    assert record.status == 301 and not record.ok and "/there" in record.error
+
+
+def test_round_robin_over_replicas_against_real_services() -> None:
+    with running_service() as first, running_service() as second:
+        senders = make_senders([f"{first}/healthz", f"{second}/healthz"], 1)
+        assert len(senders) == 1 and isinstance(senders[0], RoundRobinSender)
+        try:
+            records = [senders[0].send(i, 0) for i in range(4)]
+        finally:
+            senders[0].close()
+    assert [r.replica for r in records] == [0, 1, 0, 1]
+    assert all(r.status == 200 for r in records)
+    with pytest.raises(ValueError):
+        RoundRobinSender([])
