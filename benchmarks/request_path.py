@@ -1,7 +1,7 @@
 """What the service costs around a burn: CPU beyond the burn, and a trivial burn vs bare ASGI.
 
     .venv/bin/python benchmarks/request_path.py [--seconds 5] [--iterations 5000] [--rounds 3]
-                                                [--quota-cpus 0.1] [--no-quota]
+                                                [--quota-cpus 0.1] [--no-quota] [--no-reference]
 
 Needs ``wrk`` (Debian: ``sudo apt-get -o DPkg::Lock::Timeout=600 install -y wrk``, or
 ``sudo bash scripts/install-system-deps.sh wrk``); without it the benchmark says so and exits 0.
@@ -17,6 +17,12 @@ otherwise). Every figure is a ratio or a difference taken within one run, side b
     by the requests answered. That is everything the service does around a burn (HTTP parsing,
     routing, the hand-off to a worker thread, metrics, Server-Timing, cpu.stat reads, the
     access log), i.e. what a CPU quota charges besides the work. Goal: <= 0.3 ms.
+    **A reference beside it** (``--no-reference`` skips it): the same measurement on the
+    least ASGI app that hands the same burn to a worker thread the usual way
+    (``loop.run_in_executor``; :class:`ReferenceApp`, same uvicorn options): what Python,
+    uvicorn, the loopback and a thread hand-off cost around a burn on this machine now, with
+    none of the service's features. It moves with the machine's load as (a) does, so the
+    two side by side say more than (a) alone.
 (b) **The same under a kernel quota of ``--quota-cpus``** (``burn-service --cpus 0.1``): the
     throttling itself makes each request dearer (wake-ups after a stall, cold caches).
     Goal: <= 1.0 ms.
@@ -39,11 +45,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 
-from bench_support import (WrkResult, describe_load, exit_on_sigterm, free_port, http_server,
-                           require_wrk, run_wrk, scrape, service)
+from bench_support import (WrkResult, describe_load, exit_on_sigterm, free_port, get,
+                           http_server, require_wrk, run_wrk, scrape, service)
 
 BURN_ROUTE = "throttle_lab_http_requests_total{method=GET,route=/cpuBurnFlow,status=200}"
 GOAL_BEYOND_MS, GOAL_BEYOND_QUOTA_MS, GOAL_RATIO, STRETCH_RATIO = 0.3, 1.0, 2.5, 1.2
+REFERENCE_LABEL = "reference: bare ASGI app, burn via run_in_executor"
 
 
 @dataclass(frozen=True)
@@ -95,13 +102,75 @@ async def bare_app(scope: dict[str, object], receive: object, send: object) -> N
     await send({"type": "http.response.body", "body": body})  # type: ignore[operator]
 
 
-def serve_bare(port: int) -> int:
-    """``burn-service``'s ``uvicorn.run`` call (service.cli.serve), with the bare app."""
+class ReferenceApp:
+    """The reference beside (a): the least an ASGI app can do around the same burn. ``GET
+    /cpuBurnFlow?iterations=N`` runs ``service.burn.burn(N)`` in one worker thread (an
+    executor of one, so a sequential client always gets the same thread, as the service's
+    pool does) and answers a constant body; ``GET /cpu`` answers the process's CPU and the
+    burns' own so far (ns). No routing, middleware, metrics, Server-Timing or guard."""
+
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.executor = ThreadPoolExecutor(max_workers=1)
+        self.burn_ns = 0
+
+    def _burn(self, iterations: int) -> None:
+        from service.burn import burn
+
+        self.burn_ns += burn(iterations).cpu_ns
+
+    async def __call__(self, scope: dict[str, object], receive: object, send: object) -> None:
+        import asyncio
+        import time
+
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/cpu":
+            body = b'{"process_ns":%d,"burn_ns":%d}' % (time.process_time_ns(), self.burn_ns)
+        else:
+            query = bytes(scope["query_string"])  # type: ignore[call-overload]
+            iterations = int(query.partition(b"=")[2] or 0)
+            await asyncio.get_running_loop().run_in_executor(self.executor, self._burn,
+                                                             iterations)
+            body = b'{"result":"success"}'
+        await send({"type": "http.response.start", "status": 200,  # type: ignore[operator]
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})  # type: ignore[operator]
+
+
+def serve_bare(port: int, app: object = bare_app) -> int:
+    """``burn-service``'s ``uvicorn.run`` call (service.cli.serve), with a bare app."""
     import uvicorn
 
-    uvicorn.run(bare_app, host="127.0.0.1", port=port, log_level="info",
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="info",  # type: ignore[arg-type]
                 timeout_graceful_shutdown=5)
     return 0
+
+
+def reference_beyond(iterations: int, seconds: float, rounds: int) -> list[Beyond]:
+    """(a) for :class:`ReferenceApp`: the CPU beyond the burn that Python, uvicorn and a
+    thread hand-off cost on this machine with nothing of the service's around them."""
+    import json
+
+    port, out = free_port(), []
+    with http_server([sys.executable, os.path.abspath(__file__), "--serve-reference", str(port)],
+                     port) as base:
+        url = f"{base}/cpuBurnFlow?iterations={iterations}"
+
+        def cpu() -> dict[str, int]:
+            return json.loads(get(base, "/cpu")[1])  # type: ignore[no-any-return]
+
+        run_wrk(url, 1)   # warm-up
+        for _ in range(rounds):
+            before = cpu()
+            done = run_wrk(url, seconds)
+            after = cpu()
+            out.append(Beyond(REFERENCE_LABEL, done.requests,
+                              (after["process_ns"] - before["process_ns"]) / 1e9,
+                              (after["burn_ns"] - before["burn_ns"]) / 1e9))
+    return out
 
 
 def trivial_vs_bare(rounds: int, seconds: float) -> list[tuple[WrkResult, WrkResult]]:
@@ -132,12 +201,16 @@ def report(beyond: Sequence[Sequence[Beyond]], pairs: Sequence[tuple[WrkResult, 
     side = []
     for rounds in beyond:
         label = rounds[0].label
-        goal = GOAL_BEYOND_MS if label == "no limit" else GOAL_BEYOND_QUOTA_MS
         median = statistics.median(b.beyond_ms for b in rounds)
         burn = statistics.median(b.burn_ms for b in rounds)
         each = " / ".join(f"{b.beyond_ms:.3f}" for b in rounds)
+        if label == REFERENCE_LABEL:
+            verdict = "(reference) | |"
+        else:
+            goal = GOAL_BEYOND_MS if label == "no limit" else GOAL_BEYOND_QUOTA_MS
+            verdict = f"<= {goal} ms | {_mark(median <= goal)} |"
         print(f"| {label} | {sum(b.requests for b in rounds)} | {burn:.3f} ms | {each} ms | "
-              f"{median:.3f} ms | <= {goal} ms | {_mark(median <= goal)} |")
+              f"{median:.3f} ms | {verdict}")
         side.append(f"beyond the burn ({label}) {median:.3f} ms")
     if not pairs:
         return side
@@ -166,10 +239,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="windows per measurement in (a, b); alternations in (c)")
     parser.add_argument("--quota-cpus", type=float, default=0.1)
     parser.add_argument("--no-quota", action="store_true", help="skip (b)")
+    parser.add_argument("--no-reference", action="store_true",
+                        help="skip the reference row (a bare ASGI app around the same burn)")
     parser.add_argument("--serve-bare", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-reference", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_bare:
         return serve_bare(args.serve_bare)
+    if args.serve_reference:
+        return serve_bare(args.serve_reference, ReferenceApp())
     if args.seconds <= 0 or args.iterations < 0 or args.rounds < 1 or args.quota_cpus <= 0:
         parser.error("--seconds, --rounds and --quota-cpus must be positive")
     if require_wrk() is None:
@@ -179,6 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     print(f"{date.today().isoformat()}, {describe_load('before')}")
     beyond = [beyond_burn("no limit", [], args.iterations, args.seconds, args.rounds)]
+    if not args.no_reference:
+        beyond.append(reference_beyond(args.iterations, args.seconds, args.rounds))
     if args.no_quota:
         pass
     elif os.geteuid() != 0:
