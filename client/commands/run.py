@@ -25,7 +25,7 @@ from client.data.record import RequestRecord
 from client.render.progress import RunProgress
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
-from client.run.http import build_url
+from client.run.http import TlsError, build_url, tls_verify
 from client.run.record import RecordedRun, RunSpec, record_run
 from client.run.recorder import files_first
 
@@ -47,6 +47,13 @@ def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
     parser.add_argument("--new-connection", action="store_true",
                         help="open a new connection for every request, as the original did "
                         "(default: one keep-alive connection)")
+    tls = parser.add_mutually_exclusive_group()
+    tls.add_argument("--cacert", type=Path, metavar="FILE",
+                     help="an https:// server's certificate is checked against the CA(s) in "
+                     "this PEM file (a private CA, or the server's self-signed certificate) "
+                     "instead of the usual ones")
+    tls.add_argument("-k", "--insecure", action="store_true",
+                     help="do not check an https:// server's certificate at all (as curl -k)")
     parser.add_argument("--max-failures", type=int_at_least(0), default=5,
                         help="stop after this many connection failures in a row; 0 never stops "
                         "(default 5)")
@@ -109,12 +116,16 @@ def command_run(argv: list[str]) -> int:
     url = build_url(opts.url, opts.iterations)
     if not url.startswith(("http://", "https://")):
         raise CliError(f"--url must start with http:// or https:// (got {opts.url!r})")
+    try:
+        verify = tls_verify(opts.cacert, opts.insecure)
+    except TlsError as exc:
+        raise CliError(str(exc)) from None
     spec = RunSpec(url=url, plan=plan, name=name, data_dir=opts.data_dir,
                    iterations=opts.iterations, command=["http-timing", *argv],
                    new_connection=opts.new_connection, timeout=opts.timeout, warmup=opts.warmup,
                    max_failures=opts.max_failures, limits_url=opts.url,
                    cgroup=cgroup_target(opts.cgroup, opts.pod_uid),
-                   cgroup_interval=opts.cgroup_interval)
+                   cgroup_interval=opts.cgroup_interval, verify=verify)
     progress = RunProgress(plan.requests, name)
     with progress:
         recorded = record_run(spec, [LinePrinter(opts.quiet), progress.advance], started=started)
@@ -140,8 +151,12 @@ def finish(recorded: RecordedRun, opts: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_INTERRUPTED
     if records and not recorded.outcome.reached:
-        print(f"http-timing: cannot reach {run.metadata.url}: {records[-1].error} "
-              "(is the service running? start it with: burn-service)", file=sys.stderr)
+        error = records[-1].error
+        hint = ("the server's certificate is not trusted here: --cacert FILE trusts the CA "
+                "that signed it, --insecure skips the check" if "CERTIFICATE_VERIFY_FAILED"
+                in error else "is the service running? start it with: burn-service")
+        print(f"http-timing: cannot reach {run.metadata.url}: {error} ({hint})",
+              file=sys.stderr)
         return EXIT_USAGE
     if recorded.outcome.stop_reason:
         print(f"http-timing: {recorded.outcome.stop_reason}: {records[-1].error}",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ssl
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -23,7 +24,8 @@ from client.data.record import RequestRecord, status_error
 from client.data.servertiming import server_fields
 from client.run.wire import SocketSender
 
-__all__ = ["HttpxSender", "RoundRobinSender", "Sender", "build_url", "fetch_limits",
+__all__ = ["HttpxSender", "RoundRobinSender", "Sender", "TlsError", "Verify", "build_url",
+           "fetch_limits", "tls_verify",
            "limits_url", "make_sender", "make_senders", "request_headers", "warm_up",
            "warm_up_all"]
 
@@ -43,10 +45,35 @@ def limits_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/limits", "", ""))
 
 
-def fetch_limits(url: str, timeout: float = 2.0) -> dict[str, object] | None:
+Verify = ssl.SSLContext | bool  # httpx's ``verify``: a context, True (the CAs), False (none)
+
+
+class TlsError(ValueError):
+    """``--cacert`` cannot be used (a one-line message)."""
+
+
+def tls_verify(cacert: str | Path | None = None, insecure: bool = False) -> Verify:
+    """How the server's certificate is checked: against ``cacert`` (a PEM file of the CA(s)
+    that signed it, e.g. a private CA or a self-signed certificate), not at all
+    (``insecure``, as ``curl -k``), or against the usual CAs (True)."""
+    if insecure:
+        return False
+    if cacert is None:
+        return True
+    try:
+        return ssl.create_default_context(cafile=str(cacert))
+    except ssl.SSLError as exc:   # read, but not PEM certificates
+        raise TlsError(f"cannot use --cacert {cacert}: no PEM certificate in it "
+                       f"({exc.library or 'SSL'}: {exc.reason or exc})") from None
+    except OSError as exc:
+        raise TlsError(f"cannot use --cacert {cacert}: {exc.strerror or exc}") from None
+
+
+def fetch_limits(url: str, timeout: float = 2.0, verify: Verify = True
+                 ) -> dict[str, object] | None:
     """The service's ``/limits``, or None when it is not there (any other server works too)."""
     try:
-        response = httpx.get(limits_url(url), timeout=timeout)
+        response = httpx.get(limits_url(url), timeout=timeout, verify=verify)
         if response.status_code == 200:
             body = response.json()
             return body if isinstance(body, dict) else None
@@ -78,13 +105,13 @@ class Sender(Protocol):
 
 
 def make_sender(url: str, *, new_connection: bool = False, timeout: float = 30.0,
-                tls: ssl.SSLContext | None = None) -> Sender:
+                verify: Verify = True) -> Sender:
     """The leanest sender for ``url``: a plain socket for ``http://``
     (:class:`client.run.wire.SocketSender`), httpx for ``https://``."""
     headers = request_headers(new_connection)
     if url.startswith("http://"):
         return SocketSender(url, headers, timeout=timeout)
-    return HttpxSender(url, new_connection=new_connection, timeout=timeout, tls=tls)
+    return HttpxSender(url, new_connection=new_connection, timeout=timeout, verify=verify)
 
 
 class RoundRobinSender:
@@ -109,15 +136,16 @@ class RoundRobinSender:
 
 
 def make_senders(url: str | Sequence[str], count: int, *, new_connection: bool = False,
-                 timeout: float = 30.0) -> list[Sender]:
+                 timeout: float = 30.0, verify: Verify = True) -> list[Sender]:
     """``count`` senders (one per worker): to ``url``, or round-robin over the replicas'
     URLs when given a sequence (even of one: its records then say replica 0)."""
     urls = [url] if isinstance(url, str) else list(url)
     # one TLS context for all (each costs ~80 ms of CPU to make)
-    tls = httpx.create_ssl_context() if any(u.startswith("https://") for u in urls) else None
+    if verify is True and any(u.startswith("https://") for u in urls):
+        verify = httpx.create_ssl_context()
 
     def one(url: str) -> Sender:
-        return make_sender(url, new_connection=new_connection, timeout=timeout, tls=tls)
+        return make_sender(url, new_connection=new_connection, timeout=timeout, verify=verify)
 
     if isinstance(url, str):
         return [one(url) for _ in range(count)]
@@ -134,8 +162,8 @@ def _unanswered(exc: httpx.TransportError) -> bool:
 
 
 class HttpxSender:
-    """A :class:`Sender` through httpx (TLS; the request built once). ``tls`` lets many senders
-    share one TLS context (making one costs ~80 ms of CPU).
+    """A :class:`Sender` through httpx (TLS; the request built once). ``verify`` as httpx's: one
+    TLS context shared by many senders (making one costs ~80 ms of CPU), or True / False.
 
     A request that finds its kept-alive connection closed under it (no answer at all) is sent
     once more on a new connection, inside its time, as :class:`client.run.wire.SocketSender`
@@ -143,9 +171,9 @@ class HttpxSender:
     crosses that close on the wire is the client's race, not the server's failure."""
 
     def __init__(self, url: str, *, new_connection: bool = False, timeout: float = 30.0,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 verify: Verify = True) -> None:
         self._client = httpx.Client(timeout=timeout, headers=request_headers(new_connection),
-                                    verify=tls if tls is not None else True)
+                                    verify=verify)
         self._request = self._client.build_request("GET", url)
         self._kept_alive = False  # the last answer left a connection in the pool
 
@@ -182,11 +210,12 @@ class HttpxSender:
 
 
 def warm_up(url: str, requests: int, *, new_connection: bool = False,
-            timeout: float = 30.0) -> int:
+            timeout: float = 30.0, verify: Verify = True) -> int:
     """Send ``requests`` GETs that are not recorded (imports, caches and connection pools on the
     server warm up, as hyperfine's ``--warmup``); returns how many got an HTTP answer."""
     answered = 0
-    with httpx.Client(timeout=timeout, headers=request_headers(new_connection)) as client:
+    with httpx.Client(timeout=timeout, headers=request_headers(new_connection),
+                      verify=verify) as client:
         for _ in range(requests):
             try:
                 client.get(url)
@@ -196,16 +225,16 @@ def warm_up(url: str, requests: int, *, new_connection: bool = False,
     return answered
 
 
-
 def warm_up_all(urls: Sequence[str], requests: int, *, new_connection: bool = False,
-                timeout: float = 30.0) -> int:
+                timeout: float = 30.0, verify: Verify = True) -> int:
     """``warm_up`` every URL (each replica's) at the same time; the answers in all."""
     if requests <= 0:
         return 0
     if len(urls) == 1:
-        return warm_up(urls[0], requests, new_connection=new_connection, timeout=timeout)
+        return warm_up(urls[0], requests, new_connection=new_connection, timeout=timeout,
+                       verify=verify)
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=min(len(urls), 64)) as pool:
         return sum(pool.map(lambda url: warm_up(url, requests, new_connection=new_connection,
-                                                timeout=timeout), urls))
+                                                timeout=timeout, verify=verify), urls))

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from client.data.metadata import LoadMode
 from client.data.record import RequestRecord
-from client.run.http import Sender, make_senders
+from client.run.http import Sender, Verify, make_senders
 from client.run.plan import LoadPlan, intended_send_ns, open_loop_workers
 from client.run.recorder import Recorder, RunOutcome, Tickets
 
@@ -123,6 +123,7 @@ def time_plan(
     connections: int | None = None,
     on_start: Callable[[int], None] | None = None,
     wrap: Callable[[Sender], Sender] | None = None,
+    verify: Verify = True,
 ) -> RunOutcome:
     """Run ``plan`` against ``url`` (several: spread round-robin over those replicas, one
     keep-alive connection per replica and worker); ``on_record`` gets each completed request,
@@ -131,12 +132,14 @@ def time_plan(
     ``outcome`` to keep what was collected when the caller interrupts the run
     (``KeyboardInterrupt`` propagates). ``connections`` overrides the mode's worker count;
     ``on_start(run_start_ns)`` is called at the run's first instant, before any request;
-    ``wrap`` may wrap each worker's sender (e.g. to read counters around each request)."""
+    ``wrap`` may wrap each worker's sender (e.g. to read counters around each request);
+    ``verify`` checks an ``https://`` server's certificate (see ``client.run.http.tls_verify``)."""
     outcome = outcome if outcome is not None else RunOutcome()
     mode = MODES[plan.mode]
     count = connections or mode.workers(plan)
     recorder = Recorder(on_record, outcome, max_consecutive_failures)
-    senders = make_senders(url, count, new_connection=new_connection, timeout=timeout)
+    senders = make_senders(url, count, new_connection=new_connection, timeout=timeout,
+                           verify=verify)
     if wrap is not None:
         senders = [wrap(sender) for sender in senders]
     _run_workers(senders, lambda shift: mode.work(plan, shift), Tickets(plan.requests),

@@ -29,7 +29,7 @@ from client.data.summary import summarize
 from client.run.attach import CgroupAttachment
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.cgroup_target import CgroupTarget
-from client.run.http import fetch_limits, warm_up_all
+from client.run.http import Verify, fetch_limits, warm_up_all
 from client.run.modes import time_plan
 from client.run.plan import LoadPlan
 from client.run.recorder import RunOutcome, files_first, stop_on_terminate
@@ -59,6 +59,7 @@ class RunSpec:
     replicas: ReplicaInfo | None = None
     cgroup: CgroupTarget | None = None  # the target's own group, read during the run
     cgroup_interval: float = DEFAULT_INTERVAL
+    verify: Verify = True               # an https:// server's certificate: see tls_verify
 
     @property
     def csv_path(self) -> Path:
@@ -94,7 +95,7 @@ def start_metadata(spec: RunSpec, started: datetime) -> RunMetadata:
         new_connection=spec.new_connection, timeout_s=spec.timeout, warmup=spec.warmup,
         started_at=started.isoformat(), host=socket.gethostname(),
         platform=platform.platform(), python=platform.python_version(),
-        command=list(spec.command), limits=fetch_limits(spec.limits_url or spec.url),
+        command=list(spec.command), limits=fetch_limits(spec.limits_url or spec.url, verify=spec.verify),
         sweep=spec.sweep, service=spec.service, replicas=spec.replicas,
         cgroup=spec.cgroup.to_metadata() if spec.cgroup else None,
         load_average=load_average() if spec.note_load_average else None)
@@ -124,12 +125,14 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
     try:
         with stop_on_terminate():
             warm_up_all(spec.replica_urls or (spec.url,), spec.warmup,
-                        new_connection=spec.new_connection, timeout=spec.timeout)
+                        new_connection=spec.new_connection, timeout=spec.timeout,
+                        verify=spec.verify)
             time_plan(spec.replica_urls or spec.url, spec.plan, on_record,
                       new_connection=spec.new_connection,
                       timeout=spec.timeout, max_consecutive_failures=spec.max_failures,
                       outcome=outcome, on_start=attached.start if attached else None,
-                      wrap=attached.probe if attached and spec.plan.sequential else None)
+                      wrap=attached.probe if attached and spec.plan.sequential else None,
+                      verify=spec.verify)
     except KeyboardInterrupt:
         interrupted = True
     finally:
