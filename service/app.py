@@ -118,7 +118,7 @@ def create_app(settings: Settings | None = None) -> BurnServiceApp:
     # innermost, and a query-free access log
     install_error_handlers(app)
     install_guard(app, resolve_max_concurrent(settings), resolve_max_queued(settings))
-    install_access_log_filter(getattr(route, "path", "") for route in app.routes)
+    install_access_log_filter(str(getattr(route, "path", "")) for route in app.routes)
     # the plain GET /cpuBurnFlow: through the same middleware, in the lane's worker threads
     route = next(r for r in app.routes if getattr(r, "path", None) == BURN_PATH)
     app.burn_lane = BurnLane(work, route, settings.max_iterations)
@@ -128,7 +128,7 @@ def create_app(settings: Settings | None = None) -> BurnServiceApp:
 def describe_validation_error(app: FastAPI, exc: RequestValidationError) -> dict[str, Any]:
     """A 422 body that names each bad parameter and its allowed range, without echoing input."""
     ranges: dict[str, tuple[int, int]] = app.state.parameter_ranges
-    problems = []
+    problems: list[dict[str, Any]] = []
     for error in exc.errors():
         loc = error.get("loc", ())
         name = str(loc[-1]) if loc else "request"

@@ -47,7 +47,7 @@ def burn(iterations: int, checkpoint: Callable[[], object] | None = None,
     while left > 0:
         n = check_every if left > check_every else left
         for _ in range(n):
-            tree = {"a": {"b": {"c": {"d": {"e": "dummy"}}}}}
+            tree: dict[str, Any] = {"a": {"b": {"c": {"d": {"e": "dummy"}}}}}
             tree["a"]["b"]["c"]["d"]["e"] = None
             tree["a"]["b"]["c"]["d"]["e"] = "dummy"
             tree["a"]["b"]["c"]["d"]["e"] = None
@@ -71,7 +71,7 @@ def bytes_per_iteration() -> int:
     """How many bytes of SHA-256 cost as much CPU as one iteration of :func:`burn` on this
     machine (measured once, ~15 ms of CPU; the fastest of five tries of each, the first ones
     of a fresh process being slower)."""
-    def best(measure: Callable[[], None]) -> int:
+    def best(measure: Callable[[], object]) -> int:
         times = []
         for _ in range(5):
             start = time.thread_time_ns()

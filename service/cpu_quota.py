@@ -80,7 +80,7 @@ def _load_prctl() -> Callable[..., int] | None:
         return None
 
 
-def _enter_group(directory: Path, mask: set[signal.Signals],
+def _enter_group(directory: Path, mask: set[int | signal.Signals],
                  supervisor: int) -> Callable[[], None]:
     """What the child runs between fork and exec: die with the supervisor, move itself into
     the group (so nothing it starts escapes), and take back the signals the supervisor blocks."""

@@ -49,11 +49,20 @@ def test_a_parallel_burn_uses_one_cpu_per_thread_at_once() -> None:
     with ThreadPoolExecutor(max_workers=3) as pool:
         one = burn_parallel(20000, 1, pool.submit)
         twos = [burn_parallel(20000, 2, pool.submit) for _ in range(3)]
-    assert one.threads == 1 and all(two.threads == 2 for two in twos)
-    assert all(two.cpu_ns > 1.5 * one.cpu_ns for two in twos)  # twice the work
-    import os
+        assert one.threads == 1 and all(two.threads == 2 for two in twos)
+        assert all(two.cpu_ns > 1.5 * one.cpu_ns for two in twos)  # twice the work
+        import os
 
-    if (os.cpu_count() or 1) >= 2:  # really at once: more CPU than wall time (the best of 3)
-        assert max(two.cpu_ns / two.wall_ns for two in twos) > 1.2
+        # really at once: more CPU than wall time. Another process busy on the other CPU
+        # serialises the two threads for a while, so up to 20 tries; a burn that holds the
+        # GIL (or runs its threads one after the other) never gets above 1.0.
+        if (os.cpu_count() or 1) >= 2:
+            best = max(two.cpu_ns / two.wall_ns for two in twos)
+            for _ in range(20):
+                if best > 1.2:
+                    break
+                two = burn_parallel(20000, 2, pool.submit)
+                best = max(best, two.cpu_ns / two.wall_ns)
+            assert best > 1.2, best
     with pytest.raises(ValueError, match="threads must be >= 1"):
         burn_parallel(1, 0, pool.submit)

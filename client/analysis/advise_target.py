@@ -151,7 +151,8 @@ def pooled(runs: Sequence[Measured], target: LatencyTarget) -> Measured:
         return runs[0]
     first = runs[0]
     shares = [r.throttled_fraction for r in runs]
-    throttled = None if None in shares else float(np.mean(shares))
+    known = [s for s in shares if s is not None]
+    throttled = float(np.mean(known)) if len(known) == len(shares) else None
     p50, p90, p99 = (float(np.mean([getattr(r, f) for r in runs]))
                      for f in ("p50_ms", "p90_ms", "p99_ms"))
     errors = sum(r.errors for r in runs)

@@ -27,7 +27,7 @@ class LatencySplit:
     fast_count: int               # requests in the lower cluster
 
 
-def split_latencies(latencies_ms: Sequence[float]) -> LatencySplit | None:
+def split_latencies(latencies_ms: Sequence[float] | np.ndarray) -> LatencySplit | None:
     """Find the fast mode and the gap above it; None for fewer than 2 latencies.
 
     A candidate gap between sorted neighbours ``a < b`` (lower cluster = everything <= a)

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -101,7 +101,7 @@ class RunProgress:
                     return
                 self._show()
             assert self._progress is not None and self._task is not None
-            fields = {}
+            fields: dict[str, Any] = {}
             if now - self._stats_at >= _STATS_EVERY_S:
                 self._stats_at = now
                 fields["stats"] = self.stats.text()

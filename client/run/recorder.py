@@ -140,5 +140,5 @@ def holding_signals() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        for signum in pending:
-            signal.raise_signal(signum)
+        for number in pending:
+            signal.raise_signal(number)
