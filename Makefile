@@ -20,5 +20,11 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# ruff's pyflakes rules on everything, mypy on the two packages (not part of `make test`)
+lint: $(BIN)/.installed
+	$(BIN)/pip install --quiet -e '.[lint]'
+	$(BIN)/ruff check --select F client service tests benchmarks scripts
+	$(BIN)/mypy client service
+
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
