@@ -55,6 +55,20 @@ def test_open_loop_runs_are_not_modelled() -> None:
         workload_for(run, detect(run.records, sequential=False), Limit(0.3))
 
 
+def test_a_boundary_mode_run_is_modelled_only_under_a_limit_given() -> None:
+    # a budget per worker thread, paid between requests: not the quota the model simulates
+    boundary = {"limits": {"workers": 1, "cgroup": None, "inprocess": {
+        "cpu_limit_percent": 30, "cycle_ms": 100, "mode": "boundary", "per": "worker thread"}}}
+    run = run_with(boundary)
+    assert run.metadata.throttle_mode == "boundary" and run.metadata.limit is not None
+    with pytest.raises(WorkloadError, match="boundary mode.*give --cpus X"):
+        workload_for(run, detect(run.records), run.metadata.limit)
+    given = workload_for(run, detect(run.records), Limit(0.3, source="--cpus"))
+    assert given.cpus == 0.3
+    assert run_with(INPROCESS).metadata.throttle_mode == "cfs"
+    assert run_with({"limits": {"workers": 1, "cgroup": None}}).metadata.throttle_mode is None
+
+
 def test_the_report_keys() -> None:
     report = build_report(run_with(INPROCESS))
     fields = report.to_dict()

@@ -66,6 +66,12 @@ def workload_for(run: Run, detection: Detection, limit: Limit) -> Workload:
                             "closed loops only (sequential or --concurrency)")
     if detection.service_ms is None or detection.count == 0:
         raise WorkloadError(f"{run.path}: no successful request to take a service time from")
+    if limit.source == "in-process" and meta.throttle_mode == "boundary":
+        raise WorkloadError(
+            f"{run.path} ran under the in-process throttle's boundary mode (a budget per "
+            "worker thread, paid between requests); the model simulates a quota of the "
+            "kernel's kind (as --throttle-mode cfs does): give --cpus X to see what such a "
+            "quota would do to this workload")
     concurrency = min(meta.concurrency, MAX_CONCURRENCY)
     cores = min(meta.workers, 1024)
     overhead = 0.0

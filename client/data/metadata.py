@@ -177,6 +177,17 @@ class RunMetadata:
         return None
 
     @property
+    def throttle_mode(self) -> str | None:
+        """The in-process throttle's mode when one was on (``cfs``: one budget for the
+        process, paused mid-work as the kernel does; ``boundary``: a budget per worker thread,
+        paid between requests), else None."""
+        inprocess = (self.limits or {}).get("inprocess")
+        if isinstance(inprocess, Mapping) and _positive(inprocess.get("cpu_limit_percent")):
+            mode = inprocess.get("mode", "cfs")
+            return mode if isinstance(mode, str) else None
+        return None
+
+    @property
     def limits_known(self) -> bool:
         """Whether the limits in force are known: the watched group's, or the service said
         (our burn-service does)."""
