@@ -5,12 +5,13 @@
 #   debootstrap   builds the local base image when no image registry is reachable
 #   chromium, chromium-driver   the real browser for the browser tests
 #   python3-venv  `make` creates .venv with it
+#   openssl       makes the self-signed certificate of the https tests
 # Idempotent and unattended: packages already installed are skipped, and no daemon is started
 # (a temporary policy-rc.d refuses service starts during the install).
 # Usage: sudo scripts/install-system-deps.sh [EXTRA_PACKAGE ...]
 set -euo pipefail
 
-PACKAGES=(docker.io docker-compose debootstrap chromium chromium-driver python3-venv "$@")
+PACKAGES=(docker.io docker-compose debootstrap chromium chromium-driver python3-venv openssl "$@")
 APT=(apt-get -o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0 -q)
 export DEBIAN_FRONTEND=noninteractive
 
