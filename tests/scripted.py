@@ -8,7 +8,8 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["Handler", "answering", "read_request", "scripted"]
+__all__ = ["Handler", "answering", "closing_the_second", "read_request", "scripted",
+           "unanswered"]
 
 Handler = Callable[[socket.socket, int], None]  # (connection, its number from 0)
 
@@ -67,4 +68,27 @@ def answering(*answers: bytes, keep: bool = True) -> Handler:
             conn.sendall(answer)
         if keep:
             read_request(conn)  # wait for the client to go away
+    return handle
+
+
+def closing_the_second(answer: bytes, connections: list[int]) -> Handler:
+    """The first connection answers one request, then reads the next and closes unanswered (a
+    server whose idle timeout fires as the request arrives); later connections answer two.
+    Each connection's number is appended to ``connections``."""
+    def handle(conn: socket.socket, number: int) -> None:
+        connections.append(number)
+        if number == 0:
+            read_request(conn)
+            conn.sendall(answer)
+            read_request(conn)
+            return
+        answering(answer, answer)(conn, number)
+    return handle
+
+
+def unanswered(connections: list[int]) -> Handler:
+    """Every connection reads its request and closes without a byte of an answer."""
+    def handle(conn: socket.socket, number: int) -> None:
+        connections.append(number)
+        read_request(conn)
     return handle

@@ -3,14 +3,12 @@ replicas, and the URL helpers; against scripted sockets and a real uvicorn."""
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from client.run.http import (HttpxSender, RoundRobinSender, build_url, limits_url, make_sender,
                              make_senders, request_headers)
 from client.run.wire import SocketSender
-from tests.scripted import answering, read_request, scripted
+from tests.scripted import answering, closing_the_second, scripted, unanswered
 from tests.support import running_service
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nServer-Timing: burn;dur=1.5\r\n\r\nok"
@@ -48,17 +46,7 @@ def test_httpx_sender_sends_once_more_when_the_server_closed_its_kept_alive_conn
     # the close crosses the request: read, then closed without an answer (a server whose idle
     # timeout fires as the request arrives); the request goes again on a new connection
     connections: list[int] = []
-
-    def handle(conn: socket.socket, number: int) -> None:
-        connections.append(number)
-        if number == 0:
-            read_request(conn)
-            conn.sendall(OK)
-            read_request(conn)
-            return
-        answering(OK, OK)(conn, number)
-
-    with scripted(handle) as url:
+    with scripted(closing_the_second(OK, connections)) as url:
         sender = HttpxSender(url)
         try:
             records = [sender.send(i, 0) for i in range(3)]
@@ -70,12 +58,7 @@ def test_httpx_sender_sends_once_more_when_the_server_closed_its_kept_alive_conn
 
 def test_httpx_sender_does_not_retry_a_first_request_nobody_answered() -> None:
     connections: list[int] = []
-
-    def handle(conn: socket.socket, number: int) -> None:
-        connections.append(number)
-        read_request(conn)
-
-    with scripted(handle) as url:
+    with scripted(unanswered(connections)) as url:
         sender = HttpxSender(url)
         try:
             record = sender.send(0, 0)

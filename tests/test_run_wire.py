@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from client.data.record import RequestRecord
 from client.run.wire import SocketSender, encode_get, read_response
-from tests.scripted import Handler, answering, read_request, scripted
+from tests.scripted import (Handler, answering, closing_the_second, read_request, scripted,
+                            unanswered)
 from tests.support import free_port, running_service
 
 
@@ -138,17 +139,7 @@ def test_a_request_that_crosses_the_servers_close_is_sent_once_more() -> None:
     # unanswered, as one whose idle timeout fires while the request is on the wire: the
     # request goes once more on a new connection, inside its time
     connections: list[int] = []
-
-    def handle(conn: socket.socket, number: int) -> None:
-        connections.append(number)
-        if number == 0:
-            read_request(conn)
-            conn.sendall(OK)
-            read_request(conn)
-            return
-        answering(OK, OK)(conn, number)
-
-    with scripted(handle) as url, SocketSender(url, {}) as sender:
+    with scripted(closing_the_second(OK, connections)) as url, SocketSender(url, {}) as sender:
         records = [sender.send(i, 0) for i in range(3)]
     assert [r.status for r in records] == [200, 200, 200], [r.error for r in records]
     assert connections == [0, 1]
@@ -156,12 +147,7 @@ def test_a_request_that_crosses_the_servers_close_is_sent_once_more() -> None:
 
 def test_a_new_connection_closed_unanswered_is_an_error_not_a_retry() -> None:
     connections: list[int] = []
-
-    def handle(conn: socket.socket, number: int) -> None:
-        connections.append(number)
-        read_request(conn)
-
-    with scripted(handle) as url:
+    with scripted(unanswered(connections)) as url:
         record = once(url)
     assert record.status == 0 and "without sending a response" in record.error
     assert connections == [0]
