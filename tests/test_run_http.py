@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import pytest
 
+from client.data.record import RequestRecord
 from client.run.http import (HttpxSender, RoundRobinSender, build_url, limits_url, make_sender,
                              make_senders, request_headers)
 from client.run.wire import SocketSender
-from tests.scripted import answering, closing_the_second, scripted, unanswered
+from tests.scripted import Handler, answering, closing_the_second, scripted, unanswered
 from tests.support import running_service
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nServer-Timing: burn;dur=1.5\r\n\r\nok"
+
+
+def httpx_sends(handler: Handler, count: int) -> list[RequestRecord]:
+    """``count`` requests in a row through one :class:`HttpxSender` to a scripted server."""
+    with scripted(handler) as url:
+        sender = HttpxSender(url)
+        try:
+            return [sender.send(i, 0) for i in range(count)]
+        finally:
+            sender.close()
 
 
 def test_build_url_sets_iterations_and_keeps_the_rest() -> None:
@@ -32,12 +43,7 @@ def test_plain_http_is_timed_on_a_socket_and_tls_through_httpx() -> None:
 
 
 def test_httpx_sender_records_status_and_server_timing() -> None:
-    with scripted(answering(OK, OK)) as url:
-        sender = HttpxSender(url)
-        try:
-            records = [sender.send(i, 0) for i in range(2)]
-        finally:
-            sender.close()
+    records = httpx_sends(answering(OK, OK), 2)
     assert [r.status for r in records] == [200, 200] and all(r.ok for r in records)
     assert records[0].server_wall_ns == 1_500_000
 
@@ -46,36 +52,21 @@ def test_httpx_sender_sends_once_more_when_the_server_closed_its_kept_alive_conn
     # the close crosses the request: read, then closed without an answer (a server whose idle
     # timeout fires as the request arrives); the request goes again on a new connection
     connections: list[int] = []
-    with scripted(closing_the_second(OK, connections)) as url:
-        sender = HttpxSender(url)
-        try:
-            records = [sender.send(i, 0) for i in range(3)]
-        finally:
-            sender.close()
+    records = httpx_sends(closing_the_second(OK, connections), 3)
     assert [r.status for r in records] == [200, 200, 200], [r.error for r in records]
     assert connections == [0, 1]
 
 
 def test_httpx_sender_does_not_retry_a_first_request_nobody_answered() -> None:
     connections: list[int] = []
-    with scripted(unanswered(connections)) as url:
-        sender = HttpxSender(url)
-        try:
-            record = sender.send(0, 0)
-        finally:
-            sender.close()
+    [record] = httpx_sends(unanswered(connections), 1)
     assert record.status == 0 and "without sending a response" in record.error
     assert connections == [0]
 
 
 def test_httpx_sender_records_a_redirect_as_an_error() -> None:
     moved = b"HTTP/1.1 301 Moved\r\nLocation: /there\r\nContent-Length: 0\r\n\r\n"
-    with scripted(answering(moved)) as url:
-        sender = HttpxSender(url)
-        try:
-            record = sender.send(0, 0)
-        finally:
-            sender.close()
+    [record] = httpx_sends(answering(moved), 1)
     assert record.status == 301 and not record.ok and "/there" in record.error
 
 
