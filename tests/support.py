@@ -156,6 +156,16 @@ def exit_code_and_errors(argv: Sequence[str], cwd: Path, monkeypatch: pytest.Mon
     return int(code or 0), capsys.readouterr().err  # type: ignore[call-overload]
 
 
+def usage_error(argv: Sequence[str], cwd: Path, monkeypatch: pytest.MonkeyPatch,
+                capsys: pytest.CaptureFixture[str]) -> str:
+    """``http-timing ARGV`` as a user who made a mistake sees it: exit code 2 and one line on
+    stderr, no traceback. Returns that line."""
+    code, err = exit_code_and_errors(argv, cwd, monkeypatch, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (list(argv), code, err)
+    return lines[0]
+
+
 def http_timing(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """The ``http-timing`` console script, as a user runs it, in ``cwd``."""
     return subprocess.run([str(BIN / "http-timing"), *args], cwd=cwd, capture_output=True,

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from client.commands import main
 from client.data.files import read_run
 from client.data.timeline import read_timeline, timeline_path
-from tests.support import http_timing, require_kernel_quota
+from tests.support import http_timing, require_kernel_quota, usage_error
 
 MS = 1_000_000
 
@@ -75,11 +74,9 @@ def test_any_service_in_a_quota_group(tmp_path: Path, by: str, load: list[str]) 
 def test_bad_targets_are_one_line(tmp_path: Path, target: str, message: str,
                                   capsys: pytest.CaptureFixture[str],
                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    code = main(["--url", "http://127.0.0.1:9/", "--cgroup", target])
-    err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert message.lower() in err.lower(), err
+    line = usage_error(["--url", "http://127.0.0.1:9/", "--cgroup", target], tmp_path,
+                       monkeypatch, capsys)
+    assert message.lower() in line.lower(), line
     assert not (tmp_path / "raw-data").exists()
 
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from client.commands.common import EXIT_OK
-from client.commands.options import CliError
+from client.commands.options import CliError, OneLineParser
 from client.data.files import read_run
 from client.render.figures import plot_run
 
@@ -14,7 +14,7 @@ __all__ = ["build_plot_parser", "command_plot"]
 
 
 def build_plot_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="http-timing plot",
+    parser = OneLineParser(prog="http-timing plot",
                                      description="Draw saved runs (CSV, or the original script's "
                                      "text output) as dots of latency against time.")
     parser.add_argument("files", nargs="+", type=Path, help="run files (.csv, .json or text)")

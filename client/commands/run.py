@@ -18,7 +18,7 @@ from client.analysis.report import build_report
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
                                     EXIT_USAGE, add_load_arguments, draw_result, plan_from,
                                     show_result, silence_stdout)
-from client.commands.options import CliError, int_at_least, number_above
+from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.data.legacy import format_line
 from client.data.naming import check_file_name
 from client.data.record import RequestRecord
@@ -35,7 +35,7 @@ DEFAULT_URL = "http://localhost:7800/cpuBurnFlow"
 
 
 def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=prog,
         description="Time HTTP requests one after another and keep every request as raw data. "
         "Other commands: 'http-timing plot FILE...', 'http-timing report FILE', "

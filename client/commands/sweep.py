@@ -33,7 +33,7 @@ from client.analysis.throughput import throughput_row
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
                                     add_load_arguments, add_target_arguments, backend_from,
                                     draw_result, plan_from, show_result, stop_quietly)
-from client.commands.options import CliError, parse_counts, parse_limits
+from client.commands.options import CliError, OneLineParser, parse_counts, parse_limits
 from client.data.files import Run, write_metadata
 from client.data.legacy import format_line
 from client.data.metadata import LoadMode, ReplicaInfo, SweepInfo
@@ -54,7 +54,7 @@ __all__ = ["build_sweep_parser", "command_sweep"]
 
 
 def build_sweep_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="http-timing sweep",
         description="Start the burn service under each CPU limit, time it, stop it; save every "
         "run, a comparison picture and a Markdown table.")
