@@ -25,9 +25,8 @@ from client.data.servertiming import server_fields
 from client.run.wire import SocketSender
 
 __all__ = ["HttpxSender", "RoundRobinSender", "Sender", "TlsError", "Verify", "build_url",
-           "fetch_limits", "tls_verify",
-           "limits_url", "make_sender", "make_senders", "request_headers", "warm_up",
-           "warm_up_all"]
+           "fetch_limits", "limits_url", "make_sender", "make_senders", "request_headers",
+           "tls_verify", "warm_up", "warm_up_all"]
 
 
 def build_url(url: str, iterations: int) -> str:
