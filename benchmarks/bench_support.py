@@ -17,15 +17,17 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NoReturn
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = ["BIN", "WrkResult", "describe_load", "exit_on_sigterm", "free_port", "get",
-           "http_server", "loadavg", "require_wrk", "run_wrk", "scrape", "service", "stop"]
+           "http_server", "loadavg", "require_wrk", "run_main", "run_wrk", "scrape", "service",
+           "stop"]
 
 BIN = Path(sys.executable).parent  # the venv's bin: burn-service, uvicorn, ...
 
@@ -53,6 +55,15 @@ def exit_on_sigterm() -> None:
 
     signal.signal(signal.SIGTERM, leave)
     signal.signal(signal.SIGINT, leave)
+
+
+def run_main(main: Callable[[], int]) -> NoReturn:
+    """A benchmark's entry point: signals unwind (``exit_on_sigterm``), Ctrl-C exits 130."""
+    exit_on_sigterm()
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 def stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:

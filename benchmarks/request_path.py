@@ -45,8 +45,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 
-from bench_support import (WrkResult, describe_load, exit_on_sigterm, free_port, get,
-                           http_server, require_wrk, run_wrk, scrape, service)
+from bench_support import (WrkResult, describe_load, free_port, get, http_server, require_wrk,
+                           run_main, run_wrk, scrape, service)
 
 BURN_ROUTE = "throttle_lab_http_requests_total{method=GET,route=/cpuBurnFlow,status=200}"
 GOAL_BEYOND_MS, GOAL_BEYOND_QUOTA_MS, GOAL_RATIO, STRETCH_RATIO = 0.3, 1.0, 2.5, 1.2
@@ -275,8 +275,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_on_sigterm()
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        sys.exit(130)
+    run_main(main)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -42,8 +41,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import date
 
-from bench_support import (WrkResult, describe_load, exit_on_sigterm, require_wrk, run_wrk,
-                           scrape, service)
+from bench_support import (WrkResult, describe_load, require_wrk, run_main, run_wrk, scrape,
+                           service)
 
 SEED_FACTORS = (1.63, 2.05, 1.91)
 GOALS = {"boundary": (1.9, 2.1), "cfs": (1.3, 3.0)}
@@ -195,8 +194,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_on_sigterm()
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        sys.exit(130)
+    run_main(main)
