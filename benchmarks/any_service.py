@@ -45,8 +45,8 @@ from client.run.cgroup_sampler import CgroupReader, CgroupSampler  # noqa: E402
 from client.run.cgroup_target import CgroupTarget, resolve_cgroup  # noqa: E402
 from client.run.targets.service import stop_process  # noqa: E402
 from service.cgroup import create_group, empty_group, move_pid, remove_group  # noqa: E402
-from service.limit import Limit  # noqa: E402
-from service.quota import CpuStat  # noqa: E402
+from cpuquota.limit import Limit  # noqa: E402
+from cpuquota.account import CpuStat  # noqa: E402
 
 NODE_BURNER = Path(__file__).resolve().parent / "node_burner.js"
 

@@ -6,7 +6,7 @@
 1. The cost of one ``read_sample`` (µs, median of many) for each way this machine can read
    usage: ``cpuacct`` (the cpu root group, whose cpuacct twin exists) and ``schedstat`` (a new
    group under the cpu hierarchy only: the stdlib burner's threads), with the parts: the
-   ``pread`` of cpu.stat and ``service.cgroup.parse_cpu_stat``.
+   ``pread`` of cpu.stat and ``cpuquota.cgroupfs.parse_cpu_stat``.
 2. Samples per second the sampler thread achieves at ``--interval`` over a sequential run.
 3. The client-side overhead on a sequential run's latency: the burner (in a group whose quota,
    2 CPUs, never throttles on this 2-CPU machine) answering ``/burn?ms=0``, timed as
@@ -43,9 +43,9 @@ from client.run.attribution import period_phase  # noqa: E402
 from client.data.timeline import CgroupSample  # noqa: E402
 from client.run.cgroup_sampler import CgroupReader, CgroupSampler, read_sample  # noqa: E402
 from client.run.cgroup_target import CgroupTarget, resolve_cgroup  # noqa: E402
-from service.cgroup import (create_group, empty_group, move_pid, parse_cpu_stat,  # noqa: E402
-                            remove_group)
-from service.limit import Limit  # noqa: E402
+from cpuquota.cgroupfs import parse_cpu_stat  # noqa: E402
+from cpuquota.limit import Limit  # noqa: E402
+from service.cgroup import create_group, empty_group, move_pid, remove_group  # noqa: E402
 from tests.cgroup_fixtures import burner_in_group  # noqa: E402
 
 

@@ -56,8 +56,8 @@ from client.run.modes import time_plan  # noqa: E402
 from client.run.plan import LoadPlan  # noqa: E402
 from client.run.record import RunSpec, record_run  # noqa: E402
 from client.run.targets.service import ProcessService, ServiceError  # noqa: E402
-from service.cgroup import (locate_cpu_controller, move_pid, remove_group,  # noqa: E402
-                            unique_group_name)
+from cpuquota.cgroupfs import locate_cpu_controller  # noqa: E402
+from service.cgroup import move_pid, remove_group, unique_group_name  # noqa: E402
 
 
 @contextmanager

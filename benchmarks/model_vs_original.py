@@ -31,7 +31,7 @@ from client.analysis.detect import detect  # noqa: E402
 from client.analysis.model import Workload, predict  # noqa: E402
 from client.data.legacy import format_line, parse_legacy_text  # noqa: E402
 from client.data.record import RequestRecord  # noqa: E402
-from service.quota import QuotaAccount  # noqa: E402
+from cpuquota.account import QuotaAccount  # noqa: E402
 
 MS = 1_000_000
 # anchors.md: the original's runs (n, p50, p90, p99, mean, requests > 20 ms)

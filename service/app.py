@@ -21,7 +21,7 @@ from service import __version__
 from service.accesslog import install_access_log_filter
 from service.burn import DEFAULT_ITERATIONS, resolve_max_threads
 from service.burnroute import BURN_PATH, BurnLane, BurnWork
-from service.cgroup import CpuStatProbe
+from cpuquota.cgroupfs import CpuStatReader
 from service.config import Settings
 from service.errors import install_error_handlers
 from service.guard import install_guard, resolve_max_concurrent, resolve_max_queued
@@ -70,7 +70,7 @@ def create_app(settings: Settings | None = None) -> BurnServiceApp:
     )
     app.state.settings = settings
     # the cgroup whose quota is in force, read around each burn (None: no cpu.stat readable)
-    kernel = app.state.kernel_probe = CpuStatProbe.locate()
+    kernel = app.state.kernel_probe = CpuStatReader.locate()
     # the in-process throttle (--cpu-limit; off at 0): cfs charges this process's CPU time,
     # boundary each worker thread's work
     throttle = app.state.throttle = Throttle.from_settings(settings)

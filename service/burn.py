@@ -131,6 +131,6 @@ def burn_parallel(iterations: int, threads: int,
 def resolve_max_threads(settings: Any) -> int:
     """The largest ``?threads=``: ``--max-threads`` if set, else 2 x the CPUs this process may
     use (so a request can ask for more threads than CPUs, as runtimes do)."""
-    from service.cgroup import available_cpus
+    from cpuquota.cgroupfs import available_cpus
 
     return settings.max_threads or 2 * available_cpus()

@@ -30,7 +30,7 @@ from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.burn import DEFAULT_ITERATIONS, BurnResult, burn, burn_parallel
-from service.cgroup import CpuStatProbe
+from cpuquota.cgroupfs import CpuStatReader
 from service.throttle import Throttle
 from service.timing import work_timing
 from service.workers import WorkerPool
@@ -53,7 +53,7 @@ class BurnWork:
     Blocking (the throttle may sleep): call it from a worker thread, or inline when
     :meth:`may_run_inline`."""
 
-    def __init__(self, throttle: Throttle, kernel: CpuStatProbe | None,
+    def __init__(self, throttle: Throttle, kernel: CpuStatReader | None,
                  observe_burn: Callable[[int], None], max_helpers: int = 1) -> None:
         self._throttle, self._kernel, self._observe_burn = throttle, kernel, observe_burn
         # the threads that burn beside a request's own (?threads=T), made at the first use

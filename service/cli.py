@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = parse_settings(argv)
     if settings.cpus:
         from service.cpu_quota import is_supervised, serve_under_quota
-        from service.limit import kernel_limit
+        from cpuquota.limit import kernel_limit
 
         if not is_supervised():  # run again inside a new quota group, supervised from outside
             quota = kernel_limit(settings.cpus, settings.period_ms, settings.burst_ms)

@@ -106,7 +106,7 @@ class Settings:
                 rng = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
                 raise SettingsError(f"{flag} must be in {rng} (got {value})")
         if self.cpus:
-            from service.limit import kernel_limit  # the kernel's rules, in one place
+            from cpuquota.limit import kernel_limit  # the kernel's rules, in one place
 
             try:
                 kernel_limit(self.cpus, self.period_ms, self.burst_ms)

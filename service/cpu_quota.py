@@ -26,10 +26,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from service.cgroup import (CgroupError, create_group, empty_group, locate_cpu_controller,
-                            read_cpu_stat, remove_group)
-from service.limit import Limit, kernel_limit
-from service.quota import CpuStat
+from cpuquota.cgroupfs import CgroupError, locate_cpu_controller, read_cpu_stat
+from service.cgroup import create_group, empty_group, remove_group
+from cpuquota.limit import Limit, kernel_limit
+from cpuquota.account import CpuStat
 
 __all__ = ["FORWARDED_SIGNALS", "SUPERVISED_ENV", "QuotaRun", "build_parser", "describe_run",
            "is_supervised", "main", "run_under_quota", "serve_under_quota",

@@ -53,7 +53,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.cgroup import available_cpus
+from cpuquota.cgroupfs import available_cpus
 from service.config import Settings
 from service.errors import error_page, wants_html
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from service.cgroup import limit_in_force
+from cpuquota.cgroupfs import limit_in_force
 
 __all__ = ["describe_limits"]
 

@@ -43,7 +43,7 @@ from prometheus_client.registry import Collector
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.cgroup import CpuStatProbe, read_cpu_limit
+from cpuquota.cgroupfs import CpuStatReader, read_cpu_limit
 from service.throttle import Throttle
 
 __all__ = ["LATENCY_BUCKETS", "InProcessThrottleCollector", "KernelCpuStatCollector",
@@ -150,7 +150,7 @@ class InProcessThrottleCollector(Collector):
 class KernelCpuStatCollector(Collector):
     """The kernel's ``cpu.stat`` (read at each scrape: one small file), as cAdvisor names it."""
 
-    def __init__(self, probe: CpuStatProbe | None) -> None:
+    def __init__(self, probe: CpuStatReader | None) -> None:
         self._probe = probe
 
     def collect(self) -> Iterator[Metric]:
@@ -213,10 +213,10 @@ class MetricsMiddleware:
 
 
 def install_metrics(app: FastAPI, throttle: Throttle | None = None,
-                    probe: CpuStatProbe | None = None) -> ServiceMetrics:
+                    probe: CpuStatReader | None = None) -> ServiceMetrics:
     """Give ``app`` its metrics (``app.state.metrics``), the middleware and ``GET /metrics``;
     ``probe`` reads the ``cpu.stat`` of the cgroup whose quota is in force (the app's
-    ``CpuStatProbe.locate()``; None: no kernel series)."""
+    ``CpuStatReader.locate()``; None: no kernel series)."""
     metrics = ServiceMetrics()
     if throttle is not None:
         metrics.register(InProcessThrottleCollector(throttle))

@@ -2,7 +2,7 @@
 
 For people who cannot use cgroups (macOS, Windows, no root) but want to see what a CPU limit
 does. ``--cpu-limit 30`` is a quota of 30 ms per 100 ms cycle (``--throttle-cycle``), with
-the kernel's accounting from ``service.quota`` (refill per period, debt from overshoot, idle
+the kernel's accounting from ``cpuquota.account`` (refill per period, debt from overshoot, idle
 periods not counted); 0 % turns it off. The modes differ in *what* is charged and *whose*
 budget it is:
 
@@ -47,8 +47,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from service.cgroup import available_cpus
-from service.quota import CpuStat, QuotaAccount
+from cpuquota.cgroupfs import available_cpus
+from cpuquota.account import CpuStat, QuotaAccount
 
 __all__ = ["MODES", "Throttle", "Work"]
 

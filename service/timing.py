@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from service.cgroup import CpuStatProbe
-from service.quota import CpuStat
+from cpuquota.cgroupfs import CpuStatReader
+from cpuquota.account import CpuStat
 
 __all__ = ["format_server_timing", "kernel_throttling", "work_timing"]
 
@@ -27,7 +27,7 @@ def format_server_timing(metrics: Mapping[str, float | tuple[float, str]]) -> st
     return ", ".join(parts)
 
 
-def kernel_throttling(probe: CpuStatProbe | None,
+def kernel_throttling(probe: CpuStatReader | None,
                       before: CpuStat | None) -> dict[str, tuple[float, str]]:
     """The kernel's throttling of our cgroup since ``before`` as a Server-Timing metric: the
     delta of cpu.stat's throttled time and nr_throttled. Exact for sequential requests; under
@@ -40,7 +40,7 @@ def kernel_throttling(probe: CpuStatProbe | None,
 
 
 def work_timing(wall_ns: int, cpu_ns: int, paused_ns: int | None,
-                probe: CpuStatProbe | None, before: CpuStat | None) -> str:
+                probe: CpuStatReader | None, before: CpuStat | None) -> str:
     """The header of one piece of work: ``paused_ns`` is None when the in-process throttle is
     off; ``before`` is ``probe.sample()`` taken just before the work (None: no kernel metric).
     The same text as :func:`format_server_timing`, written out: it is on every burn's path."""

@@ -1,6 +1,6 @@
 """Synthetic captures with known truth, for the analysis tests.
 
-They come from the kernel accounting core (service.quota) driven on a fake clock: requests of a
+They come from the kernel accounting core (cpuquota.account) driven on a fake clock: requests of a
 few ms CPU plus network time, sent back to back, optionally with the runtime's own CPU bursts (a
 garbage collector) spending quota between requests, as in the original's 0.1 CPU run. The truth
 is whether the core paused a request. The original's own lines (its README) are here as printed.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 from client.data.record import RequestRecord
-from service.quota import QuotaAccount
+from cpuquota.account import QuotaAccount
 
 __all__ = ["MS", "ORIGINAL_0_1", "ORIGINAL_0_3", "capture"]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from client.run.targets.service import stop_process
 from service.cgroup import create_group, empty_group, move_pid, remove_group
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 __all__ = ["BURNER", "V1_STAT", "V2_STAT", "BurningGroup", "burner_in_group", "fake_proc",
            "mount_line", "v1_group", "v2_group"]

@@ -39,7 +39,7 @@ def require(condition: bool, reason: str) -> None:
 def require_kernel_quota() -> None:
     """Skip (fail under CI) unless this is Linux, we are root and a cgroup cpu controller is
     mounted: what ``burn-service --cpus`` and ``cpu-quota`` need."""
-    from service.cgroup import CgroupError, locate_cpu_controller
+    from cpuquota.cgroupfs import CgroupError, locate_cpu_controller
 
     require(sys.platform.startswith("linux"), "kernel CPU quotas need Linux cgroups")
     require(os.geteuid() == 0, "creating a cgroup needs root")

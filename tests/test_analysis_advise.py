@@ -20,7 +20,7 @@ from client.analysis.advise_target import LatencyTarget, Measured, pooled
 from client.data.metadata import LoadMode
 from client.run.plan import LoadPlan
 from client.run.usage import UsageSample
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 FREE = Measured("free", "profile", None, 100, 0, 5.0, 5.0, 5.0, 0.0, None)
 

@@ -11,7 +11,7 @@ import pytest
 from client.analysis.cgroup import (CgroupReport, RequestSpan, cgroup_report, interval_stats,
                                     request_spans, usage_per_period)
 from client.data.record import RequestRecord
-from service.limit import Limit
+from cpuquota.limit import Limit
 from tests.timelines import MS, P, TWO_THROTTLES, S
 
 def test_usage_per_period_on_the_kernel_grid() -> None:

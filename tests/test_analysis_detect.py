@@ -1,6 +1,6 @@
 """Throttle detection (client.analysis.detect) on captures whose truth is known.
 
-Synthetic captures come from the kernel accounting core (service.quota) driven on a fake
+Synthetic captures come from the kernel accounting core (cpuquota.account) driven on a fake
 clock: requests of a few ms CPU plus network time, sent back to back, optionally with the
 runtime's own CPU bursts (a garbage collector) spending quota between requests, as in the
 original's 0.1 CPU run. The truth is whether the core paused a request. The original's own
@@ -18,7 +18,7 @@ from client.analysis.period import DEFAULT_PERIOD_MS
 from client.data.legacy import parse_legacy_text
 from client.data.record import RequestRecord
 from client.data.summary import summarize
-from service.limit import Limit
+from cpuquota.limit import Limit
 from tests.captures import MS, ORIGINAL_0_1, ORIGINAL_0_3, capture
 
 def test_the_original_0_3_lines() -> None:

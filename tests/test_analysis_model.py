@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client.analysis.model import Prediction, Workload, predict
-from service.quota import QuotaAccount
+from cpuquota.account import QuotaAccount
 
 MS = 1_000_000
 

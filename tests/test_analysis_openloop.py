@@ -6,7 +6,7 @@ import pytest
 
 from client.analysis.model import Workload, predict
 from client.analysis.openloop import predict_open
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 MS = 1_000_000
 

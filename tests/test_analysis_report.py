@@ -13,7 +13,7 @@ from client.analysis.report import WorkloadError, build_prediction, build_report
 from client.data.files import Run
 from client.data.metadata import RunMetadata
 from client.data.record import RequestRecord
-from service.limit import Limit
+from cpuquota.limit import Limit
 from tests.captures import capture
 
 MS = 1_000_000

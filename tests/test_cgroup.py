@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from service.cgroup import (CgroupError, CpuController, CpuLimit, CpuStatProbe, Mount,
-                            create_group, empty_group, find_cpu_controller, limit_in_force,
-                            locate_cpu_controller, map_group_path, move_pid, parse_cfs_value,
-                            parse_cpu_max, parse_cpu_stat, parse_mountinfo, parse_proc_cgroup,
-                            read_cpu_limit, read_cpu_stat, remove_group, unique_group_name)
-from service.limit import Limit
-from service.quota import CpuStat
+from cpuquota.cgroupfs import (CgroupError, CpuController, CpuLimit, CpuStatReader, Mount,
+                               find_cpu_controller, limit_in_force, locate_cpu_controller,
+                               map_group_path, parse_cfs_value, parse_cpu_max, parse_cpu_stat,
+                               parse_mountinfo, parse_proc_cgroup, read_cpu_limit, read_cpu_stat)
+from service.cgroup import create_group, empty_group, move_pid, remove_group, unique_group_name
+from cpuquota.limit import Limit
+from cpuquota.account import CpuStat
 from tests.support import require_kernel_quota
 
 # ---- samples ------------------------------------------------------------------------------
@@ -188,14 +188,14 @@ def test_read_v2_files(tmp_path: Path) -> None:
     assert (limit.quota_us, limit.period_us, limit.burst_us) == (30000, 100000, 10000)
     assert limit.cpus == 0.3
     assert read_cpu_stat(tmp_path, 2) == CpuStat(31, 30, 2_071_000_000, 2, 5_000_000)
-    probe = CpuStatProbe(tmp_path, 2)
+    probe = CpuStatReader(tmp_path, 2)
     before = probe.sample()
     (tmp_path / "cpu.stat").write_text(V2_STAT.replace("nr_throttled 30", "nr_throttled 32")
                                        .replace("throttled_usec 2071000", "throttled_usec 2211000"))
     after = probe.sample()
     assert before is not None and after is not None
     assert after - before == CpuStat(0, 2, 140_000_000)
-    assert CpuStatProbe(tmp_path / "missing", 2).sample() is None
+    assert CpuStatReader(tmp_path / "missing", 2).sample() is None
 
 
 def test_v2_child_goes_where_the_cpu_controller_is_handed_down(tmp_path: Path) -> None:
@@ -270,7 +270,7 @@ def test_real_limit_in_force_for_this_process() -> None:
     limit = limit_in_force()
     assert limit is not None and limit.period_us is not None
     assert Path(limit.path, "cpu.stat").exists()
-    assert CpuStatProbe.locate() is not None
+    assert CpuStatReader.locate() is not None
 
 
 def test_cpu_stat_in_metrics_with_cadvisor_names(tmp_path: Path) -> None:
@@ -279,7 +279,7 @@ def test_cpu_stat_in_metrics_with_cadvisor_names(tmp_path: Path) -> None:
     (tmp_path / "cpu.stat").write_text(V2_STAT)
     (tmp_path / "cpu.max").write_text("30000 100000\n")
     metrics = ServiceMetrics()
-    metrics.register(KernelCpuStatCollector(CpuStatProbe(tmp_path, 2)))
+    metrics.register(KernelCpuStatCollector(CpuStatReader(tmp_path, 2)))
     text = metrics.render().decode()
     assert "container_cpu_cfs_periods_total 31.0" in text
     assert "container_cpu_cfs_throttled_periods_total 30.0" in text

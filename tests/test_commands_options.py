@@ -8,7 +8,7 @@ import pytest
 
 from client.commands.options import (CliError, OneLineParser, int_at_least, int_in,
                                      number_above, number_at_least, parse_limits)
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 
 def test_parse_limits() -> None:

@@ -16,7 +16,7 @@ from client.commands.report import build_report_parser, limit_for
 from client.data.files import Run
 from client.data.metadata import RunMetadata
 from client.data.record import RequestRecord
-from service.limit import Limit
+from cpuquota.limit import Limit
 from tests.support import http_timing, usage_error
 
 MS = 1_000_000

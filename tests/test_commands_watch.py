@@ -26,7 +26,7 @@ from client.analysis.cgroup import interval_stats
 from client.commands.watch import command_watch
 from client.render.watch import WatchRow, json_line, watch_table
 from client.data.timeline import CgroupSample
-from service.limit import Limit
+from cpuquota.limit import Limit
 from tests.cgroup_fixtures import BurningGroup, burner_in_group
 from tests.support import BIN, ROOT, require_kernel_quota
 

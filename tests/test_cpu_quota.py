@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 
 from service.cgroup import remove_group
-from service.limit import Limit
-from service.quota import CpuStat
+from cpuquota.limit import Limit
+from cpuquota.account import CpuStat
 from service.cpu_quota import QuotaRun, describe_run, setup_error_message
 from tests.support import BIN, require, require_kernel_quota, service_process
 
@@ -106,7 +106,7 @@ def test_describe_run() -> None:
 @pytest.mark.root
 def test_runs_the_command_inside_its_own_group() -> None:
     require_kernel_quota()
-    code = ("import json, sys\nfrom service.cgroup import limit_in_force\n"
+    code = ("import json, sys\nfrom cpuquota.cgroupfs import limit_in_force\n"
             "print(json.dumps(limit_in_force().as_dict()))\nsys.exit(3)")
     result = run_cpu_quota(["--cpus", "0.5", "--period-ms", "50", "--", sys.executable, "-c", code])
     assert result.returncode == 3, result.stderr
@@ -206,7 +206,7 @@ def test_sigkill_of_the_supervisor_takes_the_command_along() -> None:
     deadline = time.monotonic() + 5
     while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
-    from service.cgroup import locate_cpu_controller
+    from cpuquota.cgroupfs import locate_cpu_controller
     leftover = locate_cpu_controller().directory / match.group(0)
     try:
         assert not Path(f"/proc/{child}").exists()
@@ -308,7 +308,7 @@ def _shield_from_neighbours(group: Path) -> None:
 
 
 def _files(group: Path, version: int) -> tuple[int, int, int]:
-    """quota, period and burst as the kernel's files say, read here without service.cgroup."""
+    """quota, period and burst as the kernel's files say, read here without cpuquota.cgroupfs."""
     if version == 1:
         return tuple(int((group / f"cpu.cfs_{name}_us").read_text())   # type: ignore[return-value]
                      for name in ("quota", "period", "burst"))

@@ -8,7 +8,7 @@ from pathlib import Path
 from client.data.files import read_run
 from client.data.metadata import LoadMode, RunMetadata, SweepInfo
 from client.data.summary import summarize
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from client.data.naming import check_file_name, limit_tag, limit_text, run_name, sweep_stem
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 
 def test_names() -> None:

@@ -1,4 +1,4 @@
-"""service.limit: the one CPU limit type, its rules, units and words."""
+"""cpuquota.limit: the one CPU limit type, its rules, units and words."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.limit import Limit, LimitError, kernel_limit
+from cpuquota.limit import Limit, LimitError, kernel_limit
 
 
 def test_the_kernels_numbers() -> None:

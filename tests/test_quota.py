@@ -1,4 +1,4 @@
-"""The kernel's quota accounting on a simulated clock (service.quota)."""
+"""The kernel's quota accounting on a simulated clock (cpuquota.account)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.quota import QuotaAccount, CpuStat
+from cpuquota.account import QuotaAccount, CpuStat
 
 MS = 1_000_000
 

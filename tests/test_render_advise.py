@@ -10,7 +10,7 @@ from client.analysis.advise_target import LatencyTarget, Measured
 from client.data.metadata import LoadMode
 from client.render.advise import (format_advice, format_run, format_runs_table,
                                   format_usage_table, limit_words, save_advice_figure)
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 TARGET = LatencyTarget(30)
 FREE = Measured("t-advise-none", "profile", None, 300, 0, 4.4, 5.0, 7.0, 0.0, None)

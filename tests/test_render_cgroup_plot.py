@@ -11,7 +11,7 @@ from matplotlib.patches import Rectangle
 from client.render.figures import pyplot, save_figure
 from client.render.cgroup_plot import draw_throttled_bands, draw_usage_panel, usage_title
 from client.data.timeline import CgroupSample
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 MS = 1_000_000
 

@@ -17,7 +17,7 @@ from client.data.timeline import (TIMELINE_COLUMNS, CgroupSample, TimelineError,
                                   read_timeline, timeline_path)
 from client.run.cgroup_sampler import CgroupReader, CgroupSampler, read_sample
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
-from service.cgroup import read_cpu_stat
+from cpuquota.cgroupfs import read_cpu_stat
 from tests.cgroup_fixtures import V1_STAT, burner_in_group, fake_proc, mount_line, v1_group, \
     v2_group
 from tests.support import require_kernel_quota

@@ -17,7 +17,7 @@ import pytest
 from client.run.cgroup_lookup import CommandResult
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
 from service.cgroup import create_group, empty_group, move_pid, remove_group
-from service.limit import Limit
+from cpuquota.limit import Limit
 from tests.cgroup_fixtures import fake_proc, mount_line, v1_group, v2_group
 from tests.support import ROOT, require, require_kernel_quota
 

@@ -14,7 +14,7 @@ from client.run.targets.inprocess import InProcessBackend
 from client.run.targets.kernel import KernelBackend, health_timeout, kernel_quota_problem
 from client.run.targets.replicas import ReplicaSet, starting_pool
 from client.run.targets.service import ContainerService, ProcessService, ServiceError, free_port
-from service.limit import Limit
+from cpuquota.limit import Limit
 from tests.support import gone
 
 OPTIONS = TargetOptions(image="img:1")

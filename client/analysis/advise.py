@@ -1,6 +1,6 @@
 """``http-timing advise``'s decisions and its answer, pure (the runs are the command's).
 
-- **Limits** are searched in whole millicores, each a :class:`service.limit.Limit` of one
+- **Limits** are searched in whole millicores, each a :class:`cpuquota.limit.Limit` of one
   *shape* (:func:`shape`: the period and burst), from the smallest the backend can set
   (:func:`floor_millicores`: the kernel's 1 ms quota per period) to a ceiling (the machine's
   CPUs, or the backend's maximum).
@@ -27,7 +27,7 @@ from typing import Any
 
 from client.analysis.advise_model import ModelPoint, Profile, Shape, UsageRule, model_guess
 from client.analysis.advise_target import LatencyTarget, Measured, pooled
-from service.limit import MIN_QUOTA_US, Limit
+from cpuquota.limit import MIN_QUOTA_US, Limit
 
 __all__ = ["ALTERNATIVE_PERIODS_MS", "ALTERNATIVE_ROLES", "MAIN_ROLES", "SAVING", "TOLERANCE",
            "Advice", "Alternative", "UsageResult", "alternative_guesses", "bracket", "by_limit",

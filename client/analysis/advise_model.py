@@ -36,7 +36,7 @@ from client.data.metadata import LoadMode
 from client.data.summary import summarize
 from client.run.plan import LoadPlan
 from client.run.usage import UsageSample
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 __all__ = ["USAGE_RULES", "ModelPoint", "Profile", "Shape", "UsageRule", "build_profile",
            "cpu_each", "cpu_per_request", "model_curve", "model_guess", "model_point",

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from client.analysis.report import Report
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 __all__ = ["NARROW", "LatencyTarget", "Measured", "measured", "pooled"]
 

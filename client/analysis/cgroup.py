@@ -17,7 +17,7 @@ import numpy as np
 
 from client.data.jsonsafe import json_ready
 from client.run.attribution import CounterSample, attribute, period_phase
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 __all__ = ["BusyPeriod", "CgroupReport", "IntervalStats", "LatencyGroup", "PeriodUsage",
            "RequestSpan", "cgroup_report", "interval_stats", "request_spans",

@@ -39,7 +39,7 @@ from client.analysis.period import DEFAULT_PERIOD_MS, MIN_PERIOD_MS, idle_fracti
 from client.analysis.throughput import throughput_rps
 from client.data.files import Run
 from client.data.record import RequestRecord
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 __all__ = ["Detection", "FastMode", "ThrottleSource", "detect", "detect_run", "fast_mode",
            "mark_throttled", "period_of", "quota_bound_of", "stall_of"]

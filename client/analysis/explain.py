@@ -6,7 +6,7 @@ import math
 
 from client.analysis.model import Prediction
 from client.analysis.report import Report
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 __all__ = ["explain"]
 

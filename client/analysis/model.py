@@ -6,7 +6,7 @@ answer arrives) to a service whose CPU is limited to ``cpus × period`` per peri
 returns every request's latency plus the statistics ``http-timing report`` gives for a real
 run (p50, p90, p99, mean, throttled fraction, stall, throughput).
 
-The quota accounting is not done here: the simulation drives :class:`service.quota.QuotaAccount`
+The quota accounting is not done here: the simulation drives :class:`cpuquota.account.QuotaAccount`
 (the same core as the in-process throttle) on a simulated nanosecond clock. This module only
 decides who runs when:
 
@@ -40,8 +40,8 @@ import numpy as np
 from client.analysis.throughput import throughput_rps
 from client.data.record import RequestRecord
 from client.data.summary import percentile, summarize
-from service.limit import Limit
-from service.quota import CpuStat, QuotaAccount
+from cpuquota.limit import Limit
+from cpuquota.account import CpuStat, QuotaAccount
 
 __all__ = ["MAX_CONCURRENCY", "MAX_REQUESTS", "Prediction", "Workload", "predict"]
 

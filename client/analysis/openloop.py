@@ -7,7 +7,7 @@ counts its latency from then (``scheduled_ns``), so a stall also delays the requ
 arrive during it. :func:`predict_open` simulates that with the same pieces: a
 :class:`~client.analysis.model.Workload` (CPU per request, the limit, ``overhead_ms`` of wall
 time outside the quota, half before the work and half after, ``cores``), the same accounting
-core (:class:`service.quota.QuotaAccount`) on a simulated clock, and the same
+core (:class:`cpuquota.account.QuotaAccount`) on a simulated clock, and the same
 :class:`~client.analysis.model.Prediction` out (``server_throttle_ns`` = the time a request
 spent at the server while the group was throttled). ``workload.concurrency`` is not used.
 Each request may take its own CPU time (``cpu_ms``, e.g. replayed from a measured run): near
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from client.analysis.model import MS, Prediction, Workload
 from client.data.record import RequestRecord
-from service.quota import QuotaAccount
+from cpuquota.account import QuotaAccount
 
 __all__ = ["predict_open"]
 

@@ -17,7 +17,7 @@ from client.analysis.model import MAX_CONCURRENCY, MAX_REQUESTS, Prediction, Wor
 from client.data.files import Run
 from client.data.metadata import LoadMode
 from client.data.summary import Summary, summarize
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 __all__ = ["PredictionReport", "Report", "WorkloadError", "build_prediction", "build_report",
            "workload_for"]

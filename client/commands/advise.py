@@ -65,7 +65,7 @@ from client.run.recorder import stop_on_terminate
 from client.run.targets import Backend, ServiceError
 from client.run.targets.service import free_port
 from client.run.usage import UsageSample, UsageSampler
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 __all__ = ["EXIT_NOT_MET", "Advisor", "build_advise_parser", "command_advise"]
 

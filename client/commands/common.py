@@ -20,7 +20,7 @@ from client.run.targets import AUTO, BACKENDS, Backend, TargetOptions, resolve_b
 from client.run.recorder import files_first
 from client.run.targets import Target
 from client.run.targets.replicas import ReplicaSet
-from service.limit import MAX_PERIOD_MS, MIN_PERIOD_MS, Limit, LimitError
+from cpuquota.limit import MAX_PERIOD_MS, MIN_PERIOD_MS, Limit, LimitError
 
 __all__ = ["EXIT_FAILED_REQUESTS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE",
            "add_limit_arguments", "add_load_arguments", "add_target_arguments", "backend_from", "draw_result", "limit_from",

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from client.data.naming import limit_text
-from service.limit import Limit, LimitError
+from cpuquota.limit import Limit, LimitError
 
 __all__ = ["CliError", "OneLineParser", "int_at_least", "int_in", "number_above",
            "number_at_least", "parse_counts", "parse_limits"]

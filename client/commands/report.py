@@ -21,7 +21,7 @@ from client.data.files import Run, read_run
 from client.data.jsonsafe import json_ready
 from client.render.compare import plot_overlay
 from client.render.text import format_prediction_report, format_report
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 __all__ = ["build_report_parser", "command_report", "limit_for"]
 

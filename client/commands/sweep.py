@@ -48,7 +48,7 @@ from client.run.recorder import stop_on_terminate
 from client.run.targets import Backend, ServiceError, Target
 from client.run.targets.replicas import ReplicaSet
 from client.run.targets.service import free_port
-from service.limit import Limit, LimitError
+from cpuquota.limit import Limit, LimitError
 
 __all__ = ["build_sweep_parser", "command_sweep"]
 

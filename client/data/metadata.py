@@ -20,7 +20,7 @@ from enum import Enum
 from typing import Any
 
 from client.data.summary import Summary
-from service.limit import Limit, LimitError
+from cpuquota.limit import Limit, LimitError
 
 __all__ = ["LoadMode", "ReplicaInfo", "RunMetadata", "SweepInfo"]
 

@@ -1,13 +1,13 @@
 """Names of runs and limits in file names and headings, made in one place.
 
-A limit is a :class:`service.limit.Limit`, or None for a run without one (a baseline).
+A limit is a :class:`cpuquota.limit.Limit`, or None for a run without one (a baseline).
 """
 
 from __future__ import annotations
 
 import os
 
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 __all__ = ["check_file_name", "limit_tag", "limit_text", "run_name", "sweep_stem"]
 

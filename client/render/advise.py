@@ -18,7 +18,7 @@ from client.analysis.advise import (ALTERNATIVE_ROLES, Advice, Alternative, dock
                                     kubernetes_cpu)
 from client.analysis.advise_target import Measured
 from client.render.figures import pyplot, save_figure
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from client.analysis.cgroup import usage_per_period
 from client.run.attribution import CounterSample, period_phase
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

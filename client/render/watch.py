@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from client.analysis.cgroup import IntervalStats
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 __all__ = ["WatchRow", "json_line", "limit_text", "watch_table"]
 

@@ -25,7 +25,7 @@ from typing import IO
 
 from client.data.timeline import CgroupSample, open_timeline, timeline_row
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, UsageSource
-from service.cgroup import parse_cpu_stat
+from cpuquota.cgroupfs import CpuStatReader, parse_usage_usec
 
 __all__ = ["DEFAULT_INTERVAL", "CgroupReader", "CgroupSampler", "read_sample"]
 
@@ -33,7 +33,6 @@ DEFAULT_INTERVAL = 0.01   # seconds: 100 samples per second, 10 per 100 ms perio
 RESCAN_EVERY = 100        # schedstat usage: look for new child groups every N readings
 GOLDEN = 0.6180339887498949   # the sampler's dither sequence: frac(k * GOLDEN)
 DITHER = 0.8                  # ... spread over 0.8 of a step
-_READ_SIZE = 4096
 
 
 class _SchedstatUsage:
@@ -139,8 +138,9 @@ class CgroupReader:
         self.target = target
         self.version = target.version
         source: UsageSource = target.usage_source
-        self._stat_fd = os.open(target.stat_path, os.O_RDONLY)
-        self._fds = [self._stat_fd]
+        self._stat = CpuStatReader(target.directory, target.version)
+        self._stat.read_bytes()   # opens the file now: OSError here when the group is gone
+        self._fds: list[int] = []
         self._usage_fd: int | None = None
         self._schedstat: _SchedstatUsage | None = None
         if source.kind == "cpuacct":
@@ -154,9 +154,9 @@ class CgroupReader:
         """The counters now; ``t_ns`` is ``perf_counter_ns() - since_ns`` at the ``cpu.stat``
         read (OSError when the group is gone)."""
         before = time.perf_counter_ns()
-        text = os.pread(self._stat_fd, _READ_SIZE, 0)
+        text = self._stat.read_bytes()
         after = time.perf_counter_ns()
-        stat = parse_cpu_stat(text.decode("ascii"), self.version)
+        stat = self._stat.parse(text)
         if stat is None:
             raise OSError(f"{self.target.stat_path}: no throttling counters")
         if self._usage_fd is not None:
@@ -164,13 +164,14 @@ class CgroupReader:
         elif self._schedstat is not None:
             usage = self._schedstat.read()
         else:
-            usage = _usage_usec(text) * 1000
+            usage = parse_usage_usec(text) * 1000
         return CgroupSample((before + after) // 2 - since_ns, usage, stat.nr_periods,
                             stat.nr_throttled, stat.throttled_ns)
 
     def close(self) -> None:
         if self._schedstat is not None:
             self._schedstat.close()
+        self._stat.close()
         self._finalizer()
 
     def __enter__(self) -> CgroupReader:
@@ -178,14 +179,6 @@ class CgroupReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _usage_usec(text: bytes) -> int:
-    start = text.find(b"usage_usec ")
-    if start < 0:
-        raise OSError("cpu.stat has no usage_usec")
-    end = text.find(b"\n", start)
-    return int(text[start + len(b"usage_usec "):end if end >= 0 else None])
 
 
 _readers = threading.local()

@@ -34,9 +34,9 @@ from typing import Any
 from client.run.cgroup_lookup import (CommandRunner, LookupFailed, docker_container_pid,
                                       find_pod_directory, kubernetes_pod, parse_k8s_spec,
                                       run_command)
-from service.cgroup import (Mount, find_cpu_controller, map_group_path, parse_cpu_stat,
-                            parse_mountinfo, read_cpu_limit)
-from service.limit import Limit, LimitError
+from cpuquota.cgroupfs import (Mount, cpu_mounts, find_cpu_controller, is_cpu_mount,
+                               map_group_path, parse_cpu_stat, parse_mountinfo, read_cpu_limit)
+from cpuquota.limit import Limit, LimitError
 
 __all__ = ["USAGE_KINDS", "CgroupTarget", "CgroupTargetError", "UsageSource", "resolve_cgroup"]
 
@@ -170,7 +170,7 @@ def _from_directory(spec: str, directory: Path, proc: Path, mounts: list[Mount])
     if mount is None:
         raise CgroupTargetError(f"{directory} is not in a cgroup file system (cgroup mounts: "
                                 f"{', '.join(m.mount_point for m in mounts) or 'none found'})")
-    if mount.fstype == "cgroup" and "cpu" not in mount.super_options:
+    if not is_cpu_mount(mount):
         kind = ",".join(o for o in mount.super_options if o not in ("rw", "ro"))
         raise CgroupTargetError(f"{directory} is in the cgroup v1 '{kind}' hierarchy, not the "
                                 "cpu controller's (e.g. /sys/fs/cgroup/cpu/...)")
@@ -186,7 +186,7 @@ def _from_k8s(spec: str, pod_uid: str | None, proc: Path, mounts: list[Mount],
     namespace, pod, container = parse_k8s_spec(spec)
     uid, container_id = kubernetes_pod(namespace, pod, container, pod_uid, run)
     errors: list[str] = []
-    for mount in _cpu_mounts(mounts):
+    for mount in cpu_mounts(mounts):
         try:
             directory = find_pod_directory(Path(mount.mount_point), uid, container_id)
         except LookupFailed as exc:
@@ -199,7 +199,7 @@ def _from_k8s(spec: str, pod_uid: str | None, proc: Path, mounts: list[Mount],
             return _build(spec, directory, version, group, proc, mounts)
     if errors:
         raise CgroupTargetError(errors[0])
-    where = ", ".join(m.mount_point for m in _cpu_mounts(mounts)) or "no cpu hierarchy mounted"
+    where = ", ".join(m.mount_point for m in cpu_mounts(mounts)) or "no cpu hierarchy mounted"
     raise CgroupTargetError(f"no cgroup for pod {namespace}/{pod} (uid {uid}) under kubepods "
                             f"in {where}: is this the pod's node? (kubectl get pod -o wide)")
 
@@ -294,12 +294,6 @@ def _read_mountinfo(proc: Path) -> str:
     except OSError as exc:
         raise CgroupTargetError(f"cannot read {proc}/self/mountinfo: "
                                 f"{exc.strerror or exc}") from None
-
-
-def _cpu_mounts(mounts: list[Mount]) -> list[Mount]:
-    """v1 cpu hierarchies first, then cgroup2 (whose groups have cpu.max when enabled)."""
-    v1 = [m for m in mounts if m.fstype == "cgroup" and "cpu" in m.super_options]
-    return v1 + [m for m in mounts if m.fstype == "cgroup2"]
 
 
 def _mount_of(real: str, mounts: list[Mount]) -> Mount | None:

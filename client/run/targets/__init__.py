@@ -1,7 +1,7 @@
 """Targets: what a run measures, started under a CPU limit and stopped by its own id.
 
 A **backend** (one module each) knows how to run the burn service under a
-:class:`service.limit.Limit` (or none): ``problem()`` says why it cannot work on this machine,
+:class:`cpuquota.limit.Limit` (or none): ``problem()`` says why it cannot work on this machine,
 ``check(limits)`` refuses limits it cannot set, and ``target(limit, ...)`` makes a
 :class:`Target` (a :class:`client.run.targets.service.Service`: ``start()`` once healthy,
 ``base_url``, ``stop()`` by pid or container id). ``BACKENDS`` is the registry of backend
@@ -19,7 +19,7 @@ from client.run.targets.inprocess import InProcessBackend
 from client.run.targets.kernel import KernelBackend, kernel_quota_problem
 from client.run.targets.options import TargetOptions
 from client.run.targets.service import Service, ServiceError
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 __all__ = ["AUTO", "BACKENDS", "Backend", "Service", "ServiceError", "Target", "TargetOptions",
            "resolve_backend"]

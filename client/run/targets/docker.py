@@ -12,7 +12,7 @@ from client.data.naming import limit_tag
 from client.run.targets.kernel import health_timeout
 from client.run.targets.options import TargetOptions
 from client.run.targets.service import ContainerService
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 __all__ = ["CONTAINER_PORT", "DockerBackend", "docker_problem"]
 

@@ -9,7 +9,7 @@ from client.data.naming import limit_tag
 from client.run.targets.kernel import health_timeout, limit_flags
 from client.run.targets.options import TargetOptions
 from client.run.targets.service import ProcessService, burn_service_path
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 __all__ = ["InProcessBackend"]
 

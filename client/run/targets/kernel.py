@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from client.run.targets.options import TargetOptions
 from client.run.targets.service import ProcessService, burn_service_path
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 __all__ = ["KernelBackend", "health_timeout", "kernel_quota_problem"]
 
@@ -19,7 +19,7 @@ def kernel_quota_problem() -> str | None:
         return f"kernel CPU quotas need Linux cgroups (this is {sys.platform})"
     if os.geteuid() != 0:
         return "creating a cgroup needs root"
-    from service.cgroup import CgroupError, locate_cpu_controller
+    from cpuquota.cgroupfs import CgroupError, locate_cpu_controller
 
     try:
         directory = locate_cpu_controller().directory

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from client.run.recorder import holding_signals
 from client.run.targets.service import Service, ServiceError, free_port
-from service.limit import Limit
+from cpuquota.limit import Limit
 
 __all__ = ["ReplicaSet", "starting_pool"]
 

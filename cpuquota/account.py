@@ -51,7 +51,7 @@ __all__ = ["CpuStat", "QuotaAccount", "RunResult"]
 @dataclass(frozen=True)
 class CpuStat:
     """The counters of ``cpu.stat`` with the kernel's names, times in ns (v1 ``throttled_time``
-    is ns, v2 ``throttled_usec`` µs: ``service.cgroup`` normalises). The same record whether
+    is ns, v2 ``throttled_usec`` µs: ``cpuquota.cgroupfs`` normalises). The same record whether
     the kernel counted (a cgroup's file) or this module did (:meth:`QuotaAccount.stats`); the
     difference of two readings is what happened between them."""
 
