@@ -216,17 +216,21 @@ def test_sigkill_of_the_supervisor_takes_the_command_along() -> None:
 
 @contextmanager
 def readable_copy_of_service() -> Iterator[Path]:
-    """A copy of the ``service`` package that every user can read, in a folder of its own.
+    """A copy of the ``service`` and ``cpuquota`` packages that every user can read, in a folder
+    of its own.
 
     The checkout may be anywhere (a clone under ``mktemp -d`` is 0700, a home directory 0750),
-    so an unprivileged user cannot be pointed into it: copy the package (the standard library
-    is all ``service.cpu_quota`` needs) with world-readable modes, whatever umask made it."""
+    so an unprivileged user cannot be pointed into it: copy the packages (the standard library
+    is all ``service.cpu_quota`` and the core need) with world-readable modes, whatever umask
+    made them."""
+    import cpuquota
     import service
 
     folder = Path(tempfile.mkdtemp(prefix="throttle-lab-readable-"))
     try:
-        shutil.copytree(Path(service.__file__).parent, folder / "service",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        for package in (service, cpuquota):
+            shutil.copytree(Path(package.__file__).parent, folder / package.__name__,
+                            ignore=shutil.ignore_patterns("__pycache__"))
         for path in (folder, *folder.rglob("*")):
             path.chmod(0o755 if path.is_dir() else 0o644)
         yield folder
