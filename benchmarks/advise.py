@@ -1,7 +1,7 @@
 """How ``http-timing advise`` does on a few targets: its answer, the model's first guess, the
 runs and time it needed, what the usage rules would set, and an independent check.
 
-    sudo .venv/bin/python benchmarks/advise.py [--backend kernel] [--targets 20 50 120]
+    sudo .venv/bin/python -m benchmarks.advise [--backend kernel] [--targets 20 50 120]
                                                [--loads sequential rate] [--no-check]
                                                [--out DIR]
 
@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-BIN = Path(sys.executable).parent
+from benchmarks.support import HTTP_TIMING, run_main
+
 LOADS = {
     "sequential": ["--requests", "100"],
     "rate": ["--rate", "40", "--duration", "5"],
@@ -44,7 +45,7 @@ def load_average() -> str:
 def advise(backend: str, target: float, load: str, out: Path) -> tuple[dict[str, Any], float]:
     name = f"{load}-p{target:g}"
     began = time.monotonic()
-    done = subprocess.run([str(BIN / "http-timing"), "advise", "--backend", backend, "--p99",
+    done = subprocess.run([str(HTTP_TIMING), "advise", "--backend", backend, "--p99",
                            f"{target:g}", *LOADS[load], "--no-alternatives", "--name", name,
                            "--json"], cwd=out, capture_output=True, text=True, timeout=1800)
     seconds = time.monotonic() - began
@@ -55,7 +56,7 @@ def advise(backend: str, target: float, load: str, out: Path) -> tuple[dict[str,
 
 def check(backend: str, cpus: float, load: str, out: Path, name: str) -> float | None:
     """p99 of one ``sweep`` run at ``cpus``."""
-    done = subprocess.run([str(BIN / "http-timing"), "sweep", "--backend", backend, "--cpus",
+    done = subprocess.run([str(HTTP_TIMING), "sweep", "--backend", backend, "--cpus",
                            f"{cpus:g}", *LOADS[load], "--name", name], cwd=out,
                           capture_output=True, text=True, timeout=1800)
     if done.returncode not in (0, 1):
@@ -123,4 +124,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -1,10 +1,10 @@
 """Throttling evidence for a service that knows nothing of throttle-lab: a Node.js server.
 
-    sudo .venv/bin/python benchmarks/any_service.py [--cpus 0.2] [--ms 5] [--requests 200]
+    sudo .venv/bin/python -m benchmarks.any_service [--cpus 0.2] [--ms 5] [--requests 200]
                                                      [--concurrency 4] [--picture out.png]
 
 ``benchmarks/node_burner.js`` (no dependencies; ``GET /burn?ms=N`` burns N ms of CPU) runs in a
-new cgroup with a real quota (``--cpus``, removed at the end). The group is found the way a
+new cgroup with a real quota (``--cpus``, removed at the end: ``benchmarks.support.node_in_group``). The group is found the way a
 user would (``pid:PID``), sampled every 10 ms while requests are timed:
 
 - sequentially, with exact ``read_sample`` readings just before and after each request
@@ -24,56 +24,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from client.run.attribution import attribute  # noqa: E402
-from client.data.timeline import CgroupSample  # noqa: E402
-from client.run.cgroup_sampler import CgroupReader, CgroupSampler  # noqa: E402
-from client.run.cgroup_target import CgroupTarget, resolve_cgroup  # noqa: E402
-from client.run.targets.service import stop_process  # noqa: E402
-from service.cgroup import create_group, empty_group, move_pid, remove_group  # noqa: E402
-from cpuquota.limit import Limit  # noqa: E402
-from cpuquota.account import CpuStat  # noqa: E402
-
-NODE_BURNER = Path(__file__).resolve().parent / "node_burner.js"
-
-
-@contextmanager
-def node_in_group(cpus: float) -> Iterator[tuple[str, int, Path]]:
-    """(base URL, pid, group): the Node server in a new group; stopped and removed by id."""
-    node = shutil.which("node")
-    if node is None:
-        raise SystemExit("node is not installed")
-    group = create_group(Limit(cpus))
-    proc: subprocess.Popen[str] | None = None
-    try:
-        proc = subprocess.Popen([node, str(NODE_BURNER), "0"], stdout=subprocess.PIPE, text=True)
-        move_pid(group, proc.pid)   # all its threads (V8, libuv) move with it
-        assert proc.stdout is not None
-        words = proc.stdout.readline().split()
-        if len(words) != 2 or words[0] != "port":
-            raise SystemExit(f"node_burner.js did not start: {words}")
-        yield f"http://127.0.0.1:{words[1]}", proc.pid, group
-    finally:
-        if proc is not None:
-            stop_process(proc, timeout=10)
-            if proc.stdout is not None:
-                proc.stdout.close()
-        empty_group(group)
-        remove_group(group)
+from benchmarks.support import node_in_group, run_main
+from client.data.timeline import CgroupSample
+from client.run.attribution import attribute
+from client.run.cgroup_sampler import CgroupReader, CgroupSampler
+from client.run.cgroup_target import CgroupTarget, resolve_cgroup
+from cpuquota.account import CpuStat
+from cpuquota.limit import Limit
 
 
 @dataclass
@@ -216,22 +182,23 @@ def picture(path: Path, m: Measured, marked: list[bool], limit: Limit) -> None:
     print(f"\npicture: {path}")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpus", type=float, default=0.2)
     parser.add_argument("--ms", type=float, default=5.0, help="CPU ms per request")
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--picture", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("needs root (it makes a cgroup)")
-    node = subprocess.check_output(["node", "--version"], text=True).strip()
+    version = subprocess.check_output(["node", "--version"], text=True).strip()
     print(f"load: {' '.join(f'{v:.2f}' for v in os.getloadavg())} (1/5/15 min), "
-          f"{os.cpu_count()} CPUs; node {node}")
-    with node_in_group(args.cpus) as (base, pid, group):
+          f"{os.cpu_count()} CPUs; node {version}")
+    with node_in_group(args.cpus) as node:
+        base, pid = node.base_url, node.pid
         target = resolve_cgroup(f"pid:{pid}")
-        assert target.directory == group and target.limit is not None
+        assert target.directory == node.group and target.limit is not None
         print(f"target pid:{pid} -> {target.group} ({target.limit.describe()}, usage from "
               f"{target.usage_source.kind})")
         url = f"{base}/burn?ms={args.ms:g}"
@@ -250,4 +217,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

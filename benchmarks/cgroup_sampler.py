@@ -1,6 +1,6 @@
 """What watching a group costs: one reading, samples per second, and the client's latency.
 
-    sudo .venv/bin/python benchmarks/cgroup_sampler.py [--requests 400] [--rounds 5]
+    sudo .venv/bin/python -m benchmarks.cgroup_sampler [--requests 400] [--rounds 5]
                                                         [--interval 0.01]
 
 1. The cost of one ``read_sample`` (µs, median of many) for each way this machine can read
@@ -37,16 +37,14 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from client.run.attribution import period_phase  # noqa: E402
-from client.data.timeline import CgroupSample  # noqa: E402
-from client.run.cgroup_sampler import CgroupReader, CgroupSampler, read_sample  # noqa: E402
-from client.run.cgroup_target import CgroupTarget, resolve_cgroup  # noqa: E402
-from cpuquota.cgroupfs import parse_cpu_stat  # noqa: E402
-from cpuquota.limit import Limit  # noqa: E402
-from service.cgroup import create_group, empty_group, move_pid, remove_group  # noqa: E402
-from tests.cgroup_fixtures import burner_in_group  # noqa: E402
+from benchmarks.support import burner_in_group, run_main
+from client.data.timeline import CgroupSample
+from client.run.attribution import period_phase
+from client.run.cgroup_sampler import CgroupReader, CgroupSampler, read_sample
+from client.run.cgroup_target import CgroupTarget, resolve_cgroup
+from cpuquota.cgroupfs import parse_cpu_stat
+from cpuquota.limit import Limit
+from service.cgroup import create_group, empty_group, move_pid, remove_group
 
 
 def per_call_us(call: Callable[[], object], n: int = 20000, repeats: int = 5) -> float:
@@ -183,13 +181,13 @@ def phase_precision(seconds: float) -> None:
             remove_group(group)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--interval", type=float, default=0.01)
     parser.add_argument("--phase-seconds", type=float, default=5.0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("needs root (it makes a cgroup)")
     print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
@@ -211,4 +209,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

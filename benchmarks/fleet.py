@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """A fleet of throttled replicas on one machine: the seed's scale test (120 workers at 5 % on
 an 8-core machine), here with real replicas of the service, each under its own limit.
 
-    sudo .venv/bin/python benchmarks/fleet.py [--backend kernel] [--sizes 20 50 100]
+    sudo .venv/bin/python -m benchmarks.fleet [--backend kernel] [--sizes 20 50 100]
                                               [--share 0.01] [--rate 20] [--duration 5]
 
 For each size N: ``http-timing sweep --replicas N --cpus N x share`` (kernel: one cgroup each,
@@ -25,14 +24,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from client.analysis.replicas import replica_row  # noqa: E402
-from client.analysis.report import build_report  # noqa: E402
-from client.data.files import read_run  # noqa: E402
-
-HTTP_TIMING = Path(sys.executable).parent / "http-timing"
+from benchmarks.support import HTTP_TIMING, run_main
+from client.analysis.replicas import replica_row
+from client.analysis.report import build_report
+from client.data.files import read_run
 
 
 def memory_available_mib() -> float:
@@ -101,4 +96,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

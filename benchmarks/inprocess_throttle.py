@@ -1,6 +1,6 @@
 """How faithful is the in-process throttle (``burn-service --cpu-limit PCT``)? Prints a table.
 
-    .venv/bin/python benchmarks/inprocess_throttle.py [--percents 1 2 4 8 30 80]
+    .venv/bin/python -m benchmarks.inprocess_throttle [--percents 1 2 4 8 30 80]
         [--window 4] [--concurrency 4] [--iterations 3000] [--requests 100]
         [--picture pictures/inprocess-30pct.png] [--raw-data raw-data] [--cpu-shares 10240]
 
@@ -42,22 +42,17 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from client.data.files import Run  # noqa: E402
-from client.data.record import RequestRecord  # noqa: E402
-from client.data.summary import summarize  # noqa: E402
-from client.render.figures import plot_run  # noqa: E402
-from client.run.modes import time_plan  # noqa: E402
-from client.run.plan import LoadPlan  # noqa: E402
-from client.run.record import RunSpec, record_run  # noqa: E402
-from client.run.targets.service import ProcessService, ServiceError  # noqa: E402
-from cpuquota.cgroupfs import locate_cpu_controller  # noqa: E402
-from service.cgroup import move_pid, remove_group, unique_group_name  # noqa: E402
+from benchmarks.support import ROOT, burn_service, calibrate, record, run_main, scrape
+from client.data.files import Run
+from client.data.record import RequestRecord
+from client.data.summary import summarize
+from client.render.figures import plot_run
+from client.run.modes import time_plan
+from client.run.plan import LoadPlan
+from client.run.record import RunSpec
+from cpuquota.cgroupfs import locate_cpu_controller
+from cpuquota.limit import Limit
+from service.cgroup import move_pid, remove_group, unique_group_name
 
 
 @contextmanager
@@ -81,21 +76,13 @@ def shielded(shares: int) -> Iterator[Path]:
 
 
 @contextmanager
-def burn_service(*args: str) -> Iterator[str]:
-    """``burn-service ARGS`` on a free port; stopped by its pid at the end (a child inherits
-    this process's cgroup, so with ``--cpu-shares`` it starts inside the shield)."""
-    try:
-        with ProcessService.local(args) as service:
-            yield service.base_url
-    except ServiceError as exc:
-        raise SystemExit(f"burn-service {' '.join(args)}: {exc}") from None
-
-
-def scrape(base: str) -> dict[str, float]:
-    """The unlabelled samples of ``/metrics`` (the counters this benchmark reads)."""
-    text = httpx.get(base + "/metrics", timeout=10).text
-    return {s.name: s.value for family in text_string_to_metric_families(text)
-            for s in family.samples if not s.labels}
+def throttled(percent: float | None) -> Iterator[str]:
+    """``burn-service --cpu-limit PERCENT`` (None: no limit) on a free port; its base URL;
+    stopped by its pid at the end (a child inherits this process's cgroup, so with
+    ``--cpu-shares`` it starts inside the shield)."""
+    limit = Limit(percent / 100) if percent is not None else None
+    with burn_service(limit, backend="inprocess") as service:
+        yield service.base_url
 
 
 # -- (a) and (b): saturating load ---------------------------------------------------------------
@@ -139,7 +126,7 @@ def saturate(percent: float, iterations: int, concurrency: int, window_s: float,
         if record.ok:
             done.append(time.perf_counter_ns())
 
-    with burn_service("--cpu-limit", str(percent)) as base:
+    with throttled(percent) as base:
         url = f"{base}/cpuBurnFlow?iterations={iterations}"
         plan = LoadPlan.from_options(concurrency=concurrency,
                                      duration=warmup_s + 4 * window_s + 5)
@@ -197,15 +184,6 @@ def print_scaling_table(rows: Sequence[Saturated]) -> None:
 
 # -- (c): the original demo -------------------------------------------------------------------
 
-def calibrate(base: str, target_ms: float) -> int:
-    """Iterations whose burn takes ``target_ms`` of CPU here (median of 20, no limit)."""
-    probe = 5000
-    records = time_plan(f"{base}/cpuBurnFlow?iterations={probe}", LoadPlan.from_options(requests=20),
-                        lambda r: None).records
-    cpu_ms = statistics.median(r.server_cpu_ns or 0 for r in records) / 1e6
-    return max(1, round(probe * target_ms / cpu_ms))
-
-
 def sequential(base: str, iterations: int, requests: int, name: str,
                data_dir: Path) -> Run:
     """``requests`` one after another, recorded as any run is (one warm-up request first)."""
@@ -213,7 +191,7 @@ def sequential(base: str, iterations: int, requests: int, name: str,
                    plan=LoadPlan.from_options(requests=requests), name=name, data_dir=data_dir,
                    iterations=iterations, command=["benchmarks/inprocess_throttle.py"], warmup=1,
                    note_load_average=True)
-    return record_run(spec).run
+    return record(spec)
 
 
 def describe_sequential(label: str, records: Sequence[RequestRecord]) -> str:
@@ -230,10 +208,10 @@ def demo(percent: float, requests: int, target_ms: float, picture: Path | None,
          raw_dir: Path | None) -> None:
     name = f"inprocess-{percent:g}pct"
     with tempfile.TemporaryDirectory() as scratch:
-        with burn_service() as base:
-            iterations = calibrate(base, target_ms)
+        with throttled(None) as base:
+            iterations = calibrate(base, target_ms)   # median of 20, no limit
             unlimited = sequential(base, iterations, requests, "unlimited", Path(scratch)).records
-        with burn_service("--cpu-limit", str(percent)) as base:
+        with throttled(percent) as base:
             run = sequential(base, iterations, requests, name, raw_dir or Path(scratch))
             limited = run.records
     print(f"\n(c) {requests} sequential requests of {iterations} iterations (~{target_ms:g} ms "
@@ -294,4 +272,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -1,6 +1,6 @@
 """What a real kernel CPU quota does to ~5 ms requests: ``burn-service --cpus X``, sequential.
 
-    sudo .venv/bin/python benchmarks/kernel_quota.py [--cpus none 1 0.3 0.1] [--requests 200]
+    sudo .venv/bin/python -m benchmarks.kernel_quota [--cpus none 1 0.3 0.1] [--requests 200]
                                [--target-ms 5] [--iterations N] [--cpu-shares 10240]
                                [--client-nice -10]
 
@@ -30,26 +30,25 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from benchmarks.support import burn_service, calibrate, run_main
 from client.data.record import RequestRecord
 from client.data.summary import summarize
 from client.run.modes import time_plan
 from client.run.plan import LoadPlan
-from client.run.targets.service import ProcessService, ServiceError
+from cpuquota.limit import Limit
 
 
 @contextmanager
-def _service(cpus: float | None) -> Iterator[str]:
-    service = ProcessService.local(["--cpus", str(cpus)] if cpus is not None else [],
-                            health_timeout=120)
-    try:
-        service.start()
-        yield service.base_url
-    except ServiceError as exc:
-        raise SystemExit(f"burn-service: {exc}") from None
-    finally:
-        summary = service.stop().strip().splitlines()
-        if summary:
-            print(f"  # {summary[-1]}", file=sys.stderr)
+def _service(quota: Limit | None) -> Iterator[str]:
+    """``burn-service --cpus CPUS`` (None: no quota); its supervisor's last line (the
+    cgroup's summary) goes to stderr when it stops."""
+    with burn_service(quota, health_timeout=120) as service:
+        try:
+            yield service.base_url
+        finally:
+            summary = service.stop().strip().splitlines()
+            if summary:
+                print(f"  # {summary[-1]}", file=sys.stderr)
 
 
 def _set_weight(limits: dict[str, object] | None, shares: int) -> None:
@@ -69,13 +68,11 @@ def _run(base: str, iterations: int, requests: int) -> list[RequestRecord]:
                      LoadPlan.from_options(requests=requests), lambda record: None).records
 
 
-def calibrate(target_ms: float) -> int:
-    """Iterations whose burn takes ``target_ms`` of CPU on this machine (median of 30)."""
+def calibrated(target_ms: float) -> int:
+    """Iterations whose burn takes ``target_ms`` of CPU on this machine (median of 30 after
+    one warm-up, no quota)."""
     with _service(None) as base:
-        probe = 5000
-        records = _run(base, probe, 30)
-    cpu_ms = float(np.median([r.server_cpu_ns for r in records if r.server_cpu_ns])) / 1e6
-    return max(1, round(probe * target_ms / cpu_ms))
+        return calibrate(base, target_ms, requests=30, warmup=1)
 
 
 def row(label: str, records: Sequence[RequestRecord], limits: dict[str, object] | None) -> str:
@@ -106,11 +103,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--client-nice", type=int, default=0,
                         help="renice this client, e.g. -10 (root only below 0)")
     args = parser.parse_args(argv)
+    try:
+        quotas = [None if text == "none" else Limit(float(text)) for text in args.cpus]
+    except ValueError as exc:
+        parser.error(f"--cpus: {exc}")
     if os.geteuid() != 0 and any(c != "none" for c in args.cpus):
         parser.error("a kernel quota needs root (creating a cgroup)")
     if args.client_nice:
         os.setpriority(os.PRIO_PROCESS, 0, args.client_nice)
-    iterations = args.iterations or calibrate(args.target_ms)
+    iterations = args.iterations or calibrated(args.target_ms)
     load = os.getloadavg()[0]
     weight = f", cpu.shares {args.cpu_shares}" if args.cpu_shares else ""
     weight += f", client nice {args.client_nice}" if args.client_nice else ""
@@ -119,15 +120,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("| quota | quota/period µs | n | burn CPU ms | p50 ms | p90 ms | p99 ms | mean ms "
           "| > 50 ms | kernel-throttled requests | kernel-throttled ms |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for text in args.cpus:
-        cpus = None if text == "none" else float(text)
-        with _service(cpus) as base:
+    for text, quota in zip(args.cpus, quotas):
+        with _service(quota) as base:
             limits = httpx.get(base + "/limits", timeout=5).json().get("cgroup")
             _set_weight(limits, args.cpu_shares)
             records = _run(base, iterations, args.requests)
-        print(row(f"{text} CPU" if cpus else "none", records, limits), flush=True)
+        print(row(f"{text} CPU" if quota else "none", records, limits), flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

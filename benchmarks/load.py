@@ -1,6 +1,6 @@
 """Sustained throughput of a small burn under concurrent load, and the service's memory.
 
-    .venv/bin/python benchmarks/load.py [--iterations 100] [--levels 1 4 16 64]
+    .venv/bin/python -m benchmarks.load [--iterations 100] [--levels 1 4 16 64]
                                         [--duration 5] [--max-concurrent N] [--max-queued Q]
                                         [--url http://HOST:PORT --pid PID]
 
@@ -27,16 +27,15 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 
+from benchmarks.support import burn_service, run_main
 from client.data.summary import percentile
-from client.run.targets.service import ProcessService, ServiceError
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -137,19 +136,6 @@ async def run_level(host: str, port: int, target: str, concurrency: int,
     return statuses, ok_ms, len(failures), time.monotonic() - start
 
 
-# ----------------------------------------------------------------------------- the service
-
-@contextmanager
-def _service(extra_args: Sequence[str]) -> Iterator[tuple[str, int]]:
-    """``burn-service`` on a free port; yields (base URL, pid); stopped by its pid."""
-    try:
-        with ProcessService.local(extra_args) as service:
-            assert service.pid is not None
-            yield service.base_url, service.pid
-    except ServiceError as exc:
-        raise SystemExit(f"burn-service: {exc}") from None
-
-
 # ----------------------------------------------------------------------------- command line
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -221,9 +207,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra += ["--max-concurrent", str(args.max_concurrent)]
     if args.max_queued is not None:
         extra += ["--max-queued", str(args.max_queued)]
-    with _service(extra) as (base, pid):
-        return measure(base, pid if os.path.exists(f"/proc/{pid}") else None, args)
+    with burn_service(None, *extra) as service:
+        pid = service.pid
+        assert pid is not None
+        return measure(service.base_url, pid if os.path.exists(f"/proc/{pid}") else None, args)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -1,6 +1,6 @@
 """How much the client itself adds in each load mode, and how punctual the open loop is.
 
-    .venv/bin/python benchmarks/load_modes.py [--requests 300] [--rate 100] [--iterations 0]
+    .venv/bin/python -m benchmarks.load_modes [--requests 300] [--rate 100] [--iterations 0]
 
 Starts ``burn-service`` (no limit) on a free port and times the same cheap request
 (``/cpuBurnFlow?iterations=0`` by default) sequentially, in a closed loop of 1 and of 4
@@ -15,20 +15,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import httpx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from client.data.record import RequestRecord  # noqa: E402
-from client.run.modes import time_plan  # noqa: E402
-from client.run.plan import LoadPlan  # noqa: E402
-from client.run.targets.service import ProcessService, ServiceError  # noqa: E402
+from benchmarks.support import burn_service, run_main
+from client.data.record import RequestRecord
+from client.run.modes import time_plan
+from client.run.plan import LoadPlan
 
 
 def _row(label: str, records: Sequence[RequestRecord]) -> str:
@@ -63,11 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--iterations", type=int, default=0)
     args = parser.parse_args(argv)
-    try:
-        service = ProcessService.local(health_timeout=30).start()
-    except ServiceError as exc:
-        raise SystemExit(f"burn-service: {exc}") from None
-    try:
+    with burn_service(health_timeout=30) as service:
         base = service.base_url
         url = f"{base}/cpuBurnFlow?iterations={args.iterations}"
         time_plan(url, LoadPlan.from_options(requests=20), lambda r: None)  # warm-up
@@ -89,10 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    _paced(url, args.rate, args.requests)))
         print("\nThe paced baseline is a plain loop that sleeps between requests: what an idle "
               "server (and CPU) costs to wake, which every open loop pays too.")
-    finally:
-        service.stop()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

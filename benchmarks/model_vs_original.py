@@ -1,6 +1,6 @@
 """The quota model (``http-timing predict``) against the original's recorded runs. Prints tables.
 
-    .venv/bin/python benchmarks/model_vs_original.py [--network-ms 0.8] [--seeds 20]
+    .venv/bin/python -m benchmarks.model_vs_original [--network-ms 0.8] [--seeds 20]
 
 (a) **Prediction vs observation.** The original (ace-container-cpu, ``docker run --cpus X``,
     ~5 ms requests, sequential) recorded the rows marked *observed* (from
@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from client.analysis.detect import detect  # noqa: E402
-from client.analysis.model import Workload, predict  # noqa: E402
-from client.data.legacy import format_line, parse_legacy_text  # noqa: E402
-from client.data.record import RequestRecord  # noqa: E402
-from cpuquota.account import QuotaAccount  # noqa: E402
+from benchmarks.support import run_main
+from client.analysis.detect import detect
+from client.analysis.model import Workload, predict
+from client.data.legacy import format_line, parse_legacy_text
+from client.data.record import RequestRecord
+from cpuquota.account import QuotaAccount
 
 MS = 1_000_000
 # anchors.md: the original's runs (n, p50, p90, p99, mean, requests > 20 ms)
@@ -111,11 +108,11 @@ def print_table(header: list[str], rows: list[list[str]]) -> None:
                         for i, (c, w) in enumerate(zip(row, widths))))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--network-ms", type=float, default=0.8)
     parser.add_argument("--seeds", type=int, default=20)
-    opts = parser.parse_args()
+    opts = parser.parse_args(argv)
     print("(a) the original's runs vs the model (latencies in ms)")
     print_table(["run", "n", "p50", "p90", "p99", "mean", ">20ms", "throttled"],
                 table_a(opts.network_ms))
@@ -127,4 +124,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """The README's "Your own service" example: a Node.js server that knows nothing of
 throttle-lab, under a real 0.2 CPU quota, timed by ``http-timing --cgroup pid:PID``.
 
-    sudo .venv/bin/python benchmarks/own_service.py [--cpus 0.2] [--ms 6] [--concurrency 2]
+    sudo .venv/bin/python -m benchmarks.own_service [--cpus 0.2] [--ms 6] [--concurrency 2]
                                                      [--duration 6] [--name own-node]
 
 ``benchmarks/node_burner.js`` runs in a new cgroup (removed at the end, the server stopped by
@@ -17,14 +16,8 @@ import argparse
 import subprocess
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from any_service import node_in_group  # noqa: E402  (benchmarks/any_service.py)
-
-HTTP_TIMING = Path(sys.executable).parent / "http-timing"
+from benchmarks.support import HTTP_TIMING, ROOT, node_in_group, run_main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,10 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=6.0)
     parser.add_argument("--name", default="own-node")
     opts = parser.parse_args(argv)
-    with node_in_group(opts.cpus) as (base, pid, _group):
-        command = [str(HTTP_TIMING), "--url", f"{base}/burn?ms={opts.ms:g}", "--iterations",
-                   "0", "--concurrency", str(opts.concurrency), "--duration",
-                   f"{opts.duration:g}", "--cgroup", f"pid:{pid}", "--name", opts.name,
+    with node_in_group(opts.cpus) as node:
+        command = [str(HTTP_TIMING), "--url", f"{node.base_url}/burn?ms={opts.ms:g}",
+                   "--iterations", "0", "--concurrency", str(opts.concurrency), "--duration",
+                   f"{opts.duration:g}", "--cgroup", f"pid:{node.pid}", "--name", opts.name,
                    "--quiet"]
         print("$ http-timing " + " ".join(command[1:]))
         run = subprocess.run(command, cwd=ROOT, text=True, capture_output=True)
@@ -53,4 +46,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -1,6 +1,6 @@
 """The pi page's figures: what one ``/api/pi?counter=N`` request looks like per limit. Prints a table.
 
-    .venv/bin/python benchmarks/pi_page.py [--counter 100000] [--requests 10]
+    .venv/bin/python -m benchmarks.pi_page [--counter 100000] [--requests 10]
         [--limits none inprocess-10 kernel-0.1]
 
 For each limit a fresh ``burn-service`` runs (``none``: no limit; ``inprocess-P``:
@@ -18,41 +18,38 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.support import burn_service, run_main
+from client.run.targets.kernel import kernel_quota_problem
+from cpuquota.limit import Limit, LimitError
+from service.pi import measure_overhead
 
-from client.run.targets.service import ProcessService, ServiceError  # noqa: E402
-from service.pi import measure_overhead  # noqa: E402
 
-
-def service_args(limit: str) -> list[str] | None:
-    """burn-service arguments for a limit name; None when this machine cannot run it."""
+def backend_limit(limit: str) -> tuple[str, Limit | None] | None:
+    """The backend and limit for a limit name (``none``, ``inprocess-P``: ``--cpu-limit P``,
+    ``kernel-C``: ``--cpus C``); None when this machine cannot run it."""
     if limit == "none":
-        return []
+        return "kernel", None
     kind, _, value = limit.partition("-")
-    if kind == "inprocess":
-        return ["--cpu-limit", value]
-    if kind == "kernel":
-        if os.geteuid() != 0 or not os.access("/sys/fs/cgroup/cpu", os.W_OK):
-            return None
-        return ["--cpus", value]
+    try:
+        if kind == "inprocess":
+            return "inprocess", Limit(float(value) / 100)
+        if kind == "kernel":
+            return None if kernel_quota_problem() else ("kernel", Limit(float(value)))
+    except (ValueError, LimitError):
+        pass
     raise SystemExit(f"pi_page.py: unknown limit {limit!r} (none, inprocess-P, kernel-C)")
 
 
 @contextmanager
-def burn_service(args: Sequence[str]) -> Iterator[str]:
-    try:
-        with ProcessService.local(["--max-counter", "100000000", *args], health_timeout=30) as service:
-            yield service.base_url
-    except ServiceError as exc:
-        raise SystemExit(f"burn-service {' '.join(args)}: {exc}") from None
+def limited(backend: str, limit: Limit | None) -> Iterator[str]:
+    with burn_service(limit, "--max-counter", "100000000", backend=backend,
+                      health_timeout=30) as service:
+        yield service.base_url
 
 
 def measure(base: str, counter: int, requests: int) -> list[dict[str, float]]:
@@ -84,11 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     for limit in opts.limits:
-        args = service_args(limit)
-        if args is None:
+        found = backend_limit(limit)
+        if found is None:
             print(f"{limit:<14} skipped: needs root and a writable /sys/fs/cgroup/cpu")
             continue
-        with burn_service(args) as base:
+        with limited(*found) as base:
             rows = measure(base, opts.counter, opts.requests)
 
         def med(key: str, rows: list[dict[str, float]] = rows) -> float:
@@ -106,4 +103,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -1,6 +1,6 @@
 """What the service costs around a burn: CPU beyond the burn, and a trivial burn vs bare ASGI.
 
-    .venv/bin/python benchmarks/request_path.py [--seconds 5] [--iterations 5000] [--rounds 3]
+    .venv/bin/python -m benchmarks.request_path [--seconds 5] [--iterations 5000] [--rounds 3]
                                                 [--quota-cpus 0.1] [--no-quota] [--no-reference]
 
 Needs ``wrk`` (Debian: ``sudo apt-get -o DPkg::Lock::Timeout=600 install -y wrk``, or
@@ -45,8 +45,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 
-from bench_support import (WrkResult, describe_load, free_port, get, http_server, require_wrk,
-                           run_main, run_wrk, scrape, service)
+from benchmarks.support import (WRK_MISSING, WrkResult, burn_service, describe_load, free_port,
+                                get, http_server, require_wrk, run_main, run_wrk, scrape)
+from cpuquota.limit import Limit
 
 BURN_ROUTE = "throttle_lab_http_requests_total{method=GET,route=/cpuBurnFlow,status=200}"
 GOAL_BEYOND_MS, GOAL_BEYOND_QUOTA_MS, GOAL_RATIO, STRETCH_RATIO = 0.3, 1.0, 2.5, 1.2
@@ -69,12 +70,14 @@ class Beyond:
         return 1000 * self.burn_cpu_s / max(1, self.requests)
 
 
-def beyond_burn(label: str, args: Sequence[str], iterations: int, seconds: float,
+def beyond_burn(label: str, limit: Limit | None, iterations: int, seconds: float,
                 rounds: int) -> list[Beyond]:
-    """``rounds`` measurements of ``seconds`` each, one service: the machine's load drifts,
-    and the median of a few windows is steadier than one long window."""
+    """``rounds`` measurements of ``seconds`` each, one service (a kernel quota of ``limit``,
+    the access log on): the machine's load drifts, and the median of a few windows is steadier
+    than one long window."""
     out = []
-    with service(*args, timeout=120) as base:
+    with burn_service(limit, access_log=True, health_timeout=120) as served:
+        base = served.base_url
         url = f"{base}/cpuBurnFlow?iterations={iterations}"
         run_wrk(url, 1)   # warm-up
         for _ in range(rounds):
@@ -155,8 +158,9 @@ def reference_beyond(iterations: int, seconds: float, rounds: int) -> list[Beyon
     import json
 
     port, out = free_port(), []
-    with http_server([sys.executable, os.path.abspath(__file__), "--serve-reference", str(port)],
-                     port) as base:
+    with http_server(_serve_self("--serve-reference", port), port,
+                     what="the reference app") as served:
+        base = served.base_url
         url = f"{base}/cpuBurnFlow?iterations={iterations}"
 
         def cpu() -> dict[str, int]:
@@ -173,13 +177,18 @@ def reference_beyond(iterations: int, seconds: float, rounds: int) -> list[Beyon
     return out
 
 
+def _serve_self(flag: str, port: int) -> list[str]:
+    """This benchmark again, serving an app on ``port`` (the same ``-m``: the child inherits
+    the working directory and environment that found this package)."""
+    return [sys.executable, "-m", "benchmarks.request_path", flag, str(port)]
+
+
 def trivial_vs_bare(rounds: int, seconds: float) -> list[tuple[WrkResult, WrkResult]]:
     port = free_port()
     pairs = []
-    with service() as burn_base, \
-            http_server([sys.executable, os.path.abspath(__file__), "--serve-bare", str(port)],
-                        port) as bare_base:
-        trivial, bare = f"{burn_base}/cpuBurnFlow?iterations=1", f"{bare_base}/"
+    with burn_service(access_log=True) as burn, \
+            http_server(_serve_self("--serve-bare", port), port, what="the bare app") as bare_app:
+        trivial, bare = f"{burn.base_url}/cpuBurnFlow?iterations=1", f"{bare_app.base_url}/"
         run_wrk(trivial, 1), run_wrk(bare, 1)  # warm-up
         for _ in range(rounds):
             pairs.append((run_wrk(trivial, seconds), run_wrk(bare, seconds)))
@@ -251,12 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seconds <= 0 or args.iterations < 0 or args.rounds < 1 or args.quota_cpus <= 0:
         parser.error("--seconds, --rounds and --quota-cpus must be positive")
     if require_wrk() is None:
-        print("wrk is not installed: skipped. Install it with `sudo apt-get -o "
-              "DPkg::Lock::Timeout=600 install -y wrk` (or `sudo bash "
-              "scripts/install-system-deps.sh wrk`).")
+        print(WRK_MISSING)
         return 0
     print(f"{date.today().isoformat()}, {describe_load('before')}")
-    beyond = [beyond_burn("no limit", [], args.iterations, args.seconds, args.rounds)]
+    beyond = [beyond_burn("no limit", None, args.iterations, args.seconds, args.rounds)]
     if not args.no_reference:
         beyond.append(reference_beyond(args.iterations, args.seconds, args.rounds))
     if args.no_quota:
@@ -265,8 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"(b) skipped: a kernel quota (burn-service --cpus {args.quota_cpus:g}) needs root")
     else:
         beyond.append(beyond_burn(f"{args.quota_cpus:g} CPU (kernel quota)",
-                                  ["--cpus", f"{args.quota_cpus:g}"], args.iterations,
-                                  args.seconds, args.rounds))
+                                  Limit(args.quota_cpus), args.iterations, args.seconds,
+                                  args.rounds))
     pairs = trivial_vs_bare(args.rounds, args.seconds)
     side = report(beyond, pairs, args.iterations)
     print("\nside by side: " + ", ".join(side))

@@ -1,6 +1,6 @@
 """The seed's CI test, as ours: throughput per doubling of ``--cpu-limit`` (1, 2, 4, 8 %).
 
-    .venv/bin/python benchmarks/throttle_scaling.py [--modes boundary cfs] [--percents 1 2 4 8]
+    .venv/bin/python -m benchmarks.throttle_scaling [--modes boundary cfs] [--percents 1 2 4 8]
         [--connections 4] [--iterations 5000] [--window 10] [--rounds 3]
 
 Needs ``wrk`` (Debian: ``sudo apt-get -o DPkg::Lock::Timeout=600 install -y wrk``, or
@@ -41,8 +41,9 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import date
 
-from bench_support import (WrkResult, describe_load, require_wrk, run_main, run_wrk, scrape,
-                           service)
+from benchmarks.support import (WRK_MISSING, WrkResult, burn_service, describe_load,
+                                require_wrk, run_main, run_wrk, scrape)
+from cpuquota.limit import Limit
 
 SEED_FACTORS = (1.63, 2.05, 1.91)
 GOALS = {"boundary": (1.9, 2.1), "cfs": (1.3, 3.0)}
@@ -97,8 +98,10 @@ def _together(urls: Sequence[str], seconds: float, connections: int) -> list[Wrk
 
 @contextmanager
 def services(mode: str, percents: Sequence[float]) -> Iterator[list[str]]:
+    """``burn-service --cpu-limit P --throttle-mode MODE`` per percent, the access log on."""
     with ExitStack() as stack:
-        yield [stack.enter_context(service("--cpu-limit", f"{p:g}", "--throttle-mode", mode))
+        yield [stack.enter_context(burn_service(Limit(p / 100), "--throttle-mode", mode,
+                                                backend="inprocess", access_log=True)).base_url
                for p in percents]
 
 
@@ -174,9 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if min(args.connections, args.iterations, args.rounds) < 1 or args.window <= 0:
         parser.error("--connections, --iterations, --window and --rounds must be positive")
     if require_wrk() is None:
-        print("wrk is not installed: skipped. Install it with `sudo apt-get -o "
-              "DPkg::Lock::Timeout=600 install -y wrk` (or `sudo bash "
-              "scripts/install-system-deps.sh wrk`).")
+        print(WRK_MISSING)
         return 0
     print(f"{date.today().isoformat()}, {describe_load('before')}")
     print(f"/cpuBurnFlow?iterations={args.iterations}, wrk -c{args.connections} per service, "

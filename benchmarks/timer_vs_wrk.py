@@ -11,31 +11,29 @@ app on uvicorn (the same uvicorn burn-service runs on) and burn-service's
 
 Needs wrk (Debian: ``sudo apt-get install -y wrk``); without it the script says so and exits 1.
 
-    .venv/bin/python benchmarks/timer_vs_wrk.py [--rounds 3] [--seconds 3]
+    .venv/bin/python -m benchmarks.timer_vs_wrk [--rounds 3] [--seconds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
-import shutil
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from client.data.record import RequestRecord  # noqa: E402
-from client.run.http import HttpxSender, request_headers  # noqa: E402
-from client.run.modes import time_plan  # noqa: E402
-from client.run.plan import LoadPlan  # noqa: E402
-from client.run.targets.service import ProcessService, ServiceError, free_port  # noqa: E402
-from client.run.wire import SocketSender  # noqa: E402
+from benchmarks.support import (burn_service, free_port, http_server, require_wrk, run_main,
+                                run_wrk)
+from client.data.record import RequestRecord
+from client.run.http import HttpxSender, request_headers
+from client.run.modes import time_plan
+from client.run.plan import LoadPlan
+from client.run.targets import Service
+from client.run.wire import SocketSender
 
 BARE_APP = '''
 async def app(scope, receive, send):
@@ -48,15 +46,9 @@ async def app(scope, receive, send):
 
 
 def wrk_p50_p90(url: str, seconds: float) -> tuple[float, float]:
-    out = subprocess.run(["wrk", "-t1", "-c1", f"-d{seconds:g}s", "--latency", url],
-                         capture_output=True, text=True, timeout=seconds + 30).stdout
-    found = {p: _ms(v, u) for p, v, u in
-             re.findall(r"^\s+(50|90)%\s+([\d.]+)(us|ms|s)$", out, re.M)}
-    return found["50"], found["90"]
-
-
-def _ms(value: str, unit: str) -> float:
-    return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+    """p50 and p90 of ``wrk -t1 -c1`` in ms."""
+    done = run_wrk(url, seconds)
+    return done.p50_us / 1e3, done.p90_us / 1e3
 
 
 def client_p50_p90(make: Callable[[], HttpxSender | SocketSender], seconds: float
@@ -87,12 +79,17 @@ def run_p50_p90(url: str, requests: int) -> tuple[float, float]:
     return statistics.median(latencies), statistics.quantiles(latencies, n=10)[8]
 
 
-def bare_asgi(directory: Path) -> ProcessService:
-    (directory / "bare_asgi_app.py").write_text(BARE_APP)
-    port = free_port()
-    return ProcessService([sys.executable, "-m", "uvicorn", "bare_asgi_app:app", "--app-dir",
-                           str(directory), "--port", str(port), "--log-level", "warning",
-                           "--no-access-log"], port, health_timeout=30)
+@contextmanager
+def bare_asgi() -> Iterator[Service]:
+    """A bare ASGI app on uvicorn (no access log), started; stopped by its pid."""
+    with tempfile.TemporaryDirectory() as scratch:
+        (Path(scratch) / "bare_asgi_app.py").write_text(BARE_APP)
+        port = free_port()
+        with http_server([sys.executable, "-m", "uvicorn", "bare_asgi_app:app", "--app-dir",
+                          scratch, "--port", str(port), "--log-level", "warning",
+                          "--no-access-log"], port, timeout=30,
+                         what="timer_vs_wrk: the bare app") as served:
+            yield served
 
 
 def measure(label: str, url: str, rounds: int, seconds: float) -> list[str]:
@@ -121,23 +118,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0, help="per client per round")
     opts = parser.parse_args(argv)
-    if shutil.which("wrk") is None:
+    if require_wrk() is None:
         print("timer_vs_wrk: wrk is not installed (Debian: sudo apt-get install -y wrk)",
               file=sys.stderr)
         return 1
-    import tempfile
-
     rows: list[str] = []
-    try:
-        with tempfile.TemporaryDirectory() as scratch, bare_asgi(Path(scratch)) as bare:
-            rows += measure("bare ASGI app", bare.base_url + "/", opts.rounds, opts.seconds)
-        with ProcessService.local(health_timeout=30) as service:
-            rows += measure("/cpuBurnFlow?iterations=1",
-                            service.base_url + "/cpuBurnFlow?iterations=1", opts.rounds,
-                            opts.seconds)
-    except ServiceError as exc:
-        print(f"timer_vs_wrk: {exc}", file=sys.stderr)
-        return 1
+    with bare_asgi() as bare:
+        rows += measure("bare ASGI app", bare.base_url + "/", opts.rounds, opts.seconds)
+    with burn_service(health_timeout=30) as service:
+        rows += measure("/cpuBurnFlow?iterations=1",
+                        service.base_url + "/cpuBurnFlow?iterations=1", opts.rounds,
+                        opts.seconds)
     print(f"\nSequential latency, one keep-alive connection, {opts.rounds} alternating rounds of "
           f"{opts.seconds:g} s per client (medians of the rounds); load average "
           f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs\n")
@@ -148,4 +139,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

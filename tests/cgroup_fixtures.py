@@ -1,5 +1,6 @@
 """Fixture cgroup trees and proc file systems (tmp dirs), and the real thing: the stdlib
-burner service (tests/burner_server.py) in a new cgroup with a real quota.
+burner service (benchmarks/burner_server.py) in a new cgroup with a real quota
+(``burner_in_group``, the benchmarks' own: ``benchmarks.support``).
 
 A fixture tree is what the kernel shows, written as plain files: a hierarchy's groups with
 their quota files and ``cpu.stat``, and a fake ``proc`` whose ``self/mountinfo`` mounts those
@@ -8,21 +9,14 @@ hierarchies, ``<pid>/cgroup`` names a process's groups and ``<tid>/schedstat`` i
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
-from client.run.targets.service import stop_process
-from service.cgroup import create_group, empty_group, move_pid, remove_group
-from cpuquota.limit import Limit
+from benchmarks.support import BURNER, BurningGroup, burner_in_group
 
 __all__ = ["BURNER", "V1_STAT", "V2_STAT", "BurningGroup", "burner_in_group", "fake_proc",
            "mount_line", "v1_group", "v2_group"]
 
-BURNER = Path(__file__).resolve().parent / "burner_server.py"
 V1_STAT = "nr_periods 31\nnr_throttled 30\nthrottled_time 2071000000\nnr_bursts 0\nburst_time 0\n"
 V2_STAT = ("usage_usec 900000\nuser_usec 880000\nsystem_usec 20000\nnr_periods 31\n"
            "nr_throttled 30\nthrottled_usec 2071000\nnr_bursts 0\nburst_usec 0\n")
@@ -82,35 +76,3 @@ def fake_proc(proc: Path, mounts: Sequence[str] | None = None,
         (proc / str(tid)).mkdir(exist_ok=True)
         (proc / str(tid) / "schedstat").write_text(f"{ns} 1234 5\n")
     return proc
-
-
-@dataclass(frozen=True)
-class BurningGroup:
-    base_url: str
-    pid: int
-    group: Path
-
-
-@contextmanager
-def burner_in_group(cpus: float = 0.2) -> Iterator[BurningGroup]:
-    """tests/burner_server.py running in a new cgroup with a ``cpus`` quota; the server is
-    stopped by its pid and the group removed by its path at the end, also on failure."""
-    group = create_group(Limit(cpus))
-    proc: subprocess.Popen[str] | None = None
-    try:
-        proc = subprocess.Popen([sys.executable, str(BURNER), "--port", "0"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        move_pid(group, proc.pid)
-        assert proc.stdout is not None
-        line = proc.stdout.readline().split()
-        if len(line) != 2 or line[0] != "port":
-            raise RuntimeError(f"burner_server did not start: {line} {proc.stderr}")
-        yield BurningGroup(f"http://127.0.0.1:{line[1]}", proc.pid, group)
-    finally:
-        if proc is not None:
-            stop_process(proc, timeout=10)
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
-        empty_group(group)
-        remove_group(group)

@@ -1,5 +1,5 @@
 """``http-timing run --cgroup``: throttling evidence for a service that is not burn-service
-(tests/burner_server.py, a stdlib server) in a cgroup with a real quota, sequential and with
+(benchmarks/burner_server.py, a stdlib server) in a cgroup with a real quota, sequential and with
 --concurrency 4, by the group's path and by ``pid:``; and ``docker:`` against the project's
 image under ``--cpus 0.3``."""
 

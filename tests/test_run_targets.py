@@ -44,6 +44,16 @@ def test_each_backend_starts_the_service_under_its_limit() -> None:
     assert health_timeout(None) == 30 and health_timeout(Limit(0.1)) == pytest.approx(45)
 
 
+def test_more_service_flags_come_after_each_backends_own() -> None:
+    options = TargetOptions(image="img:1", service_args=("--max-counter", "9", "--log-level",
+                                                         "info"))
+    more = ["--log-level", "warning", "--max-counter", "9", "--log-level", "info"]
+    assert KernelBackend(options).argv(Limit(0.3), 8000, "bs")[-6:] == more
+    assert InProcessBackend(options).argv(None, 8000, "bs") == ["bs", "--port", "8000", *more]
+    assert DockerBackend(options).argv(Limit(0.1), 8000)[-7:] == ["img:1", *more]
+    assert KernelBackend(OPTIONS).argv(None, 8000, "bs")[-2:] == ["--log-level", "warning"]
+
+
 def test_each_backend_refuses_what_it_cannot_set() -> None:
     KernelBackend(OPTIONS).check([Limit(4.0), None])
     with pytest.raises(ValueError, match="minimum is 1000 µs"):

@@ -44,6 +44,7 @@ class DockerBackend:
 
     def __init__(self, options: TargetOptions) -> None:
         self.image = options.image
+        self.service_args = options.service_args
 
     def problem(self) -> str | None:
         problem = docker_problem(self.image)
@@ -71,7 +72,7 @@ class DockerBackend:
             flags = ["--cpu-period", str(limit.period_us), "--cpu-quota", str(limit.quota_us)]
         return ["docker", "run", "--detach", *name, *flags,
                 "--publish", f"127.0.0.1:{port}:{CONTAINER_PORT}", self.image,
-                "--log-level", "warning"]
+                "--log-level", "warning", *self.service_args]
 
     def target(self, limit: Limit | None, port: int, *, index: int = 1) -> ContainerService:
         name = f"throttle-lab-sweep-{os.getpid()}-{index}"

@@ -37,7 +37,8 @@ class InProcessBackend:
     def argv(self, limit: Limit | None, port: int, burn_service: str) -> list[str]:
         percent = f"{limit.cpus * 100:g}" if limit else ""
         flags = limit_flags(limit, "--cpu-limit", percent, "--throttle-cycle")
-        return [burn_service, "--port", str(port), *flags, "--log-level", "warning"]
+        return [burn_service, "--port", str(port), *flags, "--log-level", "warning",
+                *self.options.service_args]
 
     def target(self, limit: Limit | None, port: int, *, index: int = 1) -> ProcessService:
         return ProcessService(self.argv(limit, port, burn_service_path()), port,

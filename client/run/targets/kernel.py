@@ -67,7 +67,8 @@ class KernelBackend:
         flags = limit_flags(limit, "--cpus", f"{limit.cpus:g}" if limit else "", "--period-ms")
         if limit is not None and limit.burst_ms:
             flags += ["--burst-ms", f"{limit.burst_ms:g}"]
-        return [burn_service, "--port", str(port), *flags, "--log-level", "warning"]
+        return [burn_service, "--port", str(port), *flags, "--log-level", "warning",
+                *self.options.service_args]
 
     def target(self, limit: Limit | None, port: int, *, index: int = 1) -> ProcessService:
         return ProcessService(self.argv(limit, port, burn_service_path()), port,

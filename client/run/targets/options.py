@@ -18,3 +18,6 @@ def _image() -> str:
 @dataclass(frozen=True)
 class TargetOptions:
     image: str = field(default_factory=_image)   # the docker backend's image
+    # more burn-service flags, after the backend's own (of a flag given twice, the last wins:
+    # ("--log-level", "info") turns the access log back on), e.g. ("--max-concurrent", "8")
+    service_args: tuple[str, ...] = ()

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Threads drain the quota: the same CPU on two threads is throttled, on one it is not.
 
-    sudo .venv/bin/python scripts/parallel_drain.py [--cpus 1] [--thread-ms 120]
-                                                     [--average 0.1] [--requests 20]
+    sudo .venv/bin/python -m benchmarks.parallel_drain [--cpus 1] [--thread-ms 120]
+                                                        [--average 0.1] [--requests 20]
 
 ``burn-service --cpus 1`` (a real kernel quota: 100 ms of CPU per 100 ms period) gets an open
 loop whose average is far below the limit (``--average`` CPU, 0.1 by default). Every request
@@ -27,29 +26,18 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import httpx
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from client.analysis.report import build_report  # noqa: E402
-from client.data.files import read_run  # noqa: E402
-from client.run.targets.kernel import kernel_quota_problem  # noqa: E402
-from client.run.targets.service import ProcessService  # noqa: E402
-
-HTTP_TIMING = Path(sys.executable).parent / "http-timing"
+from benchmarks.support import HTTP_TIMING, ROOT, burn_service, calibrate, run_main
+from client.analysis.report import build_report
+from client.data.files import read_run
+from client.run.targets.kernel import kernel_quota_problem
+from cpuquota.limit import Limit
 
 
-def calibrate(base: str, threads: int, cpu_ms: float) -> int:
+def calibrated(base: str, threads: int, cpu_ms: float) -> int:
     """Iterations (on each thread) whose burn on ``threads`` threads takes ``cpu_ms`` of CPU in
-    all here: measured for each, so that both runs burn the same CPU per request."""
-    probe = 100_000  # ~40-50 ms: long enough to average out a cold cache
-    cpu = []
-    for _ in range(5):
-        body = httpx.get(f"{base}/cpuBurnFlow", params={"iterations": probe, "threads": threads},
-                         timeout=30).json()
-        cpu.append(body["cpu_ns"])
-    return max(1, round(probe * cpu_ms * 1e6 / statistics.median(cpu)))
+    all here: measured for each, so that both runs burn the same CPU per request (a probe of
+    ~40-50 ms: long enough to average out a cold cache; median of 5)."""
+    return calibrate(base, cpu_ms, probe=100_000, requests=5, threads=threads)
 
 
 def record(base: str, threads: int, iterations: int, rate: float, requests: int) -> Path:
@@ -84,13 +72,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the load's average CPU use (default 0.1)")
     parser.add_argument("--requests", type=int, default=20)
     opts = parser.parse_args(argv)
+    try:
+        limit = Limit(opts.cpus)
+    except ValueError as exc:
+        parser.error(str(exc))
     if problem := kernel_quota_problem():
         print(f"parallel_drain: needs a kernel quota: {problem}", file=sys.stderr)
         return 2
     rate = opts.average / (2 * opts.thread_ms / 1000)
-    with ProcessService.local(["--cpus", f"{opts.cpus:g}"], health_timeout=60) as service:
+    with burn_service(limit, health_timeout=60) as service:
         per_request = 2 * opts.thread_ms
-        iterations = {t: calibrate(service.base_url, t, per_request) for t in (1, 2)}
+        iterations = {t: calibrated(service.base_url, t, per_request) for t in (1, 2)}
         print(f"parallel_drain: {per_request:g} ms of CPU per request: {iterations[2]} "
               f"iterations on each of 2 threads, or {iterations[1]} on one; {rate:.3g} "
               f"requests/s = {opts.average:g} CPU on average, limit {opts.cpus:g} CPU", flush=True)
@@ -111,4 +103,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -1,6 +1,7 @@
-"""A tiny stdlib HTTP service that burns CPU: the "any service" of the cgroup tests.
+"""A tiny stdlib HTTP service that burns CPU: the "any service" of the cgroup tests and
+benchmarks (``benchmarks.support.burner_in_group`` runs it in a cgroup of its own).
 
-    python tests/burner_server.py [--port 0]
+    python benchmarks/burner_server.py [--port 0]
 
 Prints ``port N`` on its first line once it listens. ``GET /burn?ms=N`` busy-loops until its
 thread has used N ms of CPU (``time.thread_time``: a quota's pauses do not count), then answers

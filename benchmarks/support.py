@@ -1,0 +1,283 @@
+"""What the benchmarks share: the services they start, reading them, ``wrk``, the entry point.
+
+- **Services**, started through the client's targets registry (``client.run.targets``:
+  ``BACKENDS``, ``ProcessService``) and stopped by their own pid, also on an error, Ctrl-C or
+  SIGTERM (``run_main``): :func:`burn_service` (``burn-service`` under a limit, on a free port),
+  :func:`http_server` (any command that answers ``/healthz``), :func:`burner_in_group` and
+  :func:`node_in_group` (a server that knows nothing of throttle-lab, in a new cgroup with a
+  real quota, removed by its path at the end).
+- **Reading them**: :func:`get`, :func:`scrape` (``/metrics``), :func:`calibrate` (iterations
+  for a CPU time), :func:`record` (a recorded run: the client's ``record_run``).
+- **wrk**: :func:`require_wrk`, :func:`run_wrk`.
+- **The entry point**: ``run_main(main)`` (signals unwind, Ctrl-C exits 130).
+
+Run a benchmark from the repository's root as ``.venv/bin/python -m benchmarks.NAME``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from client.data.files import Run
+from client.run.record import RunSpec, record_run
+from client.run.targets import BACKENDS, Service, ServiceError, TargetOptions
+from client.run.targets.service import ProcessService, free_port, stop_process
+from cpuquota.limit import Limit
+from service.cgroup import create_group, empty_group, move_pid, remove_group
+
+__all__ = ["BIN", "BURNER", "HTTP_TIMING", "NODE_BURNER", "ROOT", "WRK_MISSING", "BurningGroup",
+           "WrkResult", "burn_service", "burner_in_group", "calibrate", "describe_load",
+           "exit_on_sigterm", "free_port", "get", "http_server", "loadavg", "node_in_group",
+           "record", "require_wrk", "run_main", "run_wrk", "scrape", "serve_in_group", "started"]
+
+ROOT = Path(__file__).resolve().parent.parent   # the checkout: raw-data/, pictures/
+HERE = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent               # the venv's bin: burn-service, http-timing
+HTTP_TIMING = BIN / "http-timing"
+BURNER = HERE / "burner_server.py"              # a stdlib server that burns CPU
+NODE_BURNER = HERE / "node_burner.js"           # the same in Node.js
+WRK_MISSING = ("wrk is not installed: skipped. Install it with `sudo apt-get -o "
+               "DPkg::Lock::Timeout=600 install -y wrk` (or `sudo bash "
+               "scripts/install-system-deps.sh wrk`).")
+
+
+# -- the entry point ------------------------------------------------------------------------
+
+def loadavg() -> str:
+    one, five, _ = os.getloadavg()
+    return f"{one:.2f} (5 min {five:.2f})"
+
+
+def describe_load(when: str) -> str:
+    return f"load average {when}: {loadavg()}, {os.cpu_count()} CPUs"
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM (and a SIGINT a background shell ignored) unwind like Ctrl-C, so every server
+    this process started is stopped by the ``finally`` that started it."""
+    def leave(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
+    signal.signal(signal.SIGINT, leave)
+
+
+def run_main(main: Callable[[], int]) -> NoReturn:
+    """A benchmark's entry point: signals unwind (``exit_on_sigterm``), Ctrl-C exits 130."""
+    exit_on_sigterm()
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+# -- services -------------------------------------------------------------------------------
+
+@contextmanager
+def started(service: Service, what: str = "burn-service") -> Iterator[Service]:
+    """``service`` started (healthy), stopped at the end by its own id; a service that does not
+    start ends the benchmark with one line naming ``what``."""
+    try:
+        service.start()
+    except ServiceError as exc:
+        service.stop()
+        raise SystemExit(f"{what}: {exc}") from None
+    except BaseException:
+        service.stop()
+        raise
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+@contextmanager
+def burn_service(limit: Limit | None = None, *flags: str, backend: str = "kernel",
+                 access_log: bool = False, health_timeout: float | None = None
+                 ) -> Iterator[Service]:
+    """``burn-service`` on a free port under ``limit`` (None: no limit) set by ``backend``
+    (``kernel``: ``--cpus``, a cgroup; ``inprocess``: ``--cpu-limit``; ``docker``), with more
+    ``flags``; ``access_log``: at burn-service's default log level (``info``: the access log
+    on, a cost some benchmarks measure) instead of the backends' ``warning``."""
+    options = TargetOptions(service_args=(*flags, *(("--log-level", "info") if access_log
+                                                     else ())))
+    made = BACKENDS[backend](options)
+    try:
+        made.check([limit])
+    except ValueError as exc:
+        raise SystemExit(f"burn-service: {exc}") from None
+    target = made.target(limit, free_port())
+    if health_timeout is not None:
+        target.health_timeout = health_timeout
+    with started(target, " ".join(["burn-service", *target.argv[3:]])) as service:
+        yield service
+
+
+@contextmanager
+def http_server(command: Sequence[str], port: int, timeout: float = 60.0,
+                what: str = "the server") -> Iterator[Service]:
+    """Run ``command`` (a server listening on ``port``, answering ``/healthz``); yield it
+    started; stopped by its pid."""
+    with started(ProcessService(command, port, health_timeout=timeout), what) as service:
+        yield service
+
+
+@dataclass(frozen=True)
+class BurningGroup:
+    """A server that knows nothing of throttle-lab, in a cgroup of its own."""
+
+    base_url: str
+    pid: int
+    group: Path
+
+
+@contextmanager
+def serve_in_group(command: Sequence[str], cpus: float) -> Iterator[BurningGroup]:
+    """``command`` (a server that prints ``port N`` once it listens) in a new cgroup with a
+    ``cpus`` quota; stopped by its pid and the group removed by its path at the end, also on
+    failure."""
+    group = create_group(Limit(cpus))
+    proc: subprocess.Popen[str] | None = None
+    errors = tempfile.TemporaryFile(prefix="server-in-group-")
+    try:
+        proc = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=errors, text=True,
+                                stdin=subprocess.DEVNULL)
+        move_pid(group, proc.pid)   # all its threads move with it
+        assert proc.stdout is not None
+        words = proc.stdout.readline().split()
+        if len(words) != 2 or words[0] != "port":
+            errors.seek(0)
+            said = errors.read().decode("utf-8", "replace").strip().splitlines()[-1:]
+            raise ServiceError(f"{Path(command[1]).name} did not start: {words} {said}")
+        yield BurningGroup(f"http://127.0.0.1:{words[1]}", proc.pid, group)
+    finally:
+        if proc is not None:
+            stop_process(proc, timeout=10)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        errors.close()
+        empty_group(group)
+        remove_group(group)
+
+
+@contextmanager
+def burner_in_group(cpus: float = 0.2) -> Iterator[BurningGroup]:
+    """``benchmarks/burner_server.py`` (standard library only) in a new group of ``cpus``."""
+    with serve_in_group([sys.executable, str(BURNER), "--port", "0"], cpus) as server:
+        yield server
+
+
+@contextmanager
+def node_in_group(cpus: float) -> Iterator[BurningGroup]:
+    """``benchmarks/node_burner.js`` in a new group of ``cpus``."""
+    node = shutil.which("node")
+    if node is None:
+        raise SystemExit("node is not installed")
+    with serve_in_group([node, str(NODE_BURNER), "0"], cpus) as server:
+        yield server
+
+
+# -- reading a service ----------------------------------------------------------------------
+
+def get(base: str, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
+    """One GET on a new connection (the standard library's: cheap, no pool)."""
+    host, port = base.rsplit("/", 1)[-1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def scrape(base: str) -> dict[str, float]:
+    """``/metrics`` as {name: value} for unlabelled samples and {name{k=v,...}: value}."""
+    _, body = get(base, "/metrics")
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
+
+
+def calibrate(base: str, cpu_ms: float, *, probe: int = 5000, requests: int = 20,
+              warmup: int = 0, threads: int | None = None) -> int:
+    """Iterations (on each thread) whose burn takes ``cpu_ms`` of CPU in all here: the median
+    ``cpu_ns`` of ``requests`` sequential ``/cpuBurnFlow?iterations=PROBE[&threads=T]``, after
+    ``warmup`` requests not counted."""
+    params = {"iterations": probe, **({"threads": threads} if threads else {})}
+    with httpx.Client(base_url=base, timeout=60) as client:
+        def cpu_ns() -> int:
+            body = client.get("/cpuBurnFlow", params=params).raise_for_status().json()
+            return int(body["cpu_ns"])
+
+        for _ in range(warmup):
+            cpu_ns()
+        cpu = [cpu_ns() for _ in range(requests)]
+    return max(1, round(probe * cpu_ms * 1e6 / statistics.median(cpu)))
+
+
+def record(spec: RunSpec) -> Run:
+    """A run recorded as ``http-timing`` records one (CSV + JSON in ``spec.data_dir``)."""
+    return record_run(spec).run
+
+
+# -- wrk ------------------------------------------------------------------------------------
+
+def require_wrk() -> str | None:
+    """The path of ``wrk``, or None (the caller prints ``WRK_MISSING`` and skips)."""
+    return shutil.which("wrk")
+
+
+@dataclass(frozen=True)
+class WrkResult:
+    requests: int
+    seconds: float
+    p50_us: float
+    p90_us: float
+    p99_us: float
+
+    @property
+    def rate(self) -> float:
+        return self.requests / self.seconds
+
+
+_UNITS = {"us": 1.0, "ms": 1e3, "s": 1e6}
+
+
+def _us(text: str) -> float:
+    match = re.fullmatch(r"([\d.]+)(us|ms|s)", text)
+    if match is None:
+        raise ValueError(f"not a wrk duration: {text!r}")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def run_wrk(url: str, seconds: float, connections: int = 1, threads: int = 1) -> WrkResult:
+    """``wrk -tT -cC -dNs --latency URL``: requests and latency percentiles."""
+    out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s",
+                          "--timeout", "30s", "--latency", url],
+                         capture_output=True, text=True, check=True, timeout=seconds + 60).stdout
+    done = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s)", out)
+    pct = dict(re.findall(r"^\s+(50|90|99)%\s+(\S+)\s*$", out, re.M))
+    if done is None or len(pct) != 3:
+        raise SystemExit(f"could not read wrk's output:\n{out}")
+    return WrkResult(int(done.group(1)), _us(done.group(2) + done.group(3)) / 1e6,
+                     _us(pct["50"]), _us(pct["90"]), _us(pct["99"]))
