@@ -137,3 +137,66 @@ def test_bad_counter_shows_a_readable_422_page(page: Any) -> None:
         assert "counter must be an integer in [0, 5000]" in text
         assert "bold" not in page.content()
         assert page.locator("main b").count() == 0
+
+
+THROTTLED_PIXELS = """() => {
+  const c = document.getElementById("dots");
+  const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  let n = 0;   // the throttled colour, #ff7f0e
+  for (let i = 0; i < d.length; i += 4)
+    if (d[i + 3] > 100 && d[i] > 235 && Math.abs(d[i + 1] - 127) < 25 && d[i + 2] < 60) n++;
+  return n;
+}"""
+
+
+@pytest.mark.root
+def test_live_page_shows_requests_as_they_complete_then_the_end(page: Any,
+                                                                  tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.cgroup_fixtures import burner_in_group
+    from tests.support import BIN, free_port, require_kernel_quota
+    from tests.test_commands_live import wait_serving
+
+    require_kernel_quota()
+    url = f"http://127.0.0.1:{free_port()}/"
+    with burner_in_group(0.2) as service:
+        proc = subprocess.Popen(
+            [str(BIN / "http-timing"), "--url", service.base_url + "/burn?ms=12", "--iterations",
+             "0", "--requests", "300", "--cgroup", str(service.group), "--name", "live",
+             "--quiet", "--live", url.rsplit(":", 1)[1].strip("/")],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_serving(url, proc)
+            urls = only_own_requests(page, url)
+            page.goto(url)
+            # mid-run: the requests so far, the throttled ones in their colour, the group
+            page.wait_for_function("window.live.points.length >= 40 && "
+                                   "window.live.points.some(p => p[2] === 1)", timeout=30_000)
+            assert page.locator("#status").inner_text() == "running"
+            shown = int(page.locator("#requests").inner_text())
+            assert 0 < shown < 300
+            assert int(page.locator("#throttled").inner_text()) > 0
+            page.wait_for_function("window.live.drawn > 0")
+            assert page.evaluate(THROTTLED_PIXELS) > 0
+            page.wait_for_function("window.live.cgroup !== null", timeout=10_000)
+            assert page.locator("#cpu-section").is_visible()
+            assert "periods throttled" in page.locator("#cpu-title").inner_text()
+            # the end: the final picture, the files
+            page.wait_for_function("window.live.end !== null", timeout=90_000)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, err
+    assert page.locator("#status").inner_text() == "finished"
+    assert page.locator("#requests").inner_text() == "300"
+    assert page.evaluate("window.live.points.length") == 300
+    assert page.locator("#files li").all_inner_texts() == [
+        "raw-data/live.csv", "raw-data/live.json", "raw-data/live.cgroup.csv",
+        "pictures/live.png"]
+    assert page.evaluate(THROTTLED_PIXELS) > 0
+    assert page.locator("#picture-box summary").is_visible()
+    screenshot(page, "live-page.png", tmp_path)
+    assert urls and all(u.startswith(url) for u in urls), urls
