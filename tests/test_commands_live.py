@@ -77,3 +77,36 @@ def test_bad_live_options_are_one_line(tmp_path: Path, argv: list[str], message:
                        monkeypatch, capsys)
     assert message in line, line
     assert not (tmp_path / "raw-data").exists()
+
+
+@pytest.mark.root
+def test_watch_live_shows_the_groups_throttles_then_ends(tmp_path: Path) -> None:
+    from tests.test_commands_watch import busy_burner
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    with busy_burner() as burner:
+        proc = subprocess.Popen(
+            [str(BIN / "http-timing"), "watch", str(burner.group), "--json", "--interval",
+             "0.5", "--count", "6", "--live", str(port)],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_serving(url, proc)
+            got = list(frames(url, timeout=30))
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, err
+    assert len(out.splitlines()) == 6            # the JSON lines go on as before
+    assert f"live page of the watch: {url}" in err
+    panels = [f["cgroup"] for f in got if "cgroup" in f]
+    assert panels and panels[-1]["quota_ms"] == pytest.approx(20)
+    assert panels[-1]["nr_throttled"] > 0 and panels[-1]["stretches"]
+    assert max(ms for _t, ms in panels[-1]["periods"]) >= 0.9 * 20   # periods at the quota
+    assert got[-1]["end"] == {"files": [], "interrupted": False, "picture": None,
+                              "source": "none"}
+    assert got[-1]["counts"]["requests"] == 0 and not got[-1]["points"]
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url, timeout=5)

@@ -16,6 +16,7 @@ the *drawing* is the page's: one dot per pixel).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,8 +138,14 @@ class LiveState:
                                  _round(p99))
         return self.counts
 
-    def read_timeline(self, timeline: Sequence[CgroupSample]) -> None:
-        """The watched group's samples so far: its throttled stretches and CPU per period."""
+    def read_timeline(self, timeline: Sequence[CgroupSample],
+                      window_s: float | None = None) -> None:
+        """The watched group's samples so far (only the last ``window_s`` seconds of them
+        when given: a watch that goes on for hours): its throttled stretches and CPU per
+        period."""
+        if window_s is not None and timeline:
+            cut = timeline[-1].t_ns - round(window_s * 1e9)
+            timeline = timeline[bisect.bisect_left(timeline, cut, key=lambda s: s.t_ns):]
         if len(timeline) < 2:
             return
         period_ns = self.limit.period_ns if self.limit else DEFAULT_PERIOD_NS
@@ -153,6 +160,8 @@ class LiveState:
                         for p in periods],
             "nr_throttled": timeline[-1].nr_throttled - timeline[0].nr_throttled,
             "nr_periods": timeline[-1].nr_periods - timeline[0].nr_periods,
+            "window_s": window_s,
+            "from_s": round(timeline[0].t_ns / 1e9, 4),
         }
         self.cgroup_version += 1
 

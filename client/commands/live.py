@@ -1,5 +1,6 @@
 """``--live [PORT]`` and ``--live-host ADDRESS``: the live page of a run, for any command that
-records one (``run``, ``watch``; ``record`` wires it the same way).
+records one (``run``; ``record`` wires it the same way) and for ``watch``
+(:func:`watched_live`: the group alone, its last minute).
 
 One call around the run, one at its end::
 
@@ -22,11 +23,14 @@ from pathlib import Path
 
 from client.analysis.detect import Detection
 from client.commands.options import CliError, int_in
+from client.data.metadata import RunMetadata
 from client.data.timeline import timeline_path
 from client.render.live import DEFAULT_HOST, DEFAULT_PORT, LiveError, LivePage
+from client.run.cgroup_sampler import DEFAULT_INTERVAL, CgroupSampler
+from client.run.cgroup_target import CgroupTarget, CgroupTargetError
 from client.run.record import RecordedRun
 
-__all__ = ["add_live_arguments", "live_page", "run_files", "show_live_end"]
+__all__ = ["add_live_arguments", "live_page", "run_files", "show_live_end", "watched_live"]
 
 
 def add_live_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,20 +45,43 @@ def add_live_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @contextmanager
-def live_page(opts: argparse.Namespace, what: str = "the run") -> Iterator[LivePage | None]:
-    """The page server while inside (None without ``--live``); stopped when left."""
+def live_page(opts: argparse.Namespace, what: str = "the run",
+              window_s: float | None = None) -> Iterator[LivePage | None]:
+    """The page server while inside (None without ``--live``); stopped when left.
+    ``window_s``: the page shows only the group's last seconds (a watch)."""
     if opts.live is None:
         if opts.live_host is not None:
             raise CliError("--live-host goes with --live")
         yield None
         return
     try:
-        page = LivePage(opts.live_host or DEFAULT_HOST, opts.live)
+        page = LivePage(opts.live_host or DEFAULT_HOST, opts.live, window_s=window_s)
     except LiveError as exc:
         raise CliError(str(exc)) from None
     with page:
         print(f"live page of {what}: {page.url}", file=sys.stderr, flush=True)
         yield page
+
+
+@contextmanager
+def watched_live(live: LivePage | None, target: CgroupTarget) -> Iterator[None]:
+    """``watch --live``: the group sampled for the page (as a run's ``--cgroup`` is, many
+    times a period, no file) while inside; the page's end when left."""
+    if live is None:
+        yield
+        return
+    sampler = CgroupSampler(target, None, DEFAULT_INTERVAL)
+    try:
+        sampler.start()
+    except CgroupTargetError as exc:
+        raise CliError(str(exc)) from None
+    live.run_started(RunMetadata(name=f"watch {target.group}", command=["http-timing", "watch"],
+                                 cgroup=target.to_metadata()), sampler.samples)
+    try:
+        yield
+    finally:
+        sampler.stop()
+        live.show_end([], None, [])
 
 
 def run_files(recorded: RecordedRun, picture: Path | None) -> list[Path]:

@@ -77,7 +77,7 @@ class LivePage:
     inside ``with`` (the server stops when it is left, whatever happened)."""
 
     def __init__(self, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                 tick: float = TICK_S) -> None:
+                 tick: float = TICK_S, window_s: float | None = None) -> None:
         try:
             self._sock = socket.create_server((host, port))
         except OSError as exc:
@@ -86,7 +86,7 @@ class LivePage:
         self.host, self.port = host, self._sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{self.port}/"
-        self.tick = tick
+        self.tick, self.window_s = tick, window_s   # window_s: the group's last seconds only
         self.state = LiveState()
         self._arrived: list[RequestRecord] = []   # the timed path appends, the server reads
         self._taken = 0
@@ -170,7 +170,7 @@ class LivePage:
             self.state.reclassify()
             detection = self.state.detection
         if self._timeline is not None:
-            self.state.read_timeline(self._timeline)
+            self.state.read_timeline(self._timeline, self.window_s)
         if detection is not None:
             self.state.finish(detection, files, interrupted=interrupted, picture=picture)
         assert self._ended is not None
@@ -228,7 +228,7 @@ class LivePage:
             self._next_detect = time.monotonic() + cost / DETECT_SHARE
             self.detections += 1
         if self._timeline is not None:
-            self.state.read_timeline(self._timeline)
+            self.state.read_timeline(self._timeline, self.window_s)
         self.state.count()
 
     def _push(self) -> None:
