@@ -97,7 +97,6 @@ class LivePage:
         self.frames_sent = self.frames_dropped = self.detections = self.most_viewers = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
-        self._ended: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._serve, name="live-page", daemon=True)
         self._cpu_clock: int | None = None
 
@@ -173,8 +172,6 @@ class LivePage:
             self.state.read_timeline(self._timeline, self.window_s)
         if detection is not None:
             self.state.finish(detection, files, interrupted=interrupted, picture=picture)
-        assert self._ended is not None
-        self._ended.set()
         self._push()
         deadline = time.monotonic() + END_FLUSH_S
         while time.monotonic() < deadline and any(
@@ -186,7 +183,6 @@ class LivePage:
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._cpu_clock = time.pthread_getcpuclockid(threading.get_ident())
-        self._ended = asyncio.Event()
         server = self._loop.run_until_complete(
             asyncio.start_server(self._handle, sock=self._sock))
         ticker = self._loop.create_task(self._tick())
