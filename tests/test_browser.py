@@ -3,7 +3,8 @@
 Playwright cannot download its own browsers here, so it launches ``/usr/bin/chromium``
 (``apt-get install chromium``; scripts/install-system-deps.sh does it for CI). The pi page is
 loaded from a ``burn-service`` subprocess with the in-process throttle at 10% CPU, so the loop
-is paused every period and the page must show (and highlight) those pauses. Screenshots are
+is paused every period and the page must show (and highlight) those pauses. The live page
+(``http-timing --live``) is watched while a throttled run goes, then at its end. Screenshots are
 taken every run (a page that cannot render fails); they replace the README's pictures in
 ``pictures/`` only with ``THROTTLE_LAB_UPDATE_PICTURES=1``, so `make test` leaves the tree clean.
 """
@@ -149,54 +150,71 @@ THROTTLED_PIXELS = """() => {
 }"""
 
 
-@pytest.mark.root
-def test_live_page_shows_requests_as_they_complete_then_the_end(page: Any,
-                                                                  tmp_path: Path) -> None:
+def live_run(page: Any, argv: list[str], total: int, cwd: Path, *,
+             cgroup: bool) -> list[str]:
+    """``http-timing ARGV --live PORT`` watched in the browser: mid-run the requests so far
+    with the throttled ones in their colour (and the group's panel with ``cgroup``), then the
+    end. Returns the URLs the page fetched."""
     import subprocess
 
-    from tests.cgroup_fixtures import burner_in_group
-    from tests.support import BIN, free_port, require_kernel_quota
+    from tests.support import BIN, free_port
     from tests.test_commands_live import wait_serving
 
-    require_kernel_quota()
-    url = f"http://127.0.0.1:{free_port()}/"
-    with burner_in_group(0.2) as service:
-        proc = subprocess.Popen(
-            [str(BIN / "http-timing"), "--url", service.base_url + "/burn?ms=12", "--iterations",
-             "0", "--requests", "300", "--cgroup", str(service.group), "--name", "live",
-             "--quiet", "--live", url.rsplit(":", 1)[1].strip("/")],
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_serving(url, proc)
-            urls = only_own_requests(page, url)
-            page.goto(url)
-            # mid-run: the requests so far, the throttled ones in their colour, the group
-            page.wait_for_function("window.live.points.length >= 40 && "
-                                   "window.live.points.some(p => p[2] === 1)", timeout=30_000)
-            assert page.locator("#status").inner_text() == "running"
-            shown = int(page.locator("#requests").inner_text())
-            assert 0 < shown < 300
-            assert int(page.locator("#throttled").inner_text()) > 0
-            page.wait_for_function("window.live.drawn > 0")
-            assert page.evaluate(THROTTLED_PIXELS) > 0
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    proc = subprocess.Popen([str(BIN / "http-timing"), *argv, "--requests", str(total),
+                             "--quiet", "--live", str(port)],
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_serving(url, proc)
+        urls = only_own_requests(page, url)
+        page.goto(url)
+        page.wait_for_function("window.live.points.length >= 40 && "
+                               "window.live.points.some(p => p[2] === 1)", timeout=30_000)
+        assert page.locator("#status").inner_text() == "running"
+        assert 0 < int(page.locator("#requests").inner_text()) < total
+        assert int(page.locator("#throttled").inner_text()) > 0
+        page.wait_for_function("window.live.drawn > 0")
+        assert page.evaluate(THROTTLED_PIXELS) > 0
+        if cgroup:
             page.wait_for_function("window.live.cgroup !== null", timeout=10_000)
             assert page.locator("#cpu-section").is_visible()
             assert "periods throttled" in page.locator("#cpu-title").inner_text()
-            # the end: the final picture, the files
-            page.wait_for_function("window.live.end !== null", timeout=90_000)
-            out, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        else:
+            assert not page.locator("#cpu-section").is_visible()
+        page.wait_for_function("window.live.end !== null", timeout=90_000)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 0, err
     assert page.locator("#status").inner_text() == "finished"
-    assert page.locator("#requests").inner_text() == "300"
-    assert page.evaluate("window.live.points.length") == 300
-    assert page.locator("#files li").all_inner_texts() == [
-        "raw-data/live.csv", "raw-data/live.json", "raw-data/live.cgroup.csv",
-        "pictures/live.png"]
+    assert page.locator("#requests").inner_text() == str(total)
+    assert page.evaluate("window.live.points.length") == total
     assert page.evaluate(THROTTLED_PIXELS) > 0
     assert page.locator("#picture-box summary").is_visible()
-    screenshot(page, "live-page.png", tmp_path)
     assert urls and all(u.startswith(url) for u in urls), urls
+    return page.locator("#files li").all_inner_texts()
+
+
+def test_live_page_of_a_run_under_the_in_process_throttle(page: Any, tmp_path: Path) -> None:
+    with service_process(["--cpu-limit", "10"]) as (base, _proc):
+        files = live_run(page, ["--url", base + "/cpuBurnFlow", "--name", "inproc"], 200,
+                         tmp_path, cgroup=False)
+    assert files == ["raw-data/inproc.csv", "raw-data/inproc.json", "pictures/inproc.png"]
+
+
+@pytest.mark.root
+def test_live_page_of_a_run_with_the_groups_cpu_per_period(page: Any, tmp_path: Path) -> None:
+    from tests.cgroup_fixtures import burner_in_group
+    from tests.support import require_kernel_quota
+
+    require_kernel_quota()
+    with burner_in_group(0.2) as service:
+        files = live_run(page, ["--url", service.base_url + "/burn?ms=12", "--iterations", "0",
+                                "--cgroup", str(service.group), "--name", "live"], 300,
+                         tmp_path, cgroup=True)
+    assert files == ["raw-data/live.csv", "raw-data/live.json", "raw-data/live.cgroup.csv",
+                     "pictures/live.png"]
+    screenshot(page, "live-page.png", tmp_path)
