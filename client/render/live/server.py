@@ -6,8 +6,8 @@ run layer's :class:`client.run.observer.RunObserver` interface, which :class:`Li
 implements, so nothing below imports it and the load modes know nothing of it.
 
 The timed path's whole share is :meth:`LivePage.request_done`: one ``list.append`` (no lock,
-no I/O, never blocks). Everything else happens on the server's own thread, every ``tick``:
-take the new requests, mark them, count, send each viewer the points it has not seen yet
+no I/O, never blocks) to a queue the server drains every ``tick``. Everything else happens on
+the server's own thread: take the new requests, mark them, count, send each viewer the points it has not seen yet
 (Server-sent events, ``GET /events``). A viewer whose socket is not keeping up (more than
 ``MAX_BUFFERED`` bytes still unsent) misses frames, not requests: it gets the points it missed
 in the next frame it can take. With no viewer the server does nothing but wait. Detection over
@@ -88,8 +88,7 @@ class LivePage:
         self.url = f"http://{shown}:{self.port}/"
         self.tick, self.window_s = tick, window_s   # window_s: the group's last seconds only
         self.state = LiveState()
-        self._arrived: list[RequestRecord] = []   # the timed path appends, the server reads
-        self._taken = 0
+        self._arrived: list[RequestRecord] = []   # the timed path appends, the server drains
         self._metadata: RunMetadata | None = None
         self._timeline: Sequence[CgroupSample] | None = None
         self._viewers: list[_Viewer] = []
@@ -200,9 +199,13 @@ class LivePage:
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(self.tick)
-            if self._viewers and self.state.end is None:
+            if self.state.end is not None:
+                continue
+            if self._viewers:
                 self._update()
                 self._push()
+            else:   # nobody looks: keep the queue short, analyse nothing
+                self._take()
 
     def _take(self) -> None:
         """The requests that arrived since last time, and the run's start if new."""
@@ -211,9 +214,10 @@ class LivePage:
             self.state.limit, self.state.sequential = fresh.limit, fresh.sequential
             self.state.unlimited, self.state.title = fresh.unlimited, fresh.title
         count = len(self._arrived)
-        if count > self._taken:
-            self.state.extend(self._arrived[self._taken:count])
-            self._taken = count
+        if count:   # appends meanwhile land after ``count``: list operations are atomic
+            batch = self._arrived[:count]
+            del self._arrived[:count]
+            self.state.extend(batch)
 
     def _update(self) -> None:
         self._take()
@@ -253,7 +257,8 @@ class LivePage:
             elif path == "/":
                 writer.write(_response("200 OK", "text/html; charset=utf-8", page_html()))
             elif path == "/state":
-                self._update()
+                if self.state.end is None:
+                    self._update()
                 body = json.dumps(self.state.frame(0, -1, -1), separators=(",", ":")).encode()
                 writer.write(_response("200 OK", "application/json", body))
             elif path == "/events":
