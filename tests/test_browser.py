@@ -3,7 +3,8 @@
 Playwright cannot download its own browsers here, so it launches ``/usr/bin/chromium``
 (``apt-get install chromium``; scripts/install-system-deps.sh does it for CI). The pi page is
 loaded from a ``burn-service`` subprocess with the in-process throttle at 10% CPU, so the loop
-is paused every period and the page must show (and highlight) those pauses. Screenshots are
+is paused every period and the page must show (and highlight) those pauses. The live page
+(``http-timing --live``) is watched while a throttled run goes, then at its end. Screenshots are
 taken every run (a page that cannot render fails); they replace the README's pictures in
 ``pictures/`` only with ``THROTTLE_LAB_UPDATE_PICTURES=1``, so `make test` leaves the tree clean.
 """
@@ -137,3 +138,83 @@ def test_bad_counter_shows_a_readable_422_page(page: Any) -> None:
         assert "counter must be an integer in [0, 5000]" in text
         assert "bold" not in page.content()
         assert page.locator("main b").count() == 0
+
+
+THROTTLED_PIXELS = """() => {
+  const c = document.getElementById("dots");
+  const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  let n = 0;   // the throttled colour, #ff7f0e
+  for (let i = 0; i < d.length; i += 4)
+    if (d[i + 3] > 100 && d[i] > 235 && Math.abs(d[i + 1] - 127) < 25 && d[i + 2] < 60) n++;
+  return n;
+}"""
+
+
+def live_run(page: Any, argv: list[str], total: int, cwd: Path, *,
+             cgroup: bool) -> list[str]:
+    """``http-timing ARGV --live PORT`` watched in the browser: mid-run the requests so far
+    with the throttled ones in their colour (and the group's panel with ``cgroup``), then the
+    end. Returns the URLs the page fetched."""
+    import subprocess
+
+    from tests.support import BIN, free_port
+    from tests.test_commands_live import wait_serving
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    proc = subprocess.Popen([str(BIN / "http-timing"), *argv, "--requests", str(total),
+                             "--quiet", "--live", str(port)],
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_serving(url, proc)
+        urls = only_own_requests(page, url)
+        page.goto(url)
+        page.wait_for_function("window.live.points.length >= 40 && "
+                               "window.live.points.some(p => p[2] === 1)", timeout=30_000)
+        assert page.locator("#status").inner_text() == "running"
+        assert 0 < int(page.locator("#requests").inner_text()) < total
+        assert int(page.locator("#throttled").inner_text()) > 0
+        page.wait_for_function("window.live.drawn > 0")
+        assert page.evaluate(THROTTLED_PIXELS) > 0
+        if cgroup:
+            page.wait_for_function("window.live.cgroup !== null", timeout=10_000)
+            assert page.locator("#cpu-section").is_visible()
+            assert "periods throttled" in page.locator("#cpu-title").inner_text()
+        else:
+            assert not page.locator("#cpu-section").is_visible()
+        page.wait_for_function("window.live.end !== null", timeout=90_000)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert page.locator("#status").inner_text() == "finished"
+    assert page.locator("#requests").inner_text() == str(total)
+    assert page.evaluate("window.live.points.length") == total
+    assert page.evaluate(THROTTLED_PIXELS) > 0
+    assert page.locator("#picture-box summary").is_visible()
+    assert urls and all(u.startswith(url) for u in urls), urls
+    return page.locator("#files li").all_inner_texts()
+
+
+def test_live_page_of_a_run_under_the_in_process_throttle(page: Any, tmp_path: Path) -> None:
+    with service_process(["--cpu-limit", "10"]) as (base, _proc):
+        files = live_run(page, ["--url", base + "/cpuBurnFlow", "--name", "inproc"], 200,
+                         tmp_path, cgroup=False)
+    assert files == ["raw-data/inproc.csv", "raw-data/inproc.json", "pictures/inproc.png"]
+
+
+@pytest.mark.root
+def test_live_page_of_a_run_with_the_groups_cpu_per_period(page: Any, tmp_path: Path) -> None:
+    from tests.cgroup_fixtures import burner_in_group
+    from tests.support import require_kernel_quota
+
+    require_kernel_quota()
+    with burner_in_group(0.2) as service:
+        files = live_run(page, ["--url", service.base_url + "/burn?ms=12", "--iterations", "0",
+                                "--cgroup", str(service.group), "--name", "live"], 300,
+                         tmp_path, cgroup=True)
+    assert files == ["raw-data/live.csv", "raw-data/live.json", "raw-data/live.cgroup.csv",
+                     "pictures/live.png"]
+    screenshot(page, "live-page.png", tmp_path)

@@ -18,10 +18,12 @@ from client.analysis.report import build_report
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
                                     EXIT_USAGE, add_load_arguments, draw_result, plan_from,
                                     show_result, silence_stdout)
+from client.commands.live import add_live_arguments, live_page, show_live_end
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.data.legacy import format_line
 from client.data.naming import check_file_name
 from client.data.record import RequestRecord
+from client.render.live import LivePage
 from client.render.progress import RunProgress
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
@@ -74,6 +76,7 @@ def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
                         help="where <name>.png goes (default ./pictures)")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the picture")
     parser.add_argument("--quiet", action="store_true", help="no per-request lines")
+    add_live_arguments(parser)
     return parser
 
 
@@ -127,12 +130,14 @@ def command_run(argv: list[str]) -> int:
                    cgroup=cgroup_target(opts.cgroup, opts.pod_uid),
                    cgroup_interval=opts.cgroup_interval, verify=verify)
     progress = RunProgress(plan.requests, name)
-    with progress:
-        recorded = record_run(spec, [LinePrinter(opts.quiet), progress.advance], started=started)
-    return finish(recorded, opts)
+    with live_page(opts) as live:
+        with progress:
+            recorded = record_run(spec, [LinePrinter(opts.quiet), progress.advance],
+                                  started=started, watcher=live)
+        return finish(recorded, opts, live)
 
 
-def finish(recorded: RecordedRun, opts: argparse.Namespace) -> int:
+def finish(recorded: RecordedRun, opts: argparse.Namespace, live: LivePage | None = None) -> int:
     """Print what the run gives, draw it, and say how it ended (the exit code)."""
     run, records = recorded.run, recorded.run.records
     with files_first():  # a second Ctrl-C does not cut the picture short
@@ -143,6 +148,7 @@ def finish(recorded: RecordedRun, opts: argparse.Namespace) -> int:
                   f"{total_ms / len(records):.1f}ms")
             show_result(recorded, report)
         picture = None if opts.no_plot else draw_result(recorded, report, opts.pictures_dir)
+        show_live_end(live, recorded, report.detection, picture)
         print(f"raw data: {run.path} (metadata {recorded.meta_path})" +
               (f", picture: {picture}" if picture else ""))
     if recorded.interrupted:

@@ -22,7 +22,8 @@ from rich.live import Live
 
 from client.analysis.cgroup import interval_stats
 from client.commands.common import silence_stdout
-from client.commands.options import OneLineParser, int_at_least, number_above
+from client.commands.live import add_live_arguments, live_page, watched_live
+from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.render.watch import WatchRow, json_line, watch_table
 from client.data.timeline import CgroupSample
 from client.run.cgroup_sampler import CgroupReader
@@ -33,6 +34,7 @@ __all__ = ["build_parser", "command_watch"]
 PROG = "http-timing watch"
 EXIT_OK, EXIT_GONE, EXIT_USAGE = 0, 1, 2
 TABLE_ROWS = 20
+LIVE_WINDOW_S = 60.0   # --live: the page shows the group's last minute
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="one JSON object per line (the default when not on a terminal)")
     parser.add_argument("--pod-uid", metavar="UID",
                         help="the pod's uid for k8s:NS/POD where kubectl cannot tell it")
+    add_live_arguments(parser)
     return parser
 
 
@@ -65,6 +68,17 @@ def command_watch(argv: list[str]) -> int:
         print(f"{PROG}: cannot open {args.target}'s counters: {exc.strerror or exc}",
               file=sys.stderr)
         return EXIT_USAGE
+    try:
+        with live_page(args, "the watch", window_s=LIVE_WINDOW_S) as live, \
+                watched_live(live, target):
+            return _show(args, target, reader)
+    except CliError as exc:
+        reader.close()
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _show(args: argparse.Namespace, target: CgroupTarget, reader: CgroupReader) -> int:
     as_json = args.json or not sys.stdout.isatty()
     try:
         if as_json:

@@ -65,7 +65,7 @@ class ReplicaInfo:
 # keys written once the run has ended (all of them, ``None`` included)
 _END_KEYS = ("ended_at", "completed", "interrupted", "stop_reason", "summary")
 # keys written only when set
-_OPTIONAL_KEYS = ("sweep", "service", "load_average", "replicas", "cgroup")
+_OPTIONAL_KEYS = ("sweep", "service", "load_average", "replicas", "cgroup", "live")
 # fields about the file, not in it
 _BOOKKEEPING = frozenset({"extra", "absent", "present"})
 
@@ -107,6 +107,8 @@ class RunMetadata:
     # the target's own group, read by the client (--cgroup): spec, path, group, version,
     # quota_us, period_us, burst_us, cpus, usage_source
     cgroup: dict[str, Any] | None = None
+    # the live page (--live): its address, the CPU its server used, frames sent and dropped
+    live: dict[str, Any] | None = None
     # what this version does not know, kept as read
     extra: dict[str, Any] = field(default_factory=dict)
     # known keys a file (of an older version) did not have: not written back
@@ -279,7 +281,7 @@ def _typed(name: str, value: Any, default: Any) -> Any:
             return None
     if name == "concurrency":
         return value if isinstance(value, int) and value >= 1 else 1
-    if name in ("limits", "service", "cgroup"):
+    if name in ("limits", "service", "cgroup", "live"):
         return dict(value) if isinstance(value, Mapping) else None
     if name == "command":
         return list(value) if isinstance(value, list) else []

@@ -31,6 +31,7 @@ from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.cgroup_target import CgroupTarget
 from client.run.http import Verify, fetch_limits, warm_up_all
 from client.run.modes import time_plan
+from client.run.observer import RunObserver
 from client.run.plan import LoadPlan
 from client.run.recorder import RunOutcome, files_first, stop_on_terminate
 
@@ -102,9 +103,12 @@ def start_metadata(spec: RunSpec, started: datetime) -> RunMetadata:
 
 
 def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None]] = (), *,
-               started: datetime | None = None) -> RecordedRun:
+               started: datetime | None = None,
+               watcher: RunObserver | None = None) -> RecordedRun:
     """Run ``spec``, keeping every completed request on disk as it completes (see the module
-    docstring). ``RawDataError`` when the files cannot be written (nothing is sent then)."""
+    docstring). ``RawDataError`` when the files cannot be written (nothing is sent then).
+    ``watcher`` (``--live``) is told the run's start, each request and its end
+    (``client.run.observer``)."""
     metadata = start_metadata(spec, started or datetime.now(timezone.utc))
     try:
         writer = RunWriter(spec.csv_path)
@@ -112,6 +116,8 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
     except OSError as exc:
         raise RawDataError(f"cannot write raw data in {spec.data_dir}: "
                            f"{exc.strerror or exc}") from None
+
+    observers = [*observers, *([watcher.request_done] if watcher is not None else [])]
 
     def on_record(record: RequestRecord) -> None:
         writer.write(record)
@@ -122,6 +128,8 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
     interrupted = False
     attached = (CgroupAttachment(spec.cgroup, spec.csv_path, spec.cgroup_interval)
                 if spec.cgroup is not None else None)
+    if watcher is not None:
+        watcher.run_started(metadata, attached.sampler.samples if attached else None)
     try:
         with stop_on_terminate():
             warm_up_all(spec.replica_urls or (spec.url,), spec.warmup,
@@ -148,6 +156,8 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
         metadata.interrupted = interrupted
         metadata.stop_reason = outcome.stop_reason
         metadata.summary = summarize(outcome.records)
+        if watcher is not None:
+            metadata.live = watcher.run_ended(outcome.records)
         write_metadata(spec.meta_path, metadata)
     timeline = attached.sampler.samples if attached is not None else None
     return RecordedRun(Run(spec.csv_path, outcome.records, metadata, timeline), outcome,

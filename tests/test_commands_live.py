@@ -1,0 +1,112 @@
+"""``http-timing ... --live [PORT]`` (client.commands.live) against a real throttled service,
+read by a plain HTTP client as the page reads it: requests arrive while the run goes, the
+throttled ones marked, then the end with the files' names; the server stops with the run and
+its CPU is in the run's metadata. Bad ``--live`` input is one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support import BIN, free_port, service_process, usage_error
+from tests.test_render_live import frames
+
+
+def wait_serving(url: str, proc: subprocess.Popen[str], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise AssertionError(f"{url} never served")
+
+
+def test_a_run_watched_live_from_start_to_end(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    with service_process(["--cpu-limit", "10"]) as (base, _service):
+        proc = subprocess.Popen(
+            [str(BIN / "http-timing"), "--url", base + "/cpuBurnFlow", "--requests", "150",
+             "--name", "l", "--quiet", "--live", str(port)],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_serving(url, proc)
+            mid, last = None, None
+            for frame in frames(url, timeout=60):
+                counts = frame["counts"]
+                if mid is None and 0 < counts["requests"] < 150 and counts["throttled"]:
+                    mid = frame
+                last = frame
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, err
+    assert f"live page of the run: {url}" in err
+    assert mid is not None, "no frame while the run went"
+    assert last is not None and "end" in last
+    assert last["counts"]["requests"] == 150 and last["counts"]["throttled"] > 0
+    assert last["end"]["files"] == ["raw-data/l.csv", "raw-data/l.json", "pictures/l.png"]
+    assert last["end"]["picture"].startswith("data:image/png;base64,")
+    assert "raw data: raw-data/l.csv" in out
+    with pytest.raises(httpx.ConnectError):   # nothing left serving
+        httpx.get(url, timeout=5)
+    live = json.loads((tmp_path / "raw-data" / "l.json").read_text())["live"]
+    assert live["url"] == url and live["viewers"] == 1 and live["frames_sent"] >= 2
+    assert 0 < live["server_cpu_s"] < 10 and live["frames_dropped"] == 0
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--live-host", "0.0.0.0"], "--live-host goes with --live"),
+    (["--live", "70000"], "argument --live: must be an integer in [0, 65535]"),
+    (["--live", "0", "--live-host", "203.0.113.9"], "--live cannot serve on 203.0.113.9:0"),
+])
+def test_bad_live_options_are_one_line(tmp_path: Path, argv: list[str], message: str,
+                                       capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    line = usage_error(["--url", "http://127.0.0.1:9/", "--requests", "1", *argv], tmp_path,
+                       monkeypatch, capsys)
+    assert message in line, line
+    assert not (tmp_path / "raw-data").exists()
+
+
+@pytest.mark.root
+def test_watch_live_shows_the_groups_throttles_then_ends(tmp_path: Path) -> None:
+    from tests.test_commands_watch import busy_burner
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    with busy_burner() as burner:
+        proc = subprocess.Popen(
+            [str(BIN / "http-timing"), "watch", str(burner.group), "--json", "--interval",
+             "0.5", "--count", "6", "--live", str(port)],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_serving(url, proc)
+            got = list(frames(url, timeout=30))
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, err
+    assert len(out.splitlines()) == 6            # the JSON lines go on as before
+    assert f"live page of the watch: {url}" in err
+    panels = [f["cgroup"] for f in got if "cgroup" in f]
+    assert panels and panels[-1]["quota_ms"] == pytest.approx(20)
+    assert panels[-1]["nr_throttled"] > 0 and panels[-1]["stretches"]
+    assert max(ms for _t, ms in panels[-1]["periods"]) >= 0.9 * 20   # periods at the quota
+    assert got[-1]["end"] == {"files": [], "interrupted": False, "picture": None,
+                              "source": "none"}
+    assert got[-1]["counts"]["requests"] == 0 and not got[-1]["points"]
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url, timeout=5)
