@@ -19,7 +19,7 @@ from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT
                                     EXIT_USAGE, add_load_arguments, draw_result, plan_from,
                                     show_result, silence_stdout)
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
-from client.data.legacy import format_line
+from client.data.readers.legacy import format_line
 from client.data.naming import check_file_name
 from client.data.record import RequestRecord
 from client.render.progress import RunProgress

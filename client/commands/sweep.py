@@ -35,7 +35,7 @@ from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT
                                     draw_result, plan_from, show_result, stop_quietly)
 from client.commands.options import CliError, OneLineParser, parse_counts, parse_limits
 from client.data.files import Run, write_metadata
-from client.data.legacy import format_line
+from client.data.readers.legacy import format_line
 from client.data.metadata import LoadMode, ReplicaInfo, SweepInfo
 from client.data.naming import check_file_name, limit_text, run_name, sweep_stem
 from client.render.compare import save_comparison
