@@ -19,14 +19,15 @@ from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT
                                     EXIT_USAGE, add_load_arguments, draw_result, plan_from,
                                     show_result, silence_stdout)
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
-from client.data.readers.legacy import format_line
 from client.data.naming import check_file_name
+from client.data.readers.legacy import format_line
 from client.data.record import RequestRecord
 from client.render.progress import RunProgress
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
 from client.run.http import TlsError, build_url, tls_verify
-from client.run.record import RecordedRun, RunSpec, record_run
+from client.run.measure import measure
+from client.run.record import RecordedRun, RunSpec
 from client.run.recorder import files_first
 
 __all__ = ["DEFAULT_URL", "build_run_parser", "cgroup_target", "command_run"]
@@ -126,9 +127,8 @@ def command_run(argv: list[str]) -> int:
                    max_failures=opts.max_failures, limits_url=opts.url,
                    cgroup=cgroup_target(opts.cgroup, opts.pod_uid),
                    cgroup_interval=opts.cgroup_interval, verify=verify)
-    progress = RunProgress(plan.requests, name)
-    with progress:
-        recorded = record_run(spec, [LinePrinter(opts.quiet), progress.advance], started=started)
+    recorded = measure(spec, progress=RunProgress(plan.requests, name),
+                       observers=[LinePrinter(opts.quiet)], started=started).recorded
     return finish(recorded, opts)
 
 
