@@ -160,8 +160,10 @@ def test_a_url_given_is_timed_as_it_is(tmp_path: Path) -> None:
         spec = RunSpec(url=base + "/cpuBurnFlow?iterations=100",
                        plan=LoadPlan.from_options(requests=3), name="u", data_dir=tmp_path,
                        iterations=100, command=["test"])
-        measured = measure(spec, progress=progress)
+        seen: list[Measurement] = []
+        measured = measure(spec, progress=progress, on_recorded=seen.append)
     assert [r.seq for r in measured.run.records] == [0, 1, 2] and progress.events[-1] == "exit"
+    assert seen == [measured]
     assert read_run(tmp_path / "u.csv").metadata.url == spec.url
     with pytest.raises(TypeError, match="needs a target"):
         measure(spec_for(tmp_path))

@@ -126,7 +126,8 @@ def measure(spec: RunSpec | Callable[[Started], RunSpec], *, target: Started | N
     Hooks: ``on_started(target, seconds to healthy)``; ``on_recorded(measurement)`` when the
     requests ended without an interruption, while the target still runs (a sweep prints and
     draws there, so its lines come before the target's last words); ``on_stopped(words)``
-    with what the target said when stopped (also when starting it failed).
+    with what the target said when stopped (also when starting it failed). Without a target
+    only ``on_recorded`` is called.
 
     Raises what ``record_run`` raises (``RawDataError``: the files cannot be written), the
     target's ``ServiceError`` when it does not start, and ``KeyboardInterrupt`` for a Ctrl-C
@@ -136,7 +137,10 @@ def measure(spec: RunSpec | Callable[[Started], RunSpec], *, target: Started | N
         if target is None:
             if not isinstance(spec, RunSpec):
                 raise TypeError("measure: a spec made from the target needs a target")
-            return Measurement(_record(spec, progress, observers, started))
+            measurement = Measurement(_record(spec, progress, observers, started))
+            if on_recorded is not None and not measurement.interrupted:
+                on_recorded(measurement)
+            return measurement
         sampler: UsageSampler | None = None
         try:
             began = time.monotonic()
