@@ -35,7 +35,7 @@ import numpy as np
 
 from benchmarks.support import node_in_group, run_main
 from client.data.timeline import CgroupSample
-from client.run.attribution import attribute
+from client.data.attribution import attribute
 from client.run.cgroup_sampler import CgroupReader, CgroupSampler
 from client.run.cgroup_target import CgroupTarget, resolve_cgroup
 from cpuquota.account import CpuStat
@@ -157,7 +157,7 @@ def compare_exact(m: Measured, marked: list[bool]) -> None:
 
 
 def picture(path: Path, m: Measured, marked: list[bool], limit: Limit) -> None:
-    from client.run.attribution import throttled_stretches
+    from client.data.attribution import throttled_stretches
     from client.render.figures import pyplot, save_figure
     from client.render.cgroup_plot import draw_throttled_bands, draw_usage_panel
 

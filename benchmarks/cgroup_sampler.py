@@ -10,7 +10,7 @@
 2. Samples per second the sampler thread achieves at ``--interval`` over a sequential run.
 3. The client-side overhead on a sequential run's latency: the burner (in a group whose quota,
    2 CPUs, never throttles on this 2-CPU machine) answering ``/burn?ms=0``, timed as
-   ``client.timing.send_timed`` does (request built once, ``client.send``), in interleaved
+   ``client.run.http`` does (request built once, ``client.send``), in interleaved
    rounds of three modes: no sampler; the sampler thread; the sampler thread plus a
    ``read_sample`` just before and just after each request (the sequential mode's exact
    reads, outside the timed interval as the integrator will place them); and, as a control,
@@ -39,7 +39,7 @@ import numpy as np
 
 from benchmarks.support import burner_in_group, run_main
 from client.data.timeline import CgroupSample
-from client.run.attribution import period_phase
+from client.data.attribution import period_phase
 from client.run.cgroup_sampler import CgroupReader, CgroupSampler, read_sample
 from client.run.cgroup_target import CgroupTarget, resolve_cgroup
 from cpuquota.cgroupfs import parse_cpu_stat

@@ -7,7 +7,7 @@
   :func:`node_in_group` (a server that knows nothing of throttle-lab, in a new cgroup with a
   real quota, removed by its path at the end).
 - **Reading them**: :func:`get`, :func:`scrape` (``/metrics``), :func:`calibrate` (iterations
-  for a CPU time), :func:`record` (a recorded run: the client's ``record_run``).
+  for a CPU time), :func:`record` (a recorded run: the client's measure sequence).
 - **wrk**: :func:`require_wrk`, :func:`run_wrk`.
 - **The entry point**: ``run_main(main)`` (signals unwind, Ctrl-C exits 130).
 
@@ -35,7 +35,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from client.data.files import Run
-from client.run.record import RunSpec, record_run
+from client.run.measure import measure
+from client.run.record import RunSpec
 from client.run.targets import BACKENDS, Service, ServiceError, TargetOptions
 from client.run.targets.service import ProcessService, free_port, stop_process
 from cpuquota.limit import Limit
@@ -236,8 +237,9 @@ def calibrate(base: str, cpu_ms: float, *, probe: int = 5000, requests: int = 20
 
 
 def record(spec: RunSpec) -> Run:
-    """A run recorded as ``http-timing`` records one (CSV + JSON in ``spec.data_dir``)."""
-    return record_run(spec).run
+    """A run recorded as ``http-timing`` records one (CSV + JSON in ``spec.data_dir``), through
+    the commands' own measure sequence (:func:`client.run.measure.measure`)."""
+    return measure(spec).recorded.run
 
 
 # -- wrk ------------------------------------------------------------------------------------

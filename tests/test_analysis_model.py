@@ -1,4 +1,4 @@
-"""The quota model (client.model) against hand-computed cases; pure and deterministic."""
+"""The quota model (client.analysis.model) against hand-computed cases; pure and deterministic."""
 
 from __future__ import annotations
 

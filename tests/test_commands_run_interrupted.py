@@ -1,4 +1,4 @@
-"""Reliability cases of ``http-timing`` that tests/test_client_cli.py does not cover: SIGTERM
+"""Reliability cases of ``http-timing`` that tests/test_commands_run.py does not cover: SIGTERM
 mid-run, a server that accepts connections but never answers (the per-request ``--timeout``),
 ``--max-failures`` deciding when a dead server ends the run, and the service's concurrency cap
 (503 + Retry-After) seen by a concurrent run as answers, not as connection failures."""

@@ -53,8 +53,8 @@ def test_reads_original_text_capture(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("content, message", [
     ("", "empty file"),
-    ("hello\nworld\n", "neither an http-timing CSV"),
-    ("a,b,c\n1,2,3\n", "neither an http-timing CSV"),
+    ("hello\nworld\n", "not a run file (expected an http-timing CSV"),
+    ("a,b,c\n1,2,3\n", "or the original http-timing.py's text lines like '26 Status code"),
     ("seq,start_ns,status\n0,1,200\n", "missing column(s) latency_ns"),
     ("seq,start_ns,latency_ns,status\n0,1,x,200\n", "line 2"),
     ("seq,start_ns,latency_ns,status\n0,1,,200\n", "line 2: empty latency_ns"),
@@ -71,7 +71,7 @@ def test_missing_binary_and_directory(tmp_path: Path) -> None:
     with pytest.raises(RawDataError, match="no such file"):
         read_run(tmp_path / "nope.csv")
     (tmp_path / "b.csv").write_bytes(b"\xff\xfe\x00\x81")
-    with pytest.raises(RawDataError, match="not a text file"):
+    with pytest.raises(RawDataError, match=r"b.csv: not a text file \(expected an http-timing CSV"):
         read_run(tmp_path / "b.csv")
     with pytest.raises(RawDataError, match="directory"):
         read_run(tmp_path)

@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from client.run.attribution import attribute
+from client.data.attribution import attribute
 from client.data.timeline import (TIMELINE_COLUMNS, CgroupSample, TimelineError,
                                   read_timeline, timeline_path)
 from client.run.cgroup_sampler import CgroupReader, CgroupSampler, read_sample

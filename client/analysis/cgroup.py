@@ -1,9 +1,9 @@
 """What a watched group's counter timeline says about a run: CPU used per period against
 the quota, the report's ``cgroup`` section, the per-interval numbers of ``watch`` (pure).
 
-How a throttle is placed in time and which requests it hit is ``client.run.attribution``'s
-(the run layer uses it to fill the CSV's ``cgroup_*`` columns). CPU usage flows continuously:
-between samples it is interpolated linearly.
+How a throttle is placed in time and which requests it hit is ``client.data.attribution``'s
+(in the data layer: the run layer fills the CSV's ``cgroup_*`` columns with it). CPU usage
+flows continuously: between samples it is interpolated linearly.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from client.data.jsonsafe import json_ready
-from client.run.attribution import CounterSample, attribute, period_phase
+from client.data.attribution import CounterSample, attribute, period_phase
 from cpuquota.limit import Limit
 
 __all__ = ["BusyPeriod", "CgroupReport", "IntervalStats", "LatencyGroup", "PeriodUsage",

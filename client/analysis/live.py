@@ -28,7 +28,7 @@ from client.analysis.detect import Detection, ThrottleSource, detect
 from client.data.metadata import RunMetadata
 from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample
-from client.run.attribution import period_phase, throttled_stretches
+from client.data.attribution import period_phase, throttled_stretches
 from cpuquota.limit import Limit
 
 __all__ = ["FAILED", "KINDS", "OK", "THROTTLED", "LiveCounts", "LiveState", "kind_of"]

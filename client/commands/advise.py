@@ -21,8 +21,9 @@
    each measured too, and whether a shorter period or a burst of one quota met the target
    with less (run when the model says they need at most 90 %; ``--no-alternatives``: never).
 
-Every run is saved like any other (``<data-dir>/<prefix>-advise-<cpus>.csv/.json``, a repeat
-``...-2``, an alternative ``...-period10`` / ``...-burst60``); the answer goes to
+Each run is one ``client.run.measure`` (start, time, stop), saved like any other
+(``<data-dir>/<prefix>-advise-<cpus>.csv/.json``, a repeat ``...-2``, an alternative
+``...-period10`` / ``...-burst60``); the answer goes to
 ``<pictures-dir>/<prefix>-advise.png`` (the picture), ``.md`` (the tables) and ``.json``
 (what ``--json`` prints; progress then goes to stderr). Every service is started on a free
 port and stopped by its pid or container id, also on Ctrl-C (exit 130: the runs so far stay).
@@ -36,6 +37,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -50,7 +52,7 @@ from client.analysis.advise_target import LatencyTarget, Measured, measured
 from client.analysis.report import Report, build_report
 from client.commands.common import (EXIT_INTERRUPTED, EXIT_OK, add_load_arguments,
                                     add_target_arguments, backend_from, plan_from,
-                                    stop_quietly)
+                                    show_stopped)
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.commands.options import number_at_least
 from client.data.metadata import SweepInfo
@@ -58,13 +60,13 @@ from client.data.naming import check_file_name, run_name, sweep_stem
 from client.render.advise import (format_advice, format_run, format_runs_table, limit_words,
                                   save_advice_figure)
 from client.render.progress import RunProgress
-from client.run.http import build_url
+from client.run.measure import Load, measure, target_spec
 from client.run.plan import LoadPlan
-from client.run.record import RecordedRun, RunSpec, load_average, record_run
+from client.run.record import RecordedRun, load_average
 from client.run.recorder import stop_on_terminate
 from client.run.targets import Backend, ServiceError
 from client.run.targets.service import free_port
-from client.run.usage import UsageSample, UsageSampler
+from client.run.usage import UsageSample
 from cpuquota.limit import Limit
 
 __all__ = ["EXIT_NOT_MET", "Advisor", "build_advise_parser", "command_advise"]
@@ -203,6 +205,7 @@ class Advisor:
         self.names: set[str] = set()
         self.began = time.monotonic()
         self.load = f"{plan.describe()}, iterations={opts.iterations}"
+        self.sent = Load(plan, opts.iterations, opts.timeout, opts.warmup)
 
     def advise(self) -> Advice:
         print(f"advise: {self.backend.description}; {self.load}; target "
@@ -361,38 +364,21 @@ class Advisor:
                plan: LoadPlan | None = None
                ) -> tuple[RecordedRun, Report, list[UsageSample], str | None]:
         """Start the service under ``limit``, time it (scraping its usage when ``sample``),
-        stop it by its id whatever happens; a Ctrl-C ends the advice once the files are
-        complete."""
+        stop it by its id whatever happens (``measure``); a Ctrl-C ends the advice once the
+        files are complete."""
         name = self.name_for(limit, role)
         service = self.backend.target(limit, free_port(), index=len(self.runs) + 1)
         print(f"\n{name}: {' '.join(service.argv)}", flush=True)
-        sampler: UsageSampler | None = None
-        samples: list[UsageSample] = []
-        try:
-            service.start()
-            if sample:
-                sampler = UsageSampler(service.base_url).start()
-            recorded = self.time(service.base_url, service.describe(), limit, name,
-                                 plan or self.plan)
-        finally:
-            if sampler is not None:
-                samples = sampler.stop()
-            stop_quietly(service)
-        if recorded.interrupted:
+        load = self.sent if plan is None else replace(self.sent, plan=plan)
+        sweep = SweepInfo(sweep_stem(self.prefix, "advise"), self.backend.name,
+                          limit.cpus if limit else 0, self.started.isoformat())
+        measured = measure(
+            lambda started: target_spec(started, load, name=name, data_dir=self.opts.data_dir,
+                                        command=["http-timing", "advise", *self.argv],
+                                        sweep=sweep),
+            target=service, progress=RunProgress(load.plan.requests, limit_words(limit)),
+            sample_usage=sample, on_stopped=show_stopped)
+        if measured.interrupted:
             raise KeyboardInterrupt
-        return recorded, build_report(recorded.run), samples, (
-            sampler.counter if sampler else None)
-
-    def time(self, base_url: str, described: dict[str, object], limit: Limit | None,
-             name: str, plan: LoadPlan) -> RecordedRun:
-        opts = self.opts
-        spec = RunSpec(
-            url=build_url(base_url + "/cpuBurnFlow", opts.iterations), plan=plan,
-            name=name, data_dir=opts.data_dir, iterations=opts.iterations,
-            command=["http-timing", "advise", *self.argv], timeout=opts.timeout,
-            warmup=opts.warmup, service=described, note_load_average=True,
-            sweep=SweepInfo(sweep_stem(self.prefix, "advise"), self.backend.name,
-                            limit.cpus if limit else 0, self.started.isoformat()))
-        progress = RunProgress(plan.requests, limit_words(limit))
-        with progress:
-            return record_run(spec, [progress.advance])
+        return (measured.recorded, build_report(measured.run), measured.usage,
+                measured.usage_counter)

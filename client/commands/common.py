@@ -16,15 +16,14 @@ from client.render.figures import plot_run
 from client.render.text import format_summary, format_throughput
 from client.run.plan import DEFAULT_REQUESTS, LoadPlan, LoadPlanError
 from client.run.record import RecordedRun
-from client.run.targets import AUTO, BACKENDS, Backend, TargetOptions, resolve_backend
-from client.run.recorder import files_first
-from client.run.targets import Target
+from client.run.targets import AUTO, BACKENDS, Backend, Target, TargetOptions, resolve_backend
 from client.run.targets.replicas import ReplicaSet
 from cpuquota.limit import MAX_PERIOD_MS, MIN_PERIOD_MS, Limit, LimitError
 
 __all__ = ["EXIT_FAILED_REQUESTS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE",
-           "add_limit_arguments", "add_load_arguments", "add_target_arguments", "backend_from", "draw_result", "limit_from",
-           "period_ms", "plan_from", "show_result", "silence_stdout", "stop_quietly"]
+           "add_limit_arguments", "add_load_arguments", "add_target_arguments", "backend_from",
+           "draw_result", "limit_from", "period_ms", "plan_from", "show_healthy", "show_result",
+           "show_stopped", "silence_stdout"]
 
 EXIT_OK, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -120,12 +119,15 @@ def draw_result(recorded: RecordedRun, report: Report, pictures_dir: Path) -> Pa
     return plot_run(run, pictures_dir / f"{run.path.stem}.png", detection=report.detection)
 
 
-def stop_quietly(target: Target | ReplicaSet) -> None:
-    """Stop the target; a second Ctrl-C meanwhile must not leave it running."""
-    with files_first():
-        words = target.stop()
+def show_healthy(target: Target | ReplicaSet, seconds: float) -> None:
+    """The line a sweep prints once a target it started answers."""
+    print(f"healthy after {seconds:.1f} s ({target.ident})", flush=True)
+
+
+def show_stopped(words: str) -> None:
+    """From what a stopped target said, the cpu-quota supervisor's cpu.stat line, if any."""
     summary = [line for line in words.splitlines() if "periods" in line and "throttled" in line]
-    if summary:  # the cpu-quota supervisor's cpu.stat line
+    if summary:
         print(summary[-1].strip(), flush=True)
 
 

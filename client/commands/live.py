@@ -5,7 +5,7 @@ records one (``run``; ``record`` wires it the same way) and for ``watch``
 One call around the run, one at its end::
 
     with live_page(opts) as live:                         # None without --live
-        recorded = record_run(spec, observers, watcher=live)
+        recorded = measure(spec, observers=observers, watcher=live).recorded
         ...                                               # the report, the picture
         show_live_end(live, recorded, report.detection, picture)
 

@@ -20,15 +20,16 @@ from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT
                                     show_result, silence_stdout)
 from client.commands.live import add_live_arguments, live_page, show_live_end
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
-from client.data.legacy import format_line
 from client.data.naming import check_file_name
+from client.data.readers.legacy import format_line
 from client.data.record import RequestRecord
 from client.render.live import LivePage
 from client.render.progress import RunProgress
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
 from client.run.http import TlsError, build_url, tls_verify
-from client.run.record import RecordedRun, RunSpec, record_run
+from client.run.measure import measure
+from client.run.record import RecordedRun, RunSpec
 from client.run.recorder import files_first
 
 __all__ = ["DEFAULT_URL", "build_run_parser", "cgroup_target", "command_run"]
@@ -129,11 +130,10 @@ def command_run(argv: list[str]) -> int:
                    max_failures=opts.max_failures, limits_url=opts.url,
                    cgroup=cgroup_target(opts.cgroup, opts.pod_uid),
                    cgroup_interval=opts.cgroup_interval, verify=verify)
-    progress = RunProgress(plan.requests, name)
     with live_page(opts) as live:
-        with progress:
-            recorded = record_run(spec, [LinePrinter(opts.quiet), progress.advance],
-                                  started=started, watcher=live)
+        recorded = measure(spec, progress=RunProgress(plan.requests, name),
+                           observers=[LinePrinter(opts.quiet)], started=started,
+                           watcher=live).recorded
         return finish(recorded, opts, live)
 
 

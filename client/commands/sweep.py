@@ -4,9 +4,9 @@
                       [--requests N] [--iterations N] [--rate R --duration D | --concurrency C]
                       [--period-ms P] [--burst-ms B] [--name PREFIX] [--image IMAGE]
 
-A loop over targets (``client.run.targets``: one backend, one limit each) calling
-``record_run``: each service is started on a free port, timed once ``/healthz`` answers, and
-stopped by its pid or container id (also on Ctrl-C/SIGTERM or a failure).
+A loop over targets (``client.run.targets``: one backend, one limit each), each measured by
+``client.run.measure``: started on a free port, timed once ``/healthz`` answers, and stopped
+by its pid or container id (also on Ctrl-C/SIGTERM or a failure).
 
 Files: ``<data-dir>/<prefix>-<backend>-<cpus>.csv/.json`` and ``<pictures-dir>/<same>.png``
 per limit, then the comparison picture ``<pictures-dir>/<prefix>-<backend>-sweep.png`` with its
@@ -21,9 +21,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -32,18 +31,19 @@ from client.analysis.report import build_report
 from client.analysis.throughput import throughput_row
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
                                     add_load_arguments, add_target_arguments, backend_from,
-                                    draw_result, plan_from, show_result, stop_quietly)
+                                    draw_result, plan_from, show_healthy, show_result,
+                                    show_stopped)
 from client.commands.options import CliError, OneLineParser, parse_counts, parse_limits
-from client.data.files import Run, write_metadata
-from client.data.legacy import format_line
-from client.data.metadata import LoadMode, ReplicaInfo, SweepInfo
+from client.data.files import Run
+from client.data.metadata import LoadMode, SweepInfo
 from client.data.naming import check_file_name, limit_text, run_name, sweep_stem
+from client.data.readers.legacy import format_line
 from client.render.compare import save_comparison
 from client.render.progress import RunProgress, StartProgress
 from client.render.tables import format_replicas_table, format_table, format_throughput_table
-from client.run.http import build_url
+from client.run.measure import Load, Measurement, measure, target_spec
 from client.run.plan import LoadPlan
-from client.run.record import RunSpec, load_average, record_run
+from client.run.record import load_average
 from client.run.recorder import stop_on_terminate
 from client.run.targets import Backend, ServiceError, Target
 from client.run.targets.replicas import ReplicaSet
@@ -152,26 +152,20 @@ def replica_steps(opts: argparse.Namespace, backend: Backend, prefix: str) -> li
 
 
 class Sweep:
-    """One sweep: a target per limit, each started, recorded and stopped in turn."""
+    """One sweep: a target per limit, each started, recorded and stopped in turn (``measure``)."""
 
     def __init__(self, opts: argparse.Namespace, plan: LoadPlan, backend: Backend, prefix: str,
                  started: datetime, argv: Sequence[str]) -> None:
         self.opts, self.plan, self.backend = opts, plan, backend
         self.prefix, self.started, self.argv = prefix, started, list(argv)
+        self.load = Load(plan, opts.iterations, opts.timeout, opts.warmup)
         self.runs: list[Run] = []
 
     def run_all(self, steps: Sequence[Step]) -> list[Run]:
         for index, step in enumerate(steps, start=1):
             target = self.target(step, index)
             print(f"\n[{index}/{len(steps)}] {step.label}: {' '.join(target.argv)}", flush=True)
-            try:
-                began = time.monotonic()
-                target.start()
-                print(f"healthy after {time.monotonic() - began:.1f} s ({target.ident})",
-                      flush=True)
-                self.runs.append(self.record(target, step))
-            finally:
-                stop_quietly(target)
+            self.runs.append(self.record(target, step))
         return self.runs
 
     def target(self, step: Step, index: int) -> Target | ReplicaSet:
@@ -184,37 +178,31 @@ class Sweep:
         """Time the target like ``http-timing run`` does: CSV row per request, metadata,
         picture; a Ctrl-C stops the sweep once the run's files are complete."""
         opts = self.opts
-        urls = tuple(build_url(url + "/cpuBurnFlow", opts.iterations) for url in target.urls)
-        replicas = (ReplicaInfo(step.replicas, step.limit.cpus if step.limit else 0,
-                                round(target.start_s or 0.0, 2))
-                    if isinstance(target, ReplicaSet) else None)
-        spec = RunSpec(
-            url=urls[0], plan=self.plan, name=step.name, data_dir=opts.data_dir,
-            iterations=opts.iterations, command=["http-timing", "sweep", *self.argv],
-            timeout=opts.timeout, warmup=opts.warmup, service=target.describe(),
-            note_load_average=True, replica_urls=urls if replicas else (), replicas=replicas,
-            sweep=SweepInfo(sweep_stem(self.prefix, self.backend.name) + "-sweep",
-                            self.backend.name, step.limit.cpus if step.limit else 0,
-                            self.started.isoformat()))
-        progress = RunProgress(self.plan.requests, step.label)
-        observers = [progress.advance]
-        if opts.show_requests:
-            observers.insert(0, lambda record: print(format_line(record), flush=True))
-        with progress:
-            recorded = record_run(spec, observers)
-        if recorded.interrupted:
+        sweep = SweepInfo(sweep_stem(self.prefix, self.backend.name) + "-sweep",
+                          self.backend.name, step.limit.cpus if step.limit else 0,
+                          self.started.isoformat())
+        observers = ([lambda record: print(format_line(record), flush=True)]
+                     if opts.show_requests else [])
+        measured = measure(
+            lambda started: target_spec(started, self.load, name=step.name,
+                                        data_dir=opts.data_dir, sweep=sweep,
+                                        command=["http-timing", "sweep", *self.argv]),
+            target=target, progress=RunProgress(self.plan.requests, step.label),
+            observers=observers, on_started=show_healthy, on_recorded=self.show,
+            on_stopped=show_stopped)
+        if measured.interrupted:
             raise KeyboardInterrupt
-        if replicas is not None and isinstance(target, ReplicaSet):  # memory after the load
-            recorded.run.metadata.replicas = replace(
-                replicas, rss_mib=[round(mib, 1) for mib in target.memory_mib()])
-            write_metadata(recorded.meta_path, recorded.run.metadata)
+        return measured.run
+
+    def show(self, measured: Measurement) -> None:
+        """The run's lines and picture (before its target is stopped, as always)."""
+        recorded = measured.recorded
         report = build_report(recorded.run)
         show_result(recorded, report)
         if recorded.outcome.stop_reason:
             print(f"http-timing sweep: {recorded.outcome.stop_reason}: "
                   f"{recorded.run.records[-1].error}", file=sys.stderr)
-        draw_result(recorded, report, opts.pictures_dir)
-        return recorded.run
+        draw_result(recorded, report, self.opts.pictures_dir)
 
 
 def compare_and_report(runs: Sequence[Run], opts: argparse.Namespace, plan: LoadPlan,

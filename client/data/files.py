@@ -2,8 +2,9 @@
 
 ``<name>.csv`` has the columns of :mod:`client.data.record`; ``<name>.json`` the metadata of
 :mod:`client.data.metadata`. ``read_run`` reads a run from its CSV (the metadata beside it), its
-JSON, or a text capture of the original ``http-timing.py`` (:mod:`client.data.legacy`). A file
-that cannot be read gives a :class:`RawDataError` naming it, in one line.
+JSON, or any other format a reader recognises (:mod:`client.data.readers`: a text capture of
+the original ``http-timing.py``, ...). A file that cannot be read gives a
+:class:`RawDataError` naming it, in one line.
 """
 
 from __future__ import annotations
@@ -11,16 +12,15 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from client.data.legacy import parse_legacy_text
 from client.data.metadata import RunMetadata
-from client.data.record import COLUMNS, INT_COLUMNS, REQUIRED_COLUMNS, RawDataError, RequestRecord
+from client.data.readers import HEAD_BYTES, reader_for
+from client.data.record import COLUMNS, RawDataError, RequestRecord
 from client.data.timeline import CgroupSample, read_timeline, timeline_path
 
 __all__ = ["RawDataError", "Run", "RunWriter", "read_run", "rewrite_rows", "write_metadata"]
@@ -100,7 +100,8 @@ def write_metadata(path: Path, metadata: RunMetadata) -> None:
 
 
 def read_run(path: str | os.PathLike[str]) -> Run:
-    """Read a run from its CSV (metadata from the JSON beside it), its JSON, or a text capture."""
+    """Read a run from its file (the metadata from the JSON beside it; the JSON finds its CSV),
+    in whichever format a reader of ``client.data.readers`` recognises."""
     p = Path(path)
     if p.suffix == ".json" and p.with_suffix(".csv").exists():
         p = p.with_suffix(".csv")
@@ -109,19 +110,13 @@ def read_run(path: str | os.PathLike[str]) -> Run:
     if p.is_dir():
         raise RawDataError(f"{p}: is a directory, not a run file")
     try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise RawDataError(f"{p}: not a text file (expected a CSV run or an http-timing "
-                           "text capture)") from None
+        with p.open("rb") as file:
+            head = file.read(HEAD_BYTES)
     except OSError as exc:
         raise RawDataError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    if not text.strip():
+    if not head.strip():
         raise RawDataError(f"{p}: empty file")
-    first = text.lstrip().splitlines()[0]
-    if first.startswith("seq,") or "latency_ns" in first.split(","):
-        records = list(_parse_csv(p, text))
-    else:
-        records = parse_legacy_text(text.splitlines(), source=str(p))
+    records = reader_for(p, head).read(p)
     timeline = timeline_path(p)
     return Run(p, records, _read_metadata(p.with_suffix(".json"), p),
                read_timeline(timeline) if timeline.exists() and timeline != p else None)
@@ -135,27 +130,3 @@ def _read_metadata(meta_path: Path, run_path: Path) -> RunMetadata:
     except (OSError, ValueError):
         raw = None  # a broken metadata file does not lose the requests
     return RunMetadata.from_dict(raw) if isinstance(raw, dict) else RunMetadata.missing()
-
-
-def _parse_csv(p: Path, text: str) -> Iterator[RequestRecord]:
-    reader = csv.DictReader(text.splitlines())
-    header = reader.fieldnames or []
-    missing = [c for c in REQUIRED_COLUMNS if c not in header]
-    if missing:
-        raise RawDataError(f"{p}: not an http-timing CSV: missing column(s) {', '.join(missing)}")
-    for line_no, row in enumerate(reader, start=2):
-        values: dict[str, Any] = {}
-        try:
-            for name in INT_COLUMNS:
-                raw = (row.get(name) or "").strip()
-                if raw == "":
-                    if name in REQUIRED_COLUMNS:
-                        raise ValueError(f"empty {name}")
-                    continue
-                number = float(raw)
-                if not math.isfinite(number):
-                    raise ValueError(f"{name} is not a finite number")
-                values[name] = int(number)
-        except ValueError as exc:
-            raise RawDataError(f"{p}: line {line_no}: {exc}") from None
-        yield RequestRecord(error=(row.get("error") or ""), **values)

@@ -4,7 +4,7 @@ the requests' dots) and a panel of the CPU it used in each period against the qu
 The panel shows what an average hides: a group that uses 40 % of its limit over the run can
 still hit the limit in every busy 100 ms period, and each of those periods stalls whatever
 runs in it. x is seconds since the run's start, as in the dot picture. matplotlib, Agg (the
-caller makes the figure: ``client.plot.pyplot()``).
+caller makes the figure: ``client.render.figures.pyplot()``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from client.analysis.cgroup import usage_per_period
-from client.run.attribution import CounterSample, period_phase
+from client.data.attribution import CounterSample, period_phase
 from cpuquota.limit import Limit
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from client.analysis.detect import Detection, detect_run
 from client.data.files import Run
 from client.render.cgroup_plot import draw_throttled_bands, draw_usage_panel
-from client.run.attribution import throttled_stretches
+from client.data.attribution import throttled_stretches
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -8,7 +8,7 @@ timeline (``<name>.cgroup.csv``, from the run's first instant). Each request get
 - **sequential**: the exact change of the group's ``cpu.stat`` across the request, read just
   before it is sent and just after it is read (:class:`ProbingSender`): outside its latency;
 - **concurrent / open loop**: the throttled time the timeline shows inside the request
-  (``client.run.attribution``: a throttle is laid back from the boundary that ended it), filled
+  (``client.data.attribution``: a throttle is laid back from the boundary that ended it), filled
   in once the run is over (the CSV is rewritten whole). Overlapping requests share the blame.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample, timeline_path
-from client.run.attribution import attribute
+from client.data.attribution import attribute
 from client.run.cgroup_sampler import DEFAULT_INTERVAL, CgroupReader, CgroupSampler
 from client.run.cgroup_target import CgroupTarget
 from client.run.http import Sender

@@ -10,7 +10,7 @@ with, so a timeline and the requests line up. The files stay open and are re-rea
 The sampler keeps its samples in memory and appends each to ``<name>.cgroup.csv``
 (``client.data.timeline``), flushed, so an interrupted run keeps them. It shares nothing with the timed path but a list append. Its ticks are dithered around
 a fixed grid (``interval`` on average) so that they do not lock to the kernel's period grid:
-that is what lets ``client.analysis.cgroup.period_phase`` place the boundaries precisely.
+that is what lets ``client.data.attribution.period_phase`` place the boundaries precisely.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ scraped at an interval, turned into a rate): :class:`UsageSampler` reads the bur
 resolution) or, from another server, the standard ``process_cpu_seconds_total`` (10 ms ticks),
 once right away, then every ``interval_s`` seconds, and once more when stopped. Each sample
 is ``(seconds on the monotonic clock, CPU seconds of the counter)``; the per-second usage is
-the counter's increase over each interval (``client.analysis.advise_usage``).
+the counter's increase over each interval (``client.analysis.advise_model.per_second_usage``).
 
 What it measures: the CPU of the one process that answers ``/metrics`` (with ``--workers N``,
 one worker), including the scrapes themselves (well under 1 ms each); not the CPU of other

@@ -15,6 +15,9 @@ the counters (``kernel/sched/fair.c``) decides how they are read here:
   end is put on the boundary inside its interval (the interval's middle when none is known).
 - Overlapping requests share the blame: each request gets the part of every throttled
   stretch that overlaps it, so with concurrency the per-request sums may exceed the group's.
+
+It sits in the data layer because the run layer fills the CSV's ``cgroup_*`` columns with it
+(``client.run.attach``) and the analysis and render layers read the same timeline with it.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ MIN_OVERLAP_NS = 1_000_000   # a stretch overlapping a request by less is estima
 
 
 class CounterSample(Protocol):
-    """One reading of the group's counters (``client.run.cgroup_sampler.CgroupSample``)."""
+    """One reading of the group's counters (``client.data.timeline.CgroupSample``)."""
 
     @property
     def t_ns(self) -> int: ...

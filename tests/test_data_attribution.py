@@ -1,4 +1,4 @@
-"""client.run.attribution on synthetic timelines: where the period boundaries are, and which
+"""client.data.attribution on synthetic timelines: where the period boundaries are, and which
 throttle each request overlapped."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.run.attribution import (ThrottleEvent, attribute, period_phase, throttle_events,
+from client.data.attribution import (ThrottleEvent, attribute, period_phase, throttle_events,
                                     throttled_stretches)
 from tests.timelines import MS, P, TWO_THROTTLES, S
 

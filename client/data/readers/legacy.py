@@ -2,17 +2,21 @@
 <latency ns>`` per request (``26 Status code 200 time 5207306``).
 
 ``format_line`` prints it (``http-timing`` keeps the original's output); ``parse_legacy_text``
-reads old captures back as records, so they can be plotted and reported like any run.
+reads old captures back as records, so they can be plotted and reported like any run:
+:class:`LegacyReader` recognises a capture by any such line in its first bytes (a capture
+may begin with other output) and ignores the lines that are not (the total line at the end).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from pathlib import Path
 
+from client.data.readers.base import head_lines, read_text
 from client.data.record import RawDataError, RequestRecord
 
-__all__ = ["LEGACY_LINE", "format_line", "parse_legacy_text"]
+__all__ = ["LEGACY_LINE", "LegacyReader", "format_line", "parse_legacy_text"]
 
 LEGACY_LINE = re.compile(r"^\s*(\d+)\s+Status code\s+(\d+)\s+time\s+(\d+)\s*$")
 
@@ -39,6 +43,16 @@ def parse_legacy_text(lines: Iterable[str], source: str = "<text>") -> list[Requ
                                          latency_ns=latency, status=status,
                                          error=_legacy_error(status)))
     if not records:
-        raise RawDataError(f"{source}: neither an http-timing CSV nor text lines like "
-                         "'26 Status code 200 time 5207306'")
+        raise RawDataError(f"{source}: no text lines like '26 Status code 200 time 5207306'")
     return records
+
+
+class LegacyReader:
+    name = "legacy"
+    expected = "the original http-timing.py's text lines like '26 Status code 200 time 5207306'"
+
+    def recognises(self, head: bytes) -> bool:
+        return any(LEGACY_LINE.match(line) for line in head_lines(head))
+
+    def read(self, path: Path) -> list[RequestRecord]:
+        return parse_legacy_text(read_text(path, self.expected).splitlines(), source=str(path))

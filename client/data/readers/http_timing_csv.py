@@ -1,0 +1,58 @@
+"""The CSV ``http-timing`` writes (:class:`client.data.files.RunWriter`): a header line of the
+columns of :mod:`client.data.record`, then one row per request. Recognised by its header: a
+first line that starts with ``seq,`` or has a ``latency_ns`` column."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from client.data.readers.base import head_lines, read_text
+from client.data.record import INT_COLUMNS, REQUIRED_COLUMNS, RawDataError, RequestRecord
+
+__all__ = ["HttpTimingCsvReader"]
+
+
+class HttpTimingCsvReader:
+    name = "http-timing-csv"
+    expected = "an http-timing CSV (a header line like 'seq,start_ns,latency_ns,status,...')"
+
+    def recognises(self, head: bytes) -> bool:
+        lines = [line for line in head_lines(head) if line.strip()]
+        if not lines:
+            return False
+        first = lines[0].strip()
+        return first.startswith("seq,") or "latency_ns" in first.split(",")
+
+    def read(self, path: Path) -> list[RequestRecord]:
+        text = read_text(path, self.expected)
+        return list(_rows(path, text.splitlines()))
+
+
+def _rows(path: Path, lines: list[str]) -> Iterator[RequestRecord]:
+    blank = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
+    reader = csv.DictReader(lines[blank:])
+    header = reader.fieldnames or []
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise RawDataError(f"{path}: not an http-timing CSV: missing column(s) "
+                           f"{', '.join(missing)}")
+    for line_no, row in enumerate(reader, start=blank + 2):
+        values: dict[str, Any] = {}
+        try:
+            for name in INT_COLUMNS:
+                raw = (row.get(name) or "").strip()
+                if raw == "":
+                    if name in REQUIRED_COLUMNS:
+                        raise ValueError(f"empty {name}")
+                    continue
+                number = float(raw)
+                if not math.isfinite(number):
+                    raise ValueError(f"{name} is not a finite number")
+                values[name] = int(number)
+        except ValueError as exc:
+            raise RawDataError(f"{path}: line {line_no}: {exc}") from None
+        yield RequestRecord(error=(row.get("error") or ""), **values)
