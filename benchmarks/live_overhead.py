@@ -1,7 +1,7 @@
 """What watching a run live costs the run: the timed path's latency with the live page open
 (``http-timing --live``) against without, on the same service, alternated.
 
-    .venv/bin/python benchmarks/live_overhead.py [--requests 10000] [--iterations 100]
+    .venv/bin/python -m benchmarks.live_overhead [--requests 10000] [--iterations 100]
                                                  [--rounds 3] [--no-browser]
 
 One ``burn-service`` (no limit: its latency is steady, so a cost would show) gets ``--rounds``
@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
@@ -35,7 +35,8 @@ from typing import Any
 
 import httpx
 
-from bench_support import BIN, describe_load, free_port, run_main, service, stop
+from benchmarks.support import HTTP_TIMING, burn_service, describe_load, run_main
+from client.run.targets.service import free_port, stop_process
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -65,7 +66,7 @@ def read_events(url: str) -> None:
 @contextmanager
 def timed_run(base: str, requests: int, iterations: int, folder: Path, name: str,
               port: int | None) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    argv = [str(BIN / "http-timing"), "--url", base + "/cpuBurnFlow", "--iterations",
+    argv = [str(HTTP_TIMING), "--url", base + "/cpuBurnFlow", "--iterations",
             str(iterations), "--requests", str(requests), "--name", name, "--quiet",
             "--no-plot", "--data-dir", str(folder)]
     if port is not None:
@@ -76,7 +77,7 @@ def timed_run(base: str, requests: int, iterations: int, folder: Path, name: str
         if proc.wait(timeout=600) != 0:
             raise RuntimeError(f"http-timing exited {proc.returncode}")
     finally:
-        stop(proc)
+        stop_process(proc)
 
 
 def one_run(mode: str, base: str, args: argparse.Namespace, folder: Path, name: str,
@@ -115,13 +116,13 @@ def show(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-browser", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     modes = ["no page", "SSE reader"]
     browser_cm: Any = None
     browser = None
@@ -138,7 +139,9 @@ def main() -> int:
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     print(describe_load("before"), file=sys.stderr)
     try:
-        with service("--log-level", "warning") as base, tempfile.TemporaryDirectory() as tmp:
+        with burn_service(None, backend="inprocess") as service, \
+                tempfile.TemporaryDirectory() as tmp:
+            base = service.base_url
             for round_no in range(args.rounds):
                 for mode in modes:
                     row = one_run(mode, base, args, Path(tmp), f"r{round_no}-{len(results[mode])}"
