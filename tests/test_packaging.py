@@ -93,7 +93,7 @@ def test_http_timing_help_and_report_on_a_committed_run(client_venv: Venv) -> No
     assert report.stdout == (ROOT / "tests" / "golden" / f"report-{RUN}.txt").read_text()
 
 
-@pytest.mark.parametrize("args", [(), ("--port", "7899"), ("--cpus", "0.3")])
+@pytest.mark.parametrize("args", [(), ("--cpus", "0.3")])
 def test_burn_service_says_in_one_line_which_extra_to_install(client_venv: Venv,
                                                               args: tuple[str, ...]) -> None:
     result = client_venv.run("burn-service", *args)
