@@ -1,4 +1,5 @@
-# Two commands for a fresh clone: `make demo` and `make test`. Both create the venv themselves.
+# Two commands for a fresh clone: `make demo` and `make test`. Both create the venv themselves,
+# with everything: the client, the service (extra `service`) and the test tools (extra `test`).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -9,7 +10,7 @@ PYTEST_ARGS ?=
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[service,test]'
 	touch $@
 
 venv: $(BIN)/.installed

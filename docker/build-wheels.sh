@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build a wheelhouse of the project's dependencies on the host, into docker/wheels/.
+# Build a wheelhouse of the project's dependencies (client and service extra) on the host, into
+# docker/wheels/.
 # docker/Dockerfile installs from it with `pip install --no-index` when it holds wheels; without
 # it the image installs from the package index as usual. Use it where pip inside a build cannot
 # reach the index (e.g. a TLS-intercepting proxy only the host trusts). The wheels must fit the
@@ -24,7 +25,8 @@ mkdir -p "$WHEELS"
 # PIP_FIND_LINKS may point at a host-only folder; the wheelhouse must come from the index.
 LOG="$(mktemp)"
 trap 'rm -f "$LOG"' EXIT
-if ! env -u PIP_FIND_LINKS "$PYTHON" -m pip wheel --wheel-dir "$WHEELS" "$ROOT" "setuptools>=68" wheel \
+# Everything both images install: the client's dependencies and the service extra's.
+if ! env -u PIP_FIND_LINKS "$PYTHON" -m pip wheel --wheel-dir "$WHEELS" "$ROOT[service]" "setuptools>=68" wheel \
         >"$LOG" 2>&1; then
     cat "$LOG" >&2
     echo "build-wheels: pip wheel failed" >&2

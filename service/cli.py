@@ -1,7 +1,8 @@
 """``burn-service``: run the burn service on uvicorn.
 
 Each option is also read from ``BURN_SERVICE_<OPTION>`` (see ``service.config``). The settings
-reach uvicorn's worker processes through those same variables.
+reach uvicorn's worker processes through those same variables. Without the ``service`` extra
+(``pip install .`` alone) it prints one line saying what to install and exits 1.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 
 from service import __version__
 from service.config import Settings, SettingsError, env_name, field_type, option_fields
+from service.extra import install_hint, missing_requirements
 
 __all__ = ["build_parser", "main", "parse_settings"]
 
@@ -53,6 +55,10 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    missing = missing_requirements()
+    if missing:  # `pip install .` without the service extra: say so, no traceback
+        print(install_hint(missing), file=sys.stderr)
+        return 1
     settings = parse_settings(argv)
     if settings.cpus:
         from service.cpu_quota import is_supervised, serve_under_quota

@@ -9,7 +9,8 @@ iteration and printed the sorted, counted differences: a CPU-limited pod shows g
   ``0 <= d1 < d2 < ... < dk`` sum to at most the wall time, so ``k(k-1)/2 <= wall_us``:
   a 10 s request has at most ~4,500 buckets, whatever ``counter`` is;
 * for the chart, each chunk of ``check_every`` iterations keeps one point (its end time and
-  its largest gap) in a preallocated numpy array of ``ceil(counter / check_every)`` rows.
+  its largest gap) in a preallocated ``array('q')`` of ``ceil(counter / check_every)`` items
+  (the standard library's: the service needs no numpy).
 
 Between chunks the loop calls ``checkpoint()`` (like ``service.burn``), so an in-process
 throttle can pause it mid-request; the pause shows up as the gap of the next iteration,
@@ -23,10 +24,9 @@ from __future__ import annotations
 
 import math
 import time
+from array import array
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-
-import numpy as np
 
 # Iterations between two calls of ``checkpoint``: the burn loop's cadence (256), about 0.1 ms
 # of timed pi iterations, so a throttle stops the loop close to where the kernel would.
@@ -73,8 +73,8 @@ class PiResult:
     wall_ns: int                 # first to last timestamp of the loop, pauses included
     cpu_ns: int                  # CPU time this thread spent in the loop
     histogram: Mapping[int, int]  # gap_us -> times; the counts sum to ``counter``
-    chunk_end_ns: np.ndarray     # per chunk: ns from the start to the chunk's last iteration
-    chunk_max_ns: np.ndarray     # per chunk: the largest gap in it, ns
+    chunk_end_ns: array[int]     # per chunk: ns from the start to the chunk's last iteration
+    chunk_max_ns: array[int]     # per chunk: the largest gap in it, ns
 
     @property
     def error(self) -> float:
@@ -99,8 +99,8 @@ def compute_pi(counter: int, checkpoint: Callable[[], object] | None = None,
     if check_every < 1:
         raise ValueError("check_every must be >= 1")
     chunks = -(-counter // check_every)
-    chunk_end = np.zeros(chunks, dtype=np.int64)
-    chunk_max = np.zeros(chunks, dtype=np.int64)
+    chunk_end = array("q", bytes(8 * chunks))  # int64 zeros, allocated once
+    chunk_max = array("q", bytes(8 * chunks))
     histogram: dict[int, int] = {}
     get = histogram.get
 
@@ -162,7 +162,7 @@ def summarize_pauses(buckets: Iterable[GapBucket],
                         threshold_us=threshold_us)
 
 
-def gap_series(result: PiResult, points: int = 400) -> tuple[np.ndarray, np.ndarray]:
+def gap_series(result: PiResult, points: int = 400) -> tuple[array[int], array[int]]:
     """At most ``points`` (time into the request ns, largest gap ns) pairs for a chart.
 
     Neighbouring chunks are merged keeping the largest gap and the latest time, so a single
@@ -172,13 +172,12 @@ def gap_series(result: PiResult, points: int = 400) -> tuple[np.ndarray, np.ndar
         raise ValueError("points must be >= 1")
     ends, tops = result.chunk_end_ns, result.chunk_max_ns
     if len(ends) <= points:
-        return ends.copy(), tops.copy()
+        return array("q", ends), array("q", tops)
     group = -(-len(ends) // points)
-    pad = group * -(-len(ends) // group) - len(ends)
-    # pad with the last time / no gap so every group is full, then reduce each group
-    ends = np.concatenate([ends, np.full(pad, ends[-1], dtype=np.int64)])
-    tops = np.concatenate([tops, np.zeros(pad, dtype=np.int64)])
-    return ends.reshape(-1, group).max(axis=1), tops.reshape(-1, group).max(axis=1)
+    # each group of ``group`` chunks (the last may be shorter) -> its largest value
+    starts = range(0, len(ends), group)
+    return (array("q", [max(ends[i:i + group]) for i in starts]),
+            array("q", [max(tops[i:i + group]) for i in starts]))
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 ``docker_engine()`` uses the engine that is already running, or starts ``dockerd`` itself and
 stops that one (and only that one) by its pid at the end. ``project_image()`` builds the local
 base (cached, ``docker/build-local-base.sh``) where no registry can be reached, the wheelhouse
-(cached, ``docker/build-wheels.sh``) when the host's Python fits the base, then the image.
+(cached, ``docker/build-wheels.sh``) when the host's Python fits the base, then the image: the
+service (the Dockerfile's default target) or, with ``target="client"``, the http-timing client.
 Everything that cannot be had calls ``require()``: a skip with a reason on a laptop, a failure
 under ``CI=true``.
 """
@@ -24,13 +25,14 @@ from pathlib import Path
 from client.run.targets.service import stop_process
 from tests.support import ROOT, require, wait_healthy
 
-__all__ = ["BuildResult", "Container", "docker", "docker_engine", "project_image",
-           "run_container"]
+__all__ = ["TEST_CLIENT_IMAGE", "TEST_IMAGE", "BuildResult", "Container", "docker",
+           "docker_engine", "project_image", "run_container"]
 
 DOCKERD = "/usr/sbin/dockerd"
 LOCAL_BASE = "throttle-lab-base:bookworm"  # docker/build-local-base.sh's default name
 LOCAL_BASE_PYTHON = (3, 11)                # Debian bookworm's python3
-TEST_IMAGE = "throttle-lab:test"
+TEST_IMAGE = "throttle-lab:test"                # docker/Dockerfile's target `service`
+TEST_CLIENT_IMAGE = "throttle-lab-client:test"  # its target `client`
 
 
 def docker(*args: str, timeout: float = 120, check: bool = True,
@@ -105,8 +107,8 @@ def _local_base() -> str | None:
     return proc.stdout.strip().splitlines()[-1]
 
 
-def project_image(tag: str = TEST_IMAGE) -> BuildResult:
-    """Build the project's image from docker/Dockerfile (layers cached by the engine)."""
+def project_image(tag: str = TEST_IMAGE, target: str = "service") -> BuildResult:
+    """Build one of the project's images from docker/Dockerfile (layers cached by the engine)."""
     seconds: dict[str, float] = {}
     t0 = time.monotonic()
     base = _local_base()
@@ -119,7 +121,8 @@ def project_image(tag: str = TEST_IMAGE) -> BuildResult:
         if proc.returncode != 0:
             raise RuntimeError(f"build-wheels.sh failed:\n{_tail(proc.stderr)}")
         seconds["wheels"] = time.monotonic() - t0
-    args = ["build", "--force-rm", "-t", tag, "-f", str(ROOT / "docker" / "Dockerfile")]
+    args = ["build", "--force-rm", "--target", target, "-t", tag,
+            "-f", str(ROOT / "docker" / "Dockerfile")]
     if base is not None:
         args += ["--build-arg", f"BASE={base}"]
     t0 = time.monotonic()

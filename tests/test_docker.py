@@ -21,7 +21,15 @@ import httpx
 import pytest
 import yaml
 
-from tests.dockerd import BuildResult, Container, docker, docker_engine, project_image, run_container
+from tests.dockerd import (
+    TEST_CLIENT_IMAGE,
+    BuildResult,
+    Container,
+    docker,
+    docker_engine,
+    project_image,
+    run_container,
+)
 from tests.support import BIN, ROOT, free_port, require, wait_healthy
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1200)]
@@ -41,6 +49,14 @@ def engine() -> Iterator[None]:
 def image(engine: None) -> BuildResult:
     result = project_image()
     print(f"\nimage {result.image} from {result.base} (wheelhouse: {result.wheelhouse}); "
+          + ", ".join(f"{step} {s:.1f} s" for step, s in result.seconds.items()))
+    return result
+
+
+@pytest.fixture(scope="module")
+def client_image(engine: None) -> BuildResult:
+    result = project_image(TEST_CLIENT_IMAGE, target="client")
+    print(f"\nimage {result.image} (target client): "
           + ", ".join(f"{step} {s:.1f} s" for step, s in result.seconds.items()))
     return result
 
@@ -91,6 +107,31 @@ def test_image_metadata(image: BuildResult) -> None:
     assert config["Env"] and "BURN_SERVICE_HOST=0.0.0.0" in config["Env"]
     health = " ".join(config["Healthcheck"]["Test"])
     assert "/healthz" in health and "curl" not in health
+
+
+def _importable(image: str, modules: tuple[str, ...]) -> list[str]:
+    code = ("import importlib.util, sys; "
+            "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m)))")
+    out = docker("run", "--rm", "--entrypoint", "python", image, "-c", code, *modules).stdout
+    return out.split()
+
+
+def test_service_image_holds_the_service_only(image: BuildResult,
+                                              client_image: BuildResult) -> None:
+    """The service image has the `service` extra and no client dependencies; the client image
+    the reverse. Both images' lists come from pyproject.toml."""
+    client_side = ("numpy", "matplotlib", "httpx", "rich")
+    service_side = ("fastapi", "uvicorn", "prometheus_client", "jinja2")
+    assert _importable(image.image, client_side + service_side) == list(service_side)
+    assert _importable(client_image.image, client_side + service_side) == list(client_side)
+    config = json.loads(docker("image", "inspect", client_image.image).stdout)[0]["Config"]
+    assert config["User"] == "10001:10001" and config["Entrypoint"] == ["http-timing"]
+    help_text = docker("run", "--rm", "--read-only", "--tmpfs", "/tmp", client_image.image,
+                       "--help").stdout
+    assert "http-timing" in help_text
+    sizes = {r.image: int(docker("image", "inspect", "-f", "{{.Size}}", r.image).stdout)
+             for r in (image, client_image)}
+    print("\n" + ", ".join(f"{name} {size / 2**20:.0f} MiB" for name, size in sizes.items()))
 
 
 def test_container_runs_as_non_root_on_a_read_only_root(limitless: Container) -> None:
@@ -164,12 +205,13 @@ def _compose_command() -> list[str] | None:
     return None
 
 
-def test_compose_pair(image: BuildResult) -> None:
+def test_compose_pair(image: BuildResult, client_image: BuildResult) -> None:
     compose = _compose_command()
     require(compose is not None, "neither `docker compose` nor docker-compose is installed")
     assert compose is not None
     ports = {"limited": free_port(), "limitless": free_port()}
     env = {**os.environ, "THROTTLE_LAB_IMAGE": image.image,
+           "THROTTLE_LAB_CLIENT_IMAGE": client_image.image,
            "LIMITED_PORT": str(ports["limited"]), "LIMITLESS_PORT": str(ports["limitless"])}
     project = f"throttle-lab-test-{os.getpid()}"
     base = [*compose, "-f", str(ROOT / "docker" / "compose.yaml"), "-p", project]
@@ -186,6 +228,12 @@ def test_compose_pair(image: BuildResult) -> None:
             wait_healthy(url, timeout=60)
             quotas[name] = httpx.get(url + "/limits").json()["cgroup"]["quota_us"]
         assert quotas == {"limited": 30000, "limitless": None}
+        # the client image, profile `client`, times `limited` by its name on the project network
+        timed = run("run", "--rm", "client", "--url", "http://limited:7800/cpuBurnFlow",
+                    "--requests", "5", "--iterations", "1000", "--name", "compose-limited",
+                    "--no-plot")
+        assert timed.returncode == 0, timed.stdout + timed.stderr
+        assert timed.stdout.count("Status code 200") == 5, timed.stdout
     finally:
         down = run("down", "--volumes", "--remove-orphans")
         assert down.returncode == 0, down.stderr
@@ -196,9 +244,10 @@ def _job_container(rendered: str) -> dict[str, Any]:
     return job["spec"]["template"]["spec"]["containers"][0]
 
 
-def test_k8s_job_script_times_both_services(image: BuildResult) -> None:
+def test_k8s_job_script_times_both_services(image: BuildResult,
+                                            client_image: BuildResult) -> None:
     """The k8s Job's own command, run in Docker on a network where the two containers answer
-    to the Services' names (no cluster here; the same image, script and environment)."""
+    to the Services' names (no cluster here; the same images, script and environment)."""
     kubectl = shutil.which("kubectl")
     require(kubectl is not None, "kubectl is not installed (it renders the Job from k8s/)")
     assert kubectl is not None
@@ -214,7 +263,7 @@ def test_k8s_job_script_times_both_services(image: BuildResult) -> None:
             env_args = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
             cid = docker("run", "-d", "--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
                          "--security-opt", "no-new-privileges", "--network", network,
-                         *env_args, "--entrypoint", job["command"][0], image.image,
+                         *env_args, "--entrypoint", job["command"][0], client_image.image,
                          *job["command"][1:], *job["args"]).stdout.strip()
             try:
                 status = docker("wait", cid, timeout=240).stdout.strip()

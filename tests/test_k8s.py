@@ -111,9 +111,13 @@ def test_security_context_of_every_pod(docs: list[Doc]) -> None:
             assert mounts == {"/tmp": "tmp"} and "emptyDir" in volumes["tmp"], name
 
 
-def test_one_image_for_every_workload(docs: list[Doc]) -> None:
-    images = {c["image"] for spec in pod_specs(docs).values() for c in spec["containers"]}
-    assert images == {"throttle-lab:latest"}
+def test_the_service_image_for_the_deployments_and_the_client_image_for_the_job(
+        docs: list[Doc]) -> None:
+    images = {name: {c["image"] for c in spec["containers"]}
+              for name, spec in pod_specs(docs).items()}
+    assert images == {"Deployment/limited": {"throttle-lab:latest"},
+                      "Deployment/limitless": {"throttle-lab:latest"},
+                      "Job/http-timing": {"throttle-lab-client:latest"}}
 
 
 def test_ingress_class_is_set_in_one_place(docs: list[Doc]) -> None:
