@@ -44,7 +44,7 @@ def burn_service_path() -> str:
     found = shutil.which("burn-service")
     if found is None:
         raise ServiceError("burn-service not found next to this Python nor on PATH "
-                           "(pip install -e . installs it)")
+                           "(pip install -e '.[service]' installs it)")
     return found
 
 
