@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 
 from client.data.metadata import LoadMode
 from client.data.record import RequestRecord
-from client.run.http import Sender, Verify, make_senders
+from client.run.http import Requests, Sender, Verify, make_senders
 from client.run.plan import LoadPlan, intended_send_ns, open_loop_workers
 from client.run.recorder import Recorder, RunOutcome, Tickets
 
@@ -112,7 +112,7 @@ MODES: dict[LoadMode, Mode] = {
 
 
 def time_plan(
-    url: str | Sequence[str],
+    url: Requests,
     plan: LoadPlan,
     on_record: Callable[[RequestRecord], None],
     *,
@@ -124,9 +124,11 @@ def time_plan(
     on_start: Callable[[int], None] | None = None,
     wrap: Callable[[Sender], Sender] | None = None,
     verify: Verify = True,
+    label: str = "replica",
 ) -> RunOutcome:
-    """Run ``plan`` against ``url`` (several: spread round-robin over those replicas, one
-    keep-alive connection per replica and worker); ``on_record`` gets each completed request,
+    """Run ``plan`` against ``url`` (a URL or a ``client.data.request.HttpRequest``; several:
+    sent round-robin, one keep-alive connection per origin and worker, each record saying
+    which in its ``label`` field: ``replica`` or ``target``); ``on_record`` gets each completed request,
     one at a time, in completion order. Transport failures are recorded (status 0 and the error) and the run
     goes on, until ``max_consecutive_failures`` in a row (0: never stop early). Pass
     ``outcome`` to keep what was collected when the caller interrupts the run
@@ -139,7 +141,7 @@ def time_plan(
     count = connections or mode.workers(plan)
     recorder = Recorder(on_record, outcome, max_consecutive_failures)
     senders = make_senders(url, count, new_connection=new_connection, timeout=timeout,
-                           verify=verify)
+                           verify=verify, label=label)
     if wrap is not None:
         senders = [wrap(sender) for sender in senders]
     _run_workers(senders, lambda shift: mode.work(plan, shift), Tickets(plan.requests),

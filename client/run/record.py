@@ -29,7 +29,8 @@ from client.data.summary import summarize
 from client.run.attach import CgroupAttachment
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.cgroup_target import CgroupTarget
-from client.run.http import Verify, fetch_limits, warm_up_all
+from client.data.request import HttpRequest
+from client.run.http import Requests, Verify, fetch_limits, warm_up, warm_up_all
 from client.run.modes import time_plan
 from client.run.plan import LoadPlan
 from client.run.recorder import RunOutcome, files_first, stop_on_terminate
@@ -60,6 +61,15 @@ class RunSpec:
     cgroup: CgroupTarget | None = None  # the target's own group, read during the run
     cgroup_interval: float = DEFAULT_INTERVAL
     verify: Verify = True               # an https:// server's certificate: see tls_verify
+    request: HttpRequest | None = None  # what is sent (None: a GET of ``url``)
+    targets: tuple[HttpRequest, ...] = ()  # a --targets file's: sent round-robin instead
+    redact: frozenset[str] = frozenset()   # more header names whose values stay out of files
+    ask_limits: bool = True             # ask the service for /limits (burn-service's only)
+
+    @property
+    def sent(self) -> Requests:
+        """What the timed requests are: the targets, the replicas' URLs, or the one request."""
+        return self.targets or self.replica_urls or self.request or self.url
 
     @property
     def csv_path(self) -> Path:
@@ -95,7 +105,11 @@ def start_metadata(spec: RunSpec, started: datetime) -> RunMetadata:
         new_connection=spec.new_connection, timeout_s=spec.timeout, warmup=spec.warmup,
         started_at=started.isoformat(), host=socket.gethostname(),
         platform=platform.platform(), python=platform.python_version(),
-        command=list(spec.command), limits=fetch_limits(spec.limits_url or spec.url, verify=spec.verify),
+        command=list(spec.command),
+        limits=(fetch_limits(spec.limits_url or spec.url, verify=spec.verify)
+                if spec.ask_limits else None),
+        request=spec.request.to_metadata(spec.redact) if spec.request else None,
+        targets=[t.to_metadata(spec.redact) for t in spec.targets] or None,
         sweep=spec.sweep, service=spec.service, replicas=spec.replicas,
         cgroup=spec.cgroup.to_metadata() if spec.cgroup else None,
         load_average=load_average() if spec.note_load_average else None)
@@ -124,10 +138,14 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
                 if spec.cgroup is not None else None)
     try:
         with stop_on_terminate():
-            warm_up_all(spec.replica_urls or (spec.url,), spec.warmup,
+            if spec.replica_urls:
+                warm_up_all(spec.replica_urls, spec.warmup, new_connection=spec.new_connection,
+                            timeout=spec.timeout, verify=spec.verify)
+            elif spec.warmup:
+                warm_up(spec.targets or spec.request or spec.url, spec.warmup,
                         new_connection=spec.new_connection, timeout=spec.timeout,
                         verify=spec.verify)
-            time_plan(spec.replica_urls or spec.url, spec.plan, on_record,
+            time_plan(spec.sent, spec.plan, on_record, label="target" if spec.targets else "replica",
                       new_connection=spec.new_connection,
                       timeout=spec.timeout, max_consecutive_failures=spec.max_failures,
                       outcome=outcome, on_start=attached.start if attached else None,
