@@ -143,3 +143,39 @@ def test_bad_requests_are_one_line(args: list[str], files: dict[str, str], words
     line = usage_error([*url, "--requests", "1", *args], tmp_path, monkeypatch, capsys)
     assert words in line, line
     assert not (tmp_path / "raw-data").exists()  # nothing half-written
+
+
+def test_a_rate_beyond_the_client_says_it_fell_behind(tmp_path: Path) -> None:
+    from tests.support import http_timing, running_service
+
+    with running_service() as base:
+        result = http_timing("--url", f"{base}/healthz", "--rate", "100000", "--requests",
+                             "3000", "--quiet", "--name", "far", cwd=tmp_path)
+        report = http_timing("report", "raw-data/far.csv", cwd=tmp_path)
+        as_json = http_timing("report", "raw-data/far.csv", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    said = [line for line in result.stdout.splitlines() if "fell behind" in line]
+    assert len(said) == 1 and "include its own queue" in said[0], result.stdout
+    meta = json.loads((tmp_path / "raw-data" / "far.json").read_text())
+    assert meta["client_fell_behind"] is True
+    pace = meta["client_pace"]
+    assert pace["asked_rps"] == 100000 and pace["achieved_rps"] < 98000
+    assert pace["sent"] == 3000 and pace["send_lag_p99_ms"] > 1
+    assert report.returncode == 0 and said[0] in report.stdout.splitlines()
+    assert json.loads(as_json.stdout)["client_fell_behind"] is True
+    # the CSV says when each request was meant to go and when it went
+    first = rows(tmp_path / "raw-data" / "far.csv")[-1]
+    assert int(first["start_ns"]) > int(first["scheduled_ns"])
+
+
+def test_a_closed_loop_keeps_the_clients_own_time(tmp_path: Path) -> None:
+    from tests.support import http_timing, running_service
+
+    with running_service() as base:
+        result = http_timing("--url", f"{base}/healthz", "--concurrency", "2", "--requests",
+                             "50", "--quiet", "--no-plot", "--name", "c", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    meta = json.loads((tmp_path / "raw-data" / "c.json").read_text())
+    assert "client_fell_behind" not in meta
+    assert meta["client_pace"]["requests"] == 50
+    assert 0 < meta["client_pace"]["own_time_per_request_us"] < 1e6

@@ -115,6 +115,8 @@ def show_result(recorded: RecordedRun, report: Report) -> None:
     if run.metadata.mode is not LoadMode.SEQUENTIAL:
         row = throughput_row(run.records, report.detection.throttled_fraction)
         print(format_throughput(row, run.metadata.rate_rps))
+    if report.fell_behind_words:
+        print(report.fell_behind_words)
 
 
 def draw_result(recorded: RecordedRun, report: Report, pictures_dir: Path) -> Path | None:

@@ -67,13 +67,20 @@ class ClosedLoop:
         deadline = (None if plan.duration_s is None
                     else shift.run_start_ns + round(plan.duration_s * 1e9))
         stop = shift.recorder.stop
-        while not stop.is_set():
-            if deadline is not None and time.perf_counter_ns() >= deadline:
-                return
-            seq = shift.tickets.take()
-            if seq is None:
-                return
-            shift.recorder.add(shift.sender.send(seq, shift.run_start_ns))
+        began, waited, sent = time.perf_counter_ns(), 0, 0
+        try:
+            while not stop.is_set():
+                if deadline is not None and time.perf_counter_ns() >= deadline:
+                    return
+                seq = shift.tickets.take()
+                if seq is None:
+                    return
+                record = shift.sender.send(seq, shift.run_start_ns)
+                waited += record.latency_ns
+                sent += 1
+                shift.recorder.add(record)
+        finally:  # the client's own time: all of this worker's but the waits for answers
+            shift.recorder.note_own_time(time.perf_counter_ns() - began - waited, sent)
 
 
 class Sequential(ClosedLoop):

@@ -23,7 +23,8 @@ from typing import Any
 
 from client import __version__
 from client.data.files import Run, RunWriter, rewrite_rows, write_metadata
-from client.data.metadata import ReplicaInfo, RunMetadata, SweepInfo
+from client.data.metadata import LoadMode, ReplicaInfo, RunMetadata, SweepInfo
+from client.data.pace import closed_loop_pace, open_loop_pace
 from client.data.record import RawDataError, RequestRecord
 from client.data.summary import summarize
 from client.run.attach import CgroupAttachment
@@ -35,7 +36,7 @@ from client.run.modes import time_plan
 from client.run.plan import LoadPlan
 from client.run.recorder import RunOutcome, files_first, stop_on_terminate
 
-__all__ = ["RecordedRun", "RunSpec", "load_average", "record_run"]
+__all__ = ["RecordedRun", "RunSpec", "load_average", "note_pace", "record_run"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,18 @@ def start_metadata(spec: RunSpec, started: datetime) -> RunMetadata:
         load_average=load_average() if spec.note_load_average else None)
 
 
+def note_pace(metadata: RunMetadata, plan: LoadPlan, outcome: RunOutcome) -> None:
+    """Whether the client kept up (``client.data.pace``): an open loop's send lag and rate,
+    a closed loop's own time per request."""
+    if plan.mode is LoadMode.OPEN_LOOP and plan.rate_rps is not None:
+        pace = open_loop_pace(outcome.records, plan.rate_rps)
+        if pace is not None:
+            metadata.client_fell_behind = pace.fell_behind
+            metadata.client_pace = pace.to_dict()
+    elif plan.mode is LoadMode.CLOSED_LOOP:
+        metadata.client_pace = closed_loop_pace(outcome.own_ns, outcome.own_requests)
+
+
 def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None]] = (), *,
                started: datetime | None = None) -> RecordedRun:
     """Run ``spec``, keeping every completed request on disk as it completes (see the module
@@ -166,6 +179,7 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
         metadata.interrupted = interrupted
         metadata.stop_reason = outcome.stop_reason
         metadata.summary = summarize(outcome.records)
+        note_pace(metadata, spec.plan, outcome)
         write_metadata(spec.meta_path, metadata)
     timeline = attached.sampler.samples if attached is not None else None
     return RecordedRun(Run(spec.csv_path, outcome.records, metadata, timeline), outcome,
