@@ -89,8 +89,11 @@ class RequestRecord:
         return any(v > 0 for v in known)
 
     def to_row(self) -> dict[str, Any]:
-        return {f.name: "" if getattr(self, f.name) is None else getattr(self, f.name)
-                for f in fields(self)}
+        return {name: "" if (value := getattr(self, name)) is None else value
+                for name in _FIELD_NAMES}
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(RequestRecord))
 
 
 def status_error(status: int, location: str | None = None) -> str:

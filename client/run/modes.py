@@ -25,12 +25,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 
 from client.data.metadata import LoadMode
 from client.data.record import RequestRecord
-from client.run.http import Requests, Sender, Verify, make_senders
+from client.data.request import HttpRequest
+from client.run.eventloop import ConnectionPool, eligible, run_open_loop
+from client.run.http import Requests, Sender, Verify, as_requests, make_senders, request_headers
 from client.run.plan import LoadPlan, intended_send_ns, open_loop_workers
 from client.run.recorder import Recorder, RunOutcome, Tickets
 
@@ -147,6 +149,16 @@ def time_plan(
     mode = MODES[plan.mode]
     count = connections or mode.workers(plan)
     recorder = Recorder(on_record, outcome, max_consecutive_failures)
+    requests = as_requests(url)
+    if (plan.mode is LoadMode.OPEN_LOOP and wrap is None and eligible(requests)
+            and (isinstance(url, (str, HttpRequest)) or label == "target")):
+        # one thread, one epoll, a pool of connections (client.run.eventloop)
+        pool = ConnectionPool(requests, request_headers(new_connection), count, timeout)
+        tag = None if isinstance(url, (str, HttpRequest)) else label
+        _run_workers([cast(Sender, pool)], lambda shift: run_open_loop(
+            pool, plan, shift.tickets, shift.recorder, shift.run_start_ns, tag),
+            Tickets(plan.requests), recorder, on_start)
+        return outcome
     senders = make_senders(url, count, new_connection=new_connection, timeout=timeout,
                            verify=verify, label=label)
     if wrap is not None:

@@ -231,6 +231,18 @@ def _error_name(exc: BaseException, connecting: bool) -> str:
     return "ReadError" if isinstance(exc, OSError) else type(exc).__name__
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """A request on its way: what its record needs once the answer is read."""
+
+    seq: int
+    run_start_ns: int
+    scheduled_ns: int | None
+    which: int
+    start: int
+    reused: bool        # sent on a kept-alive connection (may be sent once more)
+
+
 class SocketSender:
     """One connection's timed requests to one origin over ``http://`` (see the module
     docstring): ``requests`` (a URL is a GET of it; several of one origin share the
@@ -251,6 +263,7 @@ class SocketSender:
         self.timeout = timeout
         self._sock: socket.socket | None = None
         self._buffer = bytearray(_CHUNK)
+        self._pending: _Pending | None = None   # the request sent, its answer not yet read
 
     def _connect(self) -> socket.socket:
         sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
@@ -266,46 +279,84 @@ class SocketSender:
              which: int = 0) -> RequestRecord:
         """As :meth:`client.run.http.Sender.send`: one request (the ``which``-th), its
         record."""
+        failed = self.begin(seq, run_start_ns, scheduled_ns, which)
+        return failed if failed is not None else self.finish()
+
+    @property
+    def socket(self) -> socket.socket | None:
+        """The connection (None between a close and the next request)."""
+        return self._sock
+
+    def begin(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None,
+              which: int = 0) -> RequestRecord | None:
+        """The first half of :meth:`send`: the clock starts, the request goes (connecting
+        first if need be). None when it went (:meth:`finish` reads the answer), else the
+        record of its failure."""
         if self._sock is not None and _idle_connection_closed(self._sock):
             self.close()  # found before the clock: reconnecting is part of the request
         start = time.perf_counter_ns()
+        reused = self._sock is not None
+        self._pending = _Pending(seq, run_start_ns, scheduled_ns, which, start, reused)
         connecting = False
         try:
-            reused = self._sock is not None
             if self._sock is None:
                 connecting = True
                 self._connect()
                 connecting = False
             assert self._sock is not None
             try:
-                response = self._exchange(self._sock, which)
-            except (NoResponse, ConnectionError):
+                self._sock.sendall(self._wire[which])
+            except ConnectionError:
                 if not reused:
                     raise
                 self.close()  # closed under us between the check and the send: once more
+                self._pending = _Pending(seq, run_start_ns, scheduled_ns, which, start, False)
+                connecting = True
+                self._connect().sendall(self._wire[which])
+        except OSError as exc:
+            return self._failed(exc, connecting)
+        return None
+
+    def finish(self) -> RequestRecord:
+        """The second half of :meth:`send`: read the whole answer, return the record."""
+        pending = self._pending
+        assert pending is not None and self._sock is not None, "finish() without begin()"
+        connecting = False
+        try:
+            try:
+                response = read_response(self._sock, self._buffer, self._head[pending.which])
+            except (NoResponse, ConnectionError):
+                if not pending.reused:
+                    raise
+                self.close()  # closed under us as the request arrived: once more
                 connecting = True
                 sock = self._connect()
                 connecting = False
-                response = self._exchange(sock, which)
+                response = self._exchange(sock, pending.which)
         except (OSError, ProtocolError) as exc:
-            end = time.perf_counter_ns()
-            self.close()
-            detail = str(exc) or type(exc).__name__
-            error = f"{_error_name(exc, connecting)}: {detail}"
-            return self._record(seq, run_start_ns, scheduled_ns, start, end, 0, error, None)
+            return self._failed(exc, connecting)
         end = time.perf_counter_ns()
+        self._pending = None
         if not response.keep_alive:
             self.close()
-        return self._record(seq, run_start_ns, scheduled_ns, start, end, response.status,
+        return self._record(pending, end, response.status,
                             status_error(response.status, response.location),
                             response.server_timing)
 
+    def _failed(self, exc: OSError | ProtocolError, connecting: bool) -> RequestRecord:
+        end = time.perf_counter_ns()
+        pending, self._pending = self._pending, None
+        assert pending is not None
+        self.close()
+        detail = str(exc) or type(exc).__name__
+        return self._record(pending, end, 0, f"{_error_name(exc, connecting)}: {detail}", None)
+
     @staticmethod
-    def _record(seq: int, run_start_ns: int, scheduled_ns: int | None, start: int, end: int,
-                status: int, error: str, server_timing: str | None) -> RequestRecord:
-        origin = start if scheduled_ns is None else run_start_ns + scheduled_ns
-        return RequestRecord(seq, start - run_start_ns, end - origin, status, error=error,
-                             scheduled_ns=scheduled_ns, **server_fields(server_timing))
+    def _record(p: _Pending, end: int, status: int, error: str, server_timing: str | None
+                ) -> RequestRecord:
+        origin = p.start if p.scheduled_ns is None else p.run_start_ns + p.scheduled_ns
+        return RequestRecord(p.seq, p.start - p.run_start_ns, end - origin, status, error=error,
+                             scheduled_ns=p.scheduled_ns, **server_fields(server_timing))
 
     def close(self) -> None:
         if self._sock is not None:
