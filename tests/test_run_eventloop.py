@@ -1,4 +1,4 @@
-"""client.run.eventloop: the open loop on one thread and one epoll, against real servers."""
+"""client.run.eventloop: the open loop on one thread and one select, against real servers."""
 
 from __future__ import annotations
 

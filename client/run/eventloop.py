@@ -1,4 +1,4 @@
-"""An open loop on one thread: a pool of ``http://`` connections and one ``epoll``.
+"""An open loop on one thread: a pool of ``http://`` connections and one ``select``.
 
 The threaded open loop (``client.run.modes.OpenLoop``: one thread per connection) pays a thread
 switch and a turn of the GIL for every request; past a few thousand requests a second that is
@@ -30,8 +30,6 @@ from client.run.wire import SocketSender
 __all__ = ["ConnectionPool", "eligible", "run_open_loop"]
 
 _MAX_WAIT_S = 0.05   # wake at least this often, so a stop is seen promptly
-_COARSE_S = 0.002    # below this, epoll's whole milliseconds are too coarse to wait with
-_NAP_S = 0.0001      # ... and the loop naps this long between looks
 
 
 def eligible(requests: Sequence[HttpRequest]) -> bool:
@@ -61,7 +59,9 @@ def run_open_loop(pool: ConnectionPool, plan: LoadPlan, tickets: Tickets, record
     rate, stop = plan.rate_rps, recorder.stop
     idle: deque[SocketSender] = deque(pool.senders)
     busy = 0
-    selector = selectors.DefaultSelector()
+    # select(2), not epoll: it waits to the microsecond (epoll counts whole milliseconds,
+    # too coarse for a send time), and the pool is at most 64 connections
+    selector = selectors.SelectSelector()
     clock = time.perf_counter_ns
     seq = tickets.take()
     due = run_start_ns + intended_send_ns(seq, rate) if seq is not None else 0
@@ -87,7 +87,7 @@ def run_open_loop(pool: ConnectionPool, plan: LoadPlan, tickets: Tickets, record
             wait = _MAX_WAIT_S
             if seq is not None and idle:
                 wait = min(wait, max(0.0, (due - clock()) / 1e9))
-            for key, _ in _ready(selector, wait):
+            for key, _ in selector.select(wait):
                 sender, which = key.data
                 selector.unregister(key.fileobj)
                 busy -= 1
@@ -95,18 +95,6 @@ def run_open_loop(pool: ConnectionPool, plan: LoadPlan, tickets: Tickets, record
                 idle.append(sender)
     finally:
         selector.close()
-
-
-def _ready(selector: selectors.BaseSelector, wait: float
-           ) -> list[tuple[selectors.SelectorKey, int]]:
-    """The answers that arrived within ``wait`` s. epoll counts whole milliseconds (rounded
-    up), too coarse for a send time: the last 2 ms are slept in short naps instead."""
-    if wait >= _COARSE_S:
-        return selector.select(wait - _COARSE_S / 2)
-    ready = selector.select(0)
-    if not ready and wait > 0:
-        time.sleep(min(wait, _NAP_S))
-    return ready
 
 
 def _keep(recorder: Recorder, record: RequestRecord, label: str | None, which: int) -> None:

@@ -152,7 +152,7 @@ def time_plan(
     requests = as_requests(url)
     if (plan.mode is LoadMode.OPEN_LOOP and wrap is None and eligible(requests)
             and (isinstance(url, (str, HttpRequest)) or label == "target")):
-        # one thread, one epoll, a pool of connections (client.run.eventloop)
+        # one thread, one select, a pool of connections (client.run.eventloop)
         pool = ConnectionPool(requests, request_headers(new_connection), count, timeout)
         tag = None if isinstance(url, (str, HttpRequest)) else label
         _run_workers([cast(Sender, pool)], lambda shift: run_open_loop(
