@@ -82,3 +82,29 @@ def test_round_robin_over_replicas_against_real_services() -> None:
     assert all(r.status == 200 for r in records)
     with pytest.raises(ValueError):
         RoundRobinSender([])
+
+
+def test_the_httpx_sender_sends_the_request_as_asked() -> None:
+    from client.data.request import HttpRequest
+    from tests.recording import recording_server
+
+    with recording_server() as (base, app):
+        request = HttpRequest(f"{base}/a?b=1", "DELETE", (("X-Key", "k"), ("User-Agent", "u")),
+                              b"gone")
+        sender = HttpxSender([request])
+        try:
+            assert sender.send(0, 0).status == 200
+        finally:
+            sender.close()
+    got = app.received[0]
+    assert (got.method, got.target, got.body) == ("DELETE", "/a?b=1", b"gone")
+    assert (got.header("x-key"), got.header("user-agent"), got.header("content-length")) == \
+        ("k", "u", "4")
+
+
+def test_timed_url_touches_only_burn_service() -> None:
+    from client.run.http import timed_url
+
+    assert timed_url("http://h/api?x=1", None) == "http://h/api?x=1"
+    assert timed_url("http://h/api", 3) == "http://h/api?iterations=3"
+    assert timed_url("http://h/cpuBurnFlow", None) == "http://h/cpuBurnFlow?iterations=5000"

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client.data.record import RequestRecord
-from client.run.wire import SocketSender, encode_get, read_response
+from client.run.wire import SocketSender, encode_get, encode_request, read_response
 from tests.scripted import (Handler, answering, closing_the_second, read_request, scripted,
                             unanswered)
 from tests.support import free_port, running_service
@@ -198,3 +198,27 @@ def test_against_uvicorn_the_records_match_httpx() -> None:
         lean.close()
     assert (a.status, a.error) == (b.status, b.error) == (200, "")
     assert a.server_cpu_ns is not None and b.server_cpu_ns is not None
+
+
+def test_encode_request_puts_the_method_headers_and_body_on_the_wire() -> None:
+    from client.data.request import HttpRequest
+
+    request = HttpRequest("http://h:81/a/b?c=1&d", "PATCH",
+                          (("User-Agent", "mine"), ("Content-Length", "999")), b"{}")
+    host, port, data = encode_request(request, {"user-agent": "http-timing/x"})
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert (host, port, body) == ("h", 81, b"{}")
+    assert lines[0] == "PATCH /a/b?c=1&d HTTP/1.1"
+    assert sorted(lines[1:]) == ["Accept: */*", "Content-Length: 2", "Host: h:81",
+                                 "User-Agent: mine"]
+
+
+def test_the_answer_to_a_head_has_no_body_whatever_its_length_says() -> None:
+    from client.data.request import HttpRequest
+
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"
+    with scripted(answering(head, head)) as url:
+        with SocketSender([HttpRequest(url, "HEAD")], {}) as sender:
+            records = [sender.send(i, 0) for i in range(2)]
+    assert [r.status for r in records] == [200, 200], [r.error for r in records]

@@ -16,6 +16,7 @@ from client.analysis.detect import Detection, detect_run
 from client.analysis.model import MAX_CONCURRENCY, MAX_REQUESTS, Prediction, Workload, predict
 from client.data.files import Run
 from client.data.metadata import LoadMode
+from client.data.pace import fell_behind_words
 from client.data.summary import Summary, summarize
 from cpuquota.limit import Limit
 
@@ -33,14 +34,27 @@ class Report:
     summary: Summary
     detection: Detection
     cgroup: CgroupReport | None = None   # the watched group's (``--cgroup``), when there is one
+    # whether the client itself kept up, as the metadata says (``client.data.pace``)
+    client_fell_behind: bool | None = None
+    client_pace: dict[str, Any] | None = None
+
+    @property
+    def fell_behind_words(self) -> str | None:
+        """The one line saying the client fell behind, or None."""
+        return fell_behind_words(self.client_fell_behind, self.client_pace)
 
     def to_dict(self) -> dict[str, Any]:
-        """The keys of ``http-timing report --json`` (``cgroup`` only for a watched group)."""
+        """The keys of ``http-timing report --json`` (``cgroup`` only for a watched group,
+        ``client_fell_behind`` and ``client_pace`` only when the metadata has them)."""
         out = {"name": self.name, "limit": self.limit_description,
                "limit_cpus": self.limit.cpus if self.limit else None,
                **self.summary.to_dict(), **self.detection.to_dict()}
         if self.cgroup is not None:
             out["cgroup"] = self.cgroup.to_dict()
+        if self.client_fell_behind is not None:
+            out["client_fell_behind"] = self.client_fell_behind
+        if self.client_pace is not None:
+            out["client_pace"] = self.client_pace
         return out
 
 
@@ -49,7 +63,8 @@ def build_report(run: Run, limit: Limit | None = None) -> Report:
     limit = limit if limit is not None else run.metadata.limit
     cgroup = cgroup_report(run.records, run.timeline, limit) if run.timeline else None
     return Report(run.name, limit, run.metadata.limit_description(), summarize(run.records),
-                  detect_run(run, limit), cgroup)
+                  detect_run(run, limit), cgroup, run.metadata.client_fell_behind,
+                  run.metadata.client_pace)
 
 
 class WorkloadError(ValueError):

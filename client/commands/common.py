@@ -69,12 +69,17 @@ def limit_from(cpus: float, period: float | None, burst: float | None, source: s
         raise CliError(str(exc)) from None
 
 
-def add_load_arguments(parser: argparse.ArgumentParser, *, per: str = "") -> None:
+def add_load_arguments(parser: argparse.ArgumentParser, *, per: str = "",
+                       iterations_default: int | None = 5000) -> None:
     """``--iterations``, ``--requests``, ``--concurrency``, ``--rate``, ``--duration``,
-    ``--warmup``, ``--timeout``: the load, the same for every command that sends it."""
-    parser.add_argument("--iterations", type=int_at_least(0), default=5000,
+    ``--warmup``, ``--timeout``: the load, the same for every command that sends it.
+    ``iterations_default`` None: only burn-service's URL gets the default (``run``)."""
+    parser.add_argument("--iterations", type=int_at_least(0), default=iterations_default,
                         help="burn iterations per request, ~1 us each, appended as "
-                        "?iterations=N when N > 0 (default 5000)")
+                        "?iterations=N when N > 0 (default 5000" +
+                        ("" if iterations_default is not None else
+                         ", and only to burn-service's /cpuBurnFlow: any other URL is sent "
+                         "as given unless this is given") + ")")
     parser.add_argument("--requests", type=int_at_least(1), default=None,
                         help=f"how many requests{per} (default {DEFAULT_REQUESTS})")
     parser.add_argument("--concurrency", type=int_at_least(1), metavar="C",
@@ -109,6 +114,8 @@ def show_result(recorded: RecordedRun, report: Report) -> None:
     if run.metadata.mode is not LoadMode.SEQUENTIAL:
         row = throughput_row(run.records, report.detection.throttled_fraction)
         print(format_throughput(row, run.metadata.rate_rps))
+    if report.fell_behind_words:
+        print(report.fell_behind_words)
 
 
 def draw_result(recorded: RecordedRun, report: Report, pictures_dir: Path) -> Path | None:

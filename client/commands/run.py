@@ -27,10 +27,12 @@ from client.render.live import LivePage
 from client.render.progress import RunProgress
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
-from client.run.http import TlsError, build_url, tls_verify
+from client.data.request import RequestError, redact_command
+from client.run.http import TlsError, tls_verify
 from client.run.measure import measure
 from client.run.record import RecordedRun, RunSpec
 from client.run.recorder import files_first
+from client.run.request_flags import requests_from_flags
 
 __all__ = ["DEFAULT_URL", "build_run_parser", "cgroup_target", "command_run"]
 
@@ -45,8 +47,24 @@ def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
         "'http-timing sweep --cpus 1,0.3,0.1' (see each one's --help).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--url", default=DEFAULT_URL, help=f"URL to time (default {DEFAULT_URL})")
-    add_load_arguments(parser)
+    parser.add_argument("--url", default=None,
+                        help=f"URL to time, sent exactly as given (default {DEFAULT_URL}; "
+                        "burn-service's /cpuBurnFlow gets ?iterations=N)")
+    parser.add_argument("-X", "--method", help="the request's method (default GET; POST with -d)")
+    parser.add_argument("-H", "--header", action="append", default=[], metavar="'NAME: VALUE'",
+                        help="a header to send (repeatable); it replaces the client's own of "
+                        "that name")
+    parser.add_argument("-d", "--data", metavar="TEXT|@FILE",
+                        help="the request's body: TEXT, @FILE's bytes, or @- for stdin "
+                        "(Content-Length set; the method becomes POST unless -X says)")
+    parser.add_argument("--targets", type=Path, metavar="FILE",
+                        help="send the requests of FILE round-robin, in vegeta's http format "
+                        "(METHOD URL, header lines, an optional @body-file line, a blank line "
+                        "between targets); each request's target is in the CSV")
+    parser.add_argument("--redact", action="append", default=[], metavar="NAME",
+                        help="also keep this header's value out of every file written "
+                        "(Authorization, Proxy-Authorization and Cookie always are)")
+    add_load_arguments(parser, iterations_default=None)
     parser.add_argument("--new-connection", action="store_true",
                         help="open a new connection for every request, as the original did "
                         "(default: one keep-alive connection)")
@@ -117,17 +135,24 @@ def command_run(argv: list[str]) -> int:
     name = opts.name or "run-" + started.strftime("%Y%m%d-%H%M%S")
     if problem := check_file_name(name):
         raise CliError(problem)
-    url = build_url(opts.url, opts.iterations)
-    if not url.startswith(("http://", "https://")):
-        raise CliError(f"--url must start with http:// or https:// (got {opts.url!r})")
+    try:
+        asked = requests_from_flags(opts.url, default_url=DEFAULT_URL, method=opts.method,
+                                    headers=opts.header, data=opts.data, targets=opts.targets,
+                                    iterations=opts.iterations)
+    except RequestError as exc:
+        raise CliError(str(exc)) from None
+    url = asked.request.url
     try:
         verify = tls_verify(opts.cacert, opts.insecure)
     except TlsError as exc:
         raise CliError(str(exc)) from None
     spec = RunSpec(url=url, plan=plan, name=name, data_dir=opts.data_dir,
-                   iterations=opts.iterations, command=["http-timing", *argv],
+                   iterations=asked.iterations,
+                   command=["http-timing", *redact_command(argv, opts.redact)],
                    new_connection=opts.new_connection, timeout=opts.timeout, warmup=opts.warmup,
-                   max_failures=opts.max_failures, limits_url=opts.url,
+                   max_failures=opts.max_failures, ask_limits=asked.burn_service,
+                   request=asked.request if asked.custom and not asked.targets else None,
+                   targets=asked.targets, redact=frozenset(opts.redact),
                    cgroup=cgroup_target(opts.cgroup, opts.pod_uid),
                    cgroup_interval=opts.cgroup_interval, verify=verify)
     with live_page(opts) as live:

@@ -65,7 +65,8 @@ class ReplicaInfo:
 # keys written once the run has ended (all of them, ``None`` included)
 _END_KEYS = ("ended_at", "completed", "interrupted", "stop_reason", "summary")
 # keys written only when set
-_OPTIONAL_KEYS = ("sweep", "service", "load_average", "replicas", "cgroup", "live")
+_OPTIONAL_KEYS = ("sweep", "service", "load_average", "replicas", "cgroup", "live", "request",
+                  "targets", "client_fell_behind", "client_pace")
 # fields about the file, not in it
 _BOOKKEEPING = frozenset({"extra", "absent", "present"})
 
@@ -109,6 +110,13 @@ class RunMetadata:
     cgroup: dict[str, Any] | None = None
     # the live page (--live): its address, the CPU its server used, frames sent and dropped
     live: dict[str, Any] | None = None
+    # what was sent when it was not a GET of ``url`` (secrets redacted, a body as its size
+    # and sha256: ``client.data.request``): one request, or a --targets file's, round-robin
+    request: dict[str, Any] | None = None
+    targets: list[dict[str, Any]] | None = None
+    # whether the client itself could not send as asked (``client.data.pace``), and its figures
+    client_fell_behind: bool | None = None
+    client_pace: dict[str, Any] | None = None
     # what this version does not know, kept as read
     extra: dict[str, Any] = field(default_factory=dict)
     # known keys a file (of an older version) did not have: not written back
@@ -281,7 +289,12 @@ def _typed(name: str, value: Any, default: Any) -> Any:
             return None
     if name == "concurrency":
         return value if isinstance(value, int) and value >= 1 else 1
-    if name in ("limits", "service", "cgroup", "live"):
+    if name == "targets":
+        return [dict(t) for t in value if isinstance(t, Mapping)] if isinstance(value, list) \
+            else None
+    if name == "client_fell_behind":
+        return value if isinstance(value, bool) else None
+    if name in ("limits", "service", "cgroup", "live", "request", "client_pace"):
         return dict(value) if isinstance(value, Mapping) else None
     if name == "command":
         return list(value) if isinstance(value, list) else []

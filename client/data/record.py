@@ -11,6 +11,7 @@ Columns (times in integer nanoseconds; empty where unknown):
 - ``server_wall_ns``, ``server_cpu_ns``, ``server_throttle_ns``, ``kernel_throttled_ns``,
   ``kernel_nr_throttled``: from the response's ``Server-Timing`` header, when present
 - ``replica``: which replica answered (0, 1, ...), when requests were spread over several
+- ``target``: which target of a ``--targets`` file was sent (0, 1, ...: its place in the file)
 - ``cgroup_throttled_ns``, ``cgroup_nr_throttled``: the throttling of the watched group
   (``--cgroup``) during the request, read by the client: the exact change of the group's
   ``cpu.stat`` across a sequential request, else what its timeline shows inside the request
@@ -29,7 +30,7 @@ __all__ = ["COLUMNS", "INT_COLUMNS", "REQUIRED_COLUMNS", "RawDataError", "Reques
 
 REQUIRED_COLUMNS = ("seq", "start_ns", "latency_ns", "status")
 COLUMNS = (*REQUIRED_COLUMNS, "error", "scheduled_ns", *SERVER_FIELDS, "replica",
-           "cgroup_throttled_ns", "cgroup_nr_throttled")
+           "cgroup_throttled_ns", "cgroup_nr_throttled", "target")
 INT_COLUMNS = tuple(c for c in COLUMNS if c != "error")
 
 
@@ -53,6 +54,7 @@ class RequestRecord:
     replica: int | None = None       # which of several replicas answered
     cgroup_throttled_ns: int | None = None   # the watched group's throttled time meanwhile
     cgroup_nr_throttled: int | None = None   # ... and its throttled periods
+    target: int | None = None        # which target of a --targets file (its place in it)
 
     @property
     def ok(self) -> bool:
@@ -87,8 +89,11 @@ class RequestRecord:
         return any(v > 0 for v in known)
 
     def to_row(self) -> dict[str, Any]:
-        return {f.name: "" if getattr(self, f.name) is None else getattr(self, f.name)
-                for f in fields(self)}
+        return {name: "" if (value := getattr(self, name)) is None else value
+                for name in _FIELD_NAMES}
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(RequestRecord))
 
 
 def status_error(status: int, location: str | None = None) -> str:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["COLOURS", "draw_detected", "plot_run", "pyplot", "save_figure"]
+__all__ = ["COLOURS", "draw_detected", "mark_fell_behind", "plot_run", "pyplot", "save_figure"]
 
 COLOURS = {"ok": "#1f77b4", "throttled": "#ff7f0e", "failed": "#d62728"}
 
@@ -64,6 +64,13 @@ def draw_detected(ax: Axes, run: Run, detection: Detection, *, label_prefix: str
                        label=f"{label_prefix}{labels[kind]} ({len(xs)})")
 
 
+def mark_fell_behind(ax: Axes) -> None:
+    """Say on the picture that the client fell behind (``client.data.pace``)."""
+    ax.text(0.01, 0.98, "http-timing fell behind: these latencies include its own queue",
+            transform=ax.transAxes, ha="left", va="top", fontsize=11, color="#b00020",
+            bbox={"facecolor": "white", "edgecolor": "#b00020", "alpha": 0.9})
+
+
 def plot_run(run: Run, out: Path, title: str | None = None,
              detection: Detection | None = None) -> Path:
     """Save the dot picture of ``run`` to ``out`` (PNG) and return the path."""
@@ -94,6 +101,8 @@ def plot_run(run: Run, out: Path, title: str | None = None,
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper right", fontsize=11)
+        if meta.client_fell_behind:
+            mark_fell_behind(ax)
         save_figure(fig, out)
     finally:
         plt.close(fig)

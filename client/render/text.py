@@ -64,6 +64,8 @@ def format_report(report: Report, path: object) -> list[str]:
     """``http-timing report FILE``'s lines."""
     lines = [f"run: {report.name} ({path})", f"limit: {report.limit_description}",
              format_summary(report.summary), *format_detection(report.detection)]
+    if report.fell_behind_words:
+        lines.append(report.fell_behind_words)
     if report.cgroup is not None:
         lines += format_cgroup(report.cgroup)
     return lines

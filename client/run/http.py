@@ -12,21 +12,33 @@ from __future__ import annotations
 
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, Union
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
 
 from client import __version__
 from client.data.record import RequestRecord, status_error
+from client.data.request import DEFAULT_ITERATIONS, HttpRequest, is_burn_service_url
 from client.data.servertiming import server_fields
 from client.run.wire import SocketSender
 
-__all__ = ["HttpxSender", "RoundRobinSender", "Sender", "TlsError", "Verify", "build_url",
-           "fetch_limits", "limits_url", "make_sender", "make_senders", "request_headers",
-           "tls_verify", "warm_up", "warm_up_all"]
+__all__ = ["HttpxSender", "Requests", "RoundRobinSender", "Sender", "TlsError", "Verify",
+           "as_requests", "build_url", "fetch_limits", "limits_url", "make_sender",
+           "make_senders", "request_headers", "timed_url", "tls_verify", "warm_up",
+           "warm_up_all"]
+
+# what a run sends: one URL (a GET), one request, or several sent round-robin (replicas'
+# URLs, or the targets of a --targets file)
+Requests = Union[str, HttpRequest, Sequence[Union[str, HttpRequest]]]
+
+
+def as_requests(what: Requests) -> list[HttpRequest]:
+    """The requests of ``what`` (a URL is a GET of it)."""
+    items = [what] if isinstance(what, (str, HttpRequest)) else list(what)
+    return [HttpRequest(item) if isinstance(item, str) else item for item in items]
 
 
 def build_url(url: str, iterations: int) -> str:
@@ -37,6 +49,14 @@ def build_url(url: str, iterations: int) -> str:
     query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "iterations"]
     query.append(("iterations", str(iterations)))
     return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def timed_url(url: str, iterations: int | None) -> str:
+    """The URL a run times: ``url`` exactly as given, unless it is burn-service's
+    ``/cpuBurnFlow`` (then ``?iterations=N``, 5000 unless said) or ``iterations`` is given."""
+    if iterations is None:
+        iterations = DEFAULT_ITERATIONS if is_burn_service_url(url) else 0
+    return build_url(url, iterations)
 
 
 def limits_url(url: str) -> str:
@@ -90,7 +110,7 @@ def request_headers(new_connection: bool) -> dict[str, str]:
 
 
 class Sender(Protocol):
-    """One connection's timed requests to one URL: made once per worker thread, before any
+    """One connection's timed requests to one origin: made once per worker thread, before any
     clock starts (a connection is not shared); closed when done."""
 
     def send(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None
@@ -103,30 +123,52 @@ class Sender(Protocol):
         """Close the connection."""
 
 
-def make_sender(url: str, *, new_connection: bool = False, timeout: float = 30.0,
-                verify: Verify = True) -> Sender:
-    """The leanest sender for ``url``: a plain socket for ``http://``
+class OriginSender(Sender, Protocol):
+    """A :class:`Sender` of several requests to one origin over one connection."""
+
+    def send(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None,
+             which: int = 0) -> RequestRecord:
+        """As :meth:`Sender.send`, sending the ``which``-th of its requests."""
+
+
+def make_sender(requests: str | HttpRequest | Sequence[HttpRequest], *,
+                new_connection: bool = False, timeout: float = 30.0,
+                verify: Verify = True) -> OriginSender:
+    """The leanest sender of ``requests`` (one origin): a plain socket for ``http://``
     (:class:`client.run.wire.SocketSender`), httpx for ``https://``."""
     headers = request_headers(new_connection)
-    if url.startswith("http://"):
-        return SocketSender(url, headers, timeout=timeout)
-    return HttpxSender(url, new_connection=new_connection, timeout=timeout, verify=verify)
+    first = as_requests(requests)[0]
+    if first.url.startswith("http://"):
+        return SocketSender(requests, headers, timeout=timeout)
+    return HttpxSender(requests, new_connection=new_connection, timeout=timeout, verify=verify)
 
 
 class RoundRobinSender:
-    """Spreads requests over several replicas from the client: request ``seq`` goes to replica
-    ``seq % N`` over that replica's own keep-alive connection (one per replica), and its record
-    says which (``replica``)."""
+    """Sends request ``seq`` as the ``seq % N``-th of ``requests``: one keep-alive connection
+    per origin (replicas: one each; the targets of a file on one server share one), and its
+    record says which (``label``: ``replica`` or ``target``)."""
 
-    def __init__(self, senders: Sequence[Sender]) -> None:
-        if not senders:
+    def __init__(self, requests: Sequence[HttpRequest],
+                 make: Callable[[Sequence[HttpRequest]], OriginSender] | None = None,
+                 label: str = "replica") -> None:
+        if not requests:
             raise ValueError("no replicas to send to")
-        self._senders = list(senders)
+        if label not in ("replica", "target"):
+            raise ValueError(f"a record has no {label!r} to fill")
+        origins: dict[tuple[str, str, int], list[HttpRequest]] = {}
+        self._route: list[tuple[int, int]] = []  # request -> (its origin, its place there)
+        for request in requests:
+            group = origins.setdefault(request.origin, [])
+            self._route.append((list(origins).index(request.origin), len(group)))
+            group.append(request)
+        self._senders = [(make or make_sender)(group) for group in origins.values()]
+        self._label = label
 
     def send(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None) -> RequestRecord:
-        replica = seq % len(self._senders)
-        record = self._senders[replica].send(seq, run_start_ns, scheduled_ns)
-        record.replica = replica
+        which = seq % len(self._route)
+        origin, place = self._route[which]
+        record = self._senders[origin].send(seq, run_start_ns, scheduled_ns, place)
+        setattr(record, self._label, which)
         return record
 
     def close(self) -> None:
@@ -134,21 +176,22 @@ class RoundRobinSender:
             sender.close()
 
 
-def make_senders(url: str | Sequence[str], count: int, *, new_connection: bool = False,
-                 timeout: float = 30.0, verify: Verify = True) -> list[Sender]:
-    """``count`` senders (one per worker): to ``url``, or round-robin over the replicas'
-    URLs when given a sequence (even of one: its records then say replica 0)."""
-    urls = [url] if isinstance(url, str) else list(url)
+def make_senders(what: Requests, count: int, *, new_connection: bool = False,
+                 timeout: float = 30.0, verify: Verify = True, label: str = "replica"
+                 ) -> list[Sender]:
+    """``count`` senders (one per worker) of ``what``: one URL or request, or round-robin over
+    several when given a sequence (even of one: its records then say ``label`` 0)."""
+    requests = as_requests(what)
     # one TLS context for all (each costs ~80 ms of CPU to make)
-    if verify is True and any(u.startswith("https://") for u in urls):
+    if verify is True and any(r.url.startswith("https://") for r in requests):
         verify = httpx.create_ssl_context()
 
-    def one(url: str) -> Sender:
-        return make_sender(url, new_connection=new_connection, timeout=timeout, verify=verify)
+    def one(group: Sequence[HttpRequest]) -> OriginSender:
+        return make_sender(group, new_connection=new_connection, timeout=timeout, verify=verify)
 
-    if isinstance(url, str):
-        return [one(url) for _ in range(count)]
-    return [RoundRobinSender([one(u) for u in urls]) for _ in range(count)]
+    if isinstance(what, (str, HttpRequest)):
+        return [one(requests) for _ in range(count)]
+    return [RoundRobinSender(requests, one, label) for _ in range(count)]
 
 
 def _unanswered(exc: httpx.TransportError) -> bool:
@@ -169,29 +212,32 @@ class HttpxSender:
     does: servers close idle connections (uvicorn and Node after 5 s), and a request that
     crosses that close on the wire is the client's race, not the server's failure."""
 
-    def __init__(self, url: str, *, new_connection: bool = False, timeout: float = 30.0,
+    def __init__(self, requests: str | HttpRequest | Sequence[HttpRequest], *,
+                 new_connection: bool = False, timeout: float = 30.0,
                  verify: Verify = True) -> None:
         self._client = httpx.Client(timeout=timeout, headers=request_headers(new_connection),
                                     verify=verify)
-        self._request = self._client.build_request("GET", url)
+        self._requests = [_build(self._client, request) for request in as_requests(requests)]
+        self._request = self._requests[0]
         self._kept_alive = False  # the last answer left a connection in the pool
 
-    def _exchange(self) -> httpx.Response:
+    def _exchange(self, request: httpx.Request) -> httpx.Response:
         kept_alive, self._kept_alive = self._kept_alive, False
         try:
-            response = self._client.send(self._request)
+            response = self._client.send(request)
         except httpx.TransportError as exc:
             if not (kept_alive and _unanswered(exc)):
                 raise
-            response = self._client.send(self._request)  # the pool dropped that connection
+            response = self._client.send(request)  # the pool dropped that connection
         self._kept_alive = response.headers.get("connection", "").lower() != "close" \
             and response.http_version != "HTTP/1.0"
         return response
 
-    def send(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None) -> RequestRecord:
+    def send(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None,
+             which: int = 0) -> RequestRecord:
         start = time.perf_counter_ns()
         try:
-            response = self._exchange()
+            response = self._exchange(self._requests[which])
         except httpx.TransportError as exc:
             end = time.perf_counter_ns()
             status, error, server = 0, f"{type(exc).__name__}: {exc}".strip(": "), {}
@@ -208,32 +254,45 @@ class HttpxSender:
         self._client.close()
 
 
-def warm_up(url: str, requests: int, *, new_connection: bool = False,
-            timeout: float = 30.0, verify: Verify = True) -> int:
-    """Send ``requests`` GETs that are not recorded (imports, caches and connection pools on the
-    server warm up, as hyperfine's ``--warmup``); returns how many got an HTTP answer."""
+def _build(client: httpx.Client, request: HttpRequest) -> httpx.Request:
+    """``request`` as httpx sends it: the request's headers replace the client's."""
+    built = client.build_request(request.method, request.url, content=request.body)
+    for name, value in request.headers:
+        if name.lower() != "content-length" or request.body is None:
+            built.headers[name] = value
+    return built
+
+
+def warm_up(what: str | HttpRequest | Sequence[HttpRequest], requests: int, *,
+            new_connection: bool = False, timeout: float = 30.0, verify: Verify = True) -> int:
+    """Send ``requests`` requests (round-robin over ``what``) that are not recorded (imports,
+    caches and connection pools on the server warm up, as hyperfine's ``--warmup``); returns
+    how many got an HTTP answer."""
     answered = 0
     with httpx.Client(timeout=timeout, headers=request_headers(new_connection),
                       verify=verify) as client:
-        for _ in range(requests):
+        built = [_build(client, request) for request in as_requests(what)]
+        for seq in range(requests):
             try:
-                client.get(url)
+                client.send(built[seq % len(built)]).read()
                 answered += 1
             except httpx.TransportError:
                 break  # the run itself records (and reports) a service that cannot be reached
     return answered
 
 
-def warm_up_all(urls: Sequence[str], requests: int, *, new_connection: bool = False,
-                timeout: float = 30.0, verify: Verify = True) -> int:
-    """``warm_up`` every URL (each replica's) at the same time; the answers in all."""
+def warm_up_all(urls: Sequence[str | HttpRequest], requests: int, *,
+                new_connection: bool = False, timeout: float = 30.0,
+                verify: Verify = True) -> int:
+    """``warm_up`` every replica's URL at the same time; the answers in all."""
     if requests <= 0:
         return 0
-    if len(urls) == 1:
-        return warm_up(urls[0], requests, new_connection=new_connection, timeout=timeout,
+    items = as_requests(urls)
+    if len(items) == 1:
+        return warm_up(items[0], requests, new_connection=new_connection, timeout=timeout,
                        verify=verify)
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=min(len(urls), 64)) as pool:
-        return sum(pool.map(lambda url: warm_up(url, requests, new_connection=new_connection,
-                                                timeout=timeout, verify=verify), urls))
+    with ThreadPoolExecutor(max_workers=min(len(items), 64)) as pool:
+        return sum(pool.map(lambda item: warm_up(item, requests, new_connection=new_connection,
+                                                 timeout=timeout, verify=verify), items))

@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 
 from client.data.metadata import LoadMode
 from client.data.record import RequestRecord
-from client.run.http import Sender, Verify, make_senders
+from client.data.request import HttpRequest
+from client.run.eventloop import ConnectionPool, eligible, run_open_loop
+from client.run.http import Requests, Sender, Verify, as_requests, make_senders, request_headers
 from client.run.plan import LoadPlan, intended_send_ns, open_loop_workers
 from client.run.recorder import Recorder, RunOutcome, Tickets
 
@@ -67,13 +69,20 @@ class ClosedLoop:
         deadline = (None if plan.duration_s is None
                     else shift.run_start_ns + round(plan.duration_s * 1e9))
         stop = shift.recorder.stop
-        while not stop.is_set():
-            if deadline is not None and time.perf_counter_ns() >= deadline:
-                return
-            seq = shift.tickets.take()
-            if seq is None:
-                return
-            shift.recorder.add(shift.sender.send(seq, shift.run_start_ns))
+        began, waited, sent = time.perf_counter_ns(), 0, 0
+        try:
+            while not stop.is_set():
+                if deadline is not None and time.perf_counter_ns() >= deadline:
+                    return
+                seq = shift.tickets.take()
+                if seq is None:
+                    return
+                record = shift.sender.send(seq, shift.run_start_ns)
+                waited += record.latency_ns
+                sent += 1
+                shift.recorder.add(record)
+        finally:  # the client's own time: all of this worker's but the waits for answers
+            shift.recorder.note_own_time(time.perf_counter_ns() - began - waited, sent)
 
 
 class Sequential(ClosedLoop):
@@ -112,7 +121,7 @@ MODES: dict[LoadMode, Mode] = {
 
 
 def time_plan(
-    url: str | Sequence[str],
+    url: Requests,
     plan: LoadPlan,
     on_record: Callable[[RequestRecord], None],
     *,
@@ -124,9 +133,11 @@ def time_plan(
     on_start: Callable[[int], None] | None = None,
     wrap: Callable[[Sender], Sender] | None = None,
     verify: Verify = True,
+    label: str = "replica",
 ) -> RunOutcome:
-    """Run ``plan`` against ``url`` (several: spread round-robin over those replicas, one
-    keep-alive connection per replica and worker); ``on_record`` gets each completed request,
+    """Run ``plan`` against ``url`` (a URL or a ``client.data.request.HttpRequest``; several:
+    sent round-robin, one keep-alive connection per origin and worker, each record saying
+    which in its ``label`` field: ``replica`` or ``target``); ``on_record`` gets each completed request,
     one at a time, in completion order. Transport failures are recorded (status 0 and the error) and the run
     goes on, until ``max_consecutive_failures`` in a row (0: never stop early). Pass
     ``outcome`` to keep what was collected when the caller interrupts the run
@@ -138,8 +149,18 @@ def time_plan(
     mode = MODES[plan.mode]
     count = connections or mode.workers(plan)
     recorder = Recorder(on_record, outcome, max_consecutive_failures)
+    requests = as_requests(url)
+    if (plan.mode is LoadMode.OPEN_LOOP and wrap is None and eligible(requests)
+            and (isinstance(url, (str, HttpRequest)) or label == "target")):
+        # one thread, one select, a pool of connections (client.run.eventloop)
+        pool = ConnectionPool(requests, request_headers(new_connection), count, timeout)
+        tag = None if isinstance(url, (str, HttpRequest)) else label
+        _run_workers([cast(Sender, pool)], lambda shift: run_open_loop(
+            pool, plan, shift.tickets, shift.recorder, shift.run_start_ns, tag),
+            Tickets(plan.requests), recorder, on_start)
+        return outcome
     senders = make_senders(url, count, new_connection=new_connection, timeout=timeout,
-                           verify=verify)
+                           verify=verify, label=label)
     if wrap is not None:
         senders = [wrap(sender) for sender in senders]
     _run_workers(senders, lambda shift: mode.work(plan, shift), Tickets(plan.requests),

@@ -23,19 +23,21 @@ from typing import Any
 
 from client import __version__
 from client.data.files import Run, RunWriter, rewrite_rows, write_metadata
-from client.data.metadata import ReplicaInfo, RunMetadata, SweepInfo
+from client.data.metadata import LoadMode, ReplicaInfo, RunMetadata, SweepInfo
+from client.data.pace import closed_loop_pace, open_loop_pace
 from client.data.record import RawDataError, RequestRecord
 from client.data.summary import summarize
 from client.run.attach import CgroupAttachment
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.cgroup_target import CgroupTarget
-from client.run.http import Verify, fetch_limits, warm_up_all
+from client.data.request import HttpRequest
+from client.run.http import Requests, Verify, fetch_limits, warm_up, warm_up_all
 from client.run.modes import time_plan
 from client.run.observer import RunObserver
 from client.run.plan import LoadPlan
 from client.run.recorder import RunOutcome, files_first, stop_on_terminate
 
-__all__ = ["RecordedRun", "RunSpec", "load_average", "record_run"]
+__all__ = ["RecordedRun", "RunSpec", "load_average", "note_pace", "record_run"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,15 @@ class RunSpec:
     cgroup: CgroupTarget | None = None  # the target's own group, read during the run
     cgroup_interval: float = DEFAULT_INTERVAL
     verify: Verify = True               # an https:// server's certificate: see tls_verify
+    request: HttpRequest | None = None  # what is sent (None: a GET of ``url``)
+    targets: tuple[HttpRequest, ...] = ()  # a --targets file's: sent round-robin instead
+    redact: frozenset[str] = frozenset()   # more header names whose values stay out of files
+    ask_limits: bool = True             # ask the service for /limits (burn-service's only)
+
+    @property
+    def sent(self) -> Requests:
+        """What the timed requests are: the targets, the replicas' URLs, or the one request."""
+        return self.targets or self.replica_urls or self.request or self.url
 
     @property
     def csv_path(self) -> Path:
@@ -96,10 +107,26 @@ def start_metadata(spec: RunSpec, started: datetime) -> RunMetadata:
         new_connection=spec.new_connection, timeout_s=spec.timeout, warmup=spec.warmup,
         started_at=started.isoformat(), host=socket.gethostname(),
         platform=platform.platform(), python=platform.python_version(),
-        command=list(spec.command), limits=fetch_limits(spec.limits_url or spec.url, verify=spec.verify),
+        command=list(spec.command),
+        limits=(fetch_limits(spec.limits_url or spec.url, verify=spec.verify)
+                if spec.ask_limits else None),
+        request=spec.request.to_metadata(spec.redact) if spec.request else None,
+        targets=[t.to_metadata(spec.redact) for t in spec.targets] or None,
         sweep=spec.sweep, service=spec.service, replicas=spec.replicas,
         cgroup=spec.cgroup.to_metadata() if spec.cgroup else None,
         load_average=load_average() if spec.note_load_average else None)
+
+
+def note_pace(metadata: RunMetadata, plan: LoadPlan, outcome: RunOutcome) -> None:
+    """Whether the client kept up (``client.data.pace``): an open loop's send lag and rate,
+    a closed loop's own time per request."""
+    if plan.mode is LoadMode.OPEN_LOOP and plan.rate_rps is not None:
+        pace = open_loop_pace(outcome.records, plan.rate_rps)
+        if pace is not None:
+            metadata.client_fell_behind = pace.fell_behind
+            metadata.client_pace = pace.to_dict()
+    elif plan.mode is LoadMode.CLOSED_LOOP:
+        metadata.client_pace = closed_loop_pace(outcome.own_ns, outcome.own_requests)
 
 
 def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None]] = (), *,
@@ -132,10 +159,14 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
         watcher.run_started(metadata, attached.sampler.samples if attached else None)
     try:
         with stop_on_terminate():
-            warm_up_all(spec.replica_urls or (spec.url,), spec.warmup,
+            if spec.replica_urls:
+                warm_up_all(spec.replica_urls, spec.warmup, new_connection=spec.new_connection,
+                            timeout=spec.timeout, verify=spec.verify)
+            elif spec.warmup:
+                warm_up(spec.targets or spec.request or spec.url, spec.warmup,
                         new_connection=spec.new_connection, timeout=spec.timeout,
                         verify=spec.verify)
-            time_plan(spec.replica_urls or spec.url, spec.plan, on_record,
+            time_plan(spec.sent, spec.plan, on_record, label="target" if spec.targets else "replica",
                       new_connection=spec.new_connection,
                       timeout=spec.timeout, max_consecutive_failures=spec.max_failures,
                       outcome=outcome, on_start=attached.start if attached else None,
@@ -156,6 +187,7 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
         metadata.interrupted = interrupted
         metadata.stop_reason = outcome.stop_reason
         metadata.summary = summarize(outcome.records)
+        note_pace(metadata, spec.plan, outcome)
         if watcher is not None:
             metadata.live = watcher.run_ended(outcome.records)
         write_metadata(spec.meta_path, metadata)

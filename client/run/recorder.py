@@ -31,6 +31,8 @@ __all__ = ["RunOutcome", "Recorder", "Terminated", "Tickets", "files_first", "ho
 class RunOutcome:
     records: list[RequestRecord] = field(default_factory=list)
     stop_reason: str | None = None  # why the run ended before ``requests`` (None: it did not)
+    own_ns: int = 0           # a closed loop's own time outside the waits for answers ...
+    own_requests: int = 0     # ... over this many requests
 
     @property
     def reached(self) -> bool:
@@ -63,6 +65,12 @@ class Recorder:
                                              "connection failures")
                 self._frozen = True
                 self.stop.set()
+
+    def note_own_time(self, own_ns: int, requests: int) -> None:
+        """A closed-loop worker's own time (outside the waits) over its ``requests``."""
+        with self._lock:
+            self._outcome.own_ns += own_ns
+            self._outcome.own_requests += requests
 
     def freeze(self) -> None:
         """No record gets through after this returns (one being handed over is finished)."""

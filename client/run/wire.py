@@ -21,14 +21,16 @@ import errno
 import select
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from client.data.record import RequestRecord, status_error
+from client.data.request import HttpRequest
 from client.data.servertiming import server_fields
 
 __all__ = ["MAX_HEAD_BYTES", "NoResponse", "ProtocolError", "RawResponse", "SocketSender",
-           "encode_get", "read_response"]
+           "encode_get", "encode_request", "read_response"]
 
 MAX_HEAD_BYTES = 64 * 1024
 _CHUNK = 65536
@@ -51,18 +53,33 @@ class RawResponse:
     body_bytes: int
 
 
-def encode_get(url: str, headers: dict[str, str]) -> tuple[str, int, bytes]:
-    """``(host, port, request bytes)`` of a GET of ``url`` (``http://`` only)."""
-    parts = urlsplit(url)
+def encode_request(request: HttpRequest, headers: dict[str, str]) -> tuple[str, int, bytes]:
+    """``(host, port, request bytes)`` of ``request`` (``http://`` only): the client's
+    ``headers`` (``User-Agent``, ``Connection``), then the request's own, which replace the
+    client's of the same name; a body gets its ``Content-Length``."""
+    parts = urlsplit(request.url)
     if parts.scheme != "http" or not parts.hostname:
-        raise ValueError(f"not a plain http:// URL: {url!r}")
+        raise ValueError(f"not a plain http:// URL: {request.url!r}")
     port = parts.port or 80
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
     authority = host if port == 80 else f"{host}:{port}"
-    lines = [f"GET {target} HTTP/1.1", f"Host: {authority}", "Accept: */*",
-             *(f"{k}: {v}" for k, v in headers.items())]
-    return parts.hostname, port, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    own = request.header_names()
+    defaults = {"Host": authority, "Accept": "*/*", **headers}
+    if request.body is not None:
+        defaults["Content-Length"] = str(len(request.body))
+        own -= {"content-length"}  # always the body's own length
+    lines = [f"{request.method} {target} HTTP/1.1",
+             *(f"{k}: {v}" for k, v in defaults.items() if k.lower() not in own),
+             *(f"{k}: {v}" for k, v in request.headers if k.lower() != "content-length"
+               or request.body is None)]
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8")
+    return parts.hostname, port, head + (request.body or b"")
+
+
+def encode_get(url: str, headers: dict[str, str]) -> tuple[str, int, bytes]:
+    """``(host, port, request bytes)`` of a GET of ``url`` (``http://`` only)."""
+    return encode_request(HttpRequest(url), headers)
 
 
 class _Reader:
@@ -155,16 +172,17 @@ def _chunked(reader: _Reader) -> int:
             raise ProtocolError("chunk not followed by CRLF")
 
 
-def read_response(sock: socket.socket, buffer: bytearray) -> RawResponse:
-    """Read one whole response to a GET from ``sock`` (the body is counted, not kept)."""
+def read_response(sock: socket.socket, buffer: bytearray, head: bool = False) -> RawResponse:
+    """Read one whole response from ``sock`` (the body is counted, not kept); ``head``: the
+    answer to a HEAD, which has no body whatever its headers say."""
     reader = _Reader(sock, buffer)
     try:
-        return _response(reader)
+        return _response(reader, head)
     finally:
         reader.view.release()
 
 
-def _response(reader: _Reader) -> RawResponse:
+def _response(reader: _Reader, head: bool) -> RawResponse:
     while True:
         status, version, headers = _head(reader)
         if status >= 200 or status == 101:
@@ -174,7 +192,7 @@ def _response(reader: _Reader) -> RawResponse:
                   (version != b"HTTP/1.0" or b"keep-alive" in connection))
     encoding = b",".join(headers.get(b"transfer-encoding", [])).lower()
     lengths = headers.get(b"content-length")
-    if status in (204, 304) or 100 <= status < 200:
+    if head or status in (204, 304) or 100 <= status < 200:
         body = 0
     elif b"chunked" in encoding:
         body = _chunked(reader)
@@ -213,14 +231,39 @@ def _error_name(exc: BaseException, connecting: bool) -> str:
     return "ReadError" if isinstance(exc, OSError) else type(exc).__name__
 
 
-class SocketSender:
-    """One connection's timed GETs of one ``http://`` URL (see the module docstring)."""
+@dataclass(frozen=True)
+class _Pending:
+    """A request on its way: what its record needs once the answer is read."""
 
-    def __init__(self, url: str, headers: dict[str, str], *, timeout: float = 30.0) -> None:
-        self.host, self.port, self.request = encode_get(url, headers)
+    seq: int
+    run_start_ns: int
+    scheduled_ns: int | None
+    which: int
+    start: int
+    reused: bool        # sent on a kept-alive connection (may be sent once more)
+
+
+class SocketSender:
+    """One connection's timed requests to one origin over ``http://`` (see the module
+    docstring): ``requests`` (a URL is a GET of it; several of one origin share the
+    connection, ``send``'s ``which`` says which one goes)."""
+
+    def __init__(self, requests: str | HttpRequest | Sequence[HttpRequest],
+                 headers: dict[str, str], *, timeout: float = 30.0) -> None:
+        if isinstance(requests, str):
+            requests = HttpRequest(requests)
+        self._requests = [requests] if isinstance(requests, HttpRequest) else list(requests)
+        encoded = [encode_request(request, headers) for request in self._requests]
+        if len({(host, port) for host, port, _ in encoded}) != 1:
+            raise ValueError("one SocketSender sends to one host and port")
+        self.host, self.port = encoded[0][0], encoded[0][1]
+        self._wire = [data for _, _, data in encoded]
+        self._head = [request.head for request in self._requests]
+        self.request = self._wire[0]
         self.timeout = timeout
         self._sock: socket.socket | None = None
         self._buffer = bytearray(_CHUNK)
+        self._pending: _Pending | None = None   # the request sent, its answer not yet read
 
     def _connect(self) -> socket.socket:
         sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
@@ -228,52 +271,92 @@ class SocketSender:
         self._sock = sock
         return sock
 
-    def _exchange(self, sock: socket.socket) -> RawResponse:
-        sock.sendall(self.request)
-        return read_response(sock, self._buffer)
+    def _exchange(self, sock: socket.socket, which: int) -> RawResponse:
+        sock.sendall(self._wire[which])
+        return read_response(sock, self._buffer, self._head[which])
 
-    def send(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None) -> RequestRecord:
-        """As :meth:`client.run.http.Sender.send`: one request, its record."""
+    def send(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None,
+             which: int = 0) -> RequestRecord:
+        """As :meth:`client.run.http.Sender.send`: one request (the ``which``-th), its
+        record."""
+        failed = self.begin(seq, run_start_ns, scheduled_ns, which)
+        return failed if failed is not None else self.finish()
+
+    @property
+    def socket(self) -> socket.socket | None:
+        """The connection (None between a close and the next request)."""
+        return self._sock
+
+    def begin(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None,
+              which: int = 0) -> RequestRecord | None:
+        """The first half of :meth:`send`: the clock starts, the request goes (connecting
+        first if need be). None when it went (:meth:`finish` reads the answer), else the
+        record of its failure."""
         if self._sock is not None and _idle_connection_closed(self._sock):
             self.close()  # found before the clock: reconnecting is part of the request
         start = time.perf_counter_ns()
+        reused = self._sock is not None
+        self._pending = _Pending(seq, run_start_ns, scheduled_ns, which, start, reused)
         connecting = False
         try:
-            reused = self._sock is not None
             if self._sock is None:
                 connecting = True
                 self._connect()
                 connecting = False
             assert self._sock is not None
             try:
-                response = self._exchange(self._sock)
-            except (NoResponse, ConnectionError):
+                self._sock.sendall(self._wire[which])
+            except ConnectionError:
                 if not reused:
                     raise
                 self.close()  # closed under us between the check and the send: once more
+                self._pending = _Pending(seq, run_start_ns, scheduled_ns, which, start, False)
+                connecting = True
+                self._connect().sendall(self._wire[which])
+        except OSError as exc:
+            return self._failed(exc, connecting)
+        return None
+
+    def finish(self) -> RequestRecord:
+        """The second half of :meth:`send`: read the whole answer, return the record."""
+        pending = self._pending
+        assert pending is not None and self._sock is not None, "finish() without begin()"
+        connecting = False
+        try:
+            try:
+                response = read_response(self._sock, self._buffer, self._head[pending.which])
+            except (NoResponse, ConnectionError):
+                if not pending.reused:
+                    raise
+                self.close()  # closed under us as the request arrived: once more
                 connecting = True
                 sock = self._connect()
                 connecting = False
-                response = self._exchange(sock)
+                response = self._exchange(sock, pending.which)
         except (OSError, ProtocolError) as exc:
-            end = time.perf_counter_ns()
-            self.close()
-            detail = str(exc) or type(exc).__name__
-            error = f"{_error_name(exc, connecting)}: {detail}"
-            return self._record(seq, run_start_ns, scheduled_ns, start, end, 0, error, None)
+            return self._failed(exc, connecting)
         end = time.perf_counter_ns()
+        self._pending = None
         if not response.keep_alive:
             self.close()
-        return self._record(seq, run_start_ns, scheduled_ns, start, end, response.status,
+        return self._record(pending, end, response.status,
                             status_error(response.status, response.location),
                             response.server_timing)
 
+    def _failed(self, exc: OSError | ProtocolError, connecting: bool) -> RequestRecord:
+        end = time.perf_counter_ns()
+        pending, self._pending = self._pending, None
+        assert pending is not None
+        self.close()
+        detail = str(exc) or type(exc).__name__
+        return self._record(pending, end, 0, f"{_error_name(exc, connecting)}: {detail}", None)
+
     @staticmethod
-    def _record(seq: int, run_start_ns: int, scheduled_ns: int | None, start: int, end: int,
-                status: int, error: str, server_timing: str | None) -> RequestRecord:
-        origin = start if scheduled_ns is None else run_start_ns + scheduled_ns
-        return RequestRecord(seq, start - run_start_ns, end - origin, status, error=error,
-                             scheduled_ns=scheduled_ns, **server_fields(server_timing))
+    def _record(p: _Pending, end: int, status: int, error: str, server_timing: str | None
+                ) -> RequestRecord:
+        origin = p.start if p.scheduled_ns is None else p.run_start_ns + p.scheduled_ns
+        return RequestRecord(p.seq, p.start - p.run_start_ns, end - origin, status, error=error,
+                             scheduled_ns=p.scheduled_ns, **server_fields(server_timing))
 
     def close(self) -> None:
         if self._sock is not None:
