@@ -17,10 +17,11 @@ from pathlib import Path
 
 from client.run.targets.service import stop_process
 from service.cgroup import create_group, empty_group, move_pid, remove_group
+from cpuquota.cgroupfs import locate_cpu_controller
 from cpuquota.limit import Limit
 
-__all__ = ["BURNER", "V1_STAT", "V2_STAT", "BurningGroup", "burner_in_group", "fake_proc",
-           "mount_line", "v1_group", "v2_group"]
+__all__ = ["BURNER", "V1_STAT", "V2_STAT", "BurningGroup", "burner_in", "burner_in_group",
+           "fake_proc", "mount_line", "nested_groups", "v1_group", "v2_group"]
 
 BURNER = Path(__file__).resolve().parent / "burner_server.py"
 V1_STAT = "nr_periods 31\nnr_throttled 30\nthrottled_time 2071000000\nnr_bursts 0\nburst_time 0\n"
@@ -96,6 +97,17 @@ def burner_in_group(cpus: float = 0.2) -> Iterator[BurningGroup]:
     """tests/burner_server.py running in a new cgroup with a ``cpus`` quota; the server is
     stopped by its pid and the group removed by its path at the end, also on failure."""
     group = create_group(Limit(cpus))
+    try:
+        with burner_in(group) as burning:
+            yield burning
+    finally:
+        empty_group(group)
+        remove_group(group)
+
+
+@contextmanager
+def burner_in(group: Path) -> Iterator[BurningGroup]:
+    """tests/burner_server.py running in an existing group (stopped by its pid at the end)."""
     proc: subprocess.Popen[str] | None = None
     try:
         proc = subprocess.Popen([sys.executable, str(BURNER), "--port", "0"],
@@ -112,5 +124,45 @@ def burner_in_group(cpus: float = 0.2) -> Iterator[BurningGroup]:
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
-        empty_group(group)
-        remove_group(group)
+
+
+@contextmanager
+def nested_groups(path: str, quota_at: str, cpus: float) -> Iterator[tuple[Path, Path]]:
+    """Real groups ``path`` (relative to the cpu controller's mount) with a ``cpus`` quota on
+    the level ``quota_at`` (a prefix of ``path``) and none below: a pod's quota over its
+    container. On cgroup v2 ``+cpu`` is written into the subtree_control of every group above
+    ``quota_at`` (so it has ``cpu.max``) and not into its own (so the container below has no
+    cpu controller, as on a node). Yields (quota group, leaf group); the groups made here are
+    removed by their paths at the end, the deepest first (the caller stops its processes)."""
+    controller = locate_cpu_controller()
+    top = Path(controller.mount.mount_point)
+    made: list[Path] = []
+    try:
+        here = top
+        for part in path.strip("/").split("/"):
+            if controller.version == 2 and here != top / path.strip("/"):
+                _enable_cpu(here, top / quota_at.strip("/"))
+            here = here / part
+            if not here.exists():
+                here.mkdir()
+                made.append(here)
+        quota_dir = top / quota_at.strip("/")
+        period = 100_000
+        if controller.version == 1:
+            (quota_dir / "cpu.cfs_period_us").write_text(f"{period}\n")
+            (quota_dir / "cpu.cfs_quota_us").write_text(f"{round(cpus * period)}\n")
+        else:
+            (quota_dir / "cpu.max").write_text(f"{round(cpus * period)} {period}\n")
+        yield quota_dir, here
+    finally:
+        for directory in reversed(made):
+            empty_group(directory)
+            remove_group(directory)
+
+
+def _enable_cpu(directory: Path, quota_dir: Path) -> None:
+    """v2: hand the cpu controller down from ``directory`` when the quota group is below it."""
+    if directory != quota_dir and quota_dir.is_relative_to(directory):
+        control = directory / "cgroup.subtree_control"
+        if "cpu" not in control.read_text().split():
+            control.write_text("+cpu\n")
