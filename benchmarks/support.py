@@ -43,9 +43,10 @@ from cpuquota.limit import Limit
 from service.cgroup import create_group, empty_group, move_pid, remove_group
 
 __all__ = ["BIN", "BURNER", "HTTP_TIMING", "NODE_BURNER", "ROOT", "WRK_MISSING", "BurningGroup",
-           "WrkResult", "burn_service", "burner_in_group", "calibrate", "describe_load",
-           "exit_on_sigterm", "free_port", "get", "http_server", "loadavg", "node_in_group",
-           "record", "require_wrk", "run_main", "run_wrk", "scrape", "serve_in_group", "started"]
+           "WrkResult", "burn_service", "burner_in", "burner_in_group", "calibrate",
+           "describe_load", "exit_on_sigterm", "free_port", "get", "http_server", "loadavg",
+           "node_in_group", "record", "require_wrk", "run_main", "run_wrk", "scrape", "serve_in",
+           "serve_in_group", "started"]
 
 ROOT = Path(__file__).resolve().parent.parent   # the checkout: raw-data/, pictures/
 HERE = Path(__file__).resolve().parent
@@ -154,6 +155,18 @@ def serve_in_group(command: Sequence[str], cpus: float) -> Iterator[BurningGroup
     ``cpus`` quota; stopped by its pid and the group removed by its path at the end, also on
     failure."""
     group = create_group(Limit(cpus))
+    try:
+        with serve_in(group, command) as server:
+            yield server
+    finally:
+        empty_group(group)
+        remove_group(group)
+
+
+@contextmanager
+def serve_in(group: Path, command: Sequence[str]) -> Iterator[BurningGroup]:
+    """``command`` (a server that prints ``port N`` once it listens) moved into an existing
+    ``group``; stopped by its pid at the end (the group is the caller's)."""
     proc: subprocess.Popen[str] | None = None
     errors = tempfile.TemporaryFile(prefix="server-in-group-")
     try:
@@ -173,14 +186,19 @@ def serve_in_group(command: Sequence[str], cpus: float) -> Iterator[BurningGroup
             if proc.stdout is not None:
                 proc.stdout.close()
         errors.close()
-        empty_group(group)
-        remove_group(group)
 
 
 @contextmanager
 def burner_in_group(cpus: float = 0.2) -> Iterator[BurningGroup]:
     """``benchmarks/burner_server.py`` (standard library only) in a new group of ``cpus``."""
     with serve_in_group([sys.executable, str(BURNER), "--port", "0"], cpus) as server:
+        yield server
+
+
+@contextmanager
+def burner_in(group: Path) -> Iterator[BurningGroup]:
+    """``benchmarks/burner_server.py`` in an existing group (stopped by its pid at the end)."""
+    with serve_in(group, [sys.executable, str(BURNER), "--port", "0"]) as server:
         yield server
 
 

@@ -42,10 +42,11 @@ from cpuquota.account import CpuStat
 
 __all__ = [
     "CgroupError", "CpuController", "CpuLimit", "CpuStatReader", "Membership", "Mount",
-    "available_cpus", "cpu_mounts", "find_cpu_controller", "is_cpu_mount", "limit_in_force",
-    "locate_cpu_controller", "map_group_path", "parse_cfs_value", "parse_cpu_max",
-    "parse_cpu_stat", "parse_mountinfo", "parse_proc_cgroup", "parse_usage_usec",
-    "read_cpu_limit", "read_cpu_stat", "read_text", "read_words",
+    "Pressure", "available_cpus", "cpu_mounts", "find_cpu_controller", "is_cpu_mount",
+    "limit_in_force", "locate_cpu_controller", "map_group_path", "parse_cfs_value",
+    "parse_cpu_max", "parse_cpu_stat", "parse_mountinfo", "parse_pressure", "parse_proc_cgroup",
+    "parse_usage_usec", "quota_levels", "read_cpu_limit", "read_cpu_stat", "read_text",
+    "read_words",
 ]
 
 
@@ -235,6 +236,30 @@ def parse_cpu_stat(text: str, version: int) -> CpuStat | None:
                    values.get("nr_bursts", 0), burst_ns)
 
 
+@dataclass(frozen=True)
+class Pressure:
+    """A v2 group's ``cpu.pressure`` totals (PSI), in ns: the time some (``some``) or all
+    (``full``; None before Linux 5.13, where cpu has no full line) of its tasks waited for a
+    CPU they were ready to use, whatever the cause: its quota, or a busy machine."""
+
+    some_ns: int
+    full_ns: int | None
+
+
+def parse_pressure(text: str) -> Pressure:
+    """``cpu.pressure`` (``some avg10=0.00 avg60=0.00 avg300=0.00 total=1234`` and a ``full``
+    line; totals in µs) -> totals in ns (ValueError without a ``some`` total)."""
+    totals: dict[str, int] = {}
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        for field in rest.split():
+            if field.startswith("total="):
+                totals[kind] = int(field[len("total="):]) * 1000
+    if "some" not in totals:
+        raise ValueError(f"cpu.pressure has no 'some ... total=' line: {text.strip()[:60]!r}")
+    return Pressure(totals["some"], totals.get("full"))
+
+
 # --------------------------------------------------------------------------------------------
 # Reading the files
 # --------------------------------------------------------------------------------------------
@@ -306,6 +331,27 @@ def available_cpus() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # not on Linux
         return max(1, os.cpu_count() or 1)
+
+
+def quota_levels(directory: str | Path, top: str | Path, version: int,
+                 group: str) -> list[CpuLimit]:
+    """Every group from ``directory`` (whose path in the hierarchy is ``group``) up to the
+    hierarchy's ``top`` that holds a quota, nearest first: any of them can throttle the
+    processes below (a Kubernetes pod's quota throttles its containers, and the kernel counts
+    it only in the pod's ``cpu.stat``: throttling counters are not hierarchical). Levels whose
+    files are missing (v2's root, a group without the cpu controller) are passed over."""
+    here, top = Path(directory), Path(top)
+    found: list[CpuLimit] = []
+    while True:
+        try:
+            limit = read_cpu_limit(here, version, group)
+        except (OSError, ValueError):
+            limit = None
+        if limit is not None and limit.cpus is not None:
+            found.append(limit)
+        if here == top or here.parent == here:
+            return found
+        here, group = here.parent, (group.rsplit("/", 1)[0] or "/")
 
 
 def limit_in_force(controller: CpuController | None = None) -> CpuLimit | None:

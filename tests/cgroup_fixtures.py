@@ -9,13 +9,16 @@ hierarchies, ``<pid>/cgroup`` names a process's groups and ``<tid>/schedstat`` i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from benchmarks.support import BURNER, BurningGroup, burner_in_group
+from benchmarks.support import BURNER, BurningGroup, burner_in, burner_in_group
+from cpuquota.cgroupfs import locate_cpu_controller
+from service.cgroup import empty_group, remove_group
 
-__all__ = ["BURNER", "V1_STAT", "V2_STAT", "BurningGroup", "burner_in_group", "fake_proc",
-           "mount_line", "v1_group", "v2_group"]
+__all__ = ["BURNER", "V1_STAT", "V2_STAT", "BurningGroup", "burner_in", "burner_in_group",
+           "fake_proc", "mount_line", "nested_groups", "v1_group", "v2_group"]
 
 V1_STAT = "nr_periods 31\nnr_throttled 30\nthrottled_time 2071000000\nnr_bursts 0\nburst_time 0\n"
 V2_STAT = ("usage_usec 900000\nuser_usec 880000\nsystem_usec 20000\nnr_periods 31\n"
@@ -76,3 +79,45 @@ def fake_proc(proc: Path, mounts: Sequence[str] | None = None,
         (proc / str(tid)).mkdir(exist_ok=True)
         (proc / str(tid) / "schedstat").write_text(f"{ns} 1234 5\n")
     return proc
+
+
+@contextmanager
+def nested_groups(path: str, quota_at: str, cpus: float) -> Iterator[tuple[Path, Path]]:
+    """Real groups ``path`` (relative to the cpu controller's mount) with a ``cpus`` quota on
+    the level ``quota_at`` (a prefix of ``path``) and none below: a pod's quota over its
+    container. On cgroup v2 ``+cpu`` is written into the subtree_control of every group above
+    ``quota_at`` (so it has ``cpu.max``) and not into its own (so the container below has no
+    cpu controller, as on a node). Yields (quota group, leaf group); the groups made here are
+    removed by their paths at the end, the deepest first (the caller stops its processes)."""
+    controller = locate_cpu_controller()
+    top = Path(controller.mount.mount_point)
+    made: list[Path] = []
+    try:
+        here = top
+        for part in path.strip("/").split("/"):
+            if controller.version == 2 and here != top / path.strip("/"):
+                _enable_cpu(here, top / quota_at.strip("/"))
+            here = here / part
+            if not here.exists():
+                here.mkdir()
+                made.append(here)
+        quota_dir = top / quota_at.strip("/")
+        period = 100_000
+        if controller.version == 1:
+            (quota_dir / "cpu.cfs_period_us").write_text(f"{period}\n")
+            (quota_dir / "cpu.cfs_quota_us").write_text(f"{round(cpus * period)}\n")
+        else:
+            (quota_dir / "cpu.max").write_text(f"{round(cpus * period)} {period}\n")
+        yield quota_dir, here
+    finally:
+        for directory in reversed(made):
+            empty_group(directory)
+            remove_group(directory)
+
+
+def _enable_cpu(directory: Path, quota_dir: Path) -> None:
+    """v2: hand the cpu controller down from ``directory`` when the quota group is below it."""
+    if directory != quota_dir and quota_dir.is_relative_to(directory):
+        control = directory / "cgroup.subtree_control"
+        if "cpu" not in control.read_text().split():
+            control.write_text("+cpu\n")

@@ -11,6 +11,8 @@ import pytest
 from client.analysis.cgroup import (CgroupReport, RequestSpan, cgroup_report, interval_stats,
                                     request_spans, usage_per_period)
 from client.data.record import RequestRecord
+from client.data.timeline import CgroupSample
+from client.render.text import format_cgroup
 from cpuquota.limit import Limit
 from tests.timelines import MS, P, TWO_THROTTLES, S
 
@@ -61,6 +63,37 @@ def test_cgroup_report_without_a_limit_or_samples_has_none_for_unknowns() -> Non
     unlimited = cgroup_report([], [S(0, 0), S(1000, 500)], None)
     assert unlimited.usage_cpus_mean == 0.5 and math.isnan(unlimited.quota_share_mean)
     assert unlimited.periods == 10 and unlimited.periods_at_quota == 0
+
+
+def test_two_quota_levels_and_pressure_name_the_group_that_throttled() -> None:
+    # level 0: a container's 0.5 CPU (never throttled); level 1: the pod's 0.2 CPU, whose
+    # counters are TWO_THROTTLES'; PSI "some" grows with the throttled time
+    timeline = [CgroupSample(s.t_ns, s.usage_ns, s.nr_periods, 0, 0, 3 * s.throttled_ns // 2,
+                             s.throttled_ns // 2,
+                             ((s.nr_periods, s.nr_throttled, s.throttled_ns),))
+                for s in TWO_THROTTLES]
+    levels = [("/kubepods/pod1/ctr", Limit(0.5, source="cgroup")),
+              ("/kubepods/pod1", Limit(0.2, source="cgroup"))]
+    records = [RequestRecord(0, 0, 101 * MS, 200), RequestRecord(1, 251 * MS, 2 * MS, 200)]
+    report = cgroup_report(records, timeline, levels[0][1], levels)
+    assert report.quota_group == "/kubepods/pod1" and report.throttled_requests == 1
+    ctr, pod = report.levels
+    assert (ctr.nr_throttled, ctr.throttled_requests) == (0, 0)
+    assert (pod.quota_cpus, pod.nr_throttled, pod.throttled_ms, pod.throttled_requests) == \
+        (0.2, 2, 160, 1)
+    assert (report.pressure_some_ms, report.pressure_full_ms) == (240, 80)
+    data = report.to_dict()
+    assert data["quota_group"] == "/kubepods/pod1" and data["levels"][1]["throttled_ms"] == 160
+    assert data["pressure_some_ms"] == 240
+    text = "\n".join(format_cgroup(report))
+    assert "cgroup: throttled by the quota on /kubepods/pod1 (0.2 CPU)" in text
+    assert "quota 0.5 CPU per 100 ms on /kubepods/pod1/ctr: 0 of 2 periods throttled" in text
+    assert "some tasks waited 240.0 ms for a CPU (92 % of the run), all of them 80.0 ms" in text
+    # a timeline without pressure (cgroup v1) says so, no error
+    v1 = cgroup_report(records, TWO_THROTTLES, levels[1][1], levels[1:])
+    assert v1.pressure_some_ms is None and v1.quota_group == "/kubepods/pod1"
+    assert "CPU pressure (PSI): not recorded (no cpu.pressure: cgroup v1" in \
+        "\n".join(format_cgroup(v1))
 
 
 def test_request_spans_from_records_pairs_and_spans() -> None:

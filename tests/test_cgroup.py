@@ -14,7 +14,8 @@ import pytest
 from cpuquota.cgroupfs import (CgroupError, CpuController, CpuLimit, CpuStatReader, Mount,
                                find_cpu_controller, limit_in_force, locate_cpu_controller,
                                map_group_path, parse_cfs_value, parse_cpu_max, parse_cpu_stat,
-                               parse_mountinfo, parse_proc_cgroup, read_cpu_limit, read_cpu_stat)
+                               parse_mountinfo, parse_pressure, parse_proc_cgroup, quota_levels,
+                               read_cpu_limit, read_cpu_stat)
 from service.cgroup import create_group, empty_group, move_pid, remove_group, unique_group_name
 from cpuquota.limit import Limit
 from cpuquota.account import CpuStat
@@ -141,6 +142,31 @@ def test_parse_cpu_stat_normalises_throttled_time_to_ns() -> None:
                                                                         5_000_000)
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    # Linux >= 5.14: the burst counters
+    ("usage_usec 5\nuser_usec 4\nsystem_usec 1\nnr_periods 9\nnr_throttled 3\n"
+     "throttled_usec 1500\nnr_bursts 2\nburst_usec 700\n", CpuStat(9, 3, 1_500_000, 2, 700_000)),
+    # 4.15 - 5.13: no burst fields
+    ("usage_usec 5\nuser_usec 4\nsystem_usec 1\nnr_periods 9\nnr_throttled 3\n"
+     "throttled_usec 1500\n", CpuStat(9, 3, 1_500_000, 0, 0)),
+    # a newer kernel's extra fields (core scheduling) are passed over
+    ("usage_usec 5\nuser_usec 4\nsystem_usec 1\ncore_sched.force_idle_usec 0\nnr_periods 9\n"
+     "nr_throttled 3\nthrottled_usec 1500\nnr_bursts 0\nburst_usec 0\n", CpuStat(9, 3, 1_500_000)),
+])
+def test_parse_v2_cpu_stat_with_and_without_burst_fields(text: str, expected: CpuStat) -> None:
+    assert parse_cpu_stat(text, 2) == expected
+
+
+def test_parse_pressure_totals_in_ns() -> None:
+    text = ("some avg10=1.50 avg60=0.30 avg300=0.07 total=2071000\n"
+            "full avg10=0.00 avg60=0.00 avg300=0.00 total=1500\n")
+    pressure = parse_pressure(text)
+    assert (pressure.some_ns, pressure.full_ns) == (2_071_000_000, 1_500_000)
+    assert parse_pressure("some avg10=0.00 avg60=0.00 avg300=0.00 total=7\n").full_ns is None
+    with pytest.raises(ValueError, match="no 'some"):
+        parse_pressure("")
+
+
 def test_cpu_limit_cpus_and_dict() -> None:
     limited = CpuLimit(1, "/sys/fs/cgroup/cpu/g", "/g", 30000, 100000, 0)
     assert limited.cpus == 0.3
@@ -178,6 +204,27 @@ def test_limit_in_force_is_the_tightest_up_to_the_mount(tmp_path: Path) -> None:
     (tmp_path / "kubepods/pod1/cpu.cfs_quota_us").write_text("-1\n")
     own = limit_in_force(ctr)
     assert own is not None and own.quota_us is None and own.group == "/kubepods/pod1/ctr"
+
+
+def test_quota_levels_are_every_group_with_a_quota_up_to_the_top(tmp_path: Path) -> None:
+    _v1_group(tmp_path, -1)
+    _v1_group(tmp_path / "kubepods", -1)
+    _v1_group(tmp_path / "kubepods" / "pod1", 50000)
+    _v1_group(tmp_path / "kubepods" / "pod1" / "ctr", 20000)
+    (tmp_path / "outside").mkdir()
+    _v1_group(tmp_path / "outside" / "top", 10000)
+    found = quota_levels(tmp_path / "kubepods/pod1/ctr", tmp_path, 1, "/kubepods/pod1/ctr")
+    assert [(c.group, c.cpus) for c in found] == [("/kubepods/pod1/ctr", 0.2),
+                                                  ("/kubepods/pod1", 0.5)]
+    # v2: a container without the cpu controller below a pod with cpu.max; the root has none
+    v2 = tmp_path / "v2"
+    pod = v2 / "kubepods.slice" / "pod.slice"
+    (pod / "ctr.scope").mkdir(parents=True)
+    (pod / "cpu.max").write_text("20000 100000\n")
+    (v2 / "kubepods.slice" / "cpu.max").write_text("max 100000\n")
+    found = quota_levels(pod / "ctr.scope", v2, 2, "/kubepods.slice/pod.slice/ctr.scope")
+    assert [(c.group, c.quota_us, c.burst_us) for c in found] == \
+        [("/kubepods.slice/pod.slice", 20000, None)]
 
 
 def test_read_v2_files(tmp_path: Path) -> None:

@@ -71,6 +71,20 @@ def test_table_and_json_line_show_the_interval() -> None:
     data = json.loads(json_line("/docker/abc", row))
     assert data["nr_throttled"] == 9 and data["quota_share"] == pytest.approx(0.95)
     assert data["group"] == "/docker/abc" and data["throttled_share"] == 0.9
+    assert data["quota_group"] is None
+
+
+def test_watch_names_the_ancestor_whose_quota_is_shown() -> None:
+    stats = interval_stats(CgroupSample(0, 0, 0, 0, 0),
+                           CgroupSample(10**9, 190_000_000, 10, 9, 720_000_000), Limit(0.2))
+    row = WatchRow("12:00:01", 1.0, stats)
+    console = Console(width=160, record=True, file=open(os.devnull, "w"))
+    console.print(watch_table("/kubepods/pod1/ctr", Limit(0.2), [row], stats, "/kubepods/pod1"))
+    console.file.close()
+    text = console.export_text()
+    assert "0.2 CPU (20 ms per 100 ms" in text and "on /kubepods/pod1  (Ctrl-C" in text
+    data = json.loads(json_line("/kubepods/pod1/ctr", row, "/kubepods/pod1"))
+    assert data["quota_group"] == "/kubepods/pod1"
 
 
 # ---- bad input -------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.data.attribution import (ThrottleEvent, attribute, period_phase, throttle_events,
-                                    throttled_stretches)
+from client.data.attribution import (ThrottleEvent, attribute, attribute_levels, period_phase,
+                                    throttle_events, throttled_stretches)
 from tests.timelines import MS, P, TWO_THROTTLES, S
 
 def test_period_phase_from_the_intervals_where_nr_periods_grew() -> None:
@@ -99,3 +99,20 @@ def test_a_counted_period_without_time_ends_when_the_group_runs_again() -> None:
     assert events == [ThrottleEvent(95 * MS, 105 * MS, 0, 1)]
     late = [(200 * MS, 250 * MS)]  # a request long after: not blamed
     assert attribute(late, timeline, period_ns=P) == [(0, 0)]
+
+
+def test_attribute_levels_marks_each_request_by_the_level_that_throttled_it() -> None:
+    # level 0 (the tightest quota) throttles 20-100 and 120-200; level 1 (a pod above, with a
+    # 50 ms period) throttles once, 230-250, where level 0 does not
+    level1 = [S(t, u) for t, u in ((0, 0), (10, 10), (20, 20), (50, 20), (92, 20), (104, 24),
+                                   (150, 40), (198, 40), (202, 42))]
+    level1 += [S(226, 50, 1, 0, 0), S(252, 60, 2, 1, 20), S(260, 62, 2, 1, 20)]
+    level0 = TWO_THROTTLES[:-1] + [S(226, 50, 2, 2, 160), S(252, 60, 2, 2, 160),
+                                   S(260, 62, 2, 2, 160)]
+    requests = [(10, 60), (130, 190), (228, 255)]
+    spans = [(a * MS, b * MS) for a, b in requests]
+    marks = attribute_levels(spans, [level0, level1], [P, 50 * MS])
+    assert [m[2] for m in marks] == [0, 0, 1]
+    assert marks[2][1] == 1 and 0 < marks[2][0] <= 20 * MS and marks[0][0] > 0
+    assert attribute_levels(spans, [level0], [P]) == [(*m, 0) for m in attribute(spans, level0,
+                                                                                 period_ns=P)]

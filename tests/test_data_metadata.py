@@ -73,3 +73,16 @@ def test_a_run_in_progress_has_no_end_keys_and_unknown_keys_survive() -> None:
     assert out["sweep"]["cpus"] == 0.3 and out["stop_reason"] is None and out["summary"] is None
     extra = RunMetadata.from_dict({"name": "y", "note": {"by": "hand"}})
     assert extra.to_dict()["note"] == {"by": "hand"}
+
+
+def test_quota_levels_of_a_watched_group() -> None:
+    meta = RunMetadata.from_dict({"cgroup": {
+        "group": "/kubepods/pod1/ctr", "quota_us": 20000, "period_us": 100000, "cpus": 0.2,
+        "quota_group": "/kubepods/pod1",
+        "levels": [{"group": "/kubepods/pod1", "quota_us": 20000, "period_us": 100000},
+                   {"group": "/kubepods", "quota_us": 100000, "period_us": 50000}]}})
+    assert meta.quota_levels() == [("/kubepods/pod1", Limit(0.2, source="cgroup")),
+                                   ("/kubepods", Limit(2.0, 50.0, source="cgroup"))]
+    assert meta.limit == Limit(0.2, source="cgroup")
+    assert RunMetadata.from_dict({"cgroup": {"quota_us": None}}).quota_levels() == []
+    assert RunMetadata.from_dict({}).quota_levels() == []

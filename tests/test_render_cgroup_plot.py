@@ -86,3 +86,23 @@ def test_usage_panel_without_a_limit() -> None:
         plt.close(fig)
     assert usage_title(0.1, None, 0, 0).endswith("0.10 CPU")
     assert "and the run's average is 0.19 CPU (95 % of" in usage_title(0.19, Limit(0.2), 9, 9)
+
+
+def test_usage_panel_draws_the_pressure_stall_per_period_where_it_was_sampled() -> None:
+    from dataclasses import replace
+    # PSI "some" grows with the throttled time (80 ms of each busy period)
+    with_psi = [replace(s, pressure_some_ns=s.throttled_ns) for s in busy_then_idle()]
+    plt = pyplot()
+    fig, ax = plt.subplots()
+    try:
+        draw_usage_panel(ax, with_psi, Limit(0.2, source="cgroup"))
+        psi = [line for line in ax.get_lines() if "PSI" in str(line.get_label())]
+        assert len(psi) == 1 and "800 ms in all" in str(psi[0].get_label())
+        assert max(psi[0].get_ydata()) == 80.0
+        assert any("PSI" in t.get_text() for t in ax.get_legend().get_texts())
+        fig2, ax2 = plt.subplots()
+        draw_usage_panel(ax2, busy_then_idle(), Limit(0.2, source="cgroup"))   # v1: no line
+        assert not any("PSI" in str(line.get_label()) for line in ax2.get_lines())
+        plt.close(fig2)
+    finally:
+        plt.close(fig)

@@ -14,11 +14,12 @@ import pytest
 
 from client.data.attribution import attribute
 from client.data.timeline import (TIMELINE_COLUMNS, CgroupSample, TimelineError,
-                                  read_timeline, timeline_path)
+                                  level_timelines, read_timeline, timeline_columns,
+                                  timeline_path)
 from client.run.cgroup_sampler import CgroupReader, CgroupSampler, read_sample
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
 from cpuquota.cgroupfs import read_cpu_stat
-from tests.cgroup_fixtures import V1_STAT, burner_in_group, fake_proc, mount_line, v1_group, \
+from tests.cgroup_fixtures import V1_STAT, V2_STAT, burner_in_group, fake_proc, mount_line, v1_group, \
     v2_group
 from tests.support import require_kernel_quota
 
@@ -70,6 +71,48 @@ def test_schedstat_usage_sums_threads_and_keeps_those_that_left(tmp_path: Path) 
         (child / "tasks").write_text("12\n13\n")          # a new thread
         fake_proc(proc, None, schedstat={13: 50})
         assert reader.read().usage_ns == 3000 + 500 + 100 + 50
+
+
+def test_v2_quota_levels_and_pressure_in_each_sample_and_the_csv(tmp_path: Path) -> None:
+    """A container's group without the cpu controller (usage, cpu.pressure) below a pod with
+    a 0.2 CPU quota below a slice with 0.5: both levels' counters, the pod's first."""
+    top = tmp_path / "cg2"
+    proc = fake_proc(tmp_path / "proc", [mount_line(29, "/", top, "cgroup2", "rw")])
+    slice_ = v2_group(top / "kubepods.slice", "50000 100000", stat=V2_STAT.replace(
+        "nr_throttled 30", "nr_throttled 2").replace("throttled_usec 2071000", "throttled_usec 9"))
+    pod = v2_group(slice_ / "pod.slice", "20000 100000")
+    ctr = v2_group(pod / "ctr.scope", cpu_max=None)
+    (ctr / "cpu.pressure").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=3000\n"
+                                      "full avg10=0.00 avg60=0.00 avg300=0.00 total=1000\n")
+    target = resolve_cgroup(str(ctr), proc=proc)
+    sample = read_sample(target)
+    assert (sample.usage_ns, sample.nr_throttled, sample.throttled_ns) == \
+        (5000, 30, 2_071_000_000)          # usage from the container, counters from the pod
+    assert (sample.pressure_some_ns, sample.pressure_full_ns) == (3_000_000, 1_000_000)
+    assert sample.levels == ((31, 2, 9000),)
+    assert sample.at_level(1).throttled_ns == 9000
+    csv_path = tmp_path / "run.cgroup.csv"
+    with CgroupSampler(target, csv_path, interval=0.005) as sampler:
+        sampler.start()
+        time.sleep(0.05)
+    assert csv_path.read_text().splitlines()[0] == ",".join(timeline_columns(True, 1)) == (
+        "t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns,pressure_some_ns,pressure_full_ns,"
+        "level1_nr_periods,level1_nr_throttled,level1_throttled_ns")
+    assert read_timeline(csv_path) == sampler.samples
+    pod_view, slice_view = level_timelines(sampler.samples)
+    assert pod_view[0].throttled_ns == 2_071_000_000 and slice_view[0].throttled_ns == 9000
+
+
+def test_timelines_without_pressure_or_levels_still_read(tmp_path: Path) -> None:
+    old = tmp_path / "old.cgroup.csv"
+    old.write_text("t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns\n1,2,3,4,5\n")
+    assert read_timeline(old) == [CgroupSample(1, 2, 3, 4, 5)]
+    v1 = tmp_path / "v1.cgroup.csv"       # v1 with an ancestor's quota: no pressure columns
+    v1.write_text(",".join(timeline_columns(False, 1)) + "\n1,2,3,4,5,6,7,8\n")
+    assert read_timeline(v1) == [CgroupSample(1, 2, 3, 4, 5, levels=((6, 7, 8),))]
+    no_full = tmp_path / "nofull.cgroup.csv"
+    no_full.write_text(",".join(timeline_columns(True)) + "\n1,2,3,4,5,6,\n")
+    assert read_timeline(no_full)[0].pressure_full_ns is None
 
 
 def test_sampler_writes_a_flushed_csv_and_stops_its_thread(tmp_path: Path) -> None:
@@ -125,6 +168,8 @@ def test_sampler_rejects_a_bad_interval_and_a_vanished_group(tmp_path: Path) -> 
     ("seq,latency_ns\n1,2\n", "not a cgroup timeline"),
     ("t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns\n1,2,3,4\n", "line 2: 4 fields"),
     ("t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns\n1,2,3,4,x\n", "line 2: invalid"),
+    ("t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns,level1_nr_periods\n1,2,3,4,5,6\n",
+     "not a cgroup timeline"),
 ])
 def test_read_timeline_errors_are_one_line(tmp_path: Path, content: str | None,
                                            expected: str) -> None:

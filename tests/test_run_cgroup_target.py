@@ -332,6 +332,74 @@ def test_k8s_systemd_runtimes_without_kubectl(tmp_path: Path, runtime: str) -> N
     assert by_id.directory == container_dir and runner.calls == []
 
 
+def test_k8s_crio_passes_over_the_conmon_sibling(tmp_path: Path) -> None:
+    # crio-conmon-<id>.scope sorts before crio-<id>.scope when the id starts past 'c'
+    cid = "d" + CID[1:]
+    proc, top = v2_host(tmp_path)
+    pod, _container = pod_path("systemd", "burstable", UID, "crio")
+    v2_group(top / pod, "50000 100000")
+    v2_group(top / pod / f"crio-conmon-{cid}.scope", cpu_max=None)
+    container = v2_group(top / pod / f"crio-{cid}.scope", cpu_max=None)
+    target = resolve_cgroup(f"k8s:shop/web/{cid[:12]}", pod_uid=UID, proc=proc, run=NO_COMMANDS)
+    assert target.directory == container
+
+
+# the runtime paths of real v2 nodes (systemd driver) and the cgroupfs driver, by pid:
+RUNTIME_PATHS = {
+    "docker": f"system.slice/docker-{CID}.scope",
+    "containerd-burstable": "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+                            f"{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope",
+    "crio-besteffort": "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"
+                       f"{UID.replace('-', '_')}.slice/crio-{CID}.scope",
+    "containerd-guaranteed": f"kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice/"
+                             f"cri-containerd-{CID}.scope",
+    "cgroupfs-burstable": f"kubepods/burstable/pod{UID}/{CID}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUNTIME_PATHS))
+def test_pid_in_a_runtime_group_with_the_quota_on_its_parent(tmp_path: Path, name: str) -> None:
+    """The container's group has no cpu controller; its parent (the pod, or system.slice)
+    holds the quota: attachable, the throttling read from the parent."""
+    proc, top = v2_host(tmp_path)
+    path = RUNTIME_PATHS[name]
+    parent, _, leaf = path.rpartition("/")
+    for k in range(1, parent.count("/") + 1):
+        v2_group(top / parent.rsplit("/", k)[0], "max 100000")
+    v2_group(top / parent, "20000 100000", burst_us=5000)
+    own = v2_group(top / path, cpu_max=None)
+    (own / "cpu.pressure").write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=10\n"
+                                      "full avg10=0.00 avg60=0.00 avg300=0.00 total=5\n")
+    fake_proc(proc, None, {321: f"0::/{path}\n"})
+    target = resolve_cgroup("pid:321", proc=proc)
+    assert (target.directory, target.group) == (own, "/" + path)
+    assert target.limit == Limit(0.2, 100.0, 5.0, "cgroup") and target.burst_us == 5000
+    assert [level.group for level in target.levels] == ["/" + parent]
+    assert target.stat_path == top / parent / "cpu.stat" and target.pressure
+    assert target.usage_source.kind == "cpu.stat" and target.usage_source.path == own / "cpu.stat"
+    meta = target.to_metadata()
+    assert (meta["quota_group"], meta["cpus"], meta["burst_us"], meta["pressure"]) == \
+        ("/" + parent, 0.2, 5000, True)
+    assert meta["levels"] == [{"path": str(top / parent), "group": "/" + parent,
+                               "quota_us": 20000, "period_us": 100000, "burst_us": 5000,
+                               "cpus": 0.2}]
+    assert json.loads(json.dumps(meta)) == meta
+
+
+def test_every_quota_level_the_tightest_first(tmp_path: Path) -> None:
+    proc, cpu, _acct = v1_host(tmp_path)
+    v1_group(cpu / "kubepods", quota_us=-1)
+    pod = v1_group(cpu / "kubepods" / "pod1", quota_us=20000)
+    ctr = v1_group(cpu / "kubepods" / "pod1" / "ctr", quota_us=50000)
+    target = resolve_cgroup(str(ctr), proc=proc)
+    assert [(lv.directory, lv.limit.cpus) for lv in target.levels] == [(pod, 0.2), (ctr, 0.5)]
+    assert target.limit == Limit(0.2, source="cgroup") and not target.pressure
+    (ctr / "cpu.cfs_quota_us").write_text("10000\n")
+    target = resolve_cgroup(str(ctr), proc=proc)
+    assert [lv.directory for lv in target.levels] == [ctr, pod]
+    assert target.to_metadata()["quota_group"] == "/kubepods/pod1/ctr"
+
+
 @pytest.mark.parametrize("spec, pod_uid, answer, expected", [
     ("k8s:shop/web", None, CommandResult(1, "", "connection refused\n"),
      "kubectl cannot tell pod shop/web's uid .*connection refused.*--pod-uid"),

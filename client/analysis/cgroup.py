@@ -4,6 +4,11 @@ the quota, the report's ``cgroup`` section, the per-interval numbers of ``watch`
 How a throttle is placed in time and which requests it hit is ``client.data.attribution``'s
 (in the data layer: the run layer fills the CSV's ``cgroup_*`` columns with it). CPU usage
 flows continuously: between samples it is interpolated linearly.
+
+When the timeline holds several quota levels (the watched group's and its ancestors': a
+container's and its pod's), each level's throttling is summed apart and the report names the
+group that throttled most. Where the group's ``cpu.pressure`` (PSI) was sampled, the report
+gives the time its tasks waited for a CPU, whatever the cause (a quota or a busy machine).
 """
 
 from __future__ import annotations
@@ -16,12 +21,13 @@ from typing import Any
 import numpy as np
 
 from client.data.jsonsafe import json_ready
-from client.data.attribution import CounterSample, attribute, period_phase
+from client.data.timeline import CgroupSample, level_timelines
+from client.data.attribution import CounterSample, attribute_levels, period_phase
 from cpuquota.limit import Limit
 
 __all__ = ["BusyPeriod", "CgroupReport", "IntervalStats", "LatencyGroup", "PeriodUsage",
-           "RequestSpan", "cgroup_report", "interval_stats", "request_spans",
-           "usage_per_period"]
+           "QuotaLevelReport", "RequestSpan", "cgroup_report", "interval_stats",
+           "request_spans", "usage_per_period"]
 
 BUSIEST = 5                  # how many of the busiest periods a report lists
 AT_QUOTA = 0.9               # a period that used >= 90 % of its quota hit the limit
@@ -100,6 +106,19 @@ class BusyPeriod:
 
 
 @dataclass(frozen=True)
+class QuotaLevelReport:
+    """One group with a quota at or above the watched one, and what its quota did."""
+
+    group: str
+    quota_cpus: float
+    period_ms: float
+    nr_periods: int
+    nr_throttled: int
+    throttled_ms: float
+    throttled_requests: int   # requests it throttled more than any other level did
+
+
+@dataclass(frozen=True)
 class CgroupReport:
     """The ``cgroup`` section of ``http-timing report``."""
 
@@ -121,6 +140,13 @@ class CgroupReport:
     throttled_requests: int   # requests that overlapped a throttle
     throttled_latency: LatencyGroup
     other_latency: LatencyGroup
+    # the group whose quota throttled most (None: no quota level known), every quota level
+    quota_group: str | None = None
+    levels: tuple[QuotaLevelReport, ...] = ()
+    # cpu.pressure (PSI) over the run: time some / all of the group's tasks waited for a CPU
+    # (None: not sampled: cgroup v1, a kernel without PSI, or a timeline from before)
+    pressure_some_ms: float | None = None
+    pressure_full_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = json_ready(asdict(self))
@@ -136,9 +162,11 @@ def _latency_group(latencies_ns: list[int]) -> LatencyGroup:
 
 
 def cgroup_report(requests: Sequence[Any], timeline: Sequence[CounterSample],
-                  limit: Limit | None) -> CgroupReport:
+                  limit: Limit | None,
+                  levels: Sequence[tuple[str, Limit]] = ()) -> CgroupReport:
     """The group's throttling over the run and what it did to the requests (see
-    :func:`request_spans` for what ``requests`` may be)."""
+    :func:`request_spans` for what ``requests`` may be). ``levels``: (group, quota) of each
+    quota level the timeline holds, in its order (the run's metadata ``cgroup.levels``)."""
     spans = request_spans(requests)
     nan = float("nan")
     first, last = (timeline[0], timeline[-1]) if timeline else (None, None)
@@ -148,8 +176,17 @@ def cgroup_report(requests: Sequence[Any], timeline: Sequence[CounterSample],
     per_period = usage_per_period(timeline, period_ns or 100_000_000)
     quota_ns = limit.quota_ns if limit else None
     busiest = sorted(per_period, key=lambda p: p.usage_ns, reverse=True)[:BUSIEST]
-    marks = attribute([(s.start_ns, s.end_ns) for s in spans], timeline, period_ns=period_ns)
+    timelines: list[Sequence[CounterSample]] = [timeline]
+    if levels and timeline and isinstance(timeline[0], CgroupSample):
+        timelines = list(level_timelines(list(timeline)))   # type: ignore[arg-type]
+    periods: list[int | None] = [period_ns] + [lv[1].period_ns for lv in levels[1:]]
+    marks = attribute_levels([(s.start_ns, s.end_ns) for s in spans], timelines,
+                             periods[:len(timelines)])
     hit = [m[0] > 0 or m[1] > 0 for m in marks]
+    level_reports = tuple(_level_report(name, quota, view, [m for m in marks if m[2] == k
+                                                            and (m[0] or m[1])])
+                          for k, ((name, quota), view) in enumerate(zip(levels, timelines)))
+    some, full = _pressure(first, last)
     usage_cpus = d[0] / duration_ns if duration_ns > 0 else nan
     return CgroupReport(
         samples=len(timeline), duration_s=duration_ns / 1e9,
@@ -169,7 +206,26 @@ def cgroup_report(requests: Sequence[Any], timeline: Sequence[CounterSample],
         throttled_latency=_latency_group([s.latency_ns for s, h in zip(spans, hit)
                                           if h and s.ok]),
         other_latency=_latency_group([s.latency_ns for s, h in zip(spans, hit)
-                                      if not h and s.ok]))
+                                      if not h and s.ok]),
+        quota_group=(max(level_reports, key=lambda lv: lv.throttled_ms).group
+                     if level_reports else None),
+        levels=level_reports, pressure_some_ms=some, pressure_full_ms=full)
+
+
+def _level_report(group: str, quota: Limit, timeline: Sequence[CounterSample],
+                  marked: list[tuple[int, int, int]]) -> QuotaLevelReport:
+    d = _delta(timeline[0], timeline[-1]) if timeline else (0, 0, 0, 0)
+    return QuotaLevelReport(group, round(quota.cpus, 6), quota.period_ms, d[1], d[2], d[3] / 1e6,
+                            len(marked))
+
+
+def _pressure(first: CounterSample | None,
+              last: CounterSample | None) -> tuple[float | None, float | None]:
+    """The PSI stall (ms) from first to last sample, some and full (None where not sampled)."""
+    def change(name: str) -> float | None:
+        a, b = getattr(first, name, None), getattr(last, name, None)
+        return (b - a) / 1e6 if a is not None and b is not None else None
+    return change("pressure_some_ns"), change("pressure_full_ns")
 
 
 def _delta(first: CounterSample | None, last: CounterSample | None) -> tuple[int, int, int, int]:

@@ -61,7 +61,8 @@ class Report:
 def build_report(run: Run, limit: Limit | None = None) -> Report:
     """The report of ``run``; ``limit`` overrides the one its metadata says was in force."""
     limit = limit if limit is not None else run.metadata.limit
-    cgroup = cgroup_report(run.records, run.timeline, limit) if run.timeline else None
+    cgroup = (cgroup_report(run.records, run.timeline, limit, run.metadata.quota_levels())
+              if run.timeline else None)
     return Report(run.name, limit, run.metadata.limit_description(), summarize(run.records),
                   detect_run(run, limit), cgroup, run.metadata.client_fell_behind,
                   run.metadata.client_pace)

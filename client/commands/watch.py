@@ -127,7 +127,7 @@ def _row(before: CgroupSample, after: CgroupSample, target: CgroupTarget) -> Wat
 
 def _json_printer(target: CgroupTarget) -> Callable[[WatchRow, WatchRow], None]:
     def show(row: WatchRow, _total: WatchRow) -> None:
-        sys.stdout.write(json_line(target.group, row) + "\n")
+        sys.stdout.write(json_line(target.group, row, _quota_group(target)) + "\n")
         sys.stdout.flush()
     return show
 
@@ -137,6 +137,10 @@ def _table_printer(target: CgroupTarget, live: Live) -> Callable[[WatchRow, Watc
 
     def show(row: WatchRow, total: WatchRow) -> None:
         rows.append(row)
-        live.update(watch_table(target.group, target.limit, list(rows), total.stats),
-                    refresh=True)
+        live.update(watch_table(target.group, target.limit, list(rows), total.stats,
+                                _quota_group(target)), refresh=True)
     return show
+
+
+def _quota_group(target: CgroupTarget) -> str | None:
+    return target.levels[0].group if target.levels else None

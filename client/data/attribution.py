@@ -18,6 +18,9 @@ the counters (``kernel/sched/fair.c``) decides how they are read here:
 
 It sits in the data layer because the run layer fills the CSV's ``cgroup_*`` columns with it
 (``client.run.attach``) and the analysis and render layers read the same timeline with it.
+- Several groups above a process may hold a quota (a container's and its pod's), each with its
+  own counters and period grid: :func:`attribute_levels` reads each level's timeline apart and
+  marks a request with the level that throttled it most.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["MIN_OVERLAP_NS", "CounterSample", "ThrottleEvent", "attribute", "period_phase",
-           "throttle_events", "throttled_stretches"]
+__all__ = ["MIN_OVERLAP_NS", "CounterSample", "ThrottleEvent", "attribute",
+           "attribute_levels", "period_phase", "throttle_events", "throttled_stretches"]
 
 MIN_OVERLAP_NS = 1_000_000   # a stretch overlapping a request by less is estimation noise
 
@@ -193,4 +196,20 @@ def attribute(intervals: Sequence[tuple[int, int]], timeline: Sequence[CounterSa
             throttled += event.throttled_ns * (overlap / length if length else 1.0)
             periods += event.nr_throttled
         out.append((round(throttled), periods))
+    return out
+
+
+def attribute_levels(intervals: Sequence[tuple[int, int]],
+                     timelines: Sequence[Sequence[CounterSample]],
+                     periods_ns: Sequence[int | None]) -> list[tuple[int, int, int]]:
+    """``(throttled_ns, nr_throttled, level)`` per request: :func:`attribute` on each quota
+    level's timeline (``timelines[k]`` with period ``periods_ns[k]``), the request marked by
+    the level whose throttling overlapped it most (level 0 when none did)."""
+    per_level = [attribute(intervals, timeline, period_ns=period)
+                 for timeline, period in zip(timelines, periods_ns)]
+    out: list[tuple[int, int, int]] = []
+    for i in range(len(intervals)):
+        marks = [(level[i][0], level[i][1], k) for k, level in enumerate(per_level)]
+        best = max(marks, key=lambda m: (m[0], m[1], -m[2])) if marks else (0, 0, 0)
+        out.append(best)
     return out

@@ -166,6 +166,19 @@ class RunMetadata:
         return self.mode is LoadMode.SEQUENTIAL or (
             self.mode is LoadMode.CLOSED_LOOP and self.concurrency <= 1)
 
+    def quota_levels(self) -> list[tuple[str, Limit]]:
+        """(group, quota) of each group with a quota the client sampled with the watched one
+        (``--cgroup``; the quota in force first, then the others nearest first), in the
+        timeline's order; [] for runs without them."""
+        levels = (self.cgroup or {}).get("levels")
+        out: list[tuple[str, Limit]] = []
+        for level in levels if isinstance(levels, list) else []:
+            quota = _quota(level, "cgroup") if isinstance(level, Mapping) else None
+            if quota is None:
+                return []
+            out.append((str(level.get("group") or level.get("path")), quota))
+        return out
+
     @property
     def limit(self) -> Limit | None:
         """The limit in force during the run: the quota of the group the client watched

@@ -2,8 +2,17 @@
 group's counters every few ms (``http-timing --cgroup``, ``client.run.cgroup_sampler``).
 
 Columns ``t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns``: time since the run's start
-(the clock the requests are timed with), the group's CPU usage and ``cpu.stat`` counters,
-cumulative, in ns. Written a flushed row at a time; read back with one-line errors.
+(the clock the requests are timed with), the group's CPU usage and the ``cpu.stat`` counters
+of the quota in force (the watched group's own, or an ancestor's: see the run's metadata
+``cgroup.levels``), cumulative, in ns. Then, where they were read:
+
+- ``pressure_some_ns,pressure_full_ns``: the group's ``cpu.pressure`` totals (PSI, cgroup v2;
+  ``full`` empty when the kernel has no full line for cpu);
+- ``level<k>_nr_periods,level<k>_nr_throttled,level<k>_throttled_ns`` for k = 1, 2...: the
+  counters of the other groups above that hold a quota (the metadata's ``levels[k]``).
+
+Files with the first five columns only (before both existed) read as before. Written a
+flushed row at a time; read back with one-line errors.
 """
 
 from __future__ import annotations
@@ -16,10 +25,15 @@ from typing import IO
 
 from client.data.record import RawDataError
 
-__all__ = ["TIMELINE_COLUMNS", "CgroupSample", "TimelineError", "open_timeline",
-           "read_timeline", "timeline_path", "timeline_row"]
+__all__ = ["PRESSURE_COLUMNS", "TIMELINE_COLUMNS", "CgroupSample", "LevelCounters",
+           "TimelineError", "level_timelines", "open_timeline", "read_timeline",
+           "timeline_columns", "timeline_path", "timeline_row"]
 
 TIMELINE_COLUMNS = ("t_ns", "usage_ns", "nr_periods", "nr_throttled", "throttled_ns")
+PRESSURE_COLUMNS = ("pressure_some_ns", "pressure_full_ns")
+_LEVEL_FIELDS = ("nr_periods", "nr_throttled", "throttled_ns")
+
+LevelCounters = tuple[int, int, int]   # (nr_periods, nr_throttled, throttled_ns) of one level
 
 
 class TimelineError(RawDataError):
@@ -35,6 +49,30 @@ class CgroupSample:
     nr_periods: int
     nr_throttled: int
     throttled_ns: int    # cumulative; v2's µs are converted
+    pressure_some_ns: int | None = None   # cpu.pressure totals (None: not read, e.g. v1)
+    pressure_full_ns: int | None = None
+    levels: tuple[LevelCounters, ...] = ()   # the other quota levels' counters (level 1, 2...)
+
+    def at_level(self, index: int) -> CgroupSample:
+        """This sample with quota level ``index``'s counters in place of level 0's."""
+        if index == 0:
+            return self
+        periods, throttled, throttled_ns = self.levels[index - 1]
+        return CgroupSample(self.t_ns, self.usage_ns, periods, throttled, throttled_ns,
+                            self.pressure_some_ns, self.pressure_full_ns)
+
+
+def level_timelines(samples: list[CgroupSample]) -> list[list[CgroupSample]]:
+    """One timeline per quota level (level 0: the samples themselves), each with that level's
+    counters in the usual fields, for the attribution."""
+    count = 1 + (len(samples[0].levels) if samples else 0)
+    return [samples] + [[s.at_level(k) for s in samples] for k in range(1, count)]
+
+
+def timeline_columns(pressure: bool = False, levels: int = 0) -> tuple[str, ...]:
+    """The header of a timeline with the pressure columns or not and ``levels`` more levels."""
+    return (TIMELINE_COLUMNS + (PRESSURE_COLUMNS if pressure else ()) +
+            tuple(f"level{k}_{f}" for k in range(1, levels + 1) for f in _LEVEL_FIELDS))
 
 
 def timeline_path(csv_path: Path) -> Path:
@@ -42,17 +80,47 @@ def timeline_path(csv_path: Path) -> Path:
     return csv_path.with_name(csv_path.stem + ".cgroup.csv")
 
 
-def open_timeline(path: Path) -> IO[str]:
+def open_timeline(path: Path, columns: tuple[str, ...] = TIMELINE_COLUMNS) -> IO[str]:
     """A new timeline file with its header (the caller appends ``timeline_row``s)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     out = open(path, "w", encoding="ascii", newline="")
-    out.write(",".join(TIMELINE_COLUMNS) + "\n")
+    out.write(",".join(columns) + "\n")
     return out
 
 
-def timeline_row(sample: CgroupSample) -> str:
-    return (f"{sample.t_ns},{sample.usage_ns},{sample.nr_periods},{sample.nr_throttled},"
-            f"{sample.throttled_ns}\n")
+def timeline_row(sample: CgroupSample, pressure: bool = False) -> str:
+    """One line of the file whose header is ``timeline_columns(pressure, len(sample.levels))``."""
+    fields: list[int | None] = [sample.t_ns, sample.usage_ns, sample.nr_periods,
+                                sample.nr_throttled, sample.throttled_ns]
+    if pressure:
+        fields += [sample.pressure_some_ns, sample.pressure_full_ns]
+    for level in sample.levels:
+        fields += level
+    return ",".join("" if v is None else str(v) for v in fields) + "\n"
+
+
+def _layout(header: tuple[str, ...]) -> tuple[bool, int] | None:
+    """(pressure, levels) of a header this module writes; None for anything else."""
+    if header[:len(TIMELINE_COLUMNS)] != TIMELINE_COLUMNS:
+        return None
+    pressure = header[len(TIMELINE_COLUMNS):][:2] == PRESSURE_COLUMNS
+    rest = len(header) - len(TIMELINE_COLUMNS) - (2 if pressure else 0)
+    if rest % 3 or header != timeline_columns(pressure, rest // 3):
+        return None
+    return pressure, rest // 3
+
+
+def _sample(row: list[str], pressure: bool) -> CgroupSample:
+    t_ns, usage_ns, periods, throttled, throttled_ns = (int(v) for v in row[:5])
+    some: int | None = None
+    full: int | None = None
+    rest = row[5:]
+    if pressure:
+        some, full = (int(v) if v.strip() else None for v in rest[:2])
+        rest = rest[2:]
+    values = [int(v) for v in rest]
+    levels = tuple((values[i], values[i + 1], values[i + 2]) for i in range(0, len(values), 3))
+    return CgroupSample(t_ns, usage_ns, periods, throttled, throttled_ns, some, full, levels)
 
 
 def read_timeline(path: str | os.PathLike[str]) -> list[CgroupSample]:
@@ -70,17 +138,18 @@ def read_timeline(path: str | os.PathLike[str]) -> list[CgroupSample]:
         raise TimelineError(f"{p}: cannot read: {exc.strerror or exc}") from None
     rows = csv.reader(text.splitlines())
     header = next(rows, None)
-    if header is None or tuple(h.strip() for h in header) != TIMELINE_COLUMNS:
+    layout = _layout(tuple(h.strip() for h in header)) if header else None
+    if header is None or layout is None:
         raise TimelineError(f"{p}: not a cgroup timeline (expected the header "
-                            f"{','.join(TIMELINE_COLUMNS)})")
+                            f"{','.join(TIMELINE_COLUMNS)}[,...])")
     samples: list[CgroupSample] = []
     for line_no, row in enumerate(rows, start=2):
         if not row:
             continue
         try:
-            if len(row) != len(TIMELINE_COLUMNS):
-                raise ValueError(f"{len(row)} fields, expected {len(TIMELINE_COLUMNS)}")
-            samples.append(CgroupSample(*(int(v) for v in row)))
+            if len(row) != len(header):
+                raise ValueError(f"{len(row)} fields, expected {len(header)}")
+            samples.append(_sample(row, layout[0]))
         except ValueError as exc:
             raise TimelineError(f"{p}: line {line_no}: {exc}") from None
     return samples

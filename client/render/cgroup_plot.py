@@ -3,27 +3,33 @@ the requests' dots) and a panel of the CPU it used in each period against the qu
 
 The panel shows what an average hides: a group that uses 40 % of its limit over the run can
 still hit the limit in every busy 100 ms period, and each of those periods stalls whatever
-runs in it. x is seconds since the run's start, as in the dot picture. matplotlib, Agg (the
-caller makes the figure: ``client.render.figures.pyplot()``).
+runs in it. Where the group's ``cpu.pressure`` (PSI) was sampled, a line gives the time its
+tasks waited for a CPU in each period (any cause: the quota or a busy machine). x is seconds
+since the run's start, as in the dot picture. matplotlib, Agg (the caller makes the figure:
+``client.render.figures.pyplot()``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from client.analysis.cgroup import usage_per_period
+from client.data.timeline import CgroupSample
 from client.data.attribution import CounterSample, period_phase
 from cpuquota.limit import Limit
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-__all__ = ["BAND_COLOUR", "draw_throttled_bands", "draw_usage_panel", "usage_title"]
+__all__ = ["BAND_COLOUR", "PRESSURE_COLOUR", "draw_pressure", "draw_throttled_bands",
+           "draw_usage_panel", "usage_title"]
 
 BAND_COLOUR = "#ff7f0e"
 QUOTA_COLOUR = "#d62728"
 USAGE_COLOUR = "#1f77b4"
+PRESSURE_COLOUR = "#9467bd"
 DEFAULT_PERIOD_NS = 100_000_000   # buckets when the group has no quota (the usual period)
 
 
@@ -74,9 +80,28 @@ def draw_usage_panel(ax: Axes, timeline: Sequence[CounterSample], limit: Limit |
                    if limit else "quota")
     ax.axhline(mean_cpus * period_ns / 1e6, color="black", linestyle="--", linewidth=1.2,
                label=f"run's average {mean_cpus:.2f} CPU")
+    draw_pressure(ax, timeline, period_ns, phase)
     ax.set_title(usage_title(mean_cpus, limit, len(periods), at_quota), fontsize=11)
     ax.set_xlabel("time since start of run (s)")
     ax.set_ylabel(f"CPU ms per {period_ns / 1e6:g} ms")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper right", fontsize=9)
+
+
+def draw_pressure(ax: Axes, timeline: Sequence[CounterSample], period_ns: int,
+                  phase: int | None) -> None:
+    """A step line: the ms the group's tasks waited for a CPU (PSI ``some``) in each period.
+    Nothing is drawn for a timeline without pressure (cgroup v1, older files)."""
+    samples = [s for s in timeline if isinstance(s, CgroupSample)]
+    if len(samples) < 2 or len(samples) != len(timeline) or any(
+            s.pressure_some_ns is None for s in samples):
+        return
+    stalls = usage_per_period([replace(s, usage_ns=s.pressure_some_ns or 0) for s in samples],
+                              period_ns, phase)
+    if not stalls:
+        return
+    total_ms = (samples[-1].pressure_some_ns or 0) / 1e6 - (samples[0].pressure_some_ns or 0) / 1e6
+    ax.step([p.start_ns / 1e9 for p in stalls], [p.usage_ns / 1e6 for p in stalls], where="post",
+            color=PRESSURE_COLOUR, linewidth=1.4,
+            label=f"tasks waiting for a CPU (PSI some): {total_ms:.0f} ms in all")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from client.analysis.detect import Detection, detect_run
 from client.data.files import Run
+from client.data.timeline import level_timelines
 from client.render.cgroup_plot import draw_throttled_bands, draw_usage_panel
 from client.data.attribution import throttled_stretches
 
@@ -86,8 +87,11 @@ def plot_run(run: Run, out: Path, title: str | None = None,
         fig, (ax, usage_ax) = plt.subplots(2, 1, figsize=(12, 9.5), dpi=100, sharex=True,
                                            gridspec_kw={"height_ratios": (2, 1)})
         limit = run.metadata.limit
-        draw_throttled_bands(ax, throttled_stretches(
-            run.timeline, limit.period_ns if limit else None))
+        periods: list[int | None] = [lv.period_ns for _g, lv in run.metadata.quota_levels()] or \
+            [limit.period_ns if limit else None]
+        stretches = [stretch for timeline, period in zip(level_timelines(run.timeline), periods)
+                     for stretch in throttled_stretches(timeline, period)]
+        draw_throttled_bands(ax, sorted(stretches))
         draw_usage_panel(usage_ax, run.timeline, limit)
     else:
         fig, ax = plt.subplots(figsize=(12, 6.5), dpi=100)

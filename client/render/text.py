@@ -15,8 +15,8 @@ from client.analysis.report import PredictionReport, Report
 from client.analysis.throughput import ThroughputRow
 from client.data.summary import Summary
 
-__all__ = ["format_cgroup", "format_detection", "format_prediction", "format_prediction_report",
-           "format_report", "format_summary", "format_throughput"]
+__all__ = ["format_cgroup", "format_detection", "format_pressure", "format_prediction",
+           "format_prediction_report", "format_report", "format_summary", "format_throughput"]
 
 
 def _ms(value: float | None, digits: int = 2) -> str:
@@ -87,12 +87,36 @@ def format_cgroup(c: CgroupReport) -> list[str]:
     if c.busiest:
         busiest = ", ".join(f"{b.usage_ms:.1f} ms at {b.start_s:.1f} s" for b in c.busiest[:3])
         lines.append(f"cgroup: busiest periods: {busiest}")
+    for level in c.levels if len(c.levels) > 1 else ():
+        lines.append(f"cgroup: quota {level.quota_cpus:g} CPU per {level.period_ms:g} ms on "
+                     f"{level.group}: {level.nr_throttled} of {level.nr_periods} periods "
+                     f"throttled, {level.throttled_ms:.1f} ms; {level.throttled_requests} "
+                     "requests throttled by it")
+    named = next((lv for lv in c.levels if lv.group == c.quota_group), None)
+    if named is not None:
+        lines.append(f"cgroup: throttled by the quota on {named.group} ({named.quota_cpus:g} CPU)"
+                     if named.throttled_ms > 0 else
+                     f"cgroup: the quota in force is on {named.group} ({named.quota_cpus:g} "
+                     "CPU); it did not throttle")
+    lines.append(format_pressure(c))
     hit, other = c.throttled_latency, c.other_latency
     lines.append(f"cgroup: {c.throttled_requests} of {c.requests} requests overlapped "
                  f"throttling: p50 {_ms(hit.p50_ms)}  p90 {_ms(hit.p90_ms)}  p99 "
                  f"{_ms(hit.p99_ms)} ms; the others: p50 {_ms(other.p50_ms)}  p90 "
                  f"{_ms(other.p90_ms)}  p99 {_ms(other.p99_ms)} ms")
     return lines
+
+
+def format_pressure(c: CgroupReport) -> str:
+    """The PSI line: how long the group's tasks waited for a CPU (any cause), or why unknown."""
+    if c.pressure_some_ms is None:
+        return ("cgroup: CPU pressure (PSI): not recorded (no cpu.pressure: cgroup v1, or a "
+                "kernel without PSI)")
+    share = c.pressure_some_ms / (1000 * c.duration_s) if c.duration_s > 0 else float("nan")
+    full = ("" if c.pressure_full_ms is None else
+            f", all of them {c.pressure_full_ms:.1f} ms")
+    return (f"cgroup: CPU pressure (PSI): some tasks waited {c.pressure_some_ms:.1f} ms for a "
+            f"CPU ({100 * share:.0f} % of the run){full}")
 
 
 _ROWS = (("p50 ms", "p50_ms"), ("p90 ms", "p90_ms"), ("p99 ms", "p99_ms"),

@@ -34,10 +34,12 @@ def _percent(value: float | None) -> str:
 
 
 def watch_table(group: str, limit: Limit | None, rows: Sequence[WatchRow],
-                total: IntervalStats | None = None) -> Table:
-    """The last ``rows`` (oldest first) and, in the caption, the totals since the start."""
-    table = Table(title=f"CPU throttling of {group}\n{limit_text(limit)}  (Ctrl-C to stop)",
-                  title_justify="left")
+                total: IntervalStats | None = None, quota_group: str | None = None) -> Table:
+    """The last ``rows`` (oldest first) and, in the caption, the totals since the start.
+    ``quota_group``: the group above whose quota is in force (its counters are shown)."""
+    where = f" on {quota_group}" if quota_group and quota_group != group else ""
+    table = Table(title=f"CPU throttling of {group}\n{limit_text(limit)}{where}  (Ctrl-C to "
+                        "stop)", title_justify="left")
     table.add_column("time")
     table.add_column("periods", justify="right")
     table.add_column("throttled", justify="right")
@@ -60,7 +62,8 @@ def watch_table(group: str, limit: Limit | None, rows: Sequence[WatchRow],
     return table
 
 
-def json_line(group: str, row: WatchRow) -> str:
-    """One interval as one line of JSON (null where there is no quota)."""
+def json_line(group: str, row: WatchRow, quota_group: str | None = None) -> str:
+    """One interval as one line of JSON (null where there is no quota; ``quota_group``: the
+    group whose quota and counters these are, the watched one's or an ancestor's)."""
     return json.dumps({"group": group, "time": row.clock, "elapsed_s": round(row.elapsed_s, 3),
-                       **row.stats.to_dict()}, sort_keys=True)
+                       "quota_group": quota_group, **row.stats.to_dict()}, sort_keys=True)

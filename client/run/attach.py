@@ -10,6 +10,10 @@ timeline (``<name>.cgroup.csv``, from the run's first instant). Each request get
 - **concurrent / open loop**: the throttled time the timeline shows inside the request
   (``client.data.attribution``: a throttle is laid back from the boundary that ended it), filled
   in once the run is over (the CSV is rewritten whole). Overlapping requests share the blame.
+
+When more than one group above the service holds a quota (``CgroupTarget.levels``: a
+container's and its pod's), each is sampled and a request is marked by the level that
+throttled it most.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from client.data.record import RequestRecord
-from client.data.timeline import CgroupSample, timeline_path
-from client.data.attribution import attribute
+from client.data.timeline import CgroupSample, level_timelines, timeline_path
+from client.data.attribution import attribute_levels
 from client.run.cgroup_sampler import DEFAULT_INTERVAL, CgroupReader, CgroupSampler
 from client.run.cgroup_target import CgroupTarget
 from client.run.http import Sender
@@ -39,8 +43,10 @@ class ProbingSender:
         before = self.reader.read(run_start_ns)
         record = self.inner.send(seq, run_start_ns, scheduled_ns)
         after = self.reader.read(run_start_ns)
-        record.cgroup_throttled_ns = after.throttled_ns - before.throttled_ns
-        record.cgroup_nr_throttled = after.nr_throttled - before.nr_throttled
+        changes = [(a[2] - b[2], a[1] - b[1]) for b, a in zip(
+            [(0, before.nr_throttled, before.throttled_ns), *before.levels],
+            [(0, after.nr_throttled, after.throttled_ns), *after.levels])]
+        record.cgroup_throttled_ns, record.cgroup_nr_throttled = max(changes)
         return record
 
     def close(self) -> None:
@@ -72,8 +78,9 @@ class CgroupAttachment:
 
     def attribute(self, records: Sequence[RequestRecord]) -> list[RequestRecord]:
         """The records with the throttling the timeline shows inside each (sent to answered)."""
-        period_ns = self.target.limit.period_ns if self.target.limit else None
+        levels = self.target.levels
+        periods: list[int | None] = [level.limit.period_ns for level in levels] or [None]
         spans = [(r.start_ns, r.end_ns) for r in records]
-        marks = attribute(spans, self.sampler.samples, period_ns=period_ns)
+        marks = attribute_levels(spans, level_timelines(self.sampler.samples), periods)
         return [replace(r, cgroup_throttled_ns=ns, cgroup_nr_throttled=nr)
-                for r, (ns, nr) in zip(records, marks)]
+                for r, (ns, nr, _level) in zip(records, marks)]

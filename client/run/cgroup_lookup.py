@@ -10,7 +10,8 @@ cgroupfs       ``/kubepods/pod<uid>/<id>`` (Guaranteed: no QoS level),
 systemd        ``/kubepods.slice/kubepods-pod<uid_>.slice/cri-containerd-<id>.scope``,
                ``/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice/
                docker-<id>.scope`` (``uid_``: the UID with ``_`` for ``-``; ``crio-<id>.scope``
-               for CRI-O)
+               for CRI-O, beside its monitor's ``crio-conmon-<id>.scope``, which is passed
+               over); plain Docker with systemd: ``/system.slice/docker-<id>.scope``
 =============  ================================================================================
 
 Both on cgroup v1 (below ``/sys/fs/cgroup/cpu``) and v2 (below ``/sys/fs/cgroup``); the
@@ -34,6 +35,7 @@ KUBEPODS_DEPTH = 3       # how deep below a hierarchy's root the kubepods group 
 _UID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
                   r"[0-9a-fA-F]{12}$")
 _HEX_ID = re.compile(r"^[0-9a-f]{12,64}$")
+_MONITORS = ("crio-conmon-",)   # a runtime's sibling group named by the same container id
 
 
 class LookupFailed(ValueError):
@@ -197,6 +199,8 @@ def _pod_below(kubepods: Path, uid: str) -> Path | None:
 def _container_below(pod_dir: Path, container_id: str) -> Path | None:
     for child in _subdirectories(pod_dir):
         name = child.name
+        if name.startswith(_MONITORS):   # CRI-O's conmon for the container, not the container
+            continue
         stem = name[:-len(".scope")] if name.endswith(".scope") else name
         bare = stem.rsplit("-", 1)[-1]   # cri-containerd-<id>, docker-<id>, crio-<id>
         if container_id in (stem, bare) or (len(container_id) >= 12 and

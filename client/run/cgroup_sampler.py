@@ -1,8 +1,11 @@
 """Read a watched group's counters during a run: a cheap reading (:func:`read_sample`,
 :class:`CgroupReader`) and a thread that samples them every ``interval`` (:class:`CgroupSampler`).
 
-One sample is ``cpu.stat``'s ``nr_periods``, ``nr_throttled`` and throttled time (ns) plus the
-group's CPU usage (ns, see ``client.run.cgroup_target.UsageSource``), stamped with the
+One sample is ``cpu.stat``'s ``nr_periods``, ``nr_throttled`` and throttled time (ns) of the
+quota in force (the group's own or an ancestor's, and those of the other groups above with a
+quota: ``CgroupTarget.levels``), the group's CPU usage (ns, see
+``client.run.cgroup_target.UsageSource``) and, on cgroup v2, its ``cpu.pressure`` totals
+(PSI), stamped with the
 monotonic ``perf_counter_ns`` clock since the run's start: the clock the requests are timed
 with, so a timeline and the requests line up. The files stay open and are re-read with
 ``os.pread`` (the kernel regenerates a cgroup or proc file read from offset 0).
@@ -23,9 +26,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from client.data.timeline import CgroupSample, open_timeline, timeline_row
+from client.data.timeline import (CgroupSample, LevelCounters, open_timeline, timeline_columns,
+                                  timeline_row)
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, UsageSource
-from cpuquota.cgroupfs import CpuStatReader, parse_usage_usec
+from cpuquota.cgroupfs import CpuStatReader, parse_pressure, parse_usage_usec
 
 __all__ = ["DEFAULT_INTERVAL", "CgroupReader", "CgroupSampler", "read_sample"]
 
@@ -131,47 +135,74 @@ def _close_fds(fds: list[int]) -> None:
 
 class CgroupReader:
     """Keeps one group's counter files open; :meth:`read` is one ``pread`` of ``cpu.stat``
-    (plus one of ``cpuacct.usage`` on v1, or the group's threads' schedstat). Not for two
-    threads at once: give each thread its own reader (``read_sample`` does)."""
+    per quota level (plus the group's own ``cpu.stat`` on v2 when its quota is above it, or
+    ``cpuacct.usage``, or its threads' schedstat on v1; plus ``cpu.pressure`` on v2). Not for
+    two threads at once: give each thread its own reader (``read_sample`` does)."""
 
     def __init__(self, target: CgroupTarget) -> None:
         self.target = target
         self.version = target.version
         source: UsageSource = target.usage_source
-        self._stat = CpuStatReader(target.directory, target.version)
-        self._stat.read_bytes()   # opens the file now: OSError here when the group is gone
+        # the quota in force's cpu.stat first (or the group's own without any quota)
+        self._levels = [CpuStatReader(path, target.version)
+                        for path in ([lvl.directory for lvl in target.levels] or
+                                     [target.directory])]
+        self._own: CpuStatReader | None = None   # the group's own cpu.stat, for usage_usec
+        if source.kind == "cpu.stat" and self._levels[0].path != source.path:
+            self._own = CpuStatReader(source.path.parent, target.version)
         self._fds: list[int] = []
         self._usage_fd: int | None = None
+        self._pressure_fd: int | None = None
         self._schedstat: _SchedstatUsage | None = None
-        if source.kind == "cpuacct":
-            self._usage_fd = os.open(source.path, os.O_RDONLY)
-            self._fds.append(self._usage_fd)
-        elif source.kind == "schedstat":
-            self._schedstat = _SchedstatUsage(source.path, source.proc)
         self._finalizer = weakref.finalize(self, _close_fds, self._fds)
+        try:
+            for reader in [*self._levels, *([self._own] if self._own else [])]:
+                reader.read_bytes()   # opens the file now: OSError when the group is gone
+            if source.kind == "cpuacct":
+                self._usage_fd = os.open(source.path, os.O_RDONLY)
+                self._fds.append(self._usage_fd)
+            elif source.kind == "schedstat":
+                self._schedstat = _SchedstatUsage(source.path, source.proc)
+            if target.pressure:
+                self._pressure_fd = os.open(target.directory / "cpu.pressure", os.O_RDONLY)
+                self._fds.append(self._pressure_fd)
+        except OSError:
+            self.close()
+            raise
 
     def read(self, since_ns: int = 0) -> CgroupSample:
         """The counters now; ``t_ns`` is ``perf_counter_ns() - since_ns`` at the ``cpu.stat``
         read (OSError when the group is gone)."""
         before = time.perf_counter_ns()
-        text = self._stat.read_bytes()
+        text = self._levels[0].read_bytes()
         after = time.perf_counter_ns()
-        stat = self._stat.parse(text)
+        stat = self._levels[0].parse(text)
         if stat is None:
             raise OSError(f"{self.target.stat_path}: no throttling counters")
+        levels: list[LevelCounters] = []
+        for reader in self._levels[1:]:
+            more = reader.parse(reader.read_bytes())
+            if more is None:
+                raise OSError(f"{reader.path}: no throttling counters")
+            levels.append((more.nr_periods, more.nr_throttled, more.throttled_ns))
         if self._usage_fd is not None:
             usage = int(os.pread(self._usage_fd, 64, 0))
         elif self._schedstat is not None:
             usage = self._schedstat.read()
         else:
-            usage = parse_usage_usec(text) * 1000
+            usage = parse_usage_usec(self._own.read_bytes() if self._own else text) * 1000
+        some = full = None
+        if self._pressure_fd is not None:
+            pressure = parse_pressure(os.pread(self._pressure_fd, 256, 0).decode("ascii"))
+            some, full = pressure.some_ns, pressure.full_ns
         return CgroupSample((before + after) // 2 - since_ns, usage, stat.nr_periods,
-                            stat.nr_throttled, stat.throttled_ns)
+                            stat.nr_throttled, stat.throttled_ns, some, full, tuple(levels))
 
     def close(self) -> None:
         if self._schedstat is not None:
             self._schedstat.close()
-        self._stat.close()
+        for reader in [*self._levels, *([self._own] if self._own else [])]:
+            reader.close()
         self._finalizer()
 
     def __enter__(self) -> CgroupReader:
@@ -234,7 +265,8 @@ class CgroupSampler:
             raise CgroupTargetError(f"cannot open {self.target.stat_path}: "
                                     f"{exc.strerror or exc}") from None
         if self.csv_path is not None:
-            self._file = open_timeline(self.csv_path)
+            self._file = open_timeline(self.csv_path, timeline_columns(
+                self.target.pressure, max(0, len(self.target.levels) - 1)))
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="cgroup-sampler", daemon=True)
         self._thread.start()
@@ -249,7 +281,7 @@ class CgroupSampler:
             return False
         self.samples.append(sample)
         if self._file is not None:
-            self._file.write(timeline_row(sample))
+            self._file.write(timeline_row(sample, self.target.pressure))
             self._file.flush()
         return True
 

@@ -11,6 +11,14 @@ TARGET is one of
 - ``k8s:NAMESPACE/POD[/CONTAINER]``: on a Kubernetes node, the pod's (or one container's)
   group under ``kubepods``, for the cgroupfs and systemd drivers (``client.run.cgroup_lookup``).
 
+The quota that throttles the group may be its own or an ancestor's (a Kubernetes pod's, a
+systemd slice's): the kernel counts a throttle only in the ``cpu.stat`` of the group whose
+quota it was, so every group from the target up to the hierarchy's root that holds a quota is
+a :class:`QuotaLevel` to sample. The tightest is the quota in force (``CgroupTarget.limit``).
+On cgroup v2 the target may lack the cpu controller (a container's group below a pod's
+that has the quota): its usage still comes from its own ``cpu.stat``, its throttling from
+above.
+
 A target that cannot be watched raises :class:`CgroupTargetError` with one line that says why
 (no such path/process/container, no cpu controller, not readable: root may be needed).
 
@@ -34,11 +42,12 @@ from typing import Any
 from client.run.cgroup_lookup import (CommandRunner, LookupFailed, docker_container_pid,
                                       find_pod_directory, kubernetes_pod, parse_k8s_spec,
                                       run_command)
-from cpuquota.cgroupfs import (Mount, cpu_mounts, find_cpu_controller, is_cpu_mount,
-                               map_group_path, parse_cpu_stat, parse_mountinfo, read_cpu_limit)
+from cpuquota.cgroupfs import (CpuLimit, Mount, cpu_mounts, find_cpu_controller, is_cpu_mount,
+                               map_group_path, parse_cpu_stat, parse_mountinfo, quota_levels)
 from cpuquota.limit import Limit, LimitError
 
-__all__ = ["USAGE_KINDS", "CgroupTarget", "CgroupTargetError", "UsageSource", "resolve_cgroup"]
+__all__ = ["USAGE_KINDS", "CgroupTarget", "CgroupTargetError", "QuotaLevel", "UsageSource",
+           "resolve_cgroup"]
 
 USAGE_KINDS = ("cpu.stat", "cpuacct", "schedstat")
 
@@ -65,23 +74,48 @@ class UsageSource:
 
 
 @dataclass(frozen=True)
-class CgroupTarget:
-    """The cpu controller's group of the service under test."""
+class QuotaLevel:
+    """A group at or above the target that holds a quota: its throttling counters are in
+    ``directory``/cpu.stat."""
 
-    spec: str                 # what the user gave: a path, pid:N, docker:NAME, k8s:NS/POD[/C]
-    directory: Path           # the group's directory (cpu.stat, the quota files)
-    version: int              # 1 or 2
-    group: str                # the group's path in its hierarchy, e.g. /docker/<id>
-    limit: Limit | None       # the quota written in this group (None: unlimited here)
-    usage_source: UsageSource
-    burst_us: int | None = None   # as read (None when the kernel has no burst file)
+    directory: Path
+    group: str
+    limit: Limit
+    burst_us: int | None = None
 
     @property
     def stat_path(self) -> Path:
         return self.directory / "cpu.stat"
 
     def to_metadata(self) -> dict[str, Any]:
-        """What the run's metadata says about the watched group (JSON-ready)."""
+        return {"path": str(self.directory), "group": self.group,
+                "quota_us": self.limit.quota_us, "period_us": self.limit.period_us,
+                "burst_us": self.burst_us, "cpus": round(self.limit.cpus, 6)}
+
+
+@dataclass(frozen=True)
+class CgroupTarget:
+    """The cpu controller's group of the service under test."""
+
+    spec: str                 # what the user gave: a path, pid:N, docker:NAME, k8s:NS/POD[/C]
+    directory: Path           # the group's directory (its usage, cpu.pressure)
+    version: int              # 1 or 2
+    group: str                # the group's path in its hierarchy, e.g. /docker/<id>
+    limit: Limit | None       # the quota in force: the tightest of ``levels`` (None: no quota)
+    usage_source: UsageSource
+    burst_us: int | None = None   # that quota's burst as read (None: the kernel has no burst)
+    # the groups with a quota, the one in force first, then the others nearest first
+    levels: tuple[QuotaLevel, ...] = ()
+    pressure: bool = False    # the group has cpu.pressure (PSI, cgroup v2)
+
+    @property
+    def stat_path(self) -> Path:
+        """The cpu.stat whose counters are the timeline's: the quota in force's group's."""
+        return self.levels[0].stat_path if self.levels else self.directory / "cpu.stat"
+
+    def to_metadata(self) -> dict[str, Any]:
+        """What the run's metadata says about the watched group (JSON-ready): the quota
+        fields are the quota in force's, ``quota_group`` the group that holds it."""
         limit = self.limit
         return {"spec": self.spec, "path": str(self.directory), "group": self.group,
                 "version": self.version,
@@ -89,7 +123,10 @@ class CgroupTarget:
                 "period_us": limit.period_us if limit else None,
                 "burst_us": self.burst_us,
                 "cpus": round(limit.cpus, 6) if limit else None,
-                "usage_source": self.usage_source.kind}
+                "usage_source": self.usage_source.kind,
+                "quota_group": self.levels[0].group if self.levels else None,
+                "levels": [level.to_metadata() for level in self.levels],
+                "pressure": self.pressure}
 
 
 def resolve_cgroup(spec: str, *, pod_uid: str | None = None, proc: Path = Path("/proc"),
@@ -208,35 +245,57 @@ def _from_k8s(spec: str, pod_uid: str | None, proc: Path, mounts: list[Mount],
 
 def _build(spec: str, directory: Path, version: int, group: str, proc: Path,
            mounts: list[Mount]) -> CgroupTarget:
-    """Check the group has readable cpu controller files; read its quota and usage source."""
-    quota_file = directory / ("cpu.cfs_quota_us" if version == 1 else "cpu.max")
-    if not _exists(quota_file):
+    """Check the group's cpu files are readable; find the quotas at and above it and its
+    usage source."""
+    mount = _mount_of(str(directory), mounts)
+    top = Path(mount.mount_point) if mount is not None else directory
+    try:
+        levels = _levels(quota_levels(directory, top, version, group))
+    except LimitError as exc:
+        raise CgroupTargetError(f"{directory}: unexpected quota: {exc}") from None
+    own_files = _exists(directory / ("cpu.cfs_quota_us" if version == 1 else "cpu.max"))
+    if not own_files and not levels:
         if version == 2 and group in ("", "/"):
             why = "the root of cgroup v2 has no quota (give a group below it)"
         elif version == 2:
-            why = "the parent's cgroup.subtree_control does not enable 'cpu'"
+            why = ("the parent's cgroup.subtree_control does not enable 'cpu', and no group "
+                   "above it has a quota")
         else:
             why = "no cpu.cfs_quota_us (CFS bandwidth control missing from this kernel?)"
         raise CgroupTargetError(f"no cpu controller in {directory}: {why}")
     try:
         stat_text = (directory / "cpu.stat").read_text(encoding="ascii")
-        cpu_limit = read_cpu_limit(directory, version, group)
     except OSError as exc:
         raise _unreadable(exc, directory) from None
-    except ValueError as exc:
-        raise CgroupTargetError(f"cannot read the quota in {directory}: {exc}") from None
-    if parse_cpu_stat(stat_text, version) is None:
+    if parse_cpu_stat(stat_text, version) is None and (own_files or version == 1):
         raise CgroupTargetError(f"no throttling counters in {directory}/cpu.stat (no cpu "
                                 "controller for this group)")
-    limit = None
-    if cpu_limit.quota_us is not None and cpu_limit.period_us:
-        try:
-            limit = Limit(cpu_limit.quota_us / cpu_limit.period_us, cpu_limit.period_us / 1000,
-                          min(cpu_limit.burst_us or 0, cpu_limit.quota_us) / 1000, "cgroup")
-        except LimitError as exc:
-            raise CgroupTargetError(f"{directory}: unexpected quota: {exc}") from None
     usage = _usage_source(directory, version, group, stat_text, proc, mounts)
-    return CgroupTarget(spec, directory, version, group, limit, usage, cpu_limit.burst_us)
+    first = levels[0] if levels else None
+    return CgroupTarget(spec, directory, version, group, first.limit if first else None, usage,
+                        first.burst_us if first else _own_burst(directory, version), levels,
+                        version == 2 and _exists(directory / "cpu.pressure"))
+
+
+def _levels(found: list[CpuLimit]) -> tuple[QuotaLevel, ...]:
+    """The quota levels, the tightest first (the nearest of equals), then the rest nearest
+    first."""
+    levels = [QuotaLevel(Path(c.path), c.group or "/",
+                         Limit(c.quota_us / c.period_us, c.period_us / 1000,
+                               min(c.burst_us or 0, c.quota_us) / 1000, "cgroup"), c.burst_us)
+              for c in found if c.quota_us is not None and c.period_us]
+    if not levels:
+        return ()
+    tightest = min(levels, key=lambda level: level.limit.cpus)
+    return (tightest, *(level for level in levels if level is not tightest))
+
+
+def _own_burst(directory: Path, version: int) -> int | None:
+    try:
+        return int((directory / ("cpu.cfs_burst_us" if version == 1 else "cpu.max.burst"))
+                   .read_text(encoding="ascii"))
+    except (OSError, ValueError):
+        return None
 
 
 def _usage_source(directory: Path, version: int, group: str, stat_text: str, proc: Path,
