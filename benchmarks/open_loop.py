@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
 """Can ``http-timing --rate R`` keep up with vegeta? Both against the same bare ASGI app.
 
 For each rate (default 1000, 2000, 5000, 10000 requests/s), one after the other in one run:
 ``vegeta attack -rate R/s -duration Ds`` (Go; its report's achieved rate, p50 and p99), then
 ``http-timing --url URL --rate R --duration D --quiet --no-plot`` as a user runs it (its
 metadata's ``client_pace.achieved_rps``, the run's p50 and p99, and whether it says it fell
-behind). The app is a bare ASGI app on uvicorn (``timer_vs_wrk.bare_asgi``), in its own
+behind). The app is a bare ASGI app on uvicorn (``benchmarks.timer_vs_wrk.bare_asgi``), in its own
 process. Prints a markdown table and the load average (the machine may be shared).
 
 Note the two p99s are not the same thing: http-timing's latency counts from each request's
@@ -18,7 +17,7 @@ with p99 <= 1.5 x vegeta's.
 Needs vegeta (``scripts/install-load-tools.sh``: ``go install
 github.com/tsenart/vegeta/v12@v12.13.0``); without it the script says so and exits 1.
 
-    .venv/bin/python benchmarks/open_loop.py [--rates 1000,2000,5000,10000] [--seconds 5]
+    .venv/bin/python -m benchmarks.open_loop [--rates 1000,2000,5000,10000] [--seconds 5]
 """
 
 from __future__ import annotations
@@ -33,12 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench_support import BIN, describe_load, run_main  # noqa: E402
-from client.run.targets.service import ServiceError  # noqa: E402
-from timer_vs_wrk import bare_asgi  # noqa: E402
+from benchmarks.support import HTTP_TIMING, describe_load, run_main
+from benchmarks.timer_vs_wrk import bare_asgi
+from client.run.targets.service import ServiceError
 
 GOAL_SHARE, GOAL_P99 = 0.98, 1.5
 
@@ -70,7 +66,7 @@ def run_vegeta(vegeta: str, url: str, rate: int, seconds: float) -> Result:
 
 def run_http_timing(url: str, rate: int, seconds: float, scratch: Path) -> Result:
     name = f"open-loop-{rate}"
-    result = subprocess.run([str(BIN / "http-timing"), "--url", url, "--rate", str(rate),
+    result = subprocess.run([str(HTTP_TIMING), "--url", url, "--rate", str(rate),
                              "--duration", f"{seconds:g}", "--quiet", "--no-plot", "--name",
                              name, "--data-dir", str(scratch)], capture_output=True, text=True,
                             timeout=seconds * 20 + 60)
@@ -108,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[str] = []
     before = describe_load("before")
     try:
-        with tempfile.TemporaryDirectory() as scratch, bare_asgi(Path(scratch)) as bare:
+        with tempfile.TemporaryDirectory() as scratch, bare_asgi() as bare:
             url = bare.base_url + "/"
             run_vegeta(vegeta, url, 500, 1)  # warm the app up
             for rate in rates:
