@@ -209,11 +209,18 @@ class CgroupSampler:
     ``error`` says why; the samples so far are kept."""
 
     def __init__(self, target: CgroupTarget, csv_path: Path | None = None,
-                 interval: float = DEFAULT_INTERVAL) -> None:
+                 interval: float = DEFAULT_INTERVAL, *, max_bytes: int | None = None,
+                 keep: bool = True) -> None:
         if not interval > 0:
             raise ValueError(f"--cgroup-interval must be > 0 (got {interval})")
         self.target, self.csv_path, self.interval = target, csv_path, interval
+        # ``max_bytes``: the file never grows past it (sampling stops, ``error`` says so);
+        # ``keep`` False: the samples are only written (a long recording), ``last``/``count`` kept
+        self.max_bytes, self.keep = max_bytes, keep
         self.samples: list[CgroupSample] = []
+        self.last: CgroupSample | None = None
+        self.count = 0
+        self.written = 0
         self.error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -235,6 +242,7 @@ class CgroupSampler:
                                     f"{exc.strerror or exc}") from None
         if self.csv_path is not None:
             self._file = open_timeline(self.csv_path)
+            self.written = self._file.tell()
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="cgroup-sampler", daemon=True)
         self._thread.start()
@@ -247,10 +255,18 @@ class CgroupSampler:
         except (OSError, ValueError) as exc:
             self.error = f"stopped sampling {self.target.directory}: {exc}"
             return False
-        self.samples.append(sample)
         if self._file is not None:
-            self._file.write(timeline_row(sample))
+            row = timeline_row(sample)
+            if self.max_bytes is not None and self.written + len(row) > self.max_bytes:
+                self.error = f"stopped sampling: the timeline reached {self.max_bytes} bytes"
+                return False
+            self._file.write(row)
             self._file.flush()
+            self.written += len(row)
+        if self.keep:
+            self.samples.append(sample)
+        self.last = sample
+        self.count += 1
         return True
 
     def _loop(self) -> None:
