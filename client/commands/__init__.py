@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from client.commands.advise import command_advise
 from client.commands.common import EXIT_OK, EXIT_USAGE, silence_stdout
 from client.commands.compare import command_compare
+from client.commands.import_ import command_import
 from client.commands.options import CliError
 from client.commands.plot import command_plot
 from client.commands.predict import command_predict
@@ -49,6 +50,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "watch": command_watch,
     "advise": command_advise,
     "record": command_record,
+    "import": command_import,
 }
 
 

@@ -25,7 +25,7 @@ from client.run.cgroup_sampler import DEFAULT_INTERVAL, CgroupReader, CgroupSamp
 from client.run.cgroup_target import CgroupTarget
 from client.run.http import Sender
 
-__all__ = ["CgroupAttachment", "ProbingSender"]
+__all__ = ["CgroupAttachment", "ProbingSender", "mark_records"]
 
 
 class ProbingSender:
@@ -73,7 +73,19 @@ class CgroupAttachment:
     def attribute(self, records: Sequence[RequestRecord]) -> list[RequestRecord]:
         """The records with the throttling the timeline shows inside each (sent to answered)."""
         period_ns = self.target.limit.period_ns if self.target.limit else None
-        spans = [(r.start_ns, r.end_ns) for r in records]
-        marks = attribute(spans, self.sampler.samples, period_ns=period_ns)
-        return [replace(r, cgroup_throttled_ns=ns, cgroup_nr_throttled=nr)
-                for r, (ns, nr) in zip(records, marks)]
+        return mark_records(records, self.sampler.samples, period_ns)
+
+
+def mark_records(records: Sequence[RequestRecord], timeline: Sequence[CgroupSample],
+                 period_ns: int | None, *, outside: bool = True) -> list[RequestRecord]:
+    """The records with the throttling the timeline shows inside each (sent to answered):
+    what a live ``--cgroup`` run does once it is over, and what ``http-timing import`` does
+    to another tool's requests. ``outside`` False: a request not wholly inside the timeline
+    is left unmarked (None: unknown), not marked 0."""
+    spans = [(r.start_ns, r.end_ns) for r in records]
+    marks = attribute(spans, timeline, period_ns=period_ns)
+    first, last = (timeline[0].t_ns, timeline[-1].t_ns) if timeline else (0, -1)
+    return [replace(r, cgroup_throttled_ns=ns, cgroup_nr_throttled=nr)
+            if outside or first <= r.start_ns and r.end_ns <= last else
+            replace(r, cgroup_throttled_ns=None, cgroup_nr_throttled=None)
+            for r, (ns, nr) in zip(records, marks)]
