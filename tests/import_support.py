@@ -131,3 +131,70 @@ def check_marks(tmp_path: Path, name: str, fmt: str, requests: int = REQUESTS) -
     report = http_timing("report", str(csv_path), "--json", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert json.loads(report.stdout)["count"] == len(records)
+
+
+# ---- files written exactly as each tool's documentation shows, from timed requests --------
+
+K6_CSV_HEADER = ("metric_name,timestamp,metric_value,check,error,error_code,expected_response,"
+                 "group,method,name,proto,scenario,service,status,subproto,tls_version,url,"
+                 "extra_tags,metadata")
+JTL_HEADER = ("timeStamp,elapsed,label,responseCode,responseMessage,threadName,dataType,success,"
+              "failureMessage,bytes,sentBytes,grpThreads,allThreads,URL,Latency,IdleTime,Connect")
+
+
+def rfc3339(epoch_ns: int, digits: int = 9, zone_minutes: int = 0) -> str:
+    """``2017-05-09T14:34:45.239531499+02:00`` (``Z`` for UTC), ``digits`` of the second."""
+    from datetime import datetime, timezone
+
+    local = epoch_ns + zone_minutes * 60_000_000_000
+    seconds, fraction = divmod(local, 1_000_000_000)
+    main = datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    hours, minutes = divmod(abs(zone_minutes), 60)
+    zone = (f"{'+' if zone_minutes > 0 else '-'}{hours:02d}:{minutes:02d}" if zone_minutes
+            else "Z")
+    return f"{main}.{str(fraction).rjust(9, '0')[:digits]}{zone}"
+
+
+def write_documented(fmt: str, requests: list[tuple[int, int, int]], url: str, path: Path) -> None:
+    """Write ``requests`` (start ns, end ns, status) as ``fmt`` writes them (docs' examples)."""
+    lines: list[str] = []
+    target = url.split("://", 1)[1].split("/", 1)
+    path_part = "/" + target[1]
+    if fmt == "k6-json":   # time = the END, a local zone as in the docs' example
+        lines.append('{"type":"Metric","data":{"type":"trend","contains":"time","tainted":null,'
+                     '"thresholds":[],"submetrics":null},"metric":"http_req_duration"}')
+        for start, end, status in requests:
+            lines.append('{"type":"Point","data":{"time":"%s","value":%f,"tags":{"group":"",'
+                         '"method":"GET","status":"%d","url":"%s"}},"metric":"http_req_duration"}'
+                         % (rfc3339(end, 9, 120), (end - start) / 1e6, status, url))
+            lines.append('{"type":"Point","data":{"time":"%s","value":1,"tags":{"group":"",'
+                         '"method":"GET","status":"%d","url":"%s"}},"metric":"http_reqs"}'
+                         % (rfc3339(end, 9, 120), status, url))
+    elif fmt == "k6-csv":   # K6_CSV_TIME_FORMAT=unix_nano
+        lines.append(K6_CSV_HEADER)
+        for start, end, status in requests:
+            lines.append(f"http_reqs,{end},1.000000,,,,true,,GET,{url},HTTP/1.1,default,,"
+                         f"{status},,,{url},,")
+            lines.append(f"http_req_duration,{end},{(end - start) / 1e6:f},,,,true,,GET,{url},"
+                         f"HTTP/1.1,default,,{status},,,{url},,")
+    elif fmt == "jmeter-csv":   # timeStamp = the start (shipped jmeter.properties)
+        lines.append(JTL_HEADER)
+        for start, end, status in requests:
+            elapsed = (end - start) // 1_000_000
+            lines.append(f"{start // 1_000_000},{elapsed},HTTP Request,{status},OK,"
+                         f"Thread Group 1-1,text,true,,78,118,1,1,{url},{elapsed},0,0")
+    elif fmt == "envoy":   # the default format, START_TIME in ms, UTC
+        for start, end, status in requests:
+            lines.append(f'[{rfc3339(start, 3)}] "GET {path_part} HTTP/1.1" {status} - 0 78 '
+                         f'{(end - start) // 1_000_000} {(end - start) // 1_000_000} "-" '
+                         f'"python-httpx" "cc21d9b0-cf5c-432b-8c7e-98aeb7988cd2" "{target[0]}" '
+                         f'"{target[0]}"')
+    elif fmt == "envoy-json":   # json_format with %START_TIME(%s.%6f)%
+        for start, end, status in requests:
+            lines.append(json.dumps({"start_time": f"{start // 1000 / 1e6:.6f}", "method": "GET",
+                                     "path": path_part, "protocol": "HTTP/1.1",
+                                     "response_code": status,
+                                     "duration": (end - start) // 1_000_000}))
+    else:
+        raise ValueError(fmt)
+    path.write_text("\n".join(lines) + "\n")

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.import_support import (ITERATIONS, REQUESTS, check_marks, import_file, recorded_service,
-                                  run_tool, timed_requests, tool)
+from tests.import_support import (ITERATIONS, REQUESTS, check_marks, import_file,
+                                  recorded_service, run_tool, timed_requests, tool,
+                                  write_documented)
 from tests.support import free_port, http_timing, require
 
 pytestmark = pytest.mark.root
@@ -158,3 +159,16 @@ def test_nginx_access_log(tmp_path: Path) -> None:
     assert len(log.read_text().splitlines()) >= REQUESTS
     import_file(tmp_path, log, "nginx")
     check_marks(tmp_path, "nginx", "nginx")
+
+
+@pytest.mark.parametrize("fmt", ["k6-json", "k6-csv", "jmeter-csv", "envoy", "envoy-json"])
+def test_files_written_as_documented(fmt: str, tmp_path: Path) -> None:
+    """k6 (AGPL: not installed), JMeter and Envoy (cannot run here): real requests to the
+    quota'd service, timed by the test and written as each tool's documentation shows."""
+    with recorded_service(tmp_path) as rec:
+        requests = timed_requests(rec.url)
+    source = tmp_path / f"results.{fmt}"
+    write_documented(fmt, requests, rec.url, source)
+    out = import_file(tmp_path, source, "imported")
+    assert f"({fmt})" in out
+    check_marks(tmp_path, "imported", fmt)
