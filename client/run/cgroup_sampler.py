@@ -210,13 +210,15 @@ class CgroupSampler:
 
     def __init__(self, target: CgroupTarget, csv_path: Path | None = None,
                  interval: float = DEFAULT_INTERVAL, *, max_bytes: int | None = None,
-                 keep: bool = True) -> None:
+                 keep: bool = True, flush_every: float = 0.0) -> None:
         if not interval > 0:
             raise ValueError(f"--cgroup-interval must be > 0 (got {interval})")
         self.target, self.csv_path, self.interval = target, csv_path, interval
         # ``max_bytes``: the file never grows past it (sampling stops, ``error`` says so);
         # ``keep`` False: the samples are only written (a long recording), ``last``/``count`` kept
+        # ``flush_every``: seconds between two flushes of the file (0: every row)
         self.max_bytes, self.keep = max_bytes, keep
+        self._flush_ns, self._flushed_ns = round(flush_every * 1e9), 0
         self.samples: list[CgroupSample] = []
         self.last: CgroupSample | None = None
         self.count = 0
@@ -261,7 +263,9 @@ class CgroupSampler:
                 self.error = f"stopped sampling: the timeline reached {self.max_bytes} bytes"
                 return False
             self._file.write(row)
-            self._file.flush()
+            if sample.t_ns - self._flushed_ns >= self._flush_ns:
+                self._file.flush()
+                self._flushed_ns = sample.t_ns
             self.written += len(row)
         if self.keep:
             self.samples.append(sample)

@@ -1,8 +1,8 @@
 """``http-timing record``: a group's timeline on its own, no requests (``<name>.cgroup.csv`` and
 ``<name>.json``, see ``client.data.timeline_meta``).
 
-The sampler (``client.run.cgroup_sampler.CgroupSampler``) writes and flushes every row as it
-takes it, so a killed recorder loses at most the row being written (well under a second); it
+The sampler (``client.run.cgroup_sampler.CgroupSampler``) writes every row as it takes it
+and flushes the file every half second, so a killed recorder loses at most that much; it
 keeps no samples in memory (a recording may last days). The main thread only waits: once a
 second it hands the sampler to the ``observers`` (a live view hooks in there) until the
 duration is over, the file is full (``max_bytes``), the group is gone, or Ctrl-C / SIGTERM.
@@ -25,7 +25,8 @@ from client.run.recorder import files_first, stop_on_terminate
 
 __all__ = ["TimelineSpec", "anchor_clock", "record_timeline"]
 
-TICK_S = 1.0   # how often the main thread looks (and the observers are called)
+TICK_S = 1.0        # how often the main thread looks (and the observers are called)
+FLUSH_EVERY_S = 0.5  # the file is flushed this often: a SIGKILL loses at most this much
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def record_timeline(spec: TimelineSpec,
     the metadata written (``interrupted`` True for Ctrl-C/SIGTERM). ``CgroupTargetError`` when
     the group cannot be opened; ``OSError`` when the files cannot be written."""
     sampler = CgroupSampler(spec.target, spec.csv_path, spec.interval_s,
-                            max_bytes=spec.max_bytes, keep=False)
+                            max_bytes=spec.max_bytes, keep=False, flush_every=FLUSH_EVERY_S)
     zero_ns = time.perf_counter_ns()
     meta = TimelineMetadata(name=spec.name, clock=anchor_clock(zero_ns),
                             cgroup=spec.target.to_metadata(), version=__version__,
