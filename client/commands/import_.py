@@ -83,6 +83,12 @@ def _timeline(path: Path) -> tuple[list[CgroupSample], int, TimelineMetadata]:
 
 def _check(records: list[RequestRecord], timeline: list[CgroupSample], period_ns: int | None,
            lo_ns: int, hi_ns: int) -> ClockEstimate | None:
+    """The clock check over the shifts in ``[lo_ns, hi_ns]`` that keep every request inside
+    the timeline (beyond its ends nothing is known, and would look like no throttling)."""
+    lo_ns = max(lo_ns, timeline[0].t_ns - min(r.start_ns for r in records))
+    hi_ns = min(hi_ns, timeline[-1].t_ns - max(r.end_ns for r in records))
+    if hi_ns < lo_ns:
+        return None
     stretches = throttled_stretches(timeline, period_ns)
     return estimate_shift([(r.start_ns, r.end_ns) for r in records], stretches, lo_ns, hi_ns,
                           period_ns=period_ns)
@@ -97,7 +103,7 @@ def _need_start(imported: Imported, path: Path, timeline: list[CgroupSample], ze
     if imported.anchor_epoch_ns is not None:   # oha's whole-second launch time
         lo = max(lo, imported.anchor_epoch_ns - zero - 1_000_000_000)
         hi = min(hi, imported.anchor_epoch_ns - zero + 2_000_000_000)
-    estimate = _check(placed, timeline, period_ns, lo, hi) if hi >= lo else None
+    estimate = _check(placed, timeline, period_ns, lo, hi)
     advice = ("; the requests do not fit inside the timeline" if estimate is None else
               f"; best line-up with the throttling: --start {(zero + estimate.shift_ns) / 1e9:.3f}"
               f" ({estimate.describe().split(' (', 1)[1]}" if estimate.confidence != "none"
@@ -136,8 +142,13 @@ def _print(run: ImportedRun, imported: Imported, spec: ImportSpec,
     if run.outside:
         print(f"{run.outside} requests lie outside the timeline: left unmarked (is the clock "
               "right? see --offset)")
-    if estimate is not None:
-        applied = f"--offset {spec.offset_ns / 1e9:g}" if spec.offset_ns else "no offset"
+    applied = f"--offset {spec.offset_ns / 1e9:g}" if spec.offset_ns else "no offset"
+    if estimate is None:
+        print(f"clock check: none (the requests fit inside the timeline at no shift within "
+              f"±{CHECK_WINDOW_NS / 1e9:g} s); applied: {applied}")
+    elif estimate.confidence == "none":
+        print(f"clock check: {estimate.describe()}; applied: {applied}")
+    else:
         print(f"clock check: the stalls line up best with the throttling at a shift of "
               f"{estimate.describe()}; applied: {applied}")
     print(f"raw data: {spec.csv_path} (metadata {spec.meta_path}, timeline {spec.timeline_copy})")
