@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install the load tools whose result files `http-timing import` reads, for the tests that run
 # them for real (tests/test_commands_import_tools.py): Go modules with `go install`, oha with
-# `cargo install` (a Rust build: minutes on two CPUs; see the README's "Your load tool, your
-# access logs"). Locust comes from PyPI through the `test` extra; nginx is a Debian package.
+# `cargo install` (a Rust build: 40 min on this 2-CPU machine under heavy load on 2026-11-24;
+# see the README's "Your load tool, your access logs"). Locust comes from PyPI through the
+# `test` extra; nginx is a Debian package.
 # k6 is NOT installed (AGPL): its files are written in the tests as its documentation shows.
 # Idempotent: a tool already on PATH or in its install directory is skipped.
 # Usage: scripts/install-load-tools.sh          (GOBIN defaults to ~/go/bin, cargo to ~/.cargo/bin)
@@ -27,7 +28,7 @@ go_tool hey github.com/rakyll/hey@v0.1.4
 if have oha; then
     echo "install-load-tools: oha present"
 elif have cargo; then
-    echo "install-load-tools: cargo install oha (a few minutes)"
+    echo "install-load-tools: cargo install oha (a Rust build: many minutes)"
     start=$(date +%s)
     cargo install --locked --quiet oha@1.16.0
     echo "install-load-tools: oha built in $(( $(date +%s) - start )) s"

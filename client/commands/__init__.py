@@ -10,6 +10,8 @@
     http-timing [run] ... --cgroup TARGET                               + the service's own cgroup
     http-timing watch TARGET                                            the top of throttling
     http-timing advise --p99 MS [--p90 MS] [--backend ...]              the smallest limit
+    http-timing record TARGET [--duration S] [--max-size BYTES]         a cgroup's timeline alone
+    http-timing import FILE --timeline NAME.cgroup.csv [--format F]     another tool's requests
 
 Run, raw data file, report/plot: each step usable alone (the shape of vegeta's run/report/plot).
 Each command is a module with ``command_<name>(argv) -> exit code``: parse, call the layers
@@ -25,9 +27,11 @@ from collections.abc import Callable, Sequence
 from client.commands.advise import command_advise
 from client.commands.common import EXIT_OK, EXIT_USAGE, silence_stdout
 from client.commands.compare import command_compare
+from client.commands.import_ import command_import
 from client.commands.options import CliError
 from client.commands.plot import command_plot
 from client.commands.predict import command_predict
+from client.commands.record import command_record
 from client.commands.report import command_report
 from client.commands.run import command_run
 from client.commands.sweep import command_sweep
@@ -45,6 +49,8 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "sweep": command_sweep,
     "watch": command_watch,
     "advise": command_advise,
+    "record": command_record,
+    "import": command_import,
 }
 
 

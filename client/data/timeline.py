@@ -136,7 +136,10 @@ def read_timeline(path: str | os.PathLike[str]) -> list[CgroupSample]:
         raise TimelineError(f"{p}: not a text file (expected a cgroup timeline CSV)") from None
     except OSError as exc:
         raise TimelineError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    rows = csv.reader(text.splitlines())
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        lines.pop()   # a last row cut off by a kill (the recorder writes whole rows)
+    rows = csv.reader(lines)
     header = next(rows, None)
     layout = _layout(tuple(h.strip() for h in header)) if header else None
     if header is None or layout is None:

@@ -29,7 +29,7 @@ from client.run.cgroup_sampler import DEFAULT_INTERVAL, CgroupReader, CgroupSamp
 from client.run.cgroup_target import CgroupTarget
 from client.run.http import Sender
 
-__all__ = ["CgroupAttachment", "ProbingSender"]
+__all__ = ["CgroupAttachment", "ProbingSender", "mark_records"]
 
 
 class ProbingSender:
@@ -78,9 +78,27 @@ class CgroupAttachment:
 
     def attribute(self, records: Sequence[RequestRecord]) -> list[RequestRecord]:
         """The records with the throttling the timeline shows inside each (sent to answered)."""
-        levels = self.target.levels
-        periods: list[int | None] = [level.limit.period_ns for level in levels] or [None]
-        spans = [(r.start_ns, r.end_ns) for r in records]
-        marks = attribute_levels(spans, level_timelines(self.sampler.samples), periods)
-        return [replace(r, cgroup_throttled_ns=ns, cgroup_nr_throttled=nr)
-                for r, (ns, nr, _level) in zip(records, marks)]
+        periods = [level.limit.period_ns for level in self.target.levels]
+        return mark_records(records, self.sampler.samples, periods)
+
+
+def mark_records(records: Sequence[RequestRecord], timeline: Sequence[CgroupSample],
+                 periods_ns: Sequence[int | None], *, outside: bool = True
+                 ) -> list[RequestRecord]:
+    """The records with the throttling the timeline shows inside each (sent to answered):
+    what a live ``--cgroup`` run does once it is over, and what ``http-timing import`` does
+    to another tool's requests. Each quota level of the timeline (the group's own and its
+    ancestors') is read apart with its period (``periods_ns[k]``; the last one stands for the
+    levels beyond the list, None: unknown) and a request is marked by the level that
+    throttled it most. ``outside`` False: a request not wholly inside the timeline is left
+    unmarked (None: unknown), not marked 0."""
+    spans = [(r.start_ns, r.end_ns) for r in records]
+    timelines = level_timelines(list(timeline))
+    periods = list(periods_ns) or [None]
+    periods += [periods[-1]] * (len(timelines) - len(periods))
+    marks = attribute_levels(spans, timelines, periods)
+    first, last = (timeline[0].t_ns, timeline[-1].t_ns) if timeline else (0, -1)
+    return [replace(r, cgroup_throttled_ns=ns, cgroup_nr_throttled=nr)
+            if outside or first <= r.start_ns and r.end_ns <= last else
+            replace(r, cgroup_throttled_ns=None, cgroup_nr_throttled=None)
+            for r, (ns, nr, _level) in zip(records, marks)]

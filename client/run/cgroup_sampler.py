@@ -240,11 +240,20 @@ class CgroupSampler:
     ``error`` says why; the samples so far are kept."""
 
     def __init__(self, target: CgroupTarget, csv_path: Path | None = None,
-                 interval: float = DEFAULT_INTERVAL) -> None:
+                 interval: float = DEFAULT_INTERVAL, *, max_bytes: int | None = None,
+                 keep: bool = True, flush_every: float = 0.0) -> None:
         if not interval > 0:
             raise ValueError(f"--cgroup-interval must be > 0 (got {interval})")
         self.target, self.csv_path, self.interval = target, csv_path, interval
+        # ``max_bytes``: the file never grows past it (sampling stops, ``error`` says so);
+        # ``keep`` False: the samples are only written (a long recording), ``last``/``count`` kept
+        # ``flush_every``: seconds between two flushes of the file (0: every row)
+        self.max_bytes, self.keep = max_bytes, keep
+        self._flush_ns, self._flushed_ns = round(flush_every * 1e9), 0
         self.samples: list[CgroupSample] = []
+        self.last: CgroupSample | None = None
+        self.count = 0
+        self.written = 0
         self.error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -267,6 +276,7 @@ class CgroupSampler:
         if self.csv_path is not None:
             self._file = open_timeline(self.csv_path, timeline_columns(
                 self.target.pressure, max(0, len(self.target.levels) - 1)))
+            self.written = self._file.tell()
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="cgroup-sampler", daemon=True)
         self._thread.start()
@@ -279,10 +289,20 @@ class CgroupSampler:
         except (OSError, ValueError) as exc:
             self.error = f"stopped sampling {self.target.directory}: {exc}"
             return False
-        self.samples.append(sample)
         if self._file is not None:
-            self._file.write(timeline_row(sample, self.target.pressure))
-            self._file.flush()
+            row = timeline_row(sample, self.target.pressure)
+            if self.max_bytes is not None and self.written + len(row) > self.max_bytes:
+                self.error = f"stopped sampling: the timeline reached {self.max_bytes} bytes"
+                return False
+            self._file.write(row)
+            if sample.t_ns - self._flushed_ns >= self._flush_ns:
+                self._file.flush()
+                self._flushed_ns = sample.t_ns
+            self.written += len(row)
+        if self.keep:
+            self.samples.append(sample)
+        self.last = sample
+        self.count += 1
         return True
 
     def _loop(self) -> None:

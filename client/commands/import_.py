@@ -1,0 +1,154 @@
+"""``http-timing import FILE --timeline NAME.cgroup.csv``: another tool's per-request results
+(or an access log) joined to a timeline that ``http-timing record`` wrote, saved as a run.
+
+    http-timing import FILE --timeline NAME.cgroup.csv [--format F] [--name OUT]
+                       [--start EPOCH] [--offset SECONDS]
+
+The format is recognised from the content (``--format`` forces one). Files with relative
+times (hey, oha) need ``--start`` (the tool's start, Unix seconds as ``date +%s.%N`` prints);
+without it the command prints the best estimate and stops. Every import prints the clock
+check (the shift that lines the stalls up with the throttling, with its confidence); it is
+applied only through ``--offset``. Exit 0; 2 for bad input (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from client.analysis.clock import ClockEstimate, estimate_shift
+from client.commands.options import CliError, OneLineParser
+from client.data.imports import EPOCH, IMPORTERS, Imported, read_results
+from client.data.imports.base import seconds_ns
+from client.data.naming import check_file_name
+from client.data.record import RequestRecord
+from client.data.timeline import CgroupSample, read_timeline
+from client.data.timeline_meta import (TimelineMetadata, read_timeline_metadata,
+                                       timeline_meta_path)
+from client.run.attribution import throttled_stretches
+from client.run.importing import (ImportedRun, ImportSpec, build_imported, place_requests,
+                                  save_imported)
+
+__all__ = ["build_parser", "command_import"]
+
+PROG = "http-timing import"
+CHECK_WINDOW_NS = 2_000_000_000   # the clock check looks this far either way
+
+
+def _seconds(flag: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            return seconds_ns(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} takes seconds, like 1732420000.25 "
+                                             f"(got {text!r})") from None
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=PROG, description="Mark another tool's requests (or an access "
+                           "log's) with the throttling a recorded cgroup timeline shows, and "
+                           "save them as a run that report, plot and compare read.")
+    parser.add_argument("file", type=Path, metavar="FILE",
+                        help="the tool's results: " + ", ".join(IMPORTERS))
+    parser.add_argument("--timeline", type=Path, required=True, metavar="NAME.cgroup.csv",
+                        help="the timeline 'http-timing record' wrote (its NAME.json beside it)")
+    parser.add_argument("--format", choices=list(IMPORTERS), metavar="F",
+                        help="the file's format (default: recognised from its content): "
+                        + ", ".join(IMPORTERS))
+    parser.add_argument("--name", help="name of the run's files (default: import-<FILE's stem>)")
+    parser.add_argument("--data-dir", type=Path, default=Path("raw-data"),
+                        help="where <name>.csv, .json and .cgroup.csv go (default ./raw-data)")
+    parser.add_argument("--start", type=_seconds("--start"), metavar="EPOCH",
+                        help="for relative times (hey, oha): the tool's start, Unix seconds "
+                        "(date +%%s.%%N just before running it)")
+    parser.add_argument("--offset", type=_seconds("--offset"), default=0, metavar="SECONDS",
+                        help="add this to the file's times (its clock is off the timeline's "
+                        "host's); the clock check printed suggests one")
+    return parser
+
+
+def _timeline(path: Path) -> tuple[list[CgroupSample], int, TimelineMetadata]:
+    timeline = read_timeline(path)
+    meta_path = timeline_meta_path(path)
+    meta = read_timeline_metadata(meta_path)
+    if meta is None or meta.clock is None:
+        raise CliError(f"{meta_path}: no clock for {path} (expected the JSON that "
+                       "'http-timing record' writes beside its timeline)")
+    if len(timeline) < 2:
+        raise CliError(f"{path}: fewer than 2 samples: nothing to mark requests from")
+    return timeline, meta.clock.zero_epoch_ns, meta
+
+
+def _check(records: list[RequestRecord], timeline: list[CgroupSample], period_ns: int | None,
+           lo_ns: int, hi_ns: int) -> ClockEstimate | None:
+    """The clock check over the shifts in ``[lo_ns, hi_ns]`` that keep every request inside
+    the timeline (beyond its ends nothing is known, and would look like no throttling)."""
+    lo_ns = max(lo_ns, timeline[0].t_ns - min(r.start_ns for r in records))
+    hi_ns = min(hi_ns, timeline[-1].t_ns - max(r.end_ns for r in records))
+    if hi_ns < lo_ns:
+        return None
+    stretches = throttled_stretches(timeline, period_ns)
+    return estimate_shift([(r.start_ns, r.end_ns) for r in records], stretches, lo_ns, hi_ns,
+                          period_ns=period_ns)
+
+
+def _need_start(imported: Imported, path: Path, timeline: list[CgroupSample], zero: int,
+                period_ns: int | None) -> CliError:
+    """The error for a relative file without --start, with the estimate as advice."""
+    placed = place_requests(imported, zero, zero, 0)   # the tool's zero at the timeline's
+    lo = timeline[0].t_ns - placed[0].start_ns
+    hi = timeline[-1].t_ns - max(r.end_ns for r in placed)
+    if imported.anchor_epoch_ns is not None:   # oha's whole-second launch time
+        lo = max(lo, imported.anchor_epoch_ns - zero - 1_000_000_000)
+        hi = min(hi, imported.anchor_epoch_ns - zero + 2_000_000_000)
+    estimate = _check(placed, timeline, period_ns, lo, hi)
+    advice = ("; the requests do not fit inside the timeline" if estimate is None else
+              f"; best line-up with the throttling: --start {(zero + estimate.shift_ns) / 1e9:.3f}"
+              f" ({estimate.describe().split(' (', 1)[1]}" if estimate.confidence != "none"
+              else "; no start lines the stalls up with the throttling")
+    return CliError(f"{path}: {imported.format} times are relative to the tool's own start: "
+                    f"give --start EPOCH (date +%s.%N just before it ran){advice}")
+
+
+def command_import(argv: list[str]) -> int:
+    opts = build_parser().parse_args(argv)
+    name = opts.name or f"import-{opts.file.name.split('.')[0]}"
+    if problem := check_file_name(name):
+        raise CliError(problem)
+    imported = read_results(opts.file, opts.format)
+    timeline, zero, meta = _timeline(opts.timeline)
+    period_ns = meta.period_ns
+    if imported.clock != EPOCH and opts.start is None:
+        raise _need_start(imported, opts.file, timeline, zero, period_ns)
+    records = place_requests(imported, zero, opts.start, opts.offset)
+    spec = ImportSpec(opts.file, opts.timeline, name, opts.data_dir, opts.offset, opts.start,
+                      ("http-timing", "import", *argv))
+    run = build_imported(spec, imported, records, timeline, meta, zero)
+    save_imported(spec, run)
+    estimate = _check(records, timeline, period_ns, -CHECK_WINDOW_NS, CHECK_WINDOW_NS)
+    _print(run, imported, spec, estimate)
+    return 0
+
+
+def _print(run: ImportedRun, imported: Imported, spec: ImportSpec,
+           estimate: ClockEstimate | None) -> None:
+    records = run.records
+    marked = [r for r in records if r.cgroup_nr_throttled]
+    print(f"{len(records)} requests from {spec.source} ({imported.format}); "
+          f"{len(marked)} met throttling ({100 * len(marked) / len(records):.0f} %), "
+          f"{sum(r.cgroup_throttled_ns or 0 for r in records) / 1e6:.0f} ms throttled in all")
+    if run.outside:
+        print(f"{run.outside} requests lie outside the timeline: left unmarked (is the clock "
+              "right? see --offset)")
+    applied = f"--offset {spec.offset_ns / 1e9:g}" if spec.offset_ns else "no offset"
+    if estimate is None:
+        print(f"clock check: none (the requests fit inside the timeline at no shift within "
+              f"±{CHECK_WINDOW_NS / 1e9:g} s); applied: {applied}")
+    elif estimate.confidence == "none":
+        print(f"clock check: {estimate.describe()}; applied: {applied}")
+    else:
+        print(f"clock check: the stalls line up best with the throttling at a shift of "
+              f"{estimate.describe()}; applied: {applied}")
+    print(f"raw data: {spec.csv_path} (metadata {spec.meta_path}, timeline {spec.timeline_copy})")

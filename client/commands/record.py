@@ -1,0 +1,78 @@
+"""``http-timing record TARGET``: a group's cgroup timeline on its own, no requests.
+
+    http-timing record TARGET [--duration S] [--max-size BYTES] [--name NAME] [--interval S]
+
+TARGET as for ``--cgroup``. Writes ``<name>.cgroup.csv`` (a flushed row every ``--interval``)
+and ``<name>.json`` (the group, its quota, the host, the clock) in ``--data-dir``, until
+``--duration``, Ctrl-C or SIGTERM (exit 0 for each), the size limit or the group's end (exit 1).
+``http-timing import`` joins it to another tool's per-request results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from client.commands.options import CliError, OneLineParser, int_at_least, number_above
+from client.commands.run import cgroup_target
+from client.data.naming import check_file_name
+from client.run.cgroup_sampler import DEFAULT_INTERVAL
+from client.run.cgroup_target import CgroupTargetError
+from client.run.timeline_record import TimelineSpec, record_timeline
+
+__all__ = ["build_parser", "command_record"]
+
+PROG = "http-timing record"
+EXIT_OK, EXIT_ENDED = 0, 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=PROG, description="Record a cgroup's CPU counters every "
+                           "--interval (no requests): <name>.cgroup.csv and <name>.json, to "
+                           "join later to a load tool's results or an access log with "
+                           "'http-timing import'.")
+    parser.add_argument("target", metavar="TARGET",
+                        help="a cgroup directory, pid:PID, docker:NAME_OR_ID or "
+                        "k8s:NAMESPACE/POD[/CONTAINER]")
+    parser.add_argument("--duration", type=number_above(0), metavar="S",
+                        help="stop after S seconds (default: until Ctrl-C or SIGTERM)")
+    parser.add_argument("--max-size", type=int_at_least(1024), metavar="BYTES",
+                        help="stop before the timeline file grows past BYTES (a row is ~40 "
+                        "bytes: 100 rows a second fill 14 MiB an hour)")
+    parser.add_argument("--interval", type=number_above(0), default=DEFAULT_INTERVAL,
+                        metavar="S", help=f"seconds between two samples (default "
+                        f"{DEFAULT_INTERVAL:g})")
+    parser.add_argument("--name", help="name of the files (default: timeline-<timestamp>)")
+    parser.add_argument("--data-dir", type=Path, default=Path("raw-data"),
+                        help="where the files go (default ./raw-data)")
+    parser.add_argument("--pod-uid", metavar="UID",
+                        help="with k8s:NS/POD: the pod's UID, where kubectl cannot tell")
+    return parser
+
+
+def command_record(argv: list[str]) -> int:
+    opts = build_parser().parse_args(argv)
+    name = opts.name or "timeline-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    if problem := check_file_name(name):
+        raise CliError(problem)
+    target = cgroup_target(opts.target, opts.pod_uid)
+    assert target is not None
+    spec = TimelineSpec(target, name, opts.data_dir, opts.duration, opts.max_size,
+                        opts.interval, ("http-timing", "record", *argv))
+    limit = target.limit
+    print(f"recording {target.directory} "
+          f"({f'quota {limit.cpus:g} CPU' if limit else 'no CPU quota'}) every "
+          f"{opts.interval * 1000:g} ms to {spec.csv_path}", flush=True)
+    try:
+        meta = record_timeline(spec)
+    except CgroupTargetError as exc:
+        raise CliError(str(exc)) from None
+    except OSError as exc:
+        raise CliError(f"cannot write {spec.csv_path}: {exc.strerror or exc}") from None
+    print(f"{meta.samples} samples: {spec.csv_path} (metadata {spec.meta_path})")
+    if meta.stop_reason and meta.stop_reason.startswith("stopped sampling"):
+        print(f"{PROG}: {meta.stop_reason}", file=sys.stderr)
+        return EXIT_ENDED
+    return EXIT_OK

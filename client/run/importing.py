@@ -1,0 +1,132 @@
+"""``http-timing import``: another tool's requests joined to a recorded cgroup timeline, saved
+as a throttle-lab run (``<name>.csv``, ``<name>.json``, ``<name>.cgroup.csv``) that ``report``,
+``plot`` and ``compare`` read like any other.
+
+Placing: a request's start on the timeline is ``epoch - clock.zero_epoch_ns + offset`` (a
+file with Unix times), or ``start_epoch + relative - zero + offset`` (hey, oha: ``--start``).
+Marking: :func:`client.run.attach.mark_records`, what a live ``--cgroup`` run does; a request
+not wholly inside the timeline stays unmarked (unknown), and is counted.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from client import __version__
+from client.data.files import rewrite_rows, write_metadata
+from client.data.imports import EPOCH, Imported
+from client.data.metadata import LoadMode, RunMetadata
+from client.data.record import RawDataError, RequestRecord
+from client.data.summary import summarize
+from client.data.timeline import CgroupSample
+from client.data.timeline_meta import TimelineMetadata
+from client.run.attach import mark_records
+
+__all__ = ["ImportSpec", "ImportedRun", "build_imported", "mark_imported", "max_overlap",
+           "place_requests", "save_imported"]
+
+
+@dataclass(frozen=True)
+class ImportSpec:
+    source: Path
+    timeline_path: Path
+    name: str
+    data_dir: Path
+    offset_ns: int = 0
+    start_epoch_ns: int | None = None     # where a relative file's zero is (--start)
+    command: tuple[str, ...] = ()
+
+    @property
+    def csv_path(self) -> Path:
+        return self.data_dir / f"{self.name}.csv"
+
+    @property
+    def meta_path(self) -> Path:
+        return self.data_dir / f"{self.name}.json"
+
+    @property
+    def timeline_copy(self) -> Path:
+        return self.data_dir / f"{self.name}.cgroup.csv"
+
+
+@dataclass
+class ImportedRun:
+    records: list[RequestRecord]
+    metadata: RunMetadata
+    outside: int          # requests not wholly inside the timeline (left unmarked)
+
+
+def place_requests(imported: Imported, zero_epoch_ns: int, start_epoch_ns: int | None,
+                   offset_ns: int) -> list[RequestRecord]:
+    """The requests on the timeline's clock, in start order (``ValueError`` when a relative
+    file has no ``start_epoch_ns``)."""
+    if imported.clock == EPOCH:
+        base = -zero_epoch_ns
+    elif start_epoch_ns is None:
+        raise ValueError("relative times need the tool's start (--start EPOCH)")
+    else:
+        base = start_epoch_ns - zero_epoch_ns
+    ordered = sorted(imported.requests, key=lambda r: r.start_ns)
+    return [RequestRecord(seq, r.start_ns + base + offset_ns, r.latency_ns, r.status, r.error)
+            for seq, r in enumerate(ordered)]
+
+
+def max_overlap(records: list[RequestRecord]) -> int:
+    """The most requests in flight at once (1: they went one at a time)."""
+    edges = sorted([(r.start_ns, 1) for r in records] + [(r.end_ns, -1) for r in records],
+                   key=lambda e: (e[0], e[1]))
+    most = current = 0
+    for _, change in edges:
+        current += change
+        most = max(most, current)
+    return max(most, 1)
+
+
+def mark_imported(records: list[RequestRecord], timeline: list[CgroupSample],
+                  timeline_meta: TimelineMetadata) -> tuple[list[RequestRecord], int]:
+    marked = mark_records(records, timeline, [timeline_meta.period_ns], outside=False)
+    return marked, sum(1 for r in marked if r.cgroup_nr_throttled is None)
+
+
+def build_imported(spec: ImportSpec, imported: Imported, records: list[RequestRecord],
+                   timeline: list[CgroupSample], timeline_meta: TimelineMetadata,
+                   zero_epoch_ns: int) -> ImportedRun:
+    """The marked records and the run's metadata."""
+    marked, outside = mark_imported(records, timeline, timeline_meta)
+    overlap = max_overlap(marked)
+    first_epoch = zero_epoch_ns + (marked[0].start_ns if marked else 0)
+    details: dict[str, Any] = {
+        "file": str(spec.source), "format": imported.format, "clock": imported.clock,
+        "timeline": str(spec.timeline_path), "offset_s": spec.offset_ns / 1e9,
+        "start_epoch_s": None if spec.start_epoch_ns is None else spec.start_epoch_ns / 1e9,
+        "outside_timeline": outside}
+    metadata = RunMetadata(
+        name=spec.name, tool=f"{imported.format} (http-timing import)", version=__version__,
+        url=imported.url, mode=LoadMode.SEQUENTIAL if overlap == 1 else LoadMode.CLOSED_LOOP,
+        requests=len(marked), concurrency=overlap,
+        started_at=datetime.fromtimestamp(first_epoch / 1e9, timezone.utc).isoformat(),
+        host=timeline_meta.host, command=list(spec.command), cgroup=timeline_meta.cgroup,
+        ended_at=datetime.now(timezone.utc).isoformat(), completed=len(marked),
+        summary=summarize(marked), extra={"imported": details})
+    return ImportedRun(marked, metadata, outside)
+
+
+def save_imported(spec: ImportSpec, run: ImportedRun) -> None:
+    """The timeline copy, the CSV, then the JSON, each written to a temporary name and
+    renamed (a reader never sees half a file). ``RawDataError`` when they cannot be written."""
+    try:
+        spec.data_dir.mkdir(parents=True, exist_ok=True)
+        if spec.timeline_path.resolve() != spec.timeline_copy.resolve():
+            tmp = spec.timeline_copy.with_name(spec.timeline_copy.name + ".tmp")
+            shutil.copyfile(spec.timeline_path, tmp)
+            os.replace(tmp, spec.timeline_copy)
+        rewrite_rows(spec.csv_path, run.records)
+        write_metadata(spec.meta_path, run.metadata)
+    except OSError as exc:
+        raise RawDataError(f"cannot write the imported run in {spec.data_dir}: "
+                           f"{exc.strerror or exc}") from None

@@ -1,0 +1,200 @@
+"""For the import tests: burn-service under a kernel quota with ``http-timing record`` on its
+group (a subprocess, ended by SIGTERM), a sequential client that notes each request's wall
+clock (for the formats whose tools cannot run here), and the check of an imported run's marks
+against the group's own ``cpu.stat`` counters."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from client.data.files import read_run
+from tests.support import BIN, http_timing, require, require_kernel_quota, service_process
+
+CPUS = "0.1"
+ITERATIONS = 50_000     # ~27 ms of CPU: each request meets the 10 ms quota
+REQUESTS = 10
+TOOL_DIRS = (Path.home() / "go" / "bin", Path.home() / ".cargo" / "bin")
+
+
+def tool(name: str) -> str:
+    """The tool's path (PATH, ~/go/bin, ~/.cargo/bin); skip (fail under CI) when absent."""
+    found = shutil.which(name) or next(
+        (str(d / name) for d in TOOL_DIRS if (d / name).exists()), None)
+    require(found is not None, f"{name} is not installed (scripts/install-load-tools.sh)")
+    assert found is not None
+    return found
+
+
+@dataclass
+class Recording:
+    base_url: str
+    group: Path
+    data: Path          # where the timeline is (raw-data/t.cgroup.csv)
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/cpuBurnFlow?iterations={ITERATIONS}"
+
+    @property
+    def timeline(self) -> Path:
+        return self.data / "t.cgroup.csv"
+
+
+@contextmanager
+def recorded_service(tmp_path: Path) -> Iterator[Recording]:
+    """burn-service --cpus 0.1, and ``http-timing record`` on its group from before the
+    load until after it (SIGTERM); both stopped by pid."""
+    require_kernel_quota()
+    with service_process(["--cpus", CPUS]) as (base, _proc):
+        group = Path(httpx.get(base + "/limits", timeout=5).json()["cgroup"]["path"])
+        proc = subprocess.Popen([str(BIN / "http-timing"), "record", str(group), "--name", "t"],
+                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        recording = Recording(base, group, tmp_path / "raw-data")
+        try:
+            deadline = time.monotonic() + 20
+            while not (recording.timeline.exists() and
+                       recording.timeline.read_text().count("\n") > 20):
+                assert time.monotonic() < deadline and proc.poll() is None, "record did not start"
+                time.sleep(0.05)
+            yield recording
+            time.sleep(0.3)   # the last request's throttle ends at the next boundary
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.communicate(timeout=20)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        assert proc.returncode == 0, proc.stderr
+
+
+def timed_requests(url: str, count: int = REQUESTS) -> list[tuple[int, int, int]]:
+    """``count`` real requests one after another: (start Unix ns, end Unix ns, status)."""
+    out = []
+    with httpx.Client(timeout=30) as client:
+        for _ in range(count):
+            start = time.time_ns()
+            status = client.get(url).status_code
+            out.append((start, time.time_ns(), status))
+    return out
+
+
+def run_tool(argv: list[str], cwd: Path, stdout: Path | None = None,
+             timeout: float = 120) -> None:
+    with open(stdout, "wb") if stdout else open(os.devnull, "wb") as out:
+        result = subprocess.run(argv, cwd=cwd, stdout=out, stderr=subprocess.PIPE,
+                                timeout=timeout)
+    assert result.returncode == 0, (argv, result.stderr[-2000:])
+
+
+def import_file(tmp_path: Path, path: Path, name: str, *extra: str) -> str:
+    result = http_timing("import", str(path), "--timeline", "raw-data/t.cgroup.csv",
+                         "--name", name, *extra, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def check_marks(tmp_path: Path, name: str, fmt: str, requests: int = REQUESTS) -> None:
+    """The imported run: every request marked, the marks add up to the group's own throttled
+    time across the load (sequential: within 30 %), the marked requests are the slow ones,
+    and report/plot read it."""
+    csv_path = tmp_path / "raw-data" / f"{name}.csv"
+    run = read_run(csv_path)
+    assert run.timeline is not None and run.metadata.limit is not None
+    assert run.metadata.extra["imported"]["format"] == fmt
+    records = run.records
+    assert len(records) >= requests * 0.8, len(records)
+    assert all(r.cgroup_throttled_ns is not None for r in records), "outside the timeline"
+    first, last = min(r.start_ns for r in records), max(r.end_ns for r in records)
+    before = max((s for s in run.timeline if s.t_ns <= first), key=lambda s: s.t_ns)
+    after = min((s for s in run.timeline if s.t_ns >= last), key=lambda s: s.t_ns)
+    group_ns = after.throttled_ns - before.throttled_ns
+    assert group_ns > 100_000_000   # the quota bit
+    marks = sum(r.cgroup_throttled_ns or 0 for r in records)
+    assert marks == pytest.approx(group_ns, rel=0.3), (marks, group_ns)
+    marked = [r.latency_ns for r in records if r.cgroup_nr_throttled]
+    assert len(marked) >= len(records) // 2
+    report = http_timing("report", str(csv_path), "--json", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["count"] == len(records)
+
+
+# ---- files written exactly as each tool's documentation shows, from timed requests --------
+
+K6_CSV_HEADER = ("metric_name,timestamp,metric_value,check,error,error_code,expected_response,"
+                 "group,method,name,proto,scenario,service,status,subproto,tls_version,url,"
+                 "extra_tags,metadata")
+JTL_HEADER = ("timeStamp,elapsed,label,responseCode,responseMessage,threadName,dataType,success,"
+              "failureMessage,bytes,sentBytes,grpThreads,allThreads,URL,Latency,IdleTime,Connect")
+
+
+def rfc3339(epoch_ns: int, digits: int = 9, zone_minutes: int = 0) -> str:
+    """``2017-05-09T14:34:45.239531499+02:00`` (``Z`` for UTC), ``digits`` of the second."""
+    from datetime import datetime, timezone
+
+    local = epoch_ns + zone_minutes * 60_000_000_000
+    seconds, fraction = divmod(local, 1_000_000_000)
+    main = datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    hours, minutes = divmod(abs(zone_minutes), 60)
+    zone = (f"{'+' if zone_minutes > 0 else '-'}{hours:02d}:{minutes:02d}" if zone_minutes
+            else "Z")
+    return f"{main}.{str(fraction).rjust(9, '0')[:digits]}{zone}"
+
+
+def write_documented(fmt: str, requests: list[tuple[int, int, int]], url: str, path: Path) -> None:
+    """Write ``requests`` (start ns, end ns, status) as ``fmt`` writes them (docs' examples)."""
+    lines: list[str] = []
+    target = url.split("://", 1)[1].split("/", 1)
+    path_part = "/" + target[1]
+    if fmt == "k6-json":   # time = the END, a local zone as in the docs' example
+        lines.append('{"type":"Metric","data":{"type":"trend","contains":"time","tainted":null,'
+                     '"thresholds":[],"submetrics":null},"metric":"http_req_duration"}')
+        for start, end, status in requests:
+            lines.append('{"type":"Point","data":{"time":"%s","value":%f,"tags":{"group":"",'
+                         '"method":"GET","status":"%d","url":"%s"}},"metric":"http_req_duration"}'
+                         % (rfc3339(end, 9, 120), (end - start) / 1e6, status, url))
+            lines.append('{"type":"Point","data":{"time":"%s","value":1,"tags":{"group":"",'
+                         '"method":"GET","status":"%d","url":"%s"}},"metric":"http_reqs"}'
+                         % (rfc3339(end, 9, 120), status, url))
+    elif fmt == "k6-csv":   # K6_CSV_TIME_FORMAT=unix_nano
+        lines.append(K6_CSV_HEADER)
+        for start, end, status in requests:
+            lines.append(f"http_reqs,{end},1.000000,,,,true,,GET,{url},HTTP/1.1,default,,"
+                         f"{status},,,{url},,")
+            lines.append(f"http_req_duration,{end},{(end - start) / 1e6:f},,,,true,,GET,{url},"
+                         f"HTTP/1.1,default,,{status},,,{url},,")
+    elif fmt == "jmeter-csv":   # timeStamp = the start (shipped jmeter.properties)
+        lines.append(JTL_HEADER)
+        for start, end, status in requests:
+            elapsed = (end - start) // 1_000_000
+            lines.append(f"{start // 1_000_000},{elapsed},HTTP Request,{status},OK,"
+                         f"Thread Group 1-1,text,true,,78,118,1,1,{url},{elapsed},0,0")
+    elif fmt == "envoy":   # the default format, START_TIME in ms, UTC
+        for start, end, status in requests:
+            lines.append(f'[{rfc3339(start, 3)}] "GET {path_part} HTTP/1.1" {status} - 0 78 '
+                         f'{(end - start) // 1_000_000} {(end - start) // 1_000_000} "-" '
+                         f'"python-httpx" "cc21d9b0-cf5c-432b-8c7e-98aeb7988cd2" "{target[0]}" '
+                         f'"{target[0]}"')
+    elif fmt == "envoy-json":   # json_format with %START_TIME(%s.%6f)%
+        for start, end, status in requests:
+            lines.append(json.dumps({"start_time": f"{start // 1000 / 1e6:.6f}", "method": "GET",
+                                     "path": path_part, "protocol": "HTTP/1.1",
+                                     "response_code": status,
+                                     "duration": (end - start) // 1_000_000}))
+    else:
+        raise ValueError(fmt)
+    path.write_text("\n".join(lines) + "\n")

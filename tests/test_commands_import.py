@@ -1,0 +1,120 @@
+"""``http-timing import``: a hand-made timeline (a throttle at a known time) and files: the
+requests placed on the timeline's clock (Unix times, --start, --offset), marked, saved as a run
+report reads; bad input in one line, nothing written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from client.data.files import read_run
+from client.data.timeline_meta import TimelineClock, TimelineMetadata, write_timeline_metadata
+from tests.support import exit_code_and_errors, usage_error
+
+ZERO = 1_732_420_000_000_000_000     # the timeline's zero on the wall clock
+MS = 1_000_000
+GROUP = {"spec": "/sys/fs/cgroup/cpu/x", "path": "/sys/fs/cgroup/cpu/x", "group": "/x",
+         "version": 1, "quota_us": 10000, "period_us": 100000, "burst_us": 0, "cpus": 0.1,
+         "usage_source": "cpuacct"}
+
+
+def make_timeline(tmp_path: Path, with_meta: bool = True) -> Path:
+    """2 s sampled every 10 ms; one throttle of 80 ms ended at the boundary at 1.0 s."""
+    rows = ["t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns"]
+    for i in range(201):
+        t = i * 10 * MS
+        periods = t // (100 * MS)
+        throttled = 80 * MS if t >= 1000 * MS else 0
+        rows.append(f"{t},{min(t, 900 * MS)},{periods},{1 if throttled else 0},{throttled}")
+    path = tmp_path / "t.cgroup.csv"
+    path.write_text("\n".join(rows) + "\n")
+    if with_meta:
+        write_timeline_metadata(tmp_path / "t.json", TimelineMetadata(
+            "t", TimelineClock(ZERO, 100), cgroup=GROUP, host="here"))
+    return path
+
+
+def vegeta_csv(tmp_path: Path, starts_ms: list[int], latency_ms: int = 30) -> Path:
+    path = tmp_path / "r.csv"
+    path.write_text("".join(f"{ZERO + s * MS},200,{latency_ms * MS},0,78,,,,{i},GET,http://x/y,\n"
+                            for i, s in enumerate(starts_ms)))
+    return path
+
+
+def test_marks_the_request_the_throttle_hit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    make_timeline(tmp_path)
+    vegeta_csv(tmp_path, [100, 300, 500, 700, 940, 1200, 1400])   # 940..970 lies in the throttle
+    code, err = exit_code_and_errors(["import", "r.csv", "--timeline", "t.cgroup.csv",
+                                      "--name", "imp"], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    run = read_run(tmp_path / "raw-data" / "imp.csv")
+    marks = [(r.start_ns // MS, r.cgroup_nr_throttled) for r in run.records]
+    assert marks == [(100, 0), (300, 0), (500, 0), (700, 0), (940, 1), (1200, 0), (1400, 0)]
+    assert run.metadata.limit is not None and run.metadata.limit.cpus == pytest.approx(0.1)
+    assert run.metadata.mode.value == "sequential" and run.timeline is not None
+    assert json.loads((tmp_path / "raw-data" / "imp.json").read_text())["imported"][
+        "format"] == "vegeta-csv"
+
+
+def test_offset_moves_the_requests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    make_timeline(tmp_path)
+    vegeta_csv(tmp_path, [100, 2940])   # the second is 2 s late on this clock
+    code, err = exit_code_and_errors(["import", "r.csv", "--timeline", "t.cgroup.csv",
+                                      "--offset", "-2", "--name", "o"], tmp_path, monkeypatch,
+                                     capsys)
+    assert code == 0, err
+    run = read_run(tmp_path / "raw-data" / "o.csv")
+    assert [r.start_ns // MS for r in run.records] == [-1900, 940]
+    assert [r.cgroup_nr_throttled for r in run.records] == [None, 1]   # outside: unknown
+
+
+def test_relative_times_need_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    make_timeline(tmp_path)
+    (tmp_path / "hey.csv").write_text(
+        "response-time,DNS+dialup,DNS,Request-write,Response-delay,Response-read,status-code,"
+        "offset\n" + "".join(f"0.0300,0,0,0,0.03,0,200,{t / 1000:.4f}\n"
+                             for t in (0, 100, 200, 300)))
+    line = usage_error(["import", "hey.csv", "--timeline", "t.cgroup.csv"], tmp_path,
+                       monkeypatch, capsys)
+    assert "relative to the tool's own start: give --start EPOCH" in line
+    assert not (tmp_path / "raw-data").exists()
+    code, err = exit_code_and_errors(["import", "hey.csv", "--timeline", "t.cgroup.csv",
+                                      "--start", f"{(ZERO + 600 * MS) / 1e9:.3f}",
+                                      "--name", "h"], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    run = read_run(tmp_path / "raw-data" / "h.csv")
+    assert [r.start_ns // MS for r in run.records] == [600, 700, 800, 900]
+    assert [r.cgroup_nr_throttled for r in run.records] == [0, 0, 0, 1]
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["import", "r.csv"], "--timeline"),
+    (["import", "r.csv", "--timeline", "none.cgroup.csv"], "none.cgroup.csv: no such file"),
+    (["import", "missing.csv", "--timeline", "t.cgroup.csv"], "missing.csv: no such file"),
+    (["import", "r.csv", "--timeline", "t.cgroup.csv", "--start", "soon"], "--start takes"),
+    (["import", "r.csv", "--timeline", "t.cgroup.csv", "--format", "wrk"], "--format"),
+    (["import", "r.csv", "--timeline", "t.cgroup.csv", "--format", "k6-csv"],
+     "r.csv: line 1: expected k6 --out csv"),
+    (["import", "r.csv", "--timeline", "t.cgroup.csv", "--name", "a/b"], "name"),
+])
+def test_bad_input_is_one_line(argv: list[str], expected: str, tmp_path: Path,
+                               monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    make_timeline(tmp_path)
+    vegeta_csv(tmp_path, [100])
+    assert expected in usage_error(argv, tmp_path, monkeypatch, capsys)
+    assert not (tmp_path / "raw-data").exists()
+
+
+def test_a_timeline_without_its_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    make_timeline(tmp_path, with_meta=False)
+    vegeta_csv(tmp_path, [100])
+    line = usage_error(["import", "r.csv", "--timeline", "t.cgroup.csv"], tmp_path,
+                       monkeypatch, capsys)
+    assert "t.json: no clock" in line and "http-timing record" in line
