@@ -110,3 +110,33 @@ def test_watch_live_shows_the_groups_throttles_then_ends(tmp_path: Path) -> None
     assert got[-1]["counts"]["requests"] == 0 and not got[-1]["points"]
     with pytest.raises(httpx.ConnectError):
         httpx.get(url, timeout=5)
+
+
+def test_record_live_shows_the_group_then_the_timeline_files(tmp_path: Path) -> None:
+    from tests.test_commands_watch import busy_burner
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    with busy_burner() as burner:
+        proc = subprocess.Popen(
+            [str(BIN / "http-timing"), "record", str(burner.group), "--duration", "3",
+             "--name", "rec", "--data-dir", str(tmp_path), "--live", str(port)],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_serving(url, proc)
+            got = list(frames(url, timeout=30))
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, err
+    assert f"live page of the recording: {url}" in err
+    panels = [f["cgroup"] for f in got if "cgroup" in f]
+    assert panels and panels[-1]["quota_ms"] == pytest.approx(20)
+    assert panels[-1]["nr_throttled"] > 0
+    files = got[-1]["end"]["files"]
+    assert [Path(f).name for f in files] == ["rec.cgroup.csv", "rec.json"]
+    assert (tmp_path / "rec.cgroup.csv").stat().st_size > 0   # the recording itself went on
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url, timeout=5)

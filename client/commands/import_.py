@@ -26,7 +26,7 @@ from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample, read_timeline
 from client.data.timeline_meta import (TimelineMetadata, read_timeline_metadata,
                                        timeline_meta_path)
-from client.run.attribution import throttled_stretches
+from client.data.attribution import throttled_stretches
 from client.run.importing import (ImportedRun, ImportSpec, build_imported, place_requests,
                                   save_imported)
 

@@ -1,6 +1,6 @@
 """``--live [PORT]`` and ``--live-host ADDRESS``: the live page of a run, for any command that
-records one (``run``; ``record`` wires it the same way) and for ``watch``
-(:func:`watched_live`: the group alone, its last minute).
+records one (``run``) and for ``watch`` and ``record`` (:func:`watched_live`: the group alone,
+its last minute).
 
 One call around the run, one at its end::
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -64,9 +64,11 @@ def live_page(opts: argparse.Namespace, what: str = "the run",
 
 
 @contextmanager
-def watched_live(live: LivePage | None, target: CgroupTarget) -> Iterator[None]:
-    """``watch --live``: the group sampled for the page (as a run's ``--cgroup`` is, many
-    times a period, no file) while inside; the page's end when left."""
+def watched_live(live: LivePage | None, target: CgroupTarget, command: str = "watch",
+                 files: Sequence[Path] = ()) -> Iterator[None]:
+    """``watch --live`` and ``record --live``: the group sampled for the page (as a run's
+    ``--cgroup`` is, many times a period, no file) while inside; the page's end, with
+    ``files``' names (``record``'s timeline and metadata), when left."""
     if live is None:
         yield
         return
@@ -75,13 +77,14 @@ def watched_live(live: LivePage | None, target: CgroupTarget) -> Iterator[None]:
         sampler.start()
     except CgroupTargetError as exc:
         raise CliError(str(exc)) from None
-    live.run_started(RunMetadata(name=f"watch {target.group}", command=["http-timing", "watch"],
+    live.run_started(RunMetadata(name=f"{command} {target.group}",
+                                 command=["http-timing", command],
                                  cgroup=target.to_metadata()), sampler.samples)
     try:
         yield
     finally:
         sampler.stop()
-        live.show_end([], None, [])
+        live.show_end([], None, list(files))
 
 
 def run_files(recorded: RecordedRun, picture: Path | None) -> list[Path]:

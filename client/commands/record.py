@@ -1,11 +1,13 @@
 """``http-timing record TARGET``: a group's cgroup timeline on its own, no requests.
 
     http-timing record TARGET [--duration S] [--max-size BYTES] [--name NAME] [--interval S]
+                              [--live [PORT]]
 
 TARGET as for ``--cgroup``. Writes ``<name>.cgroup.csv`` (a flushed row every ``--interval``)
 and ``<name>.json`` (the group, its quota, the host, the clock) in ``--data-dir``, until
 ``--duration``, Ctrl-C or SIGTERM (exit 0 for each), the size limit or the group's end (exit 1).
-``http-timing import`` joins it to another tool's per-request results.
+``http-timing import`` joins it to another tool's per-request results. ``--live``: the
+group's last minute on a page while it records (as ``watch --live``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from client.commands.live import add_live_arguments, live_page, watched_live
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.commands.run import cgroup_target
 from client.data.naming import check_file_name
@@ -26,6 +29,7 @@ __all__ = ["build_parser", "command_record"]
 
 PROG = "http-timing record"
 EXIT_OK, EXIT_ENDED = 0, 1
+LIVE_WINDOW_S = 60.0   # --live: the page shows the group's last minute, as watch's
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where the files go (default ./raw-data)")
     parser.add_argument("--pod-uid", metavar="UID",
                         help="with k8s:NS/POD: the pod's UID, where kubectl cannot tell")
+    add_live_arguments(parser)
     return parser
 
 
@@ -66,7 +71,9 @@ def command_record(argv: list[str]) -> int:
           f"({f'quota {limit.cpus:g} CPU' if limit else 'no CPU quota'}) every "
           f"{opts.interval * 1000:g} ms to {spec.csv_path}", flush=True)
     try:
-        meta = record_timeline(spec)
+        with live_page(opts, "the recording", window_s=LIVE_WINDOW_S) as live, \
+                watched_live(live, target, "record", [spec.csv_path, spec.meta_path]):
+            meta = record_timeline(spec)
     except CgroupTargetError as exc:
         raise CliError(str(exc)) from None
     except OSError as exc:
