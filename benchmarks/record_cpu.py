@@ -1,6 +1,6 @@
 """What ``http-timing record`` costs: its own CPU at 100 samples a second.
 
-    sudo .venv/bin/python benchmarks/record_cpu.py [--seconds 20] [--interval 0.01]
+    sudo .venv/bin/python -m benchmarks.record_cpu [--seconds 20] [--interval 0.01]
 
 Runs ``http-timing record`` (the console script, as a user runs it) on a real group: burn-
 service under ``--cpus 0.5`` with a handful of idle worker threads (v1: usage from the
@@ -14,26 +14,21 @@ The machine may be shared: the load average is printed with it.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
-import sys
 import tempfile
-import time
+from collections.abc import Sequence
 from pathlib import Path
 
-import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks.bench_support import describe_load, free_port, run_main  # noqa: E402
-
-BIN = Path(sys.executable).parent
+from benchmarks.support import HTTP_TIMING, burn_service, describe_load, get, run_main
+from cpuquota.limit import Limit
 
 
 def recorder_cpu(target: str, seconds: float, interval: float, cwd: Path) -> tuple[float, int]:
     """(CPU seconds the recorder used, samples it wrote) over a ``seconds`` recording."""
     before = os.times()
-    result = subprocess.run([str(BIN / "http-timing"), "record", target, "--duration",
+    result = subprocess.run([str(HTTP_TIMING), "record", target, "--duration",
                              str(seconds), "--interval", str(interval), "--name", "b"],
                             cwd=cwd, capture_output=True, text=True, check=True)
     after = os.times()
@@ -42,26 +37,14 @@ def recorder_cpu(target: str, seconds: float, interval: float, cwd: Path) -> tup
             after.children_system - before.children_system), samples
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--interval", type=float, default=0.01)
-    args = parser.parse_args()
-    port = free_port()
-    service = subprocess.Popen([str(BIN / "burn-service"), "--port", str(port), "--cpus", "0.5",
-                                "--log-level", "warning"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                group = httpx.get(base + "/limits", timeout=1).json()["cgroup"]["path"]
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+    args = parser.parse_args(argv)
+    with burn_service(Limit(0.5)) as service:
+        _status, body = get(service.base_url, "/limits")
+        group = json.loads(body)["cgroup"]["path"]
         targets = {"schedstat (the service's group)": group,
                    "cpuacct (the cpu root group)": "/sys/fs/cgroup/cpu"}
         print(f"### http-timing record: its own CPU at {1 / args.interval:g} samples/s "
@@ -77,9 +60,6 @@ def main() -> int:
                 print(f"| {name} | {samples / args.seconds:.0f} | {short:.2f} s | "
                       f"{long:.2f} s | {100 * steady:.2f} % |")
         print(f"\n({describe_load('after')})")
-    finally:
-        service.terminate()
-        service.wait(timeout=15)
     return 0
 
 
