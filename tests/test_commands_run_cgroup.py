@@ -12,7 +12,7 @@ import pytest
 
 from client.data.files import read_run
 from client.data.timeline import read_timeline, timeline_path
-from tests.support import http_timing, require_kernel_quota, usage_error
+from tests.support import HIERARCHIES, http_timing, require_kernel_quota, usage_error
 
 MS = 1_000_000
 
@@ -43,12 +43,14 @@ def check_attribution(csv: Path, sequential: bool) -> None:
 
 
 @pytest.mark.root
+@HIERARCHIES
 @pytest.mark.parametrize(("by", "load"), [
     ("path", ["--requests", "120"]),
     ("pid", ["--concurrency", "4", "--requests", "160"]),
 ])
-def test_any_service_in_a_quota_group(tmp_path: Path, by: str, load: list[str]) -> None:
-    require_kernel_quota()
+def test_any_service_in_a_quota_group(tmp_path: Path, by: str, load: list[str],
+                                      cgroup_version: int) -> None:
+    require_kernel_quota(cgroup_version)
     from tests.cgroup_fixtures import burner_in_group
 
     with burner_in_group(0.2) as service:

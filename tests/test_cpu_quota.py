@@ -28,7 +28,7 @@ from service.cgroup import remove_group
 from cpuquota.limit import Limit
 from cpuquota.account import CpuStat
 from service.cpu_quota import QuotaRun, describe_run, setup_error_message
-from tests.support import BIN, require, require_kernel_quota, service_process
+from tests.support import BIN, HIERARCHIES, require, require_kernel_quota, service_process
 
 CPU_QUOTA = str(BIN / "cpu-quota")
 PROBE_ITERATIONS = 5000   # 2-5 ms of CPU on this project's machines; calibrated per test
@@ -104,8 +104,9 @@ def test_describe_run() -> None:
 # ---- the cpu-quota runner on the real kernel ------------------------------------------------
 
 @pytest.mark.root
-def test_runs_the_command_inside_its_own_group() -> None:
-    require_kernel_quota()
+@HIERARCHIES
+def test_runs_the_command_inside_its_own_group(cgroup_version: int) -> None:
+    require_kernel_quota(cgroup_version)
     code = ("import json, sys\nfrom cpuquota.cgroupfs import limit_in_force\n"
             "print(json.dumps(limit_in_force().as_dict()))\nsys.exit(3)")
     result = run_cpu_quota(["--cpus", "0.5", "--period-ms", "50", "--", sys.executable, "-c", code])
@@ -118,8 +119,9 @@ def test_runs_the_command_inside_its_own_group() -> None:
 
 
 @pytest.mark.root
-def test_the_quota_stalls_a_busy_loop_and_is_counted() -> None:
-    require_kernel_quota()
+@HIERARCHIES
+def test_the_quota_stalls_a_busy_loop_and_is_counted(cgroup_version: int) -> None:
+    require_kernel_quota(cgroup_version)
     code = ("import time\nt = last = time.perf_counter(); gap = 0.0\n"
             "while last - t < 0.6:\n"
             "    now = time.perf_counter(); gap = max(gap, now - last); last = now\n"
@@ -329,10 +331,12 @@ def _check_limits_match_files(base: str, supervisor: int, quota: int, period: in
 
 @pytest.mark.root
 @pytest.mark.timeout(120)
-def test_burn_service_at_0_3_cpu_stalls_and_counts() -> None:
-    require_kernel_quota()
+@HIERARCHIES
+def test_burn_service_at_0_3_cpu_stalls_and_counts(cgroup_version: int) -> None:
+    require_kernel_quota(cgroup_version)
     with service_process(["--cpus", "0.3"], timeout=60) as (base, proc):
         group = _check_limits_match_files(base, proc.pid, 30000, 100000)
+        assert httpx.get(f"{base}/limits").json()["cgroup"]["version"] == cgroup_version
         _shield_from_neighbours(group)
         iterations = _calibrated_iterations(base)
         metrics_before = httpx.get(f"{base}/metrics").text
@@ -376,8 +380,9 @@ def test_burn_service_at_0_1_cpu_is_quantised_in_periods() -> None:
 
 
 @pytest.mark.root
-def test_burn_service_cgroup_removed_after_sigkill_of_its_child() -> None:
-    require_kernel_quota()
+@HIERARCHIES
+def test_burn_service_cgroup_removed_after_sigkill_of_its_child(cgroup_version: int) -> None:
+    require_kernel_quota(cgroup_version)
     # the quota from the environment: the child sees it too, and must serve, not re-run itself
     with service_process(["--period-ms", "50", "--burst-ms", "10"],
                          env={"BURN_SERVICE_CPUS": "1.5"}) as (base, proc):
