@@ -27,7 +27,7 @@ __all__ = ["GUEST_ENV", "GuestRun", "guest_kernel", "guest_test_files", "missing
            "run_guest_pytest"]
 
 GUEST_ENV = "THROTTLE_LAB_GUEST"   # tests/conftest.py: "cgroup2" selects the marked tests
-MARK = re.compile(r"pytest\.mark\.cgroup2\b")
+MARK = re.compile(r"pytest\.mark\.cgroup2\b|^@HIERARCHIES\b", re.M)   # tests/support.py
 
 
 def guest_kernel(boot: Path = Path("/boot")) -> Path | None:
@@ -55,8 +55,8 @@ def missing_for_guest() -> str | None:
 
 
 def guest_test_files(tests: Path = ROOT / "tests") -> list[Path]:
-    """The test files with a ``cgroup2`` mark: only they are collected in the guest (imports
-    are ~15x slower there)."""
+    """The test files with a ``cgroup2`` mark (or ``HIERARCHIES``, whose v2 half has it): only
+    they are collected in the guest (imports are ~15x slower there)."""
     return sorted(p for p in tests.glob("test_*.py") if MARK.search(p.read_text()))
 
 
@@ -75,7 +75,7 @@ class GuestRun:
 
 def _guest_command(share: Path, files: list[Path], ci: str) -> str:
     pytest = [str(BIN / "python"), "-m", "pytest", "-p", "no:cacheprovider", "-m", "cgroup2",
-              "-q", "-rA", "--durations=10", f"--junitxml={share / 'junit.xml'}",
+              "-v", "-rA", "--durations=10", f"--junitxml={share / 'junit.xml'}",
               *[str(f.relative_to(ROOT)) for f in files]]
     return (f"cd {shlex.quote(str(ROOT))} && export {GUEST_ENV}=cgroup2 CI={shlex.quote(ci)} "
             f"MPLCONFIGDIR=/tmp/mpl PATH={shlex.quote(str(BIN))}:$PATH; "
@@ -123,6 +123,10 @@ def run_guest_pytest(share: Path, files: list[Path], timeout: float = 480.0,
         os.killpg(proc.pid, signal.SIGKILL)   # vng, virtme-run and qemu: the session we made
         output, _ = proc.communicate()
         exit_code = None
+    finally:
+        if proc.poll() is None:               # interrupted (pytest-timeout, Ctrl-C): no qemu left
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     seconds = time.monotonic() - start
     status_file = share / "status"
     status = status_file.read_text().strip() if status_file.exists() else ""

@@ -118,6 +118,26 @@ def test_runs_the_command_inside_its_own_group(cgroup_version: int) -> None:
     assert "0.5 CPU (quota 25000 µs per 50000 µs period)" in result.stderr
 
 
+@pytest.mark.cgroup2
+def test_cpu_quota_on_a_fresh_v2_root(tmp_path: Path) -> None:
+    # issue 19: a fresh v2 root hands no controller down; cpu-quota enables +cpu itself
+    require_kernel_quota(2)
+    from cpuquota.cgroupfs import locate_cpu_controller
+
+    control = Path(locate_cpu_controller().mount.mount_point) / "cgroup.subtree_control"
+    control.write_text("-cpu")                 # as after boot (no group of ours is left)
+    assert "cpu" not in control.read_text().split()
+    job = tmp_path / "job.py"
+    job.write_text("from pathlib import Path\n"
+                   "group = Path('/proc/self/cgroup').read_text().strip().split('::')[1]\n"
+                   "print(Path('/sys/fs/cgroup' + group, 'cpu.max').read_text().strip())\n")
+    result = run_cpu_quota(["--cpus", "0.2", "--", "python3", str(job)], timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "20000 100000"
+    assert "cpu" in control.read_text().split()
+    removed_group(result.stderr)
+
+
 @pytest.mark.root
 @HIERARCHIES
 def test_the_quota_stalls_a_busy_loop_and_is_counted(cgroup_version: int) -> None:
