@@ -74,7 +74,8 @@ class GuestRun:
 
 
 def _guest_command(share: Path, files: list[Path], ci: str) -> str:
-    pytest = [str(BIN / "python"), "-m", "pytest", "-p", "no:cacheprovider", "-m", "cgroup2",
+    pytest = [str(BIN / "python"), "-m", "pytest", "-p", "no:cacheprovider",
+              "-p", "no:hypothesispytest", "-m", "cgroup2",   # read-only tree: no caches
               "-v", "-rA", "--durations=10", f"--junitxml={share / 'junit.xml'}",
               *[str(f.relative_to(ROOT)) for f in files]]
     return (f"cd {shlex.quote(str(ROOT))} && export {GUEST_ENV}=cgroup2 CI={shlex.quote(ci)} "

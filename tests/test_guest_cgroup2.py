@@ -19,7 +19,7 @@ from tests.guest import guest_test_files, missing_for_guest, run_guest_pytest
 from tests.support import require
 
 # the whole guest step (boot + tests), see README for measurements; a slower machine sets more
-BOOT_AND_RUN_S = float(os.environ.get("THROTTLE_LAB_GUEST_TIMEOUT", "600"))
+BOOT_AND_RUN_S = float(os.environ.get("THROTTLE_LAB_GUEST_TIMEOUT", "900"))
 
 
 def _tail(text: str, lines: int = 40) -> str:
