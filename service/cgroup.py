@@ -3,8 +3,9 @@ move a process in, stop what is left in it and remove it. Finding and reading gr
 ``cpuquota.cgroupfs``'s (standard library only, shared with the client).
 
 A group is made where the cpu controller is ours to use: on v1 below this process's own
-group, on v2 below the nearest group that hands the controller down. We never enable a
-controller in a group we did not create, and every group we make is removed by its path.
+group, on v2 next to it (below the root when we are in the root), with ``+cpu`` written into
+the ancestors' ``cgroup.subtree_control`` as runc and systemd do. Every group we make is
+removed by its path.
 """
 
 from __future__ import annotations
@@ -37,23 +38,52 @@ def unique_group_name(pid: int | None = None) -> str:
 
 
 def _parent_for_child(controller: CpuController) -> Path:
-    """Where a new group can get its own quota. v1: below our own group. v2: the nearest
-    ancestor (or our own group) that hands the cpu controller down (``cgroup.subtree_control``);
-    v2 allows no processes in a group that does, so it is never a group we are in, except the
-    root. We never enable a controller in a group we did not create."""
+    """Where a new group can get its own quota. v1: below our own group. v2: next to our own
+    group (below its parent), or below it when it is the hierarchy's root: v2 allows no
+    processes in a group that hands controllers down, except the root, and we are in our own
+    group. The cpu controller is enabled down to that parent as runc and systemd do
+    (``_enable_cpu_down_to``)."""
     directory = controller.directory
     if controller.version == 1:
         return directory
     top = Path(controller.mount.mount_point)
-    candidate = directory
-    while True:
-        if "cpu" in read_words(candidate / "cgroup.subtree_control"):
-            return candidate
-        if candidate == top or candidate.parent == candidate:
+    parent = directory if directory == top or directory.parent == directory else directory.parent
+    _enable_cpu_down_to(parent, top)
+    return parent
+
+
+def _enable_cpu_down_to(parent: Path, top: Path) -> None:
+    """Write ``+cpu`` into ``cgroup.subtree_control`` from the nearest group that has the cpu
+    controller (``cgroup.controllers``) down to ``parent``; nothing where it is enabled."""
+    lacking: list[Path] = []
+    group = parent
+    while "cpu" not in read_words(group / "cgroup.subtree_control"):
+        lacking.append(group)
+        if "cpu" in read_words(group / "cgroup.controllers"):
             break
-        candidate = candidate.parent
-    raise CgroupError(f"cgroup v2: no group from {directory} up to {top} enables the cpu "
-                      f"controller for its children (cgroup.subtree_control)")
+        if group == top or group.parent == group:
+            raise CgroupError(f"cgroup v2: the cpu controller is not available from {parent} "
+                              f"up to {top} (cgroup.controllers): no group can get a quota")
+        group = group.parent
+    for group in reversed(lacking):
+        control = group / "cgroup.subtree_control"
+        try:
+            _write(control, "+cpu")
+        except OSError as exc:
+            raise CgroupError(f"cannot enable the cpu controller in {control}: "
+                              f"{_refusal(exc, group)}") from None
+
+
+def _refusal(exc: OSError, group: Path) -> str:
+    """Why the kernel refused ``+cpu`` in ``group``'s ``cgroup.subtree_control``."""
+    if exc.errno == errno.EBUSY:   # cpu is threaded: refused only with populated children too
+        return (f"{group} has processes of its own (cgroup v2's no internal processes rule: "
+                f"only the root may hand controllers down to groups in use and hold processes)")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied (a delegated tree we do not own: needs root or the owner)"
+    if exc.errno == errno.EROFS:
+        return "the cgroup file system is read-only (inside a container?)"
+    return exc.strerror or str(exc)
 
 
 def _explain(exc: OSError, what: str) -> CgroupError:

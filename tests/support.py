@@ -20,7 +20,7 @@ from client.run.targets.service import free_port, stop_process
 from service.app import create_app
 from service.config import Settings
 
-__all__ = ["BIN", "ROOT", "free_port", "require", "require_kernel_quota", "running_service",
+__all__ = ["BIN", "HIERARCHIES", "ROOT", "free_port", "require", "require_kernel_quota", "running_service",
            "service_process", "wait_for_rows", "wait_healthy"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,17 +36,28 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
-def require_kernel_quota() -> None:
+def require_kernel_quota(version: int | None = None) -> None:
     """Skip (fail under CI) unless this is Linux, we are root and a cgroup cpu controller is
-    mounted: what ``burn-service --cpus`` and ``cpu-quota`` need."""
+    mounted (on cgroup ``version`` if given): what ``burn-service --cpus`` and ``cpu-quota``
+    need."""
     from cpuquota.cgroupfs import CgroupError, locate_cpu_controller
 
     require(sys.platform.startswith("linux"), "kernel CPU quotas need Linux cgroups")
     require(os.geteuid() == 0, "creating a cgroup needs root")
     try:
-        locate_cpu_controller()
+        controller = locate_cpu_controller()
     except CgroupError as exc:
         require(False, f"no cgroup cpu controller: {exc}")
+    else:
+        require(version is None or controller.version == version,
+                f"the cpu controller is on cgroup v{controller.version}, not v{version}")
+
+
+# A kernel test on both hierarchies: v1 on the host, v2 (marked cgroup2) in the guest that
+# tests/test_guest_cgroup2.py boots. The test takes ``cgroup_version`` and passes it to
+# ``require_kernel_quota``.
+HIERARCHIES = pytest.mark.parametrize("cgroup_version", [
+    pytest.param(1, id="v1"), pytest.param(2, id="v2", marks=pytest.mark.cgroup2)])
 
 
 def wait_healthy(base_url: str, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:

@@ -19,7 +19,7 @@ from cpuquota.cgroupfs import (CgroupError, CpuController, CpuLimit, CpuStatRead
 from service.cgroup import create_group, empty_group, move_pid, remove_group, unique_group_name
 from cpuquota.limit import Limit
 from cpuquota.account import CpuStat
-from tests.support import require_kernel_quota
+from tests.support import HIERARCHIES, require, require_kernel_quota
 
 # ---- samples ------------------------------------------------------------------------------
 
@@ -245,22 +245,38 @@ def test_read_v2_files(tmp_path: Path) -> None:
     assert CpuStatReader(tmp_path / "missing", 2).sample() is None
 
 
-def test_v2_child_goes_where_the_cpu_controller_is_handed_down(tmp_path: Path) -> None:
-    # v2 forbids processes in a group that hands controllers down, so our own group never
-    # does; the child goes below the nearest ancestor that does.
+def test_v2_child_goes_next_to_our_group_with_cpu_enabled_down_to_its_parent(
+        tmp_path: Path) -> None:
+    # v2 forbids processes in a group that hands controllers down (except the root), and we
+    # are in our own group: the child goes next to it, with +cpu written from the nearest
+    # group that has the controller down to the parent (files here; the kernel in the guest).
     mount = Mount("/", str(tmp_path), "cgroup2", ("rw",))
     own = tmp_path / "user.slice" / "session.scope"
     own.mkdir(parents=True)
-    (tmp_path / "cgroup.subtree_control").write_text("cpu memory\n")
+    (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
+    (tmp_path / "cgroup.subtree_control").write_text("memory\n")
+    (tmp_path / "user.slice" / "cgroup.controllers").write_text("memory\n")
     (tmp_path / "user.slice" / "cgroup.subtree_control").write_text("memory\n")
     controller = CpuController(2, mount, "/user.slice/session.scope")
     group = create_group(Limit(0.3), controller, name="throttle-lab-t")
-    assert group == tmp_path / "throttle-lab-t"
+    assert group == tmp_path / "user.slice" / "throttle-lab-t"
     assert (group / "cpu.max").read_text() == "30000 100000"
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "+cpu"
+    assert (tmp_path / "user.slice" / "cgroup.subtree_control").read_text() == "+cpu"
+    # already handed down at the parent: nothing written anywhere
     (tmp_path / "cgroup.subtree_control").write_text("memory\n")
-    with pytest.raises(CgroupError, match="enables the cpu controller"):
-        create_group(Limit(0.3), controller, name="throttle-lab-u")
-    assert not (tmp_path / "throttle-lab-u").exists()
+    (tmp_path / "user.slice" / "cgroup.subtree_control").write_text("cpu memory\n")
+    create_group(Limit(0.3), controller, name="throttle-lab-u")
+    assert (tmp_path / "cgroup.subtree_control").read_text() == "memory\n"
+    # we are in the root: the child goes below it
+    root = CpuController(2, mount, "/")
+    assert create_group(Limit(0.3), root, name="throttle-lab-v") == tmp_path / "throttle-lab-v"
+    # no group has the cpu controller at all
+    (tmp_path / "cgroup.controllers").write_text("memory\n")
+    (tmp_path / "user.slice" / "cgroup.subtree_control").write_text("memory\n")
+    with pytest.raises(CgroupError, match="the cpu controller is not available"):
+        create_group(Limit(0.3), controller, name="throttle-lab-w")
+    assert not (tmp_path / "user.slice" / "throttle-lab-w").exists()
 
 
 def test_locate_without_a_cpu_controller(tmp_path: Path) -> None:
@@ -281,8 +297,9 @@ def test_unique_group_name() -> None:
 # ---- the real kernel (root, cgroups) -------------------------------------------------------
 
 @pytest.mark.root
-def test_real_group_limits_counts_and_is_removed() -> None:
-    require_kernel_quota()
+@HIERARCHIES
+def test_real_group_limits_counts_and_is_removed(cgroup_version: int) -> None:
+    require_kernel_quota(cgroup_version)
     group = create_group(Limit(0.1))
     busy = None
     try:
@@ -338,3 +355,54 @@ def test_cpu_stat_in_metrics_with_cadvisor_names(tmp_path: Path) -> None:
     nothing = ServiceMetrics()
     nothing.register(KernelCpuStatCollector(None))
     assert "container_cpu_cfs" not in nothing.render().decode()
+
+
+# ---- a real cgroup v2 tree (the guest that tests/test_guest_cgroup2.py boots) --------------
+
+@pytest.mark.cgroup2
+def test_real_v2_root_gets_cpu_enabled_for_our_group() -> None:
+    # a fresh v2 root hands no controller down; we are in the root (exempt from the no
+    # internal processes rule), so +cpu goes into the root's cgroup.subtree_control
+    require_kernel_quota(2)
+    controller = locate_cpu_controller()
+    control = Path(controller.mount.mount_point) / "cgroup.subtree_control"
+    require(controller.directory == Path(controller.mount.mount_point),
+            f"this test needs to run in the root group, not {controller.group}")
+    control.write_text("-cpu")                  # as after boot (no group of ours is left)
+    assert "cpu" not in control.read_text().split()
+    group = create_group(Limit(0.2), controller)
+    try:
+        assert group.parent == Path(controller.mount.mount_point)
+        assert "cpu" in control.read_text().split()
+        assert (group / "cpu.max").read_text().split() == ["20000", "100000"]
+    finally:
+        assert remove_group(group)
+
+
+@pytest.mark.cgroup2
+def test_real_v2_refusal_names_the_file_and_the_rule() -> None:
+    # our group's parent holds a process of its own: cpu (a threaded controller) may still be
+    # enabled there while it has no populated child, but ours is one, so the kernel says EBUSY
+    require_kernel_quota(2)
+    controller = locate_cpu_controller()
+    top = Path(controller.mount.mount_point)
+    busy = create_group(Limit(0.5))
+    occupied = busy / "occupied"
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        occupied.mkdir()
+        move_pid(busy, sleepers[0].pid)
+        move_pid(occupied, sleepers[1].pid)
+        inside = CpuController(2, controller.mount, f"{controller.mount.root.rstrip('/')}/"
+                                                    f"{occupied.relative_to(top)}")
+        with pytest.raises(CgroupError) as refused:
+            create_group(Limit(0.2), inside, name="throttle-lab-refused")
+        message = str(refused.value)
+        assert f"cannot enable the cpu controller in {busy}/cgroup.subtree_control" in message
+        assert "has processes of its own" in message and "\n" not in message
+        assert not (busy / "throttle-lab-refused").exists()
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+        assert remove_group(occupied) and remove_group(busy)

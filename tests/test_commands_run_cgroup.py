@@ -12,14 +12,16 @@ import pytest
 
 from client.data.files import read_run
 from client.data.timeline import read_timeline, timeline_path
-from tests.support import http_timing, require_kernel_quota, usage_error
+from tests.support import HIERARCHIES, http_timing, require_kernel_quota, usage_error
 
 MS = 1_000_000
 
 
 
 
-def check_attribution(csv: Path, sequential: bool) -> None:
+def check_attribution(csv: Path, sequential: bool, every_one_may_wait: bool = False) -> None:
+    """``every_one_may_wait``: under TCG (the v2 guest) the server's own overhead is ~15x, so
+    with 4 at once every request can overlap a throttle; the marks still cover the group's."""
     run = read_run(csv)
     timeline = read_timeline(timeline_path(csv))
     assert run.timeline == timeline and len(timeline) > 50
@@ -29,26 +31,32 @@ def check_attribution(csv: Path, sequential: bool) -> None:
     assert group_ns > 100 * MS  # the quota bit
     marked = [r for r in run.records if r.cgroup_nr_throttled]
     others = [r for r in run.records if not r.cgroup_nr_throttled]
-    assert marked and others
+    assert marked and (others or every_one_may_wait)
     if sequential:  # one request at a time: the marks add up to what the group counted
         assert sum(m or 0 for m in marks) == pytest.approx(group_ns, rel=0.2)
     else:           # overlapping requests share the blame: every throttle is in some request
         assert sum(m or 0 for m in marks) >= 0.8 * group_ns
     slow = sorted(r.latency_ns for r in marked)[len(marked) // 2]
-    fast = sorted(r.latency_ns for r in others)[len(others) // 2]
-    assert slow > 3 * fast  # the marked requests are the slow ones
+    if others:
+        fast = sorted(r.latency_ns for r in others)[len(others) // 2]
+        assert slow > 3 * fast  # the marked requests are the slow ones
     meta = run.metadata
     assert meta.cgroup is not None and meta.limit is not None
     assert meta.limit.cpus == pytest.approx(0.2) and meta.limit.source == "cgroup"
 
 
 @pytest.mark.root
+@HIERARCHIES
 @pytest.mark.parametrize(("by", "load"), [
     ("path", ["--requests", "120"]),
     ("pid", ["--concurrency", "4", "--requests", "160"]),
 ])
-def test_any_service_in_a_quota_group(tmp_path: Path, by: str, load: list[str]) -> None:
-    require_kernel_quota()
+def test_any_service_in_a_quota_group(tmp_path: Path, by: str, load: list[str],
+                                      cgroup_version: int) -> None:
+    require_kernel_quota(cgroup_version)
+    if cgroup_version == 2:   # the guest is ~15x slower: half the requests say as much
+        load = [str(int(a) // 2) if a.isdigit() and load[i - 1] == "--requests" else a
+                for i, a in enumerate(load)]
     from tests.cgroup_fixtures import burner_in_group
 
     with burner_in_group(0.2) as service:
@@ -56,7 +64,8 @@ def test_any_service_in_a_quota_group(tmp_path: Path, by: str, load: list[str]) 
         result = http_timing("--url", service.base_url + "/burn?ms=8", "--iterations", "0",
                              *load, "--cgroup", target, "--name", "b", "--quiet", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    check_attribution(tmp_path / "raw-data" / "b.csv", sequential=by == "path")
+    check_attribution(tmp_path / "raw-data" / "b.csv", sequential=by == "path",
+                      every_one_may_wait=cgroup_version == 2)
     report = http_timing("report", "raw-data/b.csv", "--json", cwd=tmp_path)
     data = json.loads(report.stdout)
     assert data["cgroup"]["nr_throttled"] > 0 and data["cgroup"]["quota_cpus"] == 0.2

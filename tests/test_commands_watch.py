@@ -28,16 +28,16 @@ from client.render.watch import WatchRow, json_line, watch_table
 from client.data.timeline import CgroupSample
 from cpuquota.limit import Limit
 from tests.cgroup_fixtures import BurningGroup, burner_in_group
-from tests.support import BIN, ROOT, require_kernel_quota
+from tests.support import BIN, HIERARCHIES, ROOT, require_kernel_quota
 
 WATCH = [str(BIN / "http-timing"), "watch"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 @contextmanager
-def busy_burner() -> Iterator[BurningGroup]:
+def busy_burner(cgroup_version: int | None = None) -> Iterator[BurningGroup]:
     """The burner in a 0.2 CPU group, sent 30 ms burns back to back until the end."""
-    require_kernel_quota()
+    require_kernel_quota(cgroup_version)
     with burner_in_group(0.2) as burner:
         stop = threading.Event()
 
@@ -109,8 +109,9 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], expected: str,
 # ---- the real thing --------------------------------------------------------------------------
 
 @pytest.mark.root
-def test_piped_output_is_one_json_object_per_interval() -> None:
-    with busy_burner() as burner:
+@HIERARCHIES
+def test_piped_output_is_one_json_object_per_interval(cgroup_version: int) -> None:
+    with busy_burner(cgroup_version) as burner:
         out = subprocess.run([*WATCH, str(burner.group), "--interval", "0.3", "--count", "5"],
                              capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0 and out.stderr == "", out.stderr

@@ -28,7 +28,7 @@ from service.cgroup import remove_group
 from cpuquota.limit import Limit
 from cpuquota.account import CpuStat
 from service.cpu_quota import QuotaRun, describe_run, setup_error_message
-from tests.support import BIN, require, require_kernel_quota, service_process
+from tests.support import BIN, HIERARCHIES, require, require_kernel_quota, service_process
 
 CPU_QUOTA = str(BIN / "cpu-quota")
 PROBE_ITERATIONS = 5000   # 2-5 ms of CPU on this project's machines; calibrated per test
@@ -104,8 +104,9 @@ def test_describe_run() -> None:
 # ---- the cpu-quota runner on the real kernel ------------------------------------------------
 
 @pytest.mark.root
-def test_runs_the_command_inside_its_own_group() -> None:
-    require_kernel_quota()
+@HIERARCHIES
+def test_runs_the_command_inside_its_own_group(cgroup_version: int) -> None:
+    require_kernel_quota(cgroup_version)
     code = ("import json, sys\nfrom cpuquota.cgroupfs import limit_in_force\n"
             "print(json.dumps(limit_in_force().as_dict()))\nsys.exit(3)")
     result = run_cpu_quota(["--cpus", "0.5", "--period-ms", "50", "--", sys.executable, "-c", code])
@@ -117,9 +118,30 @@ def test_runs_the_command_inside_its_own_group() -> None:
     assert "0.5 CPU (quota 25000 µs per 50000 µs period)" in result.stderr
 
 
+@pytest.mark.cgroup2
+def test_cpu_quota_on_a_fresh_v2_root(tmp_path: Path) -> None:
+    # issue 19: a fresh v2 root hands no controller down; cpu-quota enables +cpu itself
+    require_kernel_quota(2)
+    from cpuquota.cgroupfs import locate_cpu_controller
+
+    control = Path(locate_cpu_controller().mount.mount_point) / "cgroup.subtree_control"
+    control.write_text("-cpu")                 # as after boot (no group of ours is left)
+    assert "cpu" not in control.read_text().split()
+    job = tmp_path / "job.py"
+    job.write_text("from pathlib import Path\n"
+                   "group = Path('/proc/self/cgroup').read_text().strip().split('::')[1]\n"
+                   "print(Path('/sys/fs/cgroup' + group, 'cpu.max').read_text().strip())\n")
+    result = run_cpu_quota(["--cpus", "0.2", "--", "python3", str(job)], timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "20000 100000"
+    assert "cpu" in control.read_text().split()
+    removed_group(result.stderr)
+
+
 @pytest.mark.root
-def test_the_quota_stalls_a_busy_loop_and_is_counted() -> None:
-    require_kernel_quota()
+@HIERARCHIES
+def test_the_quota_stalls_a_busy_loop_and_is_counted(cgroup_version: int) -> None:
+    require_kernel_quota(cgroup_version)
     code = ("import time\nt = last = time.perf_counter(); gap = 0.0\n"
             "while last - t < 0.6:\n"
             "    now = time.perf_counter(); gap = max(gap, now - last); last = now\n"
@@ -331,12 +353,21 @@ def _check_limits_match_files(base: str, supervisor: int, quota: int, period: in
     return group
 
 
+def _start_timeout(cgroup_version: int, cpus: float) -> float:
+    """Seconds for burn-service to answer: it imports inside its quota (~1 s of CPU here,
+    ~17 s in the v2 guest under TCG)."""
+    return 60 if cgroup_version == 1 else 60 + 20 / min(cpus, 1.0)
+
+
 @pytest.mark.root
-@pytest.mark.timeout(120)
-def test_burn_service_at_0_3_cpu_stalls_and_counts() -> None:
-    require_kernel_quota()
-    with service_process(["--cpus", "0.3"], timeout=60) as (base, proc):
+@pytest.mark.timeout(300)
+@HIERARCHIES
+def test_burn_service_at_0_3_cpu_stalls_and_counts(cgroup_version: int) -> None:
+    require_kernel_quota(cgroup_version)
+    with service_process(["--cpus", "0.3"], timeout=_start_timeout(cgroup_version, 0.3)) \
+            as (base, proc):
         group = _check_limits_match_files(base, proc.pid, 30000, 100000)
+        assert httpx.get(f"{base}/limits").json()["cgroup"]["version"] == cgroup_version
         _shield_from_neighbours(group)
         iterations = _calibrated_iterations(base)
         metrics_before = httpx.get(f"{base}/metrics").text
@@ -380,11 +411,13 @@ def test_burn_service_at_0_1_cpu_is_quantised_in_periods() -> None:
 
 
 @pytest.mark.root
-def test_burn_service_cgroup_removed_after_sigkill_of_its_child() -> None:
-    require_kernel_quota()
+@HIERARCHIES
+def test_burn_service_cgroup_removed_after_sigkill_of_its_child(cgroup_version: int) -> None:
+    require_kernel_quota(cgroup_version)
     # the quota from the environment: the child sees it too, and must serve, not re-run itself
     with service_process(["--period-ms", "50", "--burst-ms", "10"],
-                         env={"BURN_SERVICE_CPUS": "1.5"}) as (base, proc):
+                         env={"BURN_SERVICE_CPUS": "1.5"},
+                         timeout=_start_timeout(cgroup_version, 1.5)) as (base, proc):
         group = _check_limits_match_files(base, proc.pid, 75000, 50000, burst=10000)
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         assert len(children) == 1            # the supervisor runs exactly one service

@@ -1,0 +1,139 @@
+"""A real cgroup v2 kernel for the tests: boot Debian's kernel under qemu (virtme-ng's ``vng``)
+and run the tests marked ``cgroup2`` inside, with this checkout and its venv.
+
+The guest sees the host's file system read-only (writable overlays on /tmp, /var, ...) and
+mounts cgroup2 at /sys/fs/cgroup with the root's ``cgroup.subtree_control`` empty. One host
+directory is shared read-write (``vng --rwdir``): pytest's junit XML, its output and its exit
+status come back through it. KVM does not work nested here, so the guest runs under TCG
+(~15x slower): the tests inside judge counters and ratios, never milliseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.support import BIN, ROOT
+
+__all__ = ["GUEST_ENV", "GuestRun", "guest_kernel", "guest_test_files", "missing_for_guest",
+           "run_guest_pytest"]
+
+GUEST_ENV = "THROTTLE_LAB_GUEST"   # tests/conftest.py: "cgroup2" selects the marked tests
+MARK = re.compile(r"pytest\.mark\.cgroup2\b|^@HIERARCHIES\b", re.M)   # tests/support.py
+
+
+def guest_kernel(boot: Path = Path("/boot")) -> Path | None:
+    """The newest ``vmlinuz-<version>`` in /boot (linux-image-amd64's), or None."""
+    def version(path: Path) -> list[int]:
+        return [int(n) for n in re.findall(r"\d+", path.name)]
+    kernels = sorted(boot.glob("vmlinuz-*"), key=version)
+    return kernels[-1] if kernels else None
+
+
+def missing_for_guest() -> str | None:
+    """Why a guest cannot boot here (None: it can): vng, qemu, a kernel, root."""
+    if not (BIN / "vng").exists():
+        return "virtme-ng (vng) is not installed in the venv (pip install -e '.[test]')"
+    if shutil.which("qemu-system-x86_64") is None:
+        return "qemu-system-x86_64 is not installed (scripts/install-system-deps.sh)"
+    if shutil.which("busybox") is None:
+        return "busybox is not installed (scripts/install-system-deps.sh: busybox-static)"
+    kernel = guest_kernel()
+    if kernel is None:
+        return "no kernel in /boot (scripts/install-system-deps.sh: linux-image-amd64)"
+    if not os.access(kernel, os.R_OK):
+        return f"{kernel} is not readable (the guest needs root here)"
+    return None
+
+
+def guest_test_files(tests: Path = ROOT / "tests") -> list[Path]:
+    """The test files with a ``cgroup2`` mark (or ``HIERARCHIES``, whose v2 half has it): only
+    they are collected in the guest (imports are ~15x slower there)."""
+    return sorted(p for p in tests.glob("test_*.py") if MARK.search(p.read_text()))
+
+
+@dataclass
+class GuestRun:
+    """What came back from one boot: vng's exit status and output, and pytest's results."""
+    exit_code: int | None              # None: killed after the time limit
+    seconds: float
+    output: str                        # vng's stdout + stderr (boot messages, errors)
+    pytest_status: int | None          # None: pytest never finished in the guest
+    pytest_output: str
+    failed: list[str] = field(default_factory=list)
+    passed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def _guest_command(share: Path, files: list[Path], ci: str) -> str:
+    pytest = [str(BIN / "python"), "-m", "pytest", "-p", "no:cacheprovider",
+              "-p", "no:hypothesispytest", "-m", "cgroup2",   # read-only tree: no caches
+              "-v", "-rA", "--durations=10", f"--junitxml={share / 'junit.xml'}",
+              *[str(f.relative_to(ROOT)) for f in files]]
+    return (f"cd {shlex.quote(str(ROOT))} && export {GUEST_ENV}=cgroup2 CI={shlex.quote(ci)} "
+            f"MPLCONFIGDIR=/tmp/mpl PATH={shlex.quote(str(BIN))}:$PATH; "
+            f"{shlex.join(pytest)} > {share / 'pytest.txt'} 2>&1; "
+            f"echo $? > {share / 'status'}")
+
+
+def _results(junit: Path) -> tuple[list[str], list[str], list[str]]:
+    failed: list[str] = []
+    passed: list[str] = []
+    skipped: list[str] = []
+    if not junit.exists():
+        return failed, passed, skipped
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed.append(name)
+        elif case.find("skipped") is not None:
+            skipped.append(name)
+        else:
+            passed.append(name)
+    return failed, passed, skipped
+
+
+def run_guest_pytest(share: Path, files: list[Path], timeout: float = 480.0,
+                     cpus: int = 2, memory: str = "2G") -> GuestRun:
+    """Boot one guest, run ``pytest -m cgroup2 FILES`` inside and collect the results.
+    vng and its qemu run in a session of their own, killed by its id after ``timeout``."""
+    kernel = guest_kernel()
+    assert kernel is not None
+    share.mkdir(parents=True, exist_ok=True)
+    command = _guest_command(share, files, os.environ.get("CI", ""))
+    argv = [str(BIN / "vng"), "--run", str(kernel), "--force-9p", "--disable-kvm",
+            "--cpus", str(cpus), "--memory", memory, "--user", "root",
+            f"--rwdir={share}", "--exec", command]
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+        exit_code: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)   # vng, virtme-run and qemu: the session we made
+        output, _ = proc.communicate()
+        exit_code = None
+    finally:
+        if proc.poll() is None:               # interrupted (pytest-timeout, Ctrl-C): no qemu left
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    seconds = time.monotonic() - start
+    status_file = share / "status"
+    status = status_file.read_text().strip() if status_file.exists() else ""
+    pytest_file = share / "pytest.txt"
+    failed, passed, skipped = _results(share / "junit.xml")
+    return GuestRun(exit_code, seconds, output,
+                    int(status) if status.isdigit() else None,
+                    pytest_file.read_text(errors="replace") if pytest_file.exists() else "",
+                    failed, passed, skipped)
