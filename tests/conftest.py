@@ -24,6 +24,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if not in_guest:
+        from tests.guest import start_early
+
+        start_early(config, items)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from tests.guest import stop_early
+
+    stop_early(session.config)
 
 
 ORIGINAL_0_3 = ("26 Status code 200 time 5207306\n31 Status code 200 time 5064695\n"

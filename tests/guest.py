@@ -16,17 +16,25 @@ import shlex
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from tests.support import BIN, ROOT
 
-__all__ = ["GUEST_ENV", "GuestRun", "guest_kernel", "guest_test_files", "missing_for_guest",
-           "run_guest_pytest"]
+__all__ = ["EARLY", "GUEST_ENV", "GUEST_TEST", "GuestRun", "GuestSession", "guest_kernel",
+           "guest_test_files", "missing_for_guest", "run_guest_pytest", "start_early",
+           "stop_early"]
 
 GUEST_ENV = "THROTTLE_LAB_GUEST"   # tests/conftest.py: "cgroup2" selects the marked tests
+GUEST_TEST = "test_cgroup2_tests_pass_in_a_v2_guest"   # tests/test_guest_cgroup2.py
+# the guest started at collection time, niced, to run beside the host's tests (start_early)
+EARLY: pytest.StashKey[GuestSession] = pytest.StashKey()
+EARLY_TIMEOUT_S = float(os.environ.get("THROTTLE_LAB_GUEST_EARLY_TIMEOUT", "2400"))
 MARK = re.compile(r"pytest\.mark\.cgroup2\b|^@HIERARCHIES\b", re.M)   # tests/support.py
 
 
@@ -76,7 +84,8 @@ class GuestRun:
 def _guest_command(share: Path, files: list[Path], ci: str) -> str:
     pytest = [str(BIN / "python"), "-m", "pytest", "-p", "no:cacheprovider",
               "-p", "no:hypothesispytest", "-m", "cgroup2",   # read-only tree: no caches
-              "-v", "-rA", "--durations=10", f"--junitxml={share / 'junit.xml'}",
+              "-v", "-rA", "--durations=10", "--timeout=900",   # slow beside the host's tests
+              f"--junitxml={share / 'junit.xml'}",
               *[str(f.relative_to(ROOT)) for f in files]]
     return (f"cd {shlex.quote(str(ROOT))} && export {GUEST_ENV}=cgroup2 CI={shlex.quote(ci)} "
             f"MPLCONFIGDIR=/tmp/mpl PATH={shlex.quote(str(BIN))}:$PATH; "
@@ -101,39 +110,84 @@ def _results(junit: Path) -> tuple[list[str], list[str], list[str]]:
     return failed, passed, skipped
 
 
+class GuestSession:
+    """One guest booting and running ``pytest -m cgroup2 FILES`` in the background (vng and
+    its qemu in a session of their own, at ``nice`` so that the host's own tests, which time
+    things, keep the CPUs when they want them); :meth:`wait` collects the results."""
+
+    def __init__(self, share: Path, files: list[Path], timeout: float = 480.0, cpus: int = 2,
+                 memory: str = "2G", nice: int = 0) -> None:
+        kernel = guest_kernel()
+        assert kernel is not None
+        self.share, self.timeout = share, timeout
+        share.mkdir(parents=True, exist_ok=True)
+        command = _guest_command(share, files, os.environ.get("CI", ""))
+        argv = [str(BIN / "vng"), "--run", str(kernel), "--force-9p", "--disable-kvm",
+                "--cpus", str(cpus), "--memory", memory, "--user", "root",
+                f"--rwdir={share}", "--exec", command]
+        if nice:
+            argv = ["nice", "-n", str(nice), *argv]
+        env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        self.start = time.monotonic()
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     errors="replace", start_new_session=True)
+
+    def wait(self) -> GuestRun:
+        """Until the guest is done or ``timeout`` seconds after it started (then killed)."""
+        proc = self.proc
+        try:
+            left = max(1.0, self.timeout - (time.monotonic() - self.start))
+            output, _ = proc.communicate(timeout=left)
+            exit_code: int | None = proc.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)   # vng, virtme-run and qemu: the session we made
+            output, _ = proc.communicate()
+            exit_code = None
+        finally:
+            self.stop()
+        seconds = time.monotonic() - self.start
+        share = self.share
+        status_file = share / "status"
+        status = status_file.read_text().strip() if status_file.exists() else ""
+        pytest_file = share / "pytest.txt"
+        failed, passed, skipped = _results(share / "junit.xml")
+        return GuestRun(exit_code, seconds, output,
+                        int(status) if status.isdigit() else None,
+                        pytest_file.read_text(errors="replace") if pytest_file.exists() else "",
+                        failed, passed, skipped)
+
+    def stop(self) -> None:
+        """Kill the guest's session if it still runs (interrupted: no qemu is left)."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
 def run_guest_pytest(share: Path, files: list[Path], timeout: float = 480.0,
                      cpus: int = 2, memory: str = "2G") -> GuestRun:
-    """Boot one guest, run ``pytest -m cgroup2 FILES`` inside and collect the results.
-    vng and its qemu run in a session of their own, killed by its id after ``timeout``."""
-    kernel = guest_kernel()
-    assert kernel is not None
-    share.mkdir(parents=True, exist_ok=True)
-    command = _guest_command(share, files, os.environ.get("CI", ""))
-    argv = [str(BIN / "vng"), "--run", str(kernel), "--force-9p", "--disable-kvm",
-            "--cpus", str(cpus), "--memory", memory, "--user", "root",
-            f"--rwdir={share}", "--exec", command]
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
-    start = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-        exit_code: int | None = proc.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)   # vng, virtme-run and qemu: the session we made
-        output, _ = proc.communicate()
-        exit_code = None
-    finally:
-        if proc.poll() is None:               # interrupted (pytest-timeout, Ctrl-C): no qemu left
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    seconds = time.monotonic() - start
-    status_file = share / "status"
-    status = status_file.read_text().strip() if status_file.exists() else ""
-    pytest_file = share / "pytest.txt"
-    failed, passed, skipped = _results(share / "junit.xml")
-    return GuestRun(exit_code, seconds, output,
-                    int(status) if status.isdigit() else None,
-                    pytest_file.read_text(errors="replace") if pytest_file.exists() else "",
-                    failed, passed, skipped)
+    """Boot one guest, run ``pytest -m cgroup2 FILES`` inside and collect the results."""
+    return GuestSession(share, files, timeout, cpus, memory).wait()
+
+
+def start_early(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a run of the whole suite (the guest test and others): put the guest test last and
+    boot the guest now, at nice 19, so it runs its tests on the CPU the host's tests leave
+    idle (they mostly wait on services and sockets) instead of after them; the guest test
+    then only collects the results. Alone, or where the guest cannot boot, nothing is done
+    here (the test boots it itself, or says why it cannot)."""
+    guest = [item for item in items if item.name == GUEST_TEST]
+    if not guest or len(items) == len(guest) or missing_for_guest() is not None \
+            or os.geteuid() != 0:
+        return
+    items[:] = [item for item in items if item.name != GUEST_TEST] + guest
+    share = Path(tempfile.mkdtemp(prefix="throttle-lab-guest-"))
+    config.stash[EARLY] = GuestSession(share, guest_test_files(), EARLY_TIMEOUT_S, nice=19)
+
+
+def stop_early(config: pytest.Config) -> None:
+    """At the session's end: the early guest killed if it still runs, its share removed."""
+    session = config.stash.get(EARLY, None)
+    if session is not None:
+        session.stop()
+        shutil.rmtree(session.share, ignore_errors=True)

@@ -80,25 +80,31 @@ def test_bad_live_options_are_one_line(tmp_path: Path, argv: list[str], message:
 
 
 @pytest.mark.root
+def watched_live(argv: list[str], cwd: Path) -> tuple[str, list[dict], tuple[int, str, str]]:
+    """``http-timing ARGV --live PORT`` read from its start to its end as the page reads it:
+    (the page's URL, every frame, (exit code, stdout, stderr))."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    proc = subprocess.Popen([str(BIN / "http-timing"), *argv, "--live", str(port)], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_serving(url, proc)
+        got = list(frames(url, timeout=30))
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return url, got, (proc.returncode, out, err)
+
+
 def test_watch_live_shows_the_groups_throttles_then_ends(tmp_path: Path) -> None:
     from tests.test_commands_watch import busy_burner
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/"
     with busy_burner() as burner:
-        proc = subprocess.Popen(
-            [str(BIN / "http-timing"), "watch", str(burner.group), "--json", "--interval",
-             "0.5", "--count", "6", "--live", str(port)],
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_serving(url, proc)
-            got = list(frames(url, timeout=30))
-            out, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert proc.returncode == 0, err
+        url, got, (code, out, err) = watched_live(
+            ["watch", str(burner.group), "--json", "--interval", "0.5", "--count", "6"], tmp_path)
+    assert code == 0, err
     assert len(out.splitlines()) == 6            # the JSON lines go on as before
     assert f"live page of the watch: {url}" in err
     panels = [f["cgroup"] for f in got if "cgroup" in f]
@@ -115,22 +121,11 @@ def test_watch_live_shows_the_groups_throttles_then_ends(tmp_path: Path) -> None
 def test_record_live_shows_the_group_then_the_timeline_files(tmp_path: Path) -> None:
     from tests.test_commands_watch import busy_burner
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/"
     with busy_burner() as burner:
-        proc = subprocess.Popen(
-            [str(BIN / "http-timing"), "record", str(burner.group), "--duration", "3",
-             "--name", "rec", "--data-dir", str(tmp_path), "--live", str(port)],
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_serving(url, proc)
-            got = list(frames(url, timeout=30))
-            out, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert proc.returncode == 0, err
+        url, got, (code, _out, err) = watched_live(
+            ["record", str(burner.group), "--duration", "3", "--name", "rec", "--data-dir",
+             str(tmp_path)], tmp_path)
+    assert code == 0, err
     assert f"live page of the recording: {url}" in err
     panels = [f["cgroup"] for f in got if "cgroup" in f]
     assert panels and panels[-1]["quota_ms"] == pytest.approx(20)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.guest import guest_test_files, missing_for_guest, run_guest_pytest
+from tests.guest import EARLY, guest_test_files, missing_for_guest, run_guest_pytest
 from tests.support import require
 
 # the whole guest step (boot + tests), see README for measurements; a slower machine sets more
@@ -27,14 +27,16 @@ def _tail(text: str, lines: int = 40) -> str:
 
 
 @pytest.mark.timeout(BOOT_AND_RUN_S + 60)
-def test_cgroup2_tests_pass_in_a_v2_guest(tmp_path: Path) -> None:
+def test_cgroup2_tests_pass_in_a_v2_guest(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     require(sys.platform.startswith("linux"), "the cgroup v2 guest needs Linux and qemu")
     require(os.geteuid() == 0, "booting the guest's kernel from /boot needs root here")
     missing = missing_for_guest()
     require(missing is None, f"cannot boot the cgroup v2 guest: {missing}")
     files = guest_test_files()
     assert files, "no test is marked cgroup2"
-    run = run_guest_pytest(tmp_path / "share", files, timeout=BOOT_AND_RUN_S)
+    early = request.config.stash.get(EARLY, None)   # booted beside the suite (tests/guest.py)
+    run = early.wait() if early is not None else run_guest_pytest(tmp_path / "share", files,
+                                                                  timeout=BOOT_AND_RUN_S)
     print(f"guest: {run.seconds:.0f} s, {len(run.passed)} passed, {len(run.failed)} failed, "
           f"{len(run.skipped)} skipped in {len(files)} files")
     if run.pytest_status is None:
