@@ -12,7 +12,7 @@ import pytest
 
 from client.data.files import read_run
 from client.run.targets import resolve_backend
-from tests.support import BIN, gone, interrupted_after_rows, require_kernel_quota
+from tests.support import BIN, HIERARCHIES, gone, interrupted_after_rows, require_kernel_quota
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -64,14 +64,20 @@ def test_rate_sweep_is_the_throughput_scaling_test(tmp_path: Path) -> None:
     assert all(r.scheduled_ns is not None for r in run.records)
 
 
-def test_kernel_sweep_uses_a_real_quota_and_removes_it(tmp_path: Path) -> None:
-    require_kernel_quota()
+@HIERARCHIES
+@pytest.mark.timeout(900)
+def test_kernel_sweep_uses_a_real_quota_and_removes_it(tmp_path: Path,
+                                                       cgroup_version: int) -> None:
+    require_kernel_quota(cgroup_version)
+    # the v2 guest runs under TCG (~15x slower): its burn-service starts in minutes, not seconds
+    slow = ["--start-timeout", "600"] if cgroup_version == 2 else []
     result = sweep("--backend", "kernel", "--cpus", "0.5", "--requests", "4", "--iterations",
-                   "1000", "--name", "k", cwd=tmp_path)
+                   "1000", "--name", "k", *slow, cwd=tmp_path, timeout=840)
     assert result.returncode == 0, result.stderr
     run = read_run(tmp_path / "raw-data" / "k-kernel-0.5.csv")
     cgroup = run.metadata.limits["cgroup"]
     assert cgroup["cpus"] == 0.5 and cgroup["quota_us"] == 50_000
+    assert cgroup["version"] == cgroup_version
     assert not Path(cgroup["path"]).exists()  # the supervisor removed its group
     assert gone(run.metadata.service["pid"])
     assert all(r.kernel_nr_throttled is not None for r in run.records)

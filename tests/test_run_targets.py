@@ -11,7 +11,7 @@ import pytest
 from client.run.targets import AUTO, BACKENDS, TargetOptions, resolve_backend
 from client.run.targets.docker import DockerBackend
 from client.run.targets.inprocess import InProcessBackend
-from client.run.targets.kernel import KernelBackend, health_timeout, kernel_quota_problem
+from client.run.targets.kernel import KernelBackend, kernel_quota_problem
 from client.run.targets.replicas import ReplicaSet, starting_pool
 from client.run.targets.service import ContainerService, ProcessService, ServiceError, free_port
 from cpuquota.limit import Limit
@@ -41,7 +41,10 @@ def test_each_backend_starts_the_service_under_its_limit() -> None:
     container = docker.target(Limit(0.1), 8000, index=2)
     assert isinstance(container, ContainerService)
     assert container.container_name == f"throttle-lab-sweep-{os.getpid()}-2"
+    health_timeout = TargetOptions().health_timeout
     assert health_timeout(None) == 30 and health_timeout(Limit(0.1)) == pytest.approx(45)
+    assert TargetOptions(start_timeout=600).health_timeout(Limit(0.1)) == 600   # --start-timeout
+    assert KernelBackend(TargetOptions(start_timeout=7)).target(Limit(0.5), 1).health_timeout == 7
 
 
 def test_more_service_flags_come_after_each_backends_own() -> None:

@@ -152,9 +152,14 @@ def add_target_arguments(parser: argparse.ArgumentParser, *, per: str = "") -> N
     parser.add_argument("--image", default=None,
                         help="docker image for --backend docker (default $THROTTLE_LAB_IMAGE "
                         "or throttle-lab:latest)")
+    parser.add_argument("--start-timeout", type=number_above(0), default=None, metavar="S",
+                        help="seconds to wait for each started service to answer /healthz "
+                        "(default 30 + 1.5 / CPUs: a tight quota slows its start-up; give more "
+                        "on a slow machine or for a big fleet)")
 
 
 def backend_from(opts: argparse.Namespace) -> tuple[Backend, str | None]:
     """The backend of ``add_target_arguments``' options, and why not the kernel (for auto)."""
-    options = TargetOptions(**({"image": opts.image} if opts.image else {}))
+    options = TargetOptions(**({"image": opts.image} if opts.image else {}),
+                            start_timeout=opts.start_timeout)
     return resolve_backend(opts.backend, options)

@@ -9,7 +9,6 @@ import subprocess
 from collections.abc import Sequence
 
 from client.data.naming import limit_tag
-from client.run.targets.kernel import health_timeout
 from client.run.targets.options import TargetOptions
 from client.run.targets.service import ContainerService
 from cpuquota.limit import Limit
@@ -43,6 +42,7 @@ class DockerBackend:
     description = "docker run --cpus"
 
     def __init__(self, options: TargetOptions) -> None:
+        self.options = options
         self.image = options.image
         self.service_args = options.service_args
 
@@ -77,4 +77,4 @@ class DockerBackend:
     def target(self, limit: Limit | None, port: int, *, index: int = 1) -> ContainerService:
         name = f"throttle-lab-sweep-{os.getpid()}-{index}"
         return ContainerService(self.argv(limit, port, name), port,
-                                health_timeout=health_timeout(limit))
+                                health_timeout=self.options.health_timeout(limit))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from client.data.naming import limit_tag
-from client.run.targets.kernel import health_timeout, limit_flags
+from client.run.targets.kernel import limit_flags
 from client.run.targets.options import TargetOptions
 from client.run.targets.service import ProcessService, burn_service_path
 from cpuquota.limit import Limit
@@ -42,4 +42,4 @@ class InProcessBackend:
 
     def target(self, limit: Limit | None, port: int, *, index: int = 1) -> ProcessService:
         return ProcessService(self.argv(limit, port, burn_service_path()), port,
-                              health_timeout=health_timeout(limit))
+                              health_timeout=self.options.health_timeout(limit))

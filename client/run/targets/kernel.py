@@ -10,7 +10,7 @@ from client.run.targets.options import TargetOptions
 from client.run.targets.service import ProcessService, burn_service_path
 from cpuquota.limit import Limit
 
-__all__ = ["KernelBackend", "health_timeout", "kernel_quota_problem"]
+__all__ = ["KernelBackend", "kernel_quota_problem"]
 
 
 def kernel_quota_problem() -> str | None:
@@ -28,12 +28,6 @@ def kernel_quota_problem() -> str | None:
     if not os.access(directory, os.W_OK):
         return f"the cgroup {directory} is not writable"
     return None
-
-
-def health_timeout(limit: Limit | None) -> float:
-    """Seconds to wait for ``/healthz``: a tight quota slows the service's start-up (its
-    imports cost ~1 s of CPU)."""
-    return 30 + 1.5 / limit.cpus if limit is not None else 30
 
 
 def limit_flags(limit: Limit | None, cpus_flag: str, cpus: str, period_flag: str) -> list[str]:
@@ -72,4 +66,4 @@ class KernelBackend:
 
     def target(self, limit: Limit | None, port: int, *, index: int = 1) -> ProcessService:
         return ProcessService(self.argv(limit, port, burn_service_path()), port,
-                              health_timeout=health_timeout(limit))
+                              health_timeout=self.options.health_timeout(limit))
