@@ -132,6 +132,8 @@ class GuestSession:
         self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      errors="replace", start_new_session=True)
+        if nice:   # a new session is a new autogroup, whose weight nice alone does not lower
+            _nice_autogroup(self.proc.pid, nice)
 
     def wait(self) -> GuestRun:
         """Until the guest is done or ``timeout`` seconds after it started (then killed)."""
@@ -162,6 +164,15 @@ class GuestSession:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+
+
+def _nice_autogroup(pid: int, nice: int) -> None:
+    """With ``sched_autogroup`` on, the scheduler shares the CPUs between sessions first, so a
+    niced process in a session of its own still gets its full share: nice its autogroup."""
+    try:
+        Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
+    except OSError:   # no autogroup in this kernel, or not ours to change
+        pass
 
 
 def run_guest_pytest(share: Path, files: list[Path], timeout: float = 480.0,
