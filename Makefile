@@ -24,8 +24,8 @@ test: $(BIN)/.installed
 # ruff's pyflakes rules on everything, mypy on the two packages (not part of `make test`)
 lint: $(BIN)/.installed
 	$(BIN)/pip install --quiet -e '.[lint]'
-	$(BIN)/ruff check --select F client service tests benchmarks scripts
-	$(BIN)/mypy client service
+	$(BIN)/ruff check --select F cpuquota client service tests benchmarks scripts
+	$(BIN)/mypy cpuquota client service
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
