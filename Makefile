@@ -21,7 +21,7 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# ruff's pyflakes rules on everything, mypy on the two packages (not part of `make test`)
+# ruff's pyflakes rules on everything, mypy on the three packages (not part of `make test`)
 lint: $(BIN)/.installed
 	$(BIN)/pip install --quiet -e '.[lint]'
 	$(BIN)/ruff check --select F cpuquota client service tests benchmarks scripts
