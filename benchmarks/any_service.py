@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchmarks.support import node_in_group, run_main
+from benchmarks.support import node_in_group, run_main, union
 from client.data.timeline import CgroupSample
 from client.data.attribution import attribute
 from client.run.cgroup_sampler import CgroupReader, CgroupSampler
@@ -99,16 +99,6 @@ def run_concurrent(target: CgroupTarget, url: str, requests: int, workers: int) 
         kernel = _stat(reader) - before
     intervals.sort()
     return Measured(intervals, sampler.samples, kernel, [])
-
-
-def union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    merged: list[list[int]] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return [(a, b) for a, b in merged]
 
 
 def report(label: str, m: Measured, period_ns: int) -> list[bool]:

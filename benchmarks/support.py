@@ -46,7 +46,7 @@ __all__ = ["BIN", "BURNER", "HTTP_TIMING", "NODE_BURNER", "ROOT", "WRK_MISSING",
            "WrkResult", "burn_service", "burner_in", "burner_in_group", "calibrate",
            "describe_load", "exit_on_sigterm", "free_port", "get", "http_server", "loadavg",
            "node_in_group", "record", "require_wrk", "run_main", "run_wrk", "scrape", "serve_in",
-           "serve_in_group", "started"]
+           "serve_in_group", "started", "union"]
 
 ROOT = Path(__file__).resolve().parent.parent   # the checkout: raw-data/, pictures/
 HERE = Path(__file__).resolve().parent
@@ -210,6 +210,17 @@ def node_in_group(cpus: float) -> Iterator[BurningGroup]:
         raise SystemExit("node is not installed")
     with serve_in_group([node, str(NODE_BURNER), "0"], cpus) as server:
         yield server
+
+
+def union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Overlapping ``(start, end)`` spans merged: the time at least one of them covers."""
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
 
 
 # -- reading a service ----------------------------------------------------------------------

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.support import burner_in, run_main
+from benchmarks.support import burner_in, run_main, union
 from client.data.attribution import attribute_levels
 from client.data.timeline import level_timelines
 from client.run.cgroup_sampler import CgroupSampler
@@ -107,16 +107,6 @@ def timed(target: CgroupTarget, url: str, requests: int, workers: int
         for t in threads:
             t.join()
     return sorted(spans), sampler
-
-
-def union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    merged: list[list[int]] = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return [(a, b) for a, b in merged]
 
 
 def row(label: str, target: CgroupTarget, pod: Path, container: Path, url: str,

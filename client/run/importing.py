@@ -23,7 +23,7 @@ from client.data.imports import EPOCH, Imported
 from client.data.metadata import LoadMode, RunMetadata
 from client.data.record import RawDataError, RequestRecord
 from client.data.summary import summarize
-from client.data.timeline import CgroupSample
+from client.data.timeline import CgroupSample, timeline_path
 from client.data.timeline_meta import TimelineMetadata
 from client.run.attach import mark_records
 
@@ -51,7 +51,7 @@ class ImportSpec:
 
     @property
     def timeline_copy(self) -> Path:
-        return self.data_dir / f"{self.name}.cgroup.csv"
+        return timeline_path(self.csv_path)
 
 
 @dataclass
