@@ -28,7 +28,8 @@ from service.cgroup import remove_group
 from cpuquota.limit import Limit
 from cpuquota.account import CpuStat
 from service.cpu_quota import QuotaRun, describe_run, setup_error_message
-from tests.support import BIN, HIERARCHIES, require, require_kernel_quota, service_process
+from tests.support import (BIN, HIERARCHIES, require, require_kernel_quota, service_process,
+                           stop_by_pid)
 
 CPU_QUOTA = str(BIN / "cpu-quota")
 PROBE_ITERATIONS = 5000   # 2-5 ms of CPU on this project's machines; calibrated per test
@@ -198,7 +199,11 @@ def _start_trapping(sig: str, code: int) -> subprocess.Popen[str]:
     script = f'trap "exit {code}" {sig}; echo ready; while :; do sleep 0.05; done'
     proc = subprocess.Popen([CPU_QUOTA, "--cpus", "0.5", "--", "sh", "-c", script],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    except BaseException:
+        stop_by_pid(proc, signal.SIGTERM)
+        raise
     return proc
 
 
@@ -212,9 +217,7 @@ def test_signals_to_the_supervisor_reach_the_command(sig: int, name: str, code: 
         proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=15)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        stop_by_pid(proc, signal.SIGTERM)
     assert proc.returncode == code, stderr
     removed_group(stderr)
 
@@ -225,14 +228,15 @@ def test_sigkill_of_the_supervisor_takes_the_command_along() -> None:
     empty group stays (and this test removes it)."""
     require_kernel_quota()
     proc = _start_trapping("TERM", 5)
-    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-    assert len(children) == 1
-    child = int(children[0])
-    group_line = Path(f"/proc/{child}/cgroup").read_text()
-    match = re.search(rf"throttle-lab-{proc.pid}-\w+", group_line)
-    assert match is not None, group_line
-    proc.kill()
-    proc.communicate(timeout=15)
+    try:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(children) == 1
+        child = int(children[0])
+        group_line = Path(f"/proc/{child}/cgroup").read_text()
+        match = re.search(rf"throttle-lab-{proc.pid}-\w+", group_line)
+        assert match is not None, group_line
+    finally:
+        stop_by_pid(proc, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -367,13 +371,31 @@ def _start_timeout(cgroup_version: int, cpus: float) -> float:
     return 60 if cgroup_version == 1 else 60 + 20 / min(cpus, 1.0)
 
 
+# The shape of a quota does not depend on how fast the CPU is: the kernel tests of it run
+# with the burn calibrated as usual (1 us of CPU per iteration) and set far off on either side,
+# as if the CPU were 3x faster or 3x slower than the one the iterations were sized for (the
+# tests size their requests in CPU time from the service's own Server-Timing).
+FAR_OFF = [pytest.param(0.3, id="iteration-us-0.3"), pytest.param(3.0, id="iteration-us-3")]
+
+
+def _calibration_flags(base: str, iteration_us: float | None) -> None:
+    """The service says it calibrated one iteration to ``iteration_us`` (default 1)."""
+    burn = httpx.get(f"{base}/limits").json()["burn"]
+    assert burn["calibrated"] is True and burn["iteration_us"] == (iteration_us or 1.0), burn
+
+
 @pytest.mark.root
 @pytest.mark.timeout(300)
-@HIERARCHIES
-def test_burn_service_at_0_3_cpu_stalls_and_counts(cgroup_version: int) -> None:
+@pytest.mark.parametrize(("cgroup_version", "iteration_us"), [
+    pytest.param(1, None, id="v1"), pytest.param(2, None, id="v2", marks=pytest.mark.cgroup2),
+    *(pytest.param(1, *p.values, id=f"v1-{p.id}") for p in FAR_OFF)])
+def test_burn_service_at_0_3_cpu_stalls_and_counts(cgroup_version: int,
+                                                   iteration_us: float | None) -> None:
     require_kernel_quota(cgroup_version)
-    with service_process(["--cpus", "0.3"], timeout=_start_timeout(cgroup_version, 0.3)) \
-            as (base, proc):
+    flags = ["--iteration-us", f"{iteration_us:g}"] if iteration_us else []
+    with service_process(["--cpus", "0.3", *flags],
+                         timeout=_start_timeout(cgroup_version, 0.3)) as (base, proc):
+        _calibration_flags(base, iteration_us)
         group = _check_limits_match_files(base, proc.pid, 30000, 100000)
         assert httpx.get(f"{base}/limits").json()["cgroup"]["version"] == cgroup_version
         _shield_from_neighbours(group)
@@ -388,6 +410,9 @@ def test_burn_service_at_0_3_cpu_stalls_and_counts(cgroup_version: int) -> None:
     stalled = periods > 0
     assert stalled.sum() >= 5, periods
     assert np.median(latency[stalled]) > 2 * np.median(latency[~stalled]), latency
+    # the slow band: a stalled request waits out the rest of its period, near period - quota
+    # (70 ms; less when the quota was spent late in the period)
+    assert 30 < np.median(latency[stalled]) < 110, latency
     assert throttled_ms[stalled].mean() > 20
     for name in ("container_cpu_cfs_periods_total", "container_cpu_cfs_throttled_periods_total",
                  "container_cpu_cfs_throttled_seconds_total"):
@@ -399,9 +424,12 @@ def test_burn_service_at_0_3_cpu_stalls_and_counts(cgroup_version: int) -> None:
 
 @pytest.mark.root
 @pytest.mark.timeout(150)
-def test_burn_service_at_0_1_cpu_is_quantised_in_periods() -> None:
+@pytest.mark.parametrize("iteration_us", [pytest.param(None, id="calibrated"), *FAR_OFF])
+def test_burn_service_at_0_1_cpu_is_quantised_in_periods(iteration_us: float | None) -> None:
     require_kernel_quota()
-    with service_process(["--cpus", "0.1"], timeout=90) as (base, proc):
+    flags = ["--iteration-us", f"{iteration_us:g}"] if iteration_us else []
+    with service_process(["--cpus", "0.1", *flags], timeout=90) as (base, proc):
+        _calibration_flags(base, iteration_us)
         group = _check_limits_match_files(base, proc.pid, 10000, 100000)
         _shield_from_neighbours(group)
         # a burn of 15 ms of CPU with 10 ms per 100 ms period: no request fits in one period's
