@@ -181,3 +181,78 @@ def test_a_parallel_burn_burns_its_iterations_on_each_of_its_threads() -> None:
     assert len(seen) == 3 and threading.get_ident() in seen   # this thread and two helpers
     assert 2.2 * one.cpu_ns < three.cpu_ns < 4 * one.cpu_ns   # three times the CPU, in all
 
+
+
+# -- the service: its flags, environment, /limits, /metrics and startup line -------------------
+
+def test_the_calibration_options_come_from_flags_and_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.cli import parse_settings
+
+    assert (parse_settings([]).iteration_us, parse_settings([]).calibrate) == (1.0, True)
+    assert parse_settings(["--iteration-us", "3"]).iteration_us == 3
+    assert parse_settings(["--no-calibrate"]).calibrate is False
+    monkeypatch.setenv("BURN_SERVICE_ITERATION_US", "0.5")
+    assert parse_settings([]).iteration_us == 0.5
+    monkeypatch.setenv("BURN_SERVICE_ITERATION_US", "")
+    monkeypatch.setenv("BURN_SERVICE_CALIBRATE", "false")
+    assert parse_settings([]).calibrate is False
+    assert parse_settings(["--calibrate"]).calibrate is True   # the flag wins
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--iteration-us", "0"], "--iteration-us must be in [0.01, 1000]"),
+    (["--iteration-us", "fast"], "invalid float value"),
+    (["--iteration-us", "nan"], "--iteration-us must be a finite number"),
+    (["--no-calibrate", "--iteration-us", "2"], "--iteration-us 2 needs the calibration"),
+])
+def test_bad_calibration_options_give_one_line_and_exit_2(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from service.cli import parse_settings
+
+    with pytest.raises(SystemExit) as exit_info:
+        parse_settings(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert message in err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("flags", [["--iteration-us", "3"], ["--no-calibrate"]])
+def test_the_running_service_says_what_an_iteration_costs_and_burns_that(
+        flags: list[str]) -> None:
+    """A real burn-service: the startup line, ``/limits``, ``/metrics``, and a burn of 5000
+    iterations whose CPU (its own Server-Timing) is 5000 x the cost it says."""
+    import re
+    import signal
+
+    import httpx
+
+    from tests.support import service_process
+
+    with service_process(["--log-level", "info", *flags]) as (base, proc):
+        said = httpx.get(base + "/limits").json()["burn"]
+        metrics = httpx.get(base + "/metrics").text
+        cpu = []
+        with httpx.Client(base_url=base) as client:
+            for _ in range(5):
+                timing = client.get("/cpuBurnFlow", params={"iterations": 5000}).headers
+                found = re.search(r"cpu;dur=([\d.]+)", timing["server-timing"])
+                assert found is not None
+                cpu.append(float(found.group(1)))
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+        assert proc.stderr is not None
+        log = proc.stderr.read().decode()
+    gauge = re.search(r"^throttle_lab_burn_iteration_cpu_seconds (\S+)$", metrics, re.M)
+    loops = re.search(r"^throttle_lab_burn_loops_per_iteration (\S+)$", metrics, re.M)
+    assert gauge is not None and loops is not None
+    assert float(gauge.group(1)) * 1e6 == pytest.approx(said["iteration_us"], rel=1e-3)
+    assert float(loops.group(1)) == pytest.approx(said["loops_per_iteration"], rel=1e-3)
+    line = next(line for line in log.splitlines() if "burn: one iteration = " in line)
+    if "--no-calibrate" in flags:
+        assert said["calibrated"] is False and said["loops_per_iteration"] == 1
+        assert "uncalibrated (--no-calibrate)" in line
+    else:
+        assert said["calibrated"] is True and said["iteration_us"] == 3
+        assert "one iteration = 3 us of CPU" in line
+    assert 0.7 < min(cpu) / (5000 * said["iteration_us"] / 1000) < 1.6, (cpu, said)
