@@ -55,7 +55,14 @@ CASES = [
          b"5;name=value\r\nhello\r\n0\r\nX-Sum: 1\r\n\r\n", body=5),
     Case("busybox-cgi", "busybox 1.35 httpd: a CGI script's echo'd headers passed through "
          "with bare LFs, the body ended by the close (RFC 9112 §2.2, §6.3)",
-         b"HTTP/1.1 200 OK\r\nContent-type: text/plain\n\nburnt 5000\n", body=11, closes=True),
+         b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\n\nburnt iterations=5\n", body=19,
+         closes=True),
+    Case("busybox-cgi-status", "busybox 1.35 httpd: a CGI script's 'Status: 304' header",
+         b"HTTP/1.1 304 Not Modified\n\n", status=304, closes=True),
+    Case("python-cgi", "Python 3.11 http.server --cgi: its head, then the script's bare LFs",
+         b"HTTP/1.0 200 Script output follows\r\nServer: SimpleHTTP/0.6 Python/3.11.2\r\n"
+         b"Date: Wed, 25 Nov 2026 07:57:42 GMT\r\nContent-Type: text/plain\n\n"
+         b"burnt iterations=5\n", body=19, closes=True),
     Case("bare-lf", "RFC 9112 §2.2: a server whose every line ends in a bare LF",
          b"HTTP/1.1 200 OK\nContent-Type: text/plain\nContent-Length: 2\n\nok", body=2),
     Case("bare-lf-chunked", "RFC 9112 §2.2, §7.1: bare LFs in the chunk framing too",

@@ -359,11 +359,13 @@ class SocketSender:
         self._buffer = bytearray(_CHUNK)
         self._pending: _Pending | None = None   # the request sent, its answer not yet read
         self.last: RawResponse | None = None    # the last answer read (its body's length...)
+        self.connects = 0                       # connections opened so far
 
     def _connect(self) -> socket.socket:
         sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
+        self.connects += 1
         return sock
 
     def _exchange(self, sock: socket.socket, which: int) -> RawResponse:
