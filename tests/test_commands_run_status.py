@@ -136,7 +136,7 @@ def test_a_reply_that_cannot_be_read_says_what_arrived(
     with scripted(lambda conn, n: (read_request(conn), conn.sendall(banner))) as url:
         code, out, err = timed(url, tmp_path, monkeypatch, capsys)
     assert code == 2
-    assert "answered, but not in HTTP/1.1 that can be read" in err
+    assert "answered, but its reply could not be read as HTTP/1.1" in err
     assert "expected an HTTP/1.x status line" in err
     assert "received 'SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3\\r\\n'" in err
     assert "burn-service" not in err and "cannot reach" not in err

@@ -194,8 +194,8 @@ def finish(recorded: RecordedRun, opts: argparse.Namespace, live: LivePage | Non
               file=sys.stderr)
         return EXIT_INTERRUPTED
     if records and not recorded.outcome.reached and answered(records[-1].error):
-        print(f"http-timing: {run.metadata.url} answered, but not in HTTP/1.1 that can be "
-              f"read: {records[-1].error}", file=sys.stderr)
+        print(f"http-timing: {run.metadata.url} answered, but its reply could not be read "
+              f"as HTTP/1.1: {records[-1].error}", file=sys.stderr)
         return EXIT_USAGE
     if records and not recorded.outcome.reached:
         error = records[-1].error
