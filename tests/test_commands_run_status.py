@@ -143,3 +143,21 @@ def test_a_reply_that_cannot_be_read_says_what_arrived(
     [row, *_] = rows(tmp_path / "raw-data" / "r.csv")
     assert row["status"] == "0" and "received 'SSH-2.0" in row["error"]
 
+
+
+def test_redirects_are_followed_only_when_asked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.test_run_redirects import redirecting
+
+    targets: list[bytes] = []
+    with scripted(redirecting(1, [], targets)) as url:
+        hop = url.split("/x")[0] + "/hop/0"
+        code, out, err = timed(hop, tmp_path, monkeypatch, capsys)
+        assert code == 0, err
+        assert {r["status"] for r in rows(tmp_path / "raw-data" / "r.csv")} == {"302"}
+        code, out, err = timed(hop, tmp_path, monkeypatch, capsys, "--follow-redirects", "1")
+    assert code == 0, err
+    assert {(r["status"], r["error"]) for r in rows(tmp_path / "raw-data" / "r.csv")} == \
+        {("200", "")}
+    assert targets == [b"/hop/0"] * 3 + [b"/hop/0", b"/hop/1"] * 3

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -83,6 +84,9 @@ def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
                         "errors) or 200-399,404; every answer is timed and kept with its "
                         f"status whatever it is; redirects are not followed (default "
                         f"{DEFAULT_OK_STATUS}, as vegeta)")
+    parser.add_argument("--follow-redirects", type=int_at_least(0), default=0, metavar="N",
+                        help="follow up to N redirects inside the request's time, as curl -L "
+                        "(default 0: a 3xx is the answer, timed and kept with its status)")
     parser.add_argument("--max-failures", type=int_at_least(0), default=5,
                         help="stop after this many connection failures in a row; 0 never stops "
                         "(default 5)")
@@ -151,7 +155,7 @@ def command_run(argv: list[str]) -> int:
         raise CliError(str(exc)) from None
     url = asked.request.url
     try:
-        ok_status = StatusRule.parse(opts.ok_status)
+        ok_status = replace(StatusRule.parse(opts.ok_status), follow=opts.follow_redirects)
     except StatusRuleError as exc:
         raise CliError(str(exc)) from None
     try:

@@ -4,7 +4,8 @@ answer is read.
 An answer is an answer: a request that got a whole status line and body is timed and kept with
 its status, whatever the status. Whether it *succeeded* is this rule, as vegeta's: a status in
 [200, 400) is a success (so a ``304 Not Modified`` or a ``302`` is one; redirects are not
-followed, the 3xx's own time is what was measured), anything else is an error. ``--ok-status``
+followed unless asked, ``--follow-redirects N``: then the 3xx's own time is what was
+measured), anything else is an error. ``--ok-status``
 says otherwise, e.g. ``200-299`` (redirects count as errors) or ``200-399,404`` (a 404 is an
 expected answer). The rule decides the record's ``error`` column (empty on success, ``HTTP
 <status>`` otherwise), and everything after reads that column: the summary's error count, the
@@ -30,9 +31,11 @@ class StatusRuleError(ValueError):
 
 @dataclass(frozen=True)
 class StatusRule:
-    """Statuses counted as successes: inclusive ranges, e.g. ``200-399,404``."""
+    """Statuses counted as successes: inclusive ranges, e.g. ``200-399,404``; ``follow``:
+    how many redirects a request follows (inside its time) before its answer is judged."""
 
     ranges: tuple[tuple[int, int], ...] = ((200, 399),)
+    follow: int = 0
 
     @classmethod
     def parse(cls, text: str) -> StatusRule:
@@ -66,3 +69,7 @@ class StatusRule:
         if 300 <= status < 400 and location:
             return f"HTTP {status}: redirect to {location} (not followed)"
         return f"HTTP {status}"
+
+    def too_many(self, status: int, location: str) -> str:
+        """The ``error`` of a request whose redirects went on beyond ``follow``."""
+        return f"HTTP {status}: more than {self.follow} redirects (the next to {location})"

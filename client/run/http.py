@@ -25,6 +25,7 @@ from client.data.record import DEFAULT_RULE, RequestRecord, status_error
 from client.data.request import DEFAULT_ITERATIONS, HttpRequest, is_burn_service_url
 from client.data.servertiming import server_fields
 from client.data.status import StatusRule
+from client.run.redirects import REDIRECTS, redirected
 from client.run.wire import SocketSender
 
 __all__ = ["HttpxSender", "Requests", "RoundRobinSender", "Sender", "TlsError", "Verify",
@@ -222,7 +223,8 @@ class HttpxSender:
         self.ok_status = ok_status
         self._client = httpx.Client(timeout=timeout, headers=request_headers(new_connection),
                                     verify=verify)
-        self._requests = [_build(self._client, request) for request in as_requests(requests)]
+        self._asked = as_requests(requests)
+        self._requests = [_build(self._client, request) for request in self._asked]
         self._request = self._requests[0]
         self._kept_alive = False  # the last answer left a connection in the pool
 
@@ -243,17 +245,35 @@ class HttpxSender:
         start = time.perf_counter_ns()
         try:
             response = self._exchange(self._requests[which])
+            followed = None
+            if self.ok_status.follow and response.status_code in REDIRECTS:
+                response, followed = self._follow(response, which)
         except httpx.TransportError as exc:
             end = time.perf_counter_ns()
             status, error, server = 0, f"{type(exc).__name__}: {exc}".strip(": "), {}
         else:
             end = time.perf_counter_ns()
             status = response.status_code
-            error = status_error(status, response.headers.get("location"), self.ok_status)
+            error = followed if followed is not None else \
+                status_error(status, response.headers.get("location"), self.ok_status)
             server = server_fields(response.headers.get("server-timing"))
         origin = start if scheduled_ns is None else run_start_ns + scheduled_ns
         return RequestRecord(seq, start - run_start_ns, end - origin, status, error=error,
                              scheduled_ns=scheduled_ns, **server)
+
+    def _follow(self, response: httpx.Response, which: int
+                ) -> tuple[httpx.Response, str | None]:
+        """As :meth:`client.run.wire.SocketSender._follow` (``client.run.redirects``)."""
+        request = self._asked[which]
+        for _ in range(self.ok_status.follow):
+            step = redirected(request, response.status_code, response.headers.get("location"))
+            if not isinstance(step, HttpRequest):
+                return response, step
+            request, response = step, self._exchange(_build(self._client, step))
+        location = response.headers.get("location")
+        if location and redirected(request, response.status_code, location):
+            return response, self.ok_status.too_many(response.status_code, location)
+        return response, None
 
     def close(self) -> None:
         self._client.close()

@@ -154,6 +154,7 @@ def time_plan(
     recorder = Recorder(on_record, outcome, max_consecutive_failures)
     requests = as_requests(url)
     if (plan.mode is LoadMode.OPEN_LOOP and wrap is None and eligible(requests)
+            and not ok_status.follow  # following blocks: one thread each (below)
             and (isinstance(url, (str, HttpRequest)) or label == "target")):
         # one thread, one select, a pool of connections (client.run.eventloop)
         pool = ConnectionPool(requests, request_headers(new_connection), count, timeout,

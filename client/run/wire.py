@@ -29,13 +29,14 @@ import select
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from client.data.record import DEFAULT_RULE, RequestRecord, status_error
 from client.data.request import HttpRequest
 from client.data.servertiming import server_fields
 from client.data.status import StatusRule
+from client.run.redirects import REDIRECTS, redirected
 
 __all__ = ["MAX_HEAD_BYTES", "RECEIVED", "SHOWN", "NoResponse", "ProtocolError", "RawResponse",
            "SocketSender", "answered", "encode_get", "encode_request", "read_response"]
@@ -338,7 +339,9 @@ class SocketSender:
     """One connection's timed requests to one origin over ``http://`` (see the module
     docstring): ``requests`` (a URL is a GET of it; several of one origin share the
     connection, ``send``'s ``which`` says which one goes); ``ok_status``: which statuses are
-    successes (``client.data.status``)."""
+    successes, and how many redirects to follow (``client.data.status``,
+    ``client.run.redirects``: only to ``http://``; on this connection when the origin is the
+    same, else on one of their own)."""
 
     def __init__(self, requests: str | HttpRequest | Sequence[HttpRequest],
                  headers: dict[str, str], *, timeout: float = 30.0,
@@ -355,6 +358,7 @@ class SocketSender:
         self.request = self._wire[0]
         self.timeout = timeout
         self.ok_status = ok_status
+        self._headers = headers
         self._sock: socket.socket | None = None
         self._buffer = bytearray(_CHUNK)
         self._pending: _Pending | None = None   # the request sent, its answer not yet read
@@ -432,13 +436,49 @@ class SocketSender:
                 response = self._exchange(sock, pending.which)
         except (OSError, ProtocolError) as exc:
             return self._failed(exc, connecting)
+        error = None
+        if self.ok_status.follow and response.status in REDIRECTS:
+            try:
+                response, error = self._follow(response, pending.which)
+            except (OSError, ProtocolError) as exc:
+                return self._failed(exc, False)
         end = time.perf_counter_ns()
         self._pending, self.last = None, response
         if not response.keep_alive:
             self.close()
-        return self._record(pending, end, response.status,
-                            status_error(response.status, response.location, self.ok_status),
-                            response.server_timing)
+        if error is None:
+            error = status_error(response.status, response.location, self.ok_status)
+        return self._record(pending, end, response.status, error, response.server_timing)
+
+    def _follow(self, response: RawResponse, which: int) -> tuple[RawResponse, str | None]:
+        """Follow up to ``ok_status.follow`` redirects from ``response`` (the answer to the
+        ``which``-th request): the last answer, and its error when it is not the rule's to
+        judge (a redirect beyond the count, or one that cannot be followed here)."""
+        request = self._requests[which]
+        for _ in range(self.ok_status.follow):
+            step = redirected(request, response.status, response.location, ("http://",))
+            if not isinstance(step, HttpRequest):
+                return response, step
+            if not response.keep_alive:
+                self.close()
+            request, response = step, self._at(step)
+        if response.location and redirected(request, response.status, response.location):
+            return response, self.ok_status.too_many(response.status, response.location)
+        return response, None
+
+    def _at(self, request: HttpRequest) -> RawResponse:
+        """``request``'s answer: on this connection if it goes to this origin, else on one of
+        its own (closed after; this connection stays as it was)."""
+        host, port, data = encode_request(request, self._headers)
+        if (host, port) == (self.host, self.port):
+            sock = self._sock or self._connect()
+            sock.sendall(data)
+            return read_response(sock, self._buffer, request.head)
+        with socket.create_connection((host, port), timeout=self.timeout) as other:
+            other.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            other.sendall(data)
+            response = read_response(other, self._buffer, request.head)
+        return replace(response, keep_alive=self._sock is not None)
 
     def _failed(self, exc: OSError | ProtocolError, connecting: bool) -> RequestRecord:
         end = time.perf_counter_ns()
