@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client.data.record import RequestRecord
-from client.run.wire import SocketSender, encode_get, encode_request, read_response
+from client.run.answer import read_response
+from client.run.wire import SocketSender, encode_get, encode_request
 from tests.scripted import (Handler, answering, closing_the_second, read_request, scripted,
                             unanswered)
 from tests.support import free_port, running_service
@@ -196,6 +197,13 @@ def test_refused_and_timed_out() -> None:
     with scripted(lambda conn, n: (read_request(conn), read_request(conn))) as url:
         slow = once(url, timeout=0.2)
     assert slow.status == 0 and slow.error.startswith("ReadTimeout: ")
+    assert "received" not in slow.error   # nothing arrived
+    stalled = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab"
+    with scripted(lambda conn, n: (read_request(conn), conn.sendall(stalled),
+                                   read_request(conn))) as url:
+        partial = once(url, timeout=0.3)
+    assert partial.status == 0 and partial.error == (
+        "ReadTimeout: timed out; received 'HTTP/1.1 200 OK\\r\\nContent-Length: 10\\r\\n\\r\\nab'")
 
 
 def test_against_uvicorn_the_records_match_httpx() -> None:

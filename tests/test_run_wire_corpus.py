@@ -1,4 +1,4 @@
-"""client.run.wire against the answers real servers send, byte for byte, side by side with curl.
+"""client.run.answer (through client.run.wire) against the answers real servers send, byte for byte, side by side with curl.
 
 Each case is the bytes of one answer, where they come from (a server, or the RFC 9112 section
 that allows or forbids them), and what the client must make of it: a timed answer (its status
@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import pytest
 
 from client.data.request import HttpRequest
-from client.run.wire import RECEIVED, SocketSender, answered
+from client.run.answer import RECEIVED, answered
+from client.run.wire import SocketSender
 from tests.scripted import read_request, scripted
 
 CRLF = b"\r\n"

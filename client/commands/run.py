@@ -36,9 +36,10 @@ from client.run.measure import measure
 from client.run.record import RecordedRun, RunSpec
 from client.run.recorder import files_first
 from client.run.request_flags import requests_from_flags
-from client.run.wire import answered
+from client.run.answer import answered
 
-__all__ = ["DEFAULT_URL", "build_run_parser", "cgroup_target", "command_run"]
+__all__ = ["DEFAULT_URL", "add_answer_arguments", "build_run_parser", "cgroup_target",
+           "command_run"]
 
 DEFAULT_URL = "http://localhost:7800/cpuBurnFlow"
 
@@ -79,14 +80,7 @@ def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
                      "instead of the usual ones")
     tls.add_argument("-k", "--insecure", action="store_true",
                      help="do not check an https:// server's certificate at all (as curl -k)")
-    parser.add_argument("--ok-status", default=DEFAULT_OK_STATUS, metavar="LIST",
-                        help="the statuses counted as successes, e.g. 200-299 (redirects are "
-                        "errors) or 200-399,404; every answer is timed and kept with its "
-                        f"status whatever it is; redirects are not followed (default "
-                        f"{DEFAULT_OK_STATUS}, as vegeta)")
-    parser.add_argument("--follow-redirects", type=int_at_least(0), default=0, metavar="N",
-                        help="follow up to N redirects inside the request's time, as curl -L "
-                        "(default 0: a 3xx is the answer, timed and kept with its status)")
+    add_answer_arguments(parser)
     parser.add_argument("--max-failures", type=int_at_least(0), default=5,
                         help="stop after this many connection failures in a row; 0 never stops "
                         "(default 5)")
@@ -109,6 +103,18 @@ def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
     parser.add_argument("--quiet", action="store_true", help="no per-request lines")
     add_live_arguments(parser)
     return parser
+
+
+def add_answer_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--ok-status`` and ``--follow-redirects``: what is made of an answer
+    (``client.data.status``, ``client.run.redirects``)."""
+    parser.add_argument("--ok-status", default=DEFAULT_OK_STATUS, metavar="LIST",
+                        help="the statuses counted as successes, e.g. 200-299 (redirects are "
+                        "errors) or 200-399,404; every answer is timed and kept with its "
+                        f"status whatever it is (default {DEFAULT_OK_STATUS}, as vegeta)")
+    parser.add_argument("--follow-redirects", type=int_at_least(0), default=0, metavar="N",
+                        help="follow up to N redirects inside the request's time, as curl -L "
+                        "(default 0: a 3xx is the answer, timed and kept with its status)")
 
 
 def cgroup_target(spec: str | None, pod_uid: str | None) -> CgroupTarget | None:
