@@ -24,7 +24,7 @@ test: $(BIN)/.installed
 
 # the documentation site (mkdocs.yml, docs/; README.md is its home page) into site/
 docs: $(BIN)/.installed
-	$(BIN)/python -m mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
 
 # ruff's pyflakes rules on everything, mypy on the three packages (not part of `make test`)
 lint: $(BIN)/.installed
