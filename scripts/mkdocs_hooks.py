@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import html
 import importlib
 import json
 import re
@@ -108,8 +109,15 @@ def program_parsers(program: str) -> Iterator[tuple[str, argparse.ArgumentParser
             yield f"{program} {command}", parser
 
 
+def _text(text: str) -> str:
+    """Plain text (a help or a description) as Markdown that shows it as it is: one line,
+    HTML and Markdown's own characters escaped."""
+    text = html.escape(" ".join(text.split()), quote=False)
+    return re.sub(r"([\\`*_\[\]|])", r"\\\1", text)
+
+
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    return _text(text)
 
 
 def _expand_help(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
@@ -146,7 +154,7 @@ def options_markdown(program: str) -> str:
     for line, parser in program_parsers(program):
         out += [f"## `{line}`", "", "```text", parser.format_usage().strip(), "```", ""]
         if parser.description:
-            out += [" ".join(parser.description.split()), ""]
+            out += [_text(parser.description), ""]
         out += ["| option | value | what it does |", "|---|---|---|"]
         for action in parser._actions:  # argparse has no public list of its arguments
             if action.help == argparse.SUPPRESS:
@@ -182,7 +190,7 @@ def openapi_markdown() -> str:
             out += [f"### `{method.upper()} {path}`", ""]
             text = operation.get("description") or operation.get("summary") or ""
             if text:
-                out += [" ".join(text.split()), ""]
+                out += [_text(text), ""]
             params = operation.get("parameters", [])
             if params:
                 out += ["| parameter | in | type | default | required |", "|---|---|---|---|---|"]
