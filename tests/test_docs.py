@@ -108,7 +108,9 @@ def test_reference_lists_every_option(site: Path, program: str,
     assert console_scripts() == set(PROGRAMS)  # a new console script needs its reference page
     reference = (site / "reference" / program / "index.html").read_text()
     text = page_text(site, f"reference/{program}")
-    commands = [[]] + ([[name] for name in COMMANDS] if program == "http-timing" else [])
+    commands: list[list[str]] = [[]]
+    if program == "http-timing":
+        commands += [[name] for name in COMMANDS]
     checked = 0
     for argv in commands:
         line = " ".join([program, *argv])
