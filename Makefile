@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv docs clean lint
+.PHONY: demo test venv clean lint
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,7 @@ test: $(BIN)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # the documentation site (mkdocs.yml, docs/; README.md is its home page) into site/
+.PHONY: docs
 docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
 
