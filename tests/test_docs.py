@@ -8,6 +8,7 @@ in-process), not from the generator the site uses, so a generator that missed on
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import http.server
 import os
@@ -25,6 +26,7 @@ import pytest
 
 from client.commands import COMMANDS
 from client.commands import main as http_timing_main
+from client.data.metadata import RunMetadata
 from client.data.record import COLUMNS
 from client.data.timeline import PRESSURE_COLUMNS, TIMELINE_COLUMNS
 from service.cli import main as burn_service_main
@@ -128,9 +130,12 @@ def test_reference_lists_every_option(site: Path, program: str,
 
 
 def test_reference_lists_every_column_and_endpoint(site: Path) -> None:
-    formats = page_text(site, "reference/file-formats")
+    formats = (site / "reference" / "file-formats" / "index.html").read_text()
     for column in (*COLUMNS, *TIMELINE_COLUMNS, *PRESSURE_COLUMNS):
-        assert re.search(rf"(?<![\w<]){column}(?![\w>])", formats), column
+        assert f"<code>{column}</code>" in formats, f"column {column}"
+    bookkeeping = {"extra", "absent", "present"}  # RunMetadata's fields about the file, not in it
+    for key in {f.name for f in dataclasses.fields(RunMetadata)} - bookkeeping:
+        assert f"<code>{key}</code>" in formats, f"metadata key {key}"
     from service.app import app
 
     api = page_text(site, "reference/http-api")
