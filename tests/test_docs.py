@@ -57,7 +57,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def page_text(site: Path, path: str) -> str:
     """A built page's text: tags removed, entities decoded."""
-    return html.unescape(re.sub(r"<[^>]+>", " ", (site / path / "index.html").read_text()))
+    return html.unescape(re.sub(r"<[^>]+>", " ", (site / f"{path}.html").read_text()))
 
 
 def test_strict_build_fails_on_a_broken_link(tmp_path: Path) -> None:
@@ -75,14 +75,15 @@ def test_strict_build_fails_on_a_broken_link(tmp_path: Path) -> None:
 
 
 def test_every_page_of_the_nav_is_built(site: Path) -> None:
-    for page_dir in ("", "getting-started", "limits", "timing", "explaining", "own-service",
-                     "choosing-a-limit", "kubernetes", "benchmarks", "developing",
-                     "reference/http-timing", "reference/burn-service", "reference/cpu-quota",
-                     "reference/http-api", "reference/file-formats"):
-        assert (site / page_dir / "index.html").is_file(), page_dir
+    for name in ("index", "getting-started", "limits", "timing", "explaining", "own-service",
+                 "choosing-a-limit", "kubernetes", "benchmarks", "developing",
+                 "reference/http-timing", "reference/burn-service", "reference/cpu-quota",
+                 "reference/http-api", "reference/file-formats"):
+        assert (site / f"{name}.html").is_file(), name
     # the home page is the README, whose links into docs/ point into the site
     home = (site / "index.html").read_text()
     assert "Three ways to use it" in home and 'href="docs/' not in home
+    assert 'href="getting-started.html"' in home  # pages are files: the site opens from disk
 
 
 def help_options(main: Any, argv: list[str], capsys: pytest.CaptureFixture[str]) -> set[str]:
@@ -108,7 +109,7 @@ def console_scripts() -> set[str]:
 def test_reference_lists_every_option(site: Path, program: str,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     assert console_scripts() == set(PROGRAMS)  # a new console script needs its reference page
-    reference = (site / "reference" / program / "index.html").read_text()
+    reference = (site / "reference" / f"{program}.html").read_text()
     text = page_text(site, f"reference/{program}")
     commands: list[list[str]] = [[]]
     if program == "http-timing":
@@ -130,7 +131,7 @@ def test_reference_lists_every_option(site: Path, program: str,
 
 
 def test_reference_lists_every_column_and_endpoint(site: Path) -> None:
-    formats = (site / "reference" / "file-formats" / "index.html").read_text()
+    formats = (site / "reference" / "file-formats.html").read_text()
     for column in (*COLUMNS, *TIMELINE_COLUMNS, *PRESSURE_COLUMNS):
         assert f"<code>{column}</code>" in formats, f"column {column}"
     bookkeeping = {"extra", "absent", "present"}  # RunMetadata's fields about the file, not in it
@@ -165,16 +166,29 @@ def served(site: Path) -> Iterator[str]:
 
 
 @pytest.mark.browser
-@pytest.mark.parametrize("path, heading, pictures", [
-    ("/", "throttle-lab", {"kernel-sweep.png"}),
-    ("/reference/http-api/", "burn-service's HTTP API", {"pi-page.png", "landing-page.png"}),
+@pytest.mark.parametrize("via, path, heading, pictures", [
+    ("http", "/", "throttle-lab", {"kernel-sweep.png"}),
+    ("http", "/reference/http-api.html", "burn-service's HTTP API",
+     {"pi-page.png", "landing-page.png"}),
+    ("file", "/index.html", "throttle-lab", {"kernel-sweep.png"}),  # site/index.html from disk
 ])
-def test_pages_render_with_their_pictures(page: Any, served: str, tmp_path: Path, path: str,  # noqa: F811
-                                          heading: str, pictures: set[str]) -> None:
-    urls: list[str] = []
-    page.on("request", lambda request: urls.append(request.url))
-    response = page.goto(served + path, wait_until="load", timeout=60_000)
-    assert response is not None and response.status == 200
+def test_pages_render_with_their_pictures(page: Any, served: str, site: Path,  # noqa: F811
+                                          tmp_path: Path, via: str, path: str, heading: str,
+                                          pictures: set[str]) -> None:
+    base = served if via == "http" else site.as_uri()
+    elsewhere: list[str] = []  # a page that fetches from anywhere else fails, and is not let out
+
+    def only_the_site(route: Any) -> None:
+        url = route.request.url
+        if url.startswith((base, "data:", "blob:")):
+            route.continue_()
+        else:
+            elsewhere.append(url)
+            route.abort()
+
+    page.route("**/*", only_the_site)
+    response = page.goto(base + path, wait_until="load", timeout=60_000)
+    assert response is not None and response.ok
     assert page.locator("article h1").first.inner_text().rstrip("¶ \n") == heading
     assert page.locator("nav").first.is_visible()  # Material's navigation rendered
     images = page.evaluate("Array.from(document.images).map(i => "
@@ -182,6 +196,6 @@ def test_pages_render_with_their_pictures(page: Any, served: str, tmp_path: Path
     loaded = {src.rsplit("/", 1)[-1] for src, complete, width in images if complete and width > 0}
     assert pictures <= loaded, images
     assert all(width > 0 for _src, _complete, width in images), images
-    assert all(url.startswith(served) or url.startswith("data:") for url in urls), urls
+    assert elsewhere == []
     page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
     assert (tmp_path / "page.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
