@@ -163,6 +163,8 @@ def options_markdown(program: str) -> str:
             out.append(f"| {names} | {_arguments(action)} | "
                        f"{_cell(_expand_help(parser, action))} |")
         out.append("")
+        if parser.epilog:  # as --help prints it (it may be laid out by hand)
+            out += ["```text", parser.epilog.strip("\n"), "```", ""]
     return "\n".join(out)
 
 
