@@ -241,3 +241,30 @@ def test_the_answer_to_a_head_has_no_body_whatever_its_length_says() -> None:
         with SocketSender([HttpRequest(url, "HEAD")], {}) as sender:
             records = [sender.send(i, 0) for i in range(2)]
     assert [r.status for r in records] == [200, 200], [r.error for r in records]
+
+
+@settings(max_examples=300, deadline=None)
+@given(prefix=st.sampled_from([b"", b"HTTP/1.1 200 OK\r\n", b"HTTP/1.1 200 OK\n",
+                               b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 204 X\n",
+                               b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                               b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n"]),
+       noise=st.binary(max_size=200), line_ends=st.booleans())
+def test_any_bytes_are_an_answer_or_a_protocol_error(prefix: bytes, noise: bytes,
+                                                     line_ends: bool) -> None:
+    # whatever a server sends before it closes, the reader returns an answer or says why it
+    # cannot read one (never another exception, never a wait past the close)
+    from client.run.answer import ProtocolError
+
+    if line_ends:
+        noise = noise.replace(b"\x00", b"\n")
+    left, right = socket.socketpair()
+    with left, right:
+        left.settimeout(5)
+        right.sendall(prefix + noise)
+        right.shutdown(socket.SHUT_WR)
+        try:
+            response = read_response(left, bytearray(16))
+        except ProtocolError as exc:
+            assert str(exc)
+        else:
+            assert response.status >= 100 and response.body_bytes >= 0
