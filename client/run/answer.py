@@ -24,6 +24,7 @@ MAX_HEAD_BYTES = 64 * 1024
 SHOWN = 64      # an unreadable answer's first bytes shown in its error
 RECEIVED = "; received "   # in an error: the server answered, and this is what arrived
 
+
 class ProtocolError(Exception):
     """The server's answer is not HTTP/1.1 as it must be (named RemoteProtocolError)."""
 
@@ -39,6 +40,7 @@ class RawResponse:
     location: str | None
     keep_alive: bool
     body_bytes: int
+
 
 class _Reader:
     """Bytes from a socket through one reused buffer (a response starts at its beginning)."""
