@@ -23,7 +23,7 @@ from service.app import create_app
 from service.config import Settings
 
 __all__ = ["BIN", "HIERARCHIES", "ROOT", "free_port", "require", "require_kernel_quota", "running_service",
-           "service_process", "stop_by_pid", "wait_for_rows", "wait_healthy"]
+           "service_process", "shield_from_neighbours", "stop_by_pid", "wait_for_rows", "wait_healthy"]
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the venv's bin: burn-service, http-timing, ...
@@ -60,6 +60,16 @@ def require_kernel_quota(version: int | None = None) -> None:
 # ``require_kernel_quota``.
 HIERARCHIES = pytest.mark.parametrize("cgroup_version", [
     pytest.param(1, id="v1"), pytest.param(2, id="v2", marks=pytest.mark.cgroup2)])
+
+
+def shield_from_neighbours(group: Path) -> None:
+    """The machine is shared: raise the group's *weight* (cpu.shares, not the quota) so other
+    people's load cannot hide the quota by starving what runs in it below it. Docker's default
+    weight is 1024; the quota works the same at any weight."""
+    if (group / "cpu.shares").exists():
+        (group / "cpu.shares").write_text("10240")      # v1; default 1024
+    else:
+        (group / "cpu.weight").write_text("1000")       # v2; default 100
 
 
 def stop_by_pid(proc: subprocess.Popen[Any], first: int = signal.SIGTERM,

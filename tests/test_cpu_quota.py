@@ -29,7 +29,7 @@ from cpuquota.limit import Limit
 from cpuquota.account import CpuStat
 from service.cpu_quota import QuotaRun, describe_run, setup_error_message
 from tests.support import (BIN, HIERARCHIES, require, require_kernel_quota, service_process,
-                           stop_by_pid)
+                           shield_from_neighbours, stop_by_pid)
 
 CPU_QUOTA = str(BIN / "cpu-quota")
 PROBE_ITERATIONS = 5000   # 2-5 ms of CPU on this project's machines; calibrated per test
@@ -145,7 +145,7 @@ def test_the_quota_stalls_a_busy_loop_and_is_counted(cgroup_version: int) -> Non
     require_kernel_quota(cgroup_version)
     # the loop runs until it has had 150 ms of CPU (7.5 periods' quota), not for a stretch
     # of wall time that a busy machine might not fill; its group's weight is raised so other
-    # people's load cannot starve it below the quota (as _shield_from_neighbours does)
+    # people's load cannot starve it below the quota (as shield_from_neighbours does)
     code = ("import time\nfrom cpuquota.cgroupfs import locate_cpu_controller\n"
             "group = locate_cpu_controller().directory\n"
             "shares = group / 'cpu.shares'\n"
@@ -335,16 +335,6 @@ def _metric(text: str, name: str) -> float:
     return float(match.group(1))
 
 
-def _shield_from_neighbours(group: Path) -> None:
-    """The machine is shared: raise the group's *weight* (cpu.shares, not the quota) so other
-    people's load cannot hide the quota by starving the service below it. Docker's default
-    weight is 1024; the quota works the same at any weight."""
-    if (group / "cpu.shares").exists():
-        (group / "cpu.shares").write_text("10240")      # v1; default 1024
-    else:
-        (group / "cpu.weight").write_text("1000")       # v2; default 100
-
-
 def _files(group: Path, version: int) -> tuple[int, int, int]:
     """quota, period and burst as the kernel's files say, read here without cpuquota.cgroupfs."""
     if version == 1:
@@ -398,7 +388,7 @@ def test_burn_service_at_0_3_cpu_stalls_and_counts(cgroup_version: int,
         _calibration_flags(base, iteration_us)
         group = _check_limits_match_files(base, proc.pid, 30000, 100000)
         assert httpx.get(f"{base}/limits").json()["cgroup"]["version"] == cgroup_version
-        _shield_from_neighbours(group)
+        shield_from_neighbours(group)
         iterations = _calibrated_iterations(base)
         metrics_before = httpx.get(f"{base}/metrics").text
         latency, timings = _latencies(base, 120, iterations)
@@ -431,7 +421,7 @@ def test_burn_service_at_0_1_cpu_is_quantised_in_periods(iteration_us: float | N
     with service_process(["--cpus", "0.1", *flags], timeout=90) as (base, proc):
         _calibration_flags(base, iteration_us)
         group = _check_limits_match_files(base, proc.pid, 10000, 100000)
-        _shield_from_neighbours(group)
+        shield_from_neighbours(group)
         # a burn of 15 ms of CPU with 10 ms per 100 ms period: no request fits in one period's
         # quota, so every one waits for at least one period boundary, and the latencies come
         # in steps of the period (~100 ms, ~200 ms), never near the burn's own 15 ms. (With a
@@ -487,7 +477,7 @@ def test_threads_drain_the_quota_faster() -> None:
         return body
 
     with service_process(["--cpus", "1"], timeout=90) as (base, proc):
-        _shield_from_neighbours(_check_limits_match_files(base, proc.pid, 100000, 100000))
+        shield_from_neighbours(_check_limits_match_files(base, proc.pid, 100000, 100000))
         probe = burn(base, 20000, 2)
         per_ms = probe["cpu_ns"] / 2 / 1e6 / 20000  # one thread's ms per iteration
         small = round(35 / per_ms)   # 35 ms per thread: 70 ms fits a fresh period's quota
