@@ -368,7 +368,7 @@ def _start_timeout(cgroup_version: int, cpus: float) -> float:
 FAR_OFF = [pytest.param(0.3, id="iteration-us-0.3"), pytest.param(3.0, id="iteration-us-3")]
 
 
-def _calibration_flags(base: str, iteration_us: float | None) -> None:
+def _check_calibration(base: str, iteration_us: float | None) -> None:
     """The service says it calibrated one iteration to ``iteration_us`` (default 1)."""
     burn = httpx.get(f"{base}/limits").json()["burn"]
     assert burn["calibrated"] is True and burn["iteration_us"] == (iteration_us or 1.0), burn
@@ -385,7 +385,7 @@ def test_burn_service_at_0_3_cpu_stalls_and_counts(cgroup_version: int,
     flags = ["--iteration-us", f"{iteration_us:g}"] if iteration_us else []
     with service_process(["--cpus", "0.3", *flags],
                          timeout=_start_timeout(cgroup_version, 0.3)) as (base, proc):
-        _calibration_flags(base, iteration_us)
+        _check_calibration(base, iteration_us)
         group = _check_limits_match_files(base, proc.pid, 30000, 100000)
         assert httpx.get(f"{base}/limits").json()["cgroup"]["version"] == cgroup_version
         shield_from_neighbours(group)
@@ -419,7 +419,7 @@ def test_burn_service_at_0_1_cpu_is_quantised_in_periods(iteration_us: float | N
     require_kernel_quota()
     flags = ["--iteration-us", f"{iteration_us:g}"] if iteration_us else []
     with service_process(["--cpus", "0.1", *flags], timeout=90) as (base, proc):
-        _calibration_flags(base, iteration_us)
+        _check_calibration(base, iteration_us)
         group = _check_limits_match_files(base, proc.pid, 10000, 100000)
         shield_from_neighbours(group)
         # a burn of 15 ms of CPU with 10 ms per 100 ms period: no request fits in one period's
