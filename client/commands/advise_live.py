@@ -41,7 +41,7 @@ from client.analysis.cgroup import CgroupReport
 from client.analysis.report import Report, build_report
 from client.commands.advise import EXIT_NOT_MET, Advisor, save_answer, target_from
 from client.commands.common import EXIT_INTERRUPTED, EXIT_OK, plan_from
-from client.commands.inplace import inplace_from, request_words
+from client.commands.inplace import InPlaceBackend, inplace_from, request_words
 from client.commands.options import CliError
 from client.data.metadata import SweepInfo
 from client.data.naming import check_file_name, sweep_stem
@@ -61,26 +61,6 @@ from cpuquota.limit import Limit
 __all__ = ["LESS", "LiveAdvisor", "command_advise_live"]
 
 LESS = 0.75   # "what 25 % less does"
-
-
-class InPlaceBackend:
-    """What ``Advisor`` asks of a backend, for a running service: its words and ``check``."""
-
-    name = "inplace"
-
-    def __init__(self, inplace: InPlace) -> None:
-        self.inplace = inplace
-        self.description = (f"{inplace.target.spec} in place ({inplace.limiter.description}, "
-                            f"was {describe_limit(inplace.original)})")
-
-    def problem(self) -> str | None:
-        return None
-
-    def check(self, limits: Any) -> None:
-        try:
-            self.inplace.check(list(limits))
-        except LimiterError as exc:
-            raise ValueError(str(exc)) from None
 
 
 def ceiling_for(inplace: InPlace, limit_of: Any) -> tuple[int, str]:

@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from client.commands.options import CliError, number_above
 from client.data.request import RequestError, redact_command
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.http import TlsError, tls_verify
-from client.run.inplace import InPlace, InPlaceError
+from client.run.inplace import InPlace, InPlaceError, describe_limit
+from client.run.limiters import LimiterError
 from client.run.plan import LoadPlan
 from client.run.record import RunSpec
 from client.run.request_flags import requests_from_flags
 
-__all__ = ["add_inplace_arguments", "inplace_from", "request_words"]
+__all__ = ["InPlaceBackend", "add_inplace_arguments", "check_inplace_options", "inplace_from", "request_words"]
 
 
 def add_inplace_arguments(parser: argparse.ArgumentParser, *, keep: bool) -> None:
@@ -101,3 +103,23 @@ def request_words(inplace: InPlace) -> str:
         return f"{len(spec.targets)} targets round-robin"
     request = spec.request
     return f"{request.method if request else 'GET'} {spec.url}"
+
+
+class InPlaceBackend:
+    """What ``Advisor`` asks of a backend, for a running service: its words and ``check``."""
+
+    name = "inplace"
+
+    def __init__(self, inplace: InPlace) -> None:
+        self.inplace = inplace
+        self.description = (f"{inplace.target.spec} in place ({inplace.limiter.description}, "
+                            f"was {describe_limit(inplace.original)})")
+
+    def problem(self) -> str | None:
+        return None
+
+    def check(self, limits: Any) -> None:
+        try:
+            self.inplace.check(list(limits))
+        except LimiterError as exc:
+            raise ValueError(str(exc)) from None

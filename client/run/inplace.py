@@ -62,7 +62,6 @@ class InPlace:
     pod_uid: str | None = None
     run: CommandRunner = run_command
     restore_to: Limit | None = field(init=False)
-    changed: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.restore_to = self.original
@@ -101,7 +100,6 @@ class InPlace:
 
     def apply(self, limit: Limit | None) -> None:
         """Set ``limit`` and wait until the quota file reads it back."""
-        self.changed = True
         self.limiter.apply(limit)
 
     def keep(self, limit: Limit | None) -> None:
@@ -111,9 +109,11 @@ class InPlace:
     def restore(self) -> str:
         """Put ``restore_to`` back (Ctrl-C and SIGTERM ignored meanwhile); what was done."""
         with _ignoring_signals():
-            if not self.changed and same_limit(self.limiter.read(), self.restore_to):
-                return f"the limit is as it was: {describe_limit(self.restore_to)}"
-            self.limiter.apply(self.restore_to)
+            if same_limit(self.limiter.read(), self.restore_to):
+                if self.restore_to is self.original:
+                    return f"the limit is as it was: {describe_limit(self.restore_to)}"
+            else:
+                self.limiter.apply(self.restore_to)
             now = self.limiter.read()
         what = "kept the answer" if self.restore_to is not self.original else "restored"
         return f"{what}: {describe_limit(now)} ({self.limiter.description})"

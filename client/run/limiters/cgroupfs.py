@@ -10,6 +10,7 @@ a child's quota above its parent's (``ceiling``).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,10 @@ class CgroupLimiter:
             raise LimiterError(f"{self.directory} has no {name}: "
                                "no quota can be set on this group (cgroup v2: the parent's "
                                "cgroup.subtree_control does not enable 'cpu')")
+        if not os.access(quota_file(self.directory, self.version), os.W_OK):
+            raise LimiterError(f"cannot change {quota_file(self.directory, self.version)}: "
+                               "permission denied (changing a cgroup's CPU limit needs root, or "
+                               "a cgroup delegated to this user)")
         # the other levels above: the largest limit that can be in force
         self.above = [level for level in target.levels[1:]
                       if self.directory.is_relative_to(level.directory)]
