@@ -128,7 +128,7 @@ class LiveAdvisor(Advisor):
         report = build_report(measured.run)
         self.evidence[name] = report.cgroup
         samples = timeline_usage(measured.run.timeline) if sample else []
-        counter = f"the group's CPU ({inplace.target.usage_source.kind})" if samples else None
+        counter = f"the group's {inplace.target.usage_source.kind}" if samples else None
         return measured.recorded, report, samples, counter
 
     def add(self, row: Measured, *, again: bool = False) -> None:
