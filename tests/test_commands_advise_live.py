@@ -204,3 +204,55 @@ def test_bad_input_on_a_real_group_is_one_line(tmp_path: Path,
     lines = nobody.stderr.strip().splitlines()
     assert nobody.returncode == 2 and len(lines) == 1, nobody.stderr
     assert "permission denied" in lines[0] and "Traceback" not in nobody.stderr
+
+
+@pytest.mark.docker
+def test_advise_a_running_container_in_place(tmp_path: Path) -> None:
+    """The same service in a Docker container (the locally built Debian base with python3,
+    the burner mounted, host network), started with --cpus 0.5: advise docker:NAME changes
+    it with docker update and leaves it at 0.5 CPU again."""
+    from tests.dockerd import _local_base, docker, docker_engine
+    from tests.cgroup_fixtures import BURNER
+
+    with docker_engine():
+        base = _local_base()
+        if base is None:
+            from tests.support import require
+            require(False, "no local base image (needs root and debootstrap)")
+        name = f"throttle-lab-live-{tmp_path.name[-8:]}"
+        container = docker("run", "--detach", "--name", name, "--cpus", "0.5",
+                           "--cpu-shares", "10240", "--network", "host", "--volume",
+                           f"{BURNER}:/burner.py:ro", str(base), "python3", "/burner.py",
+                           "--port", "0").stdout.strip()
+        try:
+            port = _container_port(container)
+            result = timed("advise", "--cgroup", f"docker:{name}", "--url",
+                           f"http://127.0.0.1:{port}{BURN}", "--p99", "30", "--requests", "100",
+                           "--profile-seconds", "3", "--name", "d", "--json",
+                           cwd=tmp_path, timeout=900)
+            nano = docker("inspect", "--format", "{{.HostConfig.NanoCpus}}", container)
+        finally:
+            docker("rm", "--force", container)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert nano.stdout.strip() == "500000000"          # back at --cpus 0.5
+    answer = json.loads(result.stdout)
+    assert answer["recommended"] is not None and answer["at_recommended"]["met"]
+    assert answer["inplace"]["kind"] == "docker"
+    # docker cannot take a limit away: the profile ran at all the machine's CPUs
+    profile = answer["inplace"]["cgroup"][answer["runs"][0]["name"]]
+    assert profile["quota_cpus"] == pytest.approx(answer["search"]["ceiling_cpus"])
+    less = answer["inplace"]["less_25"]
+    assert less is not None and less["met"] is False
+    assert any("docker update --cpus" in line for line in answer["inplace"]["permanent"])
+
+
+def _container_port(container: str, timeout: float = 60) -> int:
+    from tests.dockerd import docker
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        logs = docker("logs", container).stdout.split()
+        if len(logs) >= 2 and logs[0] == "port":
+            return int(logs[1])
+        time.sleep(0.2)
+    raise AssertionError(f"the burner in {container} never said its port")

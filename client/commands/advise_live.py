@@ -10,7 +10,7 @@ The same search as for burn-service (``client.commands.advise``, whose :class:`A
 is), with each run made by :class:`client.run.inplace.InPlace` instead of a started service:
 
 1. **Profile** without a limit where the target can run without one (a cgroup), else at the
-   limit it has (a Docker container); CPU per request and per-second usage from the group's own
+   ceiling (a Docker container: ``--cpus`` of all the machine's CPUs); CPU per request and per-second usage from the group's own
    counters (the ``--cgroup`` timeline), not a ``/metrics`` page.
 2. **Guess** with the quota model, **verify** and **converge** as ``advise`` does, each run at
    a limit set in place and in force (the quota file reads it back) before a request is sent.
@@ -49,7 +49,7 @@ from client.render.advise import format_advice, format_runs_table, limit_words
 from client.render.inplace import format_evidence, format_less, format_verification
 from client.render.permanent import permanent_lines
 from client.render.progress import RunProgress
-from client.run.inplace import InPlace, InPlaceError, describe_limit, timeline_usage
+from client.run.inplace import InPlace, InPlaceError, timeline_usage
 from client.run.limiters import LimiterError
 from client.run.plan import LoadPlan
 from client.run.record import RecordedRun
@@ -107,11 +107,12 @@ class LiveAdvisor(Advisor):
                ) -> tuple[RecordedRun, Report, list[UsageSample], str | None]:
         name = self.name_for(limit, role)
         inplace = self.inplace
-        applied = limit if (limit is not None or inplace.limiter.can_remove) else \
-            inplace.original
-        how = ("at its limit now: " + limit_words(applied) + f" ({inplace.limiter.kind} cannot "
-               "run without one)") if limit is None and applied is not None else \
-            limit_words(applied)
+        applied = limit
+        how = limit_words(limit)
+        if limit is None and not inplace.limiter.can_remove:   # all the CPUs it may have
+            applied = self.shape(self.ceiling)
+            how = (f"{limit_words(applied)}, {self.ceiling_words} ({inplace.limiter.kind} "
+                   "cannot take a limit away)")
         print(f"\n{name}: {inplace.target.spec} at {how}", flush=True)
         plan = plan or self.plan
         sweep = SweepInfo(sweep_stem(self.prefix, "advise"), "inplace",
