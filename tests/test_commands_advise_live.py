@@ -16,6 +16,8 @@ import json
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -226,10 +228,11 @@ def test_advise_a_running_container_in_place(tmp_path: Path) -> None:
                            "--port", "0").stdout.strip()
         try:
             port = _container_port(container)
-            result = timed("advise", "--cgroup", f"docker:{name}", "--url",
-                           f"http://127.0.0.1:{port}{BURN}", "--p99", "30", "--requests", "100",
-                           "--profile-seconds", "3", "--name", "d", "--json",
-                           cwd=tmp_path, timeout=900)
+            with _boosted_parents(f"docker:{name}"):
+                result = timed("advise", "--cgroup", f"docker:{name}", "--url",
+                               f"http://127.0.0.1:{port}{BURN}", "--p99", "30", "--requests",
+                               "100", "--profile-seconds", "3", "--name", "d", "--json",
+                               cwd=tmp_path, timeout=900)
             nano = docker("inspect", "--format", "{{.HostConfig.NanoCpus}}", container)
         finally:
             docker("rm", "--force", container)
@@ -244,6 +247,25 @@ def test_advise_a_running_container_in_place(tmp_path: Path) -> None:
     less = answer["inplace"]["less_25"]
     assert less is not None and less["met"] is False
     assert any("docker update --cpus" in line for line in answer["inplace"]["permanent"])
+
+
+@contextmanager
+def _boosted_parents(spec: str) -> Iterator[None]:
+    """The weight of the groups above the container's (Docker's ``/docker``) raised like the
+    container's own (``--cpu-shares``) for the test, and put back by path at the end."""
+    from client.run.cgroup_target import resolve_cgroup
+
+    directory = resolve_cgroup(spec).directory.parent
+    saved: list[tuple[Path, str]] = []
+    try:
+        while (directory / "cpu.shares").exists() and (directory.parent / "cpu.shares").exists():
+            saved.append((directory, (directory / "cpu.shares").read_text().strip()))
+            (directory / "cpu.shares").write_text("10240")
+            directory = directory.parent
+        yield
+    finally:
+        for path, shares in saved:
+            (path / "cpu.shares").write_text(shares)
 
 
 def _container_port(container: str, timeout: float = 60) -> int:
