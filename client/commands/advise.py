@@ -136,10 +136,7 @@ def ceiling_for(backend: Backend, limit_of: Shape) -> tuple[int, str]:
 
 def command_advise(argv: list[str]) -> int:
     opts = build_advise_parser().parse_args(argv)
-    if opts.cgroup is not None:   # the user's running service (client.commands.advise_live)
-        from client.commands.advise_live import command_advise_live
-        return command_advise_live(opts, argv)
-    check_inplace_options(opts)
+    check_inplace_options(opts)   # --cgroup: client.commands.advise_live (inplace_entry)
     if opts.iterations is None:
         opts.iterations = DEFAULT_ITERATIONS
     started = datetime.now(timezone.utc)

@@ -57,8 +57,9 @@ def add_inplace_arguments(parser: argparse.ArgumentParser, *, keep: bool) -> Non
                            "service had; also on an error or Ctrl-C)")
 
 
-def check_inplace_options(opts: argparse.Namespace) -> None:
-    """``--url`` and the request flags only go with ``--cgroup`` here."""
+def check_inplace_options(opts: argparse.Namespace, *, live: bool = False) -> None:
+    """``--url`` and the request flags only go with ``--cgroup`` here; ``live`` False: the
+    command that starts burn-service itself, which cannot take ``--cgroup``."""
     given = [flag for flag, value in (("--url", opts.url), ("-X", opts.method),
                                       ("-d", opts.data), ("--targets", opts.targets),
                                       ("-H", opts.header or None), ("--cacert", opts.cacert),
@@ -68,6 +69,9 @@ def check_inplace_options(opts: argparse.Namespace) -> None:
     if opts.cgroup is None and given:
         raise CliError(f"{given[0]} goes with --cgroup TARGET (a running service); without it "
                        "the command starts burn-service itself")
+    if opts.cgroup is not None and not live:
+        raise CliError("--cgroup TARGET is run by http-timing's advise/sweep entry "
+                       "(client.commands.inplace_entry)")
     if opts.cgroup is not None and opts.url is None and opts.targets is None:
         raise CliError("--cgroup TARGET needs --url URL (or --targets FILE): what to time")
 
@@ -75,7 +79,7 @@ def check_inplace_options(opts: argparse.Namespace) -> None:
 def inplace_from(opts: argparse.Namespace, argv: list[str], command: str) -> InPlace:
     """The running service the options name, the limit it has now, the request each run
     sends; bad input is a one-line ``CliError``."""
-    check_inplace_options(opts)
+    check_inplace_options(opts, live=True)
     try:
         asked = requests_from_flags(opts.url, default_url="", method=opts.method,
                                     headers=opts.header, data=opts.data, targets=opts.targets,

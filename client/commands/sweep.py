@@ -81,10 +81,7 @@ def build_sweep_parser() -> argparse.ArgumentParser:
 
 def command_sweep(argv: list[str]) -> int:
     opts = build_sweep_parser().parse_args(argv)
-    if opts.cgroup is not None:   # the user's running service (client.commands.sweep_live)
-        from client.commands.sweep_live import command_sweep_live
-        return command_sweep_live(opts, argv)
-    check_inplace_options(opts)
+    check_inplace_options(opts)   # --cgroup: client.commands.sweep_live (inplace_entry)
     if opts.iterations is None:
         opts.iterations = DEFAULT_ITERATIONS
     started = datetime.now(timezone.utc)
