@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from client.data.files import read_run
-from tests.support import BIN, require_kernel_quota, usage_error
+from tests.support import BIN, HIERARCHIES, require_kernel_quota, usage_error
 
 BURN = "/burn?ms=3"     # 3 ms of CPU per request
 ORIGINAL = "50000"      # the group's quota when each test starts: 0.5 CPU
@@ -34,7 +34,10 @@ NICE = ["nice", "-n", "-10"]
 
 def boost(group: Path) -> Path:
     """The test group's weight against the machine's other load (removed with the group)."""
-    (group / "cpu.shares").write_text("10240")
+    if (group / "cpu.shares").exists():
+        (group / "cpu.shares").write_text("10240")
+    else:
+        (group / "cpu.weight").write_text("1000")   # cgroup v2 (default 100)
     return group
 
 
@@ -45,7 +48,18 @@ def timed(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[
 
 
 def quota(group: Path) -> str:
-    return (group / "cpu.cfs_quota_us").read_text().strip()
+    """The group's quota in µs, "-1" for none (v1's spelling, also for v2's ``max``)."""
+    if (group / "cpu.cfs_quota_us").exists():
+        return (group / "cpu.cfs_quota_us").read_text().strip()
+    first = (group / "cpu.max").read_text().split()[0]
+    return "-1" if first == "max" else first
+
+
+def no_quota(group: Path) -> None:
+    if (group / "cpu.cfs_quota_us").exists():
+        (group / "cpu.cfs_quota_us").write_text("-1")
+    else:
+        (group / "cpu.max").write_text("max 100000")
 
 
 def advise_args(group: Path, base_url: str, *extra: str) -> list[str]:
@@ -134,14 +148,15 @@ def test_interrupted_advice_puts_the_limit_back(tmp_path: Path, signum: int) -> 
 
 
 @pytest.mark.root
-def test_sweep_a_running_service_in_place(tmp_path: Path) -> None:
+@HIERARCHIES
+def test_sweep_a_running_service_in_place(tmp_path: Path, cgroup_version: int) -> None:
     """A group without a limit (--allow-new-limit): each limit in force in its run, no limit
-    again at the end."""
-    require_kernel_quota(1)
+    again at the end; on cgroup v1 and v2 (cpu.max)."""
+    require_kernel_quota(cgroup_version)
     from tests.cgroup_fixtures import burner_in_group
 
     with burner_in_group(0.5) as service:
-        (boost(service.group) / "cpu.cfs_quota_us").write_text("-1")
+        no_quota(boost(service.group))
         result = timed("sweep", "--cgroup", f"pid:{service.pid}", "--url",
                        service.base_url + BURN, "--cpus", "none,1,0.3", "--requests", "60",
                        "--allow-new-limit", "--name", "s", cwd=tmp_path, timeout=600)
