@@ -10,6 +10,7 @@
     http-timing [run] ... --cgroup TARGET                               + the service's own cgroup
     http-timing watch TARGET                                            the top of throttling
     http-timing advise --p99 MS [--p90 MS] [--backend ...]              the smallest limit
+    http-timing advise|sweep ... --cgroup TARGET --url URL              ... on a running service
     http-timing record TARGET [--duration S] [--max-size BYTES]         a cgroup's timeline alone
     http-timing import FILE --timeline NAME.cgroup.csv [--format F]     another tool's requests
 

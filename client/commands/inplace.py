@@ -116,8 +116,8 @@ class InPlaceBackend:
 
     def __init__(self, inplace: InPlace) -> None:
         self.inplace = inplace
-        self.description = (f"{inplace.target.spec} in place ({inplace.limiter.description}, "
-                            f"was {describe_limit(inplace.original)})")
+        self.description = (f"{inplace.target.spec} in place ({inplace.limiter.kind}; was "
+                            f"{describe_limit(inplace.original)})")
 
     def problem(self) -> str | None:
         return None
