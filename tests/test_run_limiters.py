@@ -135,3 +135,10 @@ def test_an_unsupported_kind_is_one_line(tmp_path: Path) -> None:
     target = replace(resolve_cgroup(str(group), proc=proc), spec="k8s:ns/pod")
     with pytest.raises(LimiterError, match="k8s: target is not supported yet"):
         limiter_for(target)
+
+
+def test_the_root_group_cannot_get_a_quota(tmp_path: Path) -> None:
+    group, proc = v1_tree(tmp_path, quota_us=-1)
+    top = group.parent.parent
+    with pytest.raises(LimiterError, match="root cgroup"):
+        CgroupLimiter(resolve_cgroup(str(top), proc=proc))

@@ -33,6 +33,10 @@ class CgroupLimiter:
         self.group = level.group if level is not None else target.group
         self.version = target.version
         name = quota_file(self.directory, self.version).name
+        if self.group in ("", "/"):
+            raise LimiterError(f"{target.spec} is in the root cgroup ({self.directory}), which "
+                               "cannot have a quota: run the service in a group of its own "
+                               "(a systemd unit, a container)")
         if not quota_file(self.directory, self.version).exists():
             raise LimiterError(f"{self.directory} has no {name}: "
                                "no quota can be set on this group (cgroup v2: the parent's "
