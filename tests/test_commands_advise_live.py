@@ -16,7 +16,7 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -47,6 +47,22 @@ def timed(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[
                           capture_output=True, text=True, timeout=timeout)
 
 
+BUSY = "below what the service does without any CPU limit"
+
+
+def advise_on_a_busy_machine(*args: str, cwd: Path, restored: Callable[[], bool]
+                             ) -> subprocess.CompletedProcess[str]:
+    """``http-timing advise ARGS``, once more (at most twice) when it refused because the
+    service missed the target *without any limit* (the machine's other load, not the quota:
+    the tool says so, exit 2, and the quota is back each time)."""
+    for _ in range(3):
+        result = timed(*args, cwd=cwd, timeout=900)
+        if not (result.returncode == 2 and BUSY in result.stderr):
+            return result
+        assert restored()
+    return result
+
+
 def quota(group: Path) -> str:
     """The group's quota in µs, "-1" for none (v1's spelling, also for v2's ``max``)."""
     if (group / "cpu.cfs_quota_us").exists():
@@ -62,8 +78,8 @@ def no_quota(group: Path) -> None:
         (group / "cpu.max").write_text("max 100000")
 
 
-def advise_args(group: Path, base_url: str, *extra: str) -> list[str]:
-    return ["advise", "--cgroup", str(group), "--url", base_url + BURN, "--p99", "30",
+def advise_args(group: Path, base_url: str, *extra: str, p99: str = "30") -> list[str]:
+    return ["advise", "--cgroup", str(group), "--url", base_url + BURN, "--p99", p99,
             "--requests", "100", "--profile-seconds", "3", "--no-alternatives", "--name", "a",
             *extra]
 
@@ -75,8 +91,9 @@ def test_advise_a_running_service_in_place(tmp_path: Path) -> None:
 
     with burner_in_group(0.5) as service:
         boost(service.group)
-        result = timed(*advise_args(service.group, service.base_url), "--json",
-                       cwd=tmp_path, timeout=900)
+        result = advise_on_a_busy_machine(*advise_args(service.group, service.base_url),
+                                          "--json", cwd=tmp_path,
+                                          restored=lambda: quota(service.group) == ORIGINAL)
         after = quota(service.group)
     assert result.returncode == 0, result.stderr[-3000:]
     assert after == ORIGINAL                       # put back as it was
@@ -121,7 +138,9 @@ def test_interrupted_advice_puts_the_limit_back(tmp_path: Path, signum: int) -> 
 
     with burner_in_group(0.5) as service:
         boost(service.group)
-        argv = [*NICE, str(BIN / "http-timing"), *advise_args(service.group, service.base_url)]
+        # a target the busiest machine meets without a limit: the search must get going
+        argv = [*NICE, str(BIN / "http-timing"),
+                *advise_args(service.group, service.base_url, p99="80")]
         proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         try:
@@ -246,15 +265,16 @@ def test_advise_a_running_container_in_place(tmp_path: Path) -> None:
         try:
             port = _container_port(container)
             with _boosted_parents(f"docker:{name}"):
-                result = timed("advise", "--cgroup", f"docker:{name}", "--url",
-                               f"http://127.0.0.1:{port}{BURN}", "--p99", "30", "--requests",
-                               "100", "--profile-seconds", "3", "--name", "d", "--json",
-                               cwd=tmp_path, timeout=900)
-            nano = docker("inspect", "--format", "{{.HostConfig.NanoCpus}}", container)
+                result = advise_on_a_busy_machine(
+                    "advise", "--cgroup", f"docker:{name}", "--url",
+                    f"http://127.0.0.1:{port}{BURN}", "--p99", "30", "--requests", "100",
+                    "--profile-seconds", "3", "--name", "d", "--json", cwd=tmp_path,
+                    restored=lambda: _nano_cpus(container) == "500000000")
+            nano = _nano_cpus(container)
         finally:
             docker("rm", "--force", container)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert nano.stdout.strip() == "500000000"          # back at --cpus 0.5
+    assert nano == "500000000"          # back at --cpus 0.5
     answer = json.loads(result.stdout)
     assert answer["recommended"] is not None and answer["at_recommended"]["met"]
     assert answer["inplace"]["kind"] == "docker"
@@ -283,6 +303,12 @@ def _boosted_parents(spec: str) -> Iterator[None]:
     finally:
         for path, shares in saved:
             (path / "cpu.shares").write_text(shares)
+
+
+def _nano_cpus(container: str) -> str:
+    from tests.dockerd import docker
+
+    return docker("inspect", "--format", "{{.HostConfig.NanoCpus}}", container).stdout.strip()
 
 
 def _container_port(container: str, timeout: float = 60) -> int:
