@@ -68,6 +68,23 @@ def format_report(report: Report, path: object) -> list[str]:
         lines.append(report.fell_behind_words)
     if report.cgroup is not None:
         lines += format_cgroup(report.cgroup)
+    lines += format_quota_parts(report)
+    return lines
+
+
+def format_quota_parts(report: Report) -> list[str]:
+    """A run that spans a change of quota: one line per quota, its requests judged by it."""
+    if not report.by_quota:
+        return []
+    lines = [f"quota changed during the run ({len(report.by_quota)} quotas in force, each "
+             "request judged by the one in force when it was sent):"]
+    for part in report.by_quota:
+        s, d = part.report.summary, part.report.detection
+        straddle = (f"; {part.straddling} answered after the next change"
+                    if part.straddling else "")
+        lines.append(f"  {part.span.describe()}: {s.count} requests, p50 {s.p50_ms:.1f} ms, "
+                     f"p90 {s.p90_ms:.1f} ms, p99 {s.p99_ms:.1f} ms, {d.throttled_count} "
+                     f"throttled{straddle}")
     return lines
 
 
