@@ -98,10 +98,22 @@ def split_by_quota(run: Run) -> list[tuple[QuotaSpan, Run, int]]:
     for record in run.records:
         parts[bisect_right(cuts, record.start_ns)].append(record)
     out = []
+    timeline = run.timeline or []
     for index, (span, records) in enumerate(zip(spans, parts)):
         if not records:
             continue
         straddle = (sum(1 for r in records if r.end_ns > cuts[index])
                     if index < len(cuts) else 0)
-        out.append((span, replace(run, records=records), straddle))
+        lo = min(span.start_ns, min(r.start_ns for r in records))
+        hi = max(span.end_ns, max(r.end_ns for r in records))
+        out.append((span, replace(run, records=records, timeline=_window(timeline, lo, hi)),
+                    straddle))
     return out
+
+
+def _window(timeline: list[CgroupSample], lo: int, hi: int) -> list[CgroupSample]:
+    """The samples from the last at or before ``lo`` to the first at or after ``hi``."""
+    times = [s.t_ns for s in timeline]
+    first = max(0, bisect_right(times, lo) - 1)
+    last = min(len(timeline), bisect_right(times, hi) + 1)
+    return timeline[first:last]

@@ -1,0 +1,104 @@
+"""A run that spans a change of quota, on a real cgroup: burn-service in its group at 0.2 CPU,
+``cpu.cfs_quota_us`` (v1; ``cpu.max`` on v2) raised to 0.5 CPU mid-run (what an in-place pod
+resize does to the pod's and the container's groups), and ``http-timing --cgroup`` timing it.
+The timeline holds both quotas, ``report`` names both with the requests sent under each,
+``report --predict`` models each part under its own quota, the marks still add up to the
+group's ``cpu.stat``, and ``watch`` shows the change live."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from client.data.files import read_run
+from client.data.timeline import read_timeline, timeline_path
+from tests.support import BIN, HIERARCHIES, http_timing, require_kernel_quota, service_process
+
+pytestmark = pytest.mark.root
+
+ITERATIONS = 50_000    # ~27 ms of CPU: throttled at 0.2 CPU (20 ms a period) and at 0.5
+REQUESTS = 70
+PERIOD_US = 100_000
+RAISE_AFTER_S = 3.0
+
+
+def _set_quota(group: Path, version: int, quota_us: int) -> None:
+    if version == 1:
+        (group / "cpu.cfs_quota_us").write_text(f"{quota_us}\n")
+    else:
+        (group / "cpu.max").write_text(f"{quota_us} {PERIOD_US}\n")
+
+
+@HIERARCHIES
+def test_a_quota_raised_mid_run(tmp_path: Path, cgroup_version: int) -> None:
+    require_kernel_quota(cgroup_version)
+    with service_process(["--cpus", "0.2"]) as (base, _proc):
+        group = Path(httpx.get(base + "/limits", timeout=5).json()["cgroup"]["path"])
+        watch = subprocess.Popen([str(BIN / "http-timing"), "watch", str(group), "--json",
+                                  "--interval", "0.5"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        run = subprocess.Popen([str(BIN / "http-timing"), "--url", f"{base}/cpuBurnFlow",
+                                "--iterations", str(ITERATIONS), "--requests", str(REQUESTS),
+                                "--warmup", "0", "--cgroup", str(group), "--name", "resize",
+                                "--quiet", "--no-plot"], cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            csv_path = tmp_path / "raw-data" / "resize.csv"
+            deadline = time.monotonic() + 120
+            while True:   # raise the quota once the run has spent RAISE_AFTER_S under 0.2
+                lines = (timeline_path(csv_path).read_text().splitlines()
+                         if timeline_path(csv_path).exists() else [])
+                if len(lines) > 2 and int(lines[-2].split(",")[0]) > RAISE_AFTER_S * 1e9:
+                    break
+                assert run.poll() is None and time.monotonic() < deadline, run.stderr
+                time.sleep(0.05)
+            _set_quota(group, cgroup_version, 50_000)
+            out, err = run.communicate(timeout=240)
+            assert run.returncode == 0, err
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+            watch.terminate()
+            watched, _ = watch.communicate(timeout=20)
+    timeline = read_timeline(timeline_path(csv_path))
+    quotas = [s.quotas[0] for s in timeline]
+    assert quotas[0] == (20_000, PERIOD_US) and quotas[-1] == (50_000, PERIOD_US)
+    changes = sum(1 for a, b in zip(quotas, quotas[1:]) if a != b)
+    assert changes == 1, quotas
+
+    recorded = read_run(csv_path)
+    marks = sum(r.cgroup_throttled_ns or 0 for r in recorded.records)
+    group_ns = timeline[-1].throttled_ns - timeline[0].throttled_ns
+    assert group_ns > 100_000_000
+    assert marks == pytest.approx(group_ns, rel=0.2)   # one at a time: the marks add up
+
+    data = json.loads(http_timing("report", str(csv_path), "--json", cwd=tmp_path).stdout)
+    parts = data["quotas"]
+    assert [(p["quota_us"], p["cpus"]) for p in parts] == [(20_000, 0.2), (50_000, 0.5)]
+    assert sum(p["requests"] for p in parts) == data["count"] == REQUESTS
+    assert all(p["requests"] >= 5 for p in parts)
+    assert parts[0]["p90_ms"] > parts[1]["p90_ms"]   # the tighter quota: the slower part
+    text = http_timing("report", str(csv_path), cwd=tmp_path).stdout
+    assert "quota changed during the run" in text
+    assert "0.2 CPU (20000 µs per 100000 µs)" in text and "0.5 CPU (50000 µs per 100000 µs)" in text
+
+    predicted = http_timing("report", str(csv_path), "--predict", "--json", cwd=tmp_path)
+    assert predicted.returncode == 0, predicted.stderr
+    by_quota = json.loads(predicted.stdout)["by_quota"]
+    assert [p["span"]["cpus"] for p in by_quota] == [0.2, 0.5]
+    assert ["0.2" in p["model_limit"] for p in by_quota] == [True, False]
+    assert "0.5" in by_quota[1]["model_limit"]
+    assert [p["count"] for p in by_quota] == [p["requests"] for p in parts]
+    # each part's requests were sent while its quota was in force
+    for part, (start_s, end_s) in zip(by_quota, [(p["from_s"], p["to_s"]) for p in parts]):
+        assert part["span"]["from_s"] == start_s and part["span"]["to_s"] == end_s
+    assert by_quota[0]["predicted"]["p90_ms"] > by_quota[1]["predicted"]["p90_ms"]
+
+    seen = [json.loads(line)["quota_cpus"] for line in watched.splitlines() if line.strip()]
+    assert seen[0] == 0.2 and seen[-1] == 0.5 and set(seen) == {0.2, 0.5}, seen
