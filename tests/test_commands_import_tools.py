@@ -163,6 +163,86 @@ def test_nginx_access_log(tmp_path: Path) -> None:
     check_marks(tmp_path, "nginx", "nginx")
 
 
+UPSTREAMINFO_MSEC = (   # ingress-nginx's log-format-upstream (upstreaminfo), + $msec at the end
+    "log_format upstreaminfo '$remote_addr - $remote_user [$time_local] \"$request\" '\n"
+    "    '$status $body_bytes_sent \"$http_referer\" \"$http_user_agent\" '\n"
+    "    '$request_length $request_time [$proxy_upstream_name] "
+    "[$proxy_alternative_upstream_name] '\n"
+    "    '$upstream_addr $upstream_response_length $upstream_response_time $upstream_status '\n"
+    "    '$req_id $msec';")
+INGRESS_CONF = """
+daemon off;
+master_process off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 64; }}
+http {{
+    map $http_x_request_id $req_id {{ default $http_x_request_id; "" $request_id; }}
+    {log_format}
+    access_log {dir}/access.log upstreaminfo;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    upstream pods {{ server {pod_a}; server {pod_b}; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            set $proxy_upstream_name "throttle-lab-limited-7800";
+            set $proxy_alternative_upstream_name "";
+            proxy_pass http://pods;
+        }}
+    }}
+}}
+"""
+
+
+def test_nginx_log_format_upstreaminfo_one_pod_of_two(tmp_path: Path) -> None:
+    """The real nginx as an Ingress would run it: ingress-nginx's upstreaminfo + $msec, two
+    pods behind it (the quota'd burn-service, and an unlimited one) served in turn; the log
+    read with ``--log-format`` in nginx's syntax and ``--upstream`` the quota'd pod's
+    address: its requests marked, in agreement with its group's cpu.stat."""
+    from client.data.files import read_run
+    from tests.support import service_process
+
+    nginx = "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else tool("nginx")
+    port = free_port()
+    prefix = tmp_path / "nginx"
+    prefix.mkdir()
+    with recorded_service(tmp_path) as rec, service_process() as (other, _proc):
+        pod_a, pod_b = rec.base_url.split("://")[1], other.split("://")[1]
+        (prefix / "nginx.conf").write_text(INGRESS_CONF.format(
+            dir=prefix, log_format=UPSTREAMINFO_MSEC, port=port, pod_a=pod_a, pod_b=pod_b))
+        proc = subprocess.Popen([nginx, "-p", str(prefix), "-c", str(prefix / "nginx.conf")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            result = http_timing("--url", f"http://127.0.0.1:{port}/cpuBurnFlow",
+                                 "--iterations", str(ITERATIONS), "--requests",
+                                 str(2 * REQUESTS), "--warmup", "0", "--quiet", "--no-plot",
+                                 "--name", "through", cwd=tmp_path)
+            assert result.returncode == 0, (result.stderr, (prefix / "error.log").read_text())
+        finally:
+            proc.send_signal(signal.SIGQUIT)   # graceful: the log is written
+            try:
+                proc.communicate(timeout=15)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    log = prefix / "access.log"
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2 * REQUESTS and "[throttle-lab-limited-7800] []" in lines[0]
+    out = import_file(tmp_path, log, "ingress", "--log-format", UPSTREAMINFO_MSEC,
+                      "--upstream", pod_a)
+    assert f"{REQUESTS} of {2 * REQUESTS} requests served by {pod_a}" in out
+    check_marks(tmp_path, "ingress", "nginx")
+    assert len(read_run(tmp_path / "raw-data" / "ingress.csv").records) == REQUESTS
+    wrong = http_timing("import", str(log), "--timeline", "raw-data/t.cgroup.csv",
+                        "--log-format", "$remote_addr [$time_local] $status", cwd=tmp_path)
+    assert wrong.returncode == 2 and "needs $msec" in wrong.stderr
+
+
 @pytest.mark.parametrize("fmt", ["k6-json", "k6-csv", "jmeter-csv", "envoy", "envoy-json",
                                  "traefik-json"])
 def test_files_written_as_documented(fmt: str, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ metadata's one quota holds for the whole run.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -115,5 +115,5 @@ def _window(timeline: list[CgroupSample], lo: int, hi: int) -> list[CgroupSample
     """The samples from the last at or before ``lo`` to the first at or after ``hi``."""
     times = [s.t_ns for s in timeline]
     first = max(0, bisect_right(times, lo) - 1)
-    last = min(len(timeline), bisect_right(times, hi) + 1)
+    last = min(len(timeline), bisect_left(times, hi) + 1)
     return timeline[first:last]
