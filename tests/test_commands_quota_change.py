@@ -21,10 +21,8 @@ from tests.support import BIN, HIERARCHIES, http_timing, require_kernel_quota, s
 
 pytestmark = pytest.mark.root
 
-ITERATIONS = 50_000    # ~27 ms of CPU: throttled at 0.2 CPU (20 ms a period) and at 0.5
-REQUESTS = 70
+ITERATIONS = 50_000    # ~27 ms of CPU here: throttled at 0.2 CPU (20 ms a period), less at 0.5
 PERIOD_US = 100_000
-RAISE_AFTER_S = 3.0
 
 
 def _set_quota(group: Path, version: int, quota_us: int) -> None:
@@ -37,28 +35,28 @@ def _set_quota(group: Path, version: int, quota_us: int) -> None:
 @HIERARCHIES
 def test_a_quota_raised_mid_run(tmp_path: Path, cgroup_version: int) -> None:
     require_kernel_quota(cgroup_version)
+    requests = 60 if cgroup_version == 1 else 24   # the v2 guest (TCG) is ~15x slower
     with service_process(["--cpus", "0.2"]) as (base, _proc):
         group = Path(httpx.get(base + "/limits", timeout=5).json()["cgroup"]["path"])
         watch = subprocess.Popen([str(BIN / "http-timing"), "watch", str(group), "--json",
                                   "--interval", "0.5"], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
         run = subprocess.Popen([str(BIN / "http-timing"), "--url", f"{base}/cpuBurnFlow",
-                                "--iterations", str(ITERATIONS), "--requests", str(REQUESTS),
+                                "--iterations", str(ITERATIONS), "--requests", str(requests),
                                 "--warmup", "0", "--cgroup", str(group), "--name", "resize",
                                 "--quiet", "--no-plot"], cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
         try:
             csv_path = tmp_path / "raw-data" / "resize.csv"
-            deadline = time.monotonic() + 120
-            while True:   # raise the quota once the run has spent RAISE_AFTER_S under 0.2
-                lines = (timeline_path(csv_path).read_text().splitlines()
-                         if timeline_path(csv_path).exists() else [])
-                if len(lines) > 2 and int(lines[-2].split(",")[0]) > RAISE_AFTER_S * 1e9:
+            deadline = time.monotonic() + 300
+            while True:   # raise the quota once half the requests are done (a row each)
+                done = (len(csv_path.read_text().splitlines()) - 1 if csv_path.exists() else 0)
+                if done >= requests // 2:
                     break
                 assert run.poll() is None and time.monotonic() < deadline, run.stderr
-                time.sleep(0.05)
+                time.sleep(0.02)
             _set_quota(group, cgroup_version, 50_000)
-            out, err = run.communicate(timeout=240)
+            out, err = run.communicate(timeout=600)
             assert run.returncode == 0, err
         finally:
             if run.poll() is None:
@@ -81,9 +79,14 @@ def test_a_quota_raised_mid_run(tmp_path: Path, cgroup_version: int) -> None:
     data = json.loads(http_timing("report", str(csv_path), "--json", cwd=tmp_path).stdout)
     parts = data["quotas"]
     assert [(p["quota_us"], p["cpus"]) for p in parts] == [(20_000, 0.2), (50_000, 0.5)]
-    assert sum(p["requests"] for p in parts) == data["count"] == REQUESTS
-    assert all(p["requests"] >= 5 for p in parts)
-    assert parts[0]["p90_ms"] > parts[1]["p90_ms"]   # the tighter quota: the slower part
+    assert sum(p["requests"] for p in parts) == data["count"] == requests
+    assert all(p["requests"] >= requests // 3 for p in parts), parts
+    # what the kernel counted in each part's stretch: under 0.2 CPU the group used at most
+    # about 0.2 CPU and was throttled in a larger share of the periods than under 0.5
+    tight, loose = parts
+    assert tight["usage_cpus"] <= 0.2 * 1.15 and tight["cgroup_nr_throttled"] > 0
+    assert (tight["cgroup_nr_throttled"] / tight["cgroup_nr_periods"] >
+            loose["cgroup_nr_throttled"] / max(1, loose["cgroup_nr_periods"]))
     text = http_timing("report", str(csv_path), cwd=tmp_path).stdout
     assert "quota changed during the run" in text
     assert "0.2 CPU (20000 µs per 100000 µs)" in text and "0.5 CPU (50000 µs per 100000 µs)" in text
@@ -98,7 +101,6 @@ def test_a_quota_raised_mid_run(tmp_path: Path, cgroup_version: int) -> None:
     # each part's requests were sent while its quota was in force
     for part, (start_s, end_s) in zip(by_quota, [(p["from_s"], p["to_s"]) for p in parts]):
         assert part["span"]["from_s"] == start_s and part["span"]["to_s"] == end_s
-    assert by_quota[0]["predicted"]["p90_ms"] > by_quota[1]["predicted"]["p90_ms"]
 
     seen = [json.loads(line)["quota_cpus"] for line in watched.splitlines() if line.strip()]
     assert seen[0] == 0.2 and seen[-1] == 0.5 and set(seen) == {0.2, 0.5}, seen
