@@ -192,3 +192,31 @@ def test_log_format_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.Monk
                        monkeypatch, capsys)
     assert "does not go with --format envoy" in line
     assert not (tmp_path / "raw-data").exists()
+
+
+def test_an_imported_run_over_a_resize_is_judged_per_quota(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]
+                                                            ) -> None:
+    """A recorded timeline that spans an in-place resize (quota columns 20000 -> 50000 at
+    1 s): the imported run's report says both quotas, each with the requests sent under it."""
+    rows = ["t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns,quota_us,period_us"]
+    for i in range(201):
+        t = i * 10 * MS
+        rows.append(f"{t},{t // 4},{t // (100 * MS)},0,0,{20000 if t < 1000 * MS else 50000},"
+                    "100000")
+    (tmp_path / "t.cgroup.csv").write_text("\n".join(rows) + "\n")
+    write_timeline_metadata(tmp_path / "t.json", TimelineMetadata(
+        "t", TimelineClock(ZERO, 100), cgroup={**GROUP, "quota_us": 20000, "cpus": 0.2},
+        host="here"))
+    vegeta_csv(tmp_path, [100, 400, 700, 1100, 1400, 1700])
+    code, err = exit_code_and_errors(["import", "r.csv", "--timeline", "t.cgroup.csv",
+                                      "--name", "rs"], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    code, err = exit_code_and_errors(["report", "raw-data/rs.csv", "--json"], tmp_path,
+                                     monkeypatch, capsys)
+    assert code == 0, err
+    from client.analysis.report import build_report
+
+    parts = build_report(read_run(tmp_path / "raw-data" / "rs.csv")).to_dict()["quotas"]
+    assert [(p["cpus"], p["requests"]) for p in parts] == [(0.2, 3), (0.5, 3)]

@@ -190,7 +190,8 @@ def test_traefik_upstreams_own_lines_and_whole_seconds(tmp_path: Path) -> None:
     js.write_text('{"level":"info","msg":"Configuration loaded","time":"2024-11-24T03:46:39Z"}\n'
                   + TRAEFIK_JSON + TRAEFIK_JSON.replace(   # StartUTC dropped, a local zone
                       '"StartUTC":"2024-11-24T03:46:40.123456789Z",', '').replace(
-                      "03:46:40.123456789Z", "04:46:40.1234+01:00").replace("10.42.0.7", "10.42.0.8"))
+                      "03:46:40.123456789Z", "04:46:40.1234+01:00").replace("10.42.0.7",
+                                                                            "10.42.0.8"))
     imported = read_results(js)
     assert imported.format == "traefik-json" and imported.start_step_ns == 0
     assert [r.upstream for r in imported.requests] == ["10.42.0.7:7800", "10.42.0.8:7800"]

@@ -5,8 +5,9 @@ The text given may be the whole directive (``log_format upstreaminfo escape=defa
 '...';``, as in ``nginx.conf``), its quoted strings, or the bare format. Variables are
 ``$name`` or ``${name}``; everything else is literal. Each variable matches what nginx writes
 for it: numbers for the times and the status, a list (``a, b`` for retries, ``a : b`` across
-upstream groups) for the ``$upstream_*`` ones, anything between quotes but an unescaped ``"`` (nginx
-escapes it as ``\\x22``, or ``\\"`` with ``escape=json``), and otherwise the shortest text before the next literal.
+upstream groups) for the ``$upstream_*`` ones, anything between quotes but an unescaped ``"``
+(nginx escapes it as ``\\x22``, or ``\\"`` with ``escape=json``), and otherwise the shortest text
+before the next literal.
 
 Times: ``$msec`` is when the line was written (the request's end, Unix seconds with ms),
 ``$request_time`` the time since the request's first byte was read (s, ms), so the start is
