@@ -32,17 +32,22 @@ def _set_quota(group: Path, version: int, quota_us: int) -> None:
         (group / "cpu.max").write_text(f"{quota_us} {PERIOD_US}\n")
 
 
+@pytest.mark.timeout(900)
 @HIERARCHIES
 def test_a_quota_raised_mid_run(tmp_path: Path, cgroup_version: int) -> None:
     require_kernel_quota(cgroup_version)
-    requests = 60 if cgroup_version == 1 else 24   # the v2 guest (TCG) is ~15x slower
-    with service_process(["--cpus", "0.2"]) as (base, _proc):
+    # the v2 guest (TCG) is ~15x slower: fewer, smaller requests; burn-service starts in its
+    # group at 1 CPU (its imports take ~17 s of CPU there), then the group gets 0.2
+    requests, iterations = (60, ITERATIONS) if cgroup_version == 1 else (24, ITERATIONS // 5)
+    with service_process(["--cpus", "1"], timeout=60 if cgroup_version == 1 else 80) as (
+            base, _proc):
         group = Path(httpx.get(base + "/limits", timeout=5).json()["cgroup"]["path"])
+        _set_quota(group, cgroup_version, 20_000)
         watch = subprocess.Popen([str(BIN / "http-timing"), "watch", str(group), "--json",
                                   "--interval", "0.5"], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
         run = subprocess.Popen([str(BIN / "http-timing"), "--url", f"{base}/cpuBurnFlow",
-                                "--iterations", str(ITERATIONS), "--requests", str(requests),
+                                "--iterations", str(iterations), "--requests", str(requests),
                                 "--warmup", "0", "--cgroup", str(group), "--name", "resize",
                                 "--quiet", "--no-plot"], cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
