@@ -39,7 +39,7 @@ def test_a_quota_raised_mid_run(tmp_path: Path, cgroup_version: int) -> None:
     # the v2 guest (TCG) is ~15x slower: fewer, smaller requests; burn-service starts in its
     # group at 1 CPU (its imports take ~17 s of CPU there), then the group gets 0.2
     requests, iterations = (60, ITERATIONS) if cgroup_version == 1 else (24, ITERATIONS // 5)
-    with service_process(["--cpus", "1"], timeout=60 if cgroup_version == 1 else 80) as (
+    with service_process(["--cpus", "1"], timeout=60 if cgroup_version == 1 else 300) as (
             base, _proc):
         group = Path(httpx.get(base + "/limits", timeout=5).json()["cgroup"]["path"])
         _set_quota(group, cgroup_version, 20_000)
