@@ -86,12 +86,16 @@ def test_a_quota_raised_mid_run(tmp_path: Path, cgroup_version: int) -> None:
     assert [(p["quota_us"], p["cpus"]) for p in parts] == [(20_000, 0.2), (50_000, 0.5)]
     assert sum(p["requests"] for p in parts) == data["count"] == requests
     assert all(p["requests"] >= requests // 3 for p in parts), parts
-    # what the kernel counted in each part's stretch: under 0.2 CPU the group used at most
-    # about 0.2 CPU and was throttled in a larger share of the periods than under 0.5
+    # what the kernel counted in each part's stretch: each part used at most about its quota;
+    # under 0.5 the group either was throttled in a smaller share of the periods (a fast
+    # machine: the requests fit) or used more than 0.2 CPU allows (a slow one, e.g. the v2
+    # guest, where the requests outgrow even 0.5 CPU and every period is throttled)
     tight, loose = parts
     assert tight["usage_cpus"] <= 0.2 * 1.15 and tight["cgroup_nr_throttled"] > 0
-    assert (tight["cgroup_nr_throttled"] / tight["cgroup_nr_periods"] >
-            loose["cgroup_nr_throttled"] / max(1, loose["cgroup_nr_periods"]))
+    assert loose["usage_cpus"] <= 0.5 * 1.15
+    assert (loose["cgroup_nr_throttled"] / max(1, loose["cgroup_nr_periods"]) <
+            tight["cgroup_nr_throttled"] / tight["cgroup_nr_periods"] or
+            loose["usage_cpus"] > 0.2 * 1.15), parts
     text = http_timing("report", str(csv_path), cwd=tmp_path).stdout
     assert "quota changed during the run" in text
     assert "0.2 CPU (20000 µs per 100000 µs)" in text
