@@ -87,6 +87,34 @@ def test_watch_names_the_ancestor_whose_quota_is_shown() -> None:
     assert data["quota_group"] == "/kubepods/pod1"
 
 
+def test_the_quota_in_force_is_read_at_each_interval(tmp_path) -> None:
+    """An in-place resize: the sample's quotas say the quota now; the row is judged by it and
+    the table says what changed."""
+    from client.commands.watch import limit_now
+    from client.run.cgroup_target import resolve_cgroup
+    from tests.cgroup_fixtures import fake_proc, mount_line, v1_group
+
+    proc = fake_proc(tmp_path / "proc", [mount_line(32, "/", tmp_path / "cpu", "cgroup",
+                                                    "rw,cpu,cpuacct")])
+    target = resolve_cgroup(str(v1_group(tmp_path / "cpu" / "g", quota_us=20000,
+                                         cpuacct_usage=0)), proc=proc)
+    before = CgroupSample(0, 0, 0, 0, 0, quotas=((20000, 100000),))
+    after = CgroupSample(10**9, 190_000_000, 10, 0, 0, quotas=((50000, 100000),))
+    assert limit_now(before, target) == target.limit and target.limit.cpus == 0.2
+    now = limit_now(after, target)
+    assert now is not None and now.cpus == 0.5 and now.period_ms == 100
+    assert limit_now(CgroupSample(0, 0, 0, 0, 0, quotas=((None, 100000),)), target) is None
+    assert limit_now(CgroupSample(0, 0, 0, 0, 0), target) == target.limit   # not read
+    row = WatchRow("12:00:01", 1.0, interval_stats(before, after, now), now)
+    assert json.loads(json_line("/g", row))["quota_cpus"] == 0.5
+    console = Console(width=160, record=True, file=open(os.devnull, "w"))
+    console.print(watch_table("/g", now, [row], row.stats, None,
+                              "quota changed at 12:00:01: 0.2 CPU -> 0.5 CPU"))
+    console.file.close()
+    text = console.export_text()
+    assert "0.5 CPU (50 ms per 100 ms" in text and "quota changed at 12:00:01" in text
+
+
 # ---- bad input -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, expected", [

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from client.data.attribution import attribute
-from client.data.timeline import (TIMELINE_COLUMNS, CgroupSample, TimelineError,
+from client.data.timeline import (TIMELINE_COLUMNS, CgroupSample, TimelineError, open_timeline,
+                                  timeline_row,
                                   level_timelines, read_timeline, timeline_columns,
                                   timeline_path)
 from client.run.cgroup_sampler import CgroupReader, CgroupSampler, read_sample
@@ -90,17 +91,51 @@ def test_v2_quota_levels_and_pressure_in_each_sample_and_the_csv(tmp_path: Path)
         (5000, 30, 2_071_000_000)          # usage from the container, counters from the pod
     assert (sample.pressure_some_ns, sample.pressure_full_ns) == (3_000_000, 1_000_000)
     assert sample.levels == ((31, 2, 9000),)
+    assert sample.quotas == ((20000, 100000), (50000, 100000))   # each level's, the pod's first
     assert sample.at_level(1).throttled_ns == 9000
+    assert sample.at_level(1).quotas == ((50000, 100000),)
     csv_path = tmp_path / "run.cgroup.csv"
     with CgroupSampler(target, csv_path, interval=0.005) as sampler:
         sampler.start()
         time.sleep(0.05)
-    assert csv_path.read_text().splitlines()[0] == ",".join(timeline_columns(True, 1)) == (
+    assert csv_path.read_text().splitlines()[0] == ",".join(timeline_columns(True, 1, True)) == (
         "t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns,pressure_some_ns,pressure_full_ns,"
-        "level1_nr_periods,level1_nr_throttled,level1_throttled_ns")
+        "level1_nr_periods,level1_nr_throttled,level1_throttled_ns,quota_us,period_us,"
+        "level1_quota_us,level1_period_us")
     assert read_timeline(csv_path) == sampler.samples
     pod_view, slice_view = level_timelines(sampler.samples)
     assert pod_view[0].throttled_ns == 2_071_000_000 and slice_view[0].throttled_ns == 9000
+
+
+def test_a_quota_changed_mid_run_is_in_the_samples(tmp_path: Path) -> None:
+    """The quota files are read with each sample: a resize (v1 cpu.cfs_quota_us written) shows
+    in the next sample and in the timeline file; -1 (no quota) reads as None. (The files
+    here are written between reads: a reader thread could see one half-written.)"""
+    target, group, _proc = v1_target(tmp_path, cpuacct=True)
+    with CgroupReader(target) as reader:
+        assert reader.reads_quota
+        samples = [reader.read()]
+        (group / "cpu.cfs_quota_us").write_text("50000\n")
+        samples.append(reader.read())
+        (group / "cpu.cfs_quota_us").write_text("-1\n")
+        samples.append(reader.read())
+    assert [s.quotas for s in samples] == [((30000, 100000),), ((50000, 100000),),
+                                           ((None, 100000),)]
+    csv_path = tmp_path / "run.cgroup.csv"
+    with open_timeline(csv_path, timeline_columns(False, 0, True)) as out:
+        out.writelines(timeline_row(s) for s in samples)
+    assert read_timeline(csv_path) == samples
+
+
+def test_v2_max_reads_as_no_quota(tmp_path: Path) -> None:
+    top = tmp_path / "cg2"
+    proc = fake_proc(tmp_path / "proc", [mount_line(29, "/", top, "cgroup2", "rw")])
+    group = v2_group(top / "svc", "30000 100000")
+    target = resolve_cgroup(str(group), proc=proc)
+    with CgroupReader(target) as reader:
+        assert reader.read().quotas == ((30000, 100000),)
+        (group / "cpu.max").write_text("max 100000\n")
+        assert reader.read().quotas == ((None, 100000),)
 
 
 def test_timelines_without_pressure_or_levels_still_read(tmp_path: Path) -> None:
@@ -133,7 +168,8 @@ def test_sampler_writes_a_flushed_csv_and_stops_its_thread(tmp_path: Path) -> No
     assert all(t.name != "cgroup-sampler" for t in threading.enumerate())
     samples = sampler.samples
     assert read_timeline(csv_path) == samples
-    assert csv_path.read_text().splitlines()[0] == ",".join(TIMELINE_COLUMNS)
+    assert csv_path.read_text().splitlines()[0] == ",".join(TIMELINE_COLUMNS + (
+        "quota_us", "period_us"))
     times = [s.t_ns for s in samples]
     assert times == sorted(times) and times[0] >= 0
     assert sampler.stop() == samples          # a second stop is harmless

@@ -29,6 +29,7 @@ from client.data.metadata import RunMetadata
 from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample
 from client.data.attribution import period_phase, throttled_stretches
+from client.analysis.quotas import quota_spans
 from cpuquota.limit import Limit
 
 __all__ = ["FAILED", "KINDS", "OK", "THROTTLED", "LiveCounts", "LiveState", "kind_of"]
@@ -151,9 +152,15 @@ class LiveState:
         period_ns = self.limit.period_ns if self.limit else DEFAULT_PERIOD_NS
         phase = period_phase(timeline, period_ns) if self.limit else None
         periods = usage_per_period(timeline, period_ns, phase)
+        # the quota in force now, as the samples read it (an in-place resize shows at once)
+        spans = quota_spans(list(timeline))
+        quota_ms = (self.limit.quota_ms if self.limit else None) if not spans else (
+            spans[-1].quota_us / 1000 if spans[-1].quota_us else None)
         self.cgroup = {
             "period_ms": period_ns / 1e6,
-            "quota_ms": self.limit.quota_ms if self.limit else None,
+            "quota_ms": quota_ms,
+            "quotas": [[round(q.start_ns / 1e9, 4), q.quota_us / 1000 if q.quota_us else None]
+                       for q in spans] if len(spans) > 1 else [],
             "stretches": [[round(s / 1e9, 4), round(e / 1e9, 4)] for s, e in
                           throttled_stretches(timeline, period_ns if self.limit else None)],
             "periods": [[round(p.start_ns / 1e9, 4), round(p.usage_ns / 1e6, 2)]

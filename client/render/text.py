@@ -67,23 +67,48 @@ def format_report(report: Report, path: object) -> list[str]:
     if report.fell_behind_words:
         lines.append(report.fell_behind_words)
     if report.cgroup is not None:
-        lines += format_cgroup(report.cgroup)
+        lines += format_cgroup(report.cgroup, mixed=bool(report.by_quota))
+    lines += format_quota_parts(report)
     return lines
 
 
-def format_cgroup(c: CgroupReport) -> list[str]:
+def format_quota_parts(report: Report) -> list[str]:
+    """A run that spans a change of quota: one line per quota, its requests judged by it."""
+    if not report.by_quota:
+        return []
+    lines = [f"quota changed during the run ({len(report.by_quota)} quotas in force, each "
+             "request judged by the one in force when it was sent):"]
+    for part in report.by_quota:
+        s, d = part.report.summary, part.report.detection
+        straddle = (f"; {part.straddling} answered after the next change"
+                    if part.straddling else "")
+        lines.append(f"  {part.span.describe()}: {s.count} requests, p50 {s.p50_ms:.1f} ms, "
+                     f"p90 {s.p90_ms:.1f} ms, p99 {s.p99_ms:.1f} ms, {d.throttled_count} "
+                     f"throttled{straddle}")
+        c = part.report.cgroup
+        if c is not None and c.quota_cpus is not None:
+            lines.append(f"    cgroup: {c.nr_throttled} of {c.nr_periods} periods throttled, "
+                         f"{c.throttled_ms:.1f} ms; CPU used {c.usage_cpus_mean:.3f} CPU on "
+                         f"average, {100 * c.quota_share_mean:.0f} % of its {c.quota_cpus:g} CPU")
+    return lines
+
+
+def format_cgroup(c: CgroupReport, mixed: bool = False) -> list[str]:
     """The watched group's section: its counters over the run, usage against the quota, and
-    the requests that overlapped throttling against the others."""
+    the requests that overlapped throttling against the others. ``mixed``: the quota changed
+    during the run (each quota's share is said per quota, not here)."""
     def share(value: float) -> str:
         return "n/a" if value != value else f"{100 * value:.0f} %"
 
-    quota = (f" of a {c.quota_cpus:g} CPU quota ({share(c.quota_share_mean)} of it)"
+    quota = (" (the quota changed during the run: see each quota below)" if mixed else
+             f" of a {c.quota_cpus:g} CPU quota ({share(c.quota_share_mean)} of it)"
              if c.quota_cpus is not None else " (no quota on the group)")
     lines = [f"cgroup: {c.samples} samples over {c.duration_s:.1f} s ({c.samples_per_s:.0f}/s)",
              f"cgroup: {c.nr_throttled} of {c.nr_periods} periods throttled "
              f"({share(c.throttled_share)}), {c.throttled_ms:.1f} ms throttled in all",
-             f"cgroup: CPU used {c.usage_cpus_mean:.3f} CPU on average{quota}; "
-             f"{c.periods_at_quota} of {c.periods} periods used 90 % of the quota or more"]
+             f"cgroup: CPU used {c.usage_cpus_mean:.3f} CPU on average{quota}" +
+             ("" if mixed else f"; {c.periods_at_quota} of {c.periods} periods used 90 % of "
+              "the quota or more")]
     if c.busiest:
         busiest = ", ".join(f"{b.usage_ms:.1f} ms at {b.start_s:.1f} s" for b in c.busiest[:3])
         lines.append(f"cgroup: busiest periods: {busiest}")

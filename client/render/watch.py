@@ -23,6 +23,7 @@ class WatchRow:
     clock: str            # wall-clock time the interval ended, HH:MM:SS
     elapsed_s: float      # since the watch started
     stats: IntervalStats
+    limit: Limit | None = None   # the quota in force at its end
 
 
 def limit_text(limit: Limit | None) -> str:
@@ -34,12 +35,15 @@ def _percent(value: float | None) -> str:
 
 
 def watch_table(group: str, limit: Limit | None, rows: Sequence[WatchRow],
-                total: IntervalStats | None = None, quota_group: str | None = None) -> Table:
+                total: IntervalStats | None = None, quota_group: str | None = None,
+                change: str | None = None) -> Table:
     """The last ``rows`` (oldest first) and, in the caption, the totals since the start.
-    ``quota_group``: the group above whose quota is in force (its counters are shown)."""
+    ``quota_group``: the group above whose quota is in force (its counters are shown);
+    ``change``: the last change of quota seen, in words."""
     where = f" on {quota_group}" if quota_group and quota_group != group else ""
-    table = Table(title=f"CPU throttling of {group}\n{limit_text(limit)}{where}  (Ctrl-C to "
-                        "stop)", title_justify="left")
+    changed = f"\n{change}" if change else ""
+    table = Table(title=f"CPU throttling of {group}\n{limit_text(limit)}{where}{changed}  "
+                        "(Ctrl-C to stop)", title_justify="left")
     table.add_column("time")
     table.add_column("periods", justify="right")
     table.add_column("throttled", justify="right")

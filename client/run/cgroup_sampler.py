@@ -26,10 +26,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from client.data.timeline import (CgroupSample, LevelCounters, open_timeline, timeline_columns,
-                                  timeline_row)
+from client.data.timeline import (CgroupSample, LevelCounters, QuotaSetting, open_timeline,
+                                  timeline_columns, timeline_row)
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, UsageSource
-from cpuquota.cgroupfs import CpuStatReader, parse_pressure, parse_usage_usec
+from cpuquota.cgroupfs import (CpuStatReader, parse_cfs_value, parse_cpu_max, parse_pressure,
+                               parse_usage_usec)
 
 __all__ = ["DEFAULT_INTERVAL", "CgroupReader", "CgroupSampler", "read_sample"]
 
@@ -169,6 +170,42 @@ class CgroupReader:
         except OSError:
             self.close()
             raise
+        self._quota_fds = self._open_quotas()
+
+    def _open_quotas(self) -> list[tuple[int, ...]] | None:
+        """Each level's quota files, kept open (v1 ``cpu.cfs_quota_us`` and
+        ``cpu.cfs_period_us``, v2 ``cpu.max``); None when one cannot be opened (the samples
+        then carry no quota)."""
+        names = ("cpu.cfs_quota_us", "cpu.cfs_period_us") if self.version == 1 else ("cpu.max",)
+        opened: list[tuple[int, ...]] = []
+        try:
+            for reader in self._levels:
+                fds = []
+                for name in names:
+                    fds.append(os.open(reader.path.parent / name, os.O_RDONLY))
+                    self._fds.append(fds[-1])
+                opened.append(tuple(fds))
+        except OSError:
+            return None
+        return opened
+
+    @property
+    def reads_quota(self) -> bool:
+        """Whether each sample carries every level's quota (``CgroupSample.quotas``)."""
+        return self._quota_fds is not None
+
+    def _quotas(self) -> tuple[QuotaSetting, ...]:
+        if self._quota_fds is None:
+            return ()
+        out: list[QuotaSetting] = []
+        for fds in self._quota_fds:
+            if len(fds) == 2:
+                quota = parse_cfs_value(os.pread(fds[0], 64, 0).decode("ascii"))
+                period = parse_cfs_value(os.pread(fds[1], 64, 0).decode("ascii")) or 0
+            else:
+                quota, period = parse_cpu_max(os.pread(fds[0], 64, 0).decode("ascii"))
+            out.append((quota, period))
+        return tuple(out)
 
     def read(self, since_ns: int = 0) -> CgroupSample:
         """The counters now; ``t_ns`` is ``perf_counter_ns() - since_ns`` at the ``cpu.stat``
@@ -196,7 +233,8 @@ class CgroupReader:
             pressure = parse_pressure(os.pread(self._pressure_fd, 256, 0).decode("ascii"))
             some, full = pressure.some_ns, pressure.full_ns
         return CgroupSample((before + after) // 2 - since_ns, usage, stat.nr_periods,
-                            stat.nr_throttled, stat.throttled_ns, some, full, tuple(levels))
+                            stat.nr_throttled, stat.throttled_ns, some, full, tuple(levels),
+                            self._quotas())
 
     def close(self) -> None:
         if self._schedstat is not None:
@@ -275,7 +313,8 @@ class CgroupSampler:
                                     f"{exc.strerror or exc}") from None
         if self.csv_path is not None:
             self._file = open_timeline(self.csv_path, timeline_columns(
-                self.target.pressure, max(0, len(self.target.levels) - 1)))
+                self.target.pressure, max(0, len(self.target.levels) - 1),
+                self._reader.reads_quota))
             self.written = self._file.tell()
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="cgroup-sampler", daemon=True)
