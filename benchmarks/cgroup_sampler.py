@@ -60,7 +60,7 @@ def per_call_us(call: Callable[[], object], n: int = 20000, repeats: int = 5) ->
 
 def reading_costs(targets: dict[str, CgroupTarget]) -> None:
     print("\n### One reading (µs per call, median of 5 × 20000)\n")
-    print("| usage source | threads | pread cpu.stat | + parse_cpu_stat | read_sample |")
+    print("| usage source | processes | pread cpu.stat | + parse_cpu_stat | read_sample |")
     print("|---|---|---|---|---|")
     for name, target in targets.items():
         fd = os.open(target.stat_path, os.O_RDONLY)

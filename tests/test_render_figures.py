@@ -38,7 +38,7 @@ def test_plot_run_writes_a_png_with_the_url_and_limit_as_title(tmp_path: Path) -
     out = plot_run(run, tmp_path / "deep" / "m.png")
     assert out.read_bytes()[:8] == PNG
     height, width = matplotlib.image.imread(out).shape[:2]
-    assert (width, height) == (1200, 650)
+    assert (width, height) == (1450, 650)
     capture = Run(tmp_path / "c.txt", [RequestRecord(0, 0, 5_000_000, 200)],
                   RunMetadata.missing())
     assert plot_run(capture, tmp_path / "c.png", title="t").exists()

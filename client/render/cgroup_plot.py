@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from client.analysis.cgroup import usage_per_period
 from client.data.timeline import CgroupSample
 from client.data.attribution import CounterSample, period_phase
+from client.render.legend import legend_outside
 from cpuquota.limit import Limit
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ def draw_usage_panel(ax: Axes, timeline: Sequence[CounterSample], limit: Limit |
     ax.set_ylabel(f"CPU ms per {period_ns / 1e6:g} ms")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper right", fontsize=9)
+    legend_outside(ax, 9)
 
 
 def draw_pressure(ax: Axes, timeline: Sequence[CounterSample], period_ns: int,

@@ -17,6 +17,7 @@ from client.analysis.detect import Detection, detect_run
 from client.data.files import Run
 from client.data.timeline import level_timelines
 from client.render.cgroup_plot import draw_throttled_bands, draw_usage_panel
+from client.render.legend import legend_outside
 from client.data.attribution import throttled_stretches
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def plot_run(run: Run, out: Path, title: str | None = None,
     detection = detection if detection is not None else detect_run(run)
     plt = pyplot()
     if run.timeline:  # the watched group: its throttles behind the dots, its CPU per period
-        fig, (ax, usage_ax) = plt.subplots(2, 1, figsize=(12, 9.5), dpi=100, sharex=True,
+        fig, (ax, usage_ax) = plt.subplots(2, 1, figsize=(14.5, 9.5), dpi=100, sharex=True,
                                            gridspec_kw={"height_ratios": (2, 1)})
         limit = run.metadata.limit
         periods: list[int | None] = [lv.period_ns for _g, lv in run.metadata.quota_levels()] or \
@@ -94,7 +95,7 @@ def plot_run(run: Run, out: Path, title: str | None = None,
         draw_throttled_bands(ax, sorted(stretches))
         draw_usage_panel(usage_ax, run.timeline, limit)
     else:
-        fig, ax = plt.subplots(figsize=(12, 6.5), dpi=100)
+        fig, ax = plt.subplots(figsize=(14.5, 6.5), dpi=100)
     try:
         draw_detected(ax, run, detection)
         ax.set_title(title, fontsize=13)
@@ -104,7 +105,7 @@ def plot_run(run: Run, out: Path, title: str | None = None,
         ax.tick_params(labelsize=11)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="upper right", fontsize=11)
+        legend_outside(ax, 11)
         if meta.client_fell_behind:
             mark_fell_behind(ax)
         save_figure(fig, out)
