@@ -71,7 +71,7 @@ def test_any_service_in_a_quota_group(tmp_path: Path, by: str, load: list[str],
     assert data["cgroup"]["nr_throttled"] > 0 and data["cgroup"]["quota_cpus"] == 0.2
     assert data["throttled_source"] == "cgroup counters"
     text = http_timing("report", "raw-data/b.csv", cwd=tmp_path).stdout
-    assert "cgroup: " in text and "periods throttled" in text and "overlapped" in text
+    assert "cgroup: " in text and "periods throttled" in text and "requests delayed by throttling" in text
     assert (tmp_path / "pictures" / "b.png").read_bytes()[:4] == b"\x89PNG"
 
 
