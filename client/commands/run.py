@@ -156,13 +156,13 @@ def command_run(argv: list[str]) -> int:
                    targets=asked.targets, redact=frozenset(opts.redact),
                    cgroup=cgroup_target(opts.cgroup, opts.pod_uid),
                    cgroup_interval=opts.cgroup_interval, verify=verify)
-    for target_url in dict.fromkeys([url, *(t.url for t in asked.targets)]):
-        if (problem := unreachable(target_url, verify, min(opts.timeout, 5.0))) is not None:
-            print(f"http-timing: cannot reach {target_url}: {problem}"
-                  + (" (is burn-service running? start it with: burn-service)"
-                     if is_burn_service_default(target_url) else ""), file=sys.stderr)
-            return EXIT_USAGE
-    with live_page(opts) as live:
+    with live_page(opts) as live:   # its options' errors first (a usage error)
+        for target_url in dict.fromkeys([url, *(t.url for t in asked.targets)]):
+            if (problem := unreachable(target_url, verify, min(opts.timeout, 5.0))) is not None:
+                print(f"http-timing: cannot reach {target_url}: {problem}"
+                      + (" (is burn-service running? start it with: burn-service)"
+                         if is_burn_service_default(target_url) else ""), file=sys.stderr)
+                return EXIT_USAGE
         recorded = measure(spec, progress=RunProgress(plan.requests, name),
                            observers=[LinePrinter(opts.quiet)], started=started,
                            watcher=live).recorded
