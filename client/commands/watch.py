@@ -15,6 +15,7 @@ import argparse
 import sys
 import time
 from collections import deque
+from dataclasses import replace
 from collections.abc import Callable
 
 from rich.console import Console
@@ -26,7 +27,7 @@ from client.commands.live import add_live_arguments, live_page, watched_live
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.render.watch import WatchRow, json_line, watch_table
 from client.data.timeline import CgroupSample
-from client.run.cgroup_sampler import CgroupReader
+from client.run.cgroup_sampler import CgroupReader, usage_note
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
 
 __all__ = ["build_parser", "command_watch"]
@@ -114,15 +115,21 @@ def _watch(target: CgroupTarget, reader: CgroupReader, interval: float, count: i
             print(f"{PROG}: {target.directory} went away ({exc.strerror or exc}): the "
                   "service stopped?", file=sys.stderr)
             return EXIT_GONE
-        show(_row(previous, current, target), _row(first, current, target))
+        unknown = usage_note(reader, target.usage_source.to_metadata())["unknown"]
+        show(_row(previous, current, target, unknown), _row(first, current, target, unknown))
         previous = current
         shown += 1
     return EXIT_OK
 
 
-def _row(before: CgroupSample, after: CgroupSample, target: CgroupTarget) -> WatchRow:
-    return WatchRow(time.strftime("%H:%M:%S"), after.t_ns / 1e9,
-                    interval_stats(before, after, target.limit))
+def _row(before: CgroupSample, after: CgroupSample, target: CgroupTarget,
+         unknown: object = None) -> WatchRow:
+    """One interval; ``unknown``: why the usage cannot be known (then it is left out)."""
+    stats = interval_stats(before, after, target.limit)
+    if unknown:
+        stats = replace(stats, usage_cpus=float("nan"), quota_share=None)
+    return WatchRow(time.strftime("%H:%M:%S"), after.t_ns / 1e9, stats,
+                    target.usage_source.describe(), str(unknown) if unknown else None)
 
 
 def _json_printer(target: CgroupTarget) -> Callable[[WatchRow, WatchRow], None]:

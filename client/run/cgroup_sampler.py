@@ -32,7 +32,7 @@ from client.run.cgroup_target import CgroupTarget, CgroupTargetError, UsageSourc
 from client.run.process_usage import ProcessUsage
 from cpuquota.cgroupfs import CpuStatReader, parse_pressure, parse_usage_usec
 
-__all__ = ["DEFAULT_INTERVAL", "CgroupReader", "CgroupSampler", "read_sample"]
+__all__ = ["DEFAULT_INTERVAL", "CgroupReader", "CgroupSampler", "read_sample", "usage_note"]
 
 DEFAULT_INTERVAL = 0.01   # seconds: 100 samples per second, 10 per 100 ms period
 GOLDEN = 0.6180339887498949   # the sampler's dither sequence: frac(k * GOLDEN)
@@ -126,6 +126,31 @@ class CgroupReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def usage_note(reader: CgroupReader, base: dict[str, object]) -> dict[str, object]:
+    """``base`` (``UsageSource.to_metadata()``) brought up to date with what the reader's
+    processes' figures could not count so far (a group without a usage counter): the
+    resolution of reaped children's clock ticks, and why the usage cannot be known."""
+    note = dict(base)
+    if reader.processes is None:
+        return note
+    account = reader.processes.account
+    if account.children_ns:
+        note["resolution_ns"] = reader.processes.tick_ns
+    why: list[str] = []
+    if account.lost:
+        why.append(f"{account.lost} process(es) of the group ended after their last reading "
+                   "and were reaped outside it: what they used since is not counted anywhere "
+                   "this can read")
+    if account.blind:
+        pids = ", ".join(str(p) for p in sorted(account.blind))
+        why.append(f"process(es) {pids} ignore SIGCHLD: a child of theirs that ends between "
+                   "two samples is counted by no one")
+    if why:
+        note["unknown"] = "; ".join(why) + (" (only a group counter knows: give the group a "
+                                            "cpuacct twin, or use cgroup v2)")
+    return note
 
 
 _readers = threading.local()
@@ -264,24 +289,7 @@ class CgroupSampler:
         return self.samples
 
     def _note_usage(self, reader: CgroupReader) -> None:
-        """What the processes' figures could not count (a group without a usage counter)."""
-        if reader.processes is None:
-            return
-        account = reader.processes.account
-        if account.children_ns:
-            self.usage["resolution_ns"] = reader.processes.tick_ns
-        why: list[str] = []
-        if account.lost:
-            why.append(f"{account.lost} process(es) of the group ended after their last "
-                       "reading and were reaped outside it: what they used since is not "
-                       "counted anywhere this can read")
-        if account.blind:
-            pids = ", ".join(str(p) for p in sorted(account.blind))
-            why.append(f"process(es) {pids} ignore SIGCHLD: a child of theirs that ends "
-                       "between two samples is counted by no one")
-        if why:
-            self.usage["unknown"] = "; ".join(why) + (" (only a group counter knows: give the "
-                                                      "group a cpuacct twin, or use cgroup v2)")
+        self.usage = usage_note(reader, self.usage)
 
     @property
     def running(self) -> bool:
