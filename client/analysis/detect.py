@@ -339,10 +339,11 @@ def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
     elif not sequential and not unlimited:
         saturated = saturation(lat, concurrency, throttled_share)
     baseline, stall, stalled = stall_of(ok, lat, mask, mode.baseline_ms, server_cpu)
+    recurring: list[str] = []
     if saturated is not None:
         stall, stalled = None, []   # the latencies are a queue's: no stall or period in them
-        period, period_source, recurring = ((limit.period_ms, "limit", []) if limit else
-                                            (DEFAULT_PERIOD_MS, "default", []))
+        period, period_source = ((limit.period_ms, "limit") if limit else
+                                 (DEFAULT_PERIOD_MS, "default"))
     else:
         period, period_source, recurring = period_of(ok, lat, mask, baseline, limit)
     if server_cpu is not None:
