@@ -7,14 +7,20 @@
 #   python3-venv  `make` creates .venv with it
 #   openssl       makes the self-signed certificate of the https tests
 #   qemu-system-x86, linux-image-amd64, busybox-static   a real cgroup v2 kernel under qemu for
-#                 the tests marked cgroup2 (tests/test_guest_cgroup2.py boots it with virtme-ng)
+#                 the tests marked cgroup2 (tests/test_guest_cgroup2.py boots it with virtme-ng);
+#                 its httpd (with a CGI script) is also one of the real servers of
+#                 tests/test_run_wire_servers.py
+#   curl          the reference client those tests compare http-timing's records with
+#   nodejs        Node's http, another of those real servers (Go's is built with the Go
+#                 toolchain scripts/install-load-tools.sh needs too)
+#   wrk           benchmarks/timer_vs_wrk.py times the client's own timer against it
 # Idempotent and unattended: packages already installed are skipped, and no daemon is started
 # (a temporary policy-rc.d refuses service starts during the install).
 # Usage: sudo scripts/install-system-deps.sh [EXTRA_PACKAGE ...]
 set -euo pipefail
 
 PACKAGES=(docker.io docker-compose debootstrap chromium chromium-driver python3-venv openssl
-          qemu-system-x86 linux-image-amd64 busybox-static "$@")
+          qemu-system-x86 linux-image-amd64 busybox-static curl wrk nodejs "$@")
 APT=(apt-get -o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0 -q)
 export DEBIAN_FRONTEND=noninteractive
 
