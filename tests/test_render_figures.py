@@ -28,7 +28,7 @@ def test_the_throttled_requests_are_the_detections() -> None:
         colours = [tuple(c.get_facecolor()[0]) for c in ax.collections]
     finally:
         plt.close(fig)
-    assert labels == {"request (51)", "throttled (latency distribution) (9)", "failed (1)"}
+    assert labels == {"request (51)", "slow (latency distribution alone) (9)", "failed (1)"}
     assert len(colours) == 3 and detection.throttled_count == 9
     assert COLOURS["throttled"] == "#ff7f0e"
 

@@ -144,7 +144,7 @@ def plot_overlay(measured: Run, predicted: Sequence[tuple[str, Sequence[RequestR
         if (detection.threshold_ms is not None and math.isfinite(detection.threshold_ms)
                 and detection.source.uses_latency):
             cdf_ax.axvline(detection.threshold_ms, color="#ff7f0e", linestyle=":",
-                           label=f"throttled above {detection.threshold_ms:.1f} ms")
+                           label=f"slow above {detection.threshold_ms:.1f} ms")
         _style_cdf(cdf_ax, everything)
         save_figure(fig, out)
     finally:

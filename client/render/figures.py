@@ -1,7 +1,8 @@
 """Draw a run as the original pictures did: each request a dot, latency against time.
 
 The requests the run's detection (``client.analysis.detect``: the counters and the latency)
-marks as throttled get their own colour; failed requests are red crosses. A run attached to a
+marks get their own colour, called "delayed by throttling" when counters said so and only "slow"
+from latency alone; failed requests are red crosses. A run attached to a
 cgroup (``--cgroup``) also shows the group's throttled stretches as bands behind the dots and,
 below, the CPU it used in each period against its quota. Headless (Agg); matplotlib is
 imported on first use.
@@ -13,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from client.analysis.detect import Detection, detect_run
+from client.analysis.detect import Detection, ThrottleSource, detect_run
 from client.data.files import Run
 from client.data.timeline import level_timelines
 from client.render.cgroup_plot import draw_throttled_bands, draw_usage_panel
@@ -57,8 +58,11 @@ def draw_detected(ax: Axes, run: Run, detection: Detection, *, label_prefix: str
                 else "throttled" if detection.is_throttled(record) else "ok")
         groups[kind][0].append(record.start_ns / 1e9)
         groups[kind][1].append(record.latency_ms)
-    labels = {"ok": "request", "throttled": f"throttled ({detection.source})",
-              "failed": "failed"}
+    # one vocabulary: counters say "delayed by throttling", latency alone only "slow"
+    marked = (f"slow ({detection.source} alone)" if detection.source in (
+        ThrottleSource.LATENCY, ThrottleSource.NONE) else
+        f"delayed by throttling ({detection.source})")
+    labels = {"ok": "request", "throttled": marked, "failed": "failed"}
     for kind, (xs, ys) in groups.items():
         if xs:
             ax.scatter(xs, ys, s=22, c=COLOURS[kind], marker="x" if kind == "failed" else "o",
