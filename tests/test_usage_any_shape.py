@@ -32,20 +32,12 @@ from benchmarks.support import BurningGroup, serve_in_group
 from client.data.files import read_run
 from client.render.cgroup_plot import draw_usage_panel
 from client.render.figures import pyplot
-from tests.cgroup_fixtures import burner_in_group
+from tests.cgroup_fixtures import burner_in_group, favour
 from tests.support import http_timing, require, require_kernel_quota
 
 GO = Path(os.environ.get("GO", "/usr/local/go/bin/go"))
 GO_BURNER = Path(__file__).resolve().parent.parent / "benchmarks" / "go_burner" / "main.go"
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
-
-
-def favour(group: Path) -> None:
-    """A large CPU weight for the group (ours, removed after the test): on a busy machine the
-    quota, not the machine's other work, is then what limits it."""
-    for name, value in (("cpu.shares", "102400"), ("cpu.weight", "10000")):
-        if (group / name).exists():
-            (group / name).write_text(value + "\n")
 
 
 def process_cpu_s(pid: int) -> float:
