@@ -20,8 +20,8 @@ from client.data.timeline import (TIMELINE_COLUMNS, CgroupSample, TimelineError,
 from client.run.cgroup_sampler import CgroupReader, CgroupSampler, read_sample
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
 from cpuquota.cgroupfs import read_cpu_stat
-from tests.cgroup_fixtures import (V1_STAT, V2_STAT, ProcFigures, burner_in_group, fake_proc, favour,
-                                   mount_line, v1_group, v2_group)
+from tests.cgroup_fixtures import (V1_STAT, V2_STAT, ProcFigures, burner_in_group, fake_proc,
+                                   favour, mount_line, v1_group, v2_group)
 from tests.support import require_kernel_quota
 
 
