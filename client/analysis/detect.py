@@ -130,7 +130,15 @@ class Detection:
                 "service_ms": self.service_ms, "service_source": self.service_source,
                 "server_cpu_ms": self.server_cpu_ms, "server_wall_ms": self.server_wall_ms,
                 "idle_fraction": self.idle_fraction, "quota_bound": self.quota_bound,
-                "saturated": self.saturated, "notes": list(self.notes)}
+                "saturated": self.saturated, "marked_as": self.marked_as,
+                "notes": list(self.notes)}
+
+    @property
+    def marked_as(self) -> str:
+        """What the marked requests (``throttled_count``) are: "delayed by throttling" when
+        counters said so, "slow" from the latency alone (never called throttled then)."""
+        return ("slow" if self.source in (ThrottleSource.LATENCY, ThrottleSource.NONE) else
+                "delayed by throttling")
 
 
 @dataclass(frozen=True)

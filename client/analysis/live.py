@@ -136,12 +136,10 @@ class LiveState:
         p50 = p99 = None
         if ok:
             p50, p99 = (float(v) / 1e6 for v in np.percentile(np.asarray(ok, float), [50, 99]))
-        by_counters = self.detection is not None and self.detection.source not in (
-            ThrottleSource.LATENCY, ThrottleSource.NONE)
         self.counts = LiveCounts(len(self.records), len(self.records) - len(ok), throttled,
                                  throttled / len(ok) if ok else None, _round(p50),
                                  _round(p99),
-                                 "delayed by throttling" if by_counters else "slow")
+                                 self.detection.marked_as if self.detection else "slow")
         return self.counts
 
     def read_timeline(self, timeline: Sequence[CgroupSample],

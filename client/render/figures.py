@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from client.analysis.detect import Detection, ThrottleSource, detect_run
+from client.analysis.detect import Detection, detect_run
 from client.data.files import Run
 from client.data.timeline import level_timelines
 from client.render.cgroup_plot import draw_throttled_bands, draw_usage_panel
@@ -59,9 +59,8 @@ def draw_detected(ax: Axes, run: Run, detection: Detection, *, label_prefix: str
         groups[kind][0].append(record.start_ns / 1e9)
         groups[kind][1].append(record.latency_ms)
     # one vocabulary: counters say "delayed by throttling", latency alone only "slow"
-    marked = (f"slow ({detection.source} alone)" if detection.source in (
-        ThrottleSource.LATENCY, ThrottleSource.NONE) else
-        f"delayed by throttling ({detection.source})")
+    marked = (f"slow ({detection.source} alone)" if detection.marked_as == "slow" else
+              f"{detection.marked_as} ({detection.source})")
     labels = {"ok": "request", "throttled": marked, "failed": "failed"}
     for kind, (xs, ys) in groups.items():
         if xs:

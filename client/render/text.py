@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from client.analysis.cgroup import CgroupReport
-from client.analysis.detect import Detection, ThrottleSource
+from client.analysis.detect import Detection
 from client.analysis.model import Prediction
 from client.analysis.report import PredictionReport, Report
 from client.analysis.throughput import ThroughputRow
@@ -46,7 +46,7 @@ def format_detection(detection: Detection) -> list[str]:
     if d.count == 0:
         return ["throttled: n/a (no successful request)"]
     fraction = d.throttled_fraction or 0.0
-    latency_only = d.source in (ThrottleSource.LATENCY, ThrottleSource.NONE)
+    latency_only = d.marked_as == "slow"
     where = f"; slower than {d.threshold_ms:.1f} ms counts" if (
         d.threshold_ms is not None and d.source.uses_latency) else ""
     if latency_only:
