@@ -52,6 +52,9 @@ def test_duration_writes_the_timeline_and_its_clock(tmp_path: Path) -> None:
     assert meta.clock.zero_uncertainty_ns < 1_000_000
     assert meta.cgroup is not None and meta.cgroup["quota_us"] == 20000
     assert meta.period_ns == 100_000_000
+    # where the usage came from, what could not be counted (nothing here: a plain group)
+    usage = meta.cgroup["usage"]
+    assert usage["source"] in ("proc", "cpuacct", "cpu.stat") and usage["unknown"] is None
     assert f"{len(timeline)} samples" in result.stdout
 
 

@@ -13,6 +13,7 @@ import signal
 import struct
 import subprocess
 import termios
+from dataclasses import replace
 import threading
 import time
 from collections.abc import Iterator
@@ -72,6 +73,22 @@ def test_table_and_json_line_show_the_interval() -> None:
     assert data["nr_throttled"] == 9 and data["quota_share"] == pytest.approx(0.95)
     assert data["group"] == "/docker/abc" and data["throttled_share"] == 0.9
     assert data["quota_group"] is None
+    assert data["usage_counter"] is None and data["usage_unknown"] is None
+
+
+def test_a_usage_that_cannot_be_known_is_left_out_with_the_reason() -> None:
+    stats = interval_stats(CgroupSample(0, 0, 0, 0, 0),
+                           CgroupSample(10**9, 190_000_000, 10, 9, 720_000_000), Limit(0.2))
+    why = "process(es) 10 ignore SIGCHLD: a child of theirs ... is counted by no one"
+    row = WatchRow("12:00:01", 1.0, replace(stats, usage_cpus=float("nan"), quota_share=None),
+                   "the CPU clocks of the processes in /g", why)
+    console = Console(width=300, record=True, file=open(os.devnull, "w"))
+    console.print(watch_table("/g", Limit(0.2), [row], row.stats))
+    console.file.close()
+    text = " ".join(console.export_text().split())   # the caption wraps at the table's width
+    assert f"CPUs used: not known ({why})" in text and "0.190" not in text
+    data = json.loads(json_line("/g", row))
+    assert data["usage_cpus"] is None and data["usage_unknown"] == why
 
 
 def test_watch_names_the_ancestor_whose_quota_is_shown() -> None:
@@ -149,6 +166,7 @@ def test_piped_output_is_one_json_object_per_interval(cgroup_version: int) -> No
                for line in lines)
     assert sum(line["nr_throttled"] for line in lines) >= 3, lines
     assert sum(line["throttled_ms"] for line in lines) > 100, lines
+    assert all(line["usage_counter"] and line["usage_unknown"] is None for line in lines)
     for line in lines:   # the quota holds: never much more than 0.2 CPU per interval
         assert 0 <= line["usage_cpus"] <= 0.2 * 1.5 + 0.05, line
         assert 0.2 <= line["interval_s"] <= 1.5

@@ -65,11 +65,14 @@ class LiveCounts:
     throttled_share: float | None = None   # of the successful requests, as the report's
     p50_ms: float | None = None
     p99_ms: float | None = None
+    # what the marked requests are called: "delayed by throttling" when counters said so,
+    # "slow" from latency alone (never "throttled" without a counter)
+    marked_as: str = "slow"
 
     def to_dict(self) -> dict[str, Any]:
         return {"requests": self.requests, "failed": self.failed, "throttled": self.throttled,
                 "throttled_share": self.throttled_share, "p50_ms": self.p50_ms,
-                "p99_ms": self.p99_ms}
+                "p99_ms": self.p99_ms, "marked_as": self.marked_as}
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -136,7 +139,8 @@ class LiveState:
             p50, p99 = (float(v) / 1e6 for v in np.percentile(np.asarray(ok, float), [50, 99]))
         self.counts = LiveCounts(len(self.records), len(self.records) - len(ok), throttled,
                                  throttled / len(ok) if ok else None, _round(p50),
-                                 _round(p99))
+                                 _round(p99),
+                                 self.detection.marked_as if self.detection else "slow")
         return self.counts
 
     def read_timeline(self, timeline: Sequence[CgroupSample],

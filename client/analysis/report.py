@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from client.analysis.cgroup import CgroupReport, cgroup_report
-from client.analysis.detect import Detection, detect_run
+from client.analysis.detect import Detection, ThrottleSource, detect_run
 from client.analysis.model import MAX_CONCURRENCY, MAX_REQUESTS, Prediction, Workload, predict
 from client.analysis.quotas import QuotaSpan, split_by_quota
 from client.data.files import Run
@@ -94,10 +94,16 @@ def _span_limit(span: QuotaSpan, run: Run) -> Limit | None:
 
 
 def _one_report(run: Run, limit: Limit | None) -> Report:
-    cgroup = (cgroup_report(run.records, run.timeline, limit, run.metadata.quota_levels())
+    detection = detect_run(run, limit)
+    # one count of the requests delayed by throttling: the detection's, also in the cgroup
+    # section (from the same counters)
+    delayed = ([detection.is_throttled(r) for r in run.records]
+               if detection.source is ThrottleSource.CGROUP else None)
+    cgroup = (cgroup_report(run.records, run.timeline, limit, run.metadata.quota_levels(),
+                            run.metadata.cgroup, delayed)
               if run.timeline else None)
     return Report(run.name, limit, run.metadata.limit_description(), summarize(run.records),
-                  detect_run(run, limit), cgroup, run.metadata.client_fell_behind,
+                  detection, cgroup, run.metadata.client_fell_behind,
                   run.metadata.client_pace)
 
 

@@ -17,6 +17,7 @@ import argparse
 import sys
 import time
 from collections import deque
+from dataclasses import replace
 from collections.abc import Callable
 
 from rich.console import Console
@@ -29,7 +30,7 @@ from client.commands.live import add_live_arguments, live_page, watched_live
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.render.watch import WatchRow, json_line, watch_table
 from client.data.timeline import CgroupSample
-from client.run.cgroup_sampler import CgroupReader
+from client.run.cgroup_sampler import CgroupReader, usage_note
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
 from cpuquota.limit import Limit
 
@@ -118,7 +119,8 @@ def _watch(target: CgroupTarget, reader: CgroupReader, interval: float, count: i
             print(f"{PROG}: {target.directory} went away ({exc.strerror or exc}): the "
                   "service stopped?", file=sys.stderr)
             return EXIT_GONE
-        show(_row(previous, current, target), _row(first, current, target))
+        unknown = usage_note(reader, target.usage_source.to_metadata())["unknown"]
+        show(_row(previous, current, target, unknown), _row(first, current, target, unknown))
         previous = current
         shown += 1
     return EXIT_OK
@@ -135,10 +137,16 @@ def limit_now(sample: CgroupSample, target: CgroupTarget) -> Limit | None:
     return QuotaSpan(sample.t_ns, sample.t_ns, quota, period, level).limit(burst)
 
 
-def _row(before: CgroupSample, after: CgroupSample, target: CgroupTarget) -> WatchRow:
+def _row(before: CgroupSample, after: CgroupSample, target: CgroupTarget,
+         unknown: object = None) -> WatchRow:
+    """One interval, under the quota in force at its end; ``unknown``: why the usage cannot
+    be known (then it is left out)."""
     limit = limit_now(after, target)
-    return WatchRow(time.strftime("%H:%M:%S"), after.t_ns / 1e9,
-                    interval_stats(before, after, limit), limit)
+    stats = interval_stats(before, after, limit)
+    if unknown:
+        stats = replace(stats, usage_cpus=float("nan"), quota_share=None)
+    return WatchRow(time.strftime("%H:%M:%S"), after.t_ns / 1e9, stats, limit,
+                    target.usage_source.describe(), str(unknown) if unknown else None)
 
 
 def _json_printer(target: CgroupTarget) -> Callable[[WatchRow, WatchRow], None]:
