@@ -8,13 +8,19 @@
 #   openssl       makes the self-signed certificate of the https tests
 #   qemu-system-x86, linux-image-amd64, busybox-static   a real cgroup v2 kernel under qemu for
 #                 the tests marked cgroup2 (tests/test_guest_cgroup2.py boots it with virtme-ng)
+#   etcd-server, containerd, runc, containernetworking-plugins, conntrack, iptables, gcc,
+#   libc6-dev     the single-node Kubernetes cluster (`make kube-node`, kubenode/): its etcd,
+#                 its own containerd + runc, the CNI bridge/host-local/portmap plugins, what
+#                 kube-proxy needs, and gcc + libc6-dev to link the pause program static
 # Idempotent and unattended: packages already installed are skipped, and no daemon is started
 # (a temporary policy-rc.d refuses service starts during the install).
 # Usage: sudo scripts/install-system-deps.sh [EXTRA_PACKAGE ...]
 set -euo pipefail
 
 PACKAGES=(docker.io docker-compose debootstrap chromium chromium-driver python3-venv openssl
-          qemu-system-x86 linux-image-amd64 busybox-static "$@")
+          qemu-system-x86 linux-image-amd64 busybox-static
+          etcd-server containerd runc containernetworking-plugins conntrack iptables gcc libc6-dev
+          "$@")
 APT=(apt-get -o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0 -q)
 export DEBIAN_FRONTEND=noninteractive
 
