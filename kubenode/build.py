@@ -104,7 +104,6 @@ def kube_ldflags(version: str = KUBE_VERSION) -> str:
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("GOFLAGS", "-buildvcs=false")
-    env.pop("GOPATH", None) if not env.get("GOPATH") else None
     env.update(extra or {})
     return env
 

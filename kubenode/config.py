@@ -71,5 +71,5 @@ def layout() -> Layout:
     """The cache and state directories, from ``THROTTLE_LAB_KUBE_CACHE`` / ``THROTTLE_LAB_KUBE_STATE``
     (defaults outside any checkout, so every worktree and CI run shares one build)."""
     cache = Path(os.environ.get("THROTTLE_LAB_KUBE_CACHE", "/var/cache/throttle-lab"))
-    state = Path(os.environ.get("THROTTLE_LAB_KUBE_STATE", "/var/lib/throttle-lab/node"))
+    state = Path(os.environ.get("THROTTLE_LAB_KUBE_STATE", "/var/lib/throttle-lab-node"))
     return Layout(cache=cache, state=state)
