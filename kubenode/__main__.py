@@ -1,4 +1,4 @@
-"""``python -m kubenode up|down|status|build``: the node on this host (needs root)."""
+"""``python -m kubenode up|down|status|build|images``: the node on this host (needs root)."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kubenode",
                                      description="A single-node Kubernetes cluster on this host, "
                                                  "in namespaces of its own.")
-    parser.add_argument("command", choices=("up", "down", "status", "build"))
+    parser.add_argument("command", choices=("up", "down", "status", "build", "images"))
     parser.add_argument("--traefik", action="store_true", help="build: Traefik too")
     args = parser.parse_args(argv)
     lay = layout()
@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "down":
             seconds = node.down(lay, log)
             log(f"node down in {seconds['total']:.1f} s; nothing of it left on the host")
+        elif args.command == "images":
+            seconds = node.load_project_images(lay, log)
+            log("images in the node: " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()))
         else:
             print(node.status_json(lay))
     except (RuntimeError, PermissionError, OSError) as exc:

@@ -25,7 +25,8 @@ from kubenode.proc import (ns_inode, pids_in_namespace, read_pidfile, run, start
                            stop_pid, stop_pidfile)
 from kubenode.steps import Step, pending, run_down, run_up
 
-__all__ = ["Node", "STEPS", "up", "down", "status", "shell_exports", "is_up", "leftovers"]
+__all__ = ["Node", "STEPS", "up", "down", "status", "shell_exports", "is_up", "leftovers",
+           "load_project_images", "status_json"]
 
 Log = Callable[[str], None]
 
@@ -577,6 +578,24 @@ def status(lay: Layout | None = None) -> dict[str, object]:
         pids[pidfile.stem] = found[0] if found else None
     return {"up": not todo, "pending": todo, "pids": pids, "leftovers": leftovers(node),
             "kubeconfig": str(node.lay.kubeconfig)}
+
+
+def load_project_images(lay: Layout | None = None, log: Log = print,
+                        root: Path | None = None) -> dict[str, float]:
+    """Build the project's service and client images and import them into the running node."""
+    from kubenode import project_images
+
+    node = Node(lay or layout(), log)
+    if not node.daemon_alive("containerd"):
+        raise RuntimeError("the node is not up (make kube-node)")
+    root = root or Path(__file__).resolve().parent.parent
+    with project_images.docker_engine(log):
+        seconds = project_images.build_project_images(root, log)
+        t0 = time.monotonic()
+        project_images.import_images(node.containerd_address, [project_images.SERVICE_IMAGE,
+                                                               project_images.CLIENT_IMAGE], log)
+        seconds["import"] = time.monotonic() - t0
+    return seconds
 
 
 def _require_root() -> None:
