@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv clean lint kube-node kube-down kube-status kube-images
+.PHONY: demo test venv clean lint kube-node kube-down kube-status kube-images kube-demo
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ kube-status: $(BIN)/.installed
 # The project's two images (docker/Dockerfile) built and imported into the running node.
 kube-images: $(BIN)/.installed
 	$(BIN)/python -m kubenode images
+
+# The node up, the images in, `kubectl apply -k k8s/`, the Job's two reports printed, its raw data
+# drawn into pictures/k8s-*.png. Leaves the node running (make kube-down stops it).
+kube-demo: $(BIN)/.installed
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m kubenode.demo
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

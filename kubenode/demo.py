@@ -1,0 +1,75 @@
+"""``make kube-demo``: the node up, the project's images in, ``kubectl apply -k k8s/``, both
+Deployments Ready, the Job run to completion and its log (the two reports) printed; the Job's
+raw data copied out of the pod's emptyDir and drawn on the host (pictures/k8s-*.png). The node
+is left running."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kubenode import node as kubenode
+from kubenode.config import layout
+
+__all__ = ["main", "copy_raw_data"]
+
+NAMESPACE = "throttle-lab"
+TARGETS = ("limited", "limitless")
+
+
+def copy_raw_data(n: kubenode.Node, pod_uid: str, dest: Path) -> list[Path]:
+    """The Job pod's /tmp/raw-data (an emptyDir) as the kubelet keeps it on the node's disk."""
+    src = (n.p("mnt", "var-lib-kubelet", "pods", pod_uid, "volumes", "kubernetes.io~empty-dir",
+               "tmp", "raw-data"))
+    if not src.is_dir():
+        raise RuntimeError(f"the Job's raw data is not at {src}")
+    dest.mkdir(parents=True, exist_ok=True)
+    out = []
+    for target in TARGETS:
+        for suffix in (".csv", ".json"):
+            found = src / f"{target}{suffix}"
+            if found.exists():
+                copy = dest / f"k8s-{target}{suffix}"
+                shutil.copyfile(found, copy)
+                out.append(copy)
+    return out
+
+
+def main(root: Path) -> int:
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    lay = layout()
+    t0 = time.monotonic()
+    n = kubenode.up(lay, log)
+    log(f"node up ({time.monotonic() - t0:.0f} s); images ...")
+    kubenode.load_project_images(lay, log, root)
+    # A Job runs once: a previous demo's is deleted so that this one runs again.
+    n.kubectl("-n", NAMESPACE, "delete", "job", "http-timing", "--ignore-not-found", "--wait=true",
+              timeout=120)
+    n.kubectl("apply", "-k", str(root / "k8s"), timeout=120)
+    for name in TARGETS:
+        n.kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{name}", "--timeout=300s",
+                  timeout=320)
+    log("both Deployments Ready; waiting for the Job (it times both Services from inside)")
+    n.kubectl("-n", NAMESPACE, "wait", "--for=condition=complete", "job/http-timing",
+              "--timeout=900s", timeout=920)
+    print(n.kubectl("-n", NAMESPACE, "logs", "job/http-timing").stdout)
+    uid = n.kubectl("-n", NAMESPACE, "get", "pod", "-l", "job-name=http-timing", "-o",
+                    "jsonpath={.items[0].metadata.uid}").stdout.strip()
+    copies = copy_raw_data(n, uid, root / "raw-data")
+    csvs = [str(p) for p in copies if p.suffix == ".csv"]
+    http_timing = shutil.which("http-timing") or str(Path(sys.executable).parent / "http-timing")
+    subprocess.run([http_timing, "plot", "--pictures-dir",
+                    str(root / "pictures"), *csvs], check=True, cwd=root)
+    log("raw data: " + ", ".join(str(p.relative_to(root)) for p in copies))
+    log("pictures: " + ", ".join(f"pictures/{Path(c).stem}.png" for c in csvs))
+    print(kubenode.shell_exports(lay), end="")
+    log("the node keeps running; stop it with: make kube-down")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(__file__).resolve().parent.parent))
