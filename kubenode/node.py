@@ -401,8 +401,8 @@ def _apiserver_cmd(n: Node) -> list[str]:
             "--service-cluster-ip-range", SERVICE_CIDR,
             "--authorization-mode", "Node,RBAC",
             "--enable-admission-plugins", "NodeRestriction",
-            "--allow-privileged", "true",
-            "--profiling", "false"]
+            "--allow-privileged=true",
+            "--profiling=false"]
 
 
 def _controller_manager_cmd(n: Node) -> list[str]:

@@ -10,6 +10,7 @@ skips with the reason, under CI=true it must run.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,4 +129,10 @@ def test_the_job_completes_and_prints_both_reports(applied: kubenode.Node) -> No
                     "--timeout=900s", timeout=920)
     log = applied.kubectl("-n", "throttle-lab", "logs", "job/http-timing", timeout=60).stdout
     print(log)
-    assert "limited" in log and "limitless" in log
+    assert "run: limited (" in log and "run: limitless (" in log
+    latencies = re.findall(r"latency ms: p50 ([0-9.]+)\s+p90 ([0-9.]+).*errors (\d+) of (\d+)",
+                           log)
+    assert len(latencies) == 2, log
+    for p50, p90, errors, total in latencies:
+        assert 0 < float(p50) <= float(p90)
+        assert errors == "0" and total == "200"
