@@ -10,6 +10,7 @@ skips with the reason, under CI=true it must run.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ import pytest
 
 from kubenode import node as kubenode
 from kubenode.config import CGROUP_ROOT, KUBE_VERSION, NODE_NAME
-from tests.kube import host_view, iptables_lines, wait_for
+from tests.kube import NODE_PATHS, host_view, iptables_lines, wait_for
 from tests.support import ROOT
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(2400)]
@@ -61,7 +62,14 @@ def test_the_host_holds_nothing_of_the_node_while_it_runs(kube_node: kubenode.No
     for key, wanted in {"kernel/panic_on_oops": "1", "vm/overcommit_memory": "1"}.items():
         seen_inside = kube_node.ns("cat", f"/proc/sys/{key}").stdout.strip()
         assert seen_inside == wanted  # what the kubelet reads inside
-    assert view.paths == ()
+    # The files the kubelet, containerd and the CNI plugins keep under the paths they hard-code
+    # (pod dirs, shim sockets, IP leases, pod logs) are inside the node, none on the host.
+    holder = kube_node.need_holder()
+    for path in NODE_PATHS:
+        inside = _files(Path(f"/proc/{holder}/root{path}"))
+        assert not inside & _files(Path(path)), path
+        if path in ("/var/lib/kubelet", "/var/lib/cni", "/var/log/pods", "/run/containerd"):
+            assert inside, f"nothing of the node under {path}: the check above proves nothing"
     host_lo = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True,
                              text=True, check=True).stdout
     assert "10.250." not in host_lo and "10.96." not in host_lo
@@ -72,6 +80,14 @@ def quota_namespace(kube_node: kubenode.Node, images: dict[str, float]) -> Itera
     kube_node.kubectl("create", "namespace", QUOTA_NS, check=False)
     yield QUOTA_NS
     kube_node.kubectl("delete", "namespace", QUOTA_NS, "--wait=false", check=False)
+
+
+def _files(root: Path) -> set[str]:
+    """Every non-directory below ``root``, relative to it."""
+    out = set()
+    for dirpath, _, names in os.walk(root):
+        out.update(os.path.relpath(os.path.join(dirpath, n), root) for n in names)
+    return out
 
 
 def _quota(path: Path) -> int:
