@@ -563,6 +563,9 @@ def down(lay: Layout | None = None, log: Log = print) -> dict[str, float]:
     t0 = time.monotonic()
     seconds = run_down(STEPS, node, log)
     seconds["total"] = time.monotonic() - t0
+    slow = {name: s for name, s in seconds.items() if s >= 1.0 and name != "total"}
+    if slow:
+        log("teardown: " + ", ".join(f"{name} {s:.1f} s" for name, s in slow.items()))
     left = leftovers(node)
     if left:
         raise RuntimeError("after down, still here: " + ", ".join(left))
