@@ -592,13 +592,22 @@ def load_project_images(lay: Layout | None = None, log: Log = print,
     if not node.daemon_alive("containerd"):
         raise RuntimeError("the node is not up (make kube-node)")
     root = root or Path(__file__).resolve().parent.parent
-    with project_images.docker_engine(log):
-        seconds = project_images.build_project_images(root, log)
-        t0 = time.monotonic()
-        project_images.import_images(node.containerd_address, [project_images.SERVICE_IMAGE,
-                                                               project_images.CLIENT_IMAGE], log)
-        seconds["import"] = time.monotonic() - t0
-    return seconds
+    tags = [project_images.SERVICE_IMAGE, project_images.CLIENT_IMAGE]
+    # The Docker engine may be shared: one that another user stops mid-way is started again
+    # (by docker_engine, which then stops its own by pid) and the work redone from its cache.
+    for attempt in range(3):
+        try:
+            with project_images.docker_engine(log):
+                seconds = project_images.build_project_images(root, log)
+                t0 = time.monotonic()
+                project_images.import_images(node.containerd_address, tags, log)
+                seconds["import"] = time.monotonic() - t0
+                return seconds
+        except RuntimeError:
+            if attempt == 2 or project_images.engine_answers():
+                raise
+            log("the Docker engine went away: again")
+    raise AssertionError("unreachable")
 
 
 def _require_root() -> None:

@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 from kubenode.images import ctr_images
 from kubenode.proc import run, start_time, stop_pid
 
-__all__ = ["SERVICE_IMAGE", "CLIENT_IMAGE", "docker_engine", "build_project_images",
+__all__ = ["SERVICE_IMAGE", "CLIENT_IMAGE", "docker_engine", "engine_answers", "build_project_images",
            "import_images", "apt_mirror"]
 
 SERVICE_IMAGE = "throttle-lab:latest"          # docker/Dockerfile's target `service`
@@ -24,7 +24,7 @@ LOCAL_BASE_PYTHON = (3, 11)                    # Debian bookworm's python3
 Log = Callable[[str], None]
 
 
-def _engine_answers() -> bool:
+def engine_answers() -> bool:
     try:
         return run(["docker", "info", "--format", "{{.ServerVersion}}"], check=False,
                    timeout=20).returncode == 0
@@ -37,7 +37,7 @@ def docker_engine(log: Log = print) -> Iterator[None]:
     """The Docker engine that runs, or one started here and stopped again by its pid."""
     if shutil.which("docker") is None:
         raise RuntimeError("no docker client (scripts/install-system-deps.sh installs docker.io)")
-    if _engine_answers():
+    if engine_answers():
         yield
         return
     if not Path("/usr/sbin/dockerd").exists():
@@ -48,7 +48,7 @@ def docker_engine(log: Log = print) -> Iterator[None]:
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 60
-        while not _engine_answers():
+        while not engine_answers():
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("dockerd did not start")
             time.sleep(0.5)
