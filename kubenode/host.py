@@ -49,16 +49,20 @@ def make_cgroup_root() -> None:
                 (group / name).write_text((mount / name).read_text())
 
 
+def _groups_below(root: Path) -> list[Path]:
+    """Every group below ``root``, deepest first; groups that vanish meanwhile are skipped."""
+    return [Path(dirpath) for dirpath, _, _ in os.walk(root, topdown=False)]
+
+
 def cgroup_root_procs() -> list[int]:
     """Every pid in any group under the cgroup root (the pods' processes)."""
     pids: set[int] = set()
     for root in cgroup_root_paths():
-        if root.is_dir():
-            for procs in root.rglob("cgroup.procs"):
-                try:
-                    pids.update(int(p) for p in procs.read_text().split())
-                except OSError:
-                    pass
+        for group in _groups_below(root):
+            try:
+                pids.update(int(p) for p in (group / "cgroup.procs").read_text().split())
+            except OSError:
+                pass
     return sorted(pids)
 
 
@@ -66,11 +70,7 @@ def remove_cgroup_root() -> None:
     """rmdir the cgroup root and every group below it, deepest first, in every hierarchy."""
     failed = []
     for root in cgroup_root_paths():
-        if not root.is_dir():
-            continue
-        groups = sorted((p for p in root.rglob("*") if p.is_dir()),
-                        key=lambda p: len(p.parts), reverse=True)
-        for group in [*groups, root]:
+        for group in _groups_below(root):
             try:
                 group.rmdir()
             except FileNotFoundError:
