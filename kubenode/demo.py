@@ -4,9 +4,11 @@ raw data copied out of the pod's emptyDir and drawn on the host (pictures/k8s-*.
 is left running."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,8 +21,35 @@ NAMESPACE = "throttle-lab"
 TARGETS = ("limited", "limitless")
 
 
+HOLD_SECONDS = 600
+OVERLAY = """# made by kubenode.demo: k8s/ with the Job holding its raw data for copying
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - {k8s}
+patches:
+  - target:
+      kind: Job
+      name: http-timing
+    patch: |-
+      apiVersion: batch/v1
+      kind: Job
+      metadata:
+        name: http-timing
+      spec:
+        template:
+          spec:
+            containers:
+              - name: http-timing
+                env:
+                  - name: HOLD_FOR_COPY
+                    value: "{hold}"
+"""
+
+
 def copy_raw_data(n: kubenode.Node, pod_uid: str, dest: Path) -> list[Path]:
-    """The Job pod's /tmp/raw-data (an emptyDir) as the kubelet keeps it on the node's disk."""
+    """The Job pod's /tmp/raw-data (an emptyDir) as the kubelet keeps it on the node's disk
+    while the pod runs (the Job holds it: HOLD_FOR_COPY)."""
     src = (n.p("mnt", "var-lib-kubelet", "pods", pod_uid, "volumes", "kubernetes.io~empty-dir",
                "tmp", "raw-data"))
     if not src.is_dir():
@@ -47,19 +76,34 @@ def main(root: Path) -> int:
     log(f"node up ({time.monotonic() - t0:.0f} s); images ...")
     kubenode.load_project_images(lay, log, root)
     # A Job runs once: a previous demo's is deleted so that this one runs again.
-    n.kubectl("-n", NAMESPACE, "delete", "job", "http-timing", "--ignore-not-found", "--wait=true",
+    n.kubectl("-n", NAMESPACE, "delete", "job", "http-timing", "--ignore-not-found", "--cascade=foreground",
               timeout=120)
-    n.kubectl("apply", "-k", str(root / "k8s"), timeout=120)
+    with tempfile.TemporaryDirectory(prefix="kube-demo-") as overlay:
+        (Path(overlay) / "kustomization.yaml").write_text(OVERLAY.format(
+            k8s=os.path.relpath(root / "k8s", overlay), hold=HOLD_SECONDS))
+        n.kubectl("apply", "-k", overlay, timeout=120)
     for name in TARGETS:
         n.kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{name}", "--timeout=300s",
                   timeout=320)
-    log("both Deployments Ready; waiting for the Job (it times both Services from inside)")
-    n.kubectl("-n", NAMESPACE, "wait", "--for=condition=complete", "job/http-timing",
-              "--timeout=900s", timeout=920)
-    print(n.kubectl("-n", NAMESPACE, "logs", "job/http-timing").stdout)
-    uid = n.kubectl("-n", NAMESPACE, "get", "pod", "-l", "job-name=http-timing", "-o",
-                    "jsonpath={.items[0].metadata.uid}").stdout.strip()
+    log("both Deployments Ready; the Job times both Services from inside the cluster")
+    pod = ""
+    deadline = time.monotonic() + 900
+    while True:
+        pod = n.kubectl("-n", NAMESPACE, "get", "pod", "-l", "job-name=http-timing", "-o",
+                        "jsonpath={.items[0].metadata.name} {.items[0].metadata.uid}",
+                        check=False).stdout.strip()
+        logs = n.kubectl("-n", NAMESPACE, "logs", "job/http-timing", check=False).stdout
+        if "held up to" in logs:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError("the Job did not finish its runs in 15 min:\n" + logs[-2000:])
+        time.sleep(2)
+    print(logs.split("raw data in /tmp/raw-data")[0])
+    name, uid = pod.split()
     copies = copy_raw_data(n, uid, root / "raw-data")
+    n.kubectl("-n", NAMESPACE, "exec", name, "--", "touch", "/tmp/raw-data/.copied")
+    n.kubectl("-n", NAMESPACE, "wait", "--for=condition=complete", "job/http-timing",
+              "--timeout=120s", timeout=140)
     csvs = [str(p) for p in copies if p.suffix == ".csv"]
     http_timing = shutil.which("http-timing") or str(Path(sys.executable).parent / "http-timing")
     subprocess.run([http_timing, "plot", "--pictures-dir",
