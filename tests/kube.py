@@ -20,7 +20,7 @@ from kubenode import files, host, node
 from kubenode.config import CGROUP_ROOT, NODE_NAME, VETH_HOST, layout
 from tests.support import require
 
-__all__ = ["HostView", "host_view", "node_session", "require_node_tools", "iptables_lines",
+__all__ = ["BEFORE", "HostView", "host_view", "node_session", "require_node_tools", "iptables_lines",
            "wait_for", "NODE_PATHS"]
 
 TOOLS = ("etcd", "containerd", "runc", "ctr", "conntrack", "iptables", "unshare", "nsenter",
@@ -66,6 +66,10 @@ class HostView:
     links: tuple[str, ...]           # the node's links seen on the host
     paths: tuple[str, ...]           # NODE_PATHS that exist
     processes: tuple[str, ...]       # processes running the node's programs
+
+
+# The host as the session found it, before the node came up (node_session fills it).
+BEFORE: list[HostView] = []
 
 
 def _read(path: Path) -> str:
@@ -122,6 +126,8 @@ def node_session() -> Iterator[node.Node]:
     probe = node.Node(lay, lambda _: None)
     reused = node.is_up(probe)
     before = host_view()
+    BEFORE.clear()
+    BEFORE.append(before)
     t0 = time.monotonic()
     the_node = node.up(lay, log=lambda msg: print(f"[kubenode] {msg}", flush=True))
     print(f"[kubenode] node {'reused' if reused else 'up'} in {time.monotonic() - t0:.1f} s "

@@ -20,7 +20,7 @@ import pytest
 
 from kubenode import node as kubenode
 from kubenode.config import CGROUP_ROOT, KUBE_VERSION, NODE_NAME
-from tests.kube import NODE_PATHS, host_view, iptables_lines, wait_for
+from tests.kube import BEFORE, NODE_PATHS, host_view, iptables_lines, wait_for
 from tests.support import ROOT
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(2400)]
@@ -57,6 +57,8 @@ def test_the_host_holds_nothing_of_the_node_while_it_runs(kube_node: kubenode.No
     and containerd hard-code are not on the host."""
     view = host_view()
     assert view.iptables == () and iptables_lines() == []
+    if BEFORE:  # the host's sysctls as before the node: the kubelet wrote none of them
+        assert view.sysctls == BEFORE[0].sysctls
     inside = kube_node.ns("iptables-save").stdout
     assert inside.count("KUBE-") > 10  # the rules are there: this check can fail
     for key, wanted in {"kernel/panic_on_oops": "1", "vm/overcommit_memory": "1"}.items():
