@@ -1,5 +1,6 @@
 # Two commands for a fresh clone: `make demo` and `make test`. Both create the venv themselves,
-# with everything: the client, the service (extra `service`) and the test tools (extra `test`).
+# with everything: the client, the service (extra `service`) and the test tools (extra `test`,
+# which includes the docs extra: a test builds the site). `make docs` builds the site into site/.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -20,6 +21,11 @@ demo: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# the documentation site (mkdocs.yml, docs/; README.md is its home page) into site/
+.PHONY: docs
+docs: $(BIN)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
 
 # ruff's pyflakes rules on everything, mypy on the three packages (not part of `make test`)
 lint: $(BIN)/.installed
@@ -49,4 +55,4 @@ kube-demo: $(BIN)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m kubenode.demo
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis site

@@ -1,4 +1,4 @@
-"""The README's "Your own service" example: a Node.js server that knows nothing of
+"""The "Your own service" example (docs/own-service.md): a Node.js server that knows nothing of
 throttle-lab, under a real 0.2 CPU quota, timed by ``http-timing --cgroup pid:PID``.
 
     sudo .venv/bin/python -m benchmarks.own_service [--cpus 0.2] [--ms 6] [--concurrency 2]

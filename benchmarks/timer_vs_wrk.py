@@ -4,8 +4,10 @@
 Every latency http-timing reports carries the client's own time. This runs, in alternating
 rounds against the same server, ``wrk -t1 -c1 --latency`` (C, one connection) and
 http-timing's sequential timed path (one keep-alive connection, the request built once):
-the socket path used for ``http://`` (``client.run.wire``) and, for comparison, the httpx path
-(``client.run.http.HttpxSender``, what every request went through before). Targets: a bare ASGI
+the socket path used for ``http://`` (``client.run.wire``, a hand-written HTTP/1.1 reader)
+and, for comparison, the same socket read by h11 (the parser httpx uses: would moving the reader
+onto it keep the speed?) and the httpx path (``client.run.http.HttpxSender``, what every
+request went through before). Targets: a bare ASGI
 app on uvicorn (the same uvicorn burn-service runs on) and burn-service's
 ``/cpuBurnFlow?iterations=1``. Prints p50/p90 per client and the difference to wrk's p50.
 
@@ -51,7 +53,7 @@ def wrk_p50_p90(url: str, seconds: float) -> tuple[float, float]:
     return done.p50_us / 1e3, done.p90_us / 1e3
 
 
-def client_p50_p90(make: Callable[[], HttpxSender | SocketSender], seconds: float
+def client_p50_p90(make: Callable[[], HttpxSender | SocketSender | H11Sender], seconds: float
                    ) -> tuple[float, float]:
     sender = make()
     latencies: list[float] = []
@@ -69,6 +71,47 @@ def client_p50_p90(make: Callable[[], HttpxSender | SocketSender], seconds: floa
         sender.close()
     q = statistics.quantiles(latencies, n=10)
     return statistics.median(latencies), q[8]
+
+
+class H11Sender:
+    """For comparison only (not a path of the client): one keep-alive socket as
+    :class:`SocketSender` uses it, each answer read by h11 instead of ``client.run.wire``."""
+
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        import socket
+        from urllib.parse import urlsplit
+
+        import h11
+
+        self._h11 = h11
+        parts = urlsplit(url)
+        assert parts.hostname and parts.port
+        self._sock = socket.create_connection((parts.hostname, parts.port))
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._conn = h11.Connection(h11.CLIENT)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self._request = h11.Request(method="GET", target=target, headers=[
+            ("Host", f"{parts.hostname}:{parts.port}"), ("Accept", "*/*"), *headers.items()])
+
+    def send(self, seq: int, run_start_ns: int) -> RequestRecord:
+        h11, conn = self._h11, self._conn
+        start = time.perf_counter_ns()
+        self._sock.sendall(conn.send(self._request) + conn.send(h11.EndOfMessage()))
+        status = 0
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(self._sock.recv(65536))
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+            elif isinstance(event, h11.EndOfMessage):
+                break
+        end = time.perf_counter_ns()
+        conn.start_next_cycle()
+        return RequestRecord(seq, start - run_start_ns, end - start, status)
+
+    def close(self) -> None:
+        self._sock.close()
 
 
 def run_p50_p90(url: str, requests: int) -> tuple[float, float]:
@@ -94,16 +137,18 @@ def bare_asgi() -> Iterator[Service]:
 
 def measure(label: str, url: str, rounds: int, seconds: float) -> list[str]:
     headers = request_headers(False)
-    results: dict[str, list[tuple[float, float]]] = {"wrk": [], "socket": [], "run": [],
-                                                     "httpx": []}
+    results: dict[str, list[tuple[float, float]]] = {"wrk": [], "socket": [], "h11": [],
+                                                     "run": [], "httpx": []}
     for _ in range(rounds):  # alternate, so a busy moment hits every client alike
         results["wrk"].append(wrk_p50_p90(url, seconds))
         results["socket"].append(client_p50_p90(lambda: SocketSender(url, headers), seconds))
+        results["h11"].append(client_p50_p90(lambda: H11Sender(url, headers), seconds))
         results["run"].append(run_p50_p90(url, 5000))
         results["httpx"].append(client_p50_p90(lambda: HttpxSender(url), seconds))
     wrk50 = statistics.median(r[0] for r in results["wrk"])
     rows = []
     for name, title in (("wrk", "wrk -t1 -c1"), ("socket", "http-timing (socket, now)"),
+                        ("h11", "the same socket read by h11"),
                         ("run", "http-timing run (5000 requests)"),
                         ("httpx", "http-timing (httpx, before)")):
         p50 = statistics.median(r[0] for r in results[name])

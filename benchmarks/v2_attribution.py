@@ -4,7 +4,7 @@
                                                        [--concurrency 4]
 
 Run on a cgroup v2 kernel (this machine mounts the cpu controller on v1: boot the guest, see
-the README's "cgroup v2" section). It makes the groups a Kubernetes node with the systemd
+docs/limits.md, docs/benchmarks.md). It makes the groups a Kubernetes node with the systemd
 driver gives a burstable pod, ``kubepods.slice/kubepods-burstable.slice/
 kubepods-burstable-pod<uid>.slice/cri-containerd-<id>.scope``, with ``+cpu`` handed down to
 the pod's group and no further: the pod's group holds the quota (``cpu.max``), the

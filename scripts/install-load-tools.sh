@@ -2,7 +2,7 @@
 # Install the load tools whose result files `http-timing import` reads, for the tests that run
 # them for real (tests/test_commands_import_tools.py): Go modules with `go install`, oha with
 # `cargo install` (a Rust build: 40 min on this 2-CPU machine under heavy load on 2026-11-24;
-# see the README's "Your load tool, your access logs"). Locust comes from PyPI through the
+# see docs/own-service.md, "Your load tool, your access logs"). Locust comes from PyPI through the
 # `test` extra; nginx is a Debian package.
 # k6 is NOT installed (AGPL): its files are written in the tests as its documentation shows.
 # Idempotent: a tool already on PATH or in its install directory is skipped.

@@ -7,7 +7,13 @@
 #   python3-venv  `make` creates .venv with it
 #   openssl       makes the self-signed certificate of the https tests
 #   qemu-system-x86, linux-image-amd64, busybox-static   a real cgroup v2 kernel under qemu for
-#                 the tests marked cgroup2 (tests/test_guest_cgroup2.py boots it with virtme-ng)
+#                 the tests marked cgroup2 (tests/test_guest_cgroup2.py boots it with virtme-ng);
+#                 its httpd (with a CGI script) is also one of the real servers of
+#                 tests/test_run_wire_servers.py
+#   curl          the reference client those tests compare http-timing's records with
+#   nodejs        Node's http, another of those real servers (Go's is built with the Go
+#                 toolchain scripts/install-load-tools.sh needs too)
+#   wrk           benchmarks/timer_vs_wrk.py times the client's own timer against it
 #   etcd-server, containerd, runc, containernetworking-plugins, conntrack, iptables, gcc,
 #   libc6-dev     the single-node Kubernetes cluster (`make kube-node`, kubenode/): its etcd,
 #                 its own containerd + runc, the CNI bridge/host-local/portmap plugins, what
@@ -18,7 +24,7 @@
 set -euo pipefail
 
 PACKAGES=(docker.io docker-compose debootstrap chromium chromium-driver python3-venv openssl
-          qemu-system-x86 linux-image-amd64 busybox-static
+          qemu-system-x86 linux-image-amd64 busybox-static curl wrk nodejs
           etcd-server containerd runc containernetworking-plugins conntrack iptables gcc libc6-dev
           "$@")
 APT=(apt-get -o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0 -q)

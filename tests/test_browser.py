@@ -5,7 +5,7 @@ Playwright cannot download its own browsers here, so it launches ``/usr/bin/chro
 loaded from a ``burn-service`` subprocess with the in-process throttle at 10% CPU, so the loop
 is paused every period and the page must show (and highlight) those pauses. The live page
 (``http-timing --live``) is watched while a throttled run goes, then at its end. Screenshots are
-taken every run (a page that cannot render fails); they replace the README's pictures in
+taken every run (a page that cannot render fails); they replace the docs' pictures in
 ``pictures/`` only with ``THROTTLE_LAB_UPDATE_PICTURES=1``, so `make test` leaves the tree clean.
 """
 

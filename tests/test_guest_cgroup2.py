@@ -18,7 +18,7 @@ import pytest
 from tests.guest import EARLY, guest_test_files, missing_for_guest, run_guest_pytest
 from tests.support import require
 
-# the whole guest step (boot + tests), see README for measurements; a slower machine sets more
+# the whole guest step (boot + tests), see docs/developing.md for measurements; a slower machine sets more
 BOOT_AND_RUN_S = float(os.environ.get("THROTTLE_LAB_GUEST_TIMEOUT", "900"))
 
 

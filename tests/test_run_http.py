@@ -64,10 +64,22 @@ def test_httpx_sender_does_not_retry_a_first_request_nobody_answered() -> None:
     assert connections == [0]
 
 
-def test_httpx_sender_records_a_redirect_as_an_error() -> None:
+def test_httpx_sender_applies_the_status_rule_as_the_socket_sender() -> None:
+    # a redirect is a timed answer, not followed: a success by default (as vegeta), an error
+    # saying where it pointed under a rule that counts only 2xx
+    from client.data.status import StatusRule
+
     moved = b"HTTP/1.1 301 Moved\r\nLocation: /there\r\nContent-Length: 0\r\n\r\n"
     [record] = httpx_sends(answering(moved), 1)
-    assert record.status == 301 and not record.ok and "/there" in record.error
+    assert (record.status, record.error, record.ok) == (301, "", True)
+    with scripted(answering(moved)) as url:
+        sender = HttpxSender(url, ok_status=StatusRule.parse("200-299"))
+        try:
+            strict = sender.send(0, 0)
+        finally:
+            sender.close()
+    assert (strict.status, strict.ok) == (301, False)
+    assert strict.error == "HTTP 301: redirect to /there (not followed)"
 
 
 def test_round_robin_over_replicas_against_real_services() -> None:

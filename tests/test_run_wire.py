@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client.data.record import RequestRecord
-from client.run.wire import SocketSender, encode_get, encode_request, read_response
+from client.run.answer import read_response
+from client.run.wire import SocketSender, encode_get, encode_request
 from tests.scripted import (Handler, answering, closing_the_second, read_request, scripted,
                             unanswered)
 from tests.support import free_port, running_service
@@ -153,25 +154,36 @@ def test_a_new_connection_closed_unanswered_is_an_error_not_a_retry() -> None:
     assert connections == [0]
 
 
-def test_redirects_are_not_followed_and_say_so() -> None:
+def test_redirects_are_timed_answers_not_followed() -> None:
+    # as vegeta: a 3xx is a success by default (its own time is what was measured); with a
+    # rule that counts it an error, the error says where it pointed
+    from client.data.status import StatusRule
+
     moved = b"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n"
     with scripted(answering(moved)) as url:
         record = once(url)
-    assert record.status == 302 and not record.ok
-    assert record.error == "HTTP 302: redirect to /elsewhere not followed (time the final URL)"
+    assert (record.status, record.error, record.ok) == (302, "", True)
+    with scripted(answering(moved)) as url, \
+            SocketSender(url, {}, ok_status=StatusRule.parse("200-299")) as sender:
+        strict = sender.send(0, 0)
+    assert (strict.status, strict.ok) == (302, False)
+    assert strict.error == "HTTP 302: redirect to /elsewhere (not followed)"
 
 
 @pytest.mark.parametrize(("handler", "error"), [
     (lambda conn, n: (read_request(conn), conn.sendall(b"garbage\r\n\r\n")),
-     "RemoteProtocolError: not an HTTP/1.1 status line"),
+     "RemoteProtocolError: expected an HTTP/1.x status line such as 'HTTP/1.1 200 OK'; "
+     "received 'garbage\\r\\n\\r\\n'"),
     (lambda conn, n: read_request(conn), "RemoteProtocolError: Server disconnected without "
                                          "sending a response."),
     (lambda conn, n: (read_request(conn), conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 9"
                                                        b"\r\n\r\nshort")),
-     "RemoteProtocolError: Server disconnected before the end of the body."),
+     "RemoteProtocolError: Server disconnected before the end of the body (expected 4 more "
+     "bytes); received 'HTTP/1.1 200 OK\\r\\nContent-Length: 9\\r\\n\\r\\nshort'"),
     (lambda conn, n: (read_request(conn),
                       conn.sendall(b"HTTP/1.1 200 OK\r\nX: " + b"a" * 70_000 + b"\r\n\r\n")),
-     "RemoteProtocolError: response headers too large"),
+     "RemoteProtocolError: response headers larger than 64 KiB; received 'HTTP/1.1 200 OK\\r\\nX: "
+     "aaaa"),
 ])
 def test_broken_answers_are_recorded_as_transport_errors(handler: Handler, error: str) -> None:
     with scripted(handler) as url:
@@ -185,6 +197,13 @@ def test_refused_and_timed_out() -> None:
     with scripted(lambda conn, n: (read_request(conn), read_request(conn))) as url:
         slow = once(url, timeout=0.2)
     assert slow.status == 0 and slow.error.startswith("ReadTimeout: ")
+    assert "received" not in slow.error   # nothing arrived
+    stalled = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab"
+    with scripted(lambda conn, n: (read_request(conn), conn.sendall(stalled),
+                                   read_request(conn))) as url:
+        partial = once(url, timeout=0.3)
+    assert partial.status == 0 and partial.error == (
+        "ReadTimeout: timed out; received 'HTTP/1.1 200 OK\\r\\nContent-Length: 10\\r\\n\\r\\nab'")
 
 
 def test_against_uvicorn_the_records_match_httpx() -> None:
@@ -222,3 +241,30 @@ def test_the_answer_to_a_head_has_no_body_whatever_its_length_says() -> None:
         with SocketSender([HttpRequest(url, "HEAD")], {}) as sender:
             records = [sender.send(i, 0) for i in range(2)]
     assert [r.status for r in records] == [200, 200], [r.error for r in records]
+
+
+@settings(max_examples=300, deadline=None)
+@given(prefix=st.sampled_from([b"", b"HTTP/1.1 200 OK\r\n", b"HTTP/1.1 200 OK\n",
+                               b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.0 204 X\n",
+                               b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                               b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n"]),
+       noise=st.binary(max_size=200), line_ends=st.booleans())
+def test_any_bytes_are_an_answer_or_a_protocol_error(prefix: bytes, noise: bytes,
+                                                     line_ends: bool) -> None:
+    # whatever a server sends before it closes, the reader returns an answer or says why it
+    # cannot read one (never another exception, never a wait past the close)
+    from client.run.answer import ProtocolError
+
+    if line_ends:
+        noise = noise.replace(b"\x00", b"\n")
+    left, right = socket.socketpair()
+    with left, right:
+        left.settimeout(5)
+        right.sendall(prefix + noise)
+        right.shutdown(socket.SHUT_WR)
+        try:
+            response = read_response(left, bytearray(16))
+        except ProtocolError as exc:
+            assert str(exc)
+        else:
+            assert response.status >= 100 and response.body_bytes >= 0

@@ -2,14 +2,16 @@
 
 Prints the original's line per request, then ``<N> requests in <total>ms avg <avg>ms``, the
 percentiles (and the throughput of a load run), and where the raw data and picture went.
-Exit codes: 0 all succeeded; 1 some failed (recorded); 2 bad usage or the service was never
-reachable; 130 interrupted (what was collected is saved).
+Exit codes: 0 all succeeded; 1 some failed (recorded: no answer, or a status ``--ok-status``
+does not count a success, by default any outside [200, 400)); 2 bad usage, or the service was
+never reachable or never answered readably; 130 interrupted (what was collected is saved).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from client.commands.options import CliError, OneLineParser, int_at_least, numbe
 from client.data.naming import check_file_name
 from client.data.readers.legacy import format_line
 from client.data.record import RequestRecord
+from client.data.status import DEFAULT_OK_STATUS, StatusRule, StatusRuleError
 from client.render.live import LivePage
 from client.render.progress import RunProgress
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
@@ -33,8 +36,10 @@ from client.run.measure import measure
 from client.run.record import RecordedRun, RunSpec
 from client.run.recorder import files_first
 from client.run.request_flags import requests_from_flags
+from client.run.answer import answered
 
-__all__ = ["DEFAULT_URL", "build_run_parser", "cgroup_target", "command_run"]
+__all__ = ["DEFAULT_URL", "add_answer_arguments", "build_run_parser", "cgroup_target",
+           "command_run"]
 
 DEFAULT_URL = "http://localhost:7800/cpuBurnFlow"
 
@@ -75,6 +80,7 @@ def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
                      "instead of the usual ones")
     tls.add_argument("-k", "--insecure", action="store_true",
                      help="do not check an https:// server's certificate at all (as curl -k)")
+    add_answer_arguments(parser)
     parser.add_argument("--max-failures", type=int_at_least(0), default=5,
                         help="stop after this many connection failures in a row; 0 never stops "
                         "(default 5)")
@@ -97,6 +103,18 @@ def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
     parser.add_argument("--quiet", action="store_true", help="no per-request lines")
     add_live_arguments(parser)
     return parser
+
+
+def add_answer_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--ok-status`` and ``--follow-redirects``: what is made of an answer
+    (``client.data.status``, ``client.run.redirects``)."""
+    parser.add_argument("--ok-status", default=DEFAULT_OK_STATUS, metavar="LIST",
+                        help="the statuses counted as successes, e.g. 200-299 (redirects are "
+                        "errors) or 200-399,404; every answer is timed and kept with its "
+                        f"status whatever it is (default {DEFAULT_OK_STATUS}, as vegeta)")
+    parser.add_argument("--follow-redirects", type=int_at_least(0), default=0, metavar="N",
+                        help="follow up to N redirects inside the request's time, as curl -L "
+                        "(default 0: a 3xx is the answer, timed and kept with its status)")
 
 
 def cgroup_target(spec: str | None, pod_uid: str | None) -> CgroupTarget | None:
@@ -143,6 +161,10 @@ def command_run(argv: list[str]) -> int:
         raise CliError(str(exc)) from None
     url = asked.request.url
     try:
+        ok_status = replace(StatusRule.parse(opts.ok_status), follow=opts.follow_redirects)
+    except StatusRuleError as exc:
+        raise CliError(str(exc)) from None
+    try:
         verify = tls_verify(opts.cacert, opts.insecure)
     except TlsError as exc:
         raise CliError(str(exc)) from None
@@ -154,7 +176,7 @@ def command_run(argv: list[str]) -> int:
                    request=asked.request if asked.custom and not asked.targets else None,
                    targets=asked.targets, redact=frozenset(opts.redact),
                    cgroup=cgroup_target(opts.cgroup, opts.pod_uid),
-                   cgroup_interval=opts.cgroup_interval, verify=verify)
+                   cgroup_interval=opts.cgroup_interval, verify=verify, ok_status=ok_status)
     with live_page(opts) as live:
         recorded = measure(spec, progress=RunProgress(plan.requests, name),
                            observers=[LinePrinter(opts.quiet)], started=started,
@@ -181,6 +203,10 @@ def finish(recorded: RecordedRun, opts: argparse.Namespace, live: LivePage | Non
               f"{run.metadata.requests or 'the'} requests; every completed request is saved",
               file=sys.stderr)
         return EXIT_INTERRUPTED
+    if records and not recorded.outcome.reached and answered(records[-1].error):
+        print(f"http-timing: {run.metadata.url} answered, but its reply could not be read "
+              f"as HTTP/1.1: {records[-1].error}", file=sys.stderr)
+        return EXIT_USAGE
     if records and not recorded.outcome.reached:
         error = records[-1].error
         hint = ("the server's certificate is not trusted here: --cacert FILE trusts the CA "

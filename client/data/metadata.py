@@ -66,7 +66,7 @@ class ReplicaInfo:
 _END_KEYS = ("ended_at", "completed", "interrupted", "stop_reason", "summary")
 # keys written only when set
 _OPTIONAL_KEYS = ("sweep", "service", "load_average", "replicas", "cgroup", "live", "request",
-                  "targets", "client_fell_behind", "client_pace")
+                  "targets", "client_fell_behind", "client_pace", "ok_status")
 # fields about the file, not in it
 _BOOKKEEPING = frozenset({"extra", "absent", "present"})
 
@@ -117,6 +117,8 @@ class RunMetadata:
     # whether the client itself could not send as asked (``client.data.pace``), and its figures
     client_fell_behind: bool | None = None
     client_pace: dict[str, Any] | None = None
+    # the statuses counted as successes, e.g. "200-399" (client.data.status; older runs: 2xx)
+    ok_status: str | None = None
     # what this version does not know, kept as read
     extra: dict[str, Any] = field(default_factory=dict)
     # known keys a file (of an older version) did not have: not written back

@@ -6,7 +6,9 @@ Columns (times in integer nanoseconds; empty where unknown):
 - ``start_ns``: when the request was sent, since the run started (monotonic clock)
 - ``latency_ns``: time until the whole response was read
 - ``status``: HTTP status, 0 when the request failed in transport (refused, timeout, ...)
-- ``error``: the transport error or ``HTTP <status>``; empty on success
+- ``error``: the transport error, or ``HTTP <status>`` for a status the run's rule counts as
+  an error (``client.data.status``: [200, 400) succeed unless ``--ok-status`` says otherwise);
+  empty on success
 - ``scheduled_ns``: the intended send time of an open loop (latency runs from it)
 - ``server_wall_ns``, ``server_cpu_ns``, ``server_throttle_ns``, ``kernel_throttled_ns``,
   ``kernel_nr_throttled``: from the response's ``Server-Timing`` header, when present
@@ -24,14 +26,16 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from client.data.servertiming import SERVER_FIELDS
+from client.data.status import StatusRule
 
-__all__ = ["COLUMNS", "INT_COLUMNS", "REQUIRED_COLUMNS", "RawDataError", "RequestRecord",
+__all__ = ["COLUMNS", "DEFAULT_RULE", "INT_COLUMNS", "REQUIRED_COLUMNS", "RawDataError", "RequestRecord",
            "status_error"]
 
 REQUIRED_COLUMNS = ("seq", "start_ns", "latency_ns", "status")
 COLUMNS = (*REQUIRED_COLUMNS, "error", "scheduled_ns", *SERVER_FIELDS, "replica",
            "cgroup_throttled_ns", "cgroup_nr_throttled", "target")
 INT_COLUMNS = tuple(c for c in COLUMNS if c != "error")
+DEFAULT_RULE = StatusRule()
 
 
 class RawDataError(ValueError):
@@ -58,8 +62,9 @@ class RequestRecord:
 
     @property
     def ok(self) -> bool:
-        """Answered 2xx (or 3xx without an error: older runs did not refuse redirects)."""
-        return 200 <= self.status < 400 and not self.error
+        """Answered, and the run's status rule counted the answer a success (its ``error`` is
+        empty: ``client.data.status``)."""
+        return self.status > 0 and not self.error
 
     @property
     def latency_ms(self) -> float:
@@ -96,12 +101,8 @@ class RequestRecord:
 _FIELD_NAMES = tuple(f.name for f in fields(RequestRecord))
 
 
-def status_error(status: int, location: str | None = None) -> str:
-    """The ``error`` of an HTTP answer: empty for 2xx; a redirect is not followed (its time is
-    not the service's work), and says where it pointed."""
-    if 200 <= status < 300:
-        return ""
-    if 300 <= status < 400:
-        where = f" to {location}" if location else ""
-        return f"HTTP {status}: redirect{where} not followed (time the final URL)"
-    return f"HTTP {status}"
+def status_error(status: int, location: str | None = None, rule: StatusRule = DEFAULT_RULE
+                 ) -> str:
+    """The ``error`` of an HTTP answer under ``rule`` (by default [200, 400) are successes,
+    as vegeta's): empty on success, else ``HTTP <status>``; see ``client.data.status``."""
+    return rule.error(status, location)

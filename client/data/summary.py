@@ -26,7 +26,8 @@ def percentile(values_ms: Sequence[float], q: float) -> float:
 
 @dataclass(frozen=True)
 class Summary:
-    """Latency statistics over the successful requests (2xx/3xx); ``errors`` counts the rest."""
+    """Latency statistics over the successful requests (as the run's status rule judged them:
+    ``client.data.status``); ``errors`` counts the rest."""
 
     count: int
     errors: int

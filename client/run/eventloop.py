@@ -21,7 +21,8 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
-from client.data.record import RequestRecord
+from client.data.record import DEFAULT_RULE, RequestRecord
+from client.data.status import StatusRule
 from client.data.request import HttpRequest
 from client.run.plan import LoadPlan, intended_send_ns
 from client.run.recorder import Recorder, Tickets
@@ -42,8 +43,9 @@ class ConnectionPool:
     """The connections of the loop (one :class:`SocketSender` each); closed together."""
 
     def __init__(self, requests: Sequence[HttpRequest], headers: dict[str, str], count: int,
-                 timeout: float) -> None:
-        self.senders = [SocketSender(requests, headers, timeout=timeout) for _ in range(count)]
+                 timeout: float, ok_status: StatusRule = DEFAULT_RULE) -> None:
+        self.senders = [SocketSender(requests, headers, timeout=timeout, ok_status=ok_status)
+                        for _ in range(count)]
         self.count = len(requests)   # request ``seq`` is the ``seq % count``-th
 
     def close(self) -> None:

@@ -5,7 +5,8 @@ The request is built once, before the clock starts, and sent over one keep-alive
 close`` makes the server close it, so the next connect is inside the timed path, like the
 original's). Latency is measured with the monotonic ns clock until the whole body is read.
 Plain ``http://`` is timed on a bare socket (``client.run.wire``: as lean as wrk), ``https://``
-through httpx; redirects are not followed (a 3xx is recorded as an error saying where to).
+through httpx; redirects are not followed (a 3xx is timed as the answer it is; which statuses
+are successes is ``client.data.status``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import httpx
 
 from client import __version__
-from client.data.record import RequestRecord, status_error
+from client.data.record import DEFAULT_RULE, RequestRecord, status_error
 from client.data.request import DEFAULT_ITERATIONS, HttpRequest, is_burn_service_url
 from client.data.servertiming import server_fields
+from client.data.status import StatusRule
+from client.run.redirects import REDIRECTS, redirected
 from client.run.wire import SocketSender
 
 __all__ = ["HttpxSender", "Requests", "RoundRobinSender", "Sender", "TlsError", "Verify",
@@ -133,14 +136,15 @@ class OriginSender(Sender, Protocol):
 
 def make_sender(requests: str | HttpRequest | Sequence[HttpRequest], *,
                 new_connection: bool = False, timeout: float = 30.0,
-                verify: Verify = True) -> OriginSender:
+                verify: Verify = True, ok_status: StatusRule = DEFAULT_RULE) -> OriginSender:
     """The leanest sender of ``requests`` (one origin): a plain socket for ``http://``
     (:class:`client.run.wire.SocketSender`), httpx for ``https://``."""
     headers = request_headers(new_connection)
     first = as_requests(requests)[0]
     if first.url.startswith("http://"):
-        return SocketSender(requests, headers, timeout=timeout)
-    return HttpxSender(requests, new_connection=new_connection, timeout=timeout, verify=verify)
+        return SocketSender(requests, headers, timeout=timeout, ok_status=ok_status)
+    return HttpxSender(requests, new_connection=new_connection, timeout=timeout, verify=verify,
+                       ok_status=ok_status)
 
 
 class RoundRobinSender:
@@ -177,8 +181,8 @@ class RoundRobinSender:
 
 
 def make_senders(what: Requests, count: int, *, new_connection: bool = False,
-                 timeout: float = 30.0, verify: Verify = True, label: str = "replica"
-                 ) -> list[Sender]:
+                 timeout: float = 30.0, verify: Verify = True, label: str = "replica",
+                 ok_status: StatusRule = DEFAULT_RULE) -> list[Sender]:
     """``count`` senders (one per worker) of ``what``: one URL or request, or round-robin over
     several when given a sequence (even of one: its records then say ``label`` 0)."""
     requests = as_requests(what)
@@ -187,7 +191,8 @@ def make_senders(what: Requests, count: int, *, new_connection: bool = False,
         verify = httpx.create_ssl_context()
 
     def one(group: Sequence[HttpRequest]) -> OriginSender:
-        return make_sender(group, new_connection=new_connection, timeout=timeout, verify=verify)
+        return make_sender(group, new_connection=new_connection, timeout=timeout, verify=verify,
+                           ok_status=ok_status)
 
     if isinstance(what, (str, HttpRequest)):
         return [one(requests) for _ in range(count)]
@@ -214,10 +219,12 @@ class HttpxSender:
 
     def __init__(self, requests: str | HttpRequest | Sequence[HttpRequest], *,
                  new_connection: bool = False, timeout: float = 30.0,
-                 verify: Verify = True) -> None:
+                 verify: Verify = True, ok_status: StatusRule = DEFAULT_RULE) -> None:
+        self.ok_status = ok_status
         self._client = httpx.Client(timeout=timeout, headers=request_headers(new_connection),
                                     verify=verify)
-        self._requests = [_build(self._client, request) for request in as_requests(requests)]
+        self._asked = as_requests(requests)
+        self._requests = [_build(self._client, request) for request in self._asked]
         self._request = self._requests[0]
         self._kept_alive = False  # the last answer left a connection in the pool
 
@@ -238,17 +245,35 @@ class HttpxSender:
         start = time.perf_counter_ns()
         try:
             response = self._exchange(self._requests[which])
+            followed = None
+            if self.ok_status.follow and response.status_code in REDIRECTS:
+                response, followed = self._follow(response, which)
         except httpx.TransportError as exc:
             end = time.perf_counter_ns()
             status, error, server = 0, f"{type(exc).__name__}: {exc}".strip(": "), {}
         else:
             end = time.perf_counter_ns()
             status = response.status_code
-            error = status_error(status, response.headers.get("location"))
+            error = followed if followed is not None else \
+                status_error(status, response.headers.get("location"), self.ok_status)
             server = server_fields(response.headers.get("server-timing"))
         origin = start if scheduled_ns is None else run_start_ns + scheduled_ns
         return RequestRecord(seq, start - run_start_ns, end - origin, status, error=error,
                              scheduled_ns=scheduled_ns, **server)
+
+    def _follow(self, response: httpx.Response, which: int
+                ) -> tuple[httpx.Response, str | None]:
+        """As :meth:`client.run.wire.SocketSender._follow` (``client.run.redirects``)."""
+        request = self._asked[which]
+        for _ in range(self.ok_status.follow):
+            step = redirected(request, response.status_code, response.headers.get("location"))
+            if not isinstance(step, HttpRequest):
+                return response, step
+            request, response = step, self._exchange(_build(self._client, step))
+        location = response.headers.get("location")
+        if location and redirected(request, response.status_code, location):
+            return response, self.ok_status.too_many(response.status_code, location)
+        return response, None
 
     def close(self) -> None:
         self._client.close()

@@ -29,7 +29,8 @@ from typing import Protocol, cast
 
 
 from client.data.metadata import LoadMode
-from client.data.record import RequestRecord
+from client.data.record import DEFAULT_RULE, RequestRecord
+from client.data.status import StatusRule
 from client.data.request import HttpRequest
 from client.run.eventloop import ConnectionPool, eligible, run_open_loop
 from client.run.http import Requests, Sender, Verify, as_requests, make_senders, request_headers
@@ -134,6 +135,7 @@ def time_plan(
     wrap: Callable[[Sender], Sender] | None = None,
     verify: Verify = True,
     label: str = "replica",
+    ok_status: StatusRule = DEFAULT_RULE,
 ) -> RunOutcome:
     """Run ``plan`` against ``url`` (a URL or a ``client.data.request.HttpRequest``; several:
     sent round-robin, one keep-alive connection per origin and worker, each record saying
@@ -144,23 +146,26 @@ def time_plan(
     (``KeyboardInterrupt`` propagates). ``connections`` overrides the mode's worker count;
     ``on_start(run_start_ns)`` is called at the run's first instant, before any request;
     ``wrap`` may wrap each worker's sender (e.g. to read counters around each request);
-    ``verify`` checks an ``https://`` server's certificate (see ``client.run.http.tls_verify``)."""
+    ``verify`` checks an ``https://`` server's certificate (see ``client.run.http.tls_verify``);
+    ``ok_status``: which statuses are successes (``client.data.status``)."""
     outcome = outcome if outcome is not None else RunOutcome()
     mode = MODES[plan.mode]
     count = connections or mode.workers(plan)
     recorder = Recorder(on_record, outcome, max_consecutive_failures)
     requests = as_requests(url)
     if (plan.mode is LoadMode.OPEN_LOOP and wrap is None and eligible(requests)
+            and not ok_status.follow  # following blocks: one thread each (below)
             and (isinstance(url, (str, HttpRequest)) or label == "target")):
         # one thread, one select, a pool of connections (client.run.eventloop)
-        pool = ConnectionPool(requests, request_headers(new_connection), count, timeout)
+        pool = ConnectionPool(requests, request_headers(new_connection), count, timeout,
+                              ok_status)
         tag = None if isinstance(url, (str, HttpRequest)) else label
         _run_workers([cast(Sender, pool)], lambda shift: run_open_loop(
             pool, plan, shift.tickets, shift.recorder, shift.run_start_ns, tag),
             Tickets(plan.requests), recorder, on_start)
         return outcome
     senders = make_senders(url, count, new_connection=new_connection, timeout=timeout,
-                           verify=verify, label=label)
+                           verify=verify, label=label, ok_status=ok_status)
     if wrap is not None:
         senders = [wrap(sender) for sender in senders]
     _run_workers(senders, lambda shift: mode.work(plan, shift), Tickets(plan.requests),

@@ -25,7 +25,8 @@ from client import __version__
 from client.data.files import Run, RunWriter, rewrite_rows, write_metadata
 from client.data.metadata import LoadMode, ReplicaInfo, RunMetadata, SweepInfo
 from client.data.pace import closed_loop_pace, open_loop_pace
-from client.data.record import RawDataError, RequestRecord
+from client.data.record import DEFAULT_RULE, RawDataError, RequestRecord
+from client.data.status import StatusRule
 from client.data.summary import summarize
 from client.run.attach import CgroupAttachment
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
@@ -67,6 +68,7 @@ class RunSpec:
     targets: tuple[HttpRequest, ...] = ()  # a --targets file's: sent round-robin instead
     redact: frozenset[str] = frozenset()   # more header names whose values stay out of files
     ask_limits: bool = True             # ask the service for /limits (burn-service's only)
+    ok_status: StatusRule = DEFAULT_RULE  # which statuses are successes (client.data.status)
 
     @property
     def sent(self) -> Requests:
@@ -114,7 +116,8 @@ def start_metadata(spec: RunSpec, started: datetime) -> RunMetadata:
         targets=[t.to_metadata(spec.redact) for t in spec.targets] or None,
         sweep=spec.sweep, service=spec.service, replicas=spec.replicas,
         cgroup=spec.cgroup.to_metadata() if spec.cgroup else None,
-        load_average=load_average() if spec.note_load_average else None)
+        load_average=load_average() if spec.note_load_average else None,
+        ok_status=str(spec.ok_status))
 
 
 def note_pace(metadata: RunMetadata, plan: LoadPlan, outcome: RunOutcome) -> None:
@@ -171,7 +174,7 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
                       timeout=spec.timeout, max_consecutive_failures=spec.max_failures,
                       outcome=outcome, on_start=attached.start if attached else None,
                       wrap=attached.probe if attached and spec.plan.sequential else None,
-                      verify=spec.verify)
+                      verify=spec.verify, ok_status=spec.ok_status)
     except KeyboardInterrupt:
         interrupted = True
     finally:

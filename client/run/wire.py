@@ -2,17 +2,18 @@
 
 Every latency ``http-timing`` reports carries the client's own time, so the request is encoded
 once, before any clock starts, and a request is ``sendall`` of those bytes and reading the
-answer into one reused buffer. The response parser is a real HTTP/1.1 one: the status line,
-headers (several ``Server-Timing`` lines are joined), a body framed by ``Content-Length``, by
-``Transfer-Encoding: chunked`` (chunk extensions and trailers allowed) or by the end of the
-connection; ``Connection: close`` (and HTTP/1.0 without keep-alive) closes the socket after the
-answer, and the next request connects again inside its timed path, as the original did. A
-keep-alive connection the server has closed while idle is noticed before the clock starts (and
-a request that finds it closed anyway is sent once more on a new connection, inside its time).
+answer into one reused buffer (``client.run.answer``: what curl reads, RFC 9112).
+``Connection: close`` (and HTTP/1.0 without keep-alive) closes the socket after the answer,
+and the next request connects again inside its timed path, as the original did. A keep-alive
+connection the server has closed while idle is noticed before the clock starts (and a request
+that finds it closed anyway is sent once more on a new connection, inside its time).
+Redirects are followed only when asked (``client.run.redirects``).
 
 Errors are named as httpx names them (``ConnectError``, ``ReadTimeout``,
-``RemoteProtocolError``, ...), so records read the same whichever path timed them; TLS and
-everything that is not timed go through httpx (``client.run.http``).
+``RemoteProtocolError``, ...), so records read the same whichever path timed them; an answer
+that cannot be read says what was expected and what arrived (its first bytes, escaped: see
+:func:`client.run.answer.answered`). TLS and everything that is not timed go through httpx
+(``client.run.http``).
 """
 
 from __future__ import annotations
@@ -22,35 +23,19 @@ import select
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
-from client.data.record import RequestRecord, status_error
+from client.data.record import DEFAULT_RULE, RequestRecord, status_error
 from client.data.request import HttpRequest
 from client.data.servertiming import server_fields
+from client.data.status import StatusRule
+from client.run.answer import NoResponse, ProtocolError, RawResponse, read_response
+from client.run.redirects import REDIRECTS, redirected
 
-__all__ = ["MAX_HEAD_BYTES", "NoResponse", "ProtocolError", "RawResponse", "SocketSender",
-           "encode_get", "encode_request", "read_response"]
+__all__ = ["SocketSender", "encode_get", "encode_request"]
 
-MAX_HEAD_BYTES = 64 * 1024
 _CHUNK = 65536
-
-
-class ProtocolError(Exception):
-    """The server's answer is not HTTP/1.1 as it must be (named RemoteProtocolError)."""
-
-
-class NoResponse(ProtocolError):
-    """The connection ended before a single byte of an answer."""
-
-
-@dataclass(frozen=True)
-class RawResponse:
-    status: int
-    server_timing: str | None
-    location: str | None
-    keep_alive: bool
-    body_bytes: int
 
 
 def encode_request(request: HttpRequest, headers: dict[str, str]) -> tuple[str, int, bytes]:
@@ -80,136 +65,6 @@ def encode_request(request: HttpRequest, headers: dict[str, str]) -> tuple[str, 
 def encode_get(url: str, headers: dict[str, str]) -> tuple[str, int, bytes]:
     """``(host, port, request bytes)`` of a GET of ``url`` (``http://`` only)."""
     return encode_request(HttpRequest(url), headers)
-
-
-class _Reader:
-    """Bytes from a socket through one reused buffer."""
-
-    def __init__(self, sock: socket.socket, buffer: bytearray) -> None:
-        self.sock, self.buf, self.start, self.end = sock, buffer, 0, 0
-        self.view = memoryview(buffer)
-
-    def fill(self) -> int:
-        """Read more (compacting first); 0 at the end of the connection."""
-        if self.start:
-            self.buf[:self.end - self.start] = self.buf[self.start:self.end]
-            self.end -= self.start
-            self.start = 0
-        if self.end == len(self.buf):  # a long line or chunk header: grow the buffer
-            self.view.release()
-            self.buf.extend(bytes(len(self.buf)))
-            self.view = memoryview(self.buf)
-        got = self.sock.recv_into(self.view[self.end:])
-        self.end += got
-        return got
-
-    def line(self, limit: int = MAX_HEAD_BYTES) -> bytes:
-        while True:
-            at = self.buf.find(b"\r\n", self.start, self.end)
-            if at >= 0:
-                out = bytes(self.buf[self.start:at])
-                self.start = at + 2
-                return out
-            if self.end - self.start > limit:
-                raise ProtocolError("header line too long")
-            nothing_yet = self.end == 0
-            if not self.fill():
-                if nothing_yet:
-                    raise NoResponse("Server disconnected without sending a response.")
-                raise ProtocolError("Server disconnected without sending a complete response.")
-
-    def skip(self, count: int) -> None:
-        """Consume ``count`` bytes of body."""
-        while count > 0:
-            if self.start == self.end and not self.fill():
-                raise ProtocolError("Server disconnected before the end of the body.")
-            take = min(count, self.end - self.start)
-            self.start += take
-            count -= take
-
-    def drain(self) -> int:
-        """Consume everything until the server closes (a body framed by the connection)."""
-        total = self.end - self.start
-        self.start = self.end = 0
-        while (got := self.sock.recv_into(self.view)):
-            total += got
-        return total
-
-
-def _head(reader: _Reader) -> tuple[int, bytes, dict[bytes, list[bytes]]]:
-    first = reader.line()
-    parts = first.split(b" ", 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-        raise ProtocolError(f"not an HTTP/1.1 status line: {first[:80]!r}")
-    headers: dict[bytes, list[bytes]] = {}
-    size = len(first)
-    while (line := reader.line()):
-        size += len(line)
-        if size > MAX_HEAD_BYTES:
-            raise ProtocolError("response headers too large")
-        name, sep, value = line.partition(b":")
-        if not sep:
-            raise ProtocolError(f"malformed header line: {line[:80]!r}")
-        headers.setdefault(name.strip().lower(), []).append(value.strip())
-    return int(parts[1]), parts[0], headers
-
-
-def _chunked(reader: _Reader) -> int:
-    total = 0
-    while True:
-        size_line = reader.line().split(b";", 1)[0].strip()
-        try:
-            size = int(size_line, 16)
-        except ValueError:
-            raise ProtocolError(f"bad chunk size: {size_line[:20]!r}") from None
-        if size == 0:
-            while reader.line():  # trailers, up to the empty line
-                pass
-            return total
-        reader.skip(size)
-        total += size
-        if reader.line():
-            raise ProtocolError("chunk not followed by CRLF")
-
-
-def read_response(sock: socket.socket, buffer: bytearray, head: bool = False) -> RawResponse:
-    """Read one whole response from ``sock`` (the body is counted, not kept); ``head``: the
-    answer to a HEAD, which has no body whatever its headers say."""
-    reader = _Reader(sock, buffer)
-    try:
-        return _response(reader, head)
-    finally:
-        reader.view.release()
-
-
-def _response(reader: _Reader, head: bool) -> RawResponse:
-    while True:
-        status, version, headers = _head(reader)
-        if status >= 200 or status == 101:
-            break  # 1xx informational answers precede the real one
-    connection = b",".join(headers.get(b"connection", [])).lower()
-    keep_alive = (b"close" not in connection and
-                  (version != b"HTTP/1.0" or b"keep-alive" in connection))
-    encoding = b",".join(headers.get(b"transfer-encoding", [])).lower()
-    lengths = headers.get(b"content-length")
-    if head or status in (204, 304) or 100 <= status < 200:
-        body = 0
-    elif b"chunked" in encoding:
-        body = _chunked(reader)
-    elif lengths:
-        try:
-            body = int(lengths[0])
-        except ValueError:
-            raise ProtocolError(f"bad Content-Length: {lengths[0][:20]!r}") from None
-        reader.skip(body)
-    else:  # the body ends with the connection
-        body, keep_alive = reader.drain(), False
-    if reader.start != reader.end:
-        keep_alive = False  # bytes beyond the answer: never reuse such a connection
-    timing = headers.get(b"server-timing")
-    location = headers.get(b"location")
-    return RawResponse(status, b", ".join(timing).decode("latin-1") if timing else None,
-                       location[0].decode("latin-1") if location else None, keep_alive, body)
 
 
 def _idle_connection_closed(sock: socket.socket) -> bool:
@@ -246,10 +101,14 @@ class _Pending:
 class SocketSender:
     """One connection's timed requests to one origin over ``http://`` (see the module
     docstring): ``requests`` (a URL is a GET of it; several of one origin share the
-    connection, ``send``'s ``which`` says which one goes)."""
+    connection, ``send``'s ``which`` says which one goes); ``ok_status``: which statuses are
+    successes, and how many redirects to follow (``client.data.status``,
+    ``client.run.redirects``: only to ``http://``; on this connection when the origin is the
+    same, else on one of their own)."""
 
     def __init__(self, requests: str | HttpRequest | Sequence[HttpRequest],
-                 headers: dict[str, str], *, timeout: float = 30.0) -> None:
+                 headers: dict[str, str], *, timeout: float = 30.0,
+                 ok_status: StatusRule = DEFAULT_RULE) -> None:
         if isinstance(requests, str):
             requests = HttpRequest(requests)
         self._requests = [requests] if isinstance(requests, HttpRequest) else list(requests)
@@ -261,14 +120,19 @@ class SocketSender:
         self._head = [request.head for request in self._requests]
         self.request = self._wire[0]
         self.timeout = timeout
+        self.ok_status = ok_status
+        self._headers = headers
         self._sock: socket.socket | None = None
         self._buffer = bytearray(_CHUNK)
         self._pending: _Pending | None = None   # the request sent, its answer not yet read
+        self.last: RawResponse | None = None    # the last answer read (its body's length...)
+        self.connects = 0                       # connections opened so far
 
     def _connect(self) -> socket.socket:
         sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock = sock
+        self.connects += 1
         return sock
 
     def _exchange(self, sock: socket.socket, which: int) -> RawResponse:
@@ -335,13 +199,49 @@ class SocketSender:
                 response = self._exchange(sock, pending.which)
         except (OSError, ProtocolError) as exc:
             return self._failed(exc, connecting)
+        error = None
+        if self.ok_status.follow and response.status in REDIRECTS:
+            try:
+                response, error = self._follow(response, pending.which)
+            except (OSError, ProtocolError) as exc:
+                return self._failed(exc, False)
         end = time.perf_counter_ns()
-        self._pending = None
+        self._pending, self.last = None, response
         if not response.keep_alive:
             self.close()
-        return self._record(pending, end, response.status,
-                            status_error(response.status, response.location),
-                            response.server_timing)
+        if error is None:
+            error = status_error(response.status, response.location, self.ok_status)
+        return self._record(pending, end, response.status, error, response.server_timing)
+
+    def _follow(self, response: RawResponse, which: int) -> tuple[RawResponse, str | None]:
+        """Follow up to ``ok_status.follow`` redirects from ``response`` (the answer to the
+        ``which``-th request): the last answer, and its error when it is not the rule's to
+        judge (a redirect beyond the count, or one that cannot be followed here)."""
+        request = self._requests[which]
+        for _ in range(self.ok_status.follow):
+            step = redirected(request, response.status, response.location, ("http://",))
+            if not isinstance(step, HttpRequest):
+                return response, step
+            if not response.keep_alive:
+                self.close()
+            request, response = step, self._at(step)
+        if response.location and redirected(request, response.status, response.location):
+            return response, self.ok_status.too_many(response.status, response.location)
+        return response, None
+
+    def _at(self, request: HttpRequest) -> RawResponse:
+        """``request``'s answer: on this connection if it goes to this origin, else on one of
+        its own (closed after; this connection stays as it was)."""
+        host, port, data = encode_request(request, self._headers)
+        if (host, port) == (self.host, self.port):
+            sock = self._sock or self._connect()
+            sock.sendall(data)
+            return read_response(sock, self._buffer, request.head)
+        with socket.create_connection((host, port), timeout=self.timeout) as other:
+            other.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            other.sendall(data)
+            response = read_response(other, self._buffer, request.head)
+        return replace(response, keep_alive=self._sock is not None)
 
     def _failed(self, exc: OSError | ProtocolError, connecting: bool) -> RequestRecord:
         end = time.perf_counter_ns()
