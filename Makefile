@@ -27,7 +27,7 @@ test: $(BIN)/.installed
 docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
 
-# ruff's pyflakes rules on everything, mypy on the three packages (not part of `make test`)
+# ruff's pyflakes rules on everything, mypy on the packages (not part of `make test`)
 lint: $(BIN)/.installed
 	$(BIN)/pip install --quiet -e '.[lint]'
 	$(BIN)/ruff check --select F cpuquota client service kubenode tests benchmarks scripts
