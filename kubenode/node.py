@@ -7,151 +7,26 @@ each process by its pid, and removes what the node made on the host.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import signal
-import subprocess
 import time
-from dataclasses import dataclass, field
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
-from kubenode import build, files, host, images, pki
+from kubenode import build, daemons, files, host, images, pki
 from kubenode.addons import coredns_manifests
-from kubenode.config import (API_PORT, HOST_ADDR, NODE_ADDR, NODE_NAME, POD_CIDR, SERVICE_CIDR,
-                             VETH_HOST, VETH_NODE, Layout, layout)
-from kubenode.proc import (ns_inode, pids_in_namespace, read_pidfile, run, start_daemon,
-                           stop_pid, stop_pidfile)
+from kubenode.config import (HOST_ADDR, NODE_ADDR, POD_CIDR, SERVICE_CIDR, VETH_HOST, VETH_NODE,
+                             Layout, layout)
+from kubenode.context import BIND_MOUNTS, Log, Node
+from kubenode.proc import ns_inode, pids_in_namespace, read_pidfile, run, start_daemon, stop_pid
 from kubenode.steps import Step, pending, run_down, run_up
 
 __all__ = ["Node", "STEPS", "up", "down", "status", "shell_exports", "is_up", "leftovers",
            "load_project_images", "status_json"]
-
-Log = Callable[[str], None]
-
-# The paths that the kubelet, containerd and the CNI plugins hard-code: inside the node's mount
-# namespace each is a bind mount of a directory of the node's own (state dir -> path).
-BIND_MOUNTS = {
-    "mnt/var-lib-kubelet": "/var/lib/kubelet",
-    "mnt/var-lib-cni": "/var/lib/cni",
-    "mnt/var-log": "/var/log",
-    "mnt/run-containerd": "/run/containerd",
-    "mnt/run-netns": "/run/netns",
-}
-
-
-@dataclass
-class Node:
-    lay: Layout
-    log: Log = print
-    timings: dict[str, float] = field(default_factory=dict)
-
-    # --- places ---------------------------------------------------------------------------
-    def p(self, *parts: str) -> Path:
-        return self.lay.path(*parts)
-
-    @property
-    def pidfile_holder(self) -> Path:
-        return self.p("pids", "holder.pid")
-
-    @property
-    def holder(self) -> int | None:
-        return host.holder_pid(self.pidfile_holder)
-
-    def need_holder(self) -> int:
-        pid = self.holder
-        if pid is None:
-            raise RuntimeError("the node's holder process is not running")
-        return pid
-
-    @property
-    def containerd_address(self) -> str:
-        return str(self.p("containerd", "containerd.sock"))
-
-    def bin(self, name: str) -> str:
-        return str(self.lay.kube_bin / name)
-
-    # --- helpers --------------------------------------------------------------------------
-    def kubectl(self, *args: str, check: bool = True, timeout: float = 60,
-                input: str | None = None) -> subprocess.CompletedProcess[str]:
-        return run([self.bin("kubectl"), "--kubeconfig", str(self.lay.kubeconfig), *args],
-                   check=check, timeout=timeout, input=input)
-
-    def ns(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return run([*host.nsenter(self.need_holder()), *cmd], check=check)
-
-    def daemon(self, name: str, cmd: Sequence[str]) -> None:
-        start_daemon([*host.nsenter(self.need_holder()), *cmd],
-                     pidfile=self.p("pids", f"{name}.pid"), logfile=self.p("logs", f"{name}.log"))
-
-    def daemon_alive(self, name: str) -> bool:
-        return read_pidfile(self.p("pids", f"{name}.pid")) is not None
-
-    def stop(self, name: str, timeout: float = 20.0) -> None:
-        stop_pidfile(self.p("pids", f"{name}.pid"), timeout=timeout)
-
-    def listening(self, port: int) -> bool:
-        """A TCP socket in LISTEN on ``port`` in the node's network namespace (read from
-        /proc/<holder>/net/tcp{,6}: no packet sent)."""
-        holder = self.holder
-        if holder is None:
-            return False
-        for table in ("tcp", "tcp6"):
-            try:
-                lines = Path(f"/proc/{holder}/net/{table}").read_text().splitlines()[1:]
-            except OSError:
-                continue
-            for line in lines:
-                fields = line.split()
-                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                    return True
-        return False
-
-    def wait(self, what: str, ready: Callable[[], bool], timeout: float, *,
-             daemon: str | None = None) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            if daemon is not None and not self.daemon_alive(daemon):
-                raise RuntimeError(f"{daemon} exited: {self.log_tail(daemon)}")
-            if time.monotonic() > deadline:
-                tail = f": {self.log_tail(daemon)}" if daemon else ""
-                raise RuntimeError(f"{what} not ready after {timeout:.0f} s{tail}")
-            time.sleep(0.25)
-
-    def log_tail(self, name: str, lines: int = 6) -> str:
-        try:
-            text = self.p("logs", f"{name}.log").read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return " | ".join(text.strip().splitlines()[-lines:])
-
-    def api_ready(self) -> bool:
-        if not self.lay.kubeconfig.exists() or not (self.lay.kube_bin / "kubectl").exists():
-            return False
-        try:
-            return self.kubectl("get", "--raw", "/readyz", check=False,
-                                timeout=10).stdout.strip() == "ok"
-        except subprocess.TimeoutExpired:
-            return False
-
-    def node_ready(self) -> bool:
-        if not self.api_ready():
-            return False
-        out = self.kubectl("get", "node", NODE_NAME, "-o",
-                           'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
-                           check=False).stdout
-        return out.strip() == "True"
-
-    def deployment_ready(self, namespace: str, name: str) -> bool:
-        if not self.api_ready():
-            return False
-        out = self.kubectl("-n", namespace, "get", "deployment", name, "-o",
-                           "jsonpath={.status.readyReplicas}/{.spec.replicas}",
-                           check=False).stdout.strip()
-        ready, _, want = out.partition("/")
-        return bool(ready) and ready == want
-
 
 # --- the steps ----------------------------------------------------------------------------
 
@@ -346,10 +221,6 @@ def _daemon_step(name: str, cmd: Callable[[Node], Sequence[str]], ready: Callabl
                 undo=undo or (lambda n: n.stop(name)))
 
 
-def _containerd_cmd(n: Node) -> list[str]:
-    return ["/usr/bin/containerd", "--config", str(n.p("containerd", "config.toml"))]
-
-
 def _containerd_ready(n: Node) -> bool:
     return Path(n.containerd_address).is_socket() and run(
         ["ctr", "--address", n.containerd_address, "version"], check=False,
@@ -375,71 +246,9 @@ def _containerd_undo(n: Node) -> None:
     n.stop("containerd")
 
 
-def _etcd_cmd(n: Node) -> list[str]:
-    url = "http://127.0.0.1:2379"
-    peer = "http://127.0.0.1:2380"
-    return ["/usr/bin/etcd", "--name", "node", "--data-dir", str(n.p("etcd", "data")),
-            "--listen-client-urls", url, "--advertise-client-urls", url,
-            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"node={peer}", "--logger", "zap"]
-
-
-def _apiserver_cmd(n: Node) -> list[str]:
-    k = n.p("pki")
-    return [n.bin("kube-apiserver"), "--advertise-address", NODE_ADDR,
-            "--bind-address", "0.0.0.0", "--secure-port", str(API_PORT),
-            "--etcd-servers", "http://127.0.0.1:2379",
-            "--client-ca-file", str(k / "ca.crt"),
-            "--tls-cert-file", str(k / "apiserver.crt"),
-            "--tls-private-key-file", str(k / "apiserver.key"),
-            "--kubelet-client-certificate", str(k / "apiserver-kubelet-client.crt"),
-            "--kubelet-client-key", str(k / "apiserver-kubelet-client.key"),
-            "--kubelet-preferred-address-types", "InternalIP",
-            "--service-account-key-file", str(k / "sa.pub"),
-            "--service-account-signing-key-file", str(k / "sa.key"),
-            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
-            "--service-cluster-ip-range", SERVICE_CIDR,
-            "--authorization-mode", "Node,RBAC",
-            "--enable-admission-plugins", "NodeRestriction",
-            "--allow-privileged=true",
-            "--profiling=false"]
-
-
-def _controller_manager_cmd(n: Node) -> list[str]:
-    k = n.p("pki")
-    kc = str(n.p("controller-manager.kubeconfig"))
-    return [n.bin("kube-controller-manager"), "--kubeconfig", kc,
-            "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
-            "--bind-address", "127.0.0.1", "--leader-elect=false",
-            "--controllers", "*,-nodeipam",
-            "--service-account-private-key-file", str(k / "sa.key"),
-            "--root-ca-file", str(k / "ca.crt"),
-            "--cluster-signing-cert-file", str(k / "ca.crt"),
-            "--cluster-signing-key-file", str(k / "ca.key"),
-            "--use-service-account-credentials", "--profiling=false"]
-
-
-def _scheduler_cmd(n: Node) -> list[str]:
-    kc = str(n.p("scheduler.kubeconfig"))
-    return [n.bin("kube-scheduler"), "--kubeconfig", kc, "--authentication-kubeconfig", kc,
-            "--authorization-kubeconfig", kc, "--bind-address", "127.0.0.1",
-            "--leader-elect=false", "--profiling=false"]
-
-
-def _kubelet_cmd(n: Node) -> list[str]:
-    return [n.bin("kubelet"), "--config", str(n.p("kubelet.json")),
-            "--kubeconfig", str(n.p("kubelet.kubeconfig")),
-            "--hostname-override", NODE_NAME, "--node-ip", NODE_ADDR]
-
-
 def _kubelet_undo(n: Node) -> None:
     n.stop("kubelet")
     _kill_pods(n)
-
-
-def _proxy_cmd(n: Node) -> list[str]:
-    return [n.bin("kube-proxy"), "--config", str(n.p("kube-proxy.json")),
-            "--hostname-override", NODE_NAME]
 
 
 def _archives(n: Node) -> dict[str, Callable[[], Path]]:
@@ -505,14 +314,14 @@ STEPS: list[Step[Node]] = [
     Step("holder", lambda n: n.holder is not None, _holder_do, _holder_undo),
     Step("mounts", _mounts_ok, _mounts_do),
     Step("network", _network_ok, _network_do, _network_undo),
-    _daemon_step("containerd", _containerd_cmd, _containerd_ready, 60, _containerd_undo),
+    _daemon_step("containerd", daemons.containerd_cmd, _containerd_ready, 60, _containerd_undo),
     Step("system images", _system_images_ok, _system_images_do),
-    _daemon_step("etcd", _etcd_cmd, _ready(2379), 60),
-    _daemon_step("kube-apiserver", _apiserver_cmd, Node.api_ready, 180),
-    _daemon_step("kube-controller-manager", _controller_manager_cmd, _ready(10257), 120),
-    _daemon_step("kube-scheduler", _scheduler_cmd, _ready(10259), 120),
-    _daemon_step("kubelet", _kubelet_cmd, Node.node_ready, 180, _kubelet_undo),
-    _daemon_step("kube-proxy", _proxy_cmd, _ready(10256), 60),
+    _daemon_step("etcd", daemons.etcd_cmd, _ready(2379), 60),
+    _daemon_step("kube-apiserver", daemons.apiserver_cmd, Node.api_ready, 180),
+    _daemon_step("kube-controller-manager", daemons.controller_manager_cmd, _ready(10257), 120),
+    _daemon_step("kube-scheduler", daemons.scheduler_cmd, _ready(10259), 120),
+    _daemon_step("kubelet", daemons.kubelet_cmd, Node.node_ready, 180, _kubelet_undo),
+    _daemon_step("kube-proxy", daemons.proxy_cmd, _ready(10256), 60),
     Step("coredns", lambda n: n.deployment_ready("kube-system", "coredns"), _coredns_do),
 ]
 
@@ -541,15 +350,29 @@ def shell_exports(lay: Layout) -> str:
             f"export PATH={lay.kube_bin}:$PATH\n")
 
 
+@contextmanager
+def _locked(lay: Layout) -> Iterator[None]:
+    """One ``up`` or ``down`` at a time on this host (a lock file in the build cache)."""
+    lay.cache.mkdir(parents=True, exist_ok=True)
+    with open(lay.cache / ".node.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def up(lay: Layout | None = None, log: Log = print) -> Node:
     node = Node(lay or layout(), log)
     _require_root()
+    with _locked(node.lay):
+        return _up(node, log)
+
+
+def _up(node: Node, log: Log) -> Node:
     if is_up(node):
         log("node already up: reused")
         return node
     if leftovers(node):
         log("a half-started node is here: cleaning it first")
-        down(node.lay, log)
+        _down(node, log)
     t0 = time.monotonic()
     node.timings = run_up(STEPS, node, log)
     node.timings["total"] = time.monotonic() - t0
@@ -560,6 +383,11 @@ def up(lay: Layout | None = None, log: Log = print) -> Node:
 def down(lay: Layout | None = None, log: Log = print) -> dict[str, float]:
     node = Node(lay or layout(), log)
     _require_root()
+    with _locked(node.lay):
+        return _down(node, log)
+
+
+def _down(node: Node, log: Log) -> dict[str, float]:
     t0 = time.monotonic()
     seconds = run_down(STEPS, node, log)
     seconds["total"] = time.monotonic() - t0
