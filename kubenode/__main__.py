@@ -15,7 +15,6 @@ def main(argv: list[str] | None = None) -> int:
                                      description="A single-node Kubernetes cluster on this host, "
                                                  "in namespaces of its own.")
     parser.add_argument("command", choices=("up", "down", "status", "build", "images"))
-    parser.add_argument("--traefik", action="store_true", help="build: Traefik too")
     args = parser.parse_args(argv)
     lay = layout()
 
@@ -24,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "build":
-            build.build_all(lay, log, traefik=args.traefik)
+            build.build_all(lay, log)
         elif args.command == "up":
             node.up(lay, log)
             print(node.shell_exports(lay), end="")

@@ -215,9 +215,8 @@ def build_pause(lay: Layout, log: Log = print) -> Path:
     return target
 
 
-def build_all(lay: Layout, log: Log = print, *, traefik: bool = False) -> None:
+def build_all(lay: Layout, log: Log = print) -> None:
     build_kubernetes(lay, log)
     build_coredns(lay, log)
     build_pause(lay, log)
-    if traefik:
-        build_traefik(lay, log)
+    build_traefik(lay, log)

@@ -4,7 +4,6 @@ raw data copied out of the pod's emptyDir and drawn on the host (pictures/k8s-*.
 is left running."""
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from kubenode import node as kubenode
 from kubenode.config import layout
+from kubenode.overlay import write_overlay
 
 __all__ = ["main", "copy_raw_data"]
 
@@ -22,29 +22,6 @@ TARGETS = ("limited", "limitless")
 
 
 HOLD_SECONDS = 600
-OVERLAY = """# made by kubenode.demo: k8s/ with the Job holding its raw data for copying
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - {k8s}
-patches:
-  - target:
-      kind: Job
-      name: http-timing
-    patch: |-
-      apiVersion: batch/v1
-      kind: Job
-      metadata:
-        name: http-timing
-      spec:
-        template:
-          spec:
-            containers:
-              - name: http-timing
-                env:
-                  - name: HOLD_FOR_COPY
-                    value: "{hold}"
-"""
 
 
 def copy_raw_data(n: kubenode.Node, pod_uid: str, dest: Path) -> list[Path]:
@@ -79,8 +56,7 @@ def main(root: Path) -> int:
     n.kubectl("-n", NAMESPACE, "delete", "job", "http-timing", "--ignore-not-found", "--cascade=foreground",
               timeout=120)
     with tempfile.TemporaryDirectory(prefix="kube-demo-") as overlay:
-        (Path(overlay) / "kustomization.yaml").write_text(OVERLAY.format(
-            k8s=os.path.relpath(root / "k8s", overlay), hold=HOLD_SECONDS))
+        write_overlay(Path(overlay), root / "k8s", hold_for_copy=HOLD_SECONDS)
         n.kubectl("apply", "-k", overlay, timeout=120)
     for name in TARGETS:
         n.kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{name}", "--timeout=300s",

@@ -24,6 +24,7 @@ from kubenode.config import (HOST_ADDR, NODE_ADDR, POD_CIDR, SERVICE_CIDR, VETH_
 from kubenode.context import BIND_MOUNTS, Log, Node
 from kubenode.proc import ns_inode, pids_in_namespace, read_pidfile, run, start_daemon, stop_pid
 from kubenode.steps import Step, pending, run_down, run_up
+from kubenode.traefik import traefik_manifests
 
 __all__ = ["Node", "STEPS", "up", "down", "status", "shell_exports", "is_up", "leftovers",
            "load_project_images", "status_json"]
@@ -262,7 +263,11 @@ def _archives(n: Node) -> dict[str, Callable[[], Path]]:
         return images.single_binary_archive(n.lay.coredns_bin, files.COREDNS_IMAGE,
                                             cache / "coredns.tar", entrypoint=["/coredns"])
 
-    return {files.PAUSE_IMAGE: pause, files.COREDNS_IMAGE: coredns}
+    def traefik() -> Path:
+        return images.single_binary_archive(n.lay.traefik_bin, files.TRAEFIK_IMAGE,
+                                            cache / "traefik.tar", entrypoint=["/traefik"])
+
+    return {files.PAUSE_IMAGE: pause, files.COREDNS_IMAGE: coredns, files.TRAEFIK_IMAGE: traefik}
 
 
 def _image_ref(tag: str) -> str:
@@ -288,6 +293,11 @@ def _coredns_do(n: Node) -> None:
     n.wait("CoreDNS", lambda: n.deployment_ready("kube-system", "coredns"), 180)
 
 
+def _traefik_do(n: Node) -> None:
+    n.kubectl("apply", "-f", "-", input=traefik_manifests())
+    n.wait("Traefik", lambda: n.deployment_ready("kube-system", "traefik"), 180)
+
+
 def _cgroup_root_undo(n: Node) -> None:
     _kill_pods(n)
     host.remove_cgroup_root()
@@ -304,6 +314,8 @@ STEPS: list[Step[Node]] = [
          do=lambda n: None if build.build_coredns(n.lay, n.log) else None),
     Step("build pause", check=lambda n: (n.lay.pause_bin.parent / ".complete").exists(),
          do=lambda n: None if build.build_pause(n.lay, n.log) else None),
+    Step("build traefik", check=lambda n: (n.lay.traefik_bin.parent / ".complete").exists(),
+         do=lambda n: None if build.build_traefik(n.lay, n.log) else None),
     Step("state directory", _state_ok, _state_do, _state_undo),
     Step("certificates", lambda n: pki.pki_complete(n.p("pki")),
          lambda n: pki.make_pki(n.p("pki"))),
@@ -323,6 +335,7 @@ STEPS: list[Step[Node]] = [
     _daemon_step("kubelet", daemons.kubelet_cmd, Node.node_ready, 180, _kubelet_undo),
     _daemon_step("kube-proxy", daemons.proxy_cmd, _ready(10256), 60),
     Step("coredns", lambda n: n.deployment_ready("kube-system", "coredns"), _coredns_do),
+    Step("traefik", lambda n: n.deployment_ready("kube-system", "traefik"), _traefik_do),
 ]
 
 

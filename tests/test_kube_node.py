@@ -16,10 +16,13 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from kubenode import node as kubenode
 from kubenode.config import CGROUP_ROOT, KUBE_VERSION, NODE_NAME
+from kubenode.overlay import write_overlay
+from kubenode.traefik import WEB_PORT
 from tests.kube import BEFORE, NODE_PATHS, host_view, iptables_lines, wait_for
 from tests.support import ROOT
 
@@ -128,11 +131,14 @@ def test_a_cpu_limit_is_the_quota_of_the_pod_and_its_container_and_resizes_in_pl
 
 
 @pytest.fixture(scope="module")
-def applied(kube_node: kubenode.Node, images: dict[str, float]) -> Iterator[kubenode.Node]:
-    kube_node.kubectl("apply", "-k", str(ROOT / "k8s"), timeout=120)
+def applied(kube_node: kubenode.Node, images: dict[str, float],
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[kubenode.Node]:
+    """``k8s/`` applied, through an overlay that only sets the Ingress class of the node's
+    controller (Traefik)."""
+    overlay = write_overlay(tmp_path_factory.mktemp("overlay"), ROOT / "k8s")
+    kube_node.kubectl("apply", "-k", str(overlay), timeout=120)
     yield kube_node
-    kube_node.kubectl("delete", "-k", str(ROOT / "k8s"), "--wait=false", check=False,
-                      timeout=120)
+    kube_node.kubectl("delete", "-k", str(overlay), "--wait=false", check=False, timeout=120)
 
 
 def test_the_projects_manifests_give_two_ready_deployments(applied: kubenode.Node) -> None:
@@ -140,6 +146,38 @@ def test_the_projects_manifests_give_two_ready_deployments(applied: kubenode.Nod
         applied.kubectl("-n", "throttle-lab", "rollout", "status", f"deployment/{name}",
                         "--timeout=300s", timeout=320)
         assert applied.deployment_ready("throttle-lab", name)
+
+
+def test_each_ingress_answers_through_traefik(applied: kubenode.Node) -> None:
+    """From the host, through the veth, to Traefik's pod: each Ingress host reaches its own
+    Deployment (the service names itself in /limits), an unknown host gets 404."""
+    for name in ("limited", "limitless"):
+        applied.kubectl("-n", "throttle-lab", "rollout", "status", f"deployment/{name}",
+                        "--timeout=300s", timeout=320)
+    pod_ip = applied.kubectl("-n", "kube-system", "get", "pod", "-l",
+                             "app.kubernetes.io/name=traefik", "-o",
+                             "jsonpath={.items[0].status.podIP}").stdout.strip()
+    assert pod_ip.startswith("10.244.0.")
+    base = f"http://{pod_ip}:{WEB_PORT}"
+
+    def answer(host: str, path: str) -> httpx.Response | None:
+        try:
+            return httpx.get(base + path, headers={"Host": host}, timeout=10)
+        except httpx.HTTPError:
+            return None
+
+    quotas = {}
+    for name in ("limited", "limitless"):
+        host = f"{name}.throttle-lab.localhost"
+        # Traefik picks up a new Ingress within seconds: until then 404
+        reply = wait_for(f"{host} through Traefik",
+                         lambda: (r := answer(host, "/limits")) is not None
+                         and r.status_code == 200 and r, 120)
+        quotas[name] = reply.json()["cgroup"]["quota_us"]
+    assert quotas["limited"] == 30000
+    assert quotas["limitless"] in (None, -1, "max")
+    unknown = answer("nobody.throttle-lab.localhost", "/limits")
+    assert unknown is not None and unknown.status_code == 404
 
 
 def test_the_job_completes_and_prints_both_reports(applied: kubenode.Node) -> None:
