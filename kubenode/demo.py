@@ -1,7 +1,8 @@
-"""``make kube-demo``: the node up, the project's images in, ``kubectl apply -k k8s/``, both
-Deployments Ready, the Job run to completion and its log (the two reports) printed; the Job's
-raw data copied out of the pod's emptyDir and drawn on the host (pictures/k8s-*.png). The node
-is left running."""
+"""``make kube-demo``: the node up, the project's images in, ``kubectl apply -k k8s/`` (with the
+node's Ingress class), both Deployments Ready, the Job run to completion and its log (the two
+reports) printed; the Job's raw data copied out of the pod's emptyDir and drawn on the host
+(pictures/k8s-*.png); the pi page fetched through each Ingress (Traefik) and its gaps
+summarised. The node is left running."""
 from __future__ import annotations
 
 import shutil
@@ -10,10 +11,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from kubenode import node as kubenode
 from kubenode.config import layout
 from kubenode.overlay import write_overlay
+from kubenode.traefik import WEB_PORT
 
 __all__ = ["main", "copy_raw_data"]
 
@@ -41,6 +46,43 @@ def copy_raw_data(n: kubenode.Node, pod_uid: str, dest: Path) -> list[Path]:
                 shutil.copyfile(found, copy)
                 out.append(copy)
     return out
+
+
+def traefik_base(n: kubenode.Node) -> str:
+    """Traefik's web entry point, reached from the host through the veth (its pod's address)."""
+    ip = n.kubectl("-n", "kube-system", "get", "pod", "-l", "app.kubernetes.io/name=traefik",
+                   "-o", "jsonpath={.items[0].status.podIP}").stdout.strip()
+    return f"http://{ip}:{WEB_PORT}"
+
+
+def pi_through_ingresses(n: kubenode.Node) -> list[str]:
+    """The pi page's JSON (/api/pi) through each Ingress, with a counter that costs ~150 ms of
+    CPU (more than one period's quota at 0.3 CPU), calibrated on the limitless one."""
+    base = traefik_base(n)
+    hosts = {name: f"{name}.throttle-lab.localhost" for name in TARGETS}
+
+    def pi(name: str, counter: int) -> dict[str, Any]:
+        deadline = time.monotonic() + 120
+        while True:  # Traefik picks a new Ingress up within seconds
+            reply = httpx.get(f"{base}/api/pi", params={"counter": counter},
+                              headers={"Host": hosts[name]}, timeout=60)
+            if reply.status_code != 404 or time.monotonic() > deadline:
+                reply.raise_for_status()
+                body: dict[str, Any] = reply.json()
+                return body
+            time.sleep(1)
+
+    probe = pi("limitless", 100_000)
+    counter = min(5_000_000, int(100_000 * 150e6 / max(probe["cpu_ns"], 1)))
+    lines = []
+    for name in TARGETS:
+        body = pi(name, counter)
+        pauses = body["pauses"]
+        lines.append(f"pi page through {hosts[name]}: counter {counter}, CPU "
+                     f"{body['cpu_ns'] / 1e6:.0f} ms in {body['wall_ns'] / 1e6:.0f} ms, "
+                     f"{pauses['count']} gaps >= {pauses['threshold_us'] / 1000:g} ms "
+                     f"(longest {pauses['longest_us'] / 1000:.1f} ms)")
+    return lines
 
 
 def main(root: Path) -> int:
@@ -86,6 +128,8 @@ def main(root: Path) -> int:
                     str(root / "pictures"), *csvs], check=True, cwd=root)
     log("raw data: " + ", ".join(str(p.relative_to(root)) for p in copies))
     log("pictures: " + ", ".join(f"pictures/{Path(c).stem}.png" for c in csvs))
+    for line in pi_through_ingresses(n):
+        print(line)
     print(kubenode.shell_exports(lay), end="")
     log("the node keeps running; stop it with: make kube-down")
     return 0
