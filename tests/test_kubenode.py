@@ -197,3 +197,23 @@ def test_run_raises_with_the_commands_output() -> None:
         proc.run(["sh", "-c", "echo nope >&2; exit 3"])
     assert proc.run(["true"]).returncode == 0
     assert isinstance(subprocess.CompletedProcess, type)
+
+
+def test_the_overlay_changes_only_the_ingress_class_and_the_jobs_hold(tmp_path: Path) -> None:
+    import yaml
+
+    from kubenode.overlay import write_overlay
+
+    root = Path(__file__).resolve().parent.parent
+    overlay = write_overlay(tmp_path / "o", root / "k8s", hold_for_copy=600)
+    doc = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    assert (overlay / doc["resources"][0]).resolve() == (root / "k8s").resolve()
+    ingress, job = doc["patches"]
+    assert ingress["target"] == {"kind": "Ingress"}
+    assert yaml.safe_load(ingress["patch"]) == [
+        {"op": "replace", "path": "/spec/ingressClassName", "value": "traefik"}]
+    env = yaml.safe_load(job["patch"])["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env == [{"name": "HOLD_FOR_COPY", "value": "600"}]
+    plain = yaml.safe_load((write_overlay(tmp_path / "p", root / "k8s") / "kustomization.yaml")
+                           .read_text())
+    assert len(plain["patches"]) == 1
