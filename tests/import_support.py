@@ -20,7 +20,8 @@ import httpx
 import pytest
 
 from client.data.files import read_run
-from tests.support import BIN, http_timing, require, require_kernel_quota, service_process
+from tests.support import (BIN, http_timing, require, require_kernel_quota, service_process,
+                           stop_by_pid)
 
 CPUS = "0.1"
 ITERATIONS = 50_000     # ~27 ms of CPU: each request meets the 10 ms quota
@@ -76,9 +77,7 @@ def recorded_service(tmp_path: Path) -> Iterator[Recording]:
             try:
                 proc.communicate(timeout=20)
             finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+                stop_by_pid(proc)
         assert proc.returncode == 0, proc.stderr
 
 

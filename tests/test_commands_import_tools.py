@@ -20,7 +20,7 @@ import pytest
 from tests.import_support import (ITERATIONS, REQUESTS, check_marks, import_file,
                                   recorded_service, run_tool, timed_requests, tool,
                                   write_documented)
-from tests.support import free_port, http_timing, require
+from tests.support import free_port, http_timing, require, stop_by_pid
 
 pytestmark = pytest.mark.root
 
@@ -152,9 +152,7 @@ def test_nginx_access_log(tmp_path: Path) -> None:
             try:
                 proc.communicate(timeout=15)
             finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+                stop_by_pid(proc)
     log = prefix / "access.log"
     assert len(log.read_text().splitlines()) >= REQUESTS
     import_file(tmp_path, log, "nginx")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support import BIN, free_port, http_timing, interrupted_after_rows, running_service, service_process, wait_for_rows
+from tests.support import BIN, free_port, http_timing, interrupted_after_rows, running_service, service_process, stop_by_pid, wait_for_rows
 
 ORIGINAL_LINE = re.compile(r"^(\d+) Status code (\d+) time (\d+)$")
 
@@ -142,9 +142,7 @@ def test_server_dying_mid_run_is_recorded_and_run_ends(tmp_path: Path) -> None:
             service.wait()
             out, err = proc.communicate(timeout=60)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            stop_by_pid(proc)
     assert proc.returncode == 1, err
     assert "Traceback" not in err and "consecutive connection failures" in err
     rows = read_rows(tmp_path / "raw-data" / "die.csv")

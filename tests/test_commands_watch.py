@@ -28,7 +28,7 @@ from client.render.watch import WatchRow, json_line, watch_table
 from client.data.timeline import CgroupSample
 from cpuquota.limit import Limit
 from tests.cgroup_fixtures import BurningGroup, burner_in_group
-from tests.support import BIN, HIERARCHIES, ROOT, require_kernel_quota
+from tests.support import BIN, HIERARCHIES, ROOT, require_kernel_quota, stop_by_pid
 
 WATCH = [str(BIN / "http-timing"), "watch"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -132,21 +132,26 @@ def test_ctrl_c_and_a_closed_pipe_end_it_cleanly() -> None:
         proc = subprocess.Popen([*WATCH, f"pid:{burner.pid}", "--interval", "0.1"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 cwd=ROOT)
-        assert proc.stdout is not None and proc.stderr is not None
-        first = json.loads(proc.stdout.readline())
-        proc.send_signal(signal.SIGINT)
-        rest, err = proc.communicate(timeout=30)
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            first = json.loads(proc.stdout.readline())
+            proc.send_signal(signal.SIGINT)
+            rest, err = proc.communicate(timeout=30)
+        finally:
+            stop_by_pid(proc)
         assert proc.returncode == 0 and "Traceback" not in err and err == "", err
         assert all(json.loads(line) for line in rest.splitlines())
         assert first["quota_cpus"] == 0.2
         closed = subprocess.Popen([*WATCH, str(burner.group), "--interval", "0.05"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
-        assert closed.stdout is not None and closed.stderr is not None
-        closed.stdout.readline()
-        closed.stdout.close()             # like `| head -1`
-        code = closed.wait(timeout=30)
-        err = closed.stderr.read().decode()
-        closed.stderr.close()
+        try:
+            assert closed.stdout is not None and closed.stderr is not None
+            closed.stdout.readline()
+            closed.stdout.close()             # like `| head -1`
+            code = closed.wait(timeout=30)
+            err = closed.stderr.read().decode()
+        finally:
+            stop_by_pid(closed)
     assert code == 0 and err == "", err
 
 
@@ -186,9 +191,7 @@ def test_terminal_shows_a_live_table_and_ctrl_c_exits_0() -> None:
             screen += _read_until(master, re.compile(r"(?!)"), timeout=5)
             code = proc.wait(timeout=30)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            stop_by_pid(proc)
             os.close(master)
     assert code == 0, screen
     assert "Traceback" not in screen and "KeyboardInterrupt" not in screen
