@@ -8,7 +8,6 @@ from real requests to the same service timed by the test."""
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import subprocess
@@ -22,6 +21,7 @@ import pytest
 from tests.import_support import (ITERATIONS, REQUESTS, check_marks, import_file,
                                   recorded_service, run_tool, timed_requests, tool,
                                   write_documented)
+from tests.nginx_conf import nginx_binary, nginx_conf
 from tests.support import free_port, http_timing, require, stop_by_pid
 
 pytestmark = pytest.mark.root
@@ -109,38 +109,26 @@ def test_locust_csv_request_logger(tmp_path: Path) -> None:
     check_marks(tmp_path, "locust", "locust-csv", requests=5)
 
 
-NGINX_CONF = """
-daemon off;
-master_process off;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 64; }}
-http {{
+NGINX_HTTP = """
     {log_format}
     access_log {dir}/access.log timing;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
     server {{
         listen 127.0.0.1:{port};
         location / {{ proxy_pass {upstream}; }}
     }}
-}}
 """
 
 
 def test_nginx_access_log(tmp_path: Path) -> None:
     from client.data.imports.nginx import LOG_FORMAT
 
-    nginx = "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else tool("nginx")
+    nginx = nginx_binary() or tool("nginx")
     port = free_port()
     prefix = tmp_path / "nginx"
     prefix.mkdir()
     with recorded_service(tmp_path) as rec:
-        (prefix / "nginx.conf").write_text(NGINX_CONF.format(
-            dir=prefix, log_format=LOG_FORMAT, port=port, upstream=rec.base_url))
+        nginx_conf(prefix, NGINX_HTTP.format(dir=prefix, log_format=LOG_FORMAT, port=port,
+                                             upstream=rec.base_url))
         proc = subprocess.Popen([nginx, "-p", str(prefix), "-c", str(prefix / "nginx.conf")],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
@@ -168,21 +156,10 @@ UPSTREAMINFO_MSEC = (   # ingress-nginx's log-format-upstream (upstreaminfo), + 
     "[$proxy_alternative_upstream_name] '\n"
     "    '$upstream_addr $upstream_response_length $upstream_response_time $upstream_status '\n"
     "    '$req_id $msec';")
-INGRESS_CONF = """
-daemon off;
-master_process off;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 64; }}
-http {{
+INGRESS_HTTP = """
     map $http_x_request_id $req_id {{ default $http_x_request_id; "" $request_id; }}
     {log_format}
     access_log {dir}/access.log upstreaminfo;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
     upstream pods {{ server {pod_a}; server {pod_b}; }}
     server {{
         listen 127.0.0.1:{port};
@@ -192,7 +169,6 @@ http {{
             proxy_pass http://pods;
         }}
     }}
-}}
 """
 
 
@@ -204,14 +180,14 @@ def test_nginx_log_format_upstreaminfo_one_pod_of_two(tmp_path: Path) -> None:
     from client.data.files import read_run
     from tests.support import service_process
 
-    nginx = "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else tool("nginx")
+    nginx = nginx_binary() or tool("nginx")
     port = free_port()
     prefix = tmp_path / "nginx"
     prefix.mkdir()
     with recorded_service(tmp_path) as rec, service_process() as (other, _proc):
         pod_a, pod_b = rec.base_url.split("://")[1], other.split("://")[1]
-        (prefix / "nginx.conf").write_text(INGRESS_CONF.format(
-            dir=prefix, log_format=UPSTREAMINFO_MSEC, port=port, pod_a=pod_a, pod_b=pod_b))
+        nginx_conf(prefix, INGRESS_HTTP.format(dir=prefix, log_format=UPSTREAMINFO_MSEC,
+                                               port=port, pod_a=pod_a, pod_b=pod_b))
         proc = subprocess.Popen([nginx, "-p", str(prefix), "-c", str(prefix / "nginx.conf")],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:

@@ -29,6 +29,7 @@ import pytest
 from client.data.request import HttpRequest
 from client.run.targets.service import free_port, stop_process
 from client.run.wire import SocketSender
+from tests.nginx_conf import nginx_binary, nginx_conf
 from tests.support import require
 
 PAGE = b"<html><body>hello from a file</body></html>\n"
@@ -120,38 +121,26 @@ def busybox(tmp: Path) -> Iterator[Served]:
                       Ask("/cgi-bin/burn?iterations=6")))
 
 
-NGINX_CONF = """
-daemon off;
-master_process off;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 64; }}
-http {{
+NGINX_HTTP = """
     access_log off;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
     server {{
         listen 127.0.0.1:{port};
         root {root};
         gzip on;            # a gzip'd answer has no length known ahead: chunked
         gzip_min_length 0;
     }}
-}}
 """
 
 
 @contextmanager
 def nginx(tmp: Path) -> Iterator[Served]:
-    binary = "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else shutil.which("nginx")
+    binary = nginx_binary()
     require(binary is not None, "no nginx (scripts/install-load-tools.sh installs it)")
     assert binary is not None
     root = tmp / "root"
     modified = site(root)
     port = free_port()
-    (tmp / "nginx.conf").write_text(NGINX_CONF.format(dir=tmp, port=port, root=root))
+    nginx_conf(tmp, NGINX_HTTP.format(port=port, root=root))
     with process([binary, "-p", str(tmp), "-c", str(tmp / "nginx.conf")], port, tmp):
         yield Served(f"http://127.0.0.1:{port}",
                      (*file_asks(modified), Ask("/index.html",
