@@ -14,13 +14,16 @@
 #   nodejs        Node's http, another of those real servers (Go's is built with the Go
 #                 toolchain scripts/install-load-tools.sh needs too)
 #   wrk           benchmarks/timer_vs_wrk.py times the client's own timer against it
+#   prometheus    its promtool checks the node agent's /metrics exposition and the recording
+#                 and alerting rules in k8s/recorder/ (tests/test_agent*.py); its service is
+#                 never started (the policy-rc.d below)
 # Idempotent and unattended: packages already installed are skipped, and no daemon is started
 # (a temporary policy-rc.d refuses service starts during the install).
 # Usage: sudo scripts/install-system-deps.sh [EXTRA_PACKAGE ...]
 set -euo pipefail
 
 PACKAGES=(docker.io docker-compose debootstrap chromium chromium-driver python3-venv openssl
-          qemu-system-x86 linux-image-amd64 busybox-static curl wrk nodejs "$@")
+          qemu-system-x86 linux-image-amd64 busybox-static curl wrk nodejs prometheus "$@")
 APT=(apt-get -o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0 -q)
 export DEBIAN_FRONTEND=noninteractive
 
