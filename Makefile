@@ -33,5 +33,11 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check --select F cpuquota client service tests benchmarks scripts
 	$(BIN)/mypy cpuquota client service
 
+# the node agent (agent/, Go; k8s/recorder/): a static binary at agent/throttle-agent
+GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
+.PHONY: agent
+agent:
+	cd agent && CGO_ENABLED=0 nice -n 10 $(GO) build -trimpath -ldflags='-s -w' -o throttle-agent ./cmd/throttle-agent
+
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis site
