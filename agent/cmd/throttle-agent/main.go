@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -57,6 +58,13 @@ func run() error {
 	maxTotal := fs.Int64("max-total", 2_000_000_000, "bytes of all timelines together (the oldest finished ones go)")
 	maxAge := fs.Duration("max-age", 72*time.Hour, "a finished timeline older than this goes")
 	proc := fs.String("proc", "/proc", "the proc file system")
+	checkEvery := fs.Duration("check-every", time.Second, "how often the quota files are re-read (a resize starts a new timeline)")
+	// One P: the loop and the HTTP server need no parallelism, and with more the runtime wakes
+	// idle threads to look for work at every tick (context switches that cost more than the
+	// sampling). GOMAXPROCS in the environment still wins.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -107,7 +115,7 @@ func run() error {
 	store.MaxSize, store.MaxTotal, store.MaxAge = *maxSize, *maxTotal, *maxAge
 	store.Host, store.Version, store.IntervalS, store.Command = host, Version, interval.Seconds(), os.Args
 	a := agent.New(agent.Config{Interval: *interval, FlushEvery: 500 * time.Millisecond,
-		CheckEvery: time.Second, PruneEvery: time.Minute, Proc: *proc, Log: os.Stderr}, resolver, store)
+		CheckEvery: *checkEvery, PruneEvery: time.Minute, Proc: *proc, Log: os.Stderr}, resolver, store)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(a, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewGoCollector())

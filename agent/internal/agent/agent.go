@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -371,22 +373,58 @@ func (a *Agent) rotate(key string, w *watched, reason string) {
 	a.release(own)
 }
 
-// checkQuotas re-resolves every watched group: a changed quota (an in-place resize) or set
-// of levels ends the segment and starts a new one with the new metadata.
+// checkQuotas re-reads the quota files of every watched group and of the groups above it
+// (each directory once per round): a changed quota (an in-place resize) or set of levels
+// ends the segment and starts a new one with the new metadata.
 func (a *Agent) checkQuotas() {
+	limits := map[string]*cgroupfs.Level{} // directory -> its quota (nil: none), this round
 	var changed []string
 	for key, w := range a.watched {
-		target, err := a.resolve(w.want)
-		if err != nil {
-			continue // a group that is gone shows as a failed read
-		}
-		if !reflect.DeepEqual(target.Metadata(), w.target.Metadata()) {
+		levels := cgroupfs.OrderLevels(a.quotaChain(w.target, limits))
+		if !reflect.DeepEqual(levelsMeta(levels), levelsMeta(w.target.Levels)) {
 			changed = append(changed, key)
 		}
 	}
 	for _, key := range changed {
 		a.rotate(key, a.watched[key], "the group's quota changed")
 	}
+}
+
+// quotaChain is cgroupfs.QuotaLevels with each directory's files read once per round.
+func (a *Agent) quotaChain(t cgroupfs.Target, limits map[string]*cgroupfs.Level) []cgroupfs.Level {
+	top := a.resolver.Top(t.Dir)
+	var found []cgroupfs.Level
+	here, group := t.Dir, t.Group
+	for {
+		l, ok := limits[here]
+		if !ok {
+			if read, has := cgroupfs.ReadLimit(here, t.Version, group); has {
+				l = &read
+			}
+			limits[here] = l
+		}
+		if l != nil {
+			found = append(found, *l)
+		}
+		parent := filepath.Dir(here)
+		if here == top || parent == here {
+			return found
+		}
+		here = parent
+		if i := strings.LastIndex(group, "/"); i > 0 {
+			group = group[:i]
+		} else {
+			group = "/"
+		}
+	}
+}
+
+func levelsMeta(levels []cgroupfs.Level) []map[string]any {
+	out := make([]map[string]any, 0, len(levels))
+	for _, l := range levels {
+		out = append(out, l.Metadata())
+	}
+	return out
 }
 
 func (a *Agent) closeAll(reason string, interrupted bool) {

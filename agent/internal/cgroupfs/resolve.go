@@ -281,6 +281,17 @@ func ReadLimit(dir string, version int, group string) (Level, bool) {
 	return Level{Dir: dir, Group: group, QuotaUS: quota, PeriodUS: period, BurstUS: readBurst(dir, version)}, true
 }
 
+// OrderLevels is orderLevels for the agent's quota check.
+func OrderLevels(levels []Level) []Level { return orderLevels(levels) }
+
+// Top is the mount point of the hierarchy holding dir.
+func (r *Resolver) Top(dir string) string {
+	if m, ok := MountOf(dir, r.mounts); ok {
+		return m.Point
+	}
+	return dir
+}
+
 // orderLevels: the tightest first (the nearest of equals), then the rest nearest first.
 func orderLevels(levels []Level) []Level {
 	if len(levels) == 0 {
