@@ -10,6 +10,7 @@
     http-timing [run] ... --cgroup TARGET                               + the service's own cgroup
     http-timing watch TARGET                                            the top of throttling
     http-timing advise --p99 MS [--p90 MS] [--backend ...]              the smallest limit
+    http-timing advise|sweep ... --cgroup TARGET --url URL              ... on a running service
     http-timing record TARGET [--duration S] [--max-size BYTES]         a cgroup's timeline alone
     http-timing import FILE --timeline NAME.cgroup.csv [--format F]     another tool's requests
 
@@ -24,17 +25,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from client.commands.advise import command_advise
 from client.commands.common import EXIT_OK, EXIT_USAGE, silence_stdout
 from client.commands.compare import command_compare
 from client.commands.import_ import command_import
+from client.commands.inplace_entry import advise_entry, sweep_entry
 from client.commands.options import CliError
 from client.commands.plot import command_plot
 from client.commands.predict import command_predict
 from client.commands.record import command_record
 from client.commands.report import command_report
 from client.commands.run import command_run
-from client.commands.sweep import command_sweep
 from client.commands.watch import command_watch
 from client.data.record import RawDataError
 
@@ -46,9 +46,9 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "report": command_report,
     "predict": command_predict,
     "compare": command_compare,
-    "sweep": command_sweep,
+    "sweep": sweep_entry,
     "watch": command_watch,
-    "advise": command_advise,
+    "advise": advise_entry,
     "record": command_record,
     "import": command_import,
 }

@@ -55,6 +55,8 @@ from client.commands.common import (EXIT_INTERRUPTED, EXIT_OK, add_load_argument
                                     show_stopped)
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.commands.options import number_at_least
+from client.commands.inplace import add_inplace_arguments, check_inplace_options
+from client.data.request import DEFAULT_ITERATIONS
 from client.data.metadata import SweepInfo
 from client.data.naming import check_file_name, run_name, sweep_stem
 from client.render.advise import (format_advice, format_run, format_runs_table, limit_words,
@@ -86,7 +88,7 @@ def build_advise_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-throttled", type=number_at_least(0), metavar="PCT",
                         help="and at most PCT %% of the requests throttled")
     add_target_arguments(parser)
-    add_load_arguments(parser, per=" per run")
+    add_load_arguments(parser, per=" per run", iterations_default=None)
     parser.add_argument("--profile-seconds", type=number_above(0), default=10.0, metavar="S",
                         help="the run without a limit lasts at least S seconds (the same load "
                         "for longer: S per-second usage samples; default 10)")
@@ -101,6 +103,7 @@ def build_advise_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"))
     parser.add_argument("--json", action="store_true",
                         help="print the answer as JSON (progress goes to stderr)")
+    add_inplace_arguments(parser, keep=True)
     return parser
 
 
@@ -133,6 +136,9 @@ def ceiling_for(backend: Backend, limit_of: Shape) -> tuple[int, str]:
 
 def command_advise(argv: list[str]) -> int:
     opts = build_advise_parser().parse_args(argv)
+    check_inplace_options(opts)   # --cgroup: client.commands.advise_live (inplace_entry)
+    if opts.iterations is None:
+        opts.iterations = DEFAULT_ITERATIONS
     started = datetime.now(timezone.utc)
     target = target_from(opts)
     plan = plan_from(opts)
@@ -204,6 +210,7 @@ class Advisor:
         self.runs: list[Measured] = []
         self.names: set[str] = set()
         self.began = time.monotonic()
+        self.sampled_warmup = opts.warmup   # warm-up requests the usage samples include
         self.load = f"{plan.describe()}, iterations={opts.iterations}"
         self.sent = Load(plan, opts.iterations, opts.timeout, opts.warmup)
 
@@ -253,7 +260,7 @@ class Advisor:
         row = measured(report, role="profile", limit=None, target=None)
         self.add(row)
         profile = build_profile(recorded.run, report, row, samples, plan=self.plan,
-                                counter=counter, warmup=self.opts.warmup)
+                                counter=counter, warmup=self.sampled_warmup)
         usage = (f"; {sum(profile.usage) / len(profile.usage):.2f} CPU used per second on "
                  f"average ({len(profile.usage)} samples)") if profile.usage else ""
         print(f"profile: {profile.cpu_ms:.2f} ms of CPU per request ({profile.cpu_source}), "

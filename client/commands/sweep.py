@@ -33,11 +33,13 @@ from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT
                                     add_load_arguments, add_target_arguments, backend_from,
                                     draw_result, plan_from, show_healthy, show_result,
                                     show_stopped)
+from client.commands.inplace import add_inplace_arguments, check_inplace_options
 from client.commands.options import CliError, OneLineParser, parse_counts, parse_limits
 from client.data.files import Run
 from client.data.metadata import LoadMode, SweepInfo
 from client.data.naming import check_file_name, limit_text, run_name, sweep_stem
 from client.data.readers.legacy import format_line
+from client.data.request import DEFAULT_ITERATIONS
 from client.render.compare import save_comparison
 from client.render.progress import RunProgress, StartProgress
 from client.render.tables import format_replicas_table, format_table, format_throughput_table
@@ -66,18 +68,22 @@ def build_sweep_parser() -> argparse.ArgumentParser:
                         "services of --cpus/N CPU each and spread the requests round-robin "
                         "over them")
     add_target_arguments(parser, per=" for every limit")
-    add_load_arguments(parser, per=" per limit")
+    add_load_arguments(parser, per=" per limit", iterations_default=None)
     parser.add_argument("--name", default=None, metavar="PREFIX",
                         help="prefix of the file names (default sweep-<timestamp>; '' for none)")
     parser.add_argument("--data-dir", type=Path, default=Path("raw-data"))
     parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"))
     parser.add_argument("--show-requests", action="store_true",
                         help="print the original per-request line for every request")
+    add_inplace_arguments(parser, keep=False)
     return parser
 
 
 def command_sweep(argv: list[str]) -> int:
     opts = build_sweep_parser().parse_args(argv)
+    check_inplace_options(opts)   # --cgroup: client.commands.sweep_live (inplace_entry)
+    if opts.iterations is None:
+        opts.iterations = DEFAULT_ITERATIONS
     started = datetime.now(timezone.utc)
     plan = plan_from(opts)
     prefix = "sweep-" + started.strftime("%Y%m%d-%H%M%S") if opts.name is None else opts.name
@@ -208,7 +214,8 @@ class Sweep:
 def compare_and_report(runs: Sequence[Run], opts: argparse.Namespace, plan: LoadPlan,
                        backend: Backend, prefix: str) -> None:
     stem = sweep_stem(prefix, backend.name) + "-sweep"
-    title = f"{backend.description}: {plan.describe()}, iterations={opts.iterations}"
+    title = f"{backend.description}: {plan.describe()}" + (
+        f", iterations={opts.iterations}" if opts.iterations is not None else "")
     picture, table, rows = save_comparison(runs, opts.pictures_dir / f"{stem}.png", title)
     print()
     print(format_table(rows))

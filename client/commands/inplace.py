@@ -1,0 +1,129 @@
+"""The options of ``advise``/``sweep`` on a running service (``--cgroup TARGET --url URL``):
+which group, what each run sends (curl's ``-X -H -d``, ``--targets``, TLS), and the safety
+catches (``--allow-new-limit``, ``--keep``); and the :class:`client.run.inplace.InPlace` they
+make."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from client.commands.options import CliError, number_above
+from client.data.request import RequestError, redact_command
+from client.run.cgroup_sampler import DEFAULT_INTERVAL
+from client.run.http import TlsError, tls_verify
+from client.run.inplace import InPlace, InPlaceError, describe_limit
+from client.run.limiters import LimiterError
+from client.run.plan import LoadPlan
+from client.run.record import RunSpec
+from client.run.request_flags import requests_from_flags
+
+__all__ = ["InPlaceBackend", "add_inplace_arguments", "check_inplace_options", "inplace_from", "request_words"]
+
+
+def add_inplace_arguments(parser: argparse.ArgumentParser, *, keep: bool) -> None:
+    group = parser.add_argument_group(
+        "a running service (its limit changed in place, put back at the end)")
+    group.add_argument("--cgroup", metavar="TARGET",
+                       help="the running service's group: a cgroup directory, pid:PID or "
+                       "docker:NAME_OR_ID; each run sets the limit there (the quota file; "
+                       "docker update --cpus) and reads the group's throttling (needs root)")
+    group.add_argument("--url", default=None,
+                       help="with --cgroup: the URL each run times, sent as given")
+    group.add_argument("-X", "--method", help="the request's method (default GET; POST with -d)")
+    group.add_argument("-H", "--header", action="append", default=[], metavar="'NAME: VALUE'",
+                       help="a header to send (repeatable)")
+    group.add_argument("-d", "--data", metavar="TEXT|@FILE",
+                       help="the request's body: TEXT, @FILE's bytes, or @- for stdin")
+    group.add_argument("--targets", type=Path, metavar="FILE",
+                       help="send the requests of FILE round-robin (vegeta's http format)")
+    group.add_argument("--redact", action="append", default=[], metavar="NAME",
+                       help="also keep this header's value out of every file written")
+    tls = group.add_mutually_exclusive_group()
+    tls.add_argument("--cacert", type=Path, metavar="FILE",
+                     help="check an https:// server's certificate against this PEM file")
+    tls.add_argument("-k", "--insecure", action="store_true",
+                     help="do not check an https:// server's certificate (as curl -k)")
+    group.add_argument("--cgroup-interval", type=number_above(0), default=DEFAULT_INTERVAL,
+                       metavar="S", help=f"seconds between two samples of the group (default "
+                       f"{DEFAULT_INTERVAL:g})")
+    group.add_argument("--allow-new-limit", action="store_true",
+                       help="the group has no limit now: let the runs set one (none again at "
+                       "the end)")
+    if keep:
+        group.add_argument("--keep", action="store_true",
+                           help="leave the answer in force at the end (default: the limit the "
+                           "service had; also on an error or Ctrl-C)")
+
+
+def check_inplace_options(opts: argparse.Namespace, *, live: bool = False) -> None:
+    """``--url`` and the request flags only go with ``--cgroup`` here; ``live`` False: the
+    command that starts burn-service itself, which cannot take ``--cgroup``."""
+    given = [flag for flag, value in (("--url", opts.url), ("-X", opts.method),
+                                      ("-d", opts.data), ("--targets", opts.targets),
+                                      ("-H", opts.header or None), ("--cacert", opts.cacert),
+                                      ("--allow-new-limit", opts.allow_new_limit or None),
+                                      ("--keep", getattr(opts, "keep", False) or None))
+             if value is not None]
+    if opts.cgroup is None and given:
+        raise CliError(f"{given[0]} goes with --cgroup TARGET (a running service); without it "
+                       "the command starts burn-service itself")
+    if opts.cgroup is not None and not live:
+        raise CliError("--cgroup TARGET is run by http-timing's advise/sweep entry "
+                       "(client.commands.inplace_entry)")
+    if opts.cgroup is not None and opts.url is None and opts.targets is None:
+        raise CliError("--cgroup TARGET needs --url URL (or --targets FILE): what to time")
+
+
+def inplace_from(opts: argparse.Namespace, argv: list[str], command: str) -> InPlace:
+    """The running service the options name, the limit it has now, the request each run
+    sends; bad input is a one-line ``CliError``."""
+    check_inplace_options(opts, live=True)
+    try:
+        asked = requests_from_flags(opts.url, default_url="", method=opts.method,
+                                    headers=opts.header, data=opts.data, targets=opts.targets,
+                                    iterations=opts.iterations)
+        verify = tls_verify(opts.cacert, opts.insecure)
+    except (RequestError, TlsError) as exc:
+        raise CliError(str(exc)) from None
+    template = RunSpec(
+        url=asked.request.url, plan=LoadPlan.from_options(requests=1), name="-",
+        data_dir=Path("."), iterations=asked.iterations,
+        command=["http-timing", command, *redact_command(argv, opts.redact)],
+        timeout=opts.timeout, warmup=opts.warmup, ask_limits=asked.burn_service,
+        request=asked.request if asked.custom and not asked.targets else None,
+        targets=asked.targets, redact=frozenset(opts.redact),
+        cgroup_interval=opts.cgroup_interval, verify=verify)
+    try:
+        return InPlace.open(opts.cgroup, template, allow_new_limit=opts.allow_new_limit)
+    except InPlaceError as exc:
+        raise CliError(str(exc)) from None
+
+
+def request_words(inplace: InPlace) -> str:
+    spec = inplace.template
+    if spec.targets:
+        return f"{len(spec.targets)} targets round-robin"
+    request = spec.request
+    return f"{request.method if request else 'GET'} {spec.url}"
+
+
+class InPlaceBackend:
+    """What ``Advisor`` asks of a backend, for a running service: its words and ``check``."""
+
+    name = "inplace"
+
+    def __init__(self, inplace: InPlace) -> None:
+        self.inplace = inplace
+        self.description = (f"{inplace.target.spec} in place ({inplace.limiter.kind}; was "
+                            f"{describe_limit(inplace.original)})")
+
+    def problem(self) -> str | None:
+        return None
+
+    def check(self, limits: Any) -> None:
+        try:
+            self.inplace.check(list(limits))
+        except LimiterError as exc:
+            raise ValueError(str(exc)) from None

@@ -1,0 +1,24 @@
+"""``advise`` and ``sweep`` as the command table runs them: on a running service
+(``--cgroup TARGET``: ``client.commands.advise_live``, ``client.commands.sweep_live``) or on
+burn-service started by the command itself (``client.commands.advise``,
+``client.commands.sweep``). The options are parsed once here to choose, and again by the
+command chosen."""
+
+from __future__ import annotations
+
+from client.commands.advise import build_advise_parser, command_advise
+from client.commands.advise_live import command_advise_live
+from client.commands.sweep import build_sweep_parser, command_sweep
+from client.commands.sweep_live import command_sweep_live
+
+__all__ = ["advise_entry", "sweep_entry"]
+
+
+def advise_entry(argv: list[str]) -> int:
+    opts = build_advise_parser().parse_args(argv)
+    return command_advise_live(opts, argv) if opts.cgroup is not None else command_advise(argv)
+
+
+def sweep_entry(argv: list[str]) -> int:
+    opts = build_sweep_parser().parse_args(argv)
+    return command_sweep_live(opts, argv) if opts.cgroup is not None else command_sweep(argv)

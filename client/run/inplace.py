@@ -1,0 +1,193 @@
+"""Runs against a *running* service at limits set in place (``advise``/``sweep --cgroup``).
+
+:class:`InPlace` holds the service's group (``--cgroup TARGET``), its :class:`Limiter`, the
+limit it had when we came (``original``) and the request every run sends (a
+:class:`client.run.record.RunSpec` template: ``--url``, ``-X``, ``-H``, ``-d``, ``--targets``,
+TLS). :meth:`InPlace.measure` sets a limit, waits until the quota file reads it back,
+re-resolves the group (so its quota levels are the new ones) and times one run with the group
+sampled as ``--cgroup`` does (each request marked with the throttling it met, the timeline in
+``<name>.cgroup.csv``).
+
+**Nothing is left at a limit nobody asked for**: :meth:`InPlace.restoring` is the ``with``
+block around every change: when it is left, by the end, an error, Ctrl-C or SIGTERM (the
+callers run inside ``stop_on_terminate``), the group gets back ``original`` (or the answer
+:meth:`keep` chose), with Ctrl-C and SIGTERM ignored meanwhile, and the file read back. The
+command to put it back by hand is printed before anything changes (for ``kill -9``).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from client.data.metadata import SweepInfo
+from client.data.record import RequestRecord
+from client.data.timeline import CgroupSample
+from client.run.cgroup_lookup import CommandRunner, run_command
+from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
+from client.run.limiters import Limiter, LimiterError, limiter_for
+from client.run.limiters.base import same_limit
+from client.run.measure import Measurement, Progress, measure
+from client.run.plan import LoadPlan
+from client.run.record import RunSpec
+from client.run.usage import UsageSample
+from cpuquota.limit import Limit
+
+__all__ = ["InPlace", "InPlaceError", "describe_limit", "timeline_usage"]
+
+
+class InPlaceError(RuntimeError):
+    """The target cannot be changed in place as asked (one line)."""
+
+
+def describe_limit(limit: Limit | None) -> str:
+    if limit is None:
+        return "no limit"
+    extra = "" if not limit.burst_us else f", burst {limit.burst_ms:g} ms"
+    return f"{limit.cpus:g} CPU ({limit.quota_us}/{limit.period_us} µs{extra})"
+
+
+@dataclass
+class InPlace:
+    """A running service whose CPU limit is changed in place, and how each run is timed."""
+
+    target: CgroupTarget          # as resolved when we came
+    limiter: Limiter
+    original: Limit | None        # the limit in force when we came
+    template: RunSpec             # what every run sends (name, plan and cgroup set per run)
+    pod_uid: str | None = None
+    run: CommandRunner = run_command
+    restore_to: Limit | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.restore_to = self.original
+
+    @classmethod
+    def open(cls, spec: str, template: RunSpec, *, allow_new_limit: bool = False,
+             pod_uid: str | None = None, run: CommandRunner = run_command) -> InPlace:
+        """Resolve ``--cgroup spec``, find its limiter, read the limit in force; one-line
+        ``InPlaceError`` for a target that cannot be changed as asked."""
+        try:
+            target = resolve_cgroup(spec, pod_uid=pod_uid, run=run)
+            limiter = limiter_for(target, run)
+            original = limiter.read()
+        except (CgroupTargetError, LimiterError) as exc:
+            raise InPlaceError(str(exc)) from None
+        if original is None and not allow_new_limit:
+            raise InPlaceError(f"--cgroup {spec} has no CPU limit now ({limiter.description}); "
+                               "--allow-new-limit lets the runs set one (it is taken away "
+                               "again at the end)")
+        if original is None and not limiter.can_remove:
+            raise InPlaceError(f"--cgroup {spec} has no CPU limit now and {limiter.kind} cannot "
+                               "take one away again afterwards: give it a limit first")
+        try:
+            limiter.check(original)
+        except LimiterError as exc:
+            raise InPlaceError(f"--cgroup {spec}: its limit now, {describe_limit(original)}, "
+                               f"could not be put back: {exc}") from None
+        return cls(target, limiter, original, template, pod_uid, run)
+
+    # -- changing the limit ------------------------------------------------------------
+
+    def check(self, limits: Sequence[Limit | None]) -> None:
+        """``LimiterError`` for the first limit this target cannot be given."""
+        for limit in limits:
+            self.limiter.check(limit)
+
+    def apply(self, limit: Limit | None) -> None:
+        """Set ``limit`` and wait until the quota file reads it back."""
+        self.limiter.apply(limit)
+
+    def keep(self, limit: Limit | None) -> None:
+        """``--keep``: leave ``limit`` in force at the end instead of the original."""
+        self.restore_to = limit
+
+    def restore(self) -> str:
+        """Put ``restore_to`` back (Ctrl-C and SIGTERM ignored meanwhile); what was done."""
+        with _ignoring_signals():
+            if same_limit(self.limiter.read(), self.restore_to):
+                if self.restore_to is self.original:
+                    return f"the limit is as it was: {describe_limit(self.restore_to)}"
+            else:
+                self.limiter.apply(self.restore_to)
+            now = self.limiter.read()
+        what = "kept the answer" if self.restore_to is not self.original else "restored"
+        return f"{what}: {describe_limit(now)} ({self.limiter.description})"
+
+    @contextmanager
+    def restoring(self, say: Callable[[str], None] = print) -> Iterator[InPlace]:
+        """The block inside which the limit may change; it is put back when the block is
+        left, whatever ends it. A failure to put it back is said, with the command that
+        would, and raised as ``InPlaceError`` (unless another error is on its way)."""
+        say(f"in place: {self.target.spec} now has {describe_limit(self.original)} "
+            f"({self.limiter.description}); if this process is killed, put it back with: "
+            f"{self.limiter.restore_hint(self.original)}")
+        failed: BaseException | None = None
+        try:
+            yield self
+        except BaseException as exc:
+            failed = exc
+            raise
+        finally:
+            try:
+                say(f"in place: {self.restore()}")
+            except LimiterError as exc:
+                line = (f"in place: could NOT put the limit back ({exc}): "
+                        f"{self.limiter.restore_hint(self.restore_to)}")
+                say(line)
+                if failed is None:
+                    raise InPlaceError(line) from None
+
+    # -- one run -----------------------------------------------------------------------
+
+    def resolve(self) -> CgroupTarget:
+        """The group as it is now (the quota levels after a change)."""
+        try:
+            return resolve_cgroup(self.target.spec, pod_uid=self.pod_uid, run=self.run)
+        except CgroupTargetError as exc:
+            raise InPlaceError(str(exc)) from None
+
+    def measure(self, limit: Limit | None, *, name: str, plan: LoadPlan, data_dir: Path,
+                command: Sequence[str], sweep: SweepInfo | None = None,
+                progress: Progress | None = None,
+                observers: Sequence[Callable[[RequestRecord], None]] = (),
+                on_recorded: Callable[[Measurement], None] | None = None) -> Measurement:
+        """Set ``limit``, then time one run of the template's requests with the group sampled."""
+        self.apply(limit)
+        spec = replace(self.template, name=name, plan=plan, data_dir=data_dir,
+                       command=list(command), sweep=sweep, cgroup=self.resolve(),
+                       note_load_average=True)
+        return measure(spec, progress=progress, observers=observers, on_recorded=on_recorded)
+
+
+def timeline_usage(timeline: Sequence[CgroupSample] | None) -> list[UsageSample]:
+    """The group's CPU usage as a usage-based recommender would scrape it: the first sample,
+    one each whole second after it, and the last (a shorter last interval is left out of the
+    per-second usage, ``client.analysis.advise_model.per_second_usage``)."""
+    if not timeline:
+        return []
+    first = timeline[0].t_ns
+    out = [timeline[0]]
+    for sample in timeline[1:]:
+        if sample.t_ns - first >= len(out) * 1_000_000_000:
+            out.append(sample)
+    if out[-1] is not timeline[-1]:
+        out.append(timeline[-1])
+    return [UsageSample(s.t_ns / 1e9, s.usage_ns / 1e9) for s in out]
+
+
+@contextmanager
+def _ignoring_signals() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

@@ -1,0 +1,80 @@
+"""Limiters: change a *running* service's CPU limit in place and read it back.
+
+``advise --cgroup TARGET`` and ``sweep --cgroup TARGET`` measure the user's own service at
+other limits without restarting it. Each kind of target has one module that knows how its
+limit is set (``client.run.targets`` is the same idea for the services the tool starts):
+
+==========  =========================================================================
+cgroup      a cgroup directory or ``pid:PID``: the quota file of the level that holds the
+            quota (``cpu.cfs_quota_us``/``cpu.cfs_period_us`` on v1, ``cpu.max`` on v2),
+            as ``--cgroup`` resolution finds it (``client.run.limiters.cgroupfs``)
+docker      ``docker:NAME``: ``docker update --cpus`` (``client.run.limiters.docker``)
+==========  =========================================================================
+
+A :class:`Limiter` says the limit in force (``read``: the quota file as the kernel shows it),
+sets one (``apply``: returns only once the quota file reads the new limit back, else
+:class:`LimiterError`), refuses limits it cannot set (``check``); ``kind`` and ``names`` say what it is, for the words
+that make an answer permanent (``client.render.permanent``). ``LIMITERS`` maps the TARGET's prefix to the
+module's class: a new kind of target is one module and one line here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from client.run.cgroup_lookup import CommandRunner, run_command
+from client.run.cgroup_target import CgroupTarget
+from client.run.limiters.base import LimiterError, quota_file_problem, read_quota, wait_for_quota
+from client.run.limiters.cgroupfs import CgroupLimiter
+from client.run.limiters.docker import DockerLimiter
+from cpuquota.limit import Limit
+
+__all__ = ["LIMITERS", "Limiter", "LimiterError", "limiter_for", "quota_file_problem",
+           "read_quota", "wait_for_quota"]
+
+
+class Limiter(Protocol):
+    kind: str           # "cgroup", "docker"
+    description: str    # what is written, e.g. "the quota file /sys/fs/cgroup/cpu/x"
+    can_remove: bool    # whether the target may run without any limit (apply(None))
+    # what names the target, for the words that make a limit permanent
+    # (``client.render.permanent.permanent_lines``): {"directory", "version", "group"} or
+    # {"name"}
+    names: dict[str, Any]
+
+    def read(self) -> Limit | None:
+        """The limit in force now, as the quota file shows it (None: no quota)."""
+
+    def check(self, limit: Limit | None) -> None:
+        """``LimiterError`` (one line) for a limit this kind of target cannot be given."""
+
+    def apply(self, limit: Limit | None) -> None:
+        """Set ``limit`` (None: none); return once the quota file reads it back."""
+
+    def restore_hint(self, limit: Limit | None) -> str:
+        """The command that puts ``limit`` back by hand (printed before anything is changed)."""
+
+
+
+LimiterFactory = Callable[[CgroupTarget, CommandRunner], Limiter]
+
+LIMITERS: dict[str, LimiterFactory] = {
+    "path": lambda target, run: CgroupLimiter(target),
+    "pid": lambda target, run: CgroupLimiter(target),
+    "docker": lambda target, run: DockerLimiter(target, run),
+}
+
+
+def limiter_for(target: CgroupTarget, run: CommandRunner = run_command) -> Limiter:
+    """The limiter of a resolved ``--cgroup`` target, by the prefix of what the user gave."""
+    spec = target.spec
+    prefix = spec.split(":", 1)[0] if ":" in spec and not spec.startswith("/") else "path"
+    if prefix == "kubernetes":
+        prefix = "k8s"
+    factory = LIMITERS.get(prefix)
+    if factory is None:
+        kinds = ", ".join(k for k in LIMITERS)
+        raise LimiterError(f"--cgroup {spec}: changing the limit of a {prefix}: target is not "
+                           f"supported yet (in place: {kinds})")
+    return factory(target, run)

@@ -1,0 +1,127 @@
+"""What every limiter shares: the quota files read, written and read back.
+
+A limit is *in force* when the group's quota file shows it: ``cpu.cfs_quota_us`` and
+``cpu.cfs_period_us`` (cgroup v1) or ``cpu.max`` (v2), and the burst file where the kernel has
+one. :func:`wait_for_quota` polls until it does (``docker update`` writes the file through the
+engine and runc; a direct write is in force at once).
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+from pathlib import Path
+
+from cpuquota.cgroupfs import read_cpu_limit
+from cpuquota.limit import Limit, LimitError
+
+__all__ = ["LimiterError", "burst_file", "quota_file", "quota_file_problem", "read_quota",
+           "same_limit", "wait_for_quota", "write_quota"]
+
+SOURCE = "cgroup"
+
+
+class LimiterError(RuntimeError):
+    """A limit that cannot be set, read or put back; the message says why, in one line."""
+
+
+def quota_file(directory: Path, version: int) -> Path:
+    return directory / ("cpu.cfs_quota_us" if version == 1 else "cpu.max")
+
+
+def burst_file(directory: Path, version: int) -> Path:
+    return directory / ("cpu.cfs_burst_us" if version == 1 else "cpu.max.burst")
+
+
+def read_quota(directory: Path, version: int) -> Limit | None:
+    """The limit the group's files hold (None: no quota); ``LimiterError`` when unreadable."""
+    try:
+        found = read_cpu_limit(directory, version)
+    except OSError as exc:
+        raise LimiterError(quota_file_problem(exc, quota_file(directory, version), "read")) \
+            from None
+    if found.quota_us is None or not found.period_us:
+        return None
+    try:
+        return Limit(found.quota_us / found.period_us, found.period_us / 1000,
+                     min(found.burst_us or 0, found.quota_us) / 1000, SOURCE)
+    except LimitError as exc:
+        raise LimiterError(f"{directory}: unexpected quota: {exc}") from None
+
+
+def same_limit(a: Limit | None, b: Limit | None) -> bool:
+    """Whether two limits are the same quota, period and burst on the kernel's µs grid."""
+    if a is None or b is None:
+        return a is None and b is None
+    return (a.quota_us, a.period_us, a.burst_us) == (b.quota_us, b.period_us, b.burst_us)
+
+
+def write_quota(directory: Path, version: int, limit: Limit | None) -> None:
+    """Write ``limit`` (None: no quota) into the group's files. The burst goes to 0 first (it
+    may not exceed the quota), and on v1 a new period is written with the quota lifted for that
+    instant (the kernel checks quota against period as each file is written)."""
+    burst = burst_file(directory, version)
+    has_burst = burst.exists()
+    if limit is not None and limit.burst_us and not has_burst:
+        raise LimiterError(f"this kernel has no {burst.name} in {directory} (a burst needs "
+                           "Linux 5.14+)")
+    try:
+        if has_burst:
+            _write(burst, "0")
+        if version == 1:
+            quota = directory / "cpu.cfs_quota_us"
+            period = directory / "cpu.cfs_period_us"
+            if limit is None:
+                _write(quota, "-1")
+            else:
+                if int(period.read_text(encoding="ascii")) != limit.period_us:
+                    _write(quota, "-1")
+                    _write(period, str(limit.period_us))
+                _write(quota, str(limit.quota_us))
+        else:
+            current = (directory / "cpu.max").read_text(encoding="ascii").split()
+            period_us = limit.period_us if limit else int(current[1])
+            _write(directory / "cpu.max",
+                   f"{limit.quota_us if limit else 'max'} {period_us}")
+        if limit is not None and limit.burst_us:
+            _write(burst, str(limit.burst_us))
+    except OSError as exc:
+        raise LimiterError(quota_file_problem(exc, quota_file(directory, version), "write",
+                                              limit)) from None
+
+
+def wait_for_quota(directory: Path, version: int, limit: Limit | None,
+                   timeout: float = 10.0) -> Limit | None:
+    """Poll the group's files until they hold ``limit``; what they hold then. ``LimiterError``
+    when they do not within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = read_quota(directory, version)
+        if same_limit(found, limit):
+            return found
+        if time.monotonic() >= deadline:
+            want = "no quota" if limit is None else f"{limit.quota_us}/{limit.period_us} µs"
+            have = "no quota" if found is None else f"{found.quota_us}/{found.period_us} µs"
+            raise LimiterError(f"the limit is not in force: {quota_file(directory, version)} "
+                               f"reads {have}, not {want}, after {timeout:g} s")
+        time.sleep(0.05)
+
+
+def quota_file_problem(exc: OSError, path: Path, verb: str, limit: Limit | None = None) -> str:
+    """One line for an ``OSError`` on a quota file."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return (f"cannot {verb} {path}: permission denied (changing a cgroup's CPU limit "
+                "needs root, or a cgroup delegated to this user)")
+    if exc.errno == errno.EROFS:
+        return f"cannot {verb} {path}: the cgroup file system is read-only (inside a container?)"
+    if exc.errno == errno.ENOENT:
+        return f"cannot {verb} {path}: no such file (the group is gone?)"
+    if exc.errno == errno.EINVAL and limit is not None:
+        return (f"the kernel refused {limit.quota_us}/{limit.period_us} µs in {path}: on cgroup "
+                "v1 a group's quota may not exceed its parent's nor be below a child group's")
+    return f"cannot {verb} {path}: {exc.strerror or exc}"
+
+
+def _write(path: Path, text: str) -> None:
+    with open(path, "w", encoding="ascii") as f:
+        f.write(text)

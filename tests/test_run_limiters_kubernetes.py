@@ -1,0 +1,141 @@
+"""``client.run.limiters.kubernetes``'s pure parts on pod documents: the resize body keeps the
+QoS class, the resize's state, quantities, the identity checked across a resize; and the
+limiter's sequence against a scripted API object and a fixture quota file. NOT a test against
+an API server or a kubelet: the limiter is not registered until one on the node shows it
+works (see the module docstring)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client.run.cgroup_target import resolve_cgroup
+from client.run.limiters import LIMITERS, LimiterError
+from client.run.limiters.kubernetes import (KubernetesLimiter, cpu_cores, resize_body,
+                                            resize_state)
+from cpuquota.limit import Limit
+from tests.cgroup_fixtures import fake_proc, mount_line, v1_group
+
+
+def pod(qos: str = "Burstable", limit: str = "500m", request: str | None = "200m",
+        memory: tuple[str, str] | None = None, policy: str | None = None) -> dict[str, Any]:
+    limits: dict[str, str] = {"cpu": limit} if limit else {}
+    requests: dict[str, str] = {"cpu": request} if request else {}
+    if memory:
+        limits["memory"], requests["memory"] = memory
+    container: dict[str, Any] = {"name": "app", "resources": {"limits": limits,
+                                                              "requests": requests}}
+    if policy:
+        container["resizePolicy"] = [{"resourceName": "cpu", "restartPolicy": policy}]
+    return {"metadata": {"namespace": "shop", "name": "api-1"},
+            "spec": {"containers": [container]},
+            "status": {"qosClass": qos, "containerStatuses": [
+                {"name": "app", "restartCount": 0, "containerID": "containerd://abc",
+                 "resources": {"limits": {"cpu": limit}}}]}}
+
+
+def test_quantities() -> None:
+    assert cpu_cores("300m") == pytest.approx(0.3) and cpu_cores("1.5") == 1.5
+    assert cpu_cores(2) == 2.0 and cpu_cores(None) is None
+    with pytest.raises(LimiterError, match="quantity"):
+        cpu_cores("lots")
+
+
+def test_the_qos_class_is_kept() -> None:
+    burstable = resize_body(pod(), "app", Limit(0.3))
+    assert burstable == {"spec": {"containers": [
+        {"name": "app", "resources": {"limits": {"cpu": "300m"}}}]}}
+    below = resize_body(pod(), "app", Limit(0.1))        # under the 200m request: moved down
+    assert below["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "100m"}
+    guaranteed = resize_body(pod("Guaranteed", "500m", "500m"), "app", Limit(0.3))
+    assert guaranteed["spec"]["containers"][0]["resources"] == {
+        "limits": {"cpu": "300m"}, "requests": {"cpu": "300m"}}
+    with pytest.raises(LimiterError, match="would make the pod Guaranteed"):
+        resize_body(pod(memory=("1Gi", "1Gi")), "app", Limit(0.1))
+    with pytest.raises(LimiterError, match="no cpu limit"):
+        resize_body(pod("BestEffort", "", None), "app", Limit(0.3))
+    with pytest.raises(LimiterError, match="RestartContainer"):
+        resize_body(pod(policy="RestartContainer"), "app", Limit(0.3))
+    with pytest.raises(LimiterError, match="no container web"):
+        resize_body(pod(), "web", Limit(0.3))
+
+
+def test_the_resize_state() -> None:
+    document = pod()
+    assert resize_state(document, "app") == (0.5, None)
+    document["status"]["conditions"] = [{"type": "PodResizePending", "status": "True",
+                                         "reason": "Infeasible", "message": "Node didn't have "
+                                         "enough capacity"}]
+    applied, pending = resize_state(document, "app")
+    assert applied == 0.5 and pending is not None and pending.startswith("Infeasible")
+
+
+class ScriptedApi:
+    """``read_namespaced_pod`` / ``patch_namespaced_pod_resize`` on a pod document; the
+    "kubelet" applies a patch (status and quota file) after ``lag`` reads, or never
+    (``infeasible``)."""
+
+    def __init__(self, document: dict[str, Any], quota_dir: Path, *, lag: int = 2,
+                 infeasible: bool = False) -> None:
+        self.document, self.quota_dir, self.lag, self.infeasible = document, quota_dir, lag, \
+            infeasible
+        self.pending: str | None = None
+        self.reads = 0
+        self.patches: list[dict[str, Any]] = []
+
+    def read_namespaced_pod(self, name: str, namespace: str) -> dict[str, Any]:
+        self.reads += 1
+        if self.pending is not None and not self.infeasible:
+            self.lag -= 1
+            if self.lag <= 0:
+                status = self.document["status"]["containerStatuses"][0]
+                status["resources"]["limits"]["cpu"] = self.pending
+                (self.quota_dir / "cpu.cfs_quota_us").write_text(
+                    str(round(cpu_cores(self.pending) * 100000)))   # type: ignore[operator]
+                self.pending = None
+        return copy.deepcopy(self.document)
+
+    def patch_namespaced_pod_resize(self, name: str, namespace: str,
+                                    body: dict[str, Any]) -> None:
+        self.patches.append(body)
+        self.pending = body["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+        if self.infeasible:
+            self.document["status"]["conditions"] = [
+                {"type": "PodResizePending", "status": "True", "reason": "Infeasible",
+                 "message": "too big"}]
+
+
+def limiter(tmp_path: Path, api: ScriptedApi) -> KubernetesLimiter:
+    top = tmp_path / "cpu"
+    v1_group(top, quota_us=-1)
+    group = v1_group(top / "kubepods" / "app", quota_us=50000, cpuacct_usage=1)
+    proc = fake_proc(tmp_path / "proc", [mount_line(30, "/", top, "cgroup", "rw,cpu,cpuacct")])
+    api.quota_dir = group
+    return KubernetesLimiter(resolve_cgroup(str(group), proc=proc), api, "shop", "api-1",
+                             "app", to_json=lambda obj: obj, timeout=2)
+
+
+def test_a_resize_in_force_once_status_and_quota_file_say_so(tmp_path: Path) -> None:
+    api = ScriptedApi(pod(), tmp_path)
+    limits = limiter(tmp_path, api)
+    limits.apply(Limit(0.3))
+    assert api.patches == [{"spec": {"containers": [
+        {"name": "app", "resources": {"limits": {"cpu": "300m"}}}]}}]
+    read = limits.read()
+    assert read is not None and read.quota_us == 30000
+    assert "--subresource resize" in limits.restore_hint(Limit(0.5))
+    with pytest.raises(LimiterError, match="taken away"):
+        limits.check(None)
+
+
+def test_an_infeasible_resize_is_one_line(tmp_path: Path) -> None:
+    limits = limiter(tmp_path, ScriptedApi(pod(), tmp_path, infeasible=True))
+    with pytest.raises(LimiterError, match="cannot resize shop/api-1 to 300m: Infeasible"):
+        limits.apply(Limit(0.3))
+
+
+def test_not_registered_until_tested_on_a_node() -> None:
+    assert "k8s" not in LIMITERS
