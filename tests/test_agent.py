@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_support import (parse_metrics, quota_groups, running_agent, stop_agent,
-                                 write_targets)
+from tests.agent_support import (AGENT_DIR, go_tool, parse_metrics, quota_groups,
+                                 running_agent, stop_agent, write_targets)
 from tests.support import require
 
 pytestmark = pytest.mark.root
@@ -83,6 +83,27 @@ def test_metrics_are_the_groups_cpu_stat_and_the_histogram_counts_throttled_peri
         assert m[f"throttle_lab_cpu_cfs_throttled_periods_total{{{i}}}"] == 0
         assert m[f"throttle_lab_cpu_cfs_throttled_period_wait_seconds_count{{{i}}}"] == 0
 
+        # idle groups are not re-read (their cpu.stat cannot move: agent/internal/agent/
+        # node.go); once the group runs again, its counters are followed again
+        time.sleep(1.0)
+        burner = subprocess.Popen(busy.join_command(BURN))
+        try:
+            wait_for(lambda: busy.cpu_stat()["nr_throttled"] >= stat["nr_throttled"] + 4,
+                     timeout=60, what="4 more throttled periods")
+        finally:
+            burner.kill()
+            burner.wait()
+        again = quiet(busy.cpu_stat)
+        time.sleep(0.1)
+        m2 = parse_metrics(agent.metrics())
+        assert m2[f"throttle_lab_cpu_cfs_periods_total{{{b}}}"] == again["nr_periods"]
+        assert m2[f"throttle_lab_cpu_cfs_throttled_periods_total{{{b}}}"] == \
+            again["nr_throttled"]
+        assert m2[f"throttle_lab_cpu_cfs_throttled_period_wait_seconds_count{{{b}}}"] == \
+            again["nr_throttled"]
+        assert m2[f"throttle_lab_cpu_usage_seconds_total{{{b}}}"] == pytest.approx(
+            busy.usage_ns() / 1e9, abs=1e-9)
+
         promtool = shutil.which("promtool")
         require(promtool is not None, "promtool is not installed (Debian prometheus: "
                 "scripts/install-system-deps.sh)")
@@ -135,3 +156,15 @@ def test_a_restart_resumes_the_timeline_losing_no_completed_row(tmp_path: Path) 
         assert throttled == sorted(throttled) and throttled[-1] > 0
         # the served window (all of it) is the file, up to the rows not flushed yet
         assert served[:len(after_kill)] == after_kill
+
+
+def test_the_go_unit_tests_pass() -> None:
+    """agent/'s own tests: the pod watch (client-go's fake clientset), the pod lookup for both
+    drivers, quota level order, resume, windows, retention, the per-period wait derivation."""
+    go = go_tool()
+    require(go is not None, "Go is not installed (the node agent is a Go program: agent/)")
+    assert go is not None
+    result = subprocess.run(["nice", "-n", "10", go, "test", "./..."], cwd=AGENT_DIR,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "FAIL" not in result.stdout

@@ -12,6 +12,7 @@ import (
 	"math"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -60,6 +61,8 @@ type Agent struct {
 	watched    map[string]*watched
 	nodes      map[string]*node
 	unresolved map[string]string // key -> why it is not watched (yet)
+	order      []*node           // the nodes, each group after the groups above it
+	nodesDirty bool
 	ticks      uint64
 	late       uint64
 	lastCheck  time.Time
@@ -135,8 +138,11 @@ func (a *Agent) Tick(now time.Time) {
 		a.wantMu.Unlock()
 		a.apply(wants)
 	}
-	for _, n := range a.nodes {
-		n.read()
+	if a.nodesDirty {
+		a.orderNodes()
+	}
+	for _, n := range a.order {
+		n.read(false)
 	}
 	var full []string
 	for key, w := range a.watched {
@@ -264,6 +270,7 @@ func (a *Agent) start(want source.Want) error {
 	if target.Pressure {
 		w.own.needPressure()
 	}
+	a.nodesDirty = true
 	dirs := []string{target.StatDir()}
 	for _, l := range target.Levels[min(1, len(target.Levels)):] {
 		dirs = append(dirs, l.Dir)
@@ -291,6 +298,18 @@ func (a *Agent) start(want source.Want) error {
 	if l, ok := cgroupfs.ReadLimit(target.Dir, target.Version, target.Group); ok {
 		w.own.quota = &l
 	}
+	for i, n := range w.levels {
+		period := int64(100e6)
+		if len(target.Levels) > 0 {
+			period = target.Levels[min(i, len(target.Levels)-1)].PeriodUS * 1000
+		}
+		n.settleNS = max(n.settleNS, 3*period+2*a.cfg.Interval.Nanoseconds())
+	}
+	for _, l := range target.Levels {
+		if l.Dir == w.own.dir {
+			w.own.settleNS = max(w.own.settleNS, 3*l.PeriodUS*1000+2*a.cfg.Interval.Nanoseconds())
+		}
+	}
 	if err := a.openSegment(w); err != nil {
 		release()
 		return err
@@ -317,7 +336,7 @@ func (a *Agent) openSegment(w *watched) error {
 	}
 	w.seg = seg
 	for _, n := range append([]*node{w.own}, w.levels...) {
-		n.read()
+		n.read(true)
 	}
 	a.row(w) // the first sample, at the start
 	return nil
@@ -334,6 +353,7 @@ func (a *Agent) acquire(dir string, version int) (*node, error) {
 	}
 	n.refs = 1
 	a.nodes[dir] = n
+	a.nodesDirty = true
 	return n, nil
 }
 
@@ -342,6 +362,7 @@ func (a *Agent) release(n *node) {
 	if n.refs <= 0 {
 		n.close()
 		delete(a.nodes, n.dir)
+		a.nodesDirty = true
 	}
 }
 
@@ -441,6 +462,27 @@ func (a *Agent) closeAll(reason string, interrupted bool) {
 		n.close()
 	}
 	a.nodes = map[string]*node{}
+}
+
+// orderNodes sorts the nodes so that a group comes after the groups above it, and links each
+// to the nearest one above with a usage (the idle elision's parent).
+func (a *Agent) orderNodes() {
+	a.order = a.order[:0]
+	for _, n := range a.nodes {
+		a.order = append(a.order, n)
+	}
+	sort.Slice(a.order, func(i, j int) bool { return len(a.order[i].dir) < len(a.order[j].dir) })
+	for i, n := range a.order {
+		n.usageParent = nil
+		for j := i - 1; j >= 0; j-- {
+			p := a.order[j]
+			if p.usageSrc != "" && p.version == n.version && strings.HasPrefix(n.dir, p.dir+"/") {
+				n.usageParent = p
+				break
+			}
+		}
+	}
+	a.nodesDirty = false
 }
 
 // Key of a timeline by namespace, pod and container (as the sources make them).
