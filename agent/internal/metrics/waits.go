@@ -17,10 +17,13 @@ var Buckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.1
 // sampling and 100 ms periods an interval holds at most one period's end, so this is that
 // period's own wait, not an average. Two things are handled:
 //
-//   - nr_throttled can move a tick before throttled_time (the timer counts the period, then
-//     the run queues are unthrottled, remote CPUs possibly a moment later): a tick that
-//     brings new throttled periods without new throttled time waits for the next one;
-//     periods and time are carried until both have arrived (pending).
+//   - nr_throttled and throttled_time do not move at the same instant (the timer counts the
+//     period, the run queues are unthrottled, remote CPUs possibly a moment later; seen here
+//     in either order): periods and time are carried until both have arrived (pending), and
+//     a reading that brings new throttled periods without new throttled time waits one more
+//     reading in case that period's time is still to come; after that it is observed with
+//     the time there is, even none (Linux 6.18 counts a period throttled whose task was never
+//     stopped, e.g. one that was exiting: nr_throttled moves, throttled_time does not).
 //   - throttled time with no throttled period (a run queue unthrottled by returned slack in
 //     mid-period) is carried to the next throttled period.
 //
@@ -34,6 +37,7 @@ type Waits struct {
 	lastNS       int64
 	pendingN     int64
 	pendingNS    int64
+	deferred     bool
 	BucketCounts []uint64 // cumulative counts are made at export; these are per bucket
 	Count        uint64
 	SumSeconds   float64
@@ -52,9 +56,14 @@ func (w *Waits) Add(nrThrottled, throttledNS int64) int64 {
 	w.lastN, w.lastNS = nrThrottled, throttledNS
 	w.pendingN += dN
 	w.pendingNS += dNS
-	if w.pendingN == 0 || w.pendingNS == 0 || (dN > 0 && dNS == 0) {
-		return 0 // nothing throttled yet, or a period's time still to come
+	if w.pendingN == 0 {
+		return 0 // no throttled period yet (time alone is carried)
 	}
+	if dN > 0 && dNS == 0 && !w.deferred {
+		w.deferred = true // this reading's period may have its time still to come
+		return 0
+	}
+	w.deferred = false
 	n := w.pendingN
 	each := float64(w.pendingNS) / float64(n) / 1e9
 	i := 0

@@ -53,3 +53,26 @@ func TestCountersGoingBackStartAgain(t *testing.T) {
 		t.Fatalf("count %d", w.Count)
 	}
 }
+
+// The time can reach cpu.stat before the period is counted: nothing stays pending.
+func TestTimeBeforeItsPeriod(t *testing.T) {
+	w := NewWaits()
+	w.Add(0, 0)
+	w.Add(0, 70e6) // the time first
+	if n := w.Add(1, 70e6); n != 0 {
+		t.Fatalf("observed %d at once: its time might still be coming", n)
+	}
+	if n := w.Add(1, 70e6); n != 1 || w.Cumulative()[0.075] != 1 || w.Cumulative()[0.05] != 0 {
+		t.Fatalf("observed %d, buckets %v", n, w.Cumulative())
+	}
+}
+
+// A period counted throttled without any throttled time is a wait of 0, after one reading.
+func TestThrottledPeriodWithoutTime(t *testing.T) {
+	w := NewWaits()
+	w.Add(3, 5e6)
+	w.Add(4, 5e6)
+	if n := w.Add(4, 5e6); n != 1 || w.Cumulative()[0.001] != 1 || w.SumSeconds != 0 {
+		t.Fatalf("observed %d, buckets %v", n, w.Cumulative())
+	}
+}
