@@ -75,6 +75,9 @@ func TestWindowJoinsSegmentsAndKeepsOneRowEachSide(t *testing.T) {
 	}
 	b.Append(&Sample{TNS: 0, UsageNS: 7})
 	b.Close("done", false)
+	f, _ := os.OpenFile(b.CSVPath(), os.O_WRONLY|os.O_APPEND, 0)
+	f.WriteString("99,1,2") // a row being written: not served
+	f.Close()
 	shift := b.Meta.Agent.ZeroMono - a.Meta.Agent.ZeroMono
 	zero := a.Meta.Clock.ZeroEpochNS
 	body, meta, err := st.Window("ns/pod", zero+1500e6, zero+2500e6)

@@ -54,21 +54,20 @@ func (st *Store) Window(key string, fromNS, toNS int64) ([]byte, Meta, error) {
 			break
 		}
 		shift := m.Agent.ZeroMono - first.Agent.ZeroMono
-		f, err := os.Open(filepath.Join(st.Dir, m.Name+".cgroup.csv"))
+		raw, err := os.ReadFile(filepath.Join(st.Dir, m.Name+".cgroup.csv"))
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(f)
+		raw = raw[:bytes.LastIndexByte(raw, '\n')+1] // a row being written is not served
+		sc := bufio.NewScanner(bytes.NewReader(raw))
 		sc.Buffer(make([]byte, 64*1024), 1024*1024)
 		if !sc.Scan() {
-			f.Close()
 			continue
 		}
 		if header == "" {
 			header = sc.Text() + "\n"
 			out.WriteString(header)
 		} else if sc.Text()+"\n" != header {
-			f.Close()
 			break
 		}
 		for sc.Scan() {
@@ -110,7 +109,6 @@ func (st *Store) Window(key string, fromNS, toNS int64) ([]byte, Meta, error) {
 				break
 			}
 		}
-		f.Close()
 	}
 	if rows == 0 {
 		return nil, Meta{}, ErrNoTimeline{key}
