@@ -20,11 +20,14 @@ from tests.support import require_kernel_quota, service_process
 pytestmark = pytest.mark.root
 
 
-def test_the_agents_timeline_marks_the_throttled_requests(tmp_path: Path) -> None:
+@pytest.mark.parametrize("interval", ["10ms", "50ms"])
+def test_the_agents_timeline_marks_the_throttled_requests(tmp_path: Path, interval: str) -> None:
+    """At the default 10 ms and at 50 ms (half the kernel's period: five times cheaper)."""
     require_kernel_quota(1)
     with service_process(["--cpus", CPUS]) as (base, _proc):
         group = Path(httpx.get(base + "/limits", timeout=5).json()["cgroup"]["path"])
-        with running_agent(tmp_path, {"burn-service": group}) as agent:
+        with running_agent(tmp_path, {"burn-service": group}, "--interval",
+                           interval) as agent:
             time.sleep(0.5)
             url = f"{base}/cpuBurnFlow?iterations=50000"
             start = time.time()
