@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv clean lint
+.PHONY: demo test venv clean lint kube-node kube-down kube-status kube-images kube-demo
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,11 +27,32 @@ test: $(BIN)/.installed
 docs: $(BIN)/.installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
 
-# ruff's pyflakes rules on everything, mypy on the three packages (not part of `make test`)
+# ruff's pyflakes rules on everything, mypy on the packages (not part of `make test`)
 lint: $(BIN)/.installed
 	$(BIN)/pip install --quiet -e '.[lint]'
-	$(BIN)/ruff check --select F cpuquota client service tests benchmarks scripts
-	$(BIN)/mypy cpuquota client service
+	$(BIN)/ruff check --select F cpuquota client service kubenode tests benchmarks scripts
+	$(BIN)/mypy cpuquota client service kubenode
+
+# A single-node Kubernetes cluster on this host, in namespaces of its own (needs root; kubenode/).
+# kube-node builds or reuses the pinned Kubernetes in /var/cache/throttle-lab, brings the node up
+# (or reuses it) and prints the two `export` lines a shell needs; kube-down removes all of it.
+kube-node: $(BIN)/.installed
+	$(BIN)/python -m kubenode up
+
+kube-down: $(BIN)/.installed
+	$(BIN)/python -m kubenode down
+
+kube-status: $(BIN)/.installed
+	$(BIN)/python -m kubenode status
+
+# The project's two images (docker/Dockerfile) built and imported into the running node.
+kube-images: $(BIN)/.installed
+	$(BIN)/python -m kubenode images
+
+# The node up, the images in, `kubectl apply -k k8s/`, the Job's two reports printed, its raw data
+# drawn into pictures/k8s-*.png. Leaves the node running (make kube-down stops it).
+kube-demo: $(BIN)/.installed
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m kubenode.demo
 
 # the node agent (agent/, Go; k8s/recorder/): a static binary at agent/throttle-agent
 GO ?= $(shell command -v go || echo /usr/local/go/bin/go)

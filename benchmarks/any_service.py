@@ -150,9 +150,10 @@ def picture(path: Path, m: Measured, marked: list[bool], limit: Limit) -> None:
     from client.data.attribution import throttled_stretches
     from client.render.figures import pyplot, save_figure
     from client.render.cgroup_plot import draw_throttled_bands, draw_usage_panel
+    from client.render.legend import legend_outside
 
     plt = pyplot()
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 8), sharex=True,
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(14.5, 8), sharex=True,
                                       gridspec_kw={"height_ratios": [2, 1]})
     try:
         draw_throttled_bands(top, throttled_stretches(m.timeline, limit.period_ns))
@@ -160,10 +161,10 @@ def picture(path: Path, m: Measured, marked: list[bool], limit: Limit) -> None:
         ys = np.array([(b - a) / 1e6 for a, b in m.intervals])
         mask = np.array(marked)
         top.scatter(xs[~mask], ys[~mask], s=18, label="request")
-        top.scatter(xs[mask], ys[mask], s=18, c="#ff7f0e", label="overlapped throttling")
+        top.scatter(xs[mask], ys[mask], s=18, c="#ff7f0e", label="delayed by throttling")
         top.set_ylabel("latency (ms)")
         top.set_title(f"Node.js service in a {limit.cpus:g} CPU cgroup, sequential requests")
-        top.legend(loc="upper right")
+        legend_outside(top)
         top.grid(True, alpha=0.3)
         draw_usage_panel(bottom, m.timeline, limit)
         save_figure(fig, path)

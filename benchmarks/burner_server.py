@@ -1,25 +1,39 @@
 """A tiny stdlib HTTP service that burns CPU: the "any service" of the cgroup tests and
 benchmarks (``benchmarks.support.burner_in_group`` runs it in a cgroup of its own).
 
-    python benchmarks/burner_server.py [--port 0]
+    python benchmarks/burner_server.py [--port 0] [--shape connection|request|fork|pool]
 
 Prints ``port N`` on its first line once it listens. ``GET /burn?ms=N`` busy-loops until its
 thread has used N ms of CPU (``time.thread_time``: a quota's pauses do not count), then answers
-``burned N ms``; ``GET /healthz`` answers ``ok``. Threaded (one thread per connection), no
-dependencies: it stands for a service that knows nothing of throttle-lab.
+``burned N ms``; ``GET /healthz`` answers ``ok``. No dependencies: it stands for a service that
+knows nothing of throttle-lab. ``--shape`` says how it uses threads and processes (what
+decides where the kernel keeps its CPU time once a thread or process has ended):
+
+- ``connection`` (the default): one thread per connection, HTTP/1.1 keep-alive;
+- ``request``: one thread per request (HTTP/1.0, a connection per request), each thread ends
+  with its request (Python's ``ThreadingHTTPServer`` as most use it);
+- ``fork``: one process per request (``ForkingHTTPServer``, HTTP/1.0), reaped by the server;
+- ``pool``: a fixed pool of 4 threads takes the connections (HTTP/1.0), threads never end.
 """
 
 from __future__ import annotations
 
 import argparse
+import queue
+import socket
 import sys
+import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
+from socketserver import ForkingMixIn
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["BurnHandler", "burn", "main"]
+__all__ = ["SHAPES", "BurnHandler", "ForkingServer", "OneShotHandler", "PoolServer", "burn", "main",
+           "make_server"]
 
 MAX_MS = 10_000.0
+SHAPES = ("connection", "request", "fork", "pool")
+POOL_THREADS = 4
 
 
 def burn(ms: float) -> None:
@@ -64,12 +78,61 @@ class BurnHandler(BaseHTTPRequestHandler):
         pass   # quiet: the tests read stdout for the port only
 
 
+class OneShotHandler(BurnHandler):
+    protocol_version = "HTTP/1.0"   # one request per connection
+
+
+class ForkingServer(ForkingMixIn, HTTPServer):
+    """A process per request (``http.server`` has ``ThreadingHTTPServer`` only)."""
+
+
+class PoolServer(HTTPServer):
+    """``POOL_THREADS`` threads, started once, take the accepted connections from a queue."""
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self.connections: queue.Queue[tuple[socket.socket, tuple[str, int]]] = queue.Queue()
+        for _ in range(POOL_THREADS):
+            threading.Thread(target=self._work, daemon=True).start()
+
+    def process_request(self, request: socket.socket,  # type: ignore[override]
+                        client_address: tuple[str, int]) -> None:
+        self.connections.put((request, client_address))
+
+    def _work(self) -> None:
+        while True:
+            request, address = self.connections.get()
+            try:
+                self.finish_request(request, address)
+            except Exception:   # noqa: BLE001 (one bad connection must not end the thread)
+                self.handle_error(request, address)
+            finally:
+                self.shutdown_request(request)
+
+
+def make_server(shape: str, port: int) -> HTTPServer:
+    """The server of ``shape`` (see the module's doc) on 127.0.0.1:``port``."""
+    if shape == "connection":
+        server = ThreadingHTTPServer(("127.0.0.1", port), BurnHandler)
+        server.daemon_threads = True
+        return server
+    if shape == "request":
+        threaded = ThreadingHTTPServer(("127.0.0.1", port), OneShotHandler)
+        threaded.daemon_threads = True
+        return threaded
+    if shape == "fork":
+        return ForkingServer(("127.0.0.1", port), OneShotHandler)
+    if shape == "pool":
+        return PoolServer(("127.0.0.1", port), OneShotHandler)
+    raise ValueError(f"--shape must be one of {', '.join(SHAPES)} (got {shape!r})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--shape", choices=SHAPES, default="connection")
     args = parser.parse_args(argv)
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), BurnHandler)
-    server.daemon_threads = True
+    server = make_server(args.shape, args.port)
     print(f"port {server.server_address[1]}", flush=True)
     try:
         server.serve_forever()

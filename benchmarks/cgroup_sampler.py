@@ -4,8 +4,8 @@
                                                         [--interval 0.01]
 
 1. The cost of one ``read_sample`` (µs, median of many) for each way this machine can read
-   usage: ``cpuacct`` (the cpu root group, whose cpuacct twin exists) and ``schedstat`` (a new
-   group under the cpu hierarchy only: the stdlib burner's threads), with the parts: the
+   usage: ``cpuacct`` (the cpu root group, whose cpuacct twin exists) and ``proc`` (a new
+   group under the cpu hierarchy only: the stdlib burner's processes), with the parts: the
    ``pread`` of cpu.stat and ``cpuquota.cgroupfs.parse_cpu_stat``.
 2. Samples per second the sampler thread achieves at ``--interval`` over a sequential run.
 3. The client-side overhead on a sequential run's latency: the burner (in a group whose quota,
@@ -60,7 +60,7 @@ def per_call_us(call: Callable[[], object], n: int = 20000, repeats: int = 5) ->
 
 def reading_costs(targets: dict[str, CgroupTarget]) -> None:
     print("\n### One reading (µs per call, median of 5 × 20000)\n")
-    print("| usage source | threads | pread cpu.stat | + parse_cpu_stat | read_sample |")
+    print("| usage source | processes | pread cpu.stat | + parse_cpu_stat | read_sample |")
     print("|---|---|---|---|---|")
     for name, target in targets.items():
         fd = os.open(target.stat_path, os.O_RDONLY)
@@ -72,8 +72,8 @@ def reading_costs(targets: dict[str, CgroupTarget]) -> None:
             os.close(fd)
         full = per_call_us(lambda: read_sample(target))
         threads = "-"
-        if target.usage_source.kind == "schedstat":
-            threads = str(len((target.directory / "tasks").read_text().split()))
+        if target.usage_source.kind == "proc":
+            threads = str(len((target.directory / "cgroup.procs").read_text().split()))
         print(f"| {name} | {threads} | {raw:.1f} | {parsed:.1f} | {full:.1f} |")
 
 
@@ -196,10 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         target = resolve_cgroup(str(burner.group))
         with httpx.Client() as client:   # start a few handler threads in the group
             client.get(f"{burner.base_url}/healthz")
-        targets = {"schedstat (a cpu-only group)": target}
+        targets = {"proc (a cpu-only group)": target}
         root = resolve_cgroup("/sys/fs/cgroup/cpu") if Path("/sys/fs/cgroup/cpu").is_dir() \
             else None
-        if root is not None and root.usage_source.kind != "schedstat":
+        if root is not None and root.usage_source.kind != "proc":
             targets[f"{root.usage_source.kind} (the cpu root group)"] = root
         reading_costs(targets)
         overhead(target, burner.base_url, args.requests, args.rounds, args.interval)

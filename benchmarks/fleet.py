@@ -86,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "did not" in rows[-1]:
                 break
     print(f"\nFleet, {opts.backend} backend, open loop {opts.rate:g} requests/s for "
-          f"{opts.duration:g} s, {opts.iterations} iterations (~{opts.iterations / 1000:g} ms); "
+          f"{opts.duration:g} s, {opts.iterations} iterations "
+          f"(burn-service's calibrated iterations: CPU per request in its Server-Timing); "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}\n")
     print("| replicas | CPU each | start s | memory each | memory in all | answered by "
           "| requests/s | p50 ms | p99 ms | throttled | failed | wall |")

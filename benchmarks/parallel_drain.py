@@ -36,7 +36,8 @@ from cpuquota.limit import Limit
 def calibrated(base: str, threads: int, cpu_ms: float) -> int:
     """Iterations (on each thread) whose burn on ``threads`` threads takes ``cpu_ms`` of CPU in
     all here: measured for each, so that both runs burn the same CPU per request (a probe of
-    ~40-50 ms: long enough to average out a cold cache; median of 5)."""
+    100 ms of CPU per thread, calibrated: long enough to average out a cold cache; median of
+    5)."""
     return calibrate(base, cpu_ms, probe=100_000, requests=5, threads=threads)
 
 

@@ -4,7 +4,7 @@
 
 Runs ``http-timing record`` (the console script, as a user runs it) on a real group: burn-
 service under ``--cpus 0.5`` with a handful of idle worker threads (v1: usage from the
-threads' schedstat; the cpuacct case is the cpu root group), once for ``--seconds`` and once
+processes' CPU clocks; the cpuacct case is the cpu root group), once for ``--seconds`` and once
 for 2 s; the recorder's CPU is its ``getrusage`` (user + system) after it exits. The
 difference of the two runs takes Python's start-up out: the steady cost per second of
 recording. Prints a table (percent of one CPU). Needs Linux, root and a cgroup cpu controller.
@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with burn_service(Limit(0.5)) as service:
         _status, body = get(service.base_url, "/limits")
         group = json.loads(body)["cgroup"]["path"]
-        targets = {"schedstat (the service's group)": group,
+        targets = {"proc (the service's group)": group,
                    "cpuacct (the cpu root group)": "/sys/fs/cgroup/cpu"}
         print(f"### http-timing record: its own CPU at {1 / args.interval:g} samples/s "
               f"({describe_load('before')})\n")

@@ -189,9 +189,11 @@ def serve_in(group: Path, command: Sequence[str]) -> Iterator[BurningGroup]:
 
 
 @contextmanager
-def burner_in_group(cpus: float = 0.2) -> Iterator[BurningGroup]:
-    """``benchmarks/burner_server.py`` (standard library only) in a new group of ``cpus``."""
-    with serve_in_group([sys.executable, str(BURNER), "--port", "0"], cpus) as server:
+def burner_in_group(cpus: float = 0.2, shape: str = "connection") -> Iterator[BurningGroup]:
+    """``benchmarks/burner_server.py`` (standard library only) in a new group of ``cpus``,
+    of ``shape`` (how it uses threads and processes: ``burner_server.SHAPES``)."""
+    with serve_in_group([sys.executable, str(BURNER), "--port", "0", "--shape", shape],
+                        cpus) as server:
         yield server
 
 

@@ -8,6 +8,7 @@ through the app's own middleware; everything else, a bad query included, is Fast
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,14 +20,14 @@ from starlette.types import Receive, Scope, Send
 
 from service import __version__
 from service.accesslog import install_access_log_filter
-from service.burn import DEFAULT_ITERATIONS, resolve_max_threads
+from service.burn import DEFAULT_ITERATIONS, calibration_for, resolve_max_threads
 from service.burnroute import BURN_PATH, BurnLane, BurnWork
 from cpuquota.cgroupfs import CpuStatReader
 from service.config import Settings
 from service.errors import install_error_handlers
 from service.guard import install_guard, resolve_max_concurrent, resolve_max_queued
 from service.limits import describe_limits
-from service.metrics import install_metrics
+from service.metrics import CalibrationCollector, install_metrics
 from service.pages import register_pages, validation_error_page, wants_page
 from service.throttle import Throttle
 from service.timing import format_server_timing, kernel_throttling
@@ -54,6 +55,9 @@ class BurnServiceApp(FastAPI):
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    calibration = getattr(app.state, "calibration", None)
+    if calibration is not None:  # what an iteration costs here, next to uvicorn's own lines
+        logging.getLogger("uvicorn.error").info("%s", calibration.startup_line())
     yield
     lane = getattr(app, "burn_lane", None)
     if lane is not None:
@@ -69,12 +73,15 @@ def create_app(settings: Settings | None = None) -> BurnServiceApp:
         lifespan=_lifespan,
     )
     app.state.settings = settings
+    # what one burn iteration is on this machine (measured once per process, CPU time)
+    calibration = app.state.calibration = calibration_for(settings)
     # the cgroup whose quota is in force, read around each burn (None: no cpu.stat readable)
     kernel = app.state.kernel_probe = CpuStatReader.locate()
     # the in-process throttle (--cpu-limit; off at 0): cfs charges this process's CPU time,
     # boundary each worker thread's work
     throttle = app.state.throttle = Throttle.from_settings(settings)
     metrics = install_metrics(app, throttle, kernel)
+    metrics.register(CalibrationCollector(calibration))
     # parameter name -> (minimum, maximum), for 422 messages that give the allowed range
     max_threads = app.state.max_threads = resolve_max_threads(settings)
     app.state.parameter_ranges = {"iterations": (0, settings.max_iterations),
@@ -89,12 +96,14 @@ def create_app(settings: Settings | None = None) -> BurnServiceApp:
         return JSONResponse(status_code=422, content=body)
 
     work = BurnWork(throttle, kernel, metrics.observe_burn,
-                    max_helpers=resolve_max_concurrent(settings) * (max_threads - 1))
+                    max_helpers=resolve_max_concurrent(settings) * (max_threads - 1),
+                    calibration=calibration)
 
     @app.get(BURN_PATH, summary="Burn CPU in a busy loop of `iterations` iterations")
     def cpu_burn_flow(
         iterations: int = Query(DEFAULT_ITERATIONS, ge=0, le=settings.max_iterations,
-                                description="loop iterations (~1 microsecond of CPU each)"),
+                                description="loop iterations (1 microsecond of CPU each, "
+                                "calibrated at start: --iteration-us)"),
         threads: int = Query(1, ge=1, le=max_threads,
                              description="burn `iterations` on each of this many threads at "
                              "once (really in parallel: the burn runs in C, without the GIL)"),

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.burn import DEFAULT_ITERATIONS, BurnResult, burn, burn_parallel
+from service.burn import DEFAULT_ITERATIONS, BurnResult, Calibration, burn, burn_parallel
 from cpuquota.cgroupfs import CpuStatReader
 from service.throttle import Throttle
 from service.timing import work_timing
@@ -54,8 +54,10 @@ class BurnWork:
     :meth:`may_run_inline`."""
 
     def __init__(self, throttle: Throttle, kernel: CpuStatReader | None,
-                 observe_burn: Callable[[int], None], max_helpers: int = 1) -> None:
+                 observe_burn: Callable[[int], None], max_helpers: int = 1,
+                 calibration: Calibration | None = None) -> None:
         self._throttle, self._kernel, self._observe_burn = throttle, kernel, observe_burn
+        self._calibration = calibration  # None: one raw pass of the loop per iteration
         # the threads that burn beside a request's own (?threads=T), made at the first use
         self._max_helpers = max(1, max_helpers)
         self._helpers: ThreadPoolExecutor | None = None
@@ -86,12 +88,13 @@ class BurnWork:
         """Today's burn on this thread; with ``threads`` > 1, on that many threads at once
         (this one and helpers; their throttle checkpoints are the process's)."""
         if threads == 1:
-            return burn(iterations, checkpoint)
+            return burn(iterations, checkpoint, calibration=self._calibration)
         if self._helpers is None:
             self._helpers = ThreadPoolExecutor(max_workers=self._max_helpers,
                                                thread_name_prefix="burn-helper")
         helper = self._throttle.checkpoint if checkpoint is not None else None
-        return burn_parallel(iterations, threads, self._helpers.submit, checkpoint, helper)
+        return burn_parallel(iterations, threads, self._helpers.submit, checkpoint, helper,
+                             calibration=self._calibration)
 
     def close(self) -> None:
         """Stop the helper threads (after their current burn)."""

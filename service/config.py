@@ -19,8 +19,8 @@ __all__ = ["ENV_PREFIX", "Settings", "SettingsError", "env_name", "option_fields
 
 ENV_PREFIX = "BURN_SERVICE_"
 
-# A burn iteration costs about 1 microsecond of CPU on a current x86 core, so the
-# default 5000 iterations take about 5 ms, like the original flow; 5,000,000 is a few seconds.
+# A burn iteration costs 1 microsecond of CPU once calibrated (--iteration-us), so the
+# default 5000 iterations take about 5 ms, like the original flow; 5,000,000 is 5 s.
 DEFAULT_MAX_ITERATIONS = 5_000_000
 # A timed pi iteration (service.pi) costs about 0.3-0.5 microsecond, so 5,000,000 take
 # about 2.5 s unthrottled here (measured: 5M in 2.4 s), and 25 s at 0.1 CPU.
@@ -64,6 +64,13 @@ class Settings:
                            "get 503 with Retry-After at once; 0 = 8 x the resolved "
                            "--max-concurrent; -1 = no waiting line", minimum=-1,
                            maximum=1_000_000)
+    iteration_us: float = _opt(1.0, "CPU one /cpuBurnFlow iteration costs, in microseconds: "
+                               "the loop is measured at start (CPU time, ~10-20 ms) and each "
+                               "iteration made of as much work as costs this (1 = the "
+                               "original's: 5000 iterations ~ 5 ms of CPU on any machine)",
+                               minimum=0.01, maximum=1000)
+    calibrate: bool = _opt(True, "calibrate the burn to --iteration-us; --no-calibrate: one "
+                           "pass of the raw loop per iteration, whatever it costs on this CPU")
     cpus: float = _opt(0.0, "run under a real kernel CPU quota of this many CPUs, like docker "
                        "--cpus (a cgroup made and removed by a supervisor, see cpu-quota; needs "
                        "root); 0 = none", minimum=0, maximum=1024)
@@ -105,6 +112,9 @@ class Settings:
             if lo is not None and value < lo or hi is not None and value > hi:
                 rng = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
                 raise SettingsError(f"{flag} must be in {rng} (got {value})")
+        if not self.calibrate and self.iteration_us != 1.0:
+            raise SettingsError(f"--iteration-us {self.iteration_us:g} needs the calibration: "
+                                "drop --no-calibrate (which keeps the raw loop's cost)")
         if self.cpus:
             from cpuquota.limit import kernel_limit  # the kernel's rules, in one place
 

@@ -1,6 +1,7 @@
 """What ``/limits`` reports (and the pages show): the machine's CPUs, the configured maxima,
 the concurrency cap and its waiting line, and the CPU limits in force: ``"inprocess"`` (the
-in-process throttle, null when off) and ``"cgroup"`` (the kernel's quota, read at each call).
+in-process throttle, null when off) and ``"cgroup"`` (the kernel's quota, read at each call),
+and ``"burn"``: what one ``/cpuBurnFlow`` iteration costs and how (``service.burn``).
 """
 
 from __future__ import annotations
@@ -30,4 +31,5 @@ def describe_limits(app: FastAPI) -> dict[str, Any]:
         "workers": settings.workers,
         "inprocess": state.throttle.describe(),
         "cgroup": limit.as_dict() if limit is not None else None,
+        "burn": state.calibration.describe(),
     }

@@ -10,6 +10,9 @@ global one), so tests and tools can build several apps in one process. Series:
 - ``throttle_lab_process_cpu_seconds_total``: the process's CPU (all threads, ns resolution,
   from ``time.process_time_ns``; the standard ``process_cpu_seconds_total`` counts in 10 ms
   ticks).
+- ``throttle_lab_burn_iteration_cpu_seconds`` (the CPU one burn iteration costs, as calibrated
+  at start) and ``throttle_lab_burn_loops_per_iteration`` (the passes of the loop that make
+  one; 1 with ``--no-calibrate``).
 - With ``--cpu-limit``: the in-process throttle's counters, named after the kernel's
   ``cpu.stat`` (``nr_periods``, ``nr_throttled``, throttled time) so one dashboard reads both:
   ``throttle_lab_inprocess_nr_periods_total``, ``throttle_lab_inprocess_nr_throttled_total``,
@@ -44,9 +47,10 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cpuquota.cgroupfs import CpuStatReader, read_cpu_limit
+from service.burn import Calibration
 from service.throttle import Throttle
 
-__all__ = ["LATENCY_BUCKETS", "InProcessThrottleCollector", "KernelCpuStatCollector",
+__all__ = ["LATENCY_BUCKETS", "CalibrationCollector", "InProcessThrottleCollector", "KernelCpuStatCollector",
            "MetricsMiddleware", "ProcessCpuCollector", "ServiceMetrics", "install_metrics"]
 
 # Seconds. Dense around 5 ms (an unthrottled request) and 70-100 ms (one throttled period).
@@ -106,6 +110,27 @@ class ProcessCpuCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         return [CounterMetricFamily("throttle_lab_process_cpu_seconds", "")]
+
+
+class CalibrationCollector(Collector):
+    """What one burn iteration is on this machine (``service.burn.Calibration``)."""
+
+    def __init__(self, calibration: Calibration) -> None:
+        self._calibration = calibration
+
+    def collect(self) -> Iterator[Metric]:
+        cal = self._calibration
+        yield GaugeMetricFamily("throttle_lab_burn_iteration_cpu_seconds", "CPU time one "
+                                "/cpuBurnFlow iteration costs (calibrated at start: "
+                                "--iteration-us; the raw loop's with --no-calibrate)",
+                                value=cal.iteration_ns / 1e9)
+        yield GaugeMetricFamily("throttle_lab_burn_loops_per_iteration", "Passes of the burn "
+                                "loop per iteration (measured at start; 1 uncalibrated)",
+                                value=cal.loops_per_iteration)
+
+    def describe(self) -> Iterable[Metric]:
+        return [GaugeMetricFamily("throttle_lab_burn_iteration_cpu_seconds", ""),
+                GaugeMetricFamily("throttle_lab_burn_loops_per_iteration", "")]
 
 
 class InProcessThrottleCollector(Collector):

@@ -4,25 +4,40 @@ burner service (benchmarks/burner_server.py) in a new cgroup with a real quota
 
 A fixture tree is what the kernel shows, written as plain files: a hierarchy's groups with
 their quota files and ``cpu.stat``, and a fake ``proc`` whose ``self/mountinfo`` mounts those
-hierarchies, ``<pid>/cgroup`` names a process's groups and ``<tid>/schedstat`` its CPU time.
+hierarchies, ``<pid>/cgroup`` names a process's groups and ``<pid>/stat`` its CPU time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.support import BURNER, BurningGroup, burner_in, burner_in_group
+from benchmarks.support import BURNER, BurningGroup, burner_in
+from benchmarks.support import burner_in_group as unshielded_burner_in_group
 from cpuquota.cgroupfs import locate_cpu_controller
 from service.cgroup import empty_group, remove_group
 
-__all__ = ["BURNER", "V1_STAT", "V2_STAT", "BurningGroup", "burner_in", "burner_in_group",
-           "fake_proc", "mount_line", "nested_groups", "v1_group", "v2_group"]
+__all__ = ["BURNER", "V1_STAT", "V2_STAT", "BurningGroup", "ProcFigures", "burner_in",
+           "burner_in_group", "fake_proc", "favour", "mount_line", "nested_groups", "v1_group",
+           "v2_group", "write_proc_stat"]
 
 V1_STAT = "nr_periods 31\nnr_throttled 30\nthrottled_time 2071000000\nnr_bursts 0\nburst_time 0\n"
 V2_STAT = ("usage_usec 900000\nuser_usec 880000\nsystem_usec 20000\nnr_periods 31\n"
            "nr_throttled 30\nthrottled_usec 2071000\nnr_bursts 0\nburst_usec 0\n")
+
+
+@contextmanager
+def burner_in_group(cpus: float = 0.2) -> Iterator[BurningGroup]:
+    """``benchmarks.support.burner_in_group``, its group's weight raised
+    (``tests.support.shield_from_neighbours``): the quota, not a busy machine, is what holds
+    it back."""
+    from tests.support import shield_from_neighbours
+
+    with unshielded_burner_in_group(cpus) as burner:
+        shield_from_neighbours(burner.group)
+        yield burner
 
 
 def v1_group(directory: Path, quota_us: int = 30000, period_us: int = 100000,
@@ -65,9 +80,11 @@ def mount_line(number: int, root: str, mount_point: Path, fstype: str, options: 
 
 def fake_proc(proc: Path, mounts: Sequence[str] | None = None,
               cgroups: dict[int, str] | None = None,
-              schedstat: dict[int, int] | None = None) -> Path:
+              schedstat: dict[int, int] | None = None,
+              stats: dict[int, ProcFigures] | None = None) -> Path:
     """``proc/self/mountinfo`` from ``mounts`` lines (None: leave it as it is),
-    ``proc/<pid>/cgroup`` from ``cgroups``, ``proc/<tid>/schedstat`` (ns on CPU first)."""
+    ``proc/<pid>/cgroup`` from ``cgroups``, ``proc/<tid>/schedstat`` (ns on CPU first),
+    ``proc/<pid>/stat`` and ``status`` from ``stats``."""
     (proc / "self").mkdir(parents=True, exist_ok=True)
     if mounts is not None:
         (proc / "self" / "mountinfo").write_text(
@@ -78,7 +95,32 @@ def fake_proc(proc: Path, mounts: Sequence[str] | None = None,
     for tid, ns in (schedstat or {}).items():
         (proc / str(tid)).mkdir(exist_ok=True)
         (proc / str(tid) / "schedstat").write_text(f"{ns} 1234 5\n")
+    for pid, figures in (stats or {}).items():
+        write_proc_stat(proc, pid, figures)
     return proc
+
+
+@dataclass(frozen=True)
+class ProcFigures:
+    """What ``proc/<pid>/stat`` and ``status`` say of a fixture process (CPU in ticks)."""
+
+    own_ticks: int
+    children_ticks: int = 0
+    ppid: int = 1
+    state: str = "S"
+    ignores_sigchld: bool = False
+
+
+def write_proc_stat(proc: Path, pid: int, figures: ProcFigures) -> None:
+    """``proc/<pid>/stat`` (utime = own, stime 0, cutime = children, cstime 0; a command with
+    a space and a parenthesis, as the kernel may show) and ``status``'s ``SigIgn``."""
+    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
+    fields = [figures.state, figures.ppid, pid, pid, 0, -1, 4194560, 0, 0, 0, 0,
+              figures.own_ticks, 0, figures.children_ticks, 0, 20, 0, 1, 0, 100]
+    (proc / str(pid) / "stat").write_text(f"{pid} (a (b) c) " + " ".join(map(str, fields)) +
+                                          "\n")
+    (proc / str(pid) / "status").write_text(
+        f"Name:\tx\nSigIgn:\t{1 << 16 if figures.ignores_sigchld else 0:016x}\n")
 
 
 @contextmanager
@@ -113,6 +155,14 @@ def nested_groups(path: str, quota_at: str, cpus: float) -> Iterator[tuple[Path,
         for directory in reversed(made):
             empty_group(directory)
             remove_group(directory)
+
+
+def favour(group: Path) -> None:
+    """A large CPU weight for a group a test made (removed with it): on a busy machine the
+    quota, not the machine's other work, is then what limits the group."""
+    for name, value in (("cpu.shares", "102400"), ("cpu.weight", "10000")):
+        if (group / name).exists():
+            (group / name).write_text(value + "\n")
 
 
 def _enable_cpu(directory: Path, quota_dir: Path) -> None:

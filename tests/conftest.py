@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 import pytest
@@ -40,6 +42,14 @@ ORIGINAL_0_3 = ("26 Status code 200 time 5207306\n31 Status code 200 time 506469
                 "36 Status code 200 time 4997000\n41 Status code 200 time 4951787\n"
                 "154 Status code 200 time 69835568\n257 Status code 200 time 69930524\n"
                 "6 requests in 327ms avg 54ms\n")
+
+
+@pytest.fixture(scope="session")
+def kube_node() -> Iterator[Any]:
+    """The single-node cluster (kubenode), one per session: tests/kube.py."""
+    from tests.kube import node_session
+
+    yield from node_session()
 
 
 @pytest.fixture(scope="session")

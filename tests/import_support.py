@@ -20,7 +20,8 @@ import httpx
 import pytest
 
 from client.data.files import read_run
-from tests.support import BIN, http_timing, require, require_kernel_quota, service_process
+from tests.support import (BIN, http_timing, require, require_kernel_quota, service_process,
+                           stop_by_pid)
 
 CPUS = "0.1"
 ITERATIONS = 50_000     # ~27 ms of CPU: each request meets the 10 ms quota
@@ -76,9 +77,7 @@ def recorded_service(tmp_path: Path) -> Iterator[Recording]:
             try:
                 proc.communicate(timeout=20)
             finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+                stop_by_pid(proc)
         assert proc.returncode == 0, proc.stderr
 
 
@@ -195,6 +194,46 @@ def write_documented(fmt: str, requests: list[tuple[int, int, int]], url: str, p
                                      "path": path_part, "protocol": "HTTP/1.1",
                                      "response_code": status,
                                      "duration": (end - start) // 1_000_000}))
+    elif fmt in ("traefik", "traefik-json"):
+        lines += traefik_lines(fmt, [(start, end, status, target[0]) for start, end, status
+                                     in requests], path_part)
     else:
         raise ValueError(fmt)
     path.write_text("\n".join(lines) + "\n")
+
+
+def traefik_lines(fmt: str, requests: list[tuple[int, int, int, str]], path_part: str
+                  ) -> list[str]:
+    """(start ns, end ns, status, upstream host:port) as Traefik v3 writes them
+    (pkg/middlewares/accesslog): CLF (CommonLogFormatter: StartUTC truncated to the second,
+    Duration truncated to ms) or JSON (logrus' JSONFormatter: keys sorted, StartUTC in
+    RFC3339Nano, durations in ns, plus level/msg/time)."""
+    from datetime import datetime, timezone
+
+    lines = []
+    for count, (start, end, status, upstream) in enumerate(requests, start=1):
+        duration = end - start
+        if fmt == "traefik":
+            stamp = datetime.fromtimestamp(start // 10**9, timezone.utc).strftime(
+                "%d/%b/%Y:%H:%M:%S +0000")
+            lines.append(f'127.0.0.1 - - [{stamp}] "GET {path_part} HTTP/1.1" {status} 21 "-" '
+                         f'"python-httpx/0.27.0" {count} "throttle-lab-limited@kubernetes" '
+                         f'"http://{upstream}" {duration // 1_000_000}ms')
+            continue
+        nano = rfc3339(start).replace("Z", "")
+        nano = (nano.rstrip("0").rstrip(".") if "." in nano else nano) + "Z"  # RFC3339Nano
+        origin = duration   # the test's client times the service directly: no proxy between
+        lines.append(json.dumps({
+            "ClientAddr": "127.0.0.1:40312", "ClientHost": "127.0.0.1", "ClientPort": "40312",
+            "ClientUsername": "-", "DownstreamContentSize": 21, "DownstreamStatus": status,
+            "Duration": duration, "OriginContentSize": 21, "OriginDuration": origin,
+            "OriginStatus": status, "Overhead": duration - origin, "RequestAddr": "limited",
+            "RequestContentSize": 0, "RequestCount": count, "RequestHost": "limited",
+            "RequestMethod": "GET", "RequestPath": path_part, "RequestPort": "-",
+            "RequestProtocol": "HTTP/1.1", "RequestScheme": "http", "RetryAttempts": 0,
+            "RouterName": "throttle-lab-limited@kubernetes", "ServiceAddr": upstream,
+            "ServiceName": "throttle-lab-limited-7800@kubernetes",
+            "ServiceURL": f"http://{upstream}", "StartLocal": nano, "StartUTC": nano,
+            "entryPointName": "web", "level": "info", "msg": "",
+            "time": rfc3339(end, 0).replace(".", "")}, sort_keys=True, separators=(",", ":")))
+    return lines

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -10,6 +11,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -21,7 +23,7 @@ from service.app import create_app
 from service.config import Settings
 
 __all__ = ["BIN", "HIERARCHIES", "ROOT", "free_port", "require", "require_kernel_quota", "running_service",
-           "service_process", "wait_for_rows", "wait_healthy"]
+           "service_process", "shield_from_neighbours", "stop_by_pid", "wait_for_rows", "wait_healthy"]
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the venv's bin: burn-service, http-timing, ...
@@ -58,6 +60,37 @@ def require_kernel_quota(version: int | None = None) -> None:
 # ``require_kernel_quota``.
 HIERARCHIES = pytest.mark.parametrize("cgroup_version", [
     pytest.param(1, id="v1"), pytest.param(2, id="v2", marks=pytest.mark.cgroup2)])
+
+
+def shield_from_neighbours(group: Path) -> None:
+    """The machine is shared: raise the group's *weight* (cpu.shares, not the quota) so other
+    people's load cannot hide the quota by starving what runs in it below it. Docker's default
+    weight is 1024; the quota works the same at any weight."""
+    if (group / "cpu.shares").exists():
+        (group / "cpu.shares").write_text("10240")      # v1; default 1024
+    else:
+        (group / "cpu.weight").write_text("1000")       # v2; default 100
+
+
+def stop_by_pid(proc: subprocess.Popen[Any], first: int = signal.SIGTERM,
+                grace: float = 20.0) -> None:
+    """Stop ``proc`` by its own pid if it still runs, also when a test failed or timed out
+    while it ran: ``first`` (SIGTERM: http-timing stops the services it started, as on
+    Ctrl-C, and unlike SIGINT it is never ignored by a job started in the background), up to
+    ``grace`` s, then SIGKILL; reaped and its pipes closed, so no "subprocess ... is still
+    running" (or an unclosed pipe) turns up in a later test."""
+    try:
+        if proc.poll() is None:
+            proc.send_signal(first)
+            try:
+                proc.communicate(timeout=grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+    finally:
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def wait_healthy(base_url: str, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
@@ -137,9 +170,7 @@ def gone(pid: int) -> bool:
 def interrupted_after_rows(argv: Sequence[str], cwd: Path, csv_path: Path, rows: int,
                            timeout: float = 60.0) -> tuple[int, str, str]:
     """Run ``argv``, Ctrl-C it once ``csv_path`` has ``rows`` rows; (exit code, out, err).
-    The process is killed by its pid if it does not end."""
-    import signal
-
+    The process is stopped by its pid if it does not end."""
     proc = subprocess.Popen(list(argv), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
@@ -147,9 +178,7 @@ def interrupted_after_rows(argv: Sequence[str], cwd: Path, csv_path: Path, rows:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=timeout)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_by_pid(proc)
     return proc.returncode, out, err
 
 
@@ -178,6 +207,14 @@ def usage_error(argv: Sequence[str], cwd: Path, monkeypatch: pytest.MonkeyPatch,
 
 
 def http_timing(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """The ``http-timing`` console script, as a user runs it, in ``cwd``."""
-    return subprocess.run([str(BIN / "http-timing"), *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+    """The ``http-timing`` console script, as a user runs it, in ``cwd``. Past ``timeout`` (or
+    when the test is stopped meanwhile) it gets SIGTERM, so the services it started are
+    stopped by their pids too, then SIGKILL (``stop_by_pid``); then ``TimeoutExpired``."""
+    argv = [str(BIN / "http-timing"), *args]
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        stop_by_pid(proc)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)

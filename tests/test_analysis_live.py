@@ -83,3 +83,21 @@ def test_the_groups_throttles_and_cpu_per_period() -> None:
     assert len(used) == 2 and all(15 < ms < 25 for ms in used)   # each spent ~the quota
     frame = state.frame(0, -1, -1)
     assert frame["cgroup"] == state.cgroup and state.frame(0, 0, 1).get("cgroup") is None
+
+
+def test_the_panel_follows_a_change_of_quota() -> None:
+    """An in-place resize mid-watch: the panel's quota line is the quota in force now, and
+    the changes are listed."""
+    from client.data.timeline import CgroupSample
+
+    ms = 1_000_000
+    timeline = [CgroupSample(t * ms, t * ms // 4, t // 100, 0, 0, quotas=((20000, 100000),))
+                for t in range(0, 1000, 10)]
+    state = LiveState(limit=Limit(0.2, 100.0))
+    state.read_timeline(timeline)
+    assert state.cgroup is not None and state.cgroup["quota_ms"] == 20 and \
+        state.cgroup["quotas"] == []
+    timeline += [CgroupSample(t * ms, t * ms // 4, t // 100, 0, 0, quotas=((50000, 100000),))
+                 for t in range(1000, 1500, 10)]
+    state.read_timeline(timeline)
+    assert state.cgroup["quota_ms"] == 50 and state.cgroup["quotas"] == [[0.0, 20.0], [1.0, 50.0]]

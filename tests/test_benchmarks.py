@@ -45,7 +45,8 @@ def touches_sys_path(tree: ast.AST) -> bool:
 def test_every_script_is_a_module_of_the_package() -> None:
     assert (PACKAGE / "__init__.py").exists()
     assert "parallel_drain" in BENCHMARKS and len(BENCHMARKS) >= 15
-    assert not list((ROOT / "scripts").glob("*.py"))  # scripts/ holds shell only
+    # scripts/ holds shell only, and the docs site's MkDocs hooks (mkdocs.yml names them)
+    assert {p.name for p in (ROOT / "scripts").glob("*.py")} <= {"mkdocs_hooks.py"}
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -157,7 +157,7 @@ def live_run(page: Any, argv: list[str], total: int, cwd: Path, *,
     end. Returns the URLs the page fetched."""
     import subprocess
 
-    from tests.support import BIN, free_port
+    from tests.support import BIN, free_port, stop_by_pid
     from tests.test_commands_live import wait_serving
 
     port = free_port()
@@ -185,9 +185,7 @@ def live_run(page: Any, argv: list[str], total: int, cwd: Path, *,
         page.wait_for_function("window.live.end !== null", timeout=90_000)
         _out, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_by_pid(proc)
     assert proc.returncode == 0, err
     assert page.locator("#status").inner_text() == "finished"
     assert page.locator("#requests").inner_text() == str(total)

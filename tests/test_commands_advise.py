@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,26 @@ def check_runs_kept_and_stopped(cwd: Path, answer: dict[str, Any]) -> None:
         assert (limit.cpus if limit else None) == pytest.approx(run["cpus"])
 
 
+BELOW_UNLIMITED = "is below what the service does without any CPU limit"
+
+
+def advise(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``http-timing advise ARGS`` and the folder it ran in. On a busy machine the run without a
+    limit alone may miss the target now and then (advise says so, exit 2, nothing else runs):
+    then once more in a fresh folder, as a user would try again."""
+    result = http_timing("advise", *args, cwd=cwd, timeout=240)
+    if result.returncode == 2 and BELOW_UNLIMITED in result.stderr:
+        cwd = cwd / "again"
+        cwd.mkdir()
+        result = http_timing("advise", *args, cwd=cwd, timeout=240)
+    return result, cwd
+
+
 def test_inprocess_advice_finds_a_bracketed_limit_and_measures_the_usage_rules(
         tmp_path: Path) -> None:
-    result = http_timing("advise", "--backend", "inprocess", "--p99", "60", "--requests", "30",
-                         "--iterations", "3000", "--profile-seconds", "2", "--name", "t",
-                         "--json", cwd=tmp_path, timeout=240)
+    result, tmp_path = advise(["--backend", "inprocess", "--p99", "60", "--requests", "30",
+                               "--iterations", "3000", "--profile-seconds", "2", "--name", "t",
+                               "--json"], tmp_path)
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)   # stdout is the JSON alone; progress went to stderr
     assert "[1] profile no limit" in result.stderr
@@ -69,6 +85,22 @@ def test_inprocess_advice_finds_a_bracketed_limit_and_measures_the_usage_rules(
     assert "| the latency target (advise) |" in (pictures / "t-advise.md").read_text()
 
 
+def check_profile_is_what_the_service_measured(cwd: Path, answer: dict[str, Any]) -> None:
+    """The profile's CPU per request is the one the service measured in the profile run (the
+    burn's Server-Timing ``cpu``, the quota charges that and the HTTP around it), and 5000
+    iterations cost what the service says it calibrated them to (5000 x its ``iteration_us``,
+    /limits), whatever this CPU's speed."""
+    profile = answer["profile"]
+    run = read_run(cwd / "raw-data" / f"{answer['runs'][0]['name']}.csv")
+    burns = sorted(r.server_cpu_ns / 1e6 for r in run.records if r.server_cpu_ns)
+    assert burns and profile["burn_cpu_ms"] == pytest.approx(burns[len(burns) // 2], rel=0.05)
+    assert profile["cpu_ms_per_request"] >= 0.9 * profile["burn_cpu_ms"]
+    said = (run.metadata.limits or {})["burn"]
+    assert said["calibrated"] is True
+    calibrated_ms = 5000 * said["iteration_us"] / 1000
+    assert 0.7 < profile["burn_cpu_ms"] / calibrated_ms < 1.6, (profile, said)
+
+
 def p99s(limits: tuple[float, float], cwd: Path, name: str) -> tuple[float, float]:
     """Independent runs of the kernel backend at two limits: ``http-timing sweep``."""
     cpus = ",".join(f"{c:g}" for c in limits)
@@ -89,14 +121,13 @@ def test_kernel_advice_passes_the_independent_check(tmp_path: Path) -> None:
     latency, so the better of two runs at the recommendation counts, within 25 %; the mean
     of two at 25 % less must miss."""
     require_kernel_quota()
-    result = http_timing("advise", "--backend", "kernel", "--p99", "30", "--requests", "100",
-                         "--iterations", "5000", "--profile-seconds", "3",
-                         "--no-alternatives", "--name", "k", "--json", cwd=tmp_path,
-                         timeout=240)
+    result, tmp_path = advise(["--backend", "kernel", "--p99", "30", "--requests", "100",
+                               "--iterations", "5000", "--profile-seconds", "3",
+                               "--no-alternatives", "--name", "k", "--json"], tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     answer = json.loads(result.stdout)
     rec = answer["recommended"]["cpus"]
-    assert answer["profile"]["cpu_ms_per_request"] > 2   # ~5 ms of CPU per request
+    check_profile_is_what_the_service_measured(tmp_path, answer)
     check_runs_kept_and_stopped(tmp_path, answer)
     less = round(rec * 0.75, 3)
     first, first_less = p99s((rec, less), tmp_path, "check")

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from client.data.files import read_run
-from tests.support import BIN, HIERARCHIES, require_kernel_quota, usage_error
+from tests.support import BIN, HIERARCHIES, require_kernel_quota, stop_by_pid, usage_error
 
 BURN = "/burn?ms=3"     # 3 ms of CPU per request
 ORIGINAL = "50000"      # the group's quota when each test starts: 0.5 CPU
@@ -155,9 +155,7 @@ def test_interrupted_advice_puts_the_limit_back(tmp_path: Path, signum: int) -> 
             proc.send_signal(signum)
             out, err = proc.communicate(timeout=120)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            stop_by_pid(proc)   # SIGTERM: advise puts the quota back, then SIGKILL
         after = quota(service.group)
     assert proc.returncode == 130, err[-2000:]
     assert int(seen) not in (50000, -1)          # a candidate was in force when signalled

@@ -118,3 +118,105 @@ def test_a_timeline_without_its_clock(tmp_path: Path, monkeypatch: pytest.Monkey
     line = usage_error(["import", "r.csv", "--timeline", "t.cgroup.csv"], tmp_path,
                        monkeypatch, capsys)
     assert "t.json: no clock" in line and "http-timing record" in line
+
+
+def traefik_json(tmp_path: Path, rows: list[tuple[int, str]], latency_ms: int = 30) -> Path:
+    """Traefik --accesslog.format=json lines: (start ms on the timeline, ServiceAddr)."""
+    from tests.import_support import rfc3339
+
+    path = tmp_path / "traefik.json"
+    path.write_text("".join(
+        json.dumps({"StartUTC": rfc3339(ZERO + s * MS), "Duration": latency_ms * MS,
+                    "DownstreamStatus": 200, "ServiceAddr": addr, "RequestPath": "/x",
+                    "level": "info", "msg": "", "time": "2024-11-24T03:46:40Z"}) + "\n"
+        for s, addr in rows))
+    return path
+
+
+def test_upstream_keeps_one_pods_requests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    make_timeline(tmp_path)
+    traefik_json(tmp_path, [(100, "10.42.0.7:7800"), (500, "10.42.0.8:7800"),
+                            (940, "10.42.0.7:7800"), (960, "10.42.0.8:7800")])
+    code, err = exit_code_and_errors(["import", "traefik.json", "--timeline", "t.cgroup.csv",
+                                      "--upstream", "10.42.0.7", "--name", "u"], tmp_path,
+                                     monkeypatch, capsys)
+    assert code == 0, err
+    run = read_run(tmp_path / "raw-data" / "u.csv")
+    assert [(r.start_ns // MS, r.cgroup_nr_throttled) for r in run.records] == [(100, 0), (940, 1)]
+    assert "2 of 4 requests served by 10.42.0.7 (--upstream)" in run.metadata.extra[
+        "imported"]["notes"]
+    line = usage_error(["import", "traefik.json", "--timeline", "t.cgroup.csv", "--upstream",
+                        "10.42.0.9:7800"], tmp_path, monkeypatch, capsys)
+    assert "no request was served by 10.42.0.9:7800" in line and "10.42.0.7:7800 (2)" in line
+    vegeta_csv(tmp_path, [100])
+    line = usage_error(["import", "r.csv", "--timeline", "t.cgroup.csv", "--upstream",
+                        "10.42.0.7"], tmp_path, monkeypatch, capsys)
+    assert "vegeta-csv does not name each request's upstream" in line
+
+
+def test_traefik_clf_whole_seconds_are_not_marked(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from datetime import datetime, timezone
+
+    make_timeline(tmp_path)
+    stamp = datetime.fromtimestamp(ZERO // 10**9, timezone.utc).strftime("%d/%b/%Y:%H:%M:%S %z")
+    (tmp_path / "access.log").write_text("".join(
+        f'127.0.0.1 - - [{stamp}] "GET /x HTTP/1.1" 200 78 "-" "-" {i} "r@file" '
+        f'"http://127.0.0.1:7800" {ms}ms\n' for i, ms in enumerate((30, 95, 30), start=1)))
+    from client.commands import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["import", "access.log", "--timeline", "t.cgroup.csv", "--name", "c"]) == 0
+    out = capsys.readouterr().out
+    assert "not marked: their starts are whole seconds" in out and "format=json" in out
+    run = read_run(tmp_path / "raw-data" / "c.csv")
+    assert [r.cgroup_nr_throttled for r in run.records] == [None, None, None]
+    assert [r.latency_ns // MS for r in run.records] == [30, 95, 30]
+    assert run.metadata.extra["imported"]["marked"] is False
+
+
+def test_log_format_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    make_timeline(tmp_path)
+    (tmp_path / "access.log").write_text("1.5 0.25 200\nnot a line\n")
+    line = usage_error(["import", "access.log", "--timeline", "t.cgroup.csv", "--log-format",
+                        "$time_local $status"], tmp_path, monkeypatch, capsys)
+    assert "--log-format needs $msec" in line
+    line = usage_error(["import", "access.log", "--timeline", "t.cgroup.csv", "--log-format",
+                        "$msec $request_time $status"], tmp_path, monkeypatch, capsys)
+    assert "access.log: line 2: does not match the --log-format" in line
+    line = usage_error(["import", "access.log", "--timeline", "t.cgroup.csv", "--log-format",
+                        "$msec $request_time $status", "--format", "envoy"], tmp_path,
+                       monkeypatch, capsys)
+    assert "does not go with --format envoy" in line
+    assert not (tmp_path / "raw-data").exists()
+
+
+def test_an_imported_run_over_a_resize_is_judged_per_quota(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]
+                                                            ) -> None:
+    """A recorded timeline that spans an in-place resize (quota columns 20000 -> 50000 at
+    1 s): the imported run's report says both quotas, each with the requests sent under it."""
+    rows = ["t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns,quota_us,period_us"]
+    for i in range(201):
+        t = i * 10 * MS
+        rows.append(f"{t},{t // 4},{t // (100 * MS)},0,0,{20000 if t < 1000 * MS else 50000},"
+                    "100000")
+    (tmp_path / "t.cgroup.csv").write_text("\n".join(rows) + "\n")
+    write_timeline_metadata(tmp_path / "t.json", TimelineMetadata(
+        "t", TimelineClock(ZERO, 100), cgroup={**GROUP, "quota_us": 20000, "cpus": 0.2},
+        host="here"))
+    vegeta_csv(tmp_path, [100, 400, 700, 1100, 1400, 1700])
+    code, err = exit_code_and_errors(["import", "r.csv", "--timeline", "t.cgroup.csv",
+                                      "--name", "rs"], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    code, err = exit_code_and_errors(["report", "raw-data/rs.csv", "--json"], tmp_path,
+                                     monkeypatch, capsys)
+    assert code == 0, err
+    from client.analysis.report import build_report
+
+    parts = build_report(read_run(tmp_path / "raw-data" / "rs.csv")).to_dict()["quotas"]
+    assert [(p["cpus"], p["requests"]) for p in parts] == [(0.2, 3), (0.5, 3)]

@@ -2,8 +2,9 @@
 record`` on its group, the tool's own sequential run, the import, and the marks checked
 against the group's ``cpu.stat`` throttled time (tests/import_support.py). vegeta, hey, oha,
 Locust and nginx run here (scripts/install-load-tools.sh, the ``test`` extra, Debian); k6
-(AGPL, not installed), JMeter and Envoy (not runnable here) get files written exactly as their
-documentation shows, from real requests to the same service timed by the test."""
+(AGPL, not installed), JMeter, Envoy and Traefik (not runnable here; the Kubernetes node's
+tests run the real Traefik) get files written exactly as their documentation and source show,
+from real requests to the same service timed by the test."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.import_support import (ITERATIONS, REQUESTS, check_marks, import_file,
                                   recorded_service, run_tool, timed_requests, tool,
                                   write_documented)
-from tests.support import free_port, http_timing, require
+from tests.support import free_port, http_timing, require, stop_by_pid
 
 pytestmark = pytest.mark.root
 
@@ -152,19 +154,101 @@ def test_nginx_access_log(tmp_path: Path) -> None:
             try:
                 proc.communicate(timeout=15)
             finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+                stop_by_pid(proc)
     log = prefix / "access.log"
     assert len(log.read_text().splitlines()) >= REQUESTS
     import_file(tmp_path, log, "nginx")
     check_marks(tmp_path, "nginx", "nginx")
 
 
-@pytest.mark.parametrize("fmt", ["k6-json", "k6-csv", "jmeter-csv", "envoy", "envoy-json"])
+UPSTREAMINFO_MSEC = (   # ingress-nginx's log-format-upstream (upstreaminfo), + $msec at the end
+    "log_format upstreaminfo '$remote_addr - $remote_user [$time_local] \"$request\" '\n"
+    "    '$status $body_bytes_sent \"$http_referer\" \"$http_user_agent\" '\n"
+    "    '$request_length $request_time [$proxy_upstream_name] "
+    "[$proxy_alternative_upstream_name] '\n"
+    "    '$upstream_addr $upstream_response_length $upstream_response_time $upstream_status '\n"
+    "    '$req_id $msec';")
+INGRESS_CONF = """
+daemon off;
+master_process off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 64; }}
+http {{
+    map $http_x_request_id $req_id {{ default $http_x_request_id; "" $request_id; }}
+    {log_format}
+    access_log {dir}/access.log upstreaminfo;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    upstream pods {{ server {pod_a}; server {pod_b}; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            set $proxy_upstream_name "throttle-lab-limited-7800";
+            set $proxy_alternative_upstream_name "";
+            proxy_pass http://pods;
+        }}
+    }}
+}}
+"""
+
+
+def test_nginx_log_format_upstreaminfo_one_pod_of_two(tmp_path: Path) -> None:
+    """The real nginx as an Ingress would run it: ingress-nginx's upstreaminfo + $msec, two
+    pods behind it (the quota'd burn-service, and an unlimited one) served in turn; the log
+    read with ``--log-format`` in nginx's syntax and ``--upstream`` the quota'd pod's
+    address: its requests marked, in agreement with its group's cpu.stat."""
+    from client.data.files import read_run
+    from tests.support import service_process
+
+    nginx = "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else tool("nginx")
+    port = free_port()
+    prefix = tmp_path / "nginx"
+    prefix.mkdir()
+    with recorded_service(tmp_path) as rec, service_process() as (other, _proc):
+        pod_a, pod_b = rec.base_url.split("://")[1], other.split("://")[1]
+        (prefix / "nginx.conf").write_text(INGRESS_CONF.format(
+            dir=prefix, log_format=UPSTREAMINFO_MSEC, port=port, pod_a=pod_a, pod_b=pod_b))
+        proc = subprocess.Popen([nginx, "-p", str(prefix), "-c", str(prefix / "nginx.conf")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            result = http_timing("--url", f"http://127.0.0.1:{port}/cpuBurnFlow",
+                                 "--iterations", str(ITERATIONS), "--requests",
+                                 str(2 * REQUESTS), "--warmup", "0", "--quiet", "--no-plot",
+                                 "--name", "through", cwd=tmp_path)
+            assert result.returncode == 0, (result.stderr, (prefix / "error.log").read_text())
+        finally:
+            proc.send_signal(signal.SIGQUIT)   # graceful: the log is written
+            try:
+                proc.communicate(timeout=15)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    log = prefix / "access.log"
+    lines = log.read_text().splitlines()
+    # http-timing's own GET /limits first, then the burns, each pod in turn
+    assert len(lines) >= 2 * REQUESTS and "[throttle-lab-limited-7800] []" in lines[0]
+    served = sum(1 for line in lines if f"] [] {pod_a} " in line)
+    assert served >= REQUESTS
+    out = import_file(tmp_path, log, "ingress", "--log-format", UPSTREAMINFO_MSEC,
+                      "--upstream", pod_a)
+    assert f"{served} of {len(lines)} requests served by {pod_a}" in out
+    check_marks(tmp_path, "ingress", "nginx")
+    assert len(read_run(tmp_path / "raw-data" / "ingress.csv").records) == served
+    wrong = http_timing("import", str(log), "--timeline", "raw-data/t.cgroup.csv",
+                        "--log-format", "$remote_addr [$time_local] $status", cwd=tmp_path)
+    assert wrong.returncode == 2 and "needs $msec" in wrong.stderr
+
+
+@pytest.mark.parametrize("fmt", ["k6-json", "k6-csv", "jmeter-csv", "envoy", "envoy-json",
+                                 "traefik-json"])
 def test_files_written_as_documented(fmt: str, tmp_path: Path) -> None:
-    """k6 (AGPL: not installed), JMeter and Envoy (cannot run here): real requests to the
-    quota'd service, timed by the test and written as each tool's documentation shows."""
+    """k6 (AGPL: not installed), JMeter, Envoy and Traefik (cannot run here): real requests to
+    the quota'd service, timed by the test and written as each tool's documentation shows."""
     with recorded_service(tmp_path) as rec:
         requests = timed_requests(rec.url)
     source = tmp_path / f"results.{fmt}"
@@ -172,3 +256,49 @@ def test_files_written_as_documented(fmt: str, tmp_path: Path) -> None:
     out = import_file(tmp_path, source, "imported")
     assert f"({fmt})" in out
     check_marks(tmp_path, "imported", fmt)
+
+
+def test_traefik_json_one_pod_of_two(tmp_path: Path) -> None:
+    """An Ingress's log (Traefik's JSON) with two pods behind it: real requests alternate
+    between the quota'd service and a second, unlimited one, each line names the address that
+    answered (ServiceAddr), and ``--upstream`` marks the quota'd one's against its timeline."""
+    from client.data.files import read_run
+    from tests.import_support import traefik_lines
+    from tests.support import service_process
+
+    with recorded_service(tmp_path) as rec, service_process() as (other, _proc):
+        addresses = [rec.base_url.split("://")[1], other.split("://")[1]]
+        requests: list[tuple[int, int, int, str]] = []
+        with httpx.Client(timeout=30) as client:
+            for i in range(2 * REQUESTS):
+                base = (rec.base_url, other)[i % 2]
+                start = time.time_ns()
+                status = client.get(f"{base}/cpuBurnFlow?iterations={ITERATIONS}").status_code
+                requests.append((start, time.time_ns(), status, addresses[i % 2]))
+    source = tmp_path / "traefik.json"
+    source.write_text("\n".join(traefik_lines("traefik-json", requests,
+                                              f"/cpuBurnFlow?iterations={ITERATIONS}")) + "\n")
+    out = import_file(tmp_path, source, "pod", "--upstream", addresses[0])
+    assert f"{REQUESTS} of {2 * REQUESTS} requests served by {addresses[0]}" in out
+    check_marks(tmp_path, "pod", "traefik-json")
+    assert len(read_run(tmp_path / "raw-data" / "pod.csv").records) == REQUESTS
+
+
+def test_traefik_clf_is_read_not_marked(tmp_path: Path) -> None:
+    """Traefik's default CLF: the requests read (latency to the ms), none marked (the start
+    is whole seconds), the reason printed."""
+    from client.data.files import read_run
+
+    with recorded_service(tmp_path) as rec:
+        requests = timed_requests(rec.url)
+    source = tmp_path / "access.log"
+    write_documented("traefik", requests, rec.url, source)
+    out = import_file(tmp_path, source, "clf")
+    assert "not marked: their starts are whole seconds" in out
+    run = read_run(tmp_path / "raw-data" / "clf.csv")
+    assert run.metadata.extra["imported"]["format"] == "traefik"
+    assert all(r.cgroup_throttled_ns is None for r in run.records)
+    assert sorted(r.latency_ns // 1_000_000 for r in run.records) == sorted(
+        (end - start) // 1_000_000 for start, end, _ in requests)
+    report = http_timing("report", str(tmp_path / "raw-data" / "clf.csv"), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import BIN, free_port, service_process, usage_error
+from tests.support import BIN, free_port, service_process, stop_by_pid, usage_error
 from tests.test_render_live import frames
 
 
@@ -47,9 +47,7 @@ def test_a_run_watched_live_from_start_to_end(tmp_path: Path) -> None:
                 last = frame
             out, err = proc.communicate(timeout=60)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            stop_by_pid(proc)
     assert proc.returncode == 0, err
     assert f"live page of the run: {url}" in err
     assert mid is not None, "no frame while the run went"
@@ -92,9 +90,7 @@ def watched_live(argv: list[str], cwd: Path) -> tuple[str, list[dict], tuple[int
         got = list(frames(url, timeout=30))
         out, err = proc.communicate(timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_by_pid(proc)
     return url, got, (proc.returncode, out, err)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from client.data.timeline import read_timeline
 from client.data.timeline_meta import read_timeline_metadata
-from tests.support import BIN, http_timing, require_kernel_quota, usage_error
+from tests.support import BIN, http_timing, require_kernel_quota, stop_by_pid, usage_error
 
 pytestmark = pytest.mark.root
 
@@ -52,6 +52,9 @@ def test_duration_writes_the_timeline_and_its_clock(tmp_path: Path) -> None:
     assert meta.clock.zero_uncertainty_ns < 1_000_000
     assert meta.cgroup is not None and meta.cgroup["quota_us"] == 20000
     assert meta.period_ns == 100_000_000
+    # where the usage came from, what could not be counted (nothing here: a plain group)
+    usage = meta.cgroup["usage"]
+    assert usage["source"] in ("proc", "cpuacct", "cpu.stat") and usage["unknown"] is None
     assert f"{len(timeline)} samples" in result.stdout
 
 
@@ -74,9 +77,7 @@ def test_sigterm_ends_it_cleanly_and_sigkill_loses_at_most_a_second(tmp_path: Pa
             kill.communicate(timeout=20)
         finally:
             for proc in (term, kill):
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+                stop_by_pid(proc)
     assert term.returncode == 0
     meta = read_timeline_metadata(term_dir / "raw-data" / "t.json")
     assert meta is not None and meta.interrupted and meta.ended_at

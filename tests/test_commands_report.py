@@ -47,7 +47,7 @@ def test_report_of_a_throttled_run_uses_the_server_counters(runs: Path) -> None:
     text = http_timing("report", "raw-data/throttled.csv", cwd=runs).stdout.splitlines()
     assert text[0] == f"run: throttled ({Path('raw-data/throttled.csv')})"
     assert text[2].startswith("latency ms: p50 ")
-    assert text[3].startswith("throttled: ") and "of 60 requests" in text[3]
+    assert text[3].startswith("delayed by throttling: ") and "of 60 requests" in text[3]
     assert any(line.startswith("stall: ") for line in text)
     assert any(line.startswith("period: ") and line.endswith("ms (inferred from stalls)")
                or line.startswith("period: 100 ms") for line in text)

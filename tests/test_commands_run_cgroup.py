@@ -39,7 +39,9 @@ def check_attribution(csv: Path, sequential: bool, every_one_may_wait: bool = Fa
     slow = sorted(r.latency_ns for r in marked)[len(marked) // 2]
     if others:
         fast = sorted(r.latency_ns for r in others)[len(others) // 2]
-        assert slow > 3 * fast  # the marked requests are the slow ones
+        # the marked requests are the slow ones: by a period's wait (added to whatever a busy
+        # machine adds to every request)
+        assert slow > 3 * fast or slow - fast > 40 * MS, (slow, fast)
     meta = run.metadata
     assert meta.cgroup is not None and meta.limit is not None
     assert meta.limit.cpus == pytest.approx(0.2) and meta.limit.source == "cgroup"
@@ -57,9 +59,10 @@ def test_any_service_in_a_quota_group(tmp_path: Path, by: str, load: list[str],
     if cgroup_version == 2:   # the guest is ~15x slower: half the requests say as much
         load = [str(int(a) // 2) if a.isdigit() and load[i - 1] == "--requests" else a
                 for i, a in enumerate(load)]
-    from tests.cgroup_fixtures import burner_in_group
+    from tests.cgroup_fixtures import burner_in_group, favour
 
     with burner_in_group(0.2) as service:
+        favour(service.group)   # a busy machine's contention is not a throttle
         target = str(service.group) if by == "path" else f"pid:{service.pid}"
         result = http_timing("--url", service.base_url + "/burn?ms=8", "--iterations", "0",
                              *load, "--cgroup", target, "--name", "b", "--quiet", cwd=tmp_path)
@@ -71,7 +74,7 @@ def test_any_service_in_a_quota_group(tmp_path: Path, by: str, load: list[str],
     assert data["cgroup"]["nr_throttled"] > 0 and data["cgroup"]["quota_cpus"] == 0.2
     assert data["throttled_source"] == "cgroup counters"
     text = http_timing("report", "raw-data/b.csv", cwd=tmp_path).stdout
-    assert "cgroup: " in text and "periods throttled" in text and "overlapped" in text
+    assert "cgroup: " in text and "periods throttled" in text and "requests delayed by throttling" in text
     assert (tmp_path / "pictures" / "b.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -96,7 +99,9 @@ def test_a_docker_container_by_name(tmp_path: Path) -> None:
     with docker_engine():
         image = project_image().image
         name = f"throttle-lab-cgroup-{tmp_path.name[-8:]}"
-        started = docker("run", "--detach", "--name", name, "--cpus", "0.3", "--publish",
+        # a raised weight (not the quota): another busy process cannot starve it below 0.3 CPU
+        started = docker("run", "--detach", "--name", name, "--cpus", "0.3", "--cpu-shares",
+                         "10240", "--publish",
                          "127.0.0.1::7800", image, "--log-level", "warning")
         container = started.stdout.strip()
         try:
@@ -105,7 +110,10 @@ def test_a_docker_container_by_name(tmp_path: Path) -> None:
             from tests.support import wait_healthy
 
             wait_healthy(f"http://127.0.0.1:{port}", timeout=60)
-            result = http_timing("--url", url, "--iterations", "5000", "--requests", "60",
+            # 20 ms of CPU a request: two in a period spend more than its 30 ms quota, however
+            # long a busy machine makes the client take between them (5 ms requests with 20 ms
+            # between them would never reach it)
+            result = http_timing("--url", url, "--iterations", "20000", "--requests", "60",
                                  "--cgroup", f"docker:{name}", "--name", "d", "--quiet",
                                  "--no-plot", cwd=tmp_path)
         finally:
@@ -115,7 +123,7 @@ def test_a_docker_container_by_name(tmp_path: Path) -> None:
     assert run.metadata.limit is not None and run.metadata.limit.cpus == pytest.approx(0.3)
     assert run.timeline and all(r.cgroup_nr_throttled is not None for r in run.records)
     marked = [r for r in run.records if r.cgroup_nr_throttled]
-    assert marked  # 5 ms requests back to back at 0.3 CPU: some wait for the next period
+    assert marked  # 20 ms requests back to back at 0.3 CPU: some wait for the next period
     # what the service said from inside and what the client read from outside agree
     both = [r for r in run.records if r.kernel_nr_throttled is not None]
     assert sum(1 for r in both if r.kernel_nr_throttled and not r.cgroup_nr_throttled) <= 2

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from tests.support import BIN, running_service, service_process, wait_for_rows
+from tests.support import BIN, running_service, service_process, stop_by_pid, wait_for_rows
 
 ORIGINAL_LINE = re.compile(r"^(\d+) Status code (\d+) time (\d+)$")
 
@@ -31,9 +31,7 @@ def _start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    stop_by_pid(proc)
 
 
 def test_sigterm_mid_run_keeps_every_completed_request(tmp_path: Path) -> None:

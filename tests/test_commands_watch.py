@@ -13,6 +13,7 @@ import signal
 import struct
 import subprocess
 import termios
+from dataclasses import replace
 import threading
 import time
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ from client.render.watch import WatchRow, json_line, watch_table
 from client.data.timeline import CgroupSample
 from cpuquota.limit import Limit
 from tests.cgroup_fixtures import BurningGroup, burner_in_group
-from tests.support import BIN, HIERARCHIES, ROOT, require_kernel_quota
+from tests.support import BIN, HIERARCHIES, ROOT, require_kernel_quota, stop_by_pid
 
 WATCH = [str(BIN / "http-timing"), "watch"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -72,6 +73,22 @@ def test_table_and_json_line_show_the_interval() -> None:
     assert data["nr_throttled"] == 9 and data["quota_share"] == pytest.approx(0.95)
     assert data["group"] == "/docker/abc" and data["throttled_share"] == 0.9
     assert data["quota_group"] is None
+    assert data["usage_counter"] is None and data["usage_unknown"] is None
+
+
+def test_a_usage_that_cannot_be_known_is_left_out_with_the_reason() -> None:
+    stats = interval_stats(CgroupSample(0, 0, 0, 0, 0),
+                           CgroupSample(10**9, 190_000_000, 10, 9, 720_000_000), Limit(0.2))
+    why = "process(es) 10 ignore SIGCHLD: a child of theirs ... is counted by no one"
+    row = WatchRow("12:00:01", 1.0, replace(stats, usage_cpus=float("nan"), quota_share=None),
+                   "the CPU clocks of the processes in /g", why)
+    console = Console(width=300, record=True, file=open(os.devnull, "w"))
+    console.print(watch_table("/g", Limit(0.2), [row], row.stats))
+    console.file.close()
+    text = " ".join(console.export_text().split())   # the caption wraps at the table's width
+    assert f"CPUs used: not known ({why})" in text and "0.190" not in text
+    data = json.loads(json_line("/g", row))
+    assert data["usage_cpus"] is None and data["usage_unknown"] == why
 
 
 def test_watch_names_the_ancestor_whose_quota_is_shown() -> None:
@@ -85,6 +102,34 @@ def test_watch_names_the_ancestor_whose_quota_is_shown() -> None:
     assert "0.2 CPU (20 ms per 100 ms" in text and "on /kubepods/pod1  (Ctrl-C" in text
     data = json.loads(json_line("/kubepods/pod1/ctr", row, "/kubepods/pod1"))
     assert data["quota_group"] == "/kubepods/pod1"
+
+
+def test_the_quota_in_force_is_read_at_each_interval(tmp_path) -> None:
+    """An in-place resize: the sample's quotas say the quota now; the row is judged by it and
+    the table says what changed."""
+    from client.commands.watch import limit_now
+    from client.run.cgroup_target import resolve_cgroup
+    from tests.cgroup_fixtures import fake_proc, mount_line, v1_group
+
+    proc = fake_proc(tmp_path / "proc", [mount_line(32, "/", tmp_path / "cpu", "cgroup",
+                                                    "rw,cpu,cpuacct")])
+    target = resolve_cgroup(str(v1_group(tmp_path / "cpu" / "g", quota_us=20000,
+                                         cpuacct_usage=0)), proc=proc)
+    before = CgroupSample(0, 0, 0, 0, 0, quotas=((20000, 100000),))
+    after = CgroupSample(10**9, 190_000_000, 10, 0, 0, quotas=((50000, 100000),))
+    assert limit_now(before, target) == target.limit and target.limit.cpus == 0.2
+    now = limit_now(after, target)
+    assert now is not None and now.cpus == 0.5 and now.period_ms == 100
+    assert limit_now(CgroupSample(0, 0, 0, 0, 0, quotas=((None, 100000),)), target) is None
+    assert limit_now(CgroupSample(0, 0, 0, 0, 0), target) == target.limit   # not read
+    row = WatchRow("12:00:01", 1.0, interval_stats(before, after, now), now)
+    assert json.loads(json_line("/g", row))["quota_cpus"] == 0.5
+    console = Console(width=160, record=True, file=open(os.devnull, "w"))
+    console.print(watch_table("/g", now, [row], row.stats, None,
+                              "quota changed at 12:00:01: 0.2 CPU -> 0.5 CPU"))
+    console.file.close()
+    text = console.export_text()
+    assert "0.5 CPU (50 ms per 100 ms" in text and "quota changed at 12:00:01" in text
 
 
 # ---- bad input -------------------------------------------------------------------------------
@@ -121,6 +166,7 @@ def test_piped_output_is_one_json_object_per_interval(cgroup_version: int) -> No
                for line in lines)
     assert sum(line["nr_throttled"] for line in lines) >= 3, lines
     assert sum(line["throttled_ms"] for line in lines) > 100, lines
+    assert all(line["usage_counter"] and line["usage_unknown"] is None for line in lines)
     for line in lines:   # the quota holds: never much more than 0.2 CPU per interval
         assert 0 <= line["usage_cpus"] <= 0.2 * 1.5 + 0.05, line
         assert 0.2 <= line["interval_s"] <= 1.5
@@ -132,21 +178,26 @@ def test_ctrl_c_and_a_closed_pipe_end_it_cleanly() -> None:
         proc = subprocess.Popen([*WATCH, f"pid:{burner.pid}", "--interval", "0.1"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 cwd=ROOT)
-        assert proc.stdout is not None and proc.stderr is not None
-        first = json.loads(proc.stdout.readline())
-        proc.send_signal(signal.SIGINT)
-        rest, err = proc.communicate(timeout=30)
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            first = json.loads(proc.stdout.readline())
+            proc.send_signal(signal.SIGINT)
+            rest, err = proc.communicate(timeout=30)
+        finally:
+            stop_by_pid(proc)
         assert proc.returncode == 0 and "Traceback" not in err and err == "", err
         assert all(json.loads(line) for line in rest.splitlines())
         assert first["quota_cpus"] == 0.2
         closed = subprocess.Popen([*WATCH, str(burner.group), "--interval", "0.05"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
-        assert closed.stdout is not None and closed.stderr is not None
-        closed.stdout.readline()
-        closed.stdout.close()             # like `| head -1`
-        code = closed.wait(timeout=30)
-        err = closed.stderr.read().decode()
-        closed.stderr.close()
+        try:
+            assert closed.stdout is not None and closed.stderr is not None
+            closed.stdout.readline()
+            closed.stdout.close()             # like `| head -1`
+            code = closed.wait(timeout=30)
+            err = closed.stderr.read().decode()
+        finally:
+            stop_by_pid(closed)
     assert code == 0 and err == "", err
 
 
@@ -186,9 +237,7 @@ def test_terminal_shows_a_live_table_and_ctrl_c_exits_0() -> None:
             screen += _read_until(master, re.compile(r"(?!)"), timeout=5)
             code = proc.wait(timeout=30)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            stop_by_pid(proc)
             os.close(master)
     assert code == 0, screen
     assert "Traceback" not in screen and "KeyboardInterrupt" not in screen

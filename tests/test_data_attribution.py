@@ -39,11 +39,24 @@ def test_throttles_end_on_the_boundary_and_lie_back_from_it() -> None:
     events = throttle_events(TWO_THROTTLES, P)
     assert events == [ThrottleEvent(20 * MS, 100 * MS, 80 * MS, 1),
                       ThrottleEvent(120 * MS, 200 * MS, 80 * MS, 1)]
-    # without the period: the middle of the sample interval (98 ms, 200 ms)
-    assert throttle_events(TWO_THROTTLES) == [ThrottleEvent(18 * MS, 98 * MS, 80 * MS, 1),
+    # without the period: the middle of the sample interval (98 ms, 200 ms); the first
+    # throttle still starts at 20 ms, where the usage stood still (not 80 ms before 98)
+    assert throttle_events(TWO_THROTTLES) == [ThrottleEvent(20 * MS, 98 * MS, 80 * MS, 1),
                                               ThrottleEvent(120 * MS, 200 * MS, 80 * MS, 1)]
     assert throttled_stretches(TWO_THROTTLES, P) == [(20 * MS, 100 * MS), (120 * MS, 200 * MS)]
     assert throttle_events([]) == [] and throttle_events([S(0)]) == []
+
+
+def test_a_throttle_starts_where_the_usage_stood_still() -> None:
+    """Two CPUs throttled 70 ms each: 140 ms counted at the boundary, laid back it would cover
+    the whole period; the group ran until 30 ms (its usage says), so that is where it
+    starts."""
+    samples = [S(0), S(10, 10), S(20, 20), S(30, 30), S(40, 30), S(60, 30), S(99, 30),
+               S(101, 32, 1, 1, 140), S(120, 50, 1, 1, 140)]
+    assert throttle_events(samples, P) == [ThrottleEvent(30 * MS, 100 * MS, 140 * MS, 1)]
+    # a request that ended before the group stopped was not delayed by it
+    assert attribute([(0, 25 * MS), (25 * MS, 50 * MS)], samples, period_ns=P) == \
+        [(0, 0), (round(140 * MS * 20 / 70), 1)]
 
 
 def test_a_throttle_over_several_periods_and_on_two_cpus() -> None:

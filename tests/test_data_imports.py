@@ -22,6 +22,14 @@ K6_END = 1494333285_239531499   # 2017-05-09T12:34:45.239531499Z
 CSV_HEADER_K6 = ("metric_name,timestamp,metric_value,check,error,error_code,expected_response,"
                  "group,method,name,proto,scenario,service,status,subproto,tls_version,url,"
                  "extra_tags,metadata\n")
+TRAEFIK_JSON = ('{"ClientAddr":"10.42.0.1:52414","ClientHost":"10.42.0.1","DownstreamStatus":200,'
+                '"Duration":27912345,"OriginDuration":27000000,"OriginStatus":200,'
+                '"Overhead":912345,"RequestCount":7,"RequestMethod":"GET",'
+                '"RequestPath":"/cpuBurnFlow?iterations=5000","RouterName":"limited@kubernetes",'
+                '"ServiceAddr":"10.42.0.7:7800","ServiceURL":"http://10.42.0.7:7800",'
+                '"StartLocal":"2024-11-24T03:46:40.123456789Z",'
+                '"StartUTC":"2024-11-24T03:46:40.123456789Z","level":"info","msg":"",'
+                '"time":"2024-11-24T03:46:40Z"}\n')
 
 FILES: dict[str, tuple[str, str]] = {   # format: (file name, content)
     "vegeta-csv": ("r.csv", "1732420000123456789,200,5000000,0,78,,Ym9keQ==,,0,GET,"
@@ -52,6 +60,9 @@ FILES: dict[str, tuple[str, str]] = {   # format: (file name, content)
     "envoy": ("envoy.log", '[2016-04-15T20:17:00.310Z] "POST /api/v1/locations HTTP/2" 204 - '
               '154 0 226 100 "10.0.35.28" "nsq2http" "cc21d9b0-cf5c-432b-8c7e-98aeb7988cd2" '
               '"locations" "tcp://10.0.2.1:80"\n'),
+    "traefik": ("traefik.log", '10.0.0.1 - - [10/Nov/2009:23:00:00 +0000] "GET / HTTP/1.1" 200 '
+                '0 "-" "foo \\" bar" 1 "test@file" "http://127.0.0.1:8080" 1ms\n'),
+    "traefik-json": ("traefik.json", TRAEFIK_JSON),
     "envoy-json": ("envoy.json", '{"start_time":"2016-04-15T20:17:00.310Z","method":"POST",'
                    '"path":"/api","response_code":204,"duration":226}\n'),
 }
@@ -68,6 +79,8 @@ FIRST: dict[str, tuple[int, int, int]] = {   # format: (start ns, latency ns, st
     "nginx": (1732420000123_000_000, 57_000_000, 200),
     "envoy": (1460751420310_000_000, 226_000_000, 204),
     "envoy-json": (1460751420310_000_000, 226_000_000, 204),
+    "traefik": (1257894000_000_000_000, 1_000_000, 200),
+    "traefik-json": (1732420000123456789, 27_912_345, 200),
 }
 
 
@@ -158,3 +171,40 @@ def test_unknown_and_empty_files(tmp_path: Path) -> None:
 
 def test_the_documented_nginx_line_is_the_one_read() -> None:
     assert "$request_time $msec" in LOG_FORMAT
+
+
+def test_traefik_upstreams_own_lines_and_whole_seconds(tmp_path: Path) -> None:
+    """Traefik's own log lines (stdout mixes them in) are passed over; each request keeps its
+    upstream; the CLF's starts are whole seconds (start_step), JSON's are ns."""
+    clf = tmp_path / "clf.log"
+    clf.write_text('2024-11-24T03:46:39Z INF Starting provider *ingress.Provider\n'
+                   + FILES["traefik"][1] +
+                   '10.0.0.1 - - [10/Nov/2009:23:00:01 +0000] "GET /x HTTP/1.1" 502 0 "-" "-" 2 '
+                   '"r@kubernetes" "http://[fd00::7]:7800" 15ms\n')
+    imported = read_results(clf)
+    assert imported.format == "traefik" and imported.start_step_ns == 1_000_000_000
+    assert [(r.upstream, r.status, r.error) for r in imported.requests] == [
+        ("127.0.0.1:8080", 200, ""), ("[fd00::7]:7800", 502, "HTTP 502")]
+    assert imported.notes == ["1 lines of Traefik's own log passed over"]
+    js = tmp_path / "t.json"
+    js.write_text('{"level":"info","msg":"Configuration loaded","time":"2024-11-24T03:46:39Z"}\n'
+                  + TRAEFIK_JSON + TRAEFIK_JSON.replace(   # StartUTC dropped, a local zone
+                      '"StartUTC":"2024-11-24T03:46:40.123456789Z",', '').replace(
+                      "03:46:40.123456789Z", "04:46:40.1234+01:00").replace("10.42.0.7",
+                                                                            "10.42.0.8"))
+    imported = read_results(js)
+    assert imported.format == "traefik-json" and imported.start_step_ns == 0
+    assert [r.upstream for r in imported.requests] == ["10.42.0.7:7800", "10.42.0.8:7800"]
+    assert imported.requests[1].start_ns == 1732420000123400000   # RFC3339Nano drops 0s
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    ('{"StartUTC":"soon","Duration":5}\n', r"line 1: .*StartUTC is 'soon'"),
+    ('{"StartUTC":"2024-11-24T03:46:40Z","Duration":"5ms"}\n', r"line 1: .*Duration \(ns\)"),
+    ('{"StartUTC":"2024-11-24T03:46:40Z","Duration":5}\nnot json\n', r"line 2: expected a JSON"),
+])
+def test_traefik_json_errors(content: str, expected: str, tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(ImportFileError, match=expected):
+        read_results(path, "traefik-json")

@@ -28,7 +28,7 @@ def test_the_throttled_requests_are_the_detections() -> None:
         colours = [tuple(c.get_facecolor()[0]) for c in ax.collections]
     finally:
         plt.close(fig)
-    assert labels == {"request (51)", "throttled (latency distribution) (9)", "failed (1)"}
+    assert labels == {"request (51)", "slow (latency distribution alone) (9)", "failed (1)"}
     assert len(colours) == 3 and detection.throttled_count == 9
     assert COLOURS["throttled"] == "#ff7f0e"
 
@@ -38,7 +38,7 @@ def test_plot_run_writes_a_png_with_the_url_and_limit_as_title(tmp_path: Path) -
     out = plot_run(run, tmp_path / "deep" / "m.png")
     assert out.read_bytes()[:8] == PNG
     height, width = matplotlib.image.imread(out).shape[:2]
-    assert (width, height) == (1200, 650)
+    assert (width, height) == (1450, 650)
     capture = Run(tmp_path / "c.txt", [RequestRecord(0, 0, 5_000_000, 200)],
                   RunMetadata.missing())
     assert plot_run(capture, tmp_path / "c.png", title="t").exists()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from client.render.progress import LiveStats, RunProgress
 from client.data.record import RequestRecord
-from tests.support import BIN, running_service
+from tests.support import BIN, running_service, stop_by_pid
 
 ORIGINAL_LINE = re.compile(r"^(\d+) Status code (\d+) time (\d+)$")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -106,9 +106,7 @@ def test_in_a_terminal_the_bar_shows_and_the_lines_stay_the_same(tmp_path: Path)
             output = _read_pty(proc, main_fd, timeout=60)
             proc.wait(timeout=30)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            stop_by_pid(proc)
             os.close(main_fd)
             assert proc.stderr is not None
             proc.stderr.close()

@@ -33,6 +33,29 @@ def test_detection_lines() -> None:
     records = [RequestRecord(i, i * 10 * MS, (75 if i % 5 == 4 else 5) * MS, 200)
                for i in range(40)]
     lines = format_detection(detect(records))
-    assert lines[0] == ("throttled: 8 of 40 requests (20.0 %), from the latency distribution; "
-                        "slower than 75.0 ms counts")
-    assert lines[1] == "stall: 70.0 ms typical extra delay of a throttled request (unthrottled 5.00 ms)"
+    # from latency alone: slow, never "throttled"
+    assert lines[0] == ("slow: 8 of 40 requests (20.0 %), from the latency distribution alone; "
+                        "slower than 75.0 ms counts (not known to be throttling: --cgroup "
+                        "TARGET reads the service's own counters)")
+    assert lines[1] == "stall: 70.0 ms typical extra delay of a slow request (the others 5.00 ms)"
+    assert not any("throttled" in line for line in lines)
+    counted = [RequestRecord(r.seq, r.start_ns, r.latency_ns, 200,
+                             cgroup_nr_throttled=int(r.latency_ns > 50 * MS),
+                             cgroup_throttled_ns=0) for r in records]
+    lines = format_detection(detect(counted))
+    assert lines[0] == "delayed by throttling: 8 of 40 requests (20.0 %), from the cgroup counters"
+    assert lines[1] == ("stall: 70.0 ms typical extra delay of a request delayed by throttling "
+                        "(the others 5.00 ms)")
+
+
+def test_a_saturated_run_says_so_and_reads_no_stall_or_period_from_its_queue() -> None:
+    # 3 connections, each request waiting for the two ahead of it: 10 ms of work, ~30 ms each
+    records = [RequestRecord(i, i * 10 * MS, (10 if i % 7 == 0 else 30) * MS, 200)
+               for i in range(60)]
+    detection = detect(records, sequential=False, concurrency=3)
+    lines = format_detection(detection)
+    assert lines[0].startswith("slow: ")
+    assert lines[1].startswith("saturated: 3 connections offered more than the service serves")
+    assert detection.stall_ms is None and detection.period_source == "default"
+    assert not any(line.startswith("stall: ") for line in lines)
+    assert detect(records, sequential=False, concurrency=1).saturated is None

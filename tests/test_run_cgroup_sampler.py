@@ -1,9 +1,10 @@
-"""client.run.cgroup_sampler: readings from fixture files (v1 with cpuacct or schedstat, v2),
+"""client.run.cgroup_sampler: readings from fixture files (v1 with cpuacct or its processes, v2),
 the sampler thread and its CSV, read_timeline's errors; then the real kernel: the stdlib
 burner service in a group with a 0.2 CPU quota, timed sequentially while the sampler runs."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -13,25 +14,26 @@ import numpy as np
 import pytest
 
 from client.data.attribution import attribute
-from client.data.timeline import (TIMELINE_COLUMNS, CgroupSample, TimelineError,
+from client.data.timeline import (TIMELINE_COLUMNS, CgroupSample, TimelineError, open_timeline,
+                                  timeline_row,
                                   level_timelines, read_timeline, timeline_columns,
                                   timeline_path)
 from client.run.cgroup_sampler import CgroupReader, CgroupSampler, read_sample
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
 from cpuquota.cgroupfs import read_cpu_stat
-from tests.cgroup_fixtures import V1_STAT, V2_STAT, burner_in_group, fake_proc, mount_line, v1_group, \
-    v2_group
+from tests.cgroup_fixtures import (V1_STAT, V2_STAT, ProcFigures, burner_in_group, fake_proc,
+                                   favour, mount_line, v1_group, v2_group)
 from tests.support import require_kernel_quota
 
 
-def v1_target(tmp_path: Path, *, cpuacct: bool, tids: dict[int, int] | None = None
+def v1_target(tmp_path: Path, *, cpuacct: bool, pids: dict[int, ProcFigures] | None = None
               ) -> tuple[CgroupTarget, Path, Path]:
-    """A v1 group (``cpuacct``: co-mounted, else usage from schedstat of ``tids``)."""
+    """A v1 group (``cpuacct``: co-mounted, else usage from the processes ``pids``)."""
     cpu = tmp_path / "cpu"
     options = "rw,cpu,cpuacct" if cpuacct else "rw,cpu"
     proc = fake_proc(tmp_path / "proc", [mount_line(32, "/", cpu, "cgroup", options)],
-                     schedstat=tids or {})
-    group = v1_group(cpu / "g", procs=sorted(tids or {}),
+                     stats=pids or {})
+    group = v1_group(cpu / "g", procs=sorted(pids or {}),
                      cpuacct_usage=5_000_000 if cpuacct else None)
     return resolve_cgroup(str(group), proc=proc), group, proc
 
@@ -59,18 +61,46 @@ def test_v2_usage_and_throttled_usec_in_ns(tmp_path: Path) -> None:
         (900_000_000, 31, 30, 2_071_000_000)
 
 
-def test_schedstat_usage_sums_threads_and_keeps_those_that_left(tmp_path: Path) -> None:
-    target, group, proc = v1_target(tmp_path, cpuacct=False, tids={10: 1000, 11: 500})
+def reap(proc: Path, pid: int) -> None:
+    """A reaped process: its open stat file reads nothing (the kernel's says ESRCH)."""
+    (proc / str(pid) / "stat").write_text("")
+
+
+def test_usage_without_a_group_counter_comes_from_the_processes(tmp_path: Path) -> None:
+    """No cpuacct for the group: each process's own CPU (its thread group's, ended threads
+    included) and its reaped children's, in a group and its descendants."""
+    tick = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    target, group, proc = v1_target(tmp_path, cpuacct=False, pids={10: ProcFigures(100),
+                                                                   11: ProcFigures(50, 7)})
     child = v1_group(group / "child", procs=[12])        # descendants count too
-    fake_proc(proc, None, schedstat={12: 100})
-    assert target.usage_source.kind == "schedstat"
+    fake_proc(proc, stats={12: ProcFigures(3)})
+    assert target.usage_source.kind == "proc"
     with CgroupReader(target) as reader:
-        assert reader.read().usage_ns == 1600
-        (proc / "10" / "schedstat").write_text("3000 1 1\n")
-        (group / "tasks").write_text("10\n")              # thread 11 ended
-        (child / "tasks").write_text("12\n13\n")          # a new thread
-        fake_proc(proc, None, schedstat={13: 50})
-        assert reader.read().usage_ns == 3000 + 500 + 100 + 50
+        assert reader.read().usage_ns == 160 * tick
+        fake_proc(proc, stats={10: ProcFigures(300), 11: ProcFigures(50, 9)})
+        (child / "cgroup.procs").write_text("12\n13\n")   # a new process
+        fake_proc(proc, stats={13: ProcFigures(5, ppid=11)})
+        assert reader.read().usage_ns == (300 + 59 + 3 + 5) * tick
+        # 13 ends and 11 reaps it: its CPU moves to 11's children, counted once
+        (child / "cgroup.procs").write_text("12\n")
+        reap(proc, 13)
+        fake_proc(proc, stats={11: ProcFigures(50, 9 + 6)})
+        assert reader.read().usage_ns == (300 + 65 + 3) * tick
+        # 12 ends, reaped by a parent outside the group: its last reading stays, it is lost
+        (child / "cgroup.procs").write_text("")
+        reap(proc, 12)
+        assert reader.read().usage_ns == (300 + 65 + 3) * tick
+        account = reader.processes.account if reader.processes else None
+    assert account is not None and account.lost == 1 and account.children_ns == 8 * tick
+
+
+def test_a_process_that_ignores_sigchld_is_said(tmp_path: Path) -> None:
+    target, _group, proc = v1_target(tmp_path, cpuacct=False,
+                                     pids={10: ProcFigures(100, ignores_sigchld=True)})
+    with CgroupSampler(target, None, interval=0.005) as sampler:
+        sampler.start()
+    assert "10 ignore SIGCHLD" in str(sampler.usage["unknown"])
+    assert sampler.usage["source"] == "proc"
 
 
 def test_v2_quota_levels_and_pressure_in_each_sample_and_the_csv(tmp_path: Path) -> None:
@@ -90,17 +120,51 @@ def test_v2_quota_levels_and_pressure_in_each_sample_and_the_csv(tmp_path: Path)
         (5000, 30, 2_071_000_000)          # usage from the container, counters from the pod
     assert (sample.pressure_some_ns, sample.pressure_full_ns) == (3_000_000, 1_000_000)
     assert sample.levels == ((31, 2, 9000),)
+    assert sample.quotas == ((20000, 100000), (50000, 100000))   # each level's, the pod's first
     assert sample.at_level(1).throttled_ns == 9000
+    assert sample.at_level(1).quotas == ((50000, 100000),)
     csv_path = tmp_path / "run.cgroup.csv"
     with CgroupSampler(target, csv_path, interval=0.005) as sampler:
         sampler.start()
         time.sleep(0.05)
-    assert csv_path.read_text().splitlines()[0] == ",".join(timeline_columns(True, 1)) == (
+    assert csv_path.read_text().splitlines()[0] == ",".join(timeline_columns(True, 1, True)) == (
         "t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns,pressure_some_ns,pressure_full_ns,"
-        "level1_nr_periods,level1_nr_throttled,level1_throttled_ns")
+        "level1_nr_periods,level1_nr_throttled,level1_throttled_ns,quota_us,period_us,"
+        "level1_quota_us,level1_period_us")
     assert read_timeline(csv_path) == sampler.samples
     pod_view, slice_view = level_timelines(sampler.samples)
     assert pod_view[0].throttled_ns == 2_071_000_000 and slice_view[0].throttled_ns == 9000
+
+
+def test_a_quota_changed_mid_run_is_in_the_samples(tmp_path: Path) -> None:
+    """The quota files are read with each sample: a resize (v1 cpu.cfs_quota_us written) shows
+    in the next sample and in the timeline file; -1 (no quota) reads as None. (The files
+    here are written between reads: a reader thread could see one half-written.)"""
+    target, group, _proc = v1_target(tmp_path, cpuacct=True)
+    with CgroupReader(target) as reader:
+        assert reader.reads_quota
+        samples = [reader.read()]
+        (group / "cpu.cfs_quota_us").write_text("50000\n")
+        samples.append(reader.read())
+        (group / "cpu.cfs_quota_us").write_text("-1\n")
+        samples.append(reader.read())
+    assert [s.quotas for s in samples] == [((30000, 100000),), ((50000, 100000),),
+                                           ((None, 100000),)]
+    csv_path = tmp_path / "run.cgroup.csv"
+    with open_timeline(csv_path, timeline_columns(False, 0, True)) as out:
+        out.writelines(timeline_row(s) for s in samples)
+    assert read_timeline(csv_path) == samples
+
+
+def test_v2_max_reads_as_no_quota(tmp_path: Path) -> None:
+    top = tmp_path / "cg2"
+    proc = fake_proc(tmp_path / "proc", [mount_line(29, "/", top, "cgroup2", "rw")])
+    group = v2_group(top / "svc", "30000 100000")
+    target = resolve_cgroup(str(group), proc=proc)
+    with CgroupReader(target) as reader:
+        assert reader.read().quotas == ((30000, 100000),)
+        (group / "cpu.max").write_text("max 100000\n")
+        assert reader.read().quotas == ((None, 100000),)
 
 
 def test_timelines_without_pressure_or_levels_still_read(tmp_path: Path) -> None:
@@ -133,7 +197,8 @@ def test_sampler_writes_a_flushed_csv_and_stops_its_thread(tmp_path: Path) -> No
     assert all(t.name != "cgroup-sampler" for t in threading.enumerate())
     samples = sampler.samples
     assert read_timeline(csv_path) == samples
-    assert csv_path.read_text().splitlines()[0] == ",".join(TIMELINE_COLUMNS)
+    assert csv_path.read_text().splitlines()[0] == ",".join(TIMELINE_COLUMNS + (
+        "quota_us", "period_us"))
     times = [s.t_ns for s in samples]
     assert times == sorted(times) and times[0] >= 0
     assert sampler.stop() == samples          # a second stop is harmless
@@ -197,6 +262,7 @@ def test_real_group_sampled_while_requests_are_timed(tmp_path: Path) -> None:
     the exact readings taken around each request, and mark the slow ones."""
     require_kernel_quota()
     with burner_in_group(0.2) as burner:
+        favour(burner.group)   # a busy machine's contention is not a throttle
         by_path = resolve_cgroup(str(burner.group))
         assert resolve_cgroup(f"pid:{burner.pid}").directory == by_path.directory
         burns = [25, 1, 1, 1] * 12

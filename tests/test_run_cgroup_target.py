@@ -64,13 +64,13 @@ def v2_host(tmp_path: Path) -> tuple[Path, Path]:
 
 # ---- a directory -----------------------------------------------------------------------------
 
-def test_v1_directory_reads_quota_burst_and_falls_back_to_schedstat(tmp_path: Path) -> None:
+def test_v1_directory_reads_quota_burst_and_falls_back_to_the_processes(tmp_path: Path) -> None:
     proc, cpu, _acct = v1_host(tmp_path)
     group = v1_group(cpu / "mine", quota_us=20000, burst_us=5000, procs=[7])
     target = resolve_cgroup(str(group), proc=proc, run=NO_COMMANDS)
     assert (target.version, target.group, target.directory) == (1, "/mine", group)
     assert target.limit == Limit(0.2, 100.0, 5.0, "cgroup")
-    assert target.usage_source.kind == "schedstat" and target.usage_source.path == group
+    assert target.usage_source.kind == "proc" and target.usage_source.path == group
     meta = target.to_metadata()
     assert META_KEYS <= set(meta)
     assert (meta["quota_us"], meta["period_us"], meta["burst_us"], meta["cpus"]) == \
@@ -87,7 +87,15 @@ def test_v1_cpuacct_usage_beside_or_in_a_twin_with_the_same_processes(tmp_path: 
     assert target.usage_source.kind == "cpuacct"
     assert target.usage_source.path == twin / "cpuacct.usage"
     (twin / "cgroup.procs").write_text("5\n")   # a group of the same name, not the same group
-    assert resolve_cgroup(str(docker), proc=proc).usage_source.kind == "schedstat"
+    assert resolve_cgroup(str(docker), proc=proc).usage_source.kind == "proc"
+    # the same processes in a cpuacct group of another path: found from their /proc/PID/cgroup
+    mine = v1_group(cpu / "mine", procs=[8, 9])
+    elsewhere = v1_group(acct / "elsewhere", procs=[8, 9], cpuacct_usage=77)
+    fake_proc(proc, cgroups={pid: "5:cpuacct:/elsewhere\n4:cpu:/mine\n" for pid in (8, 9)})
+    source = resolve_cgroup(str(mine), proc=proc, run=NO_COMMANDS).usage_source
+    assert (source.kind, source.path) == ("cpuacct", elsewhere / "cpuacct.usage")
+    (elsewhere / "cgroup.procs").write_text("8\n9\n10\n")   # more than ours: not ours alone
+    assert resolve_cgroup(str(mine), proc=proc).usage_source.kind == "proc"
     together_proc, together, _ = v1_host(tmp_path / "co", cpuacct="together")
     group = v1_group(together / "docker" / "abc", cpuacct_usage=9)
     source = resolve_cgroup(str(group), proc=together_proc).usage_source
@@ -462,7 +470,7 @@ def test_real_group_by_path_and_by_pid(sleeper_in_group: tuple[Path, int]) -> No
     assert by_path.group == by_pid.group and by_path.group.endswith(group.name)
     assert by_path.limit == Limit(0.3, 100.0, 10.0, "cgroup") and by_path.burst_us == 10000
     # a group made under the cpu hierarchy only (this machine: cpu and cpuacct apart)
-    expected = "cpu.stat" if by_path.version == 2 else "schedstat"
+    expected = "cpu.stat" if by_path.version == 2 else "proc"
     if (group / "cpuacct.usage").exists():
         expected = "cpuacct"
     assert by_path.usage_source.kind == expected

@@ -451,13 +451,15 @@ def completed_per_second(base: str, iterations: int, clients: int, seconds: floa
 
 
 def test_boundary_throughput_doubles_per_doubling_like_the_seed() -> None:
-    # The seed's CI test (ci/test_cpu_throttling_scaling.sh): 1, 2, 4, 8 % under saturating
-    # load, each doubling 1.3x-3.0x in throughput. Boundary mode charges only the burns, per
-    # worker thread, so the factor is ~2.0 (benchmarks/throttle_scaling.py measures it).
+    # The seed's CI test (ci/test_cpu_throttling_scaling.sh): four doublings of the limit under
+    # saturating load, each doubling 1.3x-3.0x in throughput. Boundary mode charges only the
+    # burns, per worker thread, so the factor is ~2.0 (benchmarks/throttle_scaling.py measures
+    # it). 0.5-4 % of 3 ms burns on 2 threads: at most ~10 % of a CPU in all, HTTP included,
+    # so the limit, not a busy machine, is what bounds the throughput.
     rates = []
-    for percent in (1, 2, 4, 8):
+    for percent in (0.5, 1, 2, 4):
         with running_service(cpu_limit=percent, throttle_mode="boundary") as base:
             rates.append(completed_per_second(base, 3000, clients=2,
-                                              seconds=2.5 if percent == 1 else 1.5))
+                                              seconds=3 if percent <= 1 else 1.5))
     factors = [b / a for a, b in zip(rates, rates[1:])]
     assert all(1.3 <= f <= 3.0 for f in factors), (rates, factors)

@@ -14,7 +14,7 @@ gives the time its tasks waited for a CPU, whatever the cause (a quota or a busy
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,12 +25,13 @@ from client.data.timeline import CgroupSample, level_timelines
 from client.data.attribution import CounterSample, attribute_levels, period_phase
 from cpuquota.limit import Limit
 
-__all__ = ["BusyPeriod", "CgroupReport", "IntervalStats", "LatencyGroup", "PeriodUsage",
+__all__ = ["AT_QUOTA", "FINE", "BusyPeriod", "CgroupReport", "IntervalStats", "LatencyGroup", "PeriodUsage",
            "QuotaLevelReport", "RequestSpan", "cgroup_report", "interval_stats",
-           "request_spans", "usage_per_period"]
+           "request_spans", "usage_notes", "usage_per_period"]
 
 BUSIEST = 5                  # how many of the busiest periods a report lists
 AT_QUOTA = 0.9               # a period that used >= 90 % of its quota hit the limit
+FINE = 0.1                   # per-period figures need a usage counted finer than 10 % of a quota
 
 
 # ---- CPU usage per period --------------------------------------------------------------------
@@ -131,13 +132,13 @@ class CgroupReport:
     throttled_share: float    # nr_throttled / nr_periods
     quota_cpus: float | None
     period_ms: float | None
-    usage_cpus_mean: float    # the run's average: total CPU / wall time
+    usage_cpus_mean: float    # the run's average: total CPU / wall time (NaN: not known)
     quota_share_mean: float   # usage_cpus_mean / quota_cpus
     periods: int              # whole periods in the timeline
-    periods_at_quota: int     # of them, how many used >= 90 % of the quota
+    periods_at_quota: int | None   # of them, how many used >= 90 % of the quota (None: unknown)
     busiest: tuple[BusyPeriod, ...]
     requests: int
-    throttled_requests: int   # requests that overlapped a throttle
+    throttled_requests: int   # requests delayed by throttling (the report's one count)
     throttled_latency: LatencyGroup
     other_latency: LatencyGroup
     # the group whose quota throttled most (None: no quota level known), every quota level
@@ -147,6 +148,17 @@ class CgroupReport:
     # (None: not sampled: cgroup v1, a kernel without PSI, or a timeline from before)
     pressure_some_ms: float | None = None
     pressure_full_ms: float | None = None
+    # where the usage came from, how fine it counts, and why a usage figure is left out
+    usage_counter: str | None = None
+    usage_resolution_ms: float | None = None
+    usage_unknown: str | None = None        # the run's usage (and per period) cannot be known
+    per_period_unknown: str | None = None   # the per-period figures cannot be (too coarse)
+
+    @property
+    def usage_exact(self) -> bool:
+        """Whether the usage figures are the kernel's count, fine enough per period: only
+        then may a sentence draw a conclusion from them (a caption's "yet the average...")."""
+        return self.usage_unknown is None and self.per_period_unknown is None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = json_ready(asdict(self))
@@ -163,10 +175,16 @@ def _latency_group(latencies_ns: list[int]) -> LatencyGroup:
 
 def cgroup_report(requests: Sequence[Any], timeline: Sequence[CounterSample],
                   limit: Limit | None,
-                  levels: Sequence[tuple[str, Limit]] = ()) -> CgroupReport:
+                  levels: Sequence[tuple[str, Limit]] = (),
+                  usage: Mapping[str, Any] | None = None,
+                  delayed: Sequence[bool] | None = None) -> CgroupReport:
     """The group's throttling over the run and what it did to the requests (see
     :func:`request_spans` for what ``requests`` may be). ``levels``: (group, quota) of each
-    quota level the timeline holds, in its order (the run's metadata ``cgroup.levels``)."""
+    quota level the timeline holds, in its order (the run's metadata ``cgroup.levels``).
+    ``usage``: the metadata's ``cgroup.usage`` (its source, resolution and what could not be
+    known: :func:`usage_notes`). ``delayed``: per request, whether it was delayed by
+    throttling, when the run's detection has said (the report's one count); else from the
+    timeline."""
     spans = request_spans(requests)
     nan = float("nan")
     first, last = (timeline[0], timeline[-1]) if timeline else (None, None)
@@ -182,12 +200,21 @@ def cgroup_report(requests: Sequence[Any], timeline: Sequence[CounterSample],
     periods: list[int | None] = [period_ns] + [lv[1].period_ns for lv in levels[1:]]
     marks = attribute_levels([(s.start_ns, s.end_ns) for s in spans], timelines,
                              periods[:len(timelines)])
-    hit = [m[0] > 0 or m[1] > 0 for m in marks]
+    hit = ([bool(d) for d in delayed] if delayed is not None and len(delayed) == len(spans)
+           else [(m[0] > 0 or m[1] > 0) and s.ok for m, s in zip(marks, spans)])
     level_reports = tuple(_level_report(name, quota, view, [m for m in marks if m[2] == k
                                                             and (m[0] or m[1])])
                           for k, ((name, quota), view) in enumerate(zip(levels, timelines)))
     some, full = _pressure(first, last)
-    usage_cpus = d[0] / duration_ns if duration_ns > 0 else nan
+    counter, resolution_ms, unknown = usage_notes(usage)
+    coarse = None
+    if unknown is None and resolution_ms is not None and quota_ns and \
+            resolution_ms * 1e6 > FINE * quota_ns:
+        coarse = (f"usage counted in {resolution_ms:g} ms steps (clock ticks of reaped "
+                  f"processes), too coarse for one period's {quota_ns / 1e6:g} ms quota")
+    usage_cpus = d[0] / duration_ns if duration_ns > 0 and unknown is None else nan
+    if unknown is not None or coarse is not None:
+        busiest = []
     return CgroupReport(
         samples=len(timeline), duration_s=duration_ns / 1e9,
         samples_per_s=(len(timeline) - 1) / (duration_ns / 1e9) if duration_ns > 0 else nan,
@@ -198,8 +225,9 @@ def cgroup_report(requests: Sequence[Any], timeline: Sequence[CounterSample],
         usage_cpus_mean=usage_cpus,
         quota_share_mean=usage_cpus / limit.cpus if limit else nan,
         periods=len(per_period),
-        periods_at_quota=sum(1 for p in per_period if quota_ns and p.usage_ns >= AT_QUOTA
-                             * quota_ns),
+        periods_at_quota=(None if unknown or coarse else
+                          sum(1 for p in per_period if quota_ns and p.usage_ns >= AT_QUOTA
+                              * quota_ns)),
         busiest=tuple(BusyPeriod(p.start_ns / 1e9, p.usage_ns / 1e6,
                                  p.usage_ns / quota_ns if quota_ns else nan) for p in busiest),
         requests=len(spans), throttled_requests=sum(hit),
@@ -209,7 +237,33 @@ def cgroup_report(requests: Sequence[Any], timeline: Sequence[CounterSample],
                                       if not h and s.ok]),
         quota_group=(max(level_reports, key=lambda lv: lv.throttled_ms).group
                      if level_reports else None),
-        levels=level_reports, pressure_some_ms=some, pressure_full_ms=full)
+        levels=level_reports, pressure_some_ms=some, pressure_full_ms=full,
+        usage_counter=counter, usage_resolution_ms=resolution_ms, usage_unknown=unknown,
+        per_period_unknown=unknown or coarse)
+
+
+OLD_SCHEDSTAT = ("read from the live threads' schedstat (a run of an earlier version): every "
+                 "thread or process that ended between two samples is missing from it")
+
+
+def usage_notes(usage: Mapping[str, Any] | None) -> tuple[str | None, float | None, str | None]:
+    """(where the usage came from, its resolution in ms, why it cannot be known) from the
+    metadata's ``cgroup`` section's ``usage`` (or, for a run that has none, its
+    ``usage_source``: pass the whole ``cgroup`` section)."""
+    if not usage:
+        return None, None, None
+    if "usage" in usage and isinstance(usage["usage"], Mapping):
+        usage = usage["usage"]
+    elif "source" not in usage:
+        source = usage.get("usage_source")
+        return (source, None, OLD_SCHEDSTAT if source == "schedstat" else None)
+    resolution = usage.get("resolution_ns")
+    unknown = usage.get("unknown")
+    if usage.get("source") == "schedstat" and not unknown:
+        unknown = OLD_SCHEDSTAT
+    return (str(usage.get("counter") or usage.get("source") or "") or None,
+            resolution / 1e6 if isinstance(resolution, (int, float)) else None,
+            str(unknown) if unknown else None)
 
 
 def _level_report(group: str, quota: Limit, timeline: Sequence[CounterSample],

@@ -38,11 +38,13 @@ from client.analysis.latency import LatencySplit, split_latencies
 from client.analysis.period import DEFAULT_PERIOD_MS, MIN_PERIOD_MS, idle_fraction, infer_period
 from client.analysis.throughput import throughput_rps
 from client.data.files import Run
+from client.data.metadata import LoadMode
 from client.data.record import RequestRecord
 from cpuquota.limit import Limit
 
 __all__ = ["Detection", "FastMode", "ThrottleSource", "detect", "detect_run", "fast_mode",
-           "mark_throttled", "period_of", "quota_bound_of", "stall_of"]
+           "mark_throttled", "open_loop_saturation", "period_of", "quota_bound_of",
+           "saturation", "stall_of"]
 
 
 class ThrottleSource(str, Enum):
@@ -84,6 +86,9 @@ class Detection:
     quota_bound: bool = False        # stalls in (nearly) every period: all the quota was spent
     notes: tuple[str, ...] = ()
     seqs: tuple[int, ...] = ()       # the ``seq`` of each successful request, as ``throttled``
+    # the run offered more work than the service (or its quota) serves: its latency grew
+    # with its own queue (None: not said, e.g. one request at a time)
+    saturated: str | None = None
 
     def is_throttled(self, record: RequestRecord) -> bool:
         """Whether this run's ``record`` was marked throttled (failed requests never are)."""
@@ -125,7 +130,15 @@ class Detection:
                 "service_ms": self.service_ms, "service_source": self.service_source,
                 "server_cpu_ms": self.server_cpu_ms, "server_wall_ms": self.server_wall_ms,
                 "idle_fraction": self.idle_fraction, "quota_bound": self.quota_bound,
+                "saturated": self.saturated, "marked_as": self.marked_as,
                 "notes": list(self.notes)}
+
+    @property
+    def marked_as(self) -> str:
+        """What the marked requests (``throttled_count``) are: "delayed by throttling" when
+        counters said so, "slow" from the latency alone (never called throttled then)."""
+        return ("slow" if self.source in (ThrottleSource.LATENCY, ThrottleSource.NONE) else
+                "delayed by throttling")
 
 
 @dataclass(frozen=True)
@@ -265,14 +278,60 @@ def quota_bound_of(ok: Sequence[RequestRecord], lat: np.ndarray, mask: np.ndarra
     return bool(covered >= 0.8 * span_ns / 1e6 / period)
 
 
+SATURATED_SHARE = 0.9   # periods throttled: a concurrent run this throttled asks for more
+QUEUED = 0.6            # p50 >= QUEUED x concurrency x p10: the requests wait for each other
+
+
+def open_loop_saturation(ok: Sequence[RequestRecord], lat: np.ndarray, rate_rps: float,
+                         achieved_rps: float | None) -> str | None:
+    """Why an open-loop run at ``rate_rps`` was saturated (the service answered fewer requests
+    a second than were sent and the latency grew as the backlog did), or None."""
+    if achieved_rps is None or lat.size < 10 or achieved_rps >= 0.9 * rate_rps:
+        return None
+    third = lat.size // 3
+    early, late = float(np.median(lat[:third])), float(np.median(lat[-third:]))
+    if late < 2 * early:
+        return None
+    return (f"{rate_rps:g} requests/s were sent, {achieved_rps:.1f}/s were answered: the "
+            f"latency grew with the backlog (median {early:.0f} ms in the first third, "
+            f"{late:.0f} ms in the last)")
+
+
+def saturation(lat: np.ndarray, concurrency: int, throttled_share: float | None) -> str | None:
+    """Why a closed-loop run of ``concurrency`` connections was saturated (its offered load
+    above what the service, or its quota, serves), or None: from the group's counters (nearly
+    every period throttled) or, without them, from the latency (the typical request took
+    about as long as the ``concurrency`` requests ahead of it: it waited in the run's own
+    queue)."""
+    if concurrency < 2 or lat.size < 10:
+        return None
+    p10, p50 = (float(v) for v in np.percentile(lat, [10, 50]))
+    if throttled_share is not None:
+        if throttled_share >= SATURATED_SHARE:
+            return (f"{concurrency} connections asked for more CPU than the quota serves: "
+                    f"{100 * throttled_share:.0f} % of the periods were throttled, and "
+                    "requests waited for the quota and for each other")
+        return None
+    if p10 > 0 and p50 >= QUEUED * concurrency * p10:
+        return (f"{concurrency} connections offered more than the service serves: latency "
+                f"grew with the run's own queue (p50 {p50:.1f} ms against p10 {p10:.1f} ms); "
+                "no stall or period is read from a queue")
+    return None
+
+
 def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
-           limit: Limit | None = None, unlimited: bool = False) -> Detection:
+           limit: Limit | None = None, unlimited: bool = False, concurrency: int = 1,
+           throttled_share: float | None = None, rate_rps: float | None = None) -> Detection:
     """Detect throttling in a run's records (see the module docstring).
 
     ``sequential``: one request at a time (the latency distribution may then be used to find
     stalls the counters missed). ``limit``: the limit in force, if known (its period is the
     fallback when the stalls are too few to infer one). ``unlimited``: the run's metadata says
     no limit was in force, so only the server's counters can say a request was throttled.
+    ``concurrency`` (a closed loop's connections) and ``throttled_share`` (the watched group's
+    periods throttled, when known), or an open loop's ``rate_rps``, say whether the run was
+    saturated (:func:`saturation`, :func:`open_loop_saturation`): then, without counters,
+    neither a stall nor a period is inferred from its queue.
     """
     ok = sorted((r for r in records if r.ok), key=lambda r: (r.start_ns, r.seq))
     lat = np.asarray([r.latency_ns for r in ok], dtype=float) / 1e6
@@ -281,8 +340,20 @@ def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
                      unlimited=unlimited, server_cpu=server_cpu)
     throttled, source, marked = mark_throttled(ok, lat, mode.threshold_ms, sequential=sequential)
     mask = np.asarray(throttled, dtype=bool)
+    achieved = throughput_rps(records) if ok else None
+    saturated = None
+    if rate_rps is not None:
+        saturated = open_loop_saturation(ok, lat, rate_rps, achieved)
+    elif not sequential and not unlimited:
+        saturated = saturation(lat, concurrency, throttled_share)
     baseline, stall, stalled = stall_of(ok, lat, mask, mode.baseline_ms, server_cpu)
-    period, period_source, recurring = period_of(ok, lat, mask, baseline, limit)
+    recurring: list[str] = []
+    if saturated is not None:
+        stall, stalled = None, []   # the latencies are a queue's: no stall or period in them
+        period, period_source = ((limit.period_ms, "limit") if limit else
+                                 (DEFAULT_PERIOD_MS, "default"))
+    else:
+        period, period_source, recurring = period_of(ok, lat, mask, baseline, limit)
     if server_cpu is not None:
         service, service_source = server_cpu, "server CPU per request"
     elif baseline is not None:
@@ -293,11 +364,12 @@ def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
         count=len(ok), throttled=tuple(throttled), source=source, baseline_ms=baseline,
         threshold_ms=mode.threshold_ms, service_ms=service, service_source=service_source,
         stall_ms=stall, period_ms=period, period_source=period_source,
-        throughput_rps=throughput_rps(records) if ok else None, server_cpu_ms=server_cpu,
+        throughput_rps=achieved, server_cpu_ms=server_cpu,
         server_wall_ms=_median_ms([r.server_wall_ns for r in ok]),
         idle_fraction=idle_fraction(records) if ok else None,
         quota_bound=quota_bound_of(ok, lat, mask, baseline, period),
-        notes=(*mode.notes, *marked, *stalled, *recurring), seqs=tuple(r.seq for r in ok))
+        notes=(*mode.notes, *marked, *stalled, *recurring), seqs=tuple(r.seq for r in ok),
+        saturated=saturated)
 
 
 def detect_run(run: Run, limit: Limit | None = None) -> Detection:
@@ -305,5 +377,13 @@ def detect_run(run: Run, limit: Limit | None = None) -> Detection:
     in force (``limit`` overrides it), or that our service saw none."""
     meta = run.metadata
     limit = limit if limit is not None else meta.limit
+    share = None
+    if run.timeline and len(run.timeline) > 1:
+        first, last = run.timeline[0], run.timeline[-1]
+        periods = last.nr_periods - first.nr_periods
+        share = (last.nr_throttled - first.nr_throttled) / periods if periods > 0 else 0.0
+    closed = meta.mode is not LoadMode.OPEN_LOOP
     return detect(run.records, sequential=meta.sequential, limit=limit,
-                  unlimited=limit is None and meta.unlimited)
+                  unlimited=limit is None and meta.unlimited,
+                  concurrency=meta.concurrency if closed else 1, throttled_share=share,
+                  rate_rps=None if closed else meta.rate_rps)

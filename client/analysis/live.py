@@ -29,6 +29,7 @@ from client.data.metadata import RunMetadata
 from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample
 from client.data.attribution import period_phase, throttled_stretches
+from client.analysis.quotas import quota_spans
 from cpuquota.limit import Limit
 
 __all__ = ["FAILED", "KINDS", "OK", "THROTTLED", "LiveCounts", "LiveState", "kind_of"]
@@ -64,11 +65,14 @@ class LiveCounts:
     throttled_share: float | None = None   # of the successful requests, as the report's
     p50_ms: float | None = None
     p99_ms: float | None = None
+    # what the marked requests are called: "delayed by throttling" when counters said so,
+    # "slow" from latency alone (never "throttled" without a counter)
+    marked_as: str = "slow"
 
     def to_dict(self) -> dict[str, Any]:
         return {"requests": self.requests, "failed": self.failed, "throttled": self.throttled,
                 "throttled_share": self.throttled_share, "p50_ms": self.p50_ms,
-                "p99_ms": self.p99_ms}
+                "p99_ms": self.p99_ms, "marked_as": self.marked_as}
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -135,7 +139,8 @@ class LiveState:
             p50, p99 = (float(v) / 1e6 for v in np.percentile(np.asarray(ok, float), [50, 99]))
         self.counts = LiveCounts(len(self.records), len(self.records) - len(ok), throttled,
                                  throttled / len(ok) if ok else None, _round(p50),
-                                 _round(p99))
+                                 _round(p99),
+                                 self.detection.marked_as if self.detection else "slow")
         return self.counts
 
     def read_timeline(self, timeline: Sequence[CgroupSample],
@@ -151,9 +156,15 @@ class LiveState:
         period_ns = self.limit.period_ns if self.limit else DEFAULT_PERIOD_NS
         phase = period_phase(timeline, period_ns) if self.limit else None
         periods = usage_per_period(timeline, period_ns, phase)
+        # the quota in force now, as the samples read it (an in-place resize shows at once)
+        spans = quota_spans(list(timeline))
+        quota_ms = (self.limit.quota_ms if self.limit else None) if not spans else (
+            spans[-1].quota_us / 1000 if spans[-1].quota_us else None)
         self.cgroup = {
             "period_ms": period_ns / 1e6,
-            "quota_ms": self.limit.quota_ms if self.limit else None,
+            "quota_ms": quota_ms,
+            "quotas": [[round(q.start_ns / 1e9, 4), q.quota_us / 1000 if q.quota_us else None]
+                       for q in spans] if len(spans) > 1 else [],
             "stretches": [[round(s / 1e9, 4), round(e / 1e9, 4)] for s, e in
                           throttled_stretches(timeline, period_ns if self.limit else None)],
             "periods": [[round(p.start_ns / 1e9, 4), round(p.usage_ns / 1e6, 2)]

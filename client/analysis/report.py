@@ -12,16 +12,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from client.analysis.cgroup import CgroupReport, cgroup_report
-from client.analysis.detect import Detection, detect_run
+from client.analysis.detect import Detection, ThrottleSource, detect_run
 from client.analysis.model import MAX_CONCURRENCY, MAX_REQUESTS, Prediction, Workload, predict
+from client.analysis.quotas import QuotaSpan, split_by_quota
 from client.data.files import Run
 from client.data.metadata import LoadMode
 from client.data.pace import fell_behind_words
 from client.data.summary import Summary, summarize
 from cpuquota.limit import Limit
 
-__all__ = ["PredictionReport", "Report", "WorkloadError", "build_prediction", "build_report",
-           "workload_for"]
+__all__ = ["PredictionReport", "QuotaPart", "Report", "WorkloadError", "build_prediction",
+           "build_predictions", "build_report", "quota_parts", "workload_for"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ class Report:
     # whether the client itself kept up, as the metadata says (``client.data.pace``)
     client_fell_behind: bool | None = None
     client_pace: dict[str, Any] | None = None
+    # a run that spans a change of quota: the requests sent under each, judged by it
+    by_quota: tuple[QuotaPart, ...] = ()
 
     @property
     def fell_behind_words(self) -> str | None:
@@ -55,17 +58,64 @@ class Report:
             out["client_fell_behind"] = self.client_fell_behind
         if self.client_pace is not None:
             out["client_pace"] = self.client_pace
+        if self.by_quota:
+            out["quotas"] = [part.to_dict() for part in self.by_quota]
         return out
 
 
-def build_report(run: Run, limit: Limit | None = None) -> Report:
-    """The report of ``run``; ``limit`` overrides the one its metadata says was in force."""
-    limit = limit if limit is not None else run.metadata.limit
-    cgroup = (cgroup_report(run.records, run.timeline, limit, run.metadata.quota_levels())
+@dataclass(frozen=True)
+class QuotaPart:
+    """The requests sent while one quota was in force, and their report under it."""
+
+    span: QuotaSpan
+    report: Report
+    straddling: int    # of them, answered after the quota changed again
+
+    def to_dict(self) -> dict[str, Any]:
+        s, d, c = self.report.summary, self.report.detection, self.report.cgroup
+        group = ({} if c is None else {
+            "cgroup_nr_periods": c.nr_periods, "cgroup_nr_throttled": c.nr_throttled,
+            "cgroup_throttled_ms": c.throttled_ms, "usage_cpus": c.usage_cpus_mean})
+        return {**self.span.to_dict(), "requests": s.count, "p50_ms": s.p50_ms,
+                "p90_ms": s.p90_ms, "p99_ms": s.p99_ms, "throttled_count": d.throttled_count,
+                "straddling": self.straddling, **group}
+
+
+def quota_parts(run: Run) -> list[tuple[QuotaSpan, Run, int]]:
+    """The run cut at each change of quota its timeline shows (:func:`split_by_quota`); []
+    when the quota never changed (or the timeline does not say)."""
+    parts = split_by_quota(run)
+    return parts if len({(p[0].quota_us, p[0].period_us) for p in parts}) > 1 else []
+
+
+def _span_limit(span: QuotaSpan, run: Run) -> Limit | None:
+    found = run.metadata.limit
+    return span.limit(found.burst_ms if found is not None else 0.0)
+
+
+def _one_report(run: Run, limit: Limit | None) -> Report:
+    detection = detect_run(run, limit)
+    # one count of the requests delayed by throttling: the detection's, also in the cgroup
+    # section (from the same counters)
+    delayed = ([detection.is_throttled(r) for r in run.records]
+               if detection.source is ThrottleSource.CGROUP else None)
+    cgroup = (cgroup_report(run.records, run.timeline, limit, run.metadata.quota_levels(),
+                            run.metadata.cgroup, delayed)
               if run.timeline else None)
     return Report(run.name, limit, run.metadata.limit_description(), summarize(run.records),
-                  detect_run(run, limit), cgroup, run.metadata.client_fell_behind,
+                  detection, cgroup, run.metadata.client_fell_behind,
                   run.metadata.client_pace)
+
+
+def build_report(run: Run, limit: Limit | None = None) -> Report:
+    """The report of ``run``; ``limit`` overrides the one its metadata says was in force.
+    A run whose timeline shows the quota changing also gets a report per quota
+    (``by_quota``): its requests judged by the quota in force when each was sent."""
+    limit = limit if limit is not None else run.metadata.limit
+    report = _one_report(run, limit)
+    parts = tuple(QuotaPart(span, _one_report(part, _span_limit(span, run)), straddling)
+                  for span, part, straddling in quota_parts(run))
+    return replace(report, by_quota=parts) if parts else report
 
 
 class WorkloadError(ValueError):
@@ -128,6 +178,18 @@ class PredictionReport:
         if self.charged is not None and self.charged_ms is not None:
             out.append((f"predicted with {self.charged_ms:.1f} ms charged", self.charged))
         return out
+
+
+def build_predictions(run: Run) -> list[tuple[QuotaSpan, Run, PredictionReport]]:
+    """``report --predict`` of a run that spans a change of quota: the model run once per
+    quota, on the requests sent under it ([] when the quota never changed; ``WorkloadError``
+    when a part cannot be modelled)."""
+    out = []
+    for span, part, _straddling in quota_parts(run):
+        limit = _span_limit(span, run)
+        if limit is not None:
+            out.append((span, part, build_prediction(part, limit)))
+    return out
 
 
 def build_prediction(run: Run, limit: Limit) -> PredictionReport:

@@ -75,7 +75,8 @@ def add_load_arguments(parser: argparse.ArgumentParser, *, per: str = "",
     ``--warmup``, ``--timeout``: the load, the same for every command that sends it.
     ``iterations_default`` None: only burn-service's URL gets the default (``run``)."""
     parser.add_argument("--iterations", type=int_at_least(0), default=iterations_default,
-                        help="burn iterations per request, ~1 us each, appended as "
+                        help="burn iterations per request (1 us of CPU each, as burn-service "
+                        "calibrates them at start: its --iteration-us), appended as "
                         "?iterations=N when N > 0 (default 5000" +
                         ("" if iterations_default is not None else
                          ", and only to burn-service's /cpuBurnFlow: any other URL is sent "

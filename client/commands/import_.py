@@ -2,9 +2,12 @@
 (or an access log) joined to a timeline that ``http-timing record`` wrote, saved as a run.
 
     http-timing import FILE --timeline NAME.cgroup.csv [--format F] [--name OUT]
-                       [--start EPOCH] [--offset SECONDS]
+                       [--start EPOCH] [--offset SECONDS] [--log-format 'NGINX FORMAT']
+                       [--upstream IP[:PORT]]
 
-The format is recognised from the content (``--format`` forces one). Files with relative
+The format is recognised from the content (``--format`` forces one; ``--log-format`` reads
+an nginx log in the user's own ``log_format``). ``--upstream`` keeps the requests one server
+served (a proxy's log: an Ingress's, marked against one pod's timeline). Files with relative
 times (hey, oha) need ``--start`` (the tool's start, Unix seconds as ``date +%s.%N`` prints);
 without it the command prints the best estimate and stops. Every import prints the clock
 check (the shift that lines the stalls up with the throttling, with its confidence); it is
@@ -20,15 +23,17 @@ from pathlib import Path
 from client.analysis.clock import ClockEstimate, estimate_shift
 from client.commands.options import CliError, OneLineParser
 from client.data.imports import EPOCH, IMPORTERS, Imported, read_results
-from client.data.imports.base import seconds_ns
+from client.data.imports.base import ImportFileError, seconds_ns
+from client.data.imports.nginx import NginxLogFormat
+from client.data.imports.nginx_format import LogFormatError
 from client.data.naming import check_file_name
 from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample, read_timeline
 from client.data.timeline_meta import (TimelineMetadata, read_timeline_metadata,
                                        timeline_meta_path)
 from client.data.attribution import throttled_stretches
-from client.run.importing import (ImportedRun, ImportSpec, build_imported, place_requests,
-                                  save_imported)
+from client.run.importing import (ImportedRun, ImportSpec, build_imported, only_upstream,
+                                  place_requests, placeable, save_imported)
 
 __all__ = ["build_parser", "command_import"]
 
@@ -66,7 +71,34 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--offset", type=_seconds("--offset"), default=0, metavar="SECONDS",
                         help="add this to the file's times (its clock is off the timeline's "
                         "host's); the clock check printed suggests one")
+    parser.add_argument("--log-format", metavar="'FORMAT'",
+                        help="an nginx log in your own log_format, in nginx's syntax (the "
+                        "directive or its strings): any format with $msec and $request_time")
+    parser.add_argument("--upstream", metavar="IP[:PORT]",
+                        help="only the requests this server answered (Traefik's ServiceAddr, "
+                        "nginx's $upstream_addr): a proxy's log against one pod's timeline")
     return parser
+
+
+def _read(opts: argparse.Namespace) -> Imported:
+    if opts.log_format is None:
+        imported = read_results(opts.file, opts.format)
+    elif opts.format not in (None, "nginx"):
+        raise CliError(f"--log-format reads nginx logs; it does not go with --format {opts.format}")
+    else:
+        try:
+            importer = NginxLogFormat(opts.log_format)
+        except LogFormatError as exc:
+            raise CliError(str(exc)) from None
+        imported = importer.read(opts.file)
+        if not imported.requests:
+            raise ImportFileError(f"{opts.file}: no requests in it (read as nginx)")
+    if opts.upstream is not None:
+        try:
+            imported = only_upstream(imported, opts.upstream)
+        except ValueError as exc:
+            raise CliError(f"{opts.file}: {exc}") from None
+    return imported
 
 
 def _timeline(path: Path) -> tuple[list[CgroupSample], int, TimelineMetadata]:
@@ -117,7 +149,7 @@ def command_import(argv: list[str]) -> int:
     name = opts.name or f"import-{opts.file.name.split('.')[0]}"
     if problem := check_file_name(name):
         raise CliError(problem)
-    imported = read_results(opts.file, opts.format)
+    imported = _read(opts)
     timeline, zero, meta = _timeline(opts.timeline)
     period_ns = meta.period_ns
     if imported.clock != EPOCH and opts.start is None:
@@ -127,7 +159,8 @@ def command_import(argv: list[str]) -> int:
                       ("http-timing", "import", *argv))
     run = build_imported(spec, imported, records, timeline, meta, zero)
     save_imported(spec, run)
-    estimate = _check(records, timeline, period_ns, -CHECK_WINDOW_NS, CHECK_WINDOW_NS)
+    estimate = (_check(records, timeline, period_ns, -CHECK_WINDOW_NS, CHECK_WINDOW_NS)
+                if placeable(imported, period_ns) else None)
     _print(run, imported, spec, estimate)
     return 0
 
@@ -135,6 +168,19 @@ def command_import(argv: list[str]) -> int:
 def _print(run: ImportedRun, imported: Imported, spec: ImportSpec,
            estimate: ClockEstimate | None) -> None:
     records = run.records
+    for note in imported.notes:
+        print(note)
+    if not run.metadata.extra["imported"]["marked"]:
+        step = imported.start_step_ns / 1e9
+        print(f"{len(records)} requests from {spec.source} ({imported.format}), not marked: "
+              f"their starts are whole {'seconds' if step == 1 else f'{step:g} s steps'} "
+              f"(a request began somewhere in a {step:g} s step, many quota periods), so which "
+              f"period's throttling each met is unknown; no clock check either")
+        if imported.format == "traefik":
+            print("for marks, have Traefik write --accesslog.format=json (its StartUTC is in ns)")
+        print(f"raw data: {spec.csv_path} (metadata {spec.meta_path}, timeline "
+              f"{spec.timeline_copy})")
+        return
     marked = [r for r in records if r.cgroup_nr_throttled]
     print(f"{len(records)} requests from {spec.source} ({imported.format}); "
           f"{len(marked)} met throttling ({100 * len(marked) / len(records):.0f} %), "

@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 
 from client.analysis.explain import explain
-from client.analysis.report import WorkloadError, build_prediction, build_report
+from client.analysis.report import (WorkloadError, build_prediction, build_predictions,
+                                   build_report)
 from client.commands.common import EXIT_OK, add_limit_arguments, limit_from
 from client.commands.options import CliError, OneLineParser
 from client.data.files import Run, read_run
@@ -75,6 +76,13 @@ def limit_for(run: Run, opts: argparse.Namespace) -> Limit:
 
 
 def report_predict(run: Run, opts: argparse.Namespace) -> int:
+    if opts.cpus is None and opts.period_ms is None and opts.burst_ms is None:
+        try:
+            per_quota = build_predictions(run)
+        except WorkloadError as exc:
+            raise CliError(str(exc)) from None
+        if per_quota:
+            return _predict_per_quota(run, opts, per_quota)
     limit = limit_for(run, opts)
     try:
         result = build_prediction(run, limit)
@@ -93,4 +101,32 @@ def report_predict(run: Run, opts: argparse.Namespace) -> int:
             "explanation": explanation, "picture": str(picture)}), indent=2))
     else:
         print("\n".join(format_prediction_report(result, explanation, run.path, picture)))
+    return EXIT_OK
+
+
+def _predict_per_quota(run: Run, opts: argparse.Namespace, per_quota: list) -> int:
+    """A run that spans a change of quota: the model once per quota, on the requests sent
+    while it was in force; one picture each (``-o`` names the first; the others get -2, -3)."""
+    base = opts.output or opts.pictures_dir / f"{run.path.stem}-predict.png"
+    lines: list[str] = [f"the quota changed during {run.path}: the model is run once per "
+                        "quota, on the requests sent while it was in force"]
+    out: list[dict] = []
+    for index, (span, part, result) in enumerate(per_quota, start=1):
+        limit = result.limit
+        explanation = explain(result.report, result.prediction, limit)
+        picture = plot_overlay(
+            part, [(label, p.records) for label, p in result.series()],
+            result.report.detection,
+            base if index == 1 else base.with_name(f"{base.stem}-{index}{base.suffix}"),
+            title=f"{run.name} ({span.describe()}): measured vs predicted at "
+                  f"{limit.describe()}")
+        lines += ["", f"[{index}] {span.describe()}",
+                  *format_prediction_report(result, explanation, run.path, picture)]
+        out.append({"span": span.to_dict(), **result.report.to_dict(),
+                    "model_limit": limit.describe(), "predicted": result.prediction.to_dict(),
+                    "explanation": explanation, "picture": str(picture)})
+    if opts.json:
+        print(json.dumps(json_ready({"name": run.name, "by_quota": out}), indent=2))
+    else:
+        print("\n".join(lines))
     return EXIT_OK

@@ -33,6 +33,7 @@ from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cg
 from client.data.request import RequestError, redact_command
 from client.run.http import TlsError, tls_verify
 from client.run.measure import measure
+from client.run.reach import is_burn_service_default, unreachable
 from client.run.record import RecordedRun, RunSpec
 from client.run.recorder import files_first
 from client.run.request_flags import requests_from_flags
@@ -177,7 +178,13 @@ def command_run(argv: list[str]) -> int:
                    targets=asked.targets, redact=frozenset(opts.redact),
                    cgroup=cgroup_target(opts.cgroup, opts.pod_uid),
                    cgroup_interval=opts.cgroup_interval, verify=verify, ok_status=ok_status)
-    with live_page(opts) as live:
+    with live_page(opts) as live:   # its options' errors first (a usage error)
+        for target_url in dict.fromkeys([url, *(t.url for t in asked.targets)]):
+            if (problem := unreachable(target_url, verify, min(opts.timeout, 5.0))) is not None:
+                print(f"http-timing: cannot reach {target_url}: {problem}"
+                      + (" (is burn-service running? start it with: burn-service)"
+                         if is_burn_service_default(target_url) else ""), file=sys.stderr)
+                return EXIT_USAGE
         recorded = measure(spec, progress=RunProgress(plan.requests, name),
                            observers=[LinePrinter(opts.quiet)], started=started,
                            watcher=live).recorded
@@ -194,7 +201,9 @@ def finish(recorded: RecordedRun, opts: argparse.Namespace, live: LivePage | Non
             print(f"{len(records)} requests in {int(total_ms)}ms avg "
                   f"{total_ms / len(records):.1f}ms")
             show_result(recorded, report)
-        picture = None if opts.no_plot else draw_result(recorded, report, opts.pictures_dir)
+        # no picture of a run without a single answer: there is nothing to see in it
+        picture = (None if opts.no_plot or not any(r.ok for r in records) else
+                   draw_result(recorded, report, opts.pictures_dir))
         show_live_end(live, recorded, report.detection, picture)
         print(f"raw data: {run.path} (metadata {recorded.meta_path})" +
               (f", picture: {picture}" if picture else ""))
@@ -211,7 +220,9 @@ def finish(recorded: RecordedRun, opts: argparse.Namespace, live: LivePage | Non
         error = records[-1].error
         hint = ("the server's certificate is not trusted here: --cacert FILE trusts the CA "
                 "that signed it, --insecure skips the check" if "CERTIFICATE_VERIFY_FAILED"
-                in error else "is the service running? start it with: burn-service")
+                in error else "is burn-service running? start it with: burn-service"
+                if is_burn_service_default(run.metadata.url or "") else
+                "is the service running and listening there?")
         print(f"http-timing: cannot reach {run.metadata.url}: {error} ({hint})",
               file=sys.stderr)
         return EXIT_USAGE

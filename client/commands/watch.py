@@ -4,7 +4,9 @@
 
 TARGET as for ``--cgroup``: a cgroup directory, ``pid:PID``, ``docker:NAME`` or
 ``k8s:NAMESPACE/POD[/CONTAINER]``. Each interval: periods, throttled periods, throttled time,
-CPUs used and their share of the quota. A table refreshed in place on a terminal; one JSON
+CPUs used and their share of the quota in force at the interval's end (read each time: an
+in-place resize, ``docker update --cpus``, shows at once). A table refreshed in place on a
+terminal; one JSON
 object per line (per interval) with ``--json`` or when the output is not a terminal.
 Ctrl-C ends it (exit 0); a bad target is one line on stderr (exit 2).
 """
@@ -15,19 +17,22 @@ import argparse
 import sys
 import time
 from collections import deque
+from dataclasses import replace
 from collections.abc import Callable
 
 from rich.console import Console
 from rich.live import Live
 
 from client.analysis.cgroup import interval_stats
+from client.analysis.quotas import QuotaSpan, in_force
 from client.commands.common import silence_stdout
 from client.commands.live import add_live_arguments, live_page, watched_live
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.render.watch import WatchRow, json_line, watch_table
 from client.data.timeline import CgroupSample
-from client.run.cgroup_sampler import CgroupReader
+from client.run.cgroup_sampler import CgroupReader, usage_note
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
+from cpuquota.limit import Limit
 
 __all__ = ["build_parser", "command_watch"]
 
@@ -114,15 +119,34 @@ def _watch(target: CgroupTarget, reader: CgroupReader, interval: float, count: i
             print(f"{PROG}: {target.directory} went away ({exc.strerror or exc}): the "
                   "service stopped?", file=sys.stderr)
             return EXIT_GONE
-        show(_row(previous, current, target), _row(first, current, target))
+        unknown = usage_note(reader, target.usage_source.to_metadata())["unknown"]
+        show(_row(previous, current, target, unknown), _row(first, current, target, unknown))
         previous = current
         shown += 1
     return EXIT_OK
 
 
-def _row(before: CgroupSample, after: CgroupSample, target: CgroupTarget) -> WatchRow:
-    return WatchRow(time.strftime("%H:%M:%S"), after.t_ns / 1e9,
-                    interval_stats(before, after, target.limit))
+def limit_now(sample: CgroupSample, target: CgroupTarget) -> Limit | None:
+    """The quota in force at ``sample`` (the tightest of the levels it read), else the one
+    the target had when it was resolved."""
+    found = in_force(sample.quotas)
+    if found is None:
+        return target.limit
+    level, (quota, period) = found
+    burst = target.limit.burst_ms if target.limit else 0.0
+    return QuotaSpan(sample.t_ns, sample.t_ns, quota, period, level).limit(burst)
+
+
+def _row(before: CgroupSample, after: CgroupSample, target: CgroupTarget,
+         unknown: object = None) -> WatchRow:
+    """One interval, under the quota in force at its end; ``unknown``: why the usage cannot
+    be known (then it is left out)."""
+    limit = limit_now(after, target)
+    stats = interval_stats(before, after, limit)
+    if unknown:
+        stats = replace(stats, usage_cpus=float("nan"), quota_share=None)
+    return WatchRow(time.strftime("%H:%M:%S"), after.t_ns / 1e9, stats, limit,
+                    target.usage_source.describe(), str(unknown) if unknown else None)
 
 
 def _json_printer(target: CgroupTarget) -> Callable[[WatchRow, WatchRow], None]:
@@ -134,11 +158,20 @@ def _json_printer(target: CgroupTarget) -> Callable[[WatchRow, WatchRow], None]:
 
 def _table_printer(target: CgroupTarget, live: Live) -> Callable[[WatchRow, WatchRow], None]:
     rows: deque[WatchRow] = deque(maxlen=TABLE_ROWS)
+    shown: list[Limit | None] = [target.limit]
+    change: list[str] = []
 
     def show(row: WatchRow, total: WatchRow) -> None:
         rows.append(row)
-        live.update(watch_table(target.group, target.limit, list(rows), total.stats,
-                                _quota_group(target)), refresh=True)
+        now = row.limit
+        if now != shown[-1]:
+            change[:] = [f"quota changed at {row.clock}: "
+                         f"{shown[-1].describe() if shown[-1] else 'none'} -> "
+                         f"{now.describe() if now else 'none'}"]
+            shown.append(now)
+        live.update(watch_table(target.group, shown[-1], list(rows), total.stats,
+                                _quota_group(target), change[0] if change else None),
+                    refresh=True)
     return show
 
 

@@ -35,6 +35,7 @@ __all__ = ["MIN_OVERLAP_NS", "CounterSample", "ThrottleEvent", "attribute",
            "attribute_levels", "period_phase", "throttle_events", "throttled_stretches"]
 
 MIN_OVERLAP_NS = 1_000_000   # a stretch overlapping a request by less is estimation noise
+STILL = 0.02                 # usage growing slower than 2 % of one CPU: the group is not running
 
 
 class CounterSample(Protocol):
@@ -142,7 +143,7 @@ def throttle_events(timeline: Sequence[CounterSample],
     events: list[ThrottleEvent] = []
     previous_end = timeline[0].t_ns if timeline else 0
     pending_nr, pending_from = 0, 0
-    for before, after in zip(timeline, timeline[1:]):
+    for index, (before, after) in enumerate(zip(timeline, timeline[1:])):
         grown_ns = after.throttled_ns - before.throttled_ns
         grown_nr = after.nr_throttled - before.nr_throttled
         if grown_ns <= 0:
@@ -156,13 +157,33 @@ def throttle_events(timeline: Sequence[CounterSample],
                 pending_nr += grown_nr
             continue
         end = _boundary_in(before.t_ns, after.t_ns, period_ns, phase)
-        length = max(1, min(grown_ns, end - previous_end))
+        length = max(1, min(grown_ns, end - previous_end, end - _stopped_at(timeline, index)))
         events.append(ThrottleEvent(end - length, end, grown_ns, grown_nr + pending_nr))
         previous_end, pending_nr = end, 0
     if pending_nr and timeline:   # still throttled when the timeline ended
         events.append(ThrottleEvent(max(previous_end, pending_from), timeline[-1].t_ns, 0,
                                     pending_nr))
     return events
+
+
+def _stopped_at(timeline: Sequence[CounterSample], index: int) -> int:
+    """When the group stopped running before sample ``index`` (whose interval holds the
+    boundary that ended a throttle): a throttled group runs nothing, so its usage stands
+    still from the throttle's start, put where the CPU it used in the interval in which its
+    usage last grew would have ended at one CPU. The throttled time cannot say it: it is
+    summed over the CPUs the group was throttled on, so laid back from its end it can reach
+    far past the throttle's start. The timeline's first instant when it stood still all
+    along."""
+    j = index
+    while j > 0 and (timeline[j].usage_ns - timeline[j - 1].usage_ns
+                     <= STILL * (timeline[j].t_ns - timeline[j - 1].t_ns)):
+        j -= 1
+    if j == 0:
+        return timeline[0].t_ns
+    # it ran that much CPU from the interval's start: at one CPU (one busy thread, exact), it
+    # stopped then; on more CPUs at once, earlier (the stretch is then the shorter)
+    return min(timeline[j].t_ns,
+               timeline[j - 1].t_ns + timeline[j].usage_ns - timeline[j - 1].usage_ns)
 
 
 def throttled_stretches(timeline: Sequence[CounterSample],

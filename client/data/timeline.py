@@ -9,9 +9,13 @@ of the quota in force (the watched group's own, or an ancestor's: see the run's 
 - ``pressure_some_ns,pressure_full_ns``: the group's ``cpu.pressure`` totals (PSI, cgroup v2;
   ``full`` empty when the kernel has no full line for cpu);
 - ``level<k>_nr_periods,level<k>_nr_throttled,level<k>_throttled_ns`` for k = 1, 2...: the
-  counters of the other groups above that hold a quota (the metadata's ``levels[k]``).
+  counters of the other groups above that hold a quota (the metadata's ``levels[k]``);
+- ``quota_us,period_us`` and ``level<k>_quota_us,level<k>_period_us``: the quota each level's
+  group held at that sample (``cpu.cfs_quota_us``/``cpu.cfs_period_us``, v2 ``cpu.max``;
+  ``quota_us`` empty: none), so a run that spans a change of quota (``kubectl patch pod
+  --subresource resize``, ``docker update --cpus``) says which quota was in force when.
 
-Files with the first five columns only (before both existed) read as before. Written a
+Files without the later columns (written before they existed) read as before. Written a
 flushed row at a time; read back with one-line errors.
 """
 
@@ -26,14 +30,16 @@ from typing import IO
 from client.data.record import RawDataError
 
 __all__ = ["PRESSURE_COLUMNS", "TIMELINE_COLUMNS", "CgroupSample", "LevelCounters",
-           "TimelineError", "level_timelines", "open_timeline", "read_timeline",
+           "QuotaSetting", "TimelineError", "level_timelines", "open_timeline", "read_timeline",
            "timeline_columns", "timeline_path", "timeline_row"]
 
 TIMELINE_COLUMNS = ("t_ns", "usage_ns", "nr_periods", "nr_throttled", "throttled_ns")
 PRESSURE_COLUMNS = ("pressure_some_ns", "pressure_full_ns")
 _LEVEL_FIELDS = ("nr_periods", "nr_throttled", "throttled_ns")
+_QUOTA_FIELDS = ("quota_us", "period_us")
 
 LevelCounters = tuple[int, int, int]   # (nr_periods, nr_throttled, throttled_ns) of one level
+QuotaSetting = tuple[int | None, int]  # (quota_us or None: no quota, period_us) of one level
 
 
 class TimelineError(RawDataError):
@@ -52,6 +58,7 @@ class CgroupSample:
     pressure_some_ns: int | None = None   # cpu.pressure totals (None: not read, e.g. v1)
     pressure_full_ns: int | None = None
     levels: tuple[LevelCounters, ...] = ()   # the other quota levels' counters (level 1, 2...)
+    quotas: tuple[QuotaSetting, ...] = ()    # each level's quota now (level 0 first); (): not read
 
     def at_level(self, index: int) -> CgroupSample:
         """This sample with quota level ``index``'s counters in place of level 0's."""
@@ -59,7 +66,8 @@ class CgroupSample:
             return self
         periods, throttled, throttled_ns = self.levels[index - 1]
         return CgroupSample(self.t_ns, self.usage_ns, periods, throttled, throttled_ns,
-                            self.pressure_some_ns, self.pressure_full_ns)
+                            self.pressure_some_ns, self.pressure_full_ns,
+                            quotas=self.quotas[index:index + 1])
 
 
 def level_timelines(samples: list[CgroupSample]) -> list[list[CgroupSample]]:
@@ -69,10 +77,14 @@ def level_timelines(samples: list[CgroupSample]) -> list[list[CgroupSample]]:
     return [samples] + [[s.at_level(k) for s in samples] for k in range(1, count)]
 
 
-def timeline_columns(pressure: bool = False, levels: int = 0) -> tuple[str, ...]:
-    """The header of a timeline with the pressure columns or not and ``levels`` more levels."""
+def timeline_columns(pressure: bool = False, levels: int = 0,
+                     quotas: bool = False) -> tuple[str, ...]:
+    """The header of a timeline with the pressure columns or not, ``levels`` more levels, and
+    the quota columns (of level 0 and each more level) or not."""
     return (TIMELINE_COLUMNS + (PRESSURE_COLUMNS if pressure else ()) +
-            tuple(f"level{k}_{f}" for k in range(1, levels + 1) for f in _LEVEL_FIELDS))
+            tuple(f"level{k}_{f}" for k in range(1, levels + 1) for f in _LEVEL_FIELDS) +
+            ((_QUOTA_FIELDS + tuple(f"level{k}_{f}" for k in range(1, levels + 1)
+                                    for f in _QUOTA_FIELDS)) if quotas else ()))
 
 
 def timeline_path(csv_path: Path) -> Path:
@@ -96,21 +108,30 @@ def timeline_row(sample: CgroupSample, pressure: bool = False) -> str:
         fields += [sample.pressure_some_ns, sample.pressure_full_ns]
     for level in sample.levels:
         fields += level
+    for quota in sample.quotas:
+        fields += quota
     return ",".join("" if v is None else str(v) for v in fields) + "\n"
 
 
-def _layout(header: tuple[str, ...]) -> tuple[bool, int] | None:
-    """(pressure, levels) of a header this module writes; None for anything else."""
+def _layout(header: tuple[str, ...]) -> tuple[bool, int, bool] | None:
+    """(pressure, levels, quotas) of a header this module writes; None for anything else."""
     if header[:len(TIMELINE_COLUMNS)] != TIMELINE_COLUMNS:
         return None
     pressure = header[len(TIMELINE_COLUMNS):][:2] == PRESSURE_COLUMNS
+    quotas = "quota_us" in header
     rest = len(header) - len(TIMELINE_COLUMNS) - (2 if pressure else 0)
-    if rest % 3 or header != timeline_columns(pressure, rest // 3):
+    levels = (rest - 2) // 5 if quotas else rest // 3   # 3 counters + 2 quota fields a level
+    if header != timeline_columns(pressure, levels, quotas):
         return None
-    return pressure, rest // 3
+    return pressure, levels, quotas
 
 
-def _sample(row: list[str], pressure: bool) -> CgroupSample:
+def _quota(quota: str, period: str) -> QuotaSetting:
+    return (int(quota) if quota.strip() else None), int(period)
+
+
+def _sample(row: list[str], pressure: bool, levels: int = 0,
+            quotas: bool = False) -> CgroupSample:
     t_ns, usage_ns, periods, throttled, throttled_ns = (int(v) for v in row[:5])
     some: int | None = None
     full: int | None = None
@@ -118,9 +139,13 @@ def _sample(row: list[str], pressure: bool) -> CgroupSample:
     if pressure:
         some, full = (int(v) if v.strip() else None for v in rest[:2])
         rest = rest[2:]
-    values = [int(v) for v in rest]
-    levels = tuple((values[i], values[i + 1], values[i + 2]) for i in range(0, len(values), 3))
-    return CgroupSample(t_ns, usage_ns, periods, throttled, throttled_ns, some, full, levels)
+    values = [int(v) for v in rest[:3 * levels]]
+    counters = tuple((values[i], values[i + 1], values[i + 2])
+                     for i in range(0, len(values), 3))
+    settings = rest[3 * levels:] if quotas else []
+    read = tuple(_quota(settings[i], settings[i + 1]) for i in range(0, len(settings), 2))
+    return CgroupSample(t_ns, usage_ns, periods, throttled, throttled_ns, some, full, counters,
+                        read)
 
 
 def read_timeline(path: str | os.PathLike[str]) -> list[CgroupSample]:
@@ -152,7 +177,7 @@ def read_timeline(path: str | os.PathLike[str]) -> list[CgroupSample]:
         try:
             if len(row) != len(header):
                 raise ValueError(f"{len(row)} fields, expected {len(header)}")
-            samples.append(_sample(row, layout[0]))
+            samples.append(_sample(row, *layout))
         except ValueError as exc:
             raise TimelineError(f"{p}: line {line_no}: {exc}") from None
     return samples

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from client.analysis.advise import (ALTERNATIVE_ROLES, Advice, Alternative, docker_flags,
                                     kubernetes_cpu)
 from client.analysis.advise_target import Measured
+from client.render.legend import legend_outside
 from client.render.figures import pyplot, save_figure
 from cpuquota.limit import Limit
 
@@ -194,7 +195,7 @@ def save_advice_figure(advice: Advice, out: Path) -> Path:
     """p99 and p50 against the limit (log scales): measured runs of the search's shape, the
     model's curve, the target and the recommendation."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(11, 6.5), dpi=100)
+    fig, ax = plt.subplots(figsize=(13.5, 6.5), dpi=100)
     try:
         curve = advice.curve
         if curve:
@@ -222,7 +223,7 @@ def save_advice_figure(advice: Advice, out: Path) -> Path:
         ax.set_title(f"advise: {advice.target.describe()}\n{advice.backend}; {advice.load}",
                      fontsize=12)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(loc="best", fontsize=9)
+        legend_outside(ax, 9)
         save_figure(fig, out)
     finally:
         plt.close(fig)

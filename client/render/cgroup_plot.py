@@ -11,13 +11,14 @@ since the run's start, as in the dot picture. matplotlib, Agg (the caller makes 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from client.analysis.cgroup import usage_per_period
+from client.analysis.cgroup import FINE, usage_notes, usage_per_period
 from client.data.timeline import CgroupSample
 from client.data.attribution import CounterSample, period_phase
+from client.render.legend import legend_outside
 from cpuquota.limit import Limit
 
 if TYPE_CHECKING:
@@ -44,49 +45,72 @@ def draw_throttled_bands(ax: Axes, stretches: Sequence[tuple[int, int]], *,
                    alpha=0.18, linewidth=0, zorder=0, label=f"{label} ({len(ranges)})")
 
 
-def usage_title(mean_cpus: float, limit: Limit | None, periods: int, at_quota: int) -> str:
+def usage_title(mean_cpus: float, limit: Limit | None, periods: int, at_quota: int, *,
+                unknown: str | None = None, coarse: str | None = None) -> str:
     """``CPU used per 100 ms period: 12 of 40 periods hit the 0.2 CPU quota, yet the run's
-    average is only 0.09 CPU (45 % of the limit)``: the bursts against the average."""
+    average is only 0.09 CPU (45 % of the limit)``: the bursts against the average. The
+    verdict is drawn only from exact figures: ``unknown`` (the usage cannot be known) and
+    ``coarse`` (the per-period figures are too coarse) say why instead."""
+    if unknown is not None:
+        return f"CPU used per period: not known\n({_wrap(unknown)})"
     if limit is None:
         return (f"CPU used per 100 ms: no CPU limit on this group; run's average "
                 f"{mean_cpus:.2f} CPU")
     share = mean_cpus / limit.cpus
+    if coarse is not None:
+        return (f"CPU used per {limit.period_ms:g} ms period, run's average {mean_cpus:.2f} CPU "
+                f"({100 * share:.0f} % of the limit)\nper period: {_wrap(coarse)}")
     verdict = "yet the run's average is only" if share < 0.8 else "and the run's average is"
     return (f"CPU used per {limit.period_ms:g} ms period: {at_quota} of {periods} periods hit "
             f"the {limit.cpus:g} CPU quota,\n{verdict} {mean_cpus:.2f} CPU "
             f"({100 * share:.0f} % of the limit)")
 
 
-def draw_usage_panel(ax: Axes, timeline: Sequence[CounterSample], limit: Limit | None) -> None:
+def _wrap(text: str, width: int = 110) -> str:
+    return text if len(text) <= width else text[:width - 1].rsplit(" ", 1)[0] + " ..."
+
+
+def draw_usage_panel(ax: Axes, timeline: Sequence[CounterSample], limit: Limit | None,
+                     usage: Mapping[str, Any] | None = None) -> None:
     """Bars: the group's CPU per period (ms), aligned to the kernel's period boundaries; a line
-    at the quota; the run's average as a dashed line; the title says how they compare."""
+    at the quota; the run's average as a dashed line; the title says how they compare.
+    ``usage``: the run's metadata ``cgroup`` section: a usage that cannot be known draws no
+    bars, one too coarse per period draws them without marking any at the quota."""
     period_ns = limit.period_ns if limit else DEFAULT_PERIOD_NS
     phase = period_phase(timeline, period_ns) if limit else None
-    periods = usage_per_period(timeline, period_ns, phase)
+    _counter, resolution_ms, unknown = usage_notes(usage)
+    quota_ms = limit.quota_ms if limit else None
+    coarse = None
+    if unknown is None and resolution_ms and quota_ms and resolution_ms > FINE * quota_ms:
+        coarse = (f"counted in {resolution_ms:g} ms steps, too coarse to tell a period at the "
+                  f"{quota_ms:g} ms quota")
+    periods = usage_per_period(timeline, period_ns, phase) if unknown is None else []
     duration_ns = timeline[-1].t_ns - timeline[0].t_ns if len(timeline) > 1 else 0
     mean_cpus = ((timeline[-1].usage_ns - timeline[0].usage_ns) / duration_ns
                  if duration_ns > 0 else 0.0)
-    quota_ms = limit.quota_ms if limit else None
+    exact = coarse is None
     at_quota = sum(1 for p in periods if quota_ms and p.usage_ns / 1e6 >= 0.9 * quota_ms)
     if periods:
-        colours = [QUOTA_COLOUR if quota_ms and p.usage_ns / 1e6 >= 0.9 * quota_ms
+        colours = [QUOTA_COLOUR if exact and quota_ms and p.usage_ns / 1e6 >= 0.9 * quota_ms
                    else USAGE_COLOUR for p in periods]
         ax.bar([p.start_ns / 1e9 for p in periods], [p.usage_ns / 1e6 for p in periods],
                width=period_ns / 1e9, align="edge", color=colours, alpha=0.75,
-               label="CPU used in the period (red: at the quota)")
+               label="CPU used in the period" + (" (red: at the quota)" if exact else ""))
     if quota_ms is not None:
         ax.axhline(quota_ms, color=QUOTA_COLOUR, linewidth=1.5,
                    label=f"quota {quota_ms:g} ms per {limit.period_ms:g} ms"
                    if limit else "quota")
-    ax.axhline(mean_cpus * period_ns / 1e6, color="black", linestyle="--", linewidth=1.2,
-               label=f"run's average {mean_cpus:.2f} CPU")
+    if unknown is None:
+        ax.axhline(mean_cpus * period_ns / 1e6, color="black", linestyle="--", linewidth=1.2,
+                   label=f"run's average {mean_cpus:.2f} CPU")
     draw_pressure(ax, timeline, period_ns, phase)
-    ax.set_title(usage_title(mean_cpus, limit, len(periods), at_quota), fontsize=11)
+    ax.set_title(usage_title(mean_cpus, limit, len(periods), at_quota, unknown=unknown,
+                             coarse=coarse), fontsize=11)
     ax.set_xlabel("time since start of run (s)")
     ax.set_ylabel(f"CPU ms per {period_ns / 1e6:g} ms")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper right", fontsize=9)
+    legend_outside(ax, 9)
 
 
 def draw_pressure(ax: Axes, timeline: Sequence[CounterSample], period_ns: int,

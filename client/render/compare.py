@@ -19,6 +19,7 @@ from client.analysis.report import Report, build_report
 from client.data.files import Run
 from client.data.record import RequestRecord
 from client.render.figures import draw_detected, pyplot, save_figure
+from client.render.legend import legend_outside
 from client.render.tables import ComparisonRow, comparison_rows, format_markdown, md_escape
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def _style_cdf(ax: Axes, all_latencies: Sequence[float]) -> None:
         ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_ylim(0, 1.02)
     ax.grid(True, alpha=0.3, which="both")
-    ax.legend(loc="lower right", fontsize=10)
+    legend_outside(ax, 10, below=True)
     ax.set_title("latency CDF", fontsize=12)
 
 
@@ -69,10 +70,11 @@ def plot_comparison(runs: Sequence[Run], out: Path, title: str | None = None,
     plt = pyplot()
     fig = plt.figure(figsize=(15, max(5.0, 2.6 * n + 1.2)), dpi=100)
     try:
-        grid = fig.add_gridspec(n, 2, width_ratios=(2.2, 1))
+        # the middle column is the rows' legends' room
+        grid = fig.add_gridspec(n, 3, width_ratios=(2.2, 0.7, 1))
         first: Axes | None = None
         all_latencies: list[float] = []
-        cdf_ax = fig.add_subplot(grid[:, 1])
+        cdf_ax = fig.add_subplot(grid[:, 2])
         for i, (run, report) in enumerate(zip(runs, reports)):
             ax = fig.add_subplot(grid[i, 0], sharex=first, sharey=first)
             first = first or ax
@@ -83,7 +85,7 @@ def plot_comparison(runs: Sequence[Run], out: Path, title: str | None = None,
                          fontsize=11, loc="left")
             ax.set_ylabel("latency (ms)", fontsize=10)
             ax.grid(True, alpha=0.3)
-            ax.legend(loc="upper right", fontsize=8)
+            legend_outside(ax, 8)
             if i < n - 1:
                 ax.tick_params(labelbottom=False)
             ok = [r.latency_ms for r in run.records if r.ok]
@@ -117,8 +119,9 @@ def plot_overlay(measured: Run, predicted: Sequence[tuple[str, Sequence[RequestR
                  detection: Detection, out: Path, title: str | None = None) -> Path:
     """The measured run's dots and each prediction's (hollow) on one time axis, and all CDFs."""
     plt = pyplot()
-    fig, (ax, cdf_ax) = plt.subplots(1, 2, figsize=(15, 6.5), dpi=100,
-                                     gridspec_kw={"width_ratios": (2.2, 1)})
+    fig, (ax, room, cdf_ax) = plt.subplots(1, 3, figsize=(17, 6.5), dpi=100,
+                                           gridspec_kw={"width_ratios": (2.2, 0.7, 1)})
+    room.axis("off")   # the legend's room, beside the dots
     try:
         draw_detected(ax, measured, detection, label_prefix="measured: ")
         measured_ok = [r.latency_ms for r in measured.records if r.ok]
@@ -136,12 +139,12 @@ def plot_overlay(measured: Run, predicted: Sequence[tuple[str, Sequence[RequestR
         ax.set_ylabel("request latency (ms)", fontsize=12)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="upper right", fontsize=10)
+        legend_outside(ax, 10)
         ax.set_title(title or f"{measured.name}: measured and predicted", fontsize=12)
         if (detection.threshold_ms is not None and math.isfinite(detection.threshold_ms)
                 and detection.source.uses_latency):
             cdf_ax.axvline(detection.threshold_ms, color="#ff7f0e", linestyle=":",
-                           label=f"throttled above {detection.threshold_ms:.1f} ms")
+                           label=f"slow above {detection.threshold_ms:.1f} ms")
         _style_cdf(cdf_ax, everything)
         save_figure(fig, out)
     finally:

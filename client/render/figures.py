@@ -1,7 +1,8 @@
 """Draw a run as the original pictures did: each request a dot, latency against time.
 
 The requests the run's detection (``client.analysis.detect``: the counters and the latency)
-marks as throttled get their own colour; failed requests are red crosses. A run attached to a
+marks get their own colour, called "delayed by throttling" when counters said so and only "slow"
+from latency alone; failed requests are red crosses. A run attached to a
 cgroup (``--cgroup``) also shows the group's throttled stretches as bands behind the dots and,
 below, the CPU it used in each period against its quota. Headless (Agg); matplotlib is
 imported on first use.
@@ -17,6 +18,7 @@ from client.analysis.detect import Detection, detect_run
 from client.data.files import Run
 from client.data.timeline import level_timelines
 from client.render.cgroup_plot import draw_throttled_bands, draw_usage_panel
+from client.render.legend import legend_outside
 from client.data.attribution import throttled_stretches
 
 if TYPE_CHECKING:
@@ -56,8 +58,10 @@ def draw_detected(ax: Axes, run: Run, detection: Detection, *, label_prefix: str
                 else "throttled" if detection.is_throttled(record) else "ok")
         groups[kind][0].append(record.start_ns / 1e9)
         groups[kind][1].append(record.latency_ms)
-    labels = {"ok": "request", "throttled": f"throttled ({detection.source})",
-              "failed": "failed"}
+    # one vocabulary: counters say "delayed by throttling", latency alone only "slow"
+    marked = (f"slow ({detection.source} alone)" if detection.marked_as == "slow" else
+              f"{detection.marked_as} ({detection.source})")
+    labels = {"ok": "request", "throttled": marked, "failed": "failed"}
     for kind, (xs, ys) in groups.items():
         if xs:
             ax.scatter(xs, ys, s=22, c=COLOURS[kind], marker="x" if kind == "failed" else "o",
@@ -84,7 +88,7 @@ def plot_run(run: Run, out: Path, title: str | None = None,
     detection = detection if detection is not None else detect_run(run)
     plt = pyplot()
     if run.timeline:  # the watched group: its throttles behind the dots, its CPU per period
-        fig, (ax, usage_ax) = plt.subplots(2, 1, figsize=(12, 9.5), dpi=100, sharex=True,
+        fig, (ax, usage_ax) = plt.subplots(2, 1, figsize=(14.5, 9.5), dpi=100, sharex=True,
                                            gridspec_kw={"height_ratios": (2, 1)})
         limit = run.metadata.limit
         periods: list[int | None] = [lv.period_ns for _g, lv in run.metadata.quota_levels()] or \
@@ -92,9 +96,9 @@ def plot_run(run: Run, out: Path, title: str | None = None,
         stretches = [stretch for timeline, period in zip(level_timelines(run.timeline), periods)
                      for stretch in throttled_stretches(timeline, period)]
         draw_throttled_bands(ax, sorted(stretches))
-        draw_usage_panel(usage_ax, run.timeline, limit)
+        draw_usage_panel(usage_ax, run.timeline, limit, run.metadata.cgroup)
     else:
-        fig, ax = plt.subplots(figsize=(12, 6.5), dpi=100)
+        fig, ax = plt.subplots(figsize=(14.5, 6.5), dpi=100)
     try:
         draw_detected(ax, run, detection)
         ax.set_title(title, fontsize=13)
@@ -104,7 +108,7 @@ def plot_run(run: Run, out: Path, title: str | None = None,
         ax.tick_params(labelsize=11)
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="upper right", fontsize=11)
+        legend_outside(ax, 11)
         if meta.client_fell_behind:
             mark_fell_behind(ax)
         save_figure(fig, out)

@@ -40,17 +40,28 @@ def format_throughput(row: ThroughputRow, rate_rps: float | None) -> str:
 
 
 def format_detection(detection: Detection) -> list[str]:
+    """The requests delayed by throttling (from counters) or, from latency alone, the slow
+    ones (never called throttled without a counter that says so); a saturated run says so."""
     d = detection
     if d.count == 0:
         return ["throttled: n/a (no successful request)"]
     fraction = d.throttled_fraction or 0.0
+    latency_only = d.marked_as == "slow"
     where = f"; slower than {d.threshold_ms:.1f} ms counts" if (
         d.threshold_ms is not None and d.source.uses_latency) else ""
-    lines = [f"throttled: {d.throttled_count} of {d.count} requests ({100 * fraction:.1f} %), "
-             f"from the {d.source}{where}"]
+    if latency_only:
+        lines = [f"slow: {d.throttled_count} of {d.count} requests ({100 * fraction:.1f} %), "
+                 f"from the {d.source} alone{where} (not known to be throttling: --cgroup "
+                 "TARGET reads the service's own counters)"]
+    else:
+        lines = [f"delayed by throttling: {d.throttled_count} of {d.count} requests "
+                 f"({100 * fraction:.1f} %), from the {d.source}{where}"]
+    if d.saturated is not None:
+        lines.append(f"saturated: {d.saturated}")
     if d.stall_ms is not None:
-        lines.append(f"stall: {d.stall_ms:.1f} ms typical extra delay of a throttled request "
-                     f"(unthrottled {_ms(d.baseline_ms)} ms)")
+        which = "slow request" if latency_only else "request delayed by throttling"
+        lines.append(f"stall: {d.stall_ms:.1f} ms typical extra delay of a {which} "
+                     f"(the others {_ms(d.baseline_ms)} ms)")
     lines.append(f"period: {d.period_ms:g} ms ({d.period_source})")
     if d.throughput_rps is not None:
         lines.append(f"throughput: {d.throughput_rps:.1f} requests/s")
@@ -67,23 +78,59 @@ def format_report(report: Report, path: object) -> list[str]:
     if report.fell_behind_words:
         lines.append(report.fell_behind_words)
     if report.cgroup is not None:
-        lines += format_cgroup(report.cgroup)
+        lines += format_cgroup(report.cgroup, mixed=bool(report.by_quota))
+    lines += format_quota_parts(report)
     return lines
 
 
-def format_cgroup(c: CgroupReport) -> list[str]:
-    """The watched group's section: its counters over the run, usage against the quota, and
-    the requests that overlapped throttling against the others."""
+def format_quota_parts(report: Report) -> list[str]:
+    """A run that spans a change of quota: one line per quota, its requests judged by it."""
+    if not report.by_quota:
+        return []
+    lines = [f"quota changed during the run ({len(report.by_quota)} quotas in force, each "
+             "request judged by the one in force when it was sent):"]
+    for part in report.by_quota:
+        s, d = part.report.summary, part.report.detection
+        straddle = (f"; {part.straddling} answered after the next change"
+                    if part.straddling else "")
+        lines.append(f"  {part.span.describe()}: {s.count} requests, p50 {s.p50_ms:.1f} ms, "
+                     f"p90 {s.p90_ms:.1f} ms, p99 {s.p99_ms:.1f} ms, {d.throttled_count} "
+                     f"delayed by throttling{straddle}")
+        c = part.report.cgroup
+        if c is not None and c.quota_cpus is not None and c.usage_unknown is None:
+            lines.append(f"    cgroup: {c.nr_throttled} of {c.nr_periods} periods throttled, "
+                         f"{c.throttled_ms:.1f} ms; CPU used {c.usage_cpus_mean:.3f} CPU on "
+                         f"average, {100 * c.quota_share_mean:.0f} % of its {c.quota_cpus:g} CPU")
+    return lines
+
+
+def format_cgroup(c: CgroupReport, mixed: bool = False) -> list[str]:
+    """The watched group's section: its counters over the run, usage against the quota (or
+    why it is not known), and the latency of the requests delayed by throttling against the
+    others' (their count is the report's one, on its ``delayed by throttling`` line).
+    ``mixed``: the quota changed during the run (each quota's share is said per quota)."""
     def share(value: float) -> str:
         return "n/a" if value != value else f"{100 * value:.0f} %"
 
-    quota = (f" of a {c.quota_cpus:g} CPU quota ({share(c.quota_share_mean)} of it)"
+    quota = (" (the quota changed during the run: see each quota below)" if mixed else
+             f" of a {c.quota_cpus:g} CPU quota ({share(c.quota_share_mean)} of it)"
              if c.quota_cpus is not None else " (no quota on the group)")
+    if c.usage_unknown is not None:
+        used = f"cgroup: CPU used: not known ({c.usage_unknown})"
+    else:
+        per_period = ("" if mixed else
+                      f"; {c.periods_at_quota} of {c.periods} periods used 90 % of the quota or "
+                      "more" if c.per_period_unknown is None else
+                      f"; per period: not known ({c.per_period_unknown})")
+        used = f"cgroup: CPU used {c.usage_cpus_mean:.3f} CPU on average{quota}{per_period}"
     lines = [f"cgroup: {c.samples} samples over {c.duration_s:.1f} s ({c.samples_per_s:.0f}/s)",
              f"cgroup: {c.nr_throttled} of {c.nr_periods} periods throttled "
              f"({share(c.throttled_share)}), {c.throttled_ms:.1f} ms throttled in all",
-             f"cgroup: CPU used {c.usage_cpus_mean:.3f} CPU on average{quota}; "
-             f"{c.periods_at_quota} of {c.periods} periods used 90 % of the quota or more"]
+             used]
+    if c.usage_counter:
+        step = (f", in {c.usage_resolution_ms:g} ms steps" if c.usage_resolution_ms and
+                c.usage_resolution_ms >= 1 else "")
+        lines.append(f"cgroup: CPU usage from {c.usage_counter}{step}")
     if c.busiest:
         busiest = ", ".join(f"{b.usage_ms:.1f} ms at {b.start_s:.1f} s" for b in c.busiest[:3])
         lines.append(f"cgroup: busiest periods: {busiest}")
@@ -100,10 +147,9 @@ def format_cgroup(c: CgroupReport) -> list[str]:
                      "CPU); it did not throttle")
     lines.append(format_pressure(c))
     hit, other = c.throttled_latency, c.other_latency
-    lines.append(f"cgroup: {c.throttled_requests} of {c.requests} requests overlapped "
-                 f"throttling: p50 {_ms(hit.p50_ms)}  p90 {_ms(hit.p90_ms)}  p99 "
-                 f"{_ms(hit.p99_ms)} ms; the others: p50 {_ms(other.p50_ms)}  p90 "
-                 f"{_ms(other.p90_ms)}  p99 {_ms(other.p99_ms)} ms")
+    lines.append(f"cgroup: latency of the requests delayed by throttling: p50 {_ms(hit.p50_ms)}  "
+                 f"p90 {_ms(hit.p90_ms)}  p99 {_ms(hit.p99_ms)} ms; the others: p50 "
+                 f"{_ms(other.p50_ms)}  p90 {_ms(other.p90_ms)}  p99 {_ms(other.p99_ms)} ms")
     return lines
 
 

@@ -23,10 +23,17 @@ class WatchRow:
     clock: str            # wall-clock time the interval ended, HH:MM:SS
     elapsed_s: float      # since the watch started
     stats: IntervalStats
+    limit: Limit | None = None   # the quota in force at its end
+    usage_counter: str | None = None   # where the usage comes from
+    usage_unknown: str | None = None   # why it cannot be known (then it is left out)
 
 
 def limit_text(limit: Limit | None) -> str:
     return f"quota {limit.describe()}" if limit else "no CPU limit on this group"
+
+
+def _cpus(value: float) -> str:
+    return "n/a" if value != value else f"{value:.3f}"
 
 
 def _percent(value: float | None) -> str:
@@ -34,12 +41,15 @@ def _percent(value: float | None) -> str:
 
 
 def watch_table(group: str, limit: Limit | None, rows: Sequence[WatchRow],
-                total: IntervalStats | None = None, quota_group: str | None = None) -> Table:
+                total: IntervalStats | None = None, quota_group: str | None = None,
+                change: str | None = None) -> Table:
     """The last ``rows`` (oldest first) and, in the caption, the totals since the start.
-    ``quota_group``: the group above whose quota is in force (its counters are shown)."""
+    ``quota_group``: the group above whose quota is in force (its counters are shown);
+    ``change``: the last change of quota seen, in words."""
     where = f" on {quota_group}" if quota_group and quota_group != group else ""
-    table = Table(title=f"CPU throttling of {group}\n{limit_text(limit)}{where}  (Ctrl-C to "
-                        "stop)", title_justify="left")
+    changed = f"\n{change}" if change else ""
+    table = Table(title=f"CPU throttling of {group}\n{limit_text(limit)}{where}{changed}  "
+                        "(Ctrl-C to stop)", title_justify="left")
     table.add_column("time")
     table.add_column("periods", justify="right")
     table.add_column("throttled", justify="right")
@@ -52,12 +62,17 @@ def watch_table(group: str, limit: Limit | None, rows: Sequence[WatchRow],
         hot = "bold red" if s.nr_throttled else ""
         table.add_row(row.clock, str(s.nr_periods), Text(str(s.nr_throttled), style=hot),
                       Text(_percent(s.throttled_share), style=hot), f"{s.throttled_ms:.1f}",
-                      f"{s.usage_cpus:.3f}", _percent(s.quota_share))
+                      _cpus(s.usage_cpus), _percent(s.quota_share))
     if total is not None:
         table.caption = (f"since start ({total.interval_s:.1f} s): {total.nr_periods} periods, "
                          f"{total.nr_throttled} throttled ({_percent(total.throttled_share)}), "
-                         f"{total.throttled_ms:.0f} ms throttled, {total.usage_cpus:.3f} CPUs "
+                         f"{total.throttled_ms:.0f} ms throttled, {_cpus(total.usage_cpus)} CPUs "
                          f"on average ({_percent(total.quota_share)} of the quota)")
+        last = rows[-1] if rows else None
+        if last is not None and last.usage_unknown:
+            table.caption += f"\nCPUs used: not known ({last.usage_unknown})"
+        elif last is not None and last.usage_counter:
+            table.caption += f"\nCPU usage from {last.usage_counter}"
         table.caption_justify = "left"
     return table
 
@@ -66,4 +81,6 @@ def json_line(group: str, row: WatchRow, quota_group: str | None = None) -> str:
     """One interval as one line of JSON (null where there is no quota; ``quota_group``: the
     group whose quota and counters these are, the watched one's or an ancestor's)."""
     return json.dumps({"group": group, "time": row.clock, "elapsed_s": round(row.elapsed_s, 3),
-                       "quota_group": quota_group, **row.stats.to_dict()}, sort_keys=True)
+                       "quota_group": quota_group, **row.stats.to_dict(),
+                       "usage_counter": row.usage_counter, "usage_unknown": row.usage_unknown},
+                      sort_keys=True)

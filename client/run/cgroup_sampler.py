@@ -26,103 +26,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from client.data.timeline import (CgroupSample, LevelCounters, open_timeline, timeline_columns,
-                                  timeline_row)
+from client.data.timeline import (CgroupSample, LevelCounters, QuotaSetting, open_timeline,
+                                  timeline_columns, timeline_row)
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, UsageSource
-from cpuquota.cgroupfs import CpuStatReader, parse_pressure, parse_usage_usec
+from client.run.process_usage import ProcessUsage
+from cpuquota.cgroupfs import (CpuStatReader, parse_cfs_value, parse_cpu_max, parse_pressure,
+                               parse_usage_usec)
 
-__all__ = ["DEFAULT_INTERVAL", "CgroupReader", "CgroupSampler", "read_sample"]
+__all__ = ["DEFAULT_INTERVAL", "CgroupReader", "CgroupSampler", "read_sample", "usage_note"]
 
 DEFAULT_INTERVAL = 0.01   # seconds: 100 samples per second, 10 per 100 ms period
-RESCAN_EVERY = 100        # schedstat usage: look for new child groups every N readings
 GOLDEN = 0.6180339887498949   # the sampler's dither sequence: frac(k * GOLDEN)
 DITHER = 0.8                  # ... spread over 0.8 of a step
-
-
-class _SchedstatUsage:
-    """CPU used by the tasks of a v1 group and its descendants, from /proc/<tid>/schedstat.
-    A thread that leaves keeps its last value in the sum, so the total never goes down."""
-
-    def __init__(self, directory: Path, proc: Path) -> None:
-        self.directory, self.proc = directory, proc
-        # the group's directories; their ``tasks`` files are opened anew at each reading: a
-        # v1 pid list stays cached per open file while it is read (more often than once a
-        # second), so a file kept open would never show the threads born since
-        self._tasks: set[Path] = set()
-        self._threads: dict[int, tuple[int, int]] = {}   # tid -> (fd, last ns)
-        self._gone_ns = 0
-        self._reads = 0
-        self._finalizer = weakref.finalize(self, _close_schedstat, self._tasks, self._threads)
-        self._scan()
-
-    def _scan(self) -> None:
-        for here, _dirs, files in os.walk(self.directory):
-            if "tasks" in files:
-                self._tasks.add(Path(here))
-
-    def read(self) -> int:
-        self._reads += 1
-        if self._reads % RESCAN_EVERY == 0:
-            self._scan()
-        tids: set[int] = set()
-        for path in list(self._tasks):
-            try:
-                fd = os.open(path / "tasks", os.O_RDONLY)
-            except OSError:   # the child group was removed
-                self._tasks.discard(path)
-                continue
-            try:
-                tids.update(int(t) for t in _pread_all(fd).split())
-            except OSError:
-                self._tasks.discard(path)
-            finally:
-                os.close(fd)
-        for tid in list(self._threads):
-            if tid not in tids:
-                self._forget(tid)
-        total = self._gone_ns
-        for tid in tids:
-            entry = self._threads.get(tid)
-            if entry is None:
-                try:
-                    entry = (os.open(self.proc / str(tid) / "schedstat", os.O_RDONLY), 0)
-                except OSError:
-                    continue
-            fd, last = entry
-            try:
-                last = int(os.pread(fd, 128, 0).split(None, 1)[0])
-            except (OSError, ValueError, IndexError):
-                pass   # the thread ended between the tasks file and here: keep its last value
-            self._threads[tid] = (fd, last)
-            total += last
-        return total
-
-    def _forget(self, tid: int) -> None:
-        fd, last = self._threads.pop(tid)
-        self._gone_ns += last
-        os.close(fd)
-
-    def close(self) -> None:
-        self._finalizer()
-
-
-def _close_schedstat(tasks: set[Path], threads: dict[int, tuple[int, int]]) -> None:
-    _close_fds([fd for fd, _last in threads.values()])
-    tasks.clear()
-    threads.clear()
-
-
-def _pread_all(fd: int) -> bytes:
-    data = os.pread(fd, 65536, 0)
-    if len(data) < 65536:
-        return data
-    chunks, offset = [data], len(data)
-    while True:
-        more = os.pread(fd, 65536, offset)
-        if not more:
-            return b"".join(chunks)
-        chunks.append(more)
-        offset += len(more)
 
 
 def _close_fds(fds: list[int]) -> None:
@@ -136,7 +51,7 @@ def _close_fds(fds: list[int]) -> None:
 class CgroupReader:
     """Keeps one group's counter files open; :meth:`read` is one ``pread`` of ``cpu.stat``
     per quota level (plus the group's own ``cpu.stat`` on v2 when its quota is above it, or
-    ``cpuacct.usage``, or its threads' schedstat on v1; plus ``cpu.pressure`` on v2). Not for
+    ``cpuacct.usage``, or its processes' figures on v1; plus ``cpu.pressure`` on v2). Not for
     two threads at once: give each thread its own reader (``read_sample`` does)."""
 
     def __init__(self, target: CgroupTarget) -> None:
@@ -153,7 +68,7 @@ class CgroupReader:
         self._fds: list[int] = []
         self._usage_fd: int | None = None
         self._pressure_fd: int | None = None
-        self._schedstat: _SchedstatUsage | None = None
+        self.processes: ProcessUsage | None = None
         self._finalizer = weakref.finalize(self, _close_fds, self._fds)
         try:
             for reader in [*self._levels, *([self._own] if self._own else [])]:
@@ -161,14 +76,52 @@ class CgroupReader:
             if source.kind == "cpuacct":
                 self._usage_fd = os.open(source.path, os.O_RDONLY)
                 self._fds.append(self._usage_fd)
-            elif source.kind == "schedstat":
-                self._schedstat = _SchedstatUsage(source.path, source.proc)
+            elif source.kind == "proc":
+                self.processes = ProcessUsage(source.path, source.proc)
+            elif source.kind != "cpu.stat":
+                raise OSError(f"cannot read usage from {source.kind}")
             if target.pressure:
                 self._pressure_fd = os.open(target.directory / "cpu.pressure", os.O_RDONLY)
                 self._fds.append(self._pressure_fd)
         except OSError:
             self.close()
             raise
+        self._quota_fds = self._open_quotas()
+
+    def _open_quotas(self) -> list[tuple[int, ...]] | None:
+        """Each level's quota files, kept open (v1 ``cpu.cfs_quota_us`` and
+        ``cpu.cfs_period_us``, v2 ``cpu.max``); None when one cannot be opened (the samples
+        then carry no quota)."""
+        names = ("cpu.cfs_quota_us", "cpu.cfs_period_us") if self.version == 1 else ("cpu.max",)
+        opened: list[tuple[int, ...]] = []
+        try:
+            for reader in self._levels:
+                fds = []
+                for name in names:
+                    fds.append(os.open(reader.path.parent / name, os.O_RDONLY))
+                    self._fds.append(fds[-1])
+                opened.append(tuple(fds))
+        except OSError:
+            return None
+        return opened
+
+    @property
+    def reads_quota(self) -> bool:
+        """Whether each sample carries every level's quota (``CgroupSample.quotas``)."""
+        return self._quota_fds is not None
+
+    def _quotas(self) -> tuple[QuotaSetting, ...]:
+        if self._quota_fds is None:
+            return ()
+        out: list[QuotaSetting] = []
+        for fds in self._quota_fds:
+            if len(fds) == 2:
+                quota = parse_cfs_value(os.pread(fds[0], 64, 0).decode("ascii"))
+                period = parse_cfs_value(os.pread(fds[1], 64, 0).decode("ascii")) or 0
+            else:
+                quota, period = parse_cpu_max(os.pread(fds[0], 64, 0).decode("ascii"))
+            out.append((quota, period))
+        return tuple(out)
 
     def read(self, since_ns: int = 0) -> CgroupSample:
         """The counters now; ``t_ns`` is ``perf_counter_ns() - since_ns`` at the ``cpu.stat``
@@ -187,8 +140,8 @@ class CgroupReader:
             levels.append((more.nr_periods, more.nr_throttled, more.throttled_ns))
         if self._usage_fd is not None:
             usage = int(os.pread(self._usage_fd, 64, 0))
-        elif self._schedstat is not None:
-            usage = self._schedstat.read()
+        elif self.processes is not None:
+            usage = self.processes.read()
         else:
             usage = parse_usage_usec(self._own.read_bytes() if self._own else text) * 1000
         some = full = None
@@ -196,11 +149,12 @@ class CgroupReader:
             pressure = parse_pressure(os.pread(self._pressure_fd, 256, 0).decode("ascii"))
             some, full = pressure.some_ns, pressure.full_ns
         return CgroupSample((before + after) // 2 - since_ns, usage, stat.nr_periods,
-                            stat.nr_throttled, stat.throttled_ns, some, full, tuple(levels))
+                            stat.nr_throttled, stat.throttled_ns, some, full, tuple(levels),
+                            self._quotas())
 
     def close(self) -> None:
-        if self._schedstat is not None:
-            self._schedstat.close()
+        if self.processes is not None:
+            self.processes.close()
         for reader in [*self._levels, *([self._own] if self._own else [])]:
             reader.close()
         self._finalizer()
@@ -210,6 +164,31 @@ class CgroupReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def usage_note(reader: CgroupReader, base: dict[str, object]) -> dict[str, object]:
+    """``base`` (``UsageSource.to_metadata()``) brought up to date with what the reader's
+    processes' figures could not count so far (a group without a usage counter): the
+    resolution of reaped children's clock ticks, and why the usage cannot be known."""
+    note = dict(base)
+    if reader.processes is None:
+        return note
+    account = reader.processes.account
+    if account.children_ns:
+        note["resolution_ns"] = reader.processes.tick_ns
+    why: list[str] = []
+    if account.lost:
+        why.append(f"{account.lost} process(es) of the group ended after their last reading "
+                   "and were reaped outside it: what they used since is not counted anywhere "
+                   "this can read")
+    if account.blind:
+        pids = ", ".join(str(p) for p in sorted(account.blind))
+        why.append(f"process(es) {pids} ignore SIGCHLD: a child of theirs that ends between "
+                   "two samples is counted by no one")
+    if why:
+        note["unknown"] = "; ".join(why) + (" (only a group counter knows: give the group a "
+                                            "cpuacct twin, or use cgroup v2)")
+    return note
 
 
 _readers = threading.local()
@@ -260,6 +239,9 @@ class CgroupSampler:
         self._file: IO[str] | None = None
         self._reader: CgroupReader | None = None
         self._since_ns = 0
+        # where the usage comes from and what it could not count (``UsageSource.to_metadata``,
+        # ``unknown`` and ``resolution_ns`` brought up to date by ``stop()``)
+        self.usage: dict[str, object] = target.usage_source.to_metadata()
 
     def start(self, run_start_ns: int | None = None) -> CgroupSampler:
         """Start sampling (``run_start_ns``: the run's origin; default now). Takes the first
@@ -275,7 +257,8 @@ class CgroupSampler:
                                     f"{exc.strerror or exc}") from None
         if self.csv_path is not None:
             self._file = open_timeline(self.csv_path, timeline_columns(
-                self.target.pressure, max(0, len(self.target.levels) - 1)))
+                self.target.pressure, max(0, len(self.target.levels) - 1),
+                self._reader.reads_quota))
             self.written = self._file.tell()
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="cgroup-sampler", daemon=True)
@@ -339,9 +322,13 @@ class CgroupSampler:
             self._file.close()
             self._file = None
         if self._reader is not None:
+            self._note_usage(self._reader)
             self._reader.close()
             self._reader = None
         return self.samples
+
+    def _note_usage(self, reader: CgroupReader) -> None:
+        self.usage = usage_note(reader, self.usage)
 
     @property
     def running(self) -> bool:

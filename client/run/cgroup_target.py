@@ -24,9 +24,10 @@ A target that cannot be watched raises :class:`CgroupTargetError` with one line 
 
 How the group's CPU *usage* is read (:class:`UsageSource`): v2 ``usage_usec`` in ``cpu.stat``;
 v1 ``cpuacct.usage`` when the cpu and cpuacct controllers share the directory, or a cpuacct
-group of the same path holds the same processes (Docker makes ``/docker/<id>`` in both);
-otherwise (a group made under the cpu hierarchy only) the sum of ``/proc/<tid>/schedstat``'s
-first field (ns on CPU) over the ``tasks`` of the group and its descendants.
+group holds exactly the same processes (Docker makes ``/docker/<id>`` in both; a group of
+another path is found from the processes' own ``/proc/PID/cgroup``); otherwise (a group made
+under the cpu hierarchy only) from what the kernel keeps per process, ended threads and
+reaped children included (``client.run.process_usage``).
 """
 
 from __future__ import annotations
@@ -43,13 +44,18 @@ from client.run.cgroup_lookup import (CommandRunner, LookupFailed, docker_contai
                                       find_pod_directory, kubernetes_pod, parse_k8s_spec,
                                       run_command)
 from cpuquota.cgroupfs import (CpuLimit, Mount, cpu_mounts, find_cpu_controller, is_cpu_mount,
-                               map_group_path, parse_cpu_stat, parse_mountinfo, quota_levels)
+                               map_group_path, parse_cpu_stat, parse_mountinfo, parse_proc_cgroup,
+                               quota_levels)
 from cpuquota.limit import Limit, LimitError
 
-__all__ = ["USAGE_KINDS", "CgroupTarget", "CgroupTargetError", "QuotaLevel", "UsageSource",
+__all__ = ["USAGE_KINDS", "USAGE_RESOLUTION_NS", "CgroupTarget", "CgroupTargetError", "QuotaLevel", "UsageSource",
            "resolve_cgroup"]
 
-USAGE_KINDS = ("cpu.stat", "cpuacct", "schedstat")
+# "schedstat" (the live threads' schedstat summed) is only read back from old runs: it lost
+# every thread that ended between two samples
+USAGE_KINDS = ("cpu.stat", "cpuacct", "proc", "schedstat")
+# how fine each kind counts (ns); "proc": its reaped children come in clock ticks
+USAGE_RESOLUTION_NS = {"cpu.stat": 1000, "cpuacct": 1, "proc": 1, "schedstat": 1}
 
 
 class CgroupTargetError(ValueError):
@@ -60,8 +66,8 @@ class CgroupTargetError(ValueError):
 class UsageSource:
     """Where the group's CPU usage comes from. ``kind``: ``cpu.stat`` (v2 ``usage_usec``,
     ``path`` = the cpu.stat file), ``cpuacct`` (v1 ``cpuacct.usage``, ``path`` = that file) or
-    ``schedstat`` (``path`` = the group directory whose ``tasks``, and its descendants', are
-    summed from ``proc``/<tid>/schedstat)."""
+    ``proc`` (``path`` = the group directory whose processes, and its descendants', are
+    read from ``proc``: ``client.run.process_usage``)."""
 
     kind: str
     path: Path
@@ -71,6 +77,21 @@ class UsageSource:
         if self.kind not in USAGE_KINDS:
             raise ValueError(f"usage source must be one of {', '.join(USAGE_KINDS)} "
                              f"(got {self.kind!r})")
+
+    def describe(self) -> str:
+        """Where the figure comes from, in a few words, for the report and the metadata."""
+        if self.kind == "cpu.stat":
+            return f"usage_usec of {self.path}"
+        if self.kind == "cpuacct":
+            return f"{self.path}"
+        return (f"the CPU clocks of the processes in {self.path} (ended threads included) "
+                "and their reaped children (/proc/PID/stat cutime+cstime)")
+
+    def to_metadata(self) -> dict[str, Any]:
+        """``cgroup.usage`` of the run's metadata (``unknown``: why the run's usage cannot
+        be known, filled in when the run ends; None: it is the kernel's count)."""
+        return {"source": self.kind, "counter": self.describe(),
+                "resolution_ns": USAGE_RESOLUTION_NS[self.kind], "unknown": None}
 
 
 @dataclass(frozen=True)
@@ -124,6 +145,7 @@ class CgroupTarget:
                 "burst_us": self.burst_us,
                 "cpus": round(limit.cpus, 6) if limit else None,
                 "usage_source": self.usage_source.kind,
+                "usage": self.usage_source.to_metadata(),
                 "quota_group": self.levels[0].group if self.levels else None,
                 "levels": [level.to_metadata() for level in self.levels],
                 "pressure": self.pressure}
@@ -304,14 +326,29 @@ def _usage_source(directory: Path, version: int, group: str, stat_text: str, pro
         return UsageSource("cpu.stat", directory / "cpu.stat", proc)
     if (directory / "cpuacct.usage").exists():
         return UsageSource("cpuacct", directory / "cpuacct.usage", proc)
+    procs = _subtree_procs(directory)
     for mount in mounts:
         if mount.fstype != "cgroup" or "cpuacct" not in mount.super_options:
             continue
-        twin = map_group_path(mount, group)
-        if twin is not None and Path(twin, "cpuacct.usage").exists() \
-                and _subtree_procs(Path(twin)) == _subtree_procs(directory):
-            return UsageSource("cpuacct", Path(twin, "cpuacct.usage"), proc)
-    return UsageSource("schedstat", directory, proc)
+        groups = {group} | _cpuacct_groups(procs or set(), proc)
+        for candidate in sorted(groups):
+            twin = map_group_path(mount, candidate)
+            if twin is not None and Path(twin, "cpuacct.usage").exists() \
+                    and (procs or candidate == group) and _subtree_procs(Path(twin)) == procs:
+                return UsageSource("cpuacct", Path(twin, "cpuacct.usage"), proc)
+    return UsageSource("proc", directory, proc)
+
+
+def _cpuacct_groups(pids: set[int], proc: Path) -> set[str]:
+    """The v1 cpuacct groups the processes are in (from their ``/proc/PID/cgroup``)."""
+    found: set[str] = set()
+    for pid in pids:
+        try:
+            text = (proc / str(pid) / "cgroup").read_text(encoding="ascii")
+        except OSError:
+            continue
+        found.update(m.path for m in parse_proc_cgroup(text) if "cpuacct" in m.controllers)
+    return found
 
 
 def _subtree_procs(directory: Path) -> set[int] | None:

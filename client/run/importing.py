@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from client.data.timeline_meta import TimelineMetadata
 from client.run.attach import mark_records
 
 __all__ = ["ImportSpec", "ImportedRun", "build_imported", "mark_imported", "max_overlap",
-           "place_requests", "save_imported"]
+           "only_upstream", "place_requests", "placeable", "save_imported", "upstream_matches"]
 
 
 @dataclass(frozen=True)
@@ -88,23 +88,70 @@ def max_overlap(records: list[RequestRecord]) -> int:
 
 
 def mark_imported(records: list[RequestRecord], timeline: list[CgroupSample],
-                  timeline_meta: TimelineMetadata) -> tuple[list[RequestRecord], int]:
+                  timeline_meta: TimelineMetadata, placed: bool = True
+                  ) -> tuple[list[RequestRecord], int]:
+    """The records marked, and how many were left unmarked (outside the timeline). When the
+    file's starts are too coarse to place a request among the periods (``placed`` False,
+    :func:`placeable`), none is marked (None: unknown), and 0 are counted outside."""
+    if not placed:
+        return list(records), 0
     marked = mark_records(records, timeline, [timeline_meta.period_ns], outside=False)
     return marked, sum(1 for r in marked if r.cgroup_nr_throttled is None)
+
+
+def placeable(imported: Imported, period_ns: int | None) -> bool:
+    """Whether the file's starts are fine enough to mark its requests: to within a tenth of the
+    quota's period (10 ms of 100 ms). Traefik's CLF gives whole seconds: a request began
+    somewhere in a second, ten periods, so which period's throttling it met is unknown."""
+    return imported.start_step_ns <= (period_ns or 100_000_000) // 10
+
+
+def upstream_matches(upstream: str, wanted: str) -> bool:
+    """Whether a request's upstream (``10.42.0.7:8000``, ``[fd00::7]:8000``) is the one
+    asked for: ``IP:PORT`` exactly, ``IP`` (or ``[IP]``) on any port."""
+    if not upstream:
+        return False
+    if upstream == wanted:
+        return True
+    host = upstream.rsplit(":", 1)[0] if upstream.count(":") == 1 or upstream.startswith(
+        "[") else upstream
+    return host.strip("[]") == wanted.strip("[]")
+
+
+def only_upstream(imported: Imported, wanted: str) -> Imported:
+    """The requests ``wanted`` (``IP[:PORT]``) served (``ValueError``, one line, when the
+    format names no upstream or none matches)."""
+    if not imported.upstreams:
+        raise ValueError(f"{imported.format} does not name each request's upstream: --upstream "
+                         "needs Traefik's access log or an nginx --log-format with "
+                         "$upstream_addr")
+    kept = [r for r in imported.requests if upstream_matches(r.upstream, wanted)]
+    if not kept:
+        seen: dict[str, int] = {}
+        for r in imported.requests:
+            seen[r.upstream or "-"] = seen.get(r.upstream or "-", 0) + 1
+        listed = ", ".join(f"{u} ({n})" for u, n in sorted(seen.items(), key=lambda i: -i[1])[:5])
+        raise ValueError(f"no request was served by {wanted} (the upstreams in the file: "
+                         f"{listed})")
+    return replace(imported, requests=kept,
+                   notes=[*imported.notes, f"{len(kept)} of {len(imported.requests)} requests "
+                          f"served by {wanted} (--upstream)"])
 
 
 def build_imported(spec: ImportSpec, imported: Imported, records: list[RequestRecord],
                    timeline: list[CgroupSample], timeline_meta: TimelineMetadata,
                    zero_epoch_ns: int) -> ImportedRun:
     """The marked records and the run's metadata."""
-    marked, outside = mark_imported(records, timeline, timeline_meta)
+    placed = placeable(imported, timeline_meta.period_ns)
+    marked, outside = mark_imported(records, timeline, timeline_meta, placed)
     overlap = max_overlap(marked)
     first_epoch = zero_epoch_ns + (marked[0].start_ns if marked else 0)
     details: dict[str, Any] = {
         "file": str(spec.source), "format": imported.format, "clock": imported.clock,
         "timeline": str(spec.timeline_path), "offset_s": spec.offset_ns / 1e9,
         "start_epoch_s": None if spec.start_epoch_ns is None else spec.start_epoch_ns / 1e9,
-        "outside_timeline": outside}
+        "outside_timeline": outside, "start_step_s": imported.start_step_ns / 1e9,
+        "marked": placed, "notes": list(imported.notes)}
     metadata = RunMetadata(
         name=spec.name, tool=f"{imported.format} (http-timing import)", version=__version__,
         url=imported.url, mode=LoadMode.SEQUENTIAL if overlap == 1 else LoadMode.CLOSED_LOOP,

@@ -43,7 +43,7 @@ from client.run.usage import UsageSample, UsageSampler
 
 __all__ = ["BURN_PATH", "Load", "Measurement", "Progress", "Started", "measure", "target_spec"]
 
-BURN_PATH = "/cpuBurnFlow"   # burn-service's request (``?iterations=N`` burns N ~1 us steps)
+BURN_PATH = "/cpuBurnFlow"   # burn-service's request (``?iterations=N``: N calibrated 1 us steps)
 
 Started = Target | ReplicaSet      # what ``measure`` starts and stops
 Observer = Callable[[RequestRecord], None]

@@ -190,6 +190,8 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
         metadata.interrupted = interrupted
         metadata.stop_reason = outcome.stop_reason
         metadata.summary = summarize(outcome.records)
+        if attached is not None and metadata.cgroup is not None:
+            metadata.cgroup["usage"] = attached.sampler.usage
         note_pace(metadata, spec.plan, outcome)
         if watcher is not None:
             metadata.live = watcher.run_ended(outcome.records)

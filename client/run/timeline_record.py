@@ -102,6 +102,8 @@ def record_timeline(spec: TimelineSpec,
             sampler.stop()
     meta.ended_at = datetime.now(timezone.utc).isoformat()
     meta.samples = sampler.count
+    if meta.cgroup is not None:
+        meta.cgroup["usage"] = sampler.usage
     meta.stop_reason = sampler.error or ("interrupted" if meta.interrupted else
                                          "duration" if deadline is not None else None)
     with files_first():

@@ -18,6 +18,7 @@ from client.data.imports.k6 import K6Csv, K6Json
 from client.data.imports.locust import LocustCsv
 from client.data.imports.nginx import NginxTiming
 from client.data.imports.oha import OhaCsv, OhaSqlite
+from client.data.imports.traefik import TraefikClf, TraefikJson
 from client.data.imports.vegeta import VegetaCsv, VegetaJson
 
 __all__ = ["EPOCH", "IMPORTERS", "RELATIVE", "ImportFileError", "Imported", "ImportedRequest",
@@ -39,7 +40,8 @@ class Importer(Protocol):
 
 IMPORTERS: dict[str, Importer] = {i.name: i for i in (
     VegetaCsv(), VegetaJson(), K6Json(), K6Csv(), HeyCsv(), OhaCsv(), OhaSqlite(),
-    JMeterCsv(), LocustCsv(), NginxTiming(), EnvoyDefault(), EnvoyJson())}
+    JMeterCsv(), LocustCsv(), TraefikClf(), TraefikJson(), NginxTiming(), EnvoyDefault(),
+    EnvoyJson())}
 
 
 def recognise(path: Path) -> Importer:

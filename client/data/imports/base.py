@@ -37,6 +37,7 @@ class ImportedRequest:
     latency_ns: int
     status: int            # 0: no answer (transport error)
     error: str = ""
+    upstream: str = ""     # the server that answered it (a proxy's log: "10.42.0.7:8000")
 
 
 @dataclass
@@ -47,6 +48,10 @@ class Imported:
     url: str = ""
     anchor_epoch_ns: int | None = None   # a relative file's coarse start (oha's ``run``), if any
     notes: list[str] = field(default_factory=list)
+    # the starts are known only to this step (Traefik's CLF: whole seconds); 0: to the ns/µs/ms
+    # the file writes, fine enough to place a request among a quota's periods
+    start_step_ns: int = 0
+    upstreams: bool = False   # whether the format names each request's upstream
 
 
 def bad_line(path: Path, line: int | None, expected: str) -> NoReturn:

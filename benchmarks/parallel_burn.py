@@ -1,0 +1,52 @@
+"""The parallel burn's speed-up: CPU time over wall time of ``?threads=T`` (``service.burn``).
+
+    .venv/bin/python -m benchmarks.parallel_burn [--iterations 20000] [--threads 1 2 4]
+                                                 [--rounds 5]
+
+For each T, ``rounds`` burns of ``--iterations`` calibrated iterations (1 us of CPU each) on
+each of T threads at once (this one and T-1 of a pool, as ``/cpuBurnFlow?threads=T`` does),
+in this process, no service around it. Prints the CPU per thread, the wall time and CPU / wall
+(the CPUs used at once: up to min(T, idle CPUs)), best and median over the rounds.
+
+This needs idle CPUs to say anything: another busy process on one of two CPUs holds the
+parallel burn near 1.0. The tests prove the behaviour that does not (``tests/test_burn.py``:
+each thread's own CPU clock, the GIL released); this measures the speed-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from benchmarks.support import describe_load, run_main
+from service.burn import Calibration, burn_parallel, measured
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--iterations", type=int, default=20000)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--rounds", type=int, default=5)
+    opts = parser.parse_args(argv)
+    if opts.iterations < 1 or opts.rounds < 1 or min(opts.threads) < 1:
+        parser.error("--iterations, --threads and --rounds must be positive")
+    cal = Calibration(measured())
+    print(f"{cal.startup_line()}\n{describe_load('before')}\n")
+    print("| threads | CPU per thread ms | wall ms (median) | CPU / wall best | median |")
+    print("|---:|---:|---:|---:|---:|")
+    with ThreadPoolExecutor(max_workers=max(opts.threads)) as pool:
+        for threads in opts.threads:
+            runs = [burn_parallel(opts.iterations, threads, pool.submit, calibration=cal)
+                    for _ in range(opts.rounds)]
+            ratios = [r.cpu_ns / r.wall_ns for r in runs]
+            print(f"| {threads} | {statistics.median(r.cpu_ns for r in runs) / threads / 1e6:.1f}"
+                  f" | {statistics.median(r.wall_ns for r in runs) / 1e6:.1f} | "
+                  f"{max(ratios):.2f} | {statistics.median(ratios):.2f} |", flush=True)
+    print(f"\n{describe_load('after')}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,46 @@
+"""``python -m kubenode up|down|status|build|images``: the node on this host (needs root)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kubenode import build, node
+from kubenode.config import layout
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kubenode",
+                                     description="A single-node Kubernetes cluster on this host, "
+                                                 "in namespaces of its own.")
+    parser.add_argument("command", choices=("up", "down", "status", "build", "images"))
+    args = parser.parse_args(argv)
+    lay = layout()
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    try:
+        if args.command == "build":
+            build.build_all(lay, log)
+        elif args.command == "up":
+            node.up(lay, log)
+            print(node.shell_exports(lay), end="")
+            log("stop it with: make kube-down")
+        elif args.command == "down":
+            seconds = node.down(lay, log)
+            log(f"node down in {seconds['total']:.1f} s; nothing of it left on the host")
+        elif args.command == "images":
+            seconds = node.load_project_images(lay, log)
+            log("images in the node: " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()))
+        else:
+            print(node.status_json(lay))
+    except (RuntimeError, PermissionError, OSError) as exc:
+        log(f"kubenode {args.command}: {exc}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

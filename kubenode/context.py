@@ -1,0 +1,139 @@
+"""The node as the steps see it: its places, its processes, and how to ask it things (kubectl,
+commands in its namespaces, listening sockets read from /proc)."""
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from kubenode import host
+from kubenode.config import NODE_NAME, Layout
+from kubenode.proc import read_pidfile, run, start_daemon, stop_pidfile
+
+__all__ = ["Node", "BIND_MOUNTS", "Log"]
+
+Log = Callable[[str], None]
+
+# The paths that the kubelet, containerd and the CNI plugins hard-code: inside the node's mount
+# namespace each is a bind mount of a directory of the node's own (state dir -> path).
+BIND_MOUNTS = {
+    "mnt/var-lib-kubelet": "/var/lib/kubelet",
+    "mnt/var-lib-cni": "/var/lib/cni",
+    "mnt/var-log": "/var/log",
+    "mnt/run-containerd": "/run/containerd",
+    "mnt/run-netns": "/run/netns",
+}
+
+
+@dataclass
+class Node:
+    lay: Layout
+    log: Log = print
+    timings: dict[str, float] = field(default_factory=dict)
+
+    # --- places ---------------------------------------------------------------------------
+    def p(self, *parts: str) -> Path:
+        return self.lay.path(*parts)
+
+    @property
+    def pidfile_holder(self) -> Path:
+        return self.p("pids", "holder.pid")
+
+    @property
+    def holder(self) -> int | None:
+        return host.holder_pid(self.pidfile_holder)
+
+    def need_holder(self) -> int:
+        pid = self.holder
+        if pid is None:
+            raise RuntimeError("the node's holder process is not running")
+        return pid
+
+    @property
+    def containerd_address(self) -> str:
+        return str(self.p("containerd", "containerd.sock"))
+
+    def bin(self, name: str) -> str:
+        return str(self.lay.kube_bin / name)
+
+    # --- helpers --------------------------------------------------------------------------
+    def kubectl(self, *args: str, check: bool = True, timeout: float = 60,
+                input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return run([self.bin("kubectl"), "--kubeconfig", str(self.lay.kubeconfig), *args],
+                   check=check, timeout=timeout, input=input)
+
+    def ns(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return run([*host.nsenter(self.need_holder()), *cmd], check=check)
+
+    def daemon(self, name: str, cmd: Sequence[str]) -> None:
+        start_daemon([*host.nsenter(self.need_holder()), *cmd],
+                     pidfile=self.p("pids", f"{name}.pid"), logfile=self.p("logs", f"{name}.log"))
+
+    def daemon_alive(self, name: str) -> bool:
+        return read_pidfile(self.p("pids", f"{name}.pid")) is not None
+
+    def stop(self, name: str, timeout: float = 20.0) -> None:
+        stop_pidfile(self.p("pids", f"{name}.pid"), timeout=timeout)
+
+    def listening(self, port: int) -> bool:
+        """A TCP socket in LISTEN on ``port`` in the node's network namespace (read from
+        /proc/<holder>/net/tcp{,6}: no packet sent)."""
+        holder = self.holder
+        if holder is None:
+            return False
+        for table in ("tcp", "tcp6"):
+            try:
+                lines = Path(f"/proc/{holder}/net/{table}").read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for line in lines:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    return True
+        return False
+
+    def wait(self, what: str, ready: Callable[[], bool], timeout: float, *,
+             daemon: str | None = None) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if daemon is not None and not self.daemon_alive(daemon):
+                raise RuntimeError(f"{daemon} exited: {self.log_tail(daemon)}")
+            if time.monotonic() > deadline:
+                tail = f": {self.log_tail(daemon)}" if daemon else ""
+                raise RuntimeError(f"{what} not ready after {timeout:.0f} s{tail}")
+            time.sleep(0.25)
+
+    def log_tail(self, name: str, lines: int = 6) -> str:
+        try:
+            text = self.p("logs", f"{name}.log").read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return " | ".join(text.strip().splitlines()[-lines:])
+
+    def api_ready(self) -> bool:
+        if not self.lay.kubeconfig.exists() or not (self.lay.kube_bin / "kubectl").exists():
+            return False
+        try:
+            return self.kubectl("get", "--raw", "/readyz", check=False,
+                                timeout=10).stdout.strip() == "ok"
+        except subprocess.TimeoutExpired:
+            return False
+
+    def node_ready(self) -> bool:
+        if not self.api_ready():
+            return False
+        out = self.kubectl("get", "node", NODE_NAME, "-o",
+                           'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
+                           check=False).stdout
+        return out.strip() == "True"
+
+    def deployment_ready(self, namespace: str, name: str) -> bool:
+        if not self.api_ready():
+            return False
+        out = self.kubectl("-n", namespace, "get", "deployment", name, "-o",
+                           "jsonpath={.status.readyReplicas}/{.spec.replicas}",
+                           check=False).stdout.strip()
+        ready, _, want = out.partition("/")
+        return bool(ready) and ready == want

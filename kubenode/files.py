@@ -1,0 +1,143 @@
+"""The node's configuration files, rendered as text from the layout (pure: no I/O here)."""
+from __future__ import annotations
+
+import json
+
+from kubenode.config import (API_PORT, CGROUP_ROOT, CLUSTER_CIDR, DNS_SERVICE_IP, NODE_ADDR,
+                             POD_CIDR, Layout)
+
+__all__ = ["kubeconfig", "containerd_toml", "kubelet_config", "kube_proxy_config", "cni_conflist",
+           "KUBELET_SYSCTLS", "PAUSE_IMAGE", "COREDNS_IMAGE", "TRAEFIK_IMAGE"]
+
+# Local image names (no registry host: these images are imported, never pulled).
+PAUSE_IMAGE = "throttle-lab-pause:3.10.1"
+COREDNS_IMAGE = "throttle-lab-coredns:v1.15.0"
+TRAEFIK_IMAGE = "throttle-lab-traefik:v3.6.12"
+
+# The global sysctls the kubelet sets when they differ from these values (pkg/kubelet/cm,
+# setupKernelTunables). Inside the node's mount namespace a file holding each value is
+# bind-mounted over its /proc/sys path, so the kubelet finds what it wants and writes nothing.
+KUBELET_SYSCTLS = {
+    "vm/overcommit_memory": "1",
+    "vm/panic_on_oom": "0",
+    "kernel/panic": "10",
+    "kernel/panic_on_oops": "1",
+    "kernel/keys/root_maxkeys": "1000000",
+    "kernel/keys/root_maxbytes": "25000000",
+}
+
+
+def kubeconfig(lay: Layout, user: str, *, server: str | None = None) -> str:
+    """A kubeconfig for one of the node's client certificates (``pki/<user>.crt``)."""
+    pki = lay.path("pki")
+    doc = {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "throttle-lab", "cluster": {
+            "server": server or f"https://{NODE_ADDR}:{API_PORT}",
+            "certificate-authority": str(pki / "ca.crt")}}],
+        "users": [{"name": user, "user": {"client-certificate": str(pki / f"{user}.crt"),
+                                          "client-key": str(pki / f"{user}.key")}}],
+        "contexts": [{"name": "throttle-lab", "context": {"cluster": "throttle-lab",
+                                                          "user": user}}],
+        "current-context": "throttle-lab",
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def containerd_toml(lay: Layout) -> str:
+    """containerd of the node's own: root, state and socket under the state directory;
+    runc via io.containerd.runc.v2 (containerd 1.6's CRI needs the runtime named); cgroupfs;
+    ``restrict_oom_score_adj`` (no CAP_SYS_RESOURCE in a sandbox: the pause container's -998
+    would be refused)."""
+    base = lay.path("containerd")
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    return f"""version = 2
+root = "{base / 'root'}"
+state = "{base / 'state'}"
+
+[grpc]
+  address = "{base / 'containerd.sock'}"
+
+[ttrpc]
+  address = "{base / 'containerd.sock.ttrpc'}"
+
+[{cri}]
+  sandbox_image = "{PAUSE_IMAGE}"
+  restrict_oom_score_adj = true
+  enable_selinux = false
+
+[{cri}.containerd]
+  default_runtime_name = "runc"
+  snapshotter = "overlayfs"
+
+[{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[{cri}.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+
+[{cri}.cni]
+  bin_dir = "/usr/lib/cni"
+  conf_dir = "{lay.path('cni', 'net.d')}"
+"""
+
+
+def kubelet_config(lay: Layout) -> str:
+    pki = lay.path("pki")
+    doc = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                           "x509": {"clientCAFile": str(pki / "ca.crt")}},
+        "authorization": {"mode": "Webhook"},
+        "tlsCertFile": str(pki / "kubelet-serving.crt"),
+        "tlsPrivateKeyFile": str(pki / "kubelet-serving.key"),
+        "address": NODE_ADDR,
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": f"/{CGROUP_ROOT}",
+        "cgroupsPerQOS": True,
+        "containerRuntimeEndpoint": f"unix://{lay.path('containerd', 'containerd.sock')}",
+        "clusterDNS": [DNS_SERVICE_IP],
+        "clusterDomain": "cluster.local",
+        "resolvConf": str(lay.path("resolv.conf")),
+        "failSwapOn": False,
+        "protectKernelDefaults": False,
+        "podCIDR": POD_CIDR,
+        "maxPods": 30,
+        "serializeImagePulls": False,
+        # A busy shared disk must not evict the node's pods: only a nearly full one does.
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "2%",
+                         "imagefs.available": "2%", "nodefs.inodesFree": "2%"},
+        "imageGCHighThresholdPercent": 99, "imageGCLowThresholdPercent": 98,
+        "fileCheckFrequency": "5s", "syncFrequency": "10s",
+        "nodeStatusReportFrequency": "10s",
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def kube_proxy_config(lay: Layout) -> str:
+    doc = {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": str(lay.path("kube-proxy.kubeconfig"))},
+        "mode": "iptables",
+        "clusterCIDR": CLUSTER_CIDR,
+        # 0: leave nf_conntrack_max alone (global, and not writable from the node's namespace).
+        "conntrack": {"maxPerCore": 0},
+        "bindAddress": "0.0.0.0",
+        "metricsBindAddress": "127.0.0.1:10249",
+        "healthzBindAddress": "127.0.0.1:10256",
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def cni_conflist() -> str:
+    doc = {
+        "cniVersion": "0.4.0", "name": "throttle-lab",
+        "plugins": [
+            {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False,
+             "hairpinMode": True,
+             "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR}]],
+                      "routes": [{"dst": "0.0.0.0/0"}]}},
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+    return json.dumps(doc, indent=2) + "\n"

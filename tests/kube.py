@@ -1,0 +1,147 @@
+"""The single-node cluster for the tests: one node per session (kubenode.node, the module
+``make kube-node`` calls), and what the host looks like before, during and after it.
+
+A node that was already up when the session started is reused and left up; one started here is
+taken down at the end, and the host must then look as it did before (checked in the fixture's
+teardown: a difference is an error of the session).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubenode import files, host, node
+from kubenode.config import CGROUP_ROOT, NODE_NAME, VETH_HOST, layout
+from tests.support import require
+
+__all__ = ["BEFORE", "HostView", "host_view", "node_session", "require_node_tools", "iptables_lines",
+           "wait_for", "NODE_PATHS"]
+
+TOOLS = ("etcd", "containerd", "runc", "ctr", "conntrack", "iptables", "unshare", "nsenter",
+         "openssl", "gcc", "ip", "docker")
+# Paths a node without its bind mounts would leave on the host.
+NODE_PATHS = ("/var/lib/kubelet", "/var/lib/cni", "/run/netns", "/run/containerd",
+              "/var/log/pods", "/var/log/containers")
+# Host sysctls the kubelet or kube-proxy would write if the node were not in namespaces of its own.
+HOST_SYSCTLS = [*files.KUBELET_SYSCTLS, "net/ipv4/ip_forward", "net/ipv4/conf/all/route_localnet",
+                "net/netfilter/nf_conntrack_max"]
+
+
+def require_node_tools() -> None:
+    require(sys.platform.startswith("linux"), "the node needs Linux namespaces and cgroups")
+    require(os.geteuid() == 0, "the node needs root (namespaces, cgroups, mounts)")
+    for tool in TOOLS:
+        require(shutil.which(tool) is not None,
+                f"{tool} not found (scripts/install-system-deps.sh installs the node's parts)")
+    require(Path("/usr/lib/cni/bridge").exists(),
+            "no CNI plugins in /usr/lib/cni (containernetworking-plugins)")
+    require(shutil.which("go") is not None or Path("/usr/local/go/bin/go").exists(),
+            "no Go toolchain: the node's Kubernetes is built from the Go module proxy")
+    require(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists(),
+            "the node's tests read cgroup v1 quota files (cpu controller at /sys/fs/cgroup/cpu)")
+
+
+def iptables_lines(prefixes: tuple[str, ...] = ("KUBE-", "CNI-")) -> list[str]:
+    """Lines of the host's iptables (every backend installed) naming the cluster's chains."""
+    out: list[str] = []
+    for tool in ("iptables-save", "iptables-legacy-save", "iptables-nft-save"):
+        if shutil.which(tool):
+            text = subprocess.run([tool], capture_output=True, text=True, timeout=60).stdout
+            out += [line for line in text.splitlines() if any(p in line for p in prefixes)]
+    return out
+
+
+@dataclass(frozen=True)
+class HostView:
+    sysctls: dict[str, str]
+    iptables: tuple[str, ...]
+    mounts: tuple[str, ...]          # mount points of the node's (state dir, its paths)
+    groups: tuple[str, ...]          # the cgroup root in any hierarchy, kubepods anywhere at top
+    links: tuple[str, ...]           # the node's links seen on the host
+    paths: tuple[str, ...]           # NODE_PATHS that exist
+    processes: tuple[str, ...]       # processes running the node's programs
+
+
+# The host as the session found it, before the node came up (node_session fills it).
+BEFORE: list[HostView] = []
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return "(absent)"
+
+
+def host_view() -> HostView:
+    lay = layout()
+    sysctls = {key: _read(Path("/proc/sys") / key) for key in HOST_SYSCTLS}
+    watched = (str(lay.state), *NODE_PATHS)
+    mounts = tuple(line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                   if line.split()[4].startswith(watched))
+    groups = tuple(str(mount / name) for _, mount in host.cgroup_mounts()
+                   for name in (CGROUP_ROOT, "kubepods") if (mount / name).exists())
+    links = tuple(name for name in os.listdir("/sys/class/net")
+                  if name in (VETH_HOST, "cni0") or name.startswith("tlnode"))
+    paths = tuple(p for p in NODE_PATHS if Path(p).exists())
+    processes = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:  # the node's programs, or anything started with its state directory (its
+            # containerd and the shims: the host's own containerd, docker's, does not count)
+            exe = os.readlink(f"/proc/{entry}/exe")
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if exe.startswith(str(lay.kube_bin)) or str(lay.state) in cmdline:
+            processes.append(f"{entry} {cmdline.strip()[:100]}")
+    return HostView(sysctls, tuple(iptables_lines()), mounts, groups, links, paths,
+                    tuple(sorted(set(processes))))
+
+
+def wait_for(what: str, ready, timeout: float, interval: float = 1.0):  # type: ignore[no-untyped-def]
+    """Poll ``ready()`` until it returns something true; return that, or fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = ready()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not after {timeout:.0f} s")
+        time.sleep(interval)
+
+
+def node_session() -> Iterator[node.Node]:
+    """Bring the node up (or reuse one that is up), yield it, take it down if it was started
+    here and check that the host looks as before."""
+    require_node_tools()
+    lay = layout()
+    probe = node.Node(lay, lambda _: None)
+    reused = node.is_up(probe)
+    before = host_view()
+    BEFORE.clear()
+    BEFORE.append(before)
+    t0 = time.monotonic()
+    the_node = node.up(lay, log=lambda msg: print(f"[kubenode] {msg}", flush=True))
+    print(f"[kubenode] node {'reused' if reused else 'up'} in {time.monotonic() - t0:.1f} s "
+          f"({NODE_NAME})", flush=True)
+    try:
+        yield the_node
+    finally:
+        if not reused:
+            t0 = time.monotonic()
+            node.down(lay, log=lambda msg: print(f"[kubenode] {msg}", flush=True))
+            print(f"[kubenode] node down in {time.monotonic() - t0:.1f} s", flush=True)
+            after = host_view()
+            diff = {field: (getattr(before, field), getattr(after, field))
+                    for field in before.__dataclass_fields__
+                    if getattr(before, field) != getattr(after, field)}
+            assert not diff, f"the host after the node differs from before: {diff}"
+

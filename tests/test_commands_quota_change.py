@@ -1,0 +1,116 @@
+"""A run that spans a change of quota, on a real cgroup: burn-service in its group at 0.2 CPU,
+``cpu.cfs_quota_us`` (v1; ``cpu.max`` on v2) raised to 0.5 CPU mid-run (what an in-place pod
+resize does to the pod's and the container's groups), and ``http-timing --cgroup`` timing it.
+The timeline holds both quotas, ``report`` names both with the requests sent under each,
+``report --predict`` models each part under its own quota, the marks still add up to the
+group's ``cpu.stat``, and ``watch`` shows the change live."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from client.data.files import read_run
+from client.data.timeline import read_timeline, timeline_path
+from tests.support import BIN, HIERARCHIES, http_timing, require_kernel_quota, service_process
+
+pytestmark = pytest.mark.root
+
+ITERATIONS = 50_000    # ~27 ms of CPU here: throttled at 0.2 CPU (20 ms a period), less at 0.5
+PERIOD_US = 100_000
+
+
+def _set_quota(group: Path, version: int, quota_us: int) -> None:
+    if version == 1:
+        (group / "cpu.cfs_quota_us").write_text(f"{quota_us}\n")
+    else:
+        (group / "cpu.max").write_text(f"{quota_us} {PERIOD_US}\n")
+
+
+@pytest.mark.timeout(900)
+@HIERARCHIES
+def test_a_quota_raised_mid_run(tmp_path: Path, cgroup_version: int) -> None:
+    require_kernel_quota(cgroup_version)
+    # the v2 guest (TCG) is ~15x slower: fewer, smaller requests; burn-service starts in its
+    # group at 1 CPU (its imports take ~17 s of CPU there), then the group gets 0.2
+    requests, iterations = (60, ITERATIONS) if cgroup_version == 1 else (24, ITERATIONS // 5)
+    with service_process(["--cpus", "1"], timeout=60 if cgroup_version == 1 else 300) as (
+            base, _proc):
+        group = Path(httpx.get(base + "/limits", timeout=5).json()["cgroup"]["path"])
+        _set_quota(group, cgroup_version, 20_000)
+        watch = subprocess.Popen([str(BIN / "http-timing"), "watch", str(group), "--json",
+                                  "--interval", "0.5"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        run = subprocess.Popen([str(BIN / "http-timing"), "--url", f"{base}/cpuBurnFlow",
+                                "--iterations", str(iterations), "--requests", str(requests),
+                                "--warmup", "0", "--cgroup", str(group), "--name", "resize",
+                                "--quiet", "--no-plot"], cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            csv_path = tmp_path / "raw-data" / "resize.csv"
+            deadline = time.monotonic() + 300
+            while True:   # raise the quota once half the requests are done (a row each)
+                done = (len(csv_path.read_text().splitlines()) - 1 if csv_path.exists() else 0)
+                if done >= requests // 2:
+                    break
+                assert run.poll() is None and time.monotonic() < deadline, run.stderr
+                time.sleep(0.02)
+            _set_quota(group, cgroup_version, 50_000)
+            out, err = run.communicate(timeout=600)
+            assert run.returncode == 0, err
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+            watch.terminate()
+            watched, _ = watch.communicate(timeout=20)
+    timeline = read_timeline(timeline_path(csv_path))
+    quotas = [s.quotas[0] for s in timeline]
+    assert quotas[0] == (20_000, PERIOD_US) and quotas[-1] == (50_000, PERIOD_US)
+    changes = sum(1 for a, b in zip(quotas, quotas[1:]) if a != b)
+    assert changes == 1, quotas
+
+    recorded = read_run(csv_path)
+    marks = sum(r.cgroup_throttled_ns or 0 for r in recorded.records)
+    group_ns = timeline[-1].throttled_ns - timeline[0].throttled_ns
+    assert group_ns > 100_000_000
+    assert marks == pytest.approx(group_ns, rel=0.2)   # one at a time: the marks add up
+
+    data = json.loads(http_timing("report", str(csv_path), "--json", cwd=tmp_path).stdout)
+    parts = data["quotas"]
+    assert [(p["quota_us"], p["cpus"]) for p in parts] == [(20_000, 0.2), (50_000, 0.5)]
+    assert sum(p["requests"] for p in parts) == data["count"] == requests
+    assert all(p["requests"] >= requests // 3 for p in parts), parts
+    # what the kernel counted in each part's stretch: each part used at most about its quota;
+    # under 0.5 the group either was throttled in a smaller share of the periods (a fast
+    # machine: the requests fit) or used more than 0.2 CPU allows (a slow one, e.g. the v2
+    # guest, where the requests outgrow even 0.5 CPU and every period is throttled)
+    tight, loose = parts
+    assert tight["usage_cpus"] <= 0.2 * 1.15 and tight["cgroup_nr_throttled"] > 0
+    assert loose["usage_cpus"] <= 0.5 * 1.15
+    assert (loose["cgroup_nr_throttled"] / max(1, loose["cgroup_nr_periods"]) <
+            tight["cgroup_nr_throttled"] / tight["cgroup_nr_periods"] or
+            loose["usage_cpus"] > 0.2 * 1.15), parts
+    text = http_timing("report", str(csv_path), cwd=tmp_path).stdout
+    assert "quota changed during the run" in text
+    assert "0.2 CPU (20000 µs per 100000 µs)" in text
+    assert "0.5 CPU (50000 µs per 100000 µs)" in text
+
+    predicted = http_timing("report", str(csv_path), "--predict", "--json", cwd=tmp_path)
+    assert predicted.returncode == 0, predicted.stderr
+    by_quota = json.loads(predicted.stdout)["by_quota"]
+    assert [p["span"]["cpus"] for p in by_quota] == [0.2, 0.5]
+    assert ["0.2" in p["model_limit"] for p in by_quota] == [True, False]
+    assert "0.5" in by_quota[1]["model_limit"]
+    assert [p["count"] for p in by_quota] == [p["requests"] for p in parts]
+    # each part's requests were sent while its quota was in force
+    for part, (start_s, end_s) in zip(by_quota, [(p["from_s"], p["to_s"]) for p in parts]):
+        assert part["span"]["from_s"] == start_s and part["span"]["to_s"] == end_s
+
+    seen = [json.loads(line)["quota_cpus"] for line in watched.splitlines() if line.strip()]
+    assert seen[0] == 0.2 and seen[-1] == 0.5 and set(seen) == {0.2, 0.5}, seen

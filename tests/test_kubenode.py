@@ -1,0 +1,219 @@
+"""kubenode's pure parts: the generated go.mod files, the config files, the step engine, the
+docker-archive writer, and the pid files (with real processes). The node itself is
+tests/test_kube_node.py."""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from kubenode import build, files, images, proc
+from kubenode.addons import COREFILE, coredns_manifests
+from kubenode.config import DNS_SERVICE_IP, Layout
+from kubenode.steps import Step, StepError, pending, run_down, run_up
+
+KUBE_GOMOD = """module k8s.io/kubernetes
+
+go 1.24.0
+
+require (
+\tk8s.io/api v0.0.0
+\tgithub.com/x/y v1.2.3 // indirect
+)
+
+replace (
+\tk8s.io/api => ./staging/src/k8s.io/api
+\tk8s.io/client-go => ./staging/src/k8s.io/client-go // a comment
+\tgithub.com/x/y => github.com/x/y v1.2.4
+)
+"""
+
+TRAEFIK_GOMOD = """module github.com/traefik/traefik/v3
+
+go 1.24.0
+
+replace (
+\tgithub.com/abbot/go-http-auth => github.com/containous/go-http-auth v0.4.1-0.20200324110947-a37a7636d23e
+\tgithub.com/gorilla/mux => github.com/containous/mux v0.0.0-20250523120546-41b6ec3aed59
+)
+
+replace github.com/mailgun/minheap => github.com/containous/minheap v0.0.0-20190809180810-6e71eb837595
+
+replace github.com/local/thing => ./local/thing
+"""
+
+
+def test_kube_gomod_replaces_each_staging_module_with_its_published_version() -> None:
+    text = build.kube_gomod(KUBE_GOMOD, "v1.33.13")
+    assert "require k8s.io/kubernetes v1.33.13" in text
+    assert "\tk8s.io/api => k8s.io/api v0.33.13" in text
+    assert "\tk8s.io/client-go => k8s.io/client-go v0.33.13" in text
+    assert "github.com/x/y" not in text  # only the staging lines
+    assert "go 1.24.0" in text
+
+
+def test_kube_gomod_refuses_a_gomod_without_staging_lines() -> None:
+    with pytest.raises(build.BuildError):
+        build.kube_gomod("module x\n\ngo 1.22\n")
+
+
+def test_traefik_gomod_keeps_the_published_replaces_only() -> None:
+    text = build.traefik_gomod(TRAEFIK_GOMOD, "v3.6.12")
+    assert "require github.com/traefik/traefik/v3 v3.6.12" in text
+    assert text.count("=>") == 3
+    assert "minheap => github.com/containous/minheap" in text
+    assert "./local" not in text
+
+
+def test_kube_ldflags_set_the_version_the_node_reports() -> None:
+    flags = build.kube_ldflags("v1.33.13")
+    assert "k8s.io/component-base/version.gitVersion=v1.33.13" in flags
+    assert "gitMajor=1" in flags and "gitMinor=33" in flags
+
+
+def test_configs_say_what_the_node_needs(tmp_path: Path) -> None:
+    tomllib = pytest.importorskip("tomllib")
+    lay = Layout(cache=tmp_path / "cache", state=tmp_path / "state")
+    containerd = tomllib.loads(files.containerd_toml(lay))
+    cri = containerd["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["restrict_oom_score_adj"] is True
+    assert cri["containerd"]["default_runtime_name"] == "runc"
+    assert cri["containerd"]["runtimes"]["runc"]["runtime_type"] == "io.containerd.runc.v2"
+    assert containerd["root"].startswith(str(lay.state))
+    assert containerd["grpc"]["address"].startswith(str(lay.state))
+    kubelet = json.loads(files.kubelet_config(lay))
+    assert kubelet["cgroupDriver"] == "cgroupfs"
+    assert kubelet["cgroupRoot"] == "/tlnode"
+    assert kubelet["clusterDNS"] == [DNS_SERVICE_IP]
+    proxy = json.loads(files.kube_proxy_config(lay))
+    assert proxy["conntrack"] == {"maxPerCore": 0}
+    assert proxy["mode"] == "iptables"
+    assert files.KUBELET_SYSCTLS["kernel/panic_on_oops"] == "1"
+    admin = json.loads(files.kubeconfig(lay, "admin"))
+    assert admin["users"][0]["user"]["client-key"].endswith("pki/admin.key")
+
+
+def test_coredns_answers_nxdomain_outside_the_cluster_in_a_block_of_its_own() -> None:
+    blocks = COREFILE.split("\n}\n")
+    assert "kubernetes cluster.local" in blocks[0] and "template" not in blocks[0]
+    assert blocks[1].lstrip().startswith(".:53") and "rcode NXDOMAIN" in blocks[1]
+    items = json.loads(coredns_manifests())["items"]
+    service = next(i for i in items if i["kind"] == "Service")
+    assert service["spec"]["clusterIP"] == DNS_SERVICE_IP
+
+
+def test_steps_run_what_is_missing_and_undo_in_reverse() -> None:
+    done: set[str] = {"a"}
+    calls: list[str] = []
+
+    def step(name: str) -> Step[set[str]]:
+        return Step(name, check=lambda s: name in s,
+                    do=lambda s: (calls.append("do " + name), s.add(name)) and None,
+                    undo=lambda s: (calls.append("undo " + name), s.discard(name)) and None)
+
+    steps = [step("a"), step("b"), step("c")]
+    assert pending(steps, done) == ["b", "c"]
+    seconds = run_up(steps, done)
+    assert calls == ["do b", "do c"] and set(seconds) == {"b", "c"}
+    run_down(steps, done)
+    assert calls[2:] == ["undo c", "undo b", "undo a"] and not done
+
+
+def test_a_step_that_does_not_reach_its_check_is_an_error_naming_it() -> None:
+    steps = [Step("never", check=lambda s: False, do=lambda s: None)]
+    with pytest.raises(StepError, match="never"):
+        run_up(steps, None)
+
+
+def test_down_runs_every_undo_and_reports_the_failures_together() -> None:
+    ran: list[str] = []
+
+    def fail(_: object) -> None:
+        ran.append("fail")
+        raise OSError("busy")
+
+    steps = [Step("first", lambda s: True, lambda s: None, lambda s: ran.append("first")),
+             Step("broken", lambda s: True, lambda s: None, fail)]
+    with pytest.raises(StepError, match="broken: busy"):
+        run_down(steps, None, log=lambda _: None)
+    assert ran == ["fail", "first"]
+
+
+def test_single_binary_archive_is_a_docker_archive(tmp_path: Path) -> None:
+    binary = tmp_path / "pause"
+    binary.write_bytes(b"\x7fELF not really")
+    archive = images.single_binary_archive(binary, "throttle-lab-pause:1", tmp_path / "a.tar",
+                                           entrypoint=["/pause"])
+    with tarfile.open(archive) as tar:
+        manifest = json.load(tar.extractfile("manifest.json"))  # type: ignore[arg-type]
+        entry = manifest[0]
+        assert entry["RepoTags"] == ["throttle-lab-pause:1"]
+        layer = tar.extractfile(entry["Layers"][0]).read()  # type: ignore[union-attr]
+        config = json.load(tar.extractfile(entry["Config"]))  # type: ignore[arg-type]
+    assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(layer).hexdigest()]
+    assert config["config"]["Entrypoint"] == ["/pause"]
+    with tarfile.open(fileobj=__import__("io").BytesIO(layer)) as inner:
+        member = inner.getmember("pause")
+        assert member.mode == 0o755 and inner.extractfile(member).read() == binary.read_bytes()  # type: ignore[union-attr]
+
+
+def test_a_daemon_is_stopped_by_its_pid_file_and_a_reused_pid_is_left_alone(tmp_path: Path) -> None:
+    pidfile = tmp_path / "sleep.pid"
+    pid = proc.start_daemon(["sleep", "300"], pidfile=pidfile, logfile=tmp_path / "sleep.log")
+    assert proc.read_pidfile(pidfile) == (pid, proc.start_time(pid))
+    # A pid file whose start time is another process's: not ours, never signalled.
+    other = tmp_path / "other.pid"
+    other.write_text(f"{pid} {proc.start_time(pid) + 1}\n")  # type: ignore[operator]
+    assert proc.read_pidfile(other) is None
+    proc.stop_pidfile(other)
+    assert proc.alive(pid)
+    proc.stop_pidfile(pidfile)
+    assert not proc.alive(pid) and not pidfile.exists()
+
+
+def test_start_daemon_leaves_no_child_behind(tmp_path: Path) -> None:
+    """The daemon is started through a helper that exits: it is not this process's child."""
+    pid = proc.start_daemon([sys.executable, "-c", "import time; time.sleep(60)"],
+                            pidfile=tmp_path / "p.pid", logfile=tmp_path / "p.log")
+    try:
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        assert ppid != __import__("os").getpid()
+    finally:
+        proc.stop_pidfile(tmp_path / "p.pid")
+    deadline = time.monotonic() + 5
+    while proc.alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not proc.alive(pid)
+
+
+def test_run_raises_with_the_commands_output() -> None:
+    with pytest.raises(RuntimeError, match="exited 3"):
+        proc.run(["sh", "-c", "echo nope >&2; exit 3"])
+    assert proc.run(["true"]).returncode == 0
+    assert isinstance(subprocess.CompletedProcess, type)
+
+
+def test_the_overlay_changes_only_the_ingress_class_and_the_jobs_hold(tmp_path: Path) -> None:
+    import yaml
+
+    from kubenode.overlay import write_overlay
+
+    root = Path(__file__).resolve().parent.parent
+    overlay = write_overlay(tmp_path / "o", root / "k8s", hold_for_copy=600)
+    doc = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    assert (overlay / doc["resources"][0]).resolve() == (root / "k8s").resolve()
+    ingress, job = doc["patches"]
+    assert ingress["target"] == {"kind": "Ingress"}
+    assert yaml.safe_load(ingress["patch"]) == [
+        {"op": "replace", "path": "/spec/ingressClassName", "value": "traefik"}]
+    env = yaml.safe_load(job["patch"])["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env == [{"name": "HOLD_FOR_COPY", "value": "600"}]
+    plain = yaml.safe_load((write_overlay(tmp_path / "p", root / "k8s") / "kustomization.yaml")
+                           .read_text())
+    assert len(plain["patches"]) == 1

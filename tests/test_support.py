@@ -1,0 +1,38 @@
+"""tests.support: the helpers stop what a test started by its pid, also when it timed out."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support import http_timing
+
+
+def processes_in(folder: Path) -> list[int]:
+    """The pids whose working directory is ``folder`` (what http-timing starts inherits it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if Path(os.readlink(entry / "cwd")) == folder:
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc")
+def test_a_timed_out_http_timing_stops_and_so_do_the_services_it_started(
+        tmp_path: Path) -> None:
+    """A sweep that would run for minutes, cut by the helper's timeout: the helper stops
+    http-timing by its pid (SIGTERM first), which stops the burn-service it started; nothing
+    started in the test's folder is left, and TimeoutExpired says so to the test."""
+    with pytest.raises(subprocess.TimeoutExpired):
+        http_timing("sweep", "--backend", "inprocess", "--cpus", "0.5", "--requests", "100000",
+                    "--iterations", "100", "--name", "cut", cwd=tmp_path, timeout=15)
+    assert processes_in(tmp_path.resolve()) == []
+    # the run was under way (the service had answered): so there was something to stop
+    assert list((tmp_path / "raw-data").glob("cut-*.csv"))
