@@ -128,6 +128,10 @@ def test_a_restart_resumes_the_timeline_losing_no_completed_row(tmp_path: Path) 
     with quota_groups("restart", 1) as (group,):
         burner = subprocess.Popen(group.join_command(BURN))
         try:
+            # in both groups before the agent looks (it reads usage from the cpuacct twin
+            # when both hold the same processes: a changed source would start a new file)
+            wait_for(lambda: str(burner.pid) in (group.cpuacct / "cgroup.procs").read_text(),
+                     what="the burner in its groups")
             with running_agent(tmp_path, {"g": group.cpu}, timelines=timelines) as agent:
                 time.sleep(1.5)
             (csv,) = timelines.glob("g_*.cgroup.csv")
