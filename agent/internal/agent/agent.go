@@ -30,12 +30,12 @@ const (
 
 // Config of the loop.
 type Config struct {
-	Interval    time.Duration // between two samples (on average)
-	FlushEvery  time.Duration // rows reach the files this often (a SIGKILL loses at most this)
-	CheckEvery  time.Duration // the quota files and unresolved wants are looked at this often
-	PruneEvery  time.Duration // retention runs this often
-	Proc        string
-	Log         io.Writer
+	Interval   time.Duration // between two samples (on average)
+	FlushEvery time.Duration // rows reach the files this often (a SIGKILL loses at most this)
+	CheckEvery time.Duration // the quota files and unresolved wants are looked at this often
+	PruneEvery time.Duration // retention runs this often
+	Proc       string
+	Log        io.Writer
 }
 
 type watched struct {

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/throttle-lab/throttle-lab/agent/internal/metrics"
 )
 
 var groupLabels = []string{"namespace", "pod", "container", "level"}
@@ -88,5 +87,3 @@ func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descTicks, prometheus.CounterValue, float64(a.ticks))
 	ch <- prometheus.MustNewConstMetric(descLate, prometheus.CounterValue, float64(a.late))
 }
-
-var _ = metrics.Buckets

@@ -35,13 +35,13 @@ type Counters struct{ Periods, Throttled, ThrottledNS int64 }
 // Sample is one row: t_ns since the timeline's zero, the group's usage, the quota in force's
 // counters, PSI totals (-1: none) and the other levels' counters.
 type Sample struct {
-	TNS       int64
-	UsageNS   int64
-	First     Counters
-	Some      int64
-	Full      int64
-	Others    []Counters
-	WithPSI   bool
+	TNS     int64
+	UsageNS int64
+	First   Counters
+	Some    int64
+	Full    int64
+	Others  []Counters
+	WithPSI bool
 }
 
 // AppendRow appends timeline_row(sample, pressure) to buf.

@@ -126,16 +126,16 @@ func writeMeta(path string, m *Meta) error {
 // Store is the directory of timelines: it opens (or resumes) segments, bounds them by size
 // and age, and answers window queries.
 type Store struct {
-	Dir        string
-	MaxSize    int64         // one segment's size limit (a new segment starts beyond it)
-	MaxTotal   int64         // all segments together (the oldest closed ones go first)
-	MaxAge     time.Duration // a closed segment older than this goes
-	Host       string
-	Version    string
-	IntervalS  float64
-	Command    []string
-	mu         sync.Mutex
-	open       map[string]bool // names of the segments being written
+	Dir       string
+	MaxSize   int64         // one segment's size limit (a new segment starts beyond it)
+	MaxTotal  int64         // all segments together (the oldest closed ones go first)
+	MaxAge    time.Duration // a closed segment older than this goes
+	Host      string
+	Version   string
+	IntervalS float64
+	Command   []string
+	mu        sync.Mutex
+	open      map[string]bool // names of the segments being written
 }
 
 // NewStore makes the directory.

@@ -12,7 +12,7 @@ func newStore(t *testing.T, dir string) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.MaxSize, st.Version, st.IntervalS = 1 << 20, "test", 0.01
+	st.MaxSize, st.Version, st.IntervalS = 1<<20, "test", 0.01
 	return st
 }
 
@@ -97,7 +97,9 @@ func TestWindowJoinsSegmentsAndKeepsOneRowEachSide(t *testing.T) {
 	}
 }
 
-func itoa(v int64) string { return strings.TrimSpace(strings.Replace(string(AppendRow(nil, &Sample{TNS: v})), ",0,0,0,0", "", 1)) }
+func itoa(v int64) string {
+	return strings.TrimSpace(strings.Replace(string(AppendRow(nil, &Sample{TNS: v})), ",0,0,0,0", "", 1))
+}
 
 func TestPruneByAgeAndTotal(t *testing.T) {
 	dir := t.TempDir()
