@@ -54,5 +54,11 @@ kube-images: $(BIN)/.installed
 kube-demo: $(BIN)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m kubenode.demo
 
+# the node agent (agent/, Go; k8s/recorder/): a static binary at agent/throttle-agent
+GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
+.PHONY: agent
+agent:
+	cd agent && CGO_ENABLED=0 nice -n 10 $(GO) build -trimpath -ldflags='-s -w' -o throttle-agent ./cmd/throttle-agent
+
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis site

@@ -18,6 +18,9 @@
 #   libc6-dev     the single-node Kubernetes cluster (`make kube-node`, kubenode/): its etcd,
 #                 its own containerd + runc, the CNI bridge/host-local/portmap plugins, what
 #                 kube-proxy needs, and gcc + libc6-dev to link the pause program static
+#   prometheus    its promtool checks the node agent's /metrics exposition and the recording
+#                 and alerting rules in k8s/recorder/ (tests/test_agent*.py,
+#                 tests/test_k8s_recorder.py); its service is never started (the policy-rc.d below)
 # Idempotent and unattended: packages already installed are skipped, and no daemon is started
 # (a temporary policy-rc.d refuses service starts during the install).
 # Usage: sudo scripts/install-system-deps.sh [EXTRA_PACKAGE ...]
@@ -26,7 +29,7 @@ set -euo pipefail
 PACKAGES=(docker.io docker-compose debootstrap chromium chromium-driver python3-venv openssl
           qemu-system-x86 linux-image-amd64 busybox-static curl wrk nodejs
           etcd-server containerd runc containernetworking-plugins conntrack iptables gcc libc6-dev
-          "$@")
+          prometheus "$@")
 APT=(apt-get -o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0 -q)
 export DEBIAN_FRONTEND=noninteractive
 

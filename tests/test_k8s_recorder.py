@@ -1,11 +1,12 @@
 """k8s/recorder/: rendered by the real ``kubectl kustomize`` and validated object by object
 against the real Kubernetes schemas (strict, offline), then checked for what a node recorder
-must be: read-only /sys/fs/cgroup, hostPID, no capabilities, bounded resources, timelines on a
-hostPath, only the pods of its node with the label; its script compiles and uses the CLI."""
+must be: read-only /sys/fs/cgroup, no capabilities, no hostPID, bounded resources, timelines on
+a hostPath, its HTTP port declared, only the pods of its node with the label, RBAC to watch
+them; its Prometheus rules pass ``promtool check rules`` and ``promtool test rules``, its scrape
+config ``promtool check config``."""
 
 from __future__ import annotations
 
-import py_compile
 import shutil
 import subprocess
 from typing import Any
@@ -35,7 +36,7 @@ def docs() -> list[dict[str, Any]]:
 
 def test_valid_against_the_real_schema_strictly(docs: list[dict[str, Any]]) -> None:
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Namespace",
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "Namespace",
                      "ServiceAccount"]
     for d in docs:
         kubernetes_validate.validate(d, K8S_VERSION, strict=True)
@@ -44,7 +45,7 @@ def test_valid_against_the_real_schema_strictly(docs: list[dict[str, Any]]) -> N
 def test_the_daemonset_reads_cgroups_with_the_least_it_needs(docs: list[dict[str, Any]]) -> None:
     ds = next(d for d in docs if d["kind"] == "DaemonSet")
     spec = ds["spec"]["template"]["spec"]
-    assert spec["hostPID"] is True
+    assert "hostPID" not in spec   # usage is read from the pods' groups, not their threads
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     (container,) = spec["containers"]
@@ -62,21 +63,61 @@ def test_the_daemonset_reads_cgroups_with_the_least_it_needs(docs: list[dict[str
     timelines = mounts[env["TIMELINES"]]
     assert volumes[timelines["name"]]["hostPath"]["path"] == "/var/lib/throttle-lab/timelines"
     assert env["NODE_NAME"] == "spec.nodeName" and "=" in env["SELECTOR"]
-    assert int(env["MAX_SIZE"]) > 0
+    assert int(env["MAX_SIZE"]) > 0 and int(env["MAX_TOTAL"]) > int(env["MAX_SIZE"])
+    assert container["image"].startswith("throttle-lab-agent")
+    assert {"--source", "kube"} <= set(container["args"])
+    (port,) = container["ports"]
+    assert port["name"] == "metrics" and env["LISTEN"] == f":{port['containerPort']}"
+    annotations = ds["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(port["containerPort"])
+    assert container["readinessProbe"]["httpGet"]["port"] == "metrics"
     resources = container["resources"]
     assert resources["limits"]["cpu"] and resources["limits"]["memory"]
     assert resources["requests"]["cpu"] and resources["requests"]["memory"]
 
 
-def test_it_may_only_read_pods(docs: list[dict[str, Any]]) -> None:
+def test_it_may_only_read_and_watch_pods(docs: list[dict[str, Any]]) -> None:
     role = next(d for d in docs if d["kind"] == "ClusterRole")
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"],
-                              "verbs": ["get", "list"]}]
+                              "verbs": ["get", "list", "watch"]}]
 
 
-def test_the_script_compiles_and_runs_record_per_pod(tmp_path: Any) -> None:
-    script = RECORDER / "recorder.py"
-    py_compile.compile(str(script), cfile=str(tmp_path / "r.pyc"), doraise=True)
-    text = script.read_text()
-    assert '"http-timing", "record", f"k8s:{namespace}/{name}"' in text
-    assert '"--pod-uid", uid' in text and "spec.nodeName=" in text
+def promtool() -> str:
+    found = shutil.which("promtool")
+    require(found is not None, "promtool is not installed (Debian prometheus: "
+            "scripts/install-system-deps.sh)")
+    assert found is not None
+    return found
+
+
+def test_promtool_accepts_the_rules_and_their_unit_tests() -> None:
+    for argv in (["check", "rules", "rules.yaml"], ["test", "rules", "rules_test.yaml"]):
+        result = subprocess.run([promtool(), *argv], cwd=RECORDER, capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+    rules = yaml.safe_load((RECORDER / "rules.yaml").read_text())["groups"][0]["rules"]
+    names = {r.get("record") or r.get("alert") for r in rules}
+    assert "throttle_lab:cpu_cfs_throttled_period_wait_seconds:p99_5m" in names
+    assert "throttle_lab:cpu_cfs_throttled_periods:ratio_5m" in names
+
+
+def test_promtool_accepts_the_scrape_config(tmp_path: Any) -> None:
+    """Debian's Prometheus is built without the Kubernetes service discovery, so the pod
+    discovery is swapped for a static target; everything else (relabelling, rule files) is
+    checked as shipped."""
+    config = yaml.safe_load((RECORDER / "prometheus.yml").read_text())
+    (job,) = config["scrape_configs"]
+    assert job["kubernetes_sd_configs"] == [{"role": "pod", "namespaces": {
+        "names": ["throttle-lab-recorder"]}}]
+    keep = {tuple(r["source_labels"]): r["regex"] for r in job["relabel_configs"]
+            if r.get("action") == "keep"}
+    assert keep[("__meta_kubernetes_pod_label_app_kubernetes_io_name",)] == \
+        "throttle-lab-recorder"
+    assert keep[("__meta_kubernetes_pod_container_port_name",)] == "metrics"
+    job["static_configs"] = [{"targets": ["127.0.0.1:9742"]}]
+    del job["kubernetes_sd_configs"]
+    shutil.copy(RECORDER / "rules.yaml", tmp_path / "rules.yaml")
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    result = subprocess.run([promtool(), "check", "config", "prometheus.yml"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,498 @@
+// Package agent is the node recorder's one loop: every tick it reads each watched group's
+// counter files once (pread on files kept open), appends a row to each group's timeline, and
+// keeps the state /metrics exports. What to watch comes from a source.Source; what is
+// watched is derived from the kernel's files (re-resolved once a second: a resized quota
+// starts a new timeline segment, a removed group ends its timeline).
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/throttle-lab/throttle-lab/agent/internal/cgroupfs"
+	"github.com/throttle-lab/throttle-lab/agent/internal/metrics"
+	"github.com/throttle-lab/throttle-lab/agent/internal/source"
+	"github.com/throttle-lab/throttle-lab/agent/internal/timeline"
+)
+
+const (
+	golden = 0.6180339887498949 // the tick dither sequence: frac(k * golden), as the Python sampler
+	dither = 0.8                // ... spread over 0.8 of a step
+)
+
+// Config of the loop.
+type Config struct {
+	Interval   time.Duration // between two samples (on average)
+	FlushEvery time.Duration // rows reach the files this often (a SIGKILL loses at most this)
+	CheckEvery time.Duration // the quota files and unresolved wants are looked at this often
+	PruneEvery time.Duration // retention runs this often
+	Proc       string
+	Log        io.Writer
+}
+
+type watched struct {
+	want   source.Want
+	target cgroupfs.Target
+	own    *node
+	levels []*node // Levels[0] (or the own group without any quota), then the others
+	seg    *timeline.Segment
+	sample timeline.Sample
+}
+
+// Agent is the loop and its state.
+type Agent struct {
+	cfg      Config
+	resolver *cgroupfs.Resolver
+	store    *timeline.Store
+
+	wantMu  sync.Mutex
+	wants   []source.Want
+	newWant bool
+
+	mu         sync.Mutex // the state below, shared with the metrics collector
+	watched    map[string]*watched
+	nodes      map[string]*node
+	unresolved map[string]string // key -> why it is not watched (yet)
+	order      []*node           // the nodes, each group after the groups above it
+	nodesDirty bool
+	ticks      uint64
+	late       uint64
+	lastCheck  time.Time
+	lastFlush  time.Time
+	lastPrune  time.Time
+}
+
+// New agent.
+func New(cfg Config, resolver *cgroupfs.Resolver, store *timeline.Store) *Agent {
+	return &Agent{cfg: cfg, resolver: resolver, store: store, watched: map[string]*watched{},
+		nodes: map[string]*node{}, unresolved: map[string]string{}}
+}
+
+// Update is the source's callback: the whole set of groups to watch.
+func (a *Agent) Update(wants []source.Want) {
+	a.wantMu.Lock()
+	a.wants, a.newWant = append([]source.Want(nil), wants...), true
+	a.wantMu.Unlock()
+}
+
+func (a *Agent) logf(format string, args ...any) {
+	if a.cfg.Log != nil {
+		fmt.Fprintf(a.cfg.Log, "throttle-agent: "+format+"\n", args...)
+	}
+}
+
+// Run ticks until ctx ends, then closes every timeline (its last rows written).
+func (a *Agent) Run(ctx context.Context) {
+	step := a.cfg.Interval.Nanoseconds()
+	origin := timeline.Monotonic()
+	timer := time.NewTimer(0)
+	<-timer.C
+	defer a.closeAll("interrupted", true)
+	for tick := int64(1); ; tick++ {
+		frac := math.Mod(float64(tick)*golden, 1.0)
+		due := origin + tick*step + int64(math.Round((frac-0.5)*dither*float64(step)))
+		if wait := due - timeline.Monotonic(); wait > 0 {
+			timer.Reset(time.Duration(wait))
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+		} else if ctx.Err() != nil {
+			return
+		}
+		a.Tick(time.Now())
+		if behind := timeline.Monotonic() - (origin + tick*step); behind > step {
+			tick += behind / step // late (a busy machine): skip ticks, never sample in a burst
+			a.mu.Lock()
+			a.late++
+			a.mu.Unlock()
+		}
+	}
+}
+
+// Tick is one round: new wants, reads, rows; now and then the quota check, flush and prune.
+func (a *Agent) Tick(now time.Time) {
+	a.wantMu.Lock()
+	wants, fresh := a.wants, a.newWant
+	a.newWant = false
+	a.wantMu.Unlock()
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ticks++
+	check := now.Sub(a.lastCheck) >= a.cfg.CheckEvery
+	if fresh {
+		a.apply(wants)
+	} else if check && len(a.unresolved) > 0 {
+		a.wantMu.Lock()
+		wants = a.wants
+		a.wantMu.Unlock()
+		a.apply(wants)
+	}
+	if a.nodesDirty {
+		a.orderNodes()
+	}
+	for _, n := range a.order {
+		n.read(false)
+	}
+	var full []string
+	for key, w := range a.watched {
+		if failed := a.failedNode(w); failed != nil {
+			a.stop(key, w, fmt.Sprintf("stopped sampling %s: %v", failed.dir, failed.err))
+			a.unresolved[key] = "its group is gone"
+			continue
+		}
+		a.row(w)
+		if w.seg.Written() >= a.store.MaxSize-4096 {
+			full = append(full, key)
+		}
+	}
+	for _, key := range full {
+		a.rotate(key, a.watched[key], "the timeline reached its size limit")
+	}
+	if check {
+		a.lastCheck = now
+		a.checkQuotas()
+	}
+	if now.Sub(a.lastFlush) >= a.cfg.FlushEvery {
+		a.lastFlush = now
+		for _, w := range a.watched {
+			if err := w.seg.Flush(); err != nil {
+				a.logf("%s: %v", w.seg.CSVPath(), err)
+			}
+		}
+	}
+	if now.Sub(a.lastPrune) >= a.cfg.PruneEvery {
+		a.lastPrune = now
+		for _, name := range a.store.Prune(now) {
+			a.logf("retention: removed %s", name)
+		}
+	}
+}
+
+func (a *Agent) failedNode(w *watched) *node {
+	if w.own.err != nil {
+		return w.own
+	}
+	for _, n := range w.levels {
+		if n.err != nil {
+			return n
+		}
+	}
+	return nil
+}
+
+func (a *Agent) row(w *watched) {
+	first := w.levels[0]
+	s := &w.sample
+	s.TNS = first.tNS - w.seg.Meta.Agent.ZeroMono
+	s.UsageNS = w.own.usageNS
+	s.First = timeline.Counters{Periods: first.st.Periods, Throttled: first.st.Throttled, ThrottledNS: first.st.ThrottledNS}
+	s.Some, s.Full = w.own.some, w.own.full
+	for i, n := range w.levels[1:] {
+		s.Others[i] = timeline.Counters{Periods: n.st.Periods, Throttled: n.st.Throttled, ThrottledNS: n.st.ThrottledNS}
+	}
+	w.seg.Append(s)
+}
+
+// apply the source's set: start what is new or changed, stop what is gone.
+func (a *Agent) apply(wants []source.Want) {
+	seen := map[string]bool{}
+	for _, want := range wants {
+		seen[want.Key] = true
+		if w, ok := a.watched[want.Key]; ok {
+			if w.want == want {
+				continue
+			}
+			a.stop(want.Key, w, "the pod's container changed")
+		}
+		if err := a.start(want); err != nil {
+			if a.unresolved[want.Key] != err.Error() {
+				a.logf("%s: not watched yet: %v", want.Key, err)
+			}
+			a.unresolved[want.Key] = err.Error()
+			continue
+		}
+		delete(a.unresolved, want.Key)
+	}
+	for key, w := range a.watched {
+		if !seen[key] {
+			a.stop(key, w, "no longer wanted by the source (pod gone or unlabelled)")
+		}
+	}
+	for key := range a.unresolved {
+		if !seen[key] {
+			delete(a.unresolved, key)
+		}
+	}
+}
+
+func (a *Agent) resolve(want source.Want) (cgroupfs.Target, error) {
+	if want.PodUID == "" {
+		return a.resolver.Resolve(want.Spec)
+	}
+	spec := "k8s:" + want.Namespace + "/" + want.Pod
+	if want.Container != "" {
+		spec += "/" + want.Container
+	}
+	return a.resolver.FromPod(spec, want.PodUID, want.ContainerID)
+}
+
+func (a *Agent) start(want source.Want) error {
+	target, err := a.resolve(want)
+	if err != nil {
+		return err
+	}
+	w := &watched{want: want, target: target}
+	release := func() {
+		for _, n := range append([]*node{w.own}, w.levels...) {
+			if n != nil {
+				a.release(n)
+			}
+		}
+	}
+	if w.own, err = a.acquire(target.Dir, target.Version); err != nil {
+		return err
+	}
+	if err := w.own.needUsage(target.Usage, a.cfg.Proc); err != nil {
+		release()
+		return err
+	}
+	if target.Pressure {
+		w.own.needPressure()
+	}
+	a.nodesDirty = true
+	dirs := []string{target.StatDir()}
+	for _, l := range target.Levels[min(1, len(target.Levels)):] {
+		dirs = append(dirs, l.Dir)
+	}
+	for _, dir := range dirs {
+		n, err := a.acquire(dir, target.Version)
+		if err != nil {
+			release()
+			return err
+		}
+		w.levels = append(w.levels, n)
+	}
+	if w.own.export == nil {
+		level := "group"
+		switch {
+		case want.PodUID != "" && want.Container == "":
+			level = "pod"
+		case want.Container != "":
+			level = "container"
+		}
+		w.own.export = &labels{want.Namespace, want.Pod, want.Container, level}
+		w.own.waits = metrics.NewWaits()
+	}
+	w.own.quota = nil
+	if l, ok := cgroupfs.ReadLimit(target.Dir, target.Version, target.Group); ok {
+		w.own.quota = &l
+	}
+	for i, n := range w.levels {
+		period := int64(100e6)
+		if len(target.Levels) > 0 {
+			period = target.Levels[min(i, len(target.Levels)-1)].PeriodUS * 1000
+		}
+		n.settleNS = max(n.settleNS, 3*period+2*a.cfg.Interval.Nanoseconds())
+	}
+	for _, l := range target.Levels {
+		if l.Dir == w.own.dir {
+			w.own.settleNS = max(w.own.settleNS, 3*l.PeriodUS*1000+2*a.cfg.Interval.Nanoseconds())
+		}
+	}
+	if err := a.openSegment(w); err != nil {
+		release()
+		return err
+	}
+	a.watched[want.Key] = w
+	return nil
+}
+
+func (a *Agent) openSegment(w *watched) error {
+	others := len(w.levels) - 1
+	w.sample = timeline.Sample{Others: make([]timeline.Counters, others), WithPSI: w.target.Pressure}
+	id := timeline.Identity{Key: w.want.Key, Namespace: w.want.Namespace, Pod: w.want.Pod,
+		Container: w.want.Container, PodUID: w.want.PodUID}
+	base := w.want.Pod
+	if w.want.Namespace != "" {
+		base = w.want.Namespace + "_" + base
+	}
+	if w.want.Container != "" {
+		base += "_" + w.want.Container
+	}
+	seg, err := a.store.Open(id, base, w.target.Metadata(), timeline.Layout{Pressure: w.target.Pressure, Levels: others})
+	if err != nil {
+		return fmt.Errorf("cannot write its timeline: %w", err)
+	}
+	w.seg = seg
+	for _, n := range append([]*node{w.own}, w.levels...) {
+		n.read(true)
+	}
+	a.row(w) // the first sample, at the start
+	return nil
+}
+
+func (a *Agent) acquire(dir string, version int) (*node, error) {
+	if n, ok := a.nodes[dir]; ok {
+		n.refs++
+		return n, nil
+	}
+	n, err := openNode(dir, version)
+	if err != nil {
+		return nil, err
+	}
+	n.refs = 1
+	a.nodes[dir] = n
+	a.nodesDirty = true
+	return n, nil
+}
+
+func (a *Agent) release(n *node) {
+	n.refs--
+	if n.refs <= 0 {
+		n.close()
+		delete(a.nodes, n.dir)
+		a.nodesDirty = true
+	}
+}
+
+func (a *Agent) stop(key string, w *watched, reason string) {
+	if err := w.seg.Close(reason, false); err != nil {
+		a.logf("%s: %v", w.seg.CSVPath(), err)
+	}
+	a.store.Closed(w.seg.Meta.Name)
+	if w.own.export != nil && w.own.refs == 1 {
+		w.own.export = nil // its series go with it
+	}
+	for _, n := range append([]*node{w.own}, w.levels...) {
+		a.release(n)
+	}
+	delete(a.watched, key)
+}
+
+// rotate ends the segment and starts the next; the group's node (its wait histogram) stays.
+func (a *Agent) rotate(key string, w *watched, reason string) {
+	want, own := w.want, w.own
+	own.refs++
+	a.stop(key, w, reason)
+	if err := a.start(want); err != nil {
+		a.unresolved[key] = err.Error()
+	}
+	if own.refs == 1 {
+		own.export = nil
+	}
+	a.release(own)
+}
+
+// checkQuotas re-reads the quota files of every watched group and of the groups above it
+// (each directory once per round): a changed quota (an in-place resize) or set of levels
+// ends the segment and starts a new one with the new metadata.
+func (a *Agent) checkQuotas() {
+	limits := map[string]*cgroupfs.Level{} // directory -> its quota (nil: none), this round
+	var changed []string
+	for key, w := range a.watched {
+		levels := cgroupfs.OrderLevels(a.quotaChain(w.target, limits))
+		if !reflect.DeepEqual(levelsMeta(levels), levelsMeta(w.target.Levels)) {
+			changed = append(changed, key)
+		}
+	}
+	for _, key := range changed {
+		a.rotate(key, a.watched[key], "the group's quota changed")
+	}
+}
+
+// quotaChain is cgroupfs.QuotaLevels with each directory's files read once per round.
+func (a *Agent) quotaChain(t cgroupfs.Target, limits map[string]*cgroupfs.Level) []cgroupfs.Level {
+	top := a.resolver.Top(t.Dir)
+	var found []cgroupfs.Level
+	here, group := t.Dir, t.Group
+	for {
+		l, ok := limits[here]
+		if !ok {
+			if read, has := cgroupfs.ReadLimit(here, t.Version, group); has {
+				l = &read
+			}
+			limits[here] = l
+		}
+		if l != nil {
+			found = append(found, *l)
+		}
+		parent := filepath.Dir(here)
+		if here == top || parent == here {
+			return found
+		}
+		here = parent
+		if i := strings.LastIndex(group, "/"); i > 0 {
+			group = group[:i]
+		} else {
+			group = "/"
+		}
+	}
+}
+
+func levelsMeta(levels []cgroupfs.Level) []map[string]any {
+	out := make([]map[string]any, 0, len(levels))
+	for _, l := range levels {
+		out = append(out, l.Metadata())
+	}
+	return out
+}
+
+func (a *Agent) closeAll(reason string, interrupted bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for key, w := range a.watched {
+		if err := w.seg.Close(reason, interrupted); err != nil {
+			a.logf("%s: %v", w.seg.CSVPath(), err)
+		}
+		a.store.Closed(w.seg.Meta.Name)
+		delete(a.watched, key)
+	}
+	for _, n := range a.nodes {
+		n.close()
+	}
+	a.nodes = map[string]*node{}
+}
+
+// orderNodes sorts the nodes so that a group comes after the groups above it, and links each
+// to the nearest one above with a usage (the idle elision's parent).
+func (a *Agent) orderNodes() {
+	a.order = a.order[:0]
+	for _, n := range a.nodes {
+		a.order = append(a.order, n)
+	}
+	sort.Slice(a.order, func(i, j int) bool { return len(a.order[i].dir) < len(a.order[j].dir) })
+	for i, n := range a.order {
+		n.usageParent = nil
+		for j := i - 1; j >= 0; j-- {
+			p := a.order[j]
+			if p.usageSrc != "" && p.version == n.version && strings.HasPrefix(n.dir, p.dir+"/") {
+				n.usageParent = p
+				break
+			}
+		}
+	}
+	a.nodesDirty = false
+}
+
+// Key of a timeline by namespace, pod and container (as the sources make them).
+func Key(namespace, pod, container string) string {
+	key := pod
+	if namespace != "" {
+		key = namespace + "/" + pod
+	}
+	if container != "" {
+		key += "/" + container
+	}
+	return key
+}

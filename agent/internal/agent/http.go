@@ -1,0 +1,89 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"sort"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/throttle-lab/throttle-lab/agent/internal/timeline"
+)
+
+// Handler serves /metrics, /healthz, /timelines (the keys with a timeline) and
+// /timeline?namespace=NS&pod=POD[&container=C]&from=S&to=S[&format=csv|json]: the window
+// [from, to] (Unix seconds, both optional) of that group's timeline, as the .cgroup.csv
+// (format=csv, the default) or its .json; rows reach the files every FlushEvery.
+func (a *Agent) Handler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/timelines", func(w http.ResponseWriter, _ *http.Request) {
+		keys := map[string]bool{}
+		for _, m := range a.store.ReadMetas() {
+			keys[m.Agent.Key] = true
+		}
+		list := make([]string, 0, len(keys))
+		for k := range keys {
+			list = append(list, k)
+		}
+		sort.Strings(list)
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"timelines": list})
+	})
+	mux.HandleFunc("/timeline", a.serveTimeline)
+	return mux
+}
+
+func (a *Agent) serveTimeline(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	pod := q.Get("pod")
+	if pod == "" {
+		http.Error(w, "give pod=NAME (and namespace=NS, container=NAME for a pod's container)", http.StatusBadRequest)
+		return
+	}
+	from, err := timeline.ParseEpoch(q.Get("from"), 0)
+	if err == nil {
+		var to int64
+		to, err = timeline.ParseEpoch(q.Get("to"), math.MaxInt64)
+		if err == nil && to < from {
+			http.Error(w, "to is before from", http.StatusBadRequest)
+			return
+		}
+		if err == nil {
+			a.serveWindow(w, Key(q.Get("namespace"), pod, q.Get("container")), from, to, q.Get("format"))
+			return
+		}
+	}
+	http.Error(w, err.Error(), http.StatusBadRequest)
+}
+
+func (a *Agent) serveWindow(w http.ResponseWriter, key string, from, to int64, format string) {
+	body, meta, err := a.store.Window(key, from, to)
+	var none timeline.ErrNoTimeline
+	if errors.As(err, &none) {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	switch format {
+	case "", "csv":
+		w.Header().Set("Content-Type", "text/csv")
+		w.Header().Set("X-Timeline-Name", meta.Name)
+		w.Write(body)
+	case "json":
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(meta)
+	default:
+		http.Error(w, "format is csv or json", http.StatusBadRequest)
+	}
+}

@@ -1,0 +1,103 @@
+package cgroupfs
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func mkdirs(t *testing.T, root string, dirs ...string) {
+	for _, d := range dirs {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The names client/run/cgroup_lookup.py finds, for both drivers and a kubelet cgroupRoot.
+func TestFindPodDirectory(t *testing.T) {
+	top := t.TempDir()
+	uid := "0b3f9d3c-1d0e-4a9a-9f00-aabbccddeeff"
+	id := "6f1e2d3c4b5a69788796a5b4c3d2e1f00112233445566778899aabbccddeeff0"
+	mkdirs(t, top,
+		"kubepods/burstable/pod"+uid+"/"+id,
+		"kubepods/burstable/pod"+uid+"/pause0000000000000000")
+	got, err := FindPodDirectory(top, uid, id[:12])
+	if err != nil || got != filepath.Join(top, "kubepods/burstable/pod"+uid+"/"+id) {
+		t.Fatalf("cgroupfs: %q %v", got, err)
+	}
+	sys := t.TempDir()
+	u := "0b3f9d3c_1d0e_4a9a_9f00_aabbccddeeff"
+	mkdirs(t, sys,
+		"throttle-lab.slice/kubepods.slice/kubepods-pod"+u+".slice/crio-conmon-"+id+".scope",
+		"throttle-lab.slice/kubepods.slice/kubepods-pod"+u+".slice/crio-"+id+".scope")
+	got, err = FindPodDirectory(sys, uid, id)
+	if err != nil || filepath.Base(got) != "crio-"+id+".scope" {
+		t.Fatalf("systemd: %q %v", got, err)
+	}
+	pod, _ := FindPodDirectory(sys, uid, "")
+	if filepath.Base(pod) != "kubepods-pod"+u+".slice" {
+		t.Fatalf("pod: %q", pod)
+	}
+	if _, err := FindPodDirectory(sys, uid, "ffffffffffff"); err == nil {
+		t.Fatal("a missing container is an error when the pod is here")
+	}
+	if got, err := FindPodDirectory(sys, "11111111-2222-3333-4444-555555555555", ""); got != "" || err != nil {
+		t.Fatalf("another pod: %q %v", got, err)
+	}
+}
+
+func write(t *testing.T, path, text string) {
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The tightest quota first, then the others nearest first (cgroup_target._levels).
+func TestQuotaLevelsOrder(t *testing.T) {
+	top := t.TempDir()
+	pod := filepath.Join(top, "kubepods", "pod1")
+	ctr := filepath.Join(pod, "c1")
+	mkdirs(t, top, "kubepods/pod1/c1")
+	write(t, filepath.Join(top, "kubepods", "cpu.max"), "max 100000\n")
+	write(t, filepath.Join(pod, "cpu.max"), "20000 100000\n")
+	write(t, filepath.Join(ctr, "cpu.max"), "50000 100000\n")
+	levels := orderLevels(QuotaLevels(ctr, top, 2, "/kubepods/pod1/c1"))
+	if len(levels) != 2 || levels[0].Dir != pod || levels[1].Dir != ctr || levels[0].Group != "/kubepods/pod1" {
+		t.Fatalf("%+v", levels)
+	}
+	if levels[0].CPUs() != 0.2 || levels[0].BurstUS != nil {
+		t.Fatalf("%+v", levels[0])
+	}
+}
+
+func TestParseCPUStat(t *testing.T) {
+	v1, ok := ParseCPUStat([]byte("nr_periods 30\nnr_throttled 12\nthrottled_time 416442408\nnr_bursts 0\nburst_time 0\n"), 1)
+	if !ok || v1.Periods != 30 || v1.Throttled != 12 || v1.ThrottledNS != 416442408 || v1.HasUsage {
+		t.Fatalf("%+v", v1)
+	}
+	v2, ok := ParseCPUStat([]byte("usage_usec 5\nuser_usec 3\nsystem_usec 2\nnr_periods 4\nnr_throttled 1\nthrottled_usec 70000\n"), 2)
+	if !ok || v2.ThrottledNS != 70000000 || v2.UsageNS != 5000 {
+		t.Fatalf("%+v", v2)
+	}
+	if _, ok := ParseCPUStat([]byte("usage_usec 5\nuser_usec 3\nsystem_usec 2\n"), 2); ok {
+		t.Fatal("no bandwidth counters without the cpu controller")
+	}
+	some, full, ok := ParsePressure([]byte("some avg10=0.00 avg60=0.00 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=5\n"))
+	if !ok || some != 1234000 || full != 5000 {
+		t.Fatal(some, full, ok)
+	}
+}
+
+func TestMountinfo(t *testing.T) {
+	m := ParseMountinfo("32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n" +
+		"41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n" +
+		"33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct\n")
+	cpu := CPUMounts(m)
+	if len(cpu) != 2 || cpu[0].Point != "/sys/fs/cgroup/cpu" || cpu[1].Version() != 2 {
+		t.Fatalf("%+v", cpu)
+	}
+	if MapGroupPath(m[0], "/a/b") != "/sys/fs/cgroup/cpu/a/b" || MapGroupPath(Mount{Root: "/docker/x", Point: "/sys/fs/cgroup/cpu"}, "/other") != "" {
+		t.Fatal("map")
+	}
+}

@@ -1,0 +1,127 @@
+package timeline
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func newStore(t *testing.T, dir string) *Store {
+	st, err := NewStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.MaxSize, st.Version, st.IntervalS = 1<<20, "test", 0.01
+	return st
+}
+
+var cg = map[string]any{"path": "/x", "quota_us": 20000, "levels": []any{}}
+
+// A restart resumes the last segment of the key: the rows written stay, a cut row goes.
+func TestResumeKeepsEveryWholeRow(t *testing.T) {
+	dir := t.TempDir()
+	st := newStore(t, dir)
+	id := Identity{Key: "web", Pod: "web"}
+	seg, err := st.Open(id, "web", cg, Layout{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := int64(1); i <= 3; i++ {
+		seg.Append(&Sample{TNS: i * 10, UsageNS: i})
+	}
+	seg.Flush()
+	f, _ := os.OpenFile(seg.CSVPath(), os.O_WRONLY|os.O_APPEND, 0)
+	f.WriteString("40,4,0") // a row cut by a kill
+	f.Close()
+	again, err := newStore(t, dir).Open(id, "web", cg, Layout{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Meta.Name != seg.Meta.Name || again.Meta.Agent.ZeroMono != seg.Meta.Agent.ZeroMono {
+		t.Fatalf("not resumed: %s vs %s", again.Meta.Name, seg.Meta.Name)
+	}
+	again.Append(&Sample{TNS: 50, UsageNS: 5})
+	again.Close("interrupted", true)
+	raw, _ := os.ReadFile(again.CSVPath())
+	want := "t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns\n10,1,0,0,0\n20,2,0,0,0\n30,3,0,0,0\n50,5,0,0,0\n"
+	if string(raw) != want || *again.Meta.Samples != 4 {
+		t.Fatalf("%q samples %d", raw, *again.Meta.Samples)
+	}
+	other := map[string]any{"path": "/x", "quota_us": 50000, "levels": []any{}}
+	third, _ := newStore(t, dir).Open(id, "web", other, Layout{})
+	if third.Meta.Name == seg.Meta.Name {
+		t.Fatal("a changed quota must start a new segment")
+	}
+	third.Close("done", false)
+}
+
+func TestWindowJoinsSegmentsAndKeepsOneRowEachSide(t *testing.T) {
+	dir := t.TempDir()
+	st := newStore(t, dir)
+	id := Identity{Key: "ns/pod", Namespace: "ns", Pod: "pod"}
+	a, _ := st.Open(id, "ns_pod", cg, Layout{})
+	for i := int64(0); i < 5; i++ {
+		a.Append(&Sample{TNS: i * 1e9})
+	}
+	a.Close("size", false)
+	st.Closed(a.Meta.Name)
+	time.Sleep(20 * time.Millisecond)
+	// a second segment: force a new one by taking the first one's room away
+	st.MaxSize = 10
+	b, _ := st.Open(id, "ns_pod", cg, Layout{})
+	if b.Meta.Name == a.Meta.Name {
+		t.Fatal("expected a new segment")
+	}
+	b.Append(&Sample{TNS: 0, UsageNS: 7})
+	b.Close("done", false)
+	f, _ := os.OpenFile(b.CSVPath(), os.O_WRONLY|os.O_APPEND, 0)
+	f.WriteString("99,1,2") // a row being written: not served
+	f.Close()
+	shift := b.Meta.Agent.ZeroMono - a.Meta.Agent.ZeroMono
+	zero := a.Meta.Clock.ZeroEpochNS
+	body, meta, err := st.Window("ns/pod", zero+1500e6, zero+2500e6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(body)), "\n")
+	if len(lines) != 4 || lines[1] != "1000000000,0,0,0,0" || lines[3] != "3000000000,0,0,0,0" || *meta.Samples != 3 {
+		t.Fatalf("%q", body)
+	}
+	all, _, _ := st.Window("ns/pod", 0, 1<<62)
+	if !strings.HasSuffix(string(all), "\n"+itoa(shift)+",7,0,0,0\n") {
+		t.Fatalf("the second segment's row is moved onto the first one's zero: %q (shift %d)", all, shift)
+	}
+	if _, _, err := st.Window("ns/other", 0, 1<<62); err == nil {
+		t.Fatal("no timeline: an error")
+	}
+}
+
+func itoa(v int64) string {
+	return strings.TrimSpace(strings.Replace(string(AppendRow(nil, &Sample{TNS: v})), ",0,0,0,0", "", 1))
+}
+
+func TestPruneByAgeAndTotal(t *testing.T) {
+	dir := t.TempDir()
+	st := newStore(t, dir)
+	var names []string
+	for i := 0; i < 3; i++ {
+		s, _ := st.Open(Identity{Key: string(rune('a' + i))}, string(rune('a'+i)), cg, Layout{})
+		for j := 0; j < 100; j++ {
+			s.Append(&Sample{TNS: int64(j)})
+		}
+		s.Close("done", false)
+		st.Closed(s.Meta.Name)
+		old := time.Now().Add(time.Duration(-3+i) * time.Hour)
+		os.Chtimes(s.CSVPath(), old, old)
+		names = append(names, s.Meta.Name)
+	}
+	st.MaxAge = 150 * time.Minute
+	if got := st.Prune(time.Now()); len(got) != 1 || got[0] != names[0] {
+		t.Fatalf("age: %v", got)
+	}
+	st.MaxTotal = 1500 // each file is ~1.1 kB
+	if got := st.Prune(time.Now()); len(got) != 1 || got[0] != names[1] {
+		t.Fatalf("total: %v", got)
+	}
+}

@@ -1,0 +1,168 @@
+"""What the node agent (agent/, Go) costs: its CPU and memory with 10, 50 and 100 pods.
+
+    sudo .venv/bin/python -m benchmarks.agent_cost [--pods 10 50 100] [--seconds 30]
+                                                   [--interval 10ms]
+
+Stand-ins for pods on this host (no kubelet): per pod, a v1 group with a 0.2-CPU quota (the
+pod's) and a child group with the same quota (its container's), both idle, each with a cpuacct
+twin, as the kubelet makes them on a cgroup v1 node. The agent runs with its static source on
+both groups of every pod (what its Kubernetes source asks for a one-container pod: the pod's
+timeline and the container's, the pod group read once per tick for both), at ``--interval``
+(default http-timing record's 10 ms). The agent runs in a cpuacct group of its own; its CPU is
+that group's ``cpuacct.usage`` over ``--seconds`` after a 3 s warm-up (cross-checked with
+``/proc/PID/stat``), its memory ``VmRSS`` at the end and ``VmHWM`` (peak). Every group and the
+agent are removed/stopped by the benchmark. Prints a table; the goal is <= 1 % of one CPU and
+<= 64 MiB for 100 pods. Needs Linux, root, Go and the v1 cpu and cpuacct hierarchies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from benchmarks.support import ROOT, describe_load, run_main
+
+CPU = Path("/sys/fs/cgroup/cpu")
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+AGENT = ROOT / "agent"
+GOAL_CPU_PERCENT, GOAL_RSS_MIB = 1.0, 64.0
+
+
+def build_agent() -> Path:
+    """agent/ built once per source state into ~/.cache/throttle-lab/agent/ (as the tests)."""
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    if not Path(go).exists():
+        raise SystemExit("Go is not installed (the agent is a Go program: agent/)")
+    digest = hashlib.sha256()
+    for path in sorted(AGENT.rglob("*")):
+        if path.is_file() and path.suffix in (".go", ".mod", ".sum"):
+            digest.update(str(path.relative_to(AGENT)).encode() + b"\0" + path.read_bytes())
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    out = cache / "throttle-lab" / "agent" / digest.hexdigest()[:16] / "throttle-agent"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f"throttle-agent.{os.getpid()}")
+        subprocess.run(["nice", "-n", "10", go, "build", "-trimpath", "-ldflags=-s -w", "-o",
+                        str(tmp), "./cmd/throttle-agent"], cwd=AGENT, check=True)
+        tmp.replace(out)
+    return out
+
+
+def make_pods(top: str, count: int) -> list[tuple[str, Path]]:
+    """``count`` pod-shaped groups (pod + container, 0.2 CPU each); the static targets."""
+    targets: list[tuple[str, Path]] = []
+    for i in range(count):
+        for hierarchy in (CPU, CPUACCT):
+            (hierarchy / top / f"pod{i}" / "c").mkdir(parents=True)
+        for group in (CPU / top / f"pod{i}", CPU / top / f"pod{i}" / "c"):
+            (group / "cpu.cfs_quota_us").write_text("20000")
+        targets += [(f"pod{i}", CPU / top / f"pod{i}"), (f"pod{i}-c", CPU / top / f"pod{i}" / "c")]
+    return targets
+
+
+def remove_tree(root: Path) -> None:
+    if root.exists():
+        for here, _dirs, _files in sorted(os.walk(root), key=lambda w: -len(w[0])):
+            os.rmdir(here)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def proc_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def status_kib(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def measure(binary: Path, pods: int, seconds: float, interval: str) -> dict[str, float]:
+    top = f"throttle-lab-bench-agent-{os.getpid()}"
+    own = CPUACCT / f"{top}-agent"
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        targets = make_pods(top, pods)
+        own.mkdir()
+        with tempfile.TemporaryDirectory() as tmp:
+            listing = Path(tmp, "targets")
+            listing.write_text("".join(f"{name} {path}\n" for name, path in targets))
+            proc = subprocess.Popen(
+                ["sh", "-c", f'echo $$ > {own}/cgroup.procs && exec "$@"', "sh", str(binary),
+                 "--source", "static", "--targets", str(listing), "--timelines",
+                 str(Path(tmp, "timelines")), "--listen", f"127.0.0.1:{free_port()}",
+                 "--interval", interval], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            time.sleep(3.0)   # start-up, every group resolved, files open
+            if proc.poll() is not None:
+                raise SystemExit(f"the agent stopped: {proc.stderr.read().decode()[-500:]}"
+                                 if proc.stderr else "the agent stopped")
+            usage0, cpu0, t0 = int((own / "cpuacct.usage").read_text()), proc_cpu_s(proc.pid), \
+                time.monotonic()
+            time.sleep(seconds)
+            usage1, cpu1, t1 = int((own / "cpuacct.usage").read_text()), proc_cpu_s(proc.pid), \
+                time.monotonic()
+            rss, hwm = status_kib(proc.pid, "VmRSS"), status_kib(proc.pid, "VmHWM")
+            timelines = len(list(Path(tmp, "timelines").glob("*.cgroup.csv")))
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+            return {"pods": pods, "timelines": timelines,
+                    "cpu_percent": 100 * (usage1 - usage0) / 1e9 / (t1 - t0),
+                    "stat_percent": 100 * (cpu1 - cpu0) / (t1 - t0),
+                    "rss_mib": rss / 1024, "hwm_mib": hwm / 1024}
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for hierarchy in (CPU, CPUACCT):
+            remove_tree(hierarchy / top)
+        if own.exists():
+            own.rmdir()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pods", type=int, nargs="+", default=[10, 50, 100])
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--interval", default="10ms", help="the agent's --interval (Go syntax)")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0 or not (CPU / "cpu.cfs_quota_us").exists() or \
+            not (CPUACCT / "cpuacct.usage").exists():
+        raise SystemExit("needs root and the cgroup v1 cpu and cpuacct hierarchies")
+    binary = build_agent()
+    print(f"### throttle-agent: its own CPU and memory, every {args.interval}, "
+          f"{args.seconds:g} s per row")
+    print(f"({describe_load('before')}; {time.strftime('%Y-%m-%d %H:%M %Z')}, "
+          f"{os.uname().nodename}, Linux {os.uname().release})\n")
+    print("| pods | timelines | agent CPU (% of one CPU, cpuacct) | (/proc/PID/stat) "
+          "| RSS MiB | peak RSS MiB | goal met |")
+    print("|---|---|---|---|---|---|---|")
+    for pods in args.pods:
+        r = measure(binary, pods, args.seconds, args.interval)
+        met = ("yes" if r["cpu_percent"] <= GOAL_CPU_PERCENT and r["hwm_mib"] <= GOAL_RSS_MIB
+               else "no")
+        print(f"| {pods} | {r['timelines']:.0f} | {r['cpu_percent']:.2f} | "
+              f"{r['stat_percent']:.2f} | {r['rss_mib']:.1f} | {r['hwm_mib']:.1f} | {met} |",
+              flush=True)
+    print(f"\n({describe_load('after')}; goal: <= {GOAL_CPU_PERCENT:g} % of one CPU and "
+          f"<= {GOAL_RSS_MIB:g} MiB for 100 pods)")
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
