@@ -20,7 +20,7 @@ from cpuquota.cgroupfs import locate_cpu_controller
 from service.cgroup import empty_group, remove_group
 
 __all__ = ["BURNER", "V1_STAT", "V2_STAT", "BurningGroup", "ProcFigures", "burner_in",
-           "burner_in_group", "fake_proc", "favour", "mount_line", "nested_groups", "v1_group",
+           "burner_in_group", "fake_proc", "mount_line", "nested_groups", "v1_group",
            "v2_group", "write_proc_stat"]
 
 V1_STAT = "nr_periods 31\nnr_throttled 30\nthrottled_time 2071000000\nnr_bursts 0\nburst_time 0\n"
@@ -29,13 +29,13 @@ V2_STAT = ("usage_usec 900000\nuser_usec 880000\nsystem_usec 20000\nnr_periods 3
 
 
 @contextmanager
-def burner_in_group(cpus: float = 0.2) -> Iterator[BurningGroup]:
+def burner_in_group(cpus: float = 0.2, shape: str = "connection") -> Iterator[BurningGroup]:
     """``benchmarks.support.burner_in_group``, its group's weight raised
     (``tests.support.shield_from_neighbours``): the quota, not a busy machine, is what holds
     it back."""
     from tests.support import shield_from_neighbours
 
-    with unshielded_burner_in_group(cpus) as burner:
+    with unshielded_burner_in_group(cpus, shape) as burner:
         shield_from_neighbours(burner.group)
         yield burner
 
@@ -155,14 +155,6 @@ def nested_groups(path: str, quota_at: str, cpus: float) -> Iterator[tuple[Path,
         for directory in reversed(made):
             empty_group(directory)
             remove_group(directory)
-
-
-def favour(group: Path) -> None:
-    """A large CPU weight for a group a test made (removed with it): on a busy machine the
-    quota, not the machine's other work, is then what limits the group."""
-    for name, value in (("cpu.shares", "102400"), ("cpu.weight", "10000")):
-        if (group / name).exists():
-            (group / name).write_text(value + "\n")
 
 
 def _enable_cpu(directory: Path, quota_dir: Path) -> None:

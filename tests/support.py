@@ -64,12 +64,13 @@ HIERARCHIES = pytest.mark.parametrize("cgroup_version", [
 
 def shield_from_neighbours(group: Path) -> None:
     """The machine is shared: raise the group's *weight* (cpu.shares, not the quota) so other
-    people's load cannot hide the quota by starving what runs in it below it. Docker's default
-    weight is 1024; the quota works the same at any weight."""
+    people's load cannot hide the quota by starving what runs in it below it (nor be read as
+    throttling). The group is the test's own and goes with it. Docker's default weight is
+    1024; the quota works the same at any weight."""
     if (group / "cpu.shares").exists():
-        (group / "cpu.shares").write_text("10240")      # v1; default 1024
+        (group / "cpu.shares").write_text("102400")     # v1; default 1024
     else:
-        (group / "cpu.weight").write_text("1000")       # v2; default 100
+        (group / "cpu.weight").write_text("10000")      # v2; default 100, the largest
 
 
 def stop_by_pid(proc: subprocess.Popen[Any], first: int = signal.SIGTERM,

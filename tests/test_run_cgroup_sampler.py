@@ -22,7 +22,7 @@ from client.run.cgroup_sampler import CgroupReader, CgroupSampler, read_sample
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
 from cpuquota.cgroupfs import read_cpu_stat
 from tests.cgroup_fixtures import (V1_STAT, V2_STAT, ProcFigures, burner_in_group, fake_proc,
-                                   favour, mount_line, v1_group, v2_group)
+                                   mount_line, v1_group, v2_group)
 from tests.support import require_kernel_quota
 
 
@@ -262,7 +262,6 @@ def test_real_group_sampled_while_requests_are_timed(tmp_path: Path) -> None:
     the exact readings taken around each request, and mark the slow ones."""
     require_kernel_quota()
     with burner_in_group(0.2) as burner:
-        favour(burner.group)   # a busy machine's contention is not a throttle
         by_path = resolve_cgroup(str(burner.group))
         assert resolve_cgroup(f"pid:{burner.pid}").directory == by_path.directory
         burns = [25, 1, 1, 1] * 12

@@ -32,8 +32,8 @@ from benchmarks.support import BurningGroup, serve_in_group
 from client.data.files import read_run
 from client.render.cgroup_plot import draw_usage_panel
 from client.render.figures import pyplot
-from tests.cgroup_fixtures import burner_in_group, favour
-from tests.support import http_timing, require, require_kernel_quota
+from tests.cgroup_fixtures import burner_in_group
+from tests.support import http_timing, require, require_kernel_quota, shield_from_neighbours
 
 GO = Path(os.environ.get("GO", "/usr/local/go/bin/go"))
 GO_BURNER = Path(__file__).resolve().parent.parent / "benchmarks" / "go_burner" / "main.go"
@@ -55,7 +55,6 @@ def test_usage_of_any_shape_is_what_the_kernel_counted(tmp_path: Path, shape: st
     require_kernel_quota(1)
     requests = "150"
     with burner_in_group(0.3, shape) as service:
-        favour(service.group)
         time.sleep(0.3)
         before = process_cpu_s(service.pid)
         result = http_timing("--url", service.base_url + "/burn?ms=5", "--requests", requests,
@@ -127,7 +126,7 @@ def test_a_saturated_go_service_counts_its_slow_band_as_delayed(go_burner: Path,
     require_kernel_quota(1)
     service: BurningGroup
     with serve_in_group([str(go_burner), "0"], 0.3) as service:
-        favour(service.group)
+        shield_from_neighbours(service.group)
         result = http_timing("--url", service.base_url + "/burn?ms=5", "--concurrency", "3",
                              "--duration", "6", "--cgroup", f"pid:{service.pid}",
                              "--name", "g", "--quiet", cwd=tmp_path)
