@@ -81,7 +81,7 @@ def test_a_usage_that_cannot_be_known_is_left_out_with_the_reason() -> None:
                            CgroupSample(10**9, 190_000_000, 10, 9, 720_000_000), Limit(0.2))
     why = "process(es) 10 ignore SIGCHLD: a child of theirs ... is counted by no one"
     row = WatchRow("12:00:01", 1.0, replace(stats, usage_cpus=float("nan"), quota_share=None),
-                   "the CPU clocks of the processes in /g", why)
+                   usage_counter="the CPU clocks of the processes in /g", usage_unknown=why)
     console = Console(width=300, record=True, file=open(os.devnull, "w"))
     console.print(watch_table("/g", Limit(0.2), [row], row.stats))
     console.file.close()
