@@ -42,6 +42,21 @@ def draw_cdf(ax: Axes, label: str, latencies_ms: Sequence[float], colour: str,
             label=f"{label} ({values.size})")
 
 
+def short_names(names: Sequence[str]) -> list[str]:
+    """The runs' names without the prefix they all share (up to a ``-``), for the CDF's
+    legend: ``demo-20261125-093947-kernel-1``, ``…-0.3`` -> ``1``, ``0.3`` (each row's title
+    keeps the whole name); the names as they are when they share none or differ only there."""
+    if len(names) < 2:
+        return list(names)
+    common = names[0]
+    for name in names[1:]:
+        while not name.startswith(common):
+            common = common[:-1]
+    cut = common.rfind("-") + 1
+    short = [name[cut:] for name in names]
+    return short if cut and all(short) and len(set(short)) == len(short) else list(names)
+
+
 def _style_cdf(ax: Axes, all_latencies: Sequence[float]) -> None:
     ax.set_xlabel("request latency (ms, log scale)", fontsize=12)
     ax.set_ylabel("fraction of requests at or below", fontsize=12)
@@ -75,6 +90,7 @@ def plot_comparison(runs: Sequence[Run], out: Path, title: str | None = None,
         first: Axes | None = None
         all_latencies: list[float] = []
         cdf_ax = fig.add_subplot(grid[:, 2])
+        labels = short_names([run.name for run in runs])
         for i, (run, report) in enumerate(zip(runs, reports)):
             ax = fig.add_subplot(grid[i, 0], sharex=first, sharey=first)
             first = first or ax
@@ -85,12 +101,14 @@ def plot_comparison(runs: Sequence[Run], out: Path, title: str | None = None,
                          fontsize=11, loc="left")
             ax.set_ylabel("latency (ms)", fontsize=10)
             ax.grid(True, alpha=0.3)
-            legend_outside(ax, 8)
+            legend = legend_outside(ax, 8)
+            if legend is not None:
+                legend.set_in_layout(False)   # it has the middle column to itself
             if i < n - 1:
                 ax.tick_params(labelbottom=False)
             ok = [r.latency_ms for r in run.records if r.ok]
             all_latencies.extend(ok)
-            draw_cdf(cdf_ax, run.name, ok, CDF_COLOURS[i % len(CDF_COLOURS)])
+            draw_cdf(cdf_ax, labels[i], ok, CDF_COLOURS[i % len(CDF_COLOURS)])
         assert first is not None
         first.set_ylim(bottom=0)
         fig.axes[-1].set_xlabel("time since start of run (s)", fontsize=11)

@@ -20,7 +20,9 @@ def legend_outside(ax: Axes, fontsize: float = 9, *, below: bool = False) -> Leg
     if not handles:
         return None
     if below:
-        return ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.14),
+        # right-aligned with the axes: a wide legend grows to the left, into the figure,
+        # never past its right edge
+        return ax.legend(handles, labels, loc="upper right", bbox_to_anchor=(1.0, -0.1),
                          borderaxespad=0.0, fontsize=fontsize, frameon=False)
     return ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0),
                      borderaxespad=0.0, fontsize=fontsize, frameon=False)
