@@ -167,10 +167,10 @@ def served(site: Path) -> Iterator[str]:
 
 @pytest.mark.browser
 @pytest.mark.parametrize("via, path, heading, pictures", [
-    ("http", "/", "throttle-lab", {"kernel-sweep.png"}),
+    ("http", "/", "throttle-lab", {"calibrated-kernel-sweep.png"}),
     ("http", "/reference/http-api.html", "burn-service's HTTP API",
      {"pi-page.png", "landing-page.png"}),
-    ("file", "/index.html", "throttle-lab", {"kernel-sweep.png"}),  # site/index.html from disk
+    ("file", "/index.html", "throttle-lab", {"calibrated-kernel-sweep.png"}),  # site/index.html from disk
 ])
 def test_pages_render_with_their_pictures(page: Any, served: str, site: Path,  # noqa: F811
                                           tmp_path: Path, via: str, path: str, heading: str,
