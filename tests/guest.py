@@ -135,6 +135,12 @@ class GuestSession:
         if nice:   # a new session is a new autogroup, whose weight nice alone does not lower
             _nice_autogroup(self.proc.pid, nice)
 
+    def unnice(self) -> None:
+        """Back to the default priority, every thread of the guest's session (qemu's vCPU
+        threads included) and its autogroup: the host's tests are done, and a niced guest
+        would now lose the CPUs to any other work on the machine."""
+        _renice_session(self.proc.pid, 0)
+
     def wait(self) -> GuestRun:
         """Until the guest is done or ``timeout`` seconds after it started (then killed)."""
         proc = self.proc
@@ -173,6 +179,26 @@ def _nice_autogroup(pid: int, nice: int) -> None:
         Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
     except OSError:   # no autogroup in this kernel, or not ours to change
         pass
+
+
+def _renice_session(sid: int, nice: int) -> None:
+    """``nice`` for every thread of every process in session ``sid`` and its autogroup; a
+    process or thread that ends meanwhile is passed over."""
+    for proc_dir in Path("/proc").iterdir():
+        if not proc_dir.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(proc_dir.name)) != sid:
+                continue
+            threads = [int(t.name) for t in (proc_dir / "task").iterdir()]
+        except OSError:   # gone, or not ours to look at
+            continue
+        for tid in threads:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+            except OSError:
+                pass
+    _nice_autogroup(sid, nice)
 
 
 def run_guest_pytest(share: Path, files: list[Path], timeout: float = 480.0,
