@@ -102,7 +102,9 @@ def kubelet_config(lay: Layout) -> str:
         "failSwapOn": False,
         "protectKernelDefaults": False,
         "podCIDR": POD_CIDR,
-        "maxPods": 30,
+        # 100 idle pods for the agent's cost benchmark beside the demo and system pods (the
+        # pod range, a /24, holds 253 addresses)
+        "maxPods": 150,
         "serializeImagePulls": False,
         # A busy shared disk must not evict the node's pods: only a nearly full one does.
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "2%",
