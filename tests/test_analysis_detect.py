@@ -138,6 +138,23 @@ def test_in_process_throttle_pause_counts() -> None:
     assert d.throttled == tuple(i == 3 for i in range(10))
 
 
+def test_in_process_throttle_counts_every_pause_and_nothing_else() -> None:
+    """The in-process throttle pauses only inside the handler: a request slowed by other work on
+    the machine (no pause in its counters) is slow, not delayed by throttling, and the stall is
+    the pauses'."""
+    records = [RequestRecord(i, i * 80 * MS, 5 * MS, 200, server_throttle_ns=0)
+               for i in range(40)]
+    for i in range(5, 40, 7):   # paused ~65 ms by the throttle
+        records[i].server_throttle_ns = 65 * MS
+        records[i].latency_ns = 70 * MS
+    for i in (2, 10, 20, 30):   # contention: 20 ms slower, no pause
+        records[i].latency_ns = 25 * MS
+    d = detect(records)
+    assert d.throttled == tuple(r.server_throttle_ns > 0 for r in records)  # type: ignore[operator]
+    assert d.source == "server counters"
+    assert d.stall_ms == pytest.approx(65, abs=0.5)
+
+
 def test_failed_requests_are_left_out() -> None:
     records = [RequestRecord(i, i * 6 * MS, 5 * MS, 200) for i in range(6)]
     records.append(RequestRecord(6, 40 * MS, 90 * MS, 0, error="ReadTimeout"))

@@ -211,7 +211,10 @@ def mark_throttled(ok: Sequence[RequestRecord], lat: np.ndarray, threshold: floa
         # read by the client around the whole request (or from the group's timeline): a
         # stall before the handler is in them too, so slowness adds nothing
         return by_server, ThrottleSource.CGROUP, []
-    if not sequential:
+    if not sequential or all(r.kernel_nr_throttled is None for r in ok):
+        # concurrent: queueing behind other requests is not a stall; the in-process throttle
+        # (no kernel counter): it pauses only inside the handler, so its counters see every
+        # pause and a request slowed by other work on the machine was not throttled
         return by_server, ThrottleSource.SERVER, []
     missed = sum(1 for s, slow in zip(by_server, by_latency) if slow and not s)
     throttled = [s or slow for s, slow in zip(by_server, by_latency)]
