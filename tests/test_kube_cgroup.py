@@ -1,0 +1,237 @@
+"""The tools against the kubelet's own groups, on the project's node (kubenode): the limited
+Deployment of ``k8s/deployment-limited.yaml`` (``limits.cpu: 300m``) in a namespace of this
+file's own, timed from the HOST through the veth (the pod's address) with
+``--cgroup k8s:NS/POD``. The kubelet puts the quota on the pod's group and on its container's
+(cgroupfs driver, the node's ``cgroupRoot``): both are found, both are sampled, and what the
+run marks agrees with what the kernel counted in their ``cpu.stat``.
+
+The node is one per session (``kube_node``); on a laptop without root this skips with the
+reason, under CI=true it must run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from client.data.files import read_run
+from client.data.timeline import level_timelines, read_timeline, timeline_path
+from kubenode import images as node_images
+from kubenode import node as kubenode
+from kubenode.config import CGROUP_ROOT
+from kubenode.project_images import SERVICE_IMAGE
+from tests.support import ROOT, http_timing
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
+
+NAMESPACE = "tl-cgroup-test"
+CPU = Path("/sys/fs/cgroup/cpu")
+MS = 1_000_000
+BURN = "/cpuBurnFlow?iterations=5000"
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    uid: str
+    container_id: str
+    ip: str
+
+    @property
+    def group(self) -> Path:
+        """The pod's group in the cpu hierarchy (Burstable: requests.memory < limits.memory)."""
+        return CPU / CGROUP_ROOT / "kubepods" / "burstable" / f"pod{self.uid}"
+
+    @property
+    def container_group(self) -> Path:
+        return self.group / self.container_id
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.ip}:7800"
+
+
+def kubectl_json(node: kubenode.Node, *args: str) -> dict:  # type: ignore[type-arg]
+    return json.loads(node.kubectl(*args, "-o", "json").stdout)
+
+
+@pytest.fixture(scope="module")
+def service_image(kube_node: kubenode.Node) -> None:
+    """The project's service image in the node: imported once (built from this checkout's
+    docker/Dockerfile) when the node does not have it yet."""
+    have = node_images.ctr_images(kube_node.containerd_address)
+    if f"docker.io/library/{SERVICE_IMAGE}" not in have:
+        kubenode.load_project_images(kube_node.lay, print, ROOT)
+
+
+@pytest.fixture(scope="module")
+def namespace(kube_node: kubenode.Node, service_image: None) -> Iterator[str]:
+    kube_node.kubectl("create", "namespace", NAMESPACE, check=False)
+    yield NAMESPACE
+    kube_node.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=120s",
+                      check=False, timeout=150)
+
+
+@pytest.fixture(scope="module")
+def kube_env(kube_node: kubenode.Node) -> Iterator[None]:
+    """The shell a user has after ``make kube-node``: KUBECONFIG and the node's kubectl first
+    on PATH (what http-timing's k8s: lookup runs)."""
+    saved = {key: os.environ.get(key) for key in ("KUBECONFIG", "PATH")}
+    os.environ["KUBECONFIG"] = str(kube_node.lay.kubeconfig)
+    os.environ["PATH"] = f"{kube_node.lay.kube_bin}:{saved['PATH'] or ''}"
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def limited_deployment() -> dict:  # type: ignore[type-arg]
+    """k8s/deployment-limited.yaml as it is, in this file's namespace, probed every second
+    (Ready sooner) and with no grace period (deleted at once)."""
+    doc = yaml.safe_load((ROOT / "k8s" / "deployment-limited.yaml").read_text())
+    doc["metadata"]["namespace"] = NAMESPACE
+    spec = doc["spec"]["template"]["spec"]
+    spec["terminationGracePeriodSeconds"] = 0
+    spec["containers"][0]["readinessProbe"]["periodSeconds"] = 1
+    return doc
+
+
+@pytest.fixture(scope="module")
+def limited(kube_node: kubenode.Node, namespace: str, kube_env: None) -> Pod:
+    kube_node.kubectl("apply", "-f", "-", input=json.dumps(limited_deployment()))
+    kube_node.kubectl("-n", namespace, "rollout", "status", "deployment/limited",
+                      "--timeout=180s", timeout=200)
+    pods = kubectl_json(kube_node, "-n", namespace, "get", "pods", "-l",
+                        "app.kubernetes.io/component=limited")["items"]
+    running = [p for p in pods if p["status"].get("phase") == "Running"
+               and not p["metadata"].get("deletionTimestamp")]
+    assert len(running) == 1, [p["metadata"]["name"] for p in pods]
+    info = running[0]
+    cid = info["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    return Pod(info["metadata"]["name"], info["metadata"]["uid"], cid, info["status"]["podIP"])
+
+
+def cpu_stat(group: Path) -> dict[str, int]:
+    return {key: int(value) for key, value in
+            (line.split() for line in (group / "cpu.stat").read_text().splitlines())}
+
+
+def test_a_run_from_the_host_marks_what_the_pod_s_groups_counted(
+        tmp_path: Path, limited: Pod) -> None:
+    """``http-timing --cgroup k8s:NS/POD`` from the host, against the pod's address: the
+    container's group and the pod's are the two quota levels (0.3 CPU each, found under the
+    node's cgroupRoot), the marks add up to what their cpu.stat counted, and the report names
+    the group whose quota throttled."""
+    pod = limited
+    assert (pod.group / "cpu.cfs_quota_us").read_text().strip() == "30000"
+    assert (pod.container_group / "cpu.cfs_quota_us").read_text().strip() == "30000"
+    before = {g: cpu_stat(g) for g in (pod.container_group, pod.group)}
+    result = http_timing("--url", pod.base_url + BURN, "--cgroup",
+                         f"k8s:{NAMESPACE}/{pod.name}", "--requests", "80", "--name", "a",
+                         "--quiet", "--no-plot", cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    after = {g: cpu_stat(g) for g in (pod.container_group, pod.group)}
+
+    csv = tmp_path / "raw-data" / "a.csv"
+    run = read_run(csv)
+    meta = run.metadata.cgroup
+    assert meta is not None
+    assert meta["path"] == str(pod.container_group) and meta["version"] == 1
+    assert [(lv["path"], lv["quota_us"], lv["period_us"]) for lv in meta["levels"]] == [
+        (str(pod.container_group), 30000, 100000), (str(pod.group), 30000, 100000)]
+    assert meta["usage_source"] == "cpuacct"   # the cpuacct hierarchy's twin of the group
+
+    # the timeline's counters are the kernel's, level by level
+    timeline = read_timeline(timeline_path(csv))
+    levels = level_timelines(timeline)
+    assert len(levels) == 2
+    counted = []
+    for group, series in zip((pod.container_group, pod.group), levels):
+        first, last = series[0], series[-1]
+        delta_ns = last.throttled_ns - first.throttled_ns
+        delta_n = last.nr_throttled - first.nr_throttled
+        kernel_ns = after[group]["throttled_time"] - before[group]["throttled_time"]
+        kernel_n = after[group]["nr_throttled"] - before[group]["nr_throttled"]
+        assert delta_ns <= kernel_ns and delta_n <= kernel_n   # the run is inside before/after
+        counted.append((delta_n, delta_ns, group))
+        print(f"{group.name[:12]}: nr_throttled +{delta_n} throttled_time "
+              f"+{delta_ns / MS:.1f} ms (kernel, before/after the command: +{kernel_n}, "
+              f"+{kernel_ns / MS:.1f} ms)")
+    most_n, most_ns, most = max(counted, key=lambda c: c[1])
+    assert most_ns > 100 * MS            # 5 ms a request at 0.3 CPU: the quota bites
+
+    marks_ns = [r.cgroup_throttled_ns for r in run.records]
+    marks_n = [r.cgroup_nr_throttled for r in run.records]
+    assert all(m is not None for m in marks_ns)
+    marked = [r for r in run.records if r.cgroup_nr_throttled]
+    print(f"marks: {len(marked)} of {len(run.records)} requests, "
+          f"{sum(m or 0 for m in marks_ns) / MS:.1f} ms, {sum(m or 0 for m in marks_n)} "
+          "throttled periods")
+    # sequential: each request carries the change of the level that throttled it most, so the
+    # marks add up to the most-throttled level's count, and never past both levels' together
+    assert sum(m or 0 for m in marks_ns) == pytest.approx(most_ns, rel=0.25)
+    assert sum(m or 0 for m in marks_ns) <= sum(ns for _, ns, _ in counted)
+    assert most_n * 0.75 <= sum(m or 0 for m in marks_n) <= sum(n for n, _, _ in counted)
+    others = [r for r in run.records if not r.cgroup_nr_throttled]
+    assert marked and others
+    slow = sorted(r.latency_ns for r in marked)[len(marked) // 2]
+    fast = sorted(r.latency_ns for r in others)[len(others) // 2]
+    assert slow > 3 * fast or slow - fast > 40 * MS, (slow, fast)
+
+    report = http_timing("report", str(csv), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    print(report.stdout)
+    # the level whose cpu.stat counted the most (either may: both quotas are 30 ms, and the
+    # pod's group also carries the pause container and the kubelet's probes)
+    named = "/" + str(most.relative_to(CPU))
+    assert f"throttled by the quota on {named} (0.3 CPU)" in report.stdout
+    for group in (pod.container_group, pod.group):
+        assert f"0.3 CPU per 100 ms on /{group.relative_to(CPU)}:" in report.stdout
+
+
+@pytest.mark.parametrize("spec, expected", [
+    (f"k8s:{NAMESPACE}/nosuch", f"no pod nosuch in namespace {NAMESPACE} "),
+    ("k8s:nosuchns/limited", "no pod limited in namespace nosuchns "),
+])
+def test_an_unknown_pod_is_one_line(tmp_path: Path, limited: Pod, spec: str,
+                                    expected: str) -> None:
+    result = http_timing("--url", limited.base_url + BURN, "--cgroup", spec, "--requests", "3",
+                         "--quiet", "--no-plot", cwd=tmp_path)
+    assert result.returncode == 2
+    assert expected in result.stderr and len(result.stderr.strip().splitlines()) == 1, \
+        result.stderr
+    assert not (tmp_path / "raw-data").exists() or not list((tmp_path / "raw-data").iterdir())
+
+
+def test_no_permission_to_read_the_pod_is_one_line(
+        tmp_path: Path, kube_node: kubenode.Node, limited: Pod) -> None:
+    """A kubeconfig whose user may not get pods (a ServiceAccount without any role)."""
+    kube_node.kubectl("-n", NAMESPACE, "create", "serviceaccount", "nobody", check=False)
+    token = kube_node.kubectl("-n", NAMESPACE, "create", "token", "nobody",
+                              "--duration", "10m").stdout.strip()
+    config = tmp_path / "nobody.kubeconfig"
+    config.write_text(kube_node.kubectl("config", "view", "--raw", "--minify").stdout)
+    env = {**os.environ, "KUBECONFIG": str(config)}
+    for argv in (["config", "set-credentials", "nobody", f"--token={token}"],
+                 ["config", "set-context", "--current", "--user=nobody"]):
+        subprocess.run([str(kube_node.lay.kube_bin / "kubectl"), *argv], env=env, check=True,
+                       capture_output=True, timeout=30)
+    os.environ["KUBECONFIG"] = str(config)
+    try:
+        result = http_timing("--url", limited.base_url + BURN, "--cgroup",
+                             f"k8s:{NAMESPACE}/{limited.name}", "--requests", "3", "--quiet",
+                             "--no-plot", cwd=tmp_path)
+    finally:
+        os.environ["KUBECONFIG"] = str(kube_node.lay.kubeconfig)
+    assert result.returncode == 2
+    assert (f"kubectl may not read pod {NAMESPACE}/{limited.name}: 'get pods' in namespace "
+            f"{NAMESPACE} is needed") in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
