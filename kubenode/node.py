@@ -23,10 +23,11 @@ from kubenode.config import (HOST_ADDR, NODE_ADDR, POD_CIDR, SERVICE_CIDR, VETH_
                              Layout, layout)
 from kubenode.context import BIND_MOUNTS, Log, Node
 from kubenode.proc import ns_inode, pids_in_namespace, read_pidfile, run, start_daemon, stop_pid
-from kubenode.steps import Step, pending, run_down, run_up
+from kubenode.steps import Step, pending, run_down, run_up, updatable
 from kubenode.traefik import traefik_manifests
 
-__all__ = ["Node", "STEPS", "up", "down", "status", "shell_exports", "is_up", "leftovers",
+__all__ = ["Node", "STEPS", "up", "down", "status", "shell_exports", "is_up", "reusable",
+           "leftovers",
            "load_project_images", "status_json"]
 
 # --- the steps ----------------------------------------------------------------------------
@@ -321,7 +322,7 @@ STEPS: list[Step[Node]] = [
          lambda n: pki.make_pki(n.p("pki"))),
     Step("config files", _configs_ok, _configs_do),
     Step("cgroup root", lambda n: host.cgroup_root_ready(), lambda n: host.make_cgroup_root(),
-         _cgroup_root_undo),
+         _cgroup_root_undo, update=True),
     Step("mount points", _mountpoints_ok, _mountpoints_do, _mountpoints_undo),
     Step("holder", lambda n: n.holder is not None, _holder_do, _holder_undo),
     Step("mounts", _mounts_ok, _mounts_do),
@@ -334,7 +335,8 @@ STEPS: list[Step[Node]] = [
     _daemon_step("kube-scheduler", daemons.scheduler_cmd, _ready(10259), 120),
     _daemon_step("kubelet", daemons.kubelet_cmd, Node.node_ready, 180, _kubelet_undo),
     _daemon_step("kube-proxy", daemons.proxy_cmd, _ready(10256), 60),
-    Step("coredns", lambda n: n.deployment_ready("kube-system", "coredns"), _coredns_do),
+    Step("coredns", lambda n: n.deployment_ready("kube-system", "coredns"), _coredns_do,
+         update=True),
     Step("traefik", lambda n: n.deployment_ready("kube-system", "traefik"), _traefik_do),
 ]
 
@@ -343,6 +345,12 @@ STEPS: list[Step[Node]] = [
 
 def is_up(node: Node) -> bool:
     return not pending(STEPS, node)
+
+
+def reusable(node: Node) -> bool:
+    """Up, or up but for steps that ``up`` does in place on the running node (a changed
+    add-on): its holder lives and only ``update`` steps are pending."""
+    return node.holder is not None and updatable(STEPS, node) is not None
 
 
 def leftovers(node: Node) -> list[str]:
@@ -382,6 +390,10 @@ def up(lay: Layout | None = None, log: Log = print) -> Node:
 def _up(node: Node, log: Log) -> Node:
     if is_up(node):
         log("node already up: reused")
+        return node
+    if node.holder is not None and (names := updatable(STEPS, node)):
+        log("node up: updating " + ", ".join(names) + " in place")
+        node.timings = run_up(STEPS, node, log)
         return node
     if leftovers(node):
         log("a half-started node is here: cleaning it first")

@@ -16,7 +16,7 @@ import pytest
 from kubenode import build, files, images, proc
 from kubenode.addons import COREFILE, coredns_manifests
 from kubenode.config import DNS_SERVICE_IP, Layout
-from kubenode.steps import Step, StepError, pending, run_down, run_up
+from kubenode.steps import Step, StepError, pending, run_down, run_up, updatable
 
 KUBE_GOMOD = """module k8s.io/kubernetes
 
@@ -123,6 +123,17 @@ def test_steps_run_what_is_missing_and_undo_in_reverse() -> None:
     assert calls == ["do b", "do c"] and set(seconds) == {"b", "c"}
     run_down(steps, done)
     assert calls[2:] == ["undo c", "undo b", "undo a"] and not done
+
+
+def test_only_update_steps_pending_may_be_done_on_a_running_node() -> None:
+    state = {"daemon", "addon"}
+    steps = [Step("daemon", lambda s: "daemon" in s, lambda s: s.add("daemon")),
+             Step("addon", lambda s: "addon" in s, lambda s: s.add("addon"), update=True)]
+    assert updatable(steps, state) == []
+    state.discard("addon")
+    assert updatable(steps, state) == ["addon"]
+    state.discard("daemon")
+    assert updatable(steps, state) is None
 
 
 def test_a_step_that_does_not_reach_its_check_is_an_error_naming_it() -> None:
