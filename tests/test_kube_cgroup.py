@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,8 @@ from kubenode import images as node_images
 from kubenode import node as kubenode
 from kubenode.config import CGROUP_ROOT
 from kubenode.project_images import SERVICE_IMAGE
-from tests.support import ROOT, http_timing
+from tests.kube import wait_for
+from tests.support import BIN, ROOT, http_timing, stop_by_pid
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
 
@@ -235,3 +237,97 @@ def test_no_permission_to_read_the_pod_is_one_line(
     assert (f"kubectl may not read pod {NAMESPACE}/{limited.name}: 'get pods' in namespace "
             f"{NAMESPACE} is needed") in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def resize(node: kubenode.Node, pod: Pod, cpu: str) -> None:
+    node.kubectl("-n", NAMESPACE, "patch", "pod", pod.name, "--subresource", "resize", "-p",
+                 json.dumps({"spec": {"containers": [
+                     {"name": "burn-service", "resources": {"limits": {"cpu": cpu},
+                                                            "requests": {"cpu": cpu}}}]}}))
+
+
+def quotas_are(pod: Pod, quota_us: int) -> bool:
+    return all((g / "cpu.cfs_quota_us").read_text().strip() == str(quota_us)
+               for g in (pod.group, pod.container_group))
+
+
+@pytest.fixture
+def resizable(kube_node: kubenode.Node, limited: Pod) -> Iterator[Pod]:
+    """The limited pod at 300m; put back to 300m afterwards (in place, as the test did)."""
+    assert quotas_are(limited, 30000)
+    yield limited
+    resize(kube_node, limited, "300m")
+    wait_for("the pod back at 300m", lambda: quotas_are(limited, 30000), 120, 0.2)
+
+
+def test_an_in_place_resize_shows_in_watch_and_in_the_run_that_spans_it(
+        tmp_path: Path, kube_node: kubenode.Node, resizable: Pod) -> None:
+    """``kubectl patch pod --subresource resize`` 300m -> 500m while ``watch k8s:NS/POD`` and a
+    run with ``--cgroup k8s:NS/POD`` go on: the watch shows the new quota (the same process,
+    no restart of anything), the run's timeline holds both quotas, and the report and the
+    model take each request under the quota in force when it was sent."""
+    pod = resizable
+    spec = f"k8s:{NAMESPACE}/{pod.name}"
+    watch = subprocess.Popen([str(BIN / "http-timing"), "watch", spec, "--json", "--interval",
+                              "0.25"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    requests = 500
+    run = subprocess.Popen([str(BIN / "http-timing"), "--url", pod.base_url + BURN,
+                            "--requests", str(requests), "--cgroup", spec, "--name", "resize",
+                            "--quiet", "--no-plot"], cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    csv_path = tmp_path / "raw-data" / "resize.csv"
+    try:
+        wait_for("a hundred requests at 300m", lambda: run.poll() is not None or (
+            csv_path.exists() and len(csv_path.read_text().splitlines()) > 100), 120, 0.02)
+        assert run.poll() is None, run.communicate()[1]
+        t0 = time.monotonic()
+        resize(kube_node, pod, "500m")
+        wait_for("the kubelet's 50000 on both groups", lambda: quotas_are(pod, 50000), 120, 0.02)
+        print(f"resize: both groups at 50000 µs {time.monotonic() - t0:.1f} s after the patch")
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+        time.sleep(0.6)   # two more watch lines under 0.5
+        assert watch.poll() is None, watch.communicate()[1]   # the same watch all along
+    finally:
+        stop_by_pid(run)
+        watch.terminate()   # SIGTERM: the watch ends at once, its lines are all out
+        watched, _ = watch.communicate(timeout=20)
+        stop_by_pid(watch)
+    info = kubectl_json(kube_node, "-n", NAMESPACE, "get", "pod", pod.name)
+    status = info["status"]["containerStatuses"][0]
+    assert status["restartCount"] == 0 and status["containerID"].endswith(pod.container_id)
+
+    timeline = read_timeline(timeline_path(csv_path))
+    in_force = [min(s.quotas, key=lambda q: q[0] / q[1]) for s in timeline]
+    assert in_force[0] == (30000, 100000) and in_force[-1] == (50000, 100000)
+    assert sum(1 for a, b in zip(in_force, in_force[1:]) if a != b) == 1, in_force
+
+    report = http_timing("report", str(csv_path), "--json", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    data = json.loads(report.stdout)
+    parts = data["quotas"]
+    print(json.dumps(parts, indent=1))
+    assert [(p["quota_us"], p["cpus"]) for p in parts] == [(30000, 0.3), (50000, 0.5)]
+    assert sum(p["requests"] for p in parts) == data["count"] == requests
+    assert all(p["requests"] >= 50 for p in parts), parts
+    tight, loose = parts
+    assert tight["usage_cpus"] <= 0.3 * 1.15 and tight["cgroup_nr_throttled"] > 0
+    assert loose["usage_cpus"] <= 0.5 * 1.15
+    assert (loose["cgroup_nr_throttled"] / max(1, loose["cgroup_nr_periods"]) <
+            tight["cgroup_nr_throttled"] / tight["cgroup_nr_periods"] or
+            loose["usage_cpus"] > 0.3 * 1.15), parts
+    text = http_timing("report", str(csv_path), cwd=tmp_path).stdout
+    assert "quota changed during the run" in text
+    assert "0.3 CPU (30000 µs per 100000 µs)" in text and "0.5 CPU (50000 µs per 100000 µs)" in text
+
+    predicted = http_timing("report", str(csv_path), "--predict", "--json", cwd=tmp_path)
+    assert predicted.returncode == 0, predicted.stderr
+    by_quota = json.loads(predicted.stdout)["by_quota"]
+    assert [p["span"]["cpus"] for p in by_quota] == [0.3, 0.5]
+    assert "0.3" in by_quota[0]["model_limit"] and "0.5" in by_quota[1]["model_limit"]
+    assert [p["count"] for p in by_quota] == [p["requests"] for p in parts]
+
+    seen = [json.loads(line)["quota_cpus"] for line in watched.splitlines() if line.strip()]
+    print(f"watch: {len(seen)} lines, quotas {seen[0]} .. {seen[-1]}")
+    assert seen[0] == 0.3 and seen[-1] == 0.5 and set(seen) == {0.3, 0.5}, seen
