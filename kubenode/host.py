@@ -31,14 +31,27 @@ def cgroup_root_paths() -> list[Path]:
     return [mount / CGROUP_ROOT for _, mount in cgroup_mounts()]
 
 
+# The cgroup root's CPU weight (v1 cpu.shares; the default is 1024): the host is shared and
+# busy, and a pod starved below its quota by other people's load is never throttled (nor is
+# its slowness the quota's). A weight, not a quota: the pods' limits work the same at any
+# weight, and an idle node takes nothing from anyone.
+NODE_CPU_SHARES = 102400
+
+
 def cgroup_root_ready() -> bool:
-    return all((mount / CGROUP_ROOT).is_dir() for fstype, mount in cgroup_mounts()
-               if fstype == "cgroup")
+    return all((mount / CGROUP_ROOT).is_dir() and _shares_ok(mount / CGROUP_ROOT)
+               for fstype, mount in cgroup_mounts() if fstype == "cgroup")
+
+
+def _shares_ok(group: Path) -> bool:
+    shares = group / "cpu.shares"
+    return not shares.exists() or shares.read_text().strip() == str(NODE_CPU_SHARES)
 
 
 def make_cgroup_root() -> None:
     """The kubelet's cgroupRoot must exist in every v1 hierarchy before it starts; in cpuset
-    it needs the parent's cpus and mems (a new cpuset group starts empty)."""
+    it needs the parent's cpus and mems (a new cpuset group starts empty); in cpu it gets the
+    node's weight (``NODE_CPU_SHARES``). Safe on a running node: it only adds what is missing."""
     for fstype, mount in cgroup_mounts():
         if fstype != "cgroup":
             continue
@@ -47,6 +60,8 @@ def make_cgroup_root() -> None:
         for name in ("cpuset.cpus", "cpuset.mems"):
             if (group / name).exists() and not (group / name).read_text().strip():
                 (group / name).write_text((mount / name).read_text())
+        if not _shares_ok(group):
+            (group / "cpu.shares").write_text(str(NODE_CPU_SHARES))
 
 
 def _groups_below(root: Path) -> list[Path]:

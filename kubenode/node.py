@@ -23,11 +23,12 @@ from kubenode.config import (HOST_ADDR, NODE_ADDR, POD_CIDR, SERVICE_CIDR, VETH_
                              Layout, layout)
 from kubenode.context import BIND_MOUNTS, Log, Node
 from kubenode.proc import ns_inode, pids_in_namespace, read_pidfile, run, start_daemon, stop_pid
-from kubenode.steps import Step, pending, run_down, run_up
-from kubenode.traefik import traefik_manifests
+from kubenode.steps import Step, pending, run_down, run_up, updatable
+from kubenode.traefik import MANIFEST_ANNOTATION, manifest_digest, traefik_manifests
 
-__all__ = ["Node", "STEPS", "up", "down", "status", "shell_exports", "is_up", "leftovers",
-           "load_project_images", "status_json"]
+__all__ = ["Node", "STEPS", "up", "down", "status", "shell_exports", "is_up", "reusable",
+           "leftovers",
+           "load_project_images", "status_json", "traefik_log_dir"]
 
 # --- the steps ----------------------------------------------------------------------------
 
@@ -293,9 +294,36 @@ def _coredns_do(n: Node) -> None:
     n.wait("CoreDNS", lambda: n.deployment_ready("kube-system", "coredns"), 180)
 
 
+def traefik_log_dir(lay: Layout) -> Path:
+    """Where Traefik writes its JSON access log, read from the host (the node's state dir)."""
+    return lay.path("traefik")
+
+
+def _traefik_ok(n: Node) -> bool:
+    """Ready, and applied from these manifests (their digest on the Deployment), the rollout
+    done (an update replaces the pod; the old one is gone)."""
+    if not n.deployment_ready("kube-system", "traefik"):
+        return False
+    out = n.kubectl("-n", "kube-system", "get", "deployment", "traefik", "-o", "json",
+                    check=False)
+    if out.returncode != 0:
+        return False
+    info = json.loads(out.stdout)
+    status = info.get("status", {})
+    return (info["metadata"].get("annotations", {}).get(MANIFEST_ANNOTATION) ==
+            manifest_digest(traefik_log_dir(n.lay))
+            and status.get("observedGeneration") == info["metadata"].get("generation")
+            and status.get("updatedReplicas") == status.get("replicas") == 1)
+
+
 def _traefik_do(n: Node) -> None:
-    n.kubectl("apply", "-f", "-", input=traefik_manifests())
-    n.wait("Traefik", lambda: n.deployment_ready("kube-system", "traefik"), 180)
+    """Apply (or re-apply: the Deployment rolls to a new pod, the node's daemons go on)."""
+    log_dir = traefik_log_dir(n.lay)
+    log_dir.mkdir(mode=0o755, exist_ok=True)
+    n.kubectl("apply", "-f", "-", input=traefik_manifests(log_dir))
+    n.kubectl("-n", "kube-system", "rollout", "status", "deployment/traefik", "--timeout=180s",
+              timeout=200)
+    n.wait("Traefik", lambda: _traefik_ok(n), 180)
 
 
 def _cgroup_root_undo(n: Node) -> None:
@@ -321,7 +349,7 @@ STEPS: list[Step[Node]] = [
          lambda n: pki.make_pki(n.p("pki"))),
     Step("config files", _configs_ok, _configs_do),
     Step("cgroup root", lambda n: host.cgroup_root_ready(), lambda n: host.make_cgroup_root(),
-         _cgroup_root_undo),
+         _cgroup_root_undo, update=True),
     Step("mount points", _mountpoints_ok, _mountpoints_do, _mountpoints_undo),
     Step("holder", lambda n: n.holder is not None, _holder_do, _holder_undo),
     Step("mounts", _mounts_ok, _mounts_do),
@@ -334,8 +362,9 @@ STEPS: list[Step[Node]] = [
     _daemon_step("kube-scheduler", daemons.scheduler_cmd, _ready(10259), 120),
     _daemon_step("kubelet", daemons.kubelet_cmd, Node.node_ready, 180, _kubelet_undo),
     _daemon_step("kube-proxy", daemons.proxy_cmd, _ready(10256), 60),
-    Step("coredns", lambda n: n.deployment_ready("kube-system", "coredns"), _coredns_do),
-    Step("traefik", lambda n: n.deployment_ready("kube-system", "traefik"), _traefik_do),
+    Step("coredns", lambda n: n.deployment_ready("kube-system", "coredns"), _coredns_do,
+         update=True),
+    Step("traefik", _traefik_ok, _traefik_do, update=True),
 ]
 
 
@@ -343,6 +372,12 @@ STEPS: list[Step[Node]] = [
 
 def is_up(node: Node) -> bool:
     return not pending(STEPS, node)
+
+
+def reusable(node: Node) -> bool:
+    """Up, or up but for steps that ``up`` does in place on the running node (a changed
+    add-on): its holder lives and only ``update`` steps are pending."""
+    return node.holder is not None and updatable(STEPS, node) is not None
 
 
 def leftovers(node: Node) -> list[str]:
@@ -382,6 +417,10 @@ def up(lay: Layout | None = None, log: Log = print) -> Node:
 def _up(node: Node, log: Log) -> Node:
     if is_up(node):
         log("node already up: reused")
+        return node
+    if node.holder is not None and (names := updatable(STEPS, node)):
+        log("node up: updating " + ", ".join(names) + " in place")
+        node.timings = run_up(STEPS, node, log)
         return node
     if leftovers(node):
         log("a half-started node is here: cleaning it first")

@@ -4,6 +4,10 @@
 reach its check is an error naming the step). ``down`` runs every undo in reverse order, all of
 them even when one fails, and reports the failures together. An undo must be safe to call when
 its step never ran (it works from what it finds: pids, links, directories).
+
+A step marked ``update`` may be done again on a node that is up (an add-on's manifests, a
+setting of the cgroup root): when only such steps are pending, ``up`` runs them on the node as
+it is, without taking anything down (``updatable``).
 """
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Generic, Sequence, TypeVar
 
-__all__ = ["Step", "StepError", "run_up", "run_down", "pending"]
+__all__ = ["Step", "StepError", "run_up", "run_down", "pending", "updatable"]
 
 C = TypeVar("C")
 
@@ -26,11 +30,19 @@ class Step(Generic[C]):
     check: Callable[[C], bool]
     do: Callable[[C], None]
     undo: Callable[[C], None] | None = None
+    update: bool = False     # its do changes a running node in place (no daemon restarts)
 
 
 def pending(steps: Sequence[Step[C]], ctx: C) -> list[str]:
     """The names of the steps whose check is false."""
     return [step.name for step in steps if not step.check(ctx)]
+
+
+def updatable(steps: Sequence[Step[C]], ctx: C) -> list[str] | None:
+    """The pending steps' names when every one of them may be done on a running node (empty:
+    nothing pending), else None."""
+    todo = [step for step in steps if not step.check(ctx)]
+    return [step.name for step in todo] if all(step.update for step in todo) else None
 
 
 def run_up(steps: Sequence[Step[C]], ctx: C, log: Callable[[str], None] = print) -> dict[str, float]:

@@ -1,18 +1,45 @@
 """The ingress controller: Traefik (built here from the Go module proxy, ``CGO_ENABLED=0``),
-its RBAC, its IngressClass ``traefik`` and a Service, as one kubectl-apply-able List."""
+its RBAC, its IngressClass ``traefik`` and a Service, as one kubectl-apply-able List.
+
+Its access log is JSON (``--accesslog.format=json``: each request's start in ns, its duration,
+the pod that served it) in a file of the node's state directory (a hostPath volume), so that
+the host reads it as it grows: ``http-timing import <state>/traefik/access.log --timeline ...``.
+The Deployment carries a digest of the whole List (``MANIFEST_ANNOTATION``): a node whose
+Traefik was applied from other manifests is updated in place by ``up``."""
 from __future__ import annotations
 
+import hashlib
 import json
+from pathlib import Path
 
 from kubenode.files import TRAEFIK_IMAGE
 
-__all__ = ["traefik_manifests", "INGRESS_CLASS", "WEB_PORT"]
+__all__ = ["traefik_manifests", "manifest_digest", "access_log", "INGRESS_CLASS", "WEB_PORT",
+           "MANIFEST_ANNOTATION", "LOG_DIR_IN_POD"]
 
 INGRESS_CLASS = "traefik"
 WEB_PORT = 8000
+MANIFEST_ANNOTATION = "throttle-lab.io/manifests"
+LOG_DIR_IN_POD = "/var/log/traefik"
+ACCESS_LOG = "access.log"
 
 
-def traefik_manifests() -> str:
+def access_log(log_dir: Path) -> Path:
+    """Where the host reads Traefik's access log (``log_dir``: the node's ``traefik`` state
+    directory, the hostPath the pod writes into)."""
+    return log_dir / ACCESS_LOG
+
+
+def manifest_digest(log_dir: Path) -> str:
+    """The digest of the List without it: what the running Deployment must carry."""
+    return hashlib.sha256(_manifests(log_dir, "").encode()).hexdigest()[:16]
+
+
+def traefik_manifests(log_dir: Path) -> str:
+    return _manifests(log_dir, manifest_digest(log_dir))
+
+
+def _manifests(log_dir: Path, digest: str) -> str:
     labels = {"app.kubernetes.io/name": "traefik"}
     items: list[dict[str, object]] = [
         {"apiVersion": "v1", "kind": "ServiceAccount",
@@ -37,7 +64,8 @@ def traefik_manifests() -> str:
          "metadata": {"name": INGRESS_CLASS},
          "spec": {"controller": "traefik.io/ingress-controller"}},
         {"apiVersion": "apps/v1", "kind": "Deployment",
-         "metadata": {"name": "traefik", "namespace": "kube-system", "labels": labels},
+         "metadata": {"name": "traefik", "namespace": "kube-system", "labels": labels,
+                      "annotations": {MANIFEST_ANNOTATION: digest}},
          "spec": {"replicas": 1, "selector": {"matchLabels": labels},
                   "template": {"metadata": {"labels": labels}, "spec": {
                       "serviceAccountName": "traefik",
@@ -47,12 +75,17 @@ def traefik_manifests() -> str:
                           "imagePullPolicy": "Never",
                           "args": ["--providers.kubernetesingress",
                                    f"--entrypoints.web.address=:{WEB_PORT}",
-                                   "--accesslog=true", "--ping=true",
-                                   "--ping.entrypoint=web"],
+                                   "--accesslog=true", "--accesslog.format=json",
+                                   f"--accesslog.filepath={LOG_DIR_IN_POD}/{ACCESS_LOG}",
+                                   "--ping=true", "--ping.entrypoint=web"],
                           "ports": [{"name": "web", "containerPort": WEB_PORT}],
                           "readinessProbe": {"httpGet": {"path": "/ping", "port": WEB_PORT},
                                              "periodSeconds": 2},
-                          "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}}}]}}}},
+                          "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                          "volumeMounts": [{"name": "access-log",
+                                            "mountPath": LOG_DIR_IN_POD}]}],
+                      "volumes": [{"name": "access-log", "hostPath": {
+                          "path": str(log_dir), "type": "DirectoryOrCreate"}}]}}}},
         {"apiVersion": "v1", "kind": "Service",
          "metadata": {"name": "traefik", "namespace": "kube-system", "labels": labels},
          "spec": {"selector": labels, "ports": [{"name": "web", "port": 80,

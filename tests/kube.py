@@ -124,7 +124,7 @@ def node_session() -> Iterator[node.Node]:
     require_node_tools()
     lay = layout()
     probe = node.Node(lay, lambda _: None)
-    reused = node.is_up(probe)
+    reused = node.reusable(probe)   # up, or up but for add-ons that up() updates in place
     before = host_view()
     BEFORE.clear()
     BEFORE.append(before)

@@ -16,7 +16,9 @@ import pytest
 from kubenode import build, files, images, proc
 from kubenode.addons import COREFILE, coredns_manifests
 from kubenode.config import DNS_SERVICE_IP, Layout
-from kubenode.steps import Step, StepError, pending, run_down, run_up
+from kubenode.steps import Step, StepError, pending, run_down, run_up, updatable
+from kubenode.traefik import (LOG_DIR_IN_POD, MANIFEST_ANNOTATION, manifest_digest,
+                              traefik_manifests)
 
 KUBE_GOMOD = """module k8s.io/kubernetes
 
@@ -125,6 +127,17 @@ def test_steps_run_what_is_missing_and_undo_in_reverse() -> None:
     assert calls[2:] == ["undo c", "undo b", "undo a"] and not done
 
 
+def test_only_update_steps_pending_may_be_done_on_a_running_node() -> None:
+    state = {"daemon", "addon"}
+    steps = [Step("daemon", lambda s: "daemon" in s, lambda s: s.add("daemon")),
+             Step("addon", lambda s: "addon" in s, lambda s: s.add("addon"), update=True)]
+    assert updatable(steps, state) == []
+    state.discard("addon")
+    assert updatable(steps, state) == ["addon"]
+    state.discard("daemon")
+    assert updatable(steps, state) is None
+
+
 def test_a_step_that_does_not_reach_its_check_is_an_error_naming_it() -> None:
     steps = [Step("never", check=lambda s: False, do=lambda s: None)]
     with pytest.raises(StepError, match="never"):
@@ -217,3 +230,18 @@ def test_the_overlay_changes_only_the_ingress_class_and_the_jobs_hold(tmp_path: 
     plain = yaml.safe_load((write_overlay(tmp_path / "p", root / "k8s") / "kustomization.yaml")
                            .read_text())
     assert len(plain["patches"]) == 1
+
+
+def test_traefik_logs_json_to_the_state_dir_and_carries_its_manifests_digest(
+        tmp_path: Path) -> None:
+    items = json.loads(traefik_manifests(tmp_path / "traefik"))["items"]
+    deployment = next(i for i in items if i["kind"] == "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    args = spec["containers"][0]["args"]
+    assert "--accesslog.format=json" in args
+    assert f"--accesslog.filepath={LOG_DIR_IN_POD}/access.log" in args
+    assert spec["volumes"] == [{"name": "access-log", "hostPath": {
+        "path": str(tmp_path / "traefik"), "type": "DirectoryOrCreate"}}]
+    assert spec["containers"][0]["volumeMounts"][0]["mountPath"] == LOG_DIR_IN_POD
+    digest = deployment["metadata"]["annotations"][MANIFEST_ANNOTATION]
+    assert digest == manifest_digest(tmp_path / "traefik") != manifest_digest(tmp_path / "x")

@@ -328,6 +328,24 @@ def test_k8s_pod_and_container_every_driver_qos_and_version(tmp_path: Path, vers
     assert container.group.endswith(container_dir.name) and "kubepods" in container.group
 
 
+@pytest.mark.parametrize("driver", ["cgroupfs", "systemd"])
+def test_k8s_a_pod_of_one_container_is_watched_at_its_container(tmp_path: Path,
+                                                                 driver: str) -> None:
+    """The kubelet puts the limit on the pod's group and on its container's: a pod named
+    alone, with one container, resolves to the container's group with both quota levels."""
+    proc, pod_dir, container_dir = k8s_host(tmp_path, 1, driver, "burstable")
+    one = CommandResult(0, json.dumps({"metadata": {"uid": UID}, "status": {
+        "containerStatuses": [{"name": "app", "containerID": f"containerd://{CID}"}]}}), "")
+    target = resolve_cgroup("k8s:shop/web", proc=proc, run=Runner({"kubectl": one}))
+    assert target.directory == container_dir
+    assert [level.directory for level in target.levels] == [container_dir, pod_dir]
+    # not running yet (no container id): the pod's group
+    waiting = CommandResult(0, json.dumps({"metadata": {"uid": UID}, "status": {
+        "containerStatuses": [{"name": "app"}]}}), "")
+    assert resolve_cgroup("k8s:shop/web", proc=proc,
+                          run=Runner({"kubectl": waiting})).directory == pod_dir
+
+
 @pytest.mark.parametrize("runtime", ["docker", "crio", "cri-containerd"])
 def test_k8s_systemd_runtimes_without_kubectl(tmp_path: Path, runtime: str) -> None:
     proc, pod_dir, container_dir = k8s_host(tmp_path, 2, "systemd", "burstable", runtime)
@@ -417,6 +435,17 @@ def test_every_quota_level_the_tightest_first(tmp_path: Path) -> None:
      r"\(containers: sidecar, app\)"),
     ("k8s:shop/web/app", None, kubectl_json(None), "container app of pod shop/web has no "
      "container id yet"),
+    ("k8s:shop/web", None, CommandResult(1, "", 'Error from server (NotFound): pods "web" '
+                                         'not found\n'), "no pod web in namespace shop "),
+    ("k8s:shop/web", None, CommandResult(1, "", 'Error from server (Forbidden): pods "web" is '
+                                         'forbidden: User "x" cannot get resource "pods"\n'),
+     "kubectl may not read pod shop/web: 'get pods' in namespace shop is needed .*--pod-uid"),
+    ("k8s:shop/web", None, CommandResult(1, "", 'E1125 10:57:56.921066   32327 memcache.go:265]'
+                                         ' "Unhandled Error"\nThe connection to the server '
+                                         'localhost:8080 was refused\n'),
+     r"kubectl cannot tell pod shop/web's uid \(The connection to the server localhost:8080"),
+    ("k8s:shop/web", None, CommandResult(127, "", "kubectl: command not found"),
+     "kubectl: command not found .*--pod-uid"),
     ("k8s:shop/web", "not-a-uid", None, "pod uid must look like"),
     ("k8s:shop", None, None, "expected k8s:NAMESPACE/POD"),
     ("k8s:shop/web/app/x", None, None, "expected k8s:NAMESPACE/POD"),

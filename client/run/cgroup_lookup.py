@@ -35,6 +35,7 @@ KUBEPODS_DEPTH = 3       # how deep below a hierarchy's root the kubepods group 
 _UID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
                   r"[0-9a-fA-F]{12}$")
 _HEX_ID = re.compile(r"^[0-9a-f]{12,64}$")
+_KLOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")   # client-go's log line prefix
 _MONITORS = ("crio-conmon-",)   # a runtime's sibling group named by the same container id
 
 
@@ -110,20 +111,24 @@ def parse_k8s_spec(spec: str) -> tuple[str, str, str | None]:
 
 def kubernetes_pod(namespace: str, pod: str, container: str | None, pod_uid: str | None,
                    run: CommandRunner) -> tuple[str, str | None]:
-    """(pod UID, container id or None): ``--pod-uid`` when given, else ``kubectl get pod``;
+    """(pod UID, container id or None): ``--pod-uid`` when given, else ``kubectl get pod``
+    (the API server that the user's kubeconfig names: run from anywhere that reaches it);
     a container's id from ``.status.containerStatuses`` (or CONTAINER itself when it is a
-    hex container id, so no kubectl is needed)."""
+    hex container id, so no kubectl is needed).
+
+    A pod named without a container, asked through kubectl, that runs exactly one container
+    gives that container's id: the kubelet sets the limit on both the pod's group and the
+    container's, and the kernel counts a throttle in the group whose quota ran out, so the
+    container's group (with the pod's above it as a second quota level) is the one to watch.
+    A pod of several containers is watched at the pod's group (name a container to read its
+    own quota too); with ``--pod-uid`` and no kubectl, the pod's group."""
     direct_id = container if container and _HEX_ID.match(container) else None
     need_kubectl = pod_uid is None or (container is not None and direct_id is None)
     document: dict[str, Any] = {}
     if need_kubectl:
         result = run(["kubectl", "get", "pod", "-n", namespace, pod, "-o", "json"])
         if result.returncode != 0:
-            what = "uid" if pod_uid is None else f"container {container}'s id"
-            hint = (" give the pod's uid with --pod-uid UID" if pod_uid is None else
-                    " give the container id instead of its name (k8s:NS/POD/<id>)")
-            raise LookupFailed(f"kubectl cannot tell pod {namespace}/{pod}'s {what} "
-                               f"({result.first_error_line()}):{hint}")
+            raise LookupFailed(_kubectl_failure(result, namespace, pod, container, pod_uid))
         try:
             document = json.loads(result.stdout)
         except ValueError:
@@ -132,8 +137,37 @@ def kubernetes_pod(namespace: str, pod: str, container: str | None, pod_uid: str
     if not _UID.match(uid):
         raise LookupFailed(f"pod uid must look like 8-4-4-4-12 hex digits (got {uid!r})")
     if container is None:
+        statuses = document.get("status", {}).get("containerStatuses") or []
+        if len(statuses) == 1 and statuses[0].get("containerID"):
+            return uid.lower(), str(statuses[0]["containerID"]).split("://", 1)[-1]
         return uid.lower(), None
     return uid.lower(), direct_id or _container_id(document, namespace, pod, container)
+
+
+def _kubectl_failure(result: CommandResult, namespace: str, pod: str, container: str | None,
+                     pod_uid: str | None) -> str:
+    """What a failed ``kubectl get pod`` means, in one line."""
+    line = _kubectl_error_line(result)
+    lowered = line.lower()
+    hint = (" (or give the pod's uid with --pod-uid UID)" if pod_uid is None else
+            " (or give the container id instead of its name: k8s:NS/POD/<id>)")
+    if result.returncode == 127:
+        return f"kubectl: command not found (k8s:NS/POD asks kubectl for the pod){hint}"
+    if "notfound" in lowered.replace(" ", "") or " not found" in lowered:
+        return f"no pod {pod} in namespace {namespace} (kubectl: {line})"
+    if "forbidden" in lowered or "unauthorized" in lowered:
+        return (f"kubectl may not read pod {namespace}/{pod}: 'get pods' in namespace "
+                f"{namespace} is needed ({line}){hint}")
+    what = "uid" if pod_uid is None else f"container {container}'s id"
+    return f"kubectl cannot tell pod {namespace}/{pod}'s {what} ({line}){hint}"
+
+
+def _kubectl_error_line(result: CommandResult) -> str:
+    """kubectl's own message: its last line (client-go's log lines, ``E1125 10:57:56...``,
+    come first when the server cannot be reached)."""
+    lines = [line.strip() for line in (result.stderr or result.stdout).splitlines()
+             if line.strip() and not _KLOG.match(line.strip())]
+    return lines[-1] if lines else result.first_error_line()
 
 
 def _container_id(document: dict[str, Any], namespace: str, pod: str, container: str) -> str:
