@@ -14,7 +14,7 @@ from client.data.request import RequestError, redact_command
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.http import TlsError, tls_verify
 from client.run.inplace import InPlace, InPlaceError, describe_limit
-from client.run.limiters import LimiterError
+from client.run.limiters import LimiterError, LimiterOptions
 from client.run.plan import LoadPlan
 from client.run.record import RunSpec
 from client.run.request_flags import requests_from_flags
@@ -26,9 +26,16 @@ def add_inplace_arguments(parser: argparse.ArgumentParser, *, keep: bool) -> Non
     group = parser.add_argument_group(
         "a running service (its limit changed in place, put back at the end)")
     group.add_argument("--cgroup", metavar="TARGET",
-                       help="the running service's group: a cgroup directory, pid:PID or "
-                       "docker:NAME_OR_ID; each run sets the limit there (the quota file; "
-                       "docker update --cpus) and reads the group's throttling (needs root)")
+                       help="the running service's group: a cgroup directory, pid:PID, "
+                       "docker:NAME_OR_ID or k8s:NAMESPACE/POD; each run sets the limit there "
+                       "(the quota file; docker update --cpus; the pod's resize subresource) "
+                       "and reads the group's throttling (needs root)")
+    group.add_argument("--container", metavar="NAME",
+                       help="with a pod: the container whose cpu limit is changed (needed "
+                       "where a pod has several)")
+    group.add_argument("--allow-restart", action="store_true",
+                       help="with a pod: resize a container whose resizePolicy for cpu is "
+                       "RestartContainer (it restarts at each limit)")
     group.add_argument("--url", default=None,
                        help="with --cgroup: the URL each run times, sent as given")
     group.add_argument("-X", "--method", help="the request's method (default GET; POST with -d)")
@@ -64,6 +71,8 @@ def check_inplace_options(opts: argparse.Namespace, *, live: bool = False) -> No
                                       ("-d", opts.data), ("--targets", opts.targets),
                                       ("-H", opts.header or None), ("--cacert", opts.cacert),
                                       ("--allow-new-limit", opts.allow_new_limit or None),
+                                      ("--container", opts.container),
+                                      ("--allow-restart", opts.allow_restart or None),
                                       ("--keep", getattr(opts, "keep", False) or None))
              if value is not None]
     if opts.cgroup is None and given:
@@ -96,9 +105,23 @@ def inplace_from(opts: argparse.Namespace, argv: list[str], command: str) -> InP
         targets=asked.targets, redact=frozenset(opts.redact),
         cgroup_interval=opts.cgroup_interval, verify=verify)
     try:
-        return InPlace.open(opts.cgroup, template, allow_new_limit=opts.allow_new_limit)
+        return InPlace.open(target_spec(opts), template, allow_new_limit=opts.allow_new_limit,
+                            options=LimiterOptions(allow_restart=opts.allow_restart))
     except InPlaceError as exc:
         raise CliError(str(exc)) from None
+
+
+def target_spec(opts: argparse.Namespace) -> str:
+    """``--cgroup`` with ``--container``: ``k8s:NS/POD/CONTAINER``."""
+    spec = str(opts.cgroup)
+    if opts.container is None:
+        return spec
+    if not spec.startswith(("k8s:", "kubernetes:")):
+        raise CliError("--container goes with a pod (--cgroup k8s:NAMESPACE/POD)")
+    if spec.count("/") != 1:
+        raise CliError(f"--container {opts.container} and a container in --cgroup {spec}: "
+                       "give one of them")
+    return f"{spec}/{opts.container}"
 
 
 def request_words(inplace: InPlace) -> str:
