@@ -83,7 +83,7 @@ def _kubernetes(target: CgroupTarget, run: CommandRunner, options: LimiterOption
         raise LimiterError(str(exc)) from None
     return KubernetesLimiter(target, api.core, namespace, pod, container, to_json=api.to_json,
                              allow_restart=options.allow_restart, server=api.server,
-                             request_timeout=REQUEST_TIMEOUT)
+                             request_timeout=REQUEST_TIMEOUT, apps=api.apps)
 
 
 LIMITERS: dict[str, LimiterFactory] = {

@@ -36,8 +36,9 @@ from client.run.kube_api import api_problem
 from client.run.limiters.base import LimiterError, read_quota, wait_for_quota
 from cpuquota.limit import Limit
 
-__all__ = ["KubernetesLimiter", "container_name", "cpu_cores", "cpu_quantity", "identity",
-           "resize_body", "resize_state", "restarts_on_resize"]
+__all__ = ["KubernetesLimiter", "container_name", "cpu_cores", "cpu_quantity", "deployment_pods",
+           "find_deployment_pod", "identity", "parse_workload", "resize_body", "resize_state",
+           "restarts_on_resize"]
 
 Pod = Mapping[str, Any]   # a pod as the API's JSON (camelCase keys)
 
@@ -184,8 +185,8 @@ class KubernetesLimiter:
     def __init__(self, target: CgroupTarget, api: Any, namespace: str, pod: str,
                  container: str | None, *, to_json: Callable[[Any], Pod] | None = None,
                  timeout: float = 60.0, allow_restart: bool = False, server: str = "",
-                 request_timeout: float | None = None) -> None:
-        self.target, self.api = target, api
+                 request_timeout: float | None = None, apps: Any = None) -> None:
+        self.target, self.api, self.apps = target, api, apps
         self.namespace, self.pod = namespace, pod
         self.to_json = to_json or api.api_client.sanitize_for_serialization
         self.timeout, self.allow_restart, self.server = timeout, allow_restart, server
@@ -208,7 +209,9 @@ class KubernetesLimiter:
         self.description = f"pods/resize of {namespace}/{pod}, container {self.container}"
         self.names: dict[str, Any] = {"namespace": namespace, "pod": pod,
                                       "container": self.container, "qos": self.qos,
-                                      "owner": _owner(first)}
+                                      "owner": _owner(first),
+                                      "request_millicores": (None if self.request is None else
+                                                             round(self.request * 1000))}
 
     def read_pod(self) -> Pod:
         try:
@@ -273,6 +276,26 @@ class KubernetesLimiter:
                 f"count {was_restarts} -> {restarts}, container id "
                 f"{was_cid.split('://')[-1][:12]} -> {short}")
 
+    def patch_deployment(self, limit: Limit) -> str:
+        """``--apply``: patch the pod's Deployment with ``limit`` (it rolls out new pods);
+        what was done, in one line. ``LimiterError`` when the pod has no Deployment or the
+        patch is refused."""
+        from client.render.permanent import deployment_patch, pod_request_for
+
+        owner = self.names.get("owner")
+        if not owner:
+            raise LimiterError(f"--apply: pod {self.namespace}/{self.pod} has no Deployment "
+                               "to patch")
+        body = deployment_patch(self.container, limit, pod_request_for(self.names, limit))
+        try:
+            self.apps.patch_namespaced_deployment(owner, self.namespace, body, **self.call)
+        except Exception as exc:
+            raise LimiterError(api_problem(exc, "patch", "deployments", self.namespace, owner,
+                                           self.server)) from None
+        return (f"applied: deployment {self.namespace}/{owner}, container {self.container}: "
+                f"limits.cpu {cpu_quantity(limit)} (rolling out: kubectl rollout status "
+                f"deployment/{owner} -n {self.namespace})")
+
     def restore_hint(self, limit: Limit | None) -> str:
         cpu = cpu_quantity(limit) if limit is not None else self.original_cpu or "?"
         resources: dict[str, Any] = {"limits": {"cpu": cpu}}
@@ -283,6 +306,48 @@ class KubernetesLimiter:
         patch = json.dumps(_body(self.container, resources), separators=(",", ":"))
         return (f"kubectl patch pod {self.pod} -n {self.namespace} --subresource resize "
                 f"--patch '{patch}'")
+
+
+def parse_workload(text: str) -> tuple[str, str]:
+    """``NS/deployment/NAME`` (``deploy``, ``deployments`` too) -> (namespace, name)."""
+    parts = text.split("/")
+    if len(parts) != 3 or not all(parts) or parts[1] not in ("deployment", "deploy",
+                                                               "deployments"):
+        raise LimiterError(f"--k8s {text}: expected NAMESPACE/deployment/NAME")
+    return parts[0], parts[2]
+
+
+def deployment_pods(pods: list[Pod], deployment: str) -> list[str]:
+    """The names of the running pods (not being deleted) a Deployment owns, by their
+    ReplicaSet (:func:`_owner`)."""
+    return sorted(str((p.get("metadata") or {}).get("name")) for p in pods
+                  if _owner(p) == deployment
+                  and (p.get("status") or {}).get("phase") == "Running"
+                  and not (p.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def find_deployment_pod(api: Any, to_json: Callable[[Any], Any], namespace: str,
+                        deployment: str, server: str = "",
+                        request_timeout: float | None = None) -> str:
+    """The one running pod of ``namespace/deployment`` (``list pods``: no permission on
+    Deployments needed). ``LimiterError`` when there is none, or several: each run samples one
+    pod's group, and a Deployment's requests spread over all of them."""
+    call = {} if request_timeout is None else {"_request_timeout": request_timeout}
+    try:
+        listed = to_json(api.list_namespaced_pod(namespace, **call))
+    except Exception as exc:
+        raise LimiterError(api_problem(exc, "list", "pods", namespace, "", server)) from None
+    names = deployment_pods(list(listed.get("items") or []), deployment)
+    if not names:
+        raise LimiterError(f"deployment {namespace}/{deployment} has no running pod (no such "
+                           "Deployment, or scaled to 0)")
+    if len(names) > 1:
+        raise LimiterError(f"deployment {namespace}/{deployment} has {len(names)} running pods "
+                           f"({', '.join(names)}): advise samples one pod's group, so it "
+                           f"needs one (kubectl scale deployment {deployment} -n {namespace} "
+                           "--replicas 1 while it runs, or --cgroup k8s:NS/POD with the URL "
+                           "of that pod)")
+    return names[0]
 
 
 def _owner(pod: Pod) -> str | None:
