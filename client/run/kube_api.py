@@ -85,15 +85,15 @@ def api_problem(exc: Exception, verb: str, resource: str, namespace: str, name: 
     if status == 404:
         kind = resource.split("/")[0].rstrip("s")
         return f"no such {kind}: {namespace}/{name}" if name else f"no such namespace: {namespace}"
-    if status is not None:
+    if status:
         reason = getattr(exc, "reason", None) or ""
         body = _message(getattr(exc, "body", None))
         return f"{verb} {resource} {namespace}/{name} refused ({status} {reason}): {body}".rstrip(
             ": ")
-    # urllib3's MaxRetryError, ProtocolError, a timeout: the connection itself
-    cause = str(getattr(exc, "reason", None) or exc).splitlines()[0]
-    if "Errno" in cause or "Connection" in cause or "timed out" in cause.lower():
-        cause = cause.split(">: ")[-1].rstrip("')")
+    # urllib3's errors, a timeout, or the client's ApiException of status 0 around them (a
+    # TLS connection cut): the connection itself
+    cause = " ".join(str(getattr(exc, "reason", None) or exc).split())
+    cause = cause.split(">: ")[-1]
     return (f"lost the API server{' at ' + server if server else ''}: {verb} {resource} "
             f"{namespace}/{name}: {cause[:160]}")
 
