@@ -282,13 +282,14 @@ def test_a_lost_api_server_says_what_it_could_not_restore(deployed: Deployed,
     assert proc.returncode == 2
     assert "lost the API server at https://127.0.0.1" in err
     line = next(x for x in text.splitlines() if "could NOT put the limit back" in x)
-    hint = line.split("): ", 1)[1]
+    hint = line[line.index("kubectl patch pod"):]
     assert hint.startswith(f"kubectl patch pod {name} -n {NS} --subresource resize --patch ")
     assert quota_of(deployed.pod()) in (50000, 40000)   # left as set: the API was gone
     # the printed command, as the user runs it (with a kubeconfig that reaches the server)
     subprocess.run(["bash", "-c", hint], env=deployed.env, check=True, timeout=60)
     wait_for("0.3 CPU back", lambda: quota_of(deployed.pod()) == 30000, 60, 0.2)
-    assert deployed.state() == before
+    # the kubelet writes the group first, the pod's status next
+    wait_for("the pod as before", lambda: deployed.state() == before, 60, 0.2)
 
 
 def test_sigterm_mid_sweep_puts_the_limit_back(deployed: Deployed, tmp_path: Path) -> None:
