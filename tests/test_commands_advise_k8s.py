@@ -357,3 +357,43 @@ def test_the_api_grants_what_the_role_says_and_a_missing_one_is_one_line(
     assert result.stderr.strip() == (f"http-timing: no permission: list pods in namespace {NS} "
                                      "(the Role in k8s/advise-rbac.yaml grants what advise "
                                      "needs)")
+
+
+def test_apply_patches_the_deployment(deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+                                      ) -> None:
+    """``--apply``'s patch (the limiter's, as advise calls it at the end) through the real API:
+    the Deployment's template gets the limit, its request kept (above the limit: moved), and
+    rolls out; put back to 300m after. Last in this file: it replaces the pod."""
+    from client.run.cgroup_target import resolve_cgroup
+    from client.run.limiters import LimiterOptions, limiter_for
+    from cpuquota.limit import Limit
+
+    for key in ("KUBECONFIG", "PATH"):
+        monkeypatch.setenv(key, deployed.env[key])
+    node = deployed.node
+    name = deployed.pod()["metadata"]["name"]
+    limiter = limiter_for(resolve_cgroup(f"k8s:{NS}/{name}"), options=LimiterOptions())
+    assert limiter.names["owner"] == "limited"
+
+    def template() -> dict[str, Any]:
+        out = node.kubectl("-n", NS, "get", "deployment", "limited", "-o", "json").stdout
+        return json.loads(out)["spec"]["template"]["spec"]["containers"][0]["resources"]
+
+    try:
+        done = limiter.patch_deployment(Limit(0.45))    # type: ignore[attr-defined]
+        assert done.startswith(f"applied: deployment {NS}/limited, container burn-service: "
+                               "limits.cpu 450m")
+        assert template()["limits"]["cpu"] == "450m"
+        assert template()["requests"]["cpu"] == "300m"
+        limiter.patch_deployment(Limit(0.2))            # type: ignore[attr-defined]
+        assert template()["limits"]["cpu"] == "200m"
+        assert template()["requests"]["cpu"] == "200m"  # a request above a limit is refused
+        node.kubectl("-n", NS, "rollout", "status", "deployment/limited", "--timeout=180s",
+                     timeout=200)
+    finally:
+        node.kubectl("-n", NS, "patch", "deployment", "limited", "--type", "strategic", "-p",
+                     json.dumps({"spec": {"template": {"spec": {"containers": [
+                         {"name": "burn-service", "resources": {
+                             "limits": {"cpu": "300m"}, "requests": {"cpu": "300m"}}}]}}}}))
+        node.kubectl("-n", NS, "rollout", "status", "deployment/limited", "--timeout=180s",
+                     timeout=200)
