@@ -8,7 +8,7 @@ the limited Deployment and its Service), the load sent to the pod's IP through t
 - a lost API server mid-run (a kubeconfig through a local TCP proxy that the test stops): the
   tool says it could not put the limit back and prints the kubectl command that does, which
   the test runs;
-- SIGTERM mid-sweep: the limit is put back;
+- SIGTERM or Ctrl-C (SIGINT) mid-sweep: the limit is put back;
 - ``k8s/advise-rbac.yaml``: strictly valid, and the API grants exactly what it says; a user
   without it gets one line naming the verb and the resource.
 
@@ -292,7 +292,9 @@ def test_a_lost_api_server_says_what_it_could_not_restore(deployed: Deployed,
     wait_for("the pod as before", lambda: deployed.state() == before, 60, 0.2)
 
 
-def test_sigterm_mid_sweep_puts_the_limit_back(deployed: Deployed, tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_mid_sweep_puts_the_limit_back(deployed: Deployed, tmp_path: Path,
+                                                signum: int) -> None:
     before = deployed.state()
     pod = deployed.pod()
     proc = subprocess.Popen([*NICE, str(BIN / "http-timing"), "sweep", "--k8s",
@@ -303,7 +305,7 @@ def test_sigterm_mid_sweep_puts_the_limit_back(deployed: Deployed, tmp_path: Pat
     try:
         wait_for("0.7 CPU in force", lambda: quota_of(deployed.pod()) == 70000, 120, 0.2)
         time.sleep(1)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=120)
     finally:
         stop_by_pid(proc)
