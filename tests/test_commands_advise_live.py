@@ -200,6 +200,13 @@ def test_sweep_a_running_service_in_place(tmp_path: Path, cgroup_version: int) -
     (["--cgroup", "pid:999999999", "--url", "http://127.0.0.1:9/"], "no such process"),
     (["--cgroup", "/nonexistent/group"], "needs --url"),
     (["--url", "http://127.0.0.1:9/"], "goes with --cgroup"),
+    (["--k8s", "shop/api", "--url", "http://127.0.0.1:9/"], "expected NAMESPACE/deployment/NAME"),
+    (["--k8s", "shop/deployment/api", "--cgroup", "/x", "--url", "http://127.0.0.1:9/"],
+     "give one of them"),
+    (["--k8s", "shop/deployment/api"], "--k8s NS/deployment/NAME needs --url"),
+    (["--cgroup", "/x", "--container", "app", "--url", "http://127.0.0.1:9/"],
+     "--container goes with a pod"),
+    (["--container", "app"], "goes with --cgroup"),
 ])
 def test_bad_targets_are_one_line(tmp_path: Path, argv: list[str], message: str,
                                   capsys: pytest.CaptureFixture[str],
@@ -208,6 +215,15 @@ def test_bad_targets_are_one_line(tmp_path: Path, argv: list[str], message: str,
         line = usage_error([*command, *argv], tmp_path, monkeypatch, capsys)
         assert message in line, line
     assert not (tmp_path / "raw-data").exists()
+
+
+def test_no_cluster_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    line = usage_error(["advise", "--p99", "30", "--k8s", "shop/deployment/api", "--url",
+                        "http://127.0.0.1:9/"], tmp_path, monkeypatch, capsys)
+    assert "no kubeconfig" in line and "set KUBECONFIG as for kubectl" in line
 
 
 @pytest.mark.root

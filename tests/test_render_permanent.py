@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
 from client.render.permanent import (cgroup_permanent, docker_permanent, kubernetes_permanent,
                                      permanent_lines, systemd_unit)
 from cpuquota.limit import Limit
@@ -45,3 +47,21 @@ def test_kubernetes_patch_and_kustomize() -> None:
         {"name": "app", "resources": {"limits": {"cpu": "450m"}}}]}}}}
     assert "kubectl patch deployment api -n shop" in lines[1]
     assert "                cpu: 450m" in lines and "      name: api" in lines
+
+
+def test_a_pods_answer_is_its_deployments_patch() -> None:
+    names = {"namespace": "shop", "pod": "api-7d9-x2", "container": "app", "qos": "Burstable",
+             "owner": "api", "request_millicores": 300}
+    above = permanent_lines("k8s", names, Limit(0.45))     # above the request: limit only
+    assert above == kubernetes_permanent("shop", "api", "app", Limit(0.45))
+    below = permanent_lines("k8s", names, Limit(0.2))      # below it: the request moves too
+    patch = json.loads(below[1].split("-p ", 1)[1].strip("'"))
+    assert patch["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+        "limits": {"cpu": "200m"}, "requests": {"cpu": "200m"}}
+    kustomize = yaml.safe_load("\n".join(line[4:] for line in below[3:]))
+    assert kustomize["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+        "limits": {"cpu": "200m"}, "requests": {"cpu": "200m"}}
+    guaranteed = permanent_lines("k8s", {**names, "qos": "Guaranteed"}, Limit(0.45))
+    assert "requests.cpu 450m" in guaranteed[0]
+    bare = permanent_lines("k8s", {**names, "owner": None}, Limit(0.45))
+    assert bare[0].startswith("pod shop/api-7d9-x2 (no Deployment)")

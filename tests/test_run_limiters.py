@@ -13,7 +13,7 @@ import pytest
 
 from client.run.cgroup_lookup import CommandResult
 from client.run.cgroup_target import resolve_cgroup
-from client.run.limiters import LIMITERS, LimiterError, limiter_for
+from client.run.limiters import LIMITERS, LimiterError, LimiterOptions, limiter_for
 from client.run.limiters.base import read_quota, same_limit, wait_for_quota, write_quota
 from client.run.limiters.cgroupfs import CgroupLimiter
 from client.run.limiters.docker import DockerLimiter
@@ -116,7 +116,7 @@ def test_docker_update_and_read_back(tmp_path: Path) -> None:
     # the group docker:web resolves to
     target = replace(resolve_cgroup(str(group), proc=proc), spec="docker:web")
     docker = ScriptedDocker(group)
-    limiter = LIMITERS["docker"](target, docker)
+    limiter = LIMITERS["docker"](target, docker, LimiterOptions())
     assert isinstance(limiter, DockerLimiter) and not limiter.can_remove
     limiter.apply(Limit(0.45))
     assert docker.calls == [["docker", "update", "--cpus", "0.45", "web"]]
@@ -132,8 +132,8 @@ def test_docker_update_and_read_back(tmp_path: Path) -> None:
 
 def test_an_unsupported_kind_is_one_line(tmp_path: Path) -> None:
     group, proc = v1_tree(tmp_path)
-    target = replace(resolve_cgroup(str(group), proc=proc), spec="k8s:ns/pod")
-    with pytest.raises(LimiterError, match="k8s: target is not supported yet"):
+    target = replace(resolve_cgroup(str(group), proc=proc), spec="podman:web")
+    with pytest.raises(LimiterError, match="podman: target is not supported yet"):
         limiter_for(target)
 
 

@@ -1,8 +1,7 @@
 """``client.run.limiters.kubernetes``'s pure parts on pod documents: the resize body keeps the
 QoS class, the resize's state, quantities, the identity checked across a resize; and the
-limiter's sequence against a scripted API object and a fixture quota file. NOT a test against
-an API server or a kubelet: the limiter is not registered until one on the node shows it
-works (see the module docstring)."""
+limiter's sequence against a scripted API object and a fixture quota file. The same against the
+real API server and kubelet: tests/test_commands_advise_k8s.py."""
 
 from __future__ import annotations
 
@@ -14,8 +13,8 @@ import pytest
 
 from client.run.cgroup_target import resolve_cgroup
 from client.run.limiters import LIMITERS, LimiterError
-from client.run.limiters.kubernetes import (KubernetesLimiter, cpu_cores, resize_body,
-                                            resize_state)
+from client.run.limiters.kubernetes import (KubernetesLimiter, container_name, cpu_cores,
+                                            resize_body, resize_state)
 from cpuquota.limit import Limit
 from tests.cgroup_fixtures import fake_proc, mount_line, v1_group
 
@@ -86,7 +85,7 @@ class ScriptedApi:
         self.reads = 0
         self.patches: list[dict[str, Any]] = []
 
-    def read_namespaced_pod(self, name: str, namespace: str) -> dict[str, Any]:
+    def read_namespaced_pod(self, name: str, namespace: str, **_: Any) -> dict[str, Any]:
         self.reads += 1
         if self.pending is not None and not self.infeasible:
             self.lag -= 1
@@ -99,7 +98,7 @@ class ScriptedApi:
         return copy.deepcopy(self.document)
 
     def patch_namespaced_pod_resize(self, name: str, namespace: str,
-                                    body: dict[str, Any]) -> None:
+                                    body: dict[str, Any], **_: Any) -> None:
         self.patches.append(body)
         self.pending = body["spec"]["containers"][0]["resources"]["limits"]["cpu"]
         if self.infeasible:
@@ -137,5 +136,47 @@ def test_an_infeasible_resize_is_one_line(tmp_path: Path) -> None:
         limits.apply(Limit(0.3))
 
 
-def test_not_registered_until_tested_on_a_node() -> None:
-    assert "k8s" not in LIMITERS
+def test_registered_as_k8s() -> None:
+    assert "k8s" in LIMITERS
+
+
+def test_a_burstable_request_goes_down_with_the_limit_and_back_up() -> None:
+    document = pod(limit="500m", request="300m")
+    down = resize_body(document, "app", Limit(0.2), request=0.3)
+    assert down["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "200m"}
+    document["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "200m"
+    up = resize_body(document, "app", Limit(0.45), request=0.3)
+    assert up["spec"]["containers"][0]["resources"] == {"limits": {"cpu": "450m"},
+                                                         "requests": {"cpu": "300m"}}
+
+
+def test_which_container() -> None:
+    document = pod()
+    assert container_name(document, None) == "app"
+    assert container_name(document, "abc") == "app"      # by its id, as --cgroup k8s: takes
+    document["spec"]["containers"].append({"name": "sidecar"})
+    with pytest.raises(LimiterError, match="2 containers \\(app, sidecar\\): say which with "
+                       "--container"):
+        container_name(document, None)
+    with pytest.raises(LimiterError, match="no container web"):
+        container_name(document, "web")
+
+
+def test_restart_policy_refused_unless_allowed(tmp_path: Path) -> None:
+    with pytest.raises(LimiterError, match="--allow-restart"):
+        limiter(tmp_path, ScriptedApi(pod(policy="RestartContainer"), tmp_path))
+    allowed = resize_body(pod(policy="RestartContainer"), "app", Limit(0.3), allow_restart=True)
+    assert allowed["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "300m"}
+
+
+def test_the_restore_hint_and_what_did_not_change(tmp_path: Path) -> None:
+    api = ScriptedApi(pod(limit="500m", request="200m"), tmp_path)
+    limits = limiter(tmp_path, api)
+    hint = limits.restore_hint(Limit(0.5))
+    assert hint == ("kubectl patch pod api-1 -n shop --subresource resize --patch "
+                    '\'{"spec":{"containers":[{"name":"app","resources":{"limits":{"cpu":"500m"},'
+                    '"requests":{"cpu":"200m"}}}]}}\'')
+    assert limits.unchanged() == ("pod shop/api-1, container app: restart count 0 and "
+                                  "container id abc unchanged")
+    api.document["status"]["containerStatuses"][0]["restartCount"] = 1
+    assert "CHANGED: restart count 0 -> 1" in limits.unchanged()

@@ -91,6 +91,7 @@ class LiveAdvisor(Advisor):
         self.sampled_warmup = 0           # the group's timeline starts after the warm-up
         self.evidence: dict[str, CgroupReport | None] = {}
         self.less: Measured | None = None
+        self.applied: str | None = None       # --apply: what was patched
 
     def advise(self) -> Advice:
         advice = super().advise()
@@ -144,6 +145,8 @@ class LiveAdvisor(Advisor):
             "set_by": self.inplace.limiter.description,
             "original": _limit_dict(self.inplace.original),
             "left_at": _limit_dict(self.inplace.restore_to),
+            "unchanged": self.inplace.unchanged,
+            "applied": self.applied,
             "less_25": self.less.to_dict() if self.less else None,
             "cgroup": {name: (report.to_dict() if report else None)
                        for name, report in self.evidence.items()},
@@ -168,6 +171,20 @@ def _limit_dict(limit: Limit | None) -> dict[str, Any] | None:
                                        "period_us": limit.period_us, "burst_us": limit.burst_us}
 
 
+def apply_for_good(inplace: InPlace, limit: Limit) -> str:
+    """``--apply``: the answer into the pod's Deployment (after the pod got its limit back)."""
+    patch = getattr(inplace.limiter, "patch_deployment", None)
+    if patch is None:
+        raise CliError(f"--apply patches a Kubernetes Deployment; {inplace.limiter.kind} "
+                       "targets: see 'To keep it' in the answer")
+    try:
+        done = str(patch(limit))
+    except LimiterError as exc:
+        raise CliError(str(exc)) from None
+    print(f"in place: {done}", flush=True)
+    return done
+
+
 def command_advise_live(opts: argparse.Namespace, argv: list[str]) -> int:
     started = datetime.now(timezone.utc)
     target = target_from(opts)
@@ -176,6 +193,9 @@ def command_advise_live(opts: argparse.Namespace, argv: list[str]) -> int:
     if problem := check_file_name(prefix, prefix=True):
         raise CliError(problem)
     inplace = inplace_from(opts, argv, "advise")
+    if opts.apply and not inplace.limiter.names.get("owner"):
+        raise CliError(f"--apply patches a Kubernetes Deployment: {inplace.target.spec} is not "
+                       "a pod of one (see 'To keep it' in the answer)")
     limit_of = shape(opts.period_ms, opts.burst_ms)
     floor = floor_millicores(opts.period_ms)
     ceiling, ceiling_words = ceiling_for(inplace, limit_of)
@@ -200,6 +220,8 @@ def command_advise_live(opts: argparse.Namespace, argv: list[str]) -> int:
             return EXIT_INTERRUPTED
         except InPlaceError as exc:
             raise CliError(str(exc)) from None
+        if opts.apply and advice.recommended is not None:
+            advisor.applied = apply_for_good(inplace, advice.recommended)
         stem = sweep_stem(prefix, "advise")
         files = save_answer(advice, opts.pictures_dir, stem)
         answer = advisor.to_dict(advice)

@@ -14,7 +14,7 @@ from client.data.request import RequestError, redact_command
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.http import TlsError, tls_verify
 from client.run.inplace import InPlace, InPlaceError, describe_limit
-from client.run.limiters import LimiterError
+from client.run.limiters import LimiterError, LimiterOptions
 from client.run.plan import LoadPlan
 from client.run.record import RunSpec
 from client.run.request_flags import requests_from_flags
@@ -26,9 +26,20 @@ def add_inplace_arguments(parser: argparse.ArgumentParser, *, keep: bool) -> Non
     group = parser.add_argument_group(
         "a running service (its limit changed in place, put back at the end)")
     group.add_argument("--cgroup", metavar="TARGET",
-                       help="the running service's group: a cgroup directory, pid:PID or "
-                       "docker:NAME_OR_ID; each run sets the limit there (the quota file; "
-                       "docker update --cpus) and reads the group's throttling (needs root)")
+                       help="the running service's group: a cgroup directory, pid:PID, "
+                       "docker:NAME_OR_ID or k8s:NAMESPACE/POD; each run sets the limit there "
+                       "(the quota file; docker update --cpus; the pod's resize subresource) "
+                       "and reads the group's throttling (needs root)")
+    group.add_argument("--k8s", metavar="NS/deployment/NAME",
+                       help="instead of --cgroup: the running pod of a Kubernetes Deployment "
+                       "(resized in place with pods/resize; --url a pod's or an ingress's "
+                       "address the host reaches)")
+    group.add_argument("--container", metavar="NAME",
+                       help="with a pod: the container whose cpu limit is changed (needed "
+                       "where a pod has several)")
+    group.add_argument("--allow-restart", action="store_true",
+                       help="with a pod: resize a container whose resizePolicy for cpu is "
+                       "RestartContainer (it restarts at each limit)")
     group.add_argument("--url", default=None,
                        help="with --cgroup: the URL each run times, sent as given")
     group.add_argument("-X", "--method", help="the request's method (default GET; POST with -d)")
@@ -55,6 +66,9 @@ def add_inplace_arguments(parser: argparse.ArgumentParser, *, keep: bool) -> Non
         group.add_argument("--keep", action="store_true",
                            help="leave the answer in force at the end (default: the limit the "
                            "service had; also on an error or Ctrl-C)")
+        group.add_argument("--apply", action="store_true",
+                           help="with a pod of a Deployment: patch the Deployment with the "
+                           "answer at the end (this rolls out new pods)")
 
 
 def check_inplace_options(opts: argparse.Namespace, *, live: bool = False) -> None:
@@ -64,16 +78,23 @@ def check_inplace_options(opts: argparse.Namespace, *, live: bool = False) -> No
                                       ("-d", opts.data), ("--targets", opts.targets),
                                       ("-H", opts.header or None), ("--cacert", opts.cacert),
                                       ("--allow-new-limit", opts.allow_new_limit or None),
-                                      ("--keep", getattr(opts, "keep", False) or None))
+                                      ("--container", opts.container),
+                                      ("--allow-restart", opts.allow_restart or None),
+                                      ("--keep", getattr(opts, "keep", False) or None),
+                                      ("--apply", getattr(opts, "apply", False) or None))
              if value is not None]
-    if opts.cgroup is None and given:
+    if opts.k8s is not None and opts.cgroup is not None:
+        raise CliError("--k8s NS/deployment/NAME and --cgroup TARGET: give one of them")
+    if opts.cgroup is None and opts.k8s is None and given:
         raise CliError(f"{given[0]} goes with --cgroup TARGET (a running service); without it "
                        "the command starts burn-service itself")
-    if opts.cgroup is not None and not live:
-        raise CliError("--cgroup TARGET is run by http-timing's advise/sweep entry "
+    flag = "--cgroup TARGET" if opts.k8s is None else "--k8s NS/deployment/NAME"
+    if (opts.cgroup is not None or opts.k8s is not None) and not live:
+        raise CliError(f"{flag} is run by http-timing's advise/sweep entry "
                        "(client.commands.inplace_entry)")
-    if opts.cgroup is not None and opts.url is None and opts.targets is None:
-        raise CliError("--cgroup TARGET needs --url URL (or --targets FILE): what to time")
+    if (opts.cgroup is not None or opts.k8s is not None) and opts.url is None and \
+            opts.targets is None:
+        raise CliError(f"{flag} needs --url URL (or --targets FILE): what to time")
 
 
 def inplace_from(opts: argparse.Namespace, argv: list[str], command: str) -> InPlace:
@@ -96,9 +117,39 @@ def inplace_from(opts: argparse.Namespace, argv: list[str], command: str) -> InP
         targets=asked.targets, redact=frozenset(opts.redact),
         cgroup_interval=opts.cgroup_interval, verify=verify)
     try:
-        return InPlace.open(opts.cgroup, template, allow_new_limit=opts.allow_new_limit)
+        return InPlace.open(target_spec(opts), template, allow_new_limit=opts.allow_new_limit,
+                            options=LimiterOptions(allow_restart=opts.allow_restart))
     except InPlaceError as exc:
         raise CliError(str(exc)) from None
+
+
+def k8s_target(workload: str) -> str:
+    """``--k8s NS/deployment/NAME`` as a ``--cgroup`` target: ``k8s:NS/POD`` of its one
+    running pod."""
+    from client.run.kube_api import KubeError, REQUEST_TIMEOUT, connect
+    from client.run.limiters.kubernetes import find_deployment_pod, parse_workload
+
+    try:
+        namespace, name = parse_workload(workload)
+        api = connect()
+        pod = find_deployment_pod(api.core, api.to_json, namespace, name, api.server,
+                                  REQUEST_TIMEOUT)
+    except (KubeError, LimiterError) as exc:
+        raise CliError(str(exc)) from None
+    return f"k8s:{namespace}/{pod}"
+
+
+def target_spec(opts: argparse.Namespace) -> str:
+    """``--cgroup`` (or ``--k8s``'s pod) with ``--container``: ``k8s:NS/POD/CONTAINER``."""
+    spec = str(opts.cgroup) if opts.k8s is None else k8s_target(opts.k8s)
+    if opts.container is None:
+        return spec
+    if not spec.startswith(("k8s:", "kubernetes:")):
+        raise CliError("--container goes with a pod (--cgroup k8s:NAMESPACE/POD)")
+    if spec.count("/") != 1:
+        raise CliError(f"--container {opts.container} and a container in --cgroup {spec}: "
+                       "give one of them")
+    return f"{spec}/{opts.container}"
 
 
 def request_words(inplace: InPlace) -> str:

@@ -1,5 +1,5 @@
 """``advise`` and ``sweep`` as the command table runs them: on a running service
-(``--cgroup TARGET``: ``client.commands.advise_live``, ``client.commands.sweep_live``) or on
+(``--cgroup TARGET`` or ``--k8s NS/deployment/NAME``: ``client.commands.advise_live``, ``client.commands.sweep_live``) or on
 burn-service started by the command itself (``client.commands.advise``,
 ``client.commands.sweep``). The options are parsed once here to choose, and again by the
 command chosen."""
@@ -16,9 +16,11 @@ __all__ = ["advise_entry", "sweep_entry"]
 
 def advise_entry(argv: list[str]) -> int:
     opts = build_advise_parser().parse_args(argv)
-    return command_advise_live(opts, argv) if opts.cgroup is not None else command_advise(argv)
+    live = opts.cgroup is not None or opts.k8s is not None
+    return command_advise_live(opts, argv) if live else command_advise(argv)
 
 
 def sweep_entry(argv: list[str]) -> int:
     opts = build_sweep_parser().parse_args(argv)
-    return command_sweep_live(opts, argv) if opts.cgroup is not None else command_sweep(argv)
+    live = opts.cgroup is not None or opts.k8s is not None
+    return command_sweep_live(opts, argv) if live else command_sweep(argv)

@@ -20,7 +20,8 @@ from typing import Any
 from client.analysis.advise import docker_flags, kubernetes_cpu
 from cpuquota.limit import Limit
 
-__all__ = ["PERMANENT", "cgroup_permanent", "docker_permanent", "kubernetes_permanent", "systemd_permanent",
+__all__ = ["PERMANENT", "cgroup_permanent", "deployment_patch", "docker_permanent",
+           "kubernetes_permanent", "pod_permanent", "pod_request_for", "systemd_permanent",
            "permanent_lines", "systemd_unit"]
 
 UNIT_SUFFIXES = (".service", ".scope", ".slice")
@@ -76,32 +77,70 @@ def docker_permanent(name: str, limit: Limit) -> list[str]:
 
 
 def kubernetes_permanent(namespace: str, deployment: str, container: str,
-                         limit: Limit) -> list[str]:
-    """The ``kubectl patch`` line and a kustomize patch for a Deployment's container."""
+                         limit: Limit, request: str | None = None) -> list[str]:
+    """The ``kubectl patch`` line and a kustomize patch for a Deployment's container;
+    ``request``: a ``requests.cpu`` to write beside the limit (a Guaranteed pod's, or one the
+    new limit would be below)."""
     cpu = kubernetes_cpu(limit)
+    resources: dict[str, Any] = {"limits": {"cpu": cpu}}
+    if request is not None:
+        resources["requests"] = {"cpu": request}
     patch = {"spec": {"template": {"spec": {"containers": [
-        {"name": container, "resources": {"limits": {"cpu": cpu}}}]}}}}
+        {"name": container, "resources": resources}]}}}}
     period = ("" if limit.period_ms == 100 else
               f" (the period, {limit.period_ms:g} ms, is per node: kubelet "
               "--cpu-cfs-quota-period)")
-    return [f"Deployment {namespace}/{deployment}, container {container}: limits.cpu {cpu}"
-            + period,
-            f"  kubectl patch deployment {deployment} -n {namespace} --type strategic -p "
-            f"'{json.dumps(patch, separators=(',', ':'))}'",
-            "  kustomize (patches: - path: cpu-limit.yaml), cpu-limit.yaml:",
-            "    apiVersion: apps/v1",
-            "    kind: Deployment",
-            "    metadata:",
-            f"      name: {deployment}",
-            f"      namespace: {namespace}",
-            "    spec:",
-            "      template:",
-            "        spec:",
-            "          containers:",
-            f"          - name: {container}",
-            "            resources:",
-            "              limits:",
-            f"                cpu: {cpu}"]
+    lines = [f"Deployment {namespace}/{deployment}, container {container}: limits.cpu {cpu}"
+             + (f", requests.cpu {request}" if request is not None else "") + period,
+             f"  kubectl patch deployment {deployment} -n {namespace} --type strategic -p "
+             f"'{json.dumps(patch, separators=(',', ':'))}'",
+             "  kustomize (patches: - path: cpu-limit.yaml), cpu-limit.yaml:",
+             "    apiVersion: apps/v1",
+             "    kind: Deployment",
+             "    metadata:",
+             f"      name: {deployment}",
+             f"      namespace: {namespace}",
+             "    spec:",
+             "      template:",
+             "        spec:",
+             "          containers:",
+             f"          - name: {container}",
+             "            resources:",
+             "              limits:",
+             f"                cpu: {cpu}"]
+    if request is not None:
+        lines += ["              requests:", f"                cpu: {request}"]
+    return lines
+
+
+def deployment_patch(container: str, limit: Limit, request: str | None = None
+                     ) -> dict[str, Any]:
+    """The strategic-merge patch ``--apply`` sends (the one the ``kubectl patch`` line shows)."""
+    resources: dict[str, Any] = {"limits": {"cpu": kubernetes_cpu(limit)}}
+    if request is not None:
+        resources["requests"] = {"cpu": request}
+    return {"spec": {"template": {"spec": {"containers": [
+        {"name": container, "resources": resources}]}}}}
+
+
+def pod_request_for(names: Mapping[str, Any], limit: Limit) -> str | None:
+    """The ``requests.cpu`` a Deployment's patch carries beside ``limit``: the limit itself
+    for a Guaranteed pod (its class kept) or where the request the pod had is above it."""
+    request = names.get("request_millicores")
+    if names.get("qos") == "Guaranteed" or (request is not None and request > limit.millicores):
+        return kubernetes_cpu(limit)
+    return None
+
+
+def pod_permanent(names: Mapping[str, Any], limit: Limit) -> list[str]:
+    """A pod's limit for good: its Deployment's patch, or where a bare pod's limit lives."""
+    namespace, container = str(names["namespace"]), str(names["container"])
+    request = pod_request_for(names, limit)
+    if names.get("owner"):
+        return kubernetes_permanent(namespace, str(names["owner"]), container, limit, request)
+    return [f"pod {namespace}/{names['pod']} (no Deployment): a resize lasts until the pod is "
+            f"made again; set resources.limits.cpu: {kubernetes_cpu(limit)} of container "
+            f"{container} in whatever makes it"]
 
 
 PERMANENT: dict[str, Callable[[Mapping[str, Any], Limit], list[str]]] = {
@@ -109,6 +148,7 @@ PERMANENT: dict[str, Callable[[Mapping[str, Any], Limit], list[str]]] = {
                                                     int(names["version"]), str(names["group"]),
                                                     limit),
     "docker": lambda names, limit: docker_permanent(str(names["name"]), limit),
+    "k8s": pod_permanent,
 }
 
 

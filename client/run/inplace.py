@@ -29,7 +29,7 @@ from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample
 from client.run.cgroup_lookup import CommandRunner, run_command
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
-from client.run.limiters import Limiter, LimiterError, limiter_for
+from client.run.limiters import Limiter, LimiterError, LimiterOptions, limiter_for
 from client.run.limiters.base import same_limit
 from client.run.measure import Measurement, Progress, measure
 from client.run.plan import LoadPlan
@@ -62,18 +62,21 @@ class InPlace:
     pod_uid: str | None = None
     run: CommandRunner = run_command
     restore_to: Limit | None = field(init=False)
+    # after the restore: what the limiter says did not change (a pod's restarts, container id)
+    unchanged: str | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.restore_to = self.original
 
     @classmethod
     def open(cls, spec: str, template: RunSpec, *, allow_new_limit: bool = False,
-             pod_uid: str | None = None, run: CommandRunner = run_command) -> InPlace:
+             pod_uid: str | None = None, run: CommandRunner = run_command,
+             options: LimiterOptions = LimiterOptions()) -> InPlace:
         """Resolve ``--cgroup spec``, find its limiter, read the limit in force; one-line
         ``InPlaceError`` for a target that cannot be changed as asked."""
         try:
             target = resolve_cgroup(spec, pod_uid=pod_uid, run=run)
-            limiter = limiter_for(target, run)
+            limiter = limiter_for(target, run, options)
             original = limiter.read()
         except (CgroupTargetError, LimiterError) as exc:
             raise InPlaceError(str(exc)) from None
@@ -111,12 +114,21 @@ class InPlace:
         with _ignoring_signals():
             if same_limit(self.limiter.read(), self.restore_to):
                 if self.restore_to is self.original:
-                    return f"the limit is as it was: {describe_limit(self.restore_to)}"
+                    self.unchanged = self._unchanged()
+                    return (f"the limit is as it was: {describe_limit(self.restore_to)}"
+                            + (f"; {self.unchanged}" if self.unchanged else ""))
             else:
                 self.limiter.apply(self.restore_to)
             now = self.limiter.read()
+            self.unchanged = self._unchanged()
         what = "kept the answer" if self.restore_to is not self.original else "restored"
-        return f"{what}: {describe_limit(now)} ({self.limiter.description})"
+        return (f"{what}: {describe_limit(now)} ({self.limiter.description})"
+                + (f"; {self.unchanged}" if self.unchanged else ""))
+
+    def _unchanged(self) -> str | None:
+        """What the limiter says stayed as it was (a pod: restart count, container id)."""
+        unchanged = getattr(self.limiter, "unchanged", None)
+        return unchanged() if unchanged is not None else None
 
     @contextmanager
     def restoring(self, say: Callable[[str], None] = print) -> Iterator[InPlace]:

@@ -9,6 +9,8 @@ cgroup      a cgroup directory or ``pid:PID``: the quota file of the level that 
             quota (``cpu.cfs_quota_us``/``cpu.cfs_period_us`` on v1, ``cpu.max`` on v2),
             as ``--cgroup`` resolution finds it (``client.run.limiters.cgroupfs``)
 docker      ``docker:NAME``: ``docker update --cpus`` (``client.run.limiters.docker``)
+k8s         ``k8s:NS/POD[/CONTAINER]``: the pod's ``resize`` subresource through the official
+            ``kubernetes`` client, QoS class kept (``client.run.limiters.kubernetes``)
 ==========  =========================================================================
 
 A :class:`Limiter` says the limit in force (``read``: the quota file as the kernel shows it),
@@ -21,6 +23,7 @@ module's class: a new kind of target is one module and one line here.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from client.run.cgroup_lookup import CommandRunner, run_command
@@ -28,14 +31,15 @@ from client.run.cgroup_target import CgroupTarget
 from client.run.limiters.base import LimiterError, quota_file_problem, read_quota, wait_for_quota
 from client.run.limiters.cgroupfs import CgroupLimiter
 from client.run.limiters.docker import DockerLimiter
+from client.run.kube_api import REQUEST_TIMEOUT
 from cpuquota.limit import Limit
 
-__all__ = ["LIMITERS", "Limiter", "LimiterError", "limiter_for", "quota_file_problem",
+__all__ = ["LIMITERS", "Limiter", "LimiterError", "LimiterOptions", "limiter_for", "quota_file_problem",
            "read_quota", "wait_for_quota"]
 
 
 class Limiter(Protocol):
-    kind: str           # "cgroup", "docker"
+    kind: str           # "cgroup", "docker", "k8s"
     description: str    # what is written, e.g. "the quota file /sys/fs/cgroup/cpu/x"
     can_remove: bool    # whether the target may run without any limit (apply(None))
     # what names the target, for the words that make a limit permanent
@@ -57,16 +61,41 @@ class Limiter(Protocol):
 
 
 
-LimiterFactory = Callable[[CgroupTarget, CommandRunner], Limiter]
+@dataclass(frozen=True)
+class LimiterOptions:
+    """What the user allowed: a container that restarts on a resize (``--allow-restart``)."""
+
+    allow_restart: bool = False
+
+
+LimiterFactory = Callable[[CgroupTarget, CommandRunner, LimiterOptions], Limiter]
+
+
+def _kubernetes(target: CgroupTarget, run: CommandRunner, options: LimiterOptions) -> Limiter:
+    from client.run.cgroup_lookup import parse_k8s_spec
+    from client.run.kube_api import KubeError, connect
+    from client.run.limiters.kubernetes import KubernetesLimiter
+
+    namespace, pod, container = parse_k8s_spec(target.spec)
+    try:
+        api = connect()
+    except KubeError as exc:
+        raise LimiterError(str(exc)) from None
+    return KubernetesLimiter(target, api.core, namespace, pod, container, to_json=api.to_json,
+                             allow_restart=options.allow_restart, server=api.server,
+                             request_timeout=REQUEST_TIMEOUT, apps=api.apps)
+
 
 LIMITERS: dict[str, LimiterFactory] = {
-    "path": lambda target, run: CgroupLimiter(target),
-    "pid": lambda target, run: CgroupLimiter(target),
-    "docker": lambda target, run: DockerLimiter(target, run),
+    "path": lambda target, run, options: CgroupLimiter(target),
+    "pid": lambda target, run, options: CgroupLimiter(target),
+    "docker": lambda target, run, options: DockerLimiter(target, run),
+    "k8s": _kubernetes,
 }
 
 
-def limiter_for(target: CgroupTarget, run: CommandRunner = run_command) -> Limiter:
+def limiter_for(target: CgroupTarget, run: CommandRunner = run_command,
+                options: LimiterOptions = LimiterOptions()) -> Limiter:
     """The limiter of a resolved ``--cgroup`` target, by the prefix of what the user gave."""
     spec = target.spec
     prefix = spec.split(":", 1)[0] if ":" in spec and not spec.startswith("/") else "path"
@@ -77,4 +106,4 @@ def limiter_for(target: CgroupTarget, run: CommandRunner = run_command) -> Limit
         kinds = ", ".join(k for k in LIMITERS)
         raise LimiterError(f"--cgroup {spec}: changing the limit of a {prefix}: target is not "
                            f"supported yet (in place: {kinds})")
-    return factory(target, run)
+    return factory(target, run, options)

@@ -1,26 +1,30 @@
 """A Kubernetes pod's CPU limit in place (``k8s:NAMESPACE/POD[/CONTAINER]``): the pod's
 ``resize`` subresource (Kubernetes 1.33+), through the official ``kubernetes`` client.
 
-**Not registered in** ``client.run.limiters.LIMITERS`` **yet**: written before a node was
-available here to run it against (issue 33's node). Its pure parts (the resize body, the
-resize's state, quantities) are tested with pod documents; the API calls are not tested
-against a real API server. Register it (one line) once a test on the node shows it works.
+Registered as ``k8s`` in ``client.run.limiters.LIMITERS`` (``--cgroup k8s:NS/POD[/CONTAINER]``,
+``--k8s NS/deployment/NAME``); tested on the project's node (tests/test_commands_advise_k8s.py).
 
 - **The body** (:func:`resize_body`) sets the container's ``limits.cpu`` and moves
   ``requests.cpu`` only as the QoS class needs: a Guaranteed pod keeps requests equal to limits;
-  a Burstable one keeps its request unless the new limit is below it (then the request goes
-  down to the limit), and is refused if that would make it Guaranteed. A BestEffort pod has no
+  a Burstable one keeps the request it had when we came unless the new limit is below it (then
+  the request goes down to the limit, and back up with a later, larger limit), and is refused
+  if that would make it Guaranteed. A BestEffort pod has no
   limit to change (adding one changes its QoS class: the API refuses that).
 - **In force**: the pod's ``status.containerStatuses[].resources.limits.cpu`` says the new
   limit and the container's quota file (the node's cgroup, as ``--cgroup k8s:`` resolves it)
   reads it back. A resize the kubelet reports ``Infeasible``, or still ``Deferred`` at the
   timeout (the ``PodResizePending`` condition), ends with one line saying why.
-- **Refused**: a container whose ``resizePolicy`` for cpu is ``RestartContainer``; a period
-  other than 100 ms (the kubelet's, node-wide); a burst; "no limit".
+- **Refused**: a container whose ``resizePolicy`` for cpu is ``RestartContainer`` (unless
+  ``--allow-restart``); a period other than 100 ms (the kubelet's, node-wide); a burst; "no
+  limit".
+- **Unchanged**: the container's restart count and id are read when we come and after every
+  resize; a change ends the search, and the restore says they did not change
+  (:meth:`KubernetesLimiter.unchanged`).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
@@ -28,10 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from client.run.cgroup_target import CgroupTarget
+from client.run.kube_api import api_problem
 from client.run.limiters.base import LimiterError, read_quota, wait_for_quota
 from cpuquota.limit import Limit
 
-__all__ = ["KubernetesLimiter", "cpu_cores", "cpu_quantity", "resize_body", "resize_state"]
+__all__ = ["KubernetesLimiter", "container_name", "cpu_cores", "cpu_quantity", "deployment_pods",
+           "find_deployment_pod", "identity", "parse_workload", "resize_body", "resize_state",
+           "restarts_on_resize"]
 
 Pod = Mapping[str, Any]   # a pod as the API's JSON (camelCase keys)
 
@@ -70,39 +77,72 @@ def _pod_name(pod: Pod) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-def resize_body(pod: Pod, container: str, limit: Limit) -> dict[str, Any]:
+def resize_body(pod: Pod, container: str, limit: Limit, *, request: float | None = None,
+                allow_restart: bool = False) -> dict[str, Any]:
     """The ``resize`` patch that sets ``container``'s cpu limit to ``limit`` with the QoS class
-    kept (see the module docstring); ``LimiterError`` when it cannot be kept."""
+    kept (see the module docstring); ``LimiterError`` when it cannot be kept. ``request``: the
+    cpu request the container had when we came (a Burstable pod's request goes back up to it)."""
     spec = _container(pod, container)
     resources = spec.get("resources") or {}
     limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
     qos = (pod.get("status") or {}).get("qosClass")
-    for policy in spec.get("resizePolicy") or []:
-        if policy.get("resourceName") == "cpu" and policy.get("restartPolicy") == \
-                "RestartContainer":
-            raise LimiterError(f"container {container} of pod {_pod_name(pod)} restarts on a "
-                               "cpu resize (resizePolicy RestartContainer)")
+    if not allow_restart and restarts_on_resize(pod, container):
+        raise LimiterError(f"container {container} of pod {_pod_name(pod)} restarts on a "
+                           "cpu resize (resizePolicy RestartContainer): --allow-restart lets "
+                           "advise restart it")
     if "cpu" not in limits:
         raise LimiterError(f"container {container} of pod {_pod_name(pod)} has no cpu limit: "
                            "adding one would change the pod's QoS class"
                            + (f" ({qos})" if qos else ""))
     new = cpu_quantity(limit)
-    request = cpu_cores(requests.get("cpu"))
+    now = cpu_cores(requests.get("cpu"))
     if qos == "Guaranteed":
-        wanted = {"limits": {"cpu": new}, "requests": {"cpu": new}}
-    elif request is not None and request > limit.cpus:
-        wanted = {"limits": {"cpu": new}, "requests": {"cpu": new}}
-        others = [c for c in (pod.get("spec") or {}).get("containers") or []
-                  if c.get("name") != container]
-        memory_equal = (limits.get("memory") is not None and
-                        limits.get("memory") == requests.get("memory"))
-        if qos == "Burstable" and memory_equal and all(_guaranteed(c) for c in others):
-            raise LimiterError(f"{limit.cpus:g} CPU is below container {container}'s request "
-                               f"({request:g} CPU): moving the request down would make the pod "
-                               "Guaranteed (the API refuses a QoS change)")
-    else:
-        wanted = {"limits": {"cpu": new}}
-    return {"spec": {"containers": [{"name": container, "resources": wanted}]}}
+        return _body(container, {"limits": {"cpu": new}, "requests": {"cpu": new}})
+    had = request if request is not None else now
+    if had is None:
+        return _body(container, {"limits": {"cpu": new}})
+    wanted = min(round(had * 1000), limit.millicores)
+    others = [c for c in (pod.get("spec") or {}).get("containers") or []
+              if c.get("name") != container]
+    memory_equal = (limits.get("memory") is not None and
+                    limits.get("memory") == requests.get("memory"))
+    if wanted == limit.millicores and qos == "Burstable" and memory_equal and \
+            all(_guaranteed(c) for c in others):
+        raise LimiterError(f"{limit.cpus:g} CPU is not above container {container}'s request "
+                           f"({had:g} CPU): a request equal to the limit would make the pod "
+                           "Guaranteed (the API refuses a QoS change)")
+    if now is not None and round(now * 1000) == wanted:
+        return _body(container, {"limits": {"cpu": new}})
+    return _body(container, {"limits": {"cpu": new}, "requests": {"cpu": f"{wanted}m"}})
+
+
+def _body(container: str, resources: dict[str, Any]) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": container, "resources": resources}]}}
+
+
+def restarts_on_resize(pod: Pod, container: str) -> bool:
+    """Whether the container's ``resizePolicy`` for cpu is ``RestartContainer``."""
+    return any(policy.get("resourceName") == "cpu" and
+               policy.get("restartPolicy") == "RestartContainer"
+               for policy in _container(pod, container).get("resizePolicy") or [])
+
+
+def container_name(pod: Pod, given: str | None) -> str:
+    """The container to resize: ``given`` (a name, or a container id as ``--cgroup k8s:``
+    takes), or the pod's only container; ``LimiterError`` naming the choices otherwise."""
+    containers = [str(c.get("name")) for c in (pod.get("spec") or {}).get("containers") or []]
+    if given is None:
+        if len(containers) == 1:
+            return containers[0]
+        raise LimiterError(f"pod {_pod_name(pod)} has {len(containers)} containers "
+                           f"({', '.join(containers)}): say which with --container NAME")
+    if given in containers:
+        return given
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if str(status.get("containerID") or "").split("://")[-1].startswith(given):
+            return str(status.get("name"))
+    raise LimiterError(f"pod {_pod_name(pod)} has no container {given} (containers: "
+                       f"{', '.join(containers) or 'none'})")
 
 
 def _guaranteed(container: Mapping[str, Any]) -> bool:
@@ -143,24 +183,43 @@ class KubernetesLimiter:
     can_remove = False
 
     def __init__(self, target: CgroupTarget, api: Any, namespace: str, pod: str,
-                 container: str, *, to_json: Callable[[Any], Pod] | None = None,
-                 timeout: float = 60.0) -> None:
-        self.target, self.api = target, api
-        self.namespace, self.pod, self.container = namespace, pod, container
+                 container: str | None, *, to_json: Callable[[Any], Pod] | None = None,
+                 timeout: float = 60.0, allow_restart: bool = False, server: str = "",
+                 request_timeout: float | None = None, apps: Any = None) -> None:
+        self.target, self.api, self.apps = target, api, apps
+        self.namespace, self.pod = namespace, pod
         self.to_json = to_json or api.api_client.sanitize_for_serialization
-        self.timeout = timeout
+        self.timeout, self.allow_restart, self.server = timeout, allow_restart, server
+        self.call: dict[str, Any] = ({} if request_timeout is None else
+                                     {"_request_timeout": request_timeout})
         self.directory: Path = target.directory
-        self.description = f"pods/resize of {namespace}/{pod}, container {container}"
+        first = self.read_pod()
+        self.container = container_name(first, container)
+        if restarts_on_resize(first, self.container) and not allow_restart:
+            raise LimiterError(f"container {self.container} of pod {namespace}/{pod} restarts "
+                               "on a cpu resize (resizePolicy RestartContainer): "
+                               "--allow-restart lets advise restart it")
+        spec = _container(first, self.container)
+        requests = (spec.get("resources") or {}).get("requests") or {}
+        limits = (spec.get("resources") or {}).get("limits") or {}
+        self.request = cpu_cores(requests.get("cpu"))     # as we came: put back at the end
+        self.original_cpu = limits.get("cpu")
+        self.qos = (first.get("status") or {}).get("qosClass")
+        self.before = identity(first, self.container)
+        self.description = f"pods/resize of {namespace}/{pod}, container {self.container}"
         self.names: dict[str, Any] = {"namespace": namespace, "pod": pod,
-                                      "container": container}
-        self.before = identity(self.read_pod(), container)
+                                      "container": self.container, "qos": self.qos,
+                                      "owner": _owner(first),
+                                      "request_millicores": (None if self.request is None else
+                                                             round(self.request * 1000))}
 
     def read_pod(self) -> Pod:
         try:
-            return self.to_json(self.api.read_namespaced_pod(self.pod, self.namespace))
+            return self.to_json(self.api.read_namespaced_pod(self.pod, self.namespace,
+                                                             **self.call))
         except Exception as exc:   # the client's ApiException, a lost connection
-            raise LimiterError(_api_problem(exc, "get", "pods", self.namespace, self.pod)) \
-                from None
+            raise LimiterError(_api_problem(exc, "get", "pods", self.namespace, self.pod,
+                                            self.server)) from None
 
     def read(self) -> Limit | None:
         return read_quota(self.directory, self.target.version)
@@ -177,12 +236,13 @@ class KubernetesLimiter:
     def apply(self, limit: Limit | None) -> None:
         self.check(limit)
         assert limit is not None
-        body = resize_body(self.read_pod(), self.container, limit)
+        body = resize_body(self.read_pod(), self.container, limit, request=self.request,
+                           allow_restart=self.allow_restart)
         try:
-            self.api.patch_namespaced_pod_resize(self.pod, self.namespace, body)
+            self.api.patch_namespaced_pod_resize(self.pod, self.namespace, body, **self.call)
         except Exception as exc:
             raise LimiterError(_api_problem(exc, "patch", "pods/resize", self.namespace,
-                                            self.pod)) from None
+                                            self.pod, self.server)) from None
         deadline = time.monotonic() + self.timeout
         while True:
             pod = self.read_pod()
@@ -197,25 +257,111 @@ class KubernetesLimiter:
                                    f"{cpu_quantity(limit)} is not in force after "
                                    f"{self.timeout:g} s" + (f" ({pending})" if pending else ""))
             time.sleep(0.2)
-        if identity(pod, self.container) != self.before:
+        if not self.allow_restart and identity(pod, self.container) != self.before:
             raise LimiterError(f"container {self.container} of {self.namespace}/{self.pod} "
                                "restarted or was replaced during the resize")
         wait_for_quota(self.directory, self.target.version, Limit(limit.cpus, 100.0, 0.0),
                        timeout=10.0)
 
+    def unchanged(self) -> str:
+        """What the restore says of the container: its restart count and id as when we came
+        (``LimiterError`` when the pod cannot be read)."""
+        restarts, cid = identity(self.read_pod(), self.container)
+        was_restarts, was_cid = self.before
+        short = cid.split("://")[-1][:12]
+        if (restarts, cid) == self.before:
+            return (f"pod {self.namespace}/{self.pod}, container {self.container}: restart "
+                    f"count {restarts} and container id {short} unchanged")
+        return (f"pod {self.namespace}/{self.pod}, container {self.container} CHANGED: restart "
+                f"count {was_restarts} -> {restarts}, container id "
+                f"{was_cid.split('://')[-1][:12]} -> {short}")
+
+    def patch_deployment(self, limit: Limit) -> str:
+        """``--apply``: patch the pod's Deployment with ``limit`` (it rolls out new pods);
+        what was done, in one line. ``LimiterError`` when the pod has no Deployment or the
+        patch is refused."""
+        from client.render.permanent import deployment_patch, pod_request_for
+
+        owner = self.names.get("owner")
+        if not owner:
+            raise LimiterError(f"--apply: pod {self.namespace}/{self.pod} has no Deployment "
+                               "to patch")
+        body = deployment_patch(self.container, limit, pod_request_for(self.names, limit))
+        try:
+            self.apps.patch_namespaced_deployment(owner, self.namespace, body, **self.call)
+        except Exception as exc:
+            raise LimiterError(api_problem(exc, "patch", "deployments", self.namespace, owner,
+                                           self.server)) from None
+        return (f"applied: deployment {self.namespace}/{owner}, container {self.container}: "
+                f"limits.cpu {cpu_quantity(limit)} (rolling out: kubectl rollout status "
+                f"deployment/{owner} -n {self.namespace})")
+
     def restore_hint(self, limit: Limit | None) -> str:
-        cpu = "?" if limit is None else cpu_quantity(limit)
+        cpu = cpu_quantity(limit) if limit is not None else self.original_cpu or "?"
+        resources: dict[str, Any] = {"limits": {"cpu": cpu}}
+        if self.qos == "Guaranteed":
+            resources["requests"] = {"cpu": cpu}
+        elif self.request is not None:
+            resources["requests"] = {"cpu": f"{round(self.request * 1000)}m"}
+        patch = json.dumps(_body(self.container, resources), separators=(",", ":"))
         return (f"kubectl patch pod {self.pod} -n {self.namespace} --subresource resize "
-                f"--patch '{{\"spec\":{{\"containers\":[{{\"name\":\"{self.container}\","
-                f"\"resources\":{{\"limits\":{{\"cpu\":\"{cpu}\"}}}}}}]}}}}'")
+                f"--patch '{patch}'")
 
 
-def _api_problem(exc: Exception, verb: str, resource: str, namespace: str, pod: str) -> str:
-    status = getattr(exc, "status", None)
-    if status == 403:
-        return (f"no permission: {verb} {resource} in namespace {namespace} (the Role in "
-                "k8s/ grants what advise needs)")
-    if status == 404:
-        return f"no such pod: {namespace}/{pod}"
-    reason = getattr(exc, "reason", None) or type(exc).__name__
-    return f"{verb} {resource} {namespace}/{pod} failed: {reason}"
+def parse_workload(text: str) -> tuple[str, str]:
+    """``NS/deployment/NAME`` (``deploy``, ``deployments`` too) -> (namespace, name)."""
+    parts = text.split("/")
+    if len(parts) != 3 or not all(parts) or parts[1] not in ("deployment", "deploy",
+                                                               "deployments"):
+        raise LimiterError(f"--k8s {text}: expected NAMESPACE/deployment/NAME")
+    return parts[0], parts[2]
+
+
+def deployment_pods(pods: list[Pod], deployment: str) -> list[str]:
+    """The names of the running pods (not being deleted) a Deployment owns, by their
+    ReplicaSet (:func:`_owner`)."""
+    return sorted(str((p.get("metadata") or {}).get("name")) for p in pods
+                  if _owner(p) == deployment
+                  and (p.get("status") or {}).get("phase") == "Running"
+                  and not (p.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def find_deployment_pod(api: Any, to_json: Callable[[Any], Any], namespace: str,
+                        deployment: str, server: str = "",
+                        request_timeout: float | None = None) -> str:
+    """The one running pod of ``namespace/deployment`` (``list pods``: no permission on
+    Deployments needed). ``LimiterError`` when there is none, or several: each run samples one
+    pod's group, and a Deployment's requests spread over all of them."""
+    call = {} if request_timeout is None else {"_request_timeout": request_timeout}
+    try:
+        listed = to_json(api.list_namespaced_pod(namespace, **call))
+    except Exception as exc:
+        raise LimiterError(api_problem(exc, "list", "pods", namespace, "", server)) from None
+    names = deployment_pods(list(listed.get("items") or []), deployment)
+    if not names:
+        raise LimiterError(f"deployment {namespace}/{deployment} has no running pod (no such "
+                           "Deployment, or scaled to 0)")
+    if len(names) > 1:
+        raise LimiterError(f"deployment {namespace}/{deployment} has {len(names)} running pods "
+                           f"({', '.join(names)}): advise samples one pod's group, so it "
+                           f"needs one (kubectl scale deployment {deployment} -n {namespace} "
+                           "--replicas 1 while it runs, or --cgroup k8s:NS/POD with the URL "
+                           "of that pod)")
+    return names[0]
+
+
+def _owner(pod: Pod) -> str | None:
+    """The Deployment a pod belongs to: its ReplicaSet's name less the pod's
+    ``pod-template-hash`` (the ReplicaSet is ``NAME-<hash>``)."""
+    meta = pod.get("metadata") or {}
+    suffix = "-" + str((meta.get("labels") or {}).get("pod-template-hash") or "")
+    for ref in meta.get("ownerReferences") or []:
+        name = str(ref.get("name") or "")
+        if ref.get("kind") == "ReplicaSet" and len(suffix) > 1 and name.endswith(suffix):
+            return name[:-len(suffix)]
+    return None
+
+
+def _api_problem(exc: Exception, verb: str, resource: str, namespace: str, pod: str,
+                 server: str = "") -> str:
+    return api_problem(exc, verb, resource, namespace, pod, server)

@@ -1,0 +1,109 @@
+"""The Kubernetes API for ``advise``/``sweep`` on pods: the official ``kubernetes`` client (the
+``k8s`` extra), configured as kubectl is, and its failures in one line.
+
+Configuration, as kubectl reads it: ``$KUBECONFIG`` (several files joined by ``:`` are merged)
+or ``~/.kube/config``, its current context (``--context`` another); inside a pod without a
+kubeconfig, the pod's service account (in-cluster config). Every call has a timeout
+(:data:`REQUEST_TIMEOUT`) and no retries, so a lost API server is said within seconds, not
+minutes.
+
+:func:`api_problem` turns the client's exceptions into one line: a missing permission names the
+verb and the resource (``no permission: patch pods/resize in namespace shop``), a missing object
+its kind and name, a lost connection the server's address.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["KubeApi", "KubeError", "REQUEST_TIMEOUT", "api_problem", "connect"]
+
+REQUEST_TIMEOUT = 10.0   # seconds, each call (connect and read)
+
+
+class KubeError(RuntimeError):
+    """The API cannot be reached or refused a call; one line saying which."""
+
+
+@dataclass
+class KubeApi:
+    """The clients advise needs, and the server they talk to."""
+
+    core: Any            # kubernetes.client.CoreV1Api
+    apps: Any            # kubernetes.client.AppsV1Api
+    server: str
+
+    def to_json(self, obj: Any) -> Any:
+        """An API object as the API's JSON (camelCase keys, as ``kubectl get -o json``)."""
+        return self.core.api_client.sanitize_for_serialization(obj)
+
+
+def _kubeconfig_files() -> list[Path]:
+    env = os.environ.get("KUBECONFIG")
+    names = [p for p in env.split(os.pathsep) if p] if env else ["~/.kube/config"]
+    return [Path(p).expanduser() for p in names if Path(p).expanduser().exists()]
+
+
+def connect(context: str | None = None) -> KubeApi:
+    """Clients for the cluster kubectl would talk to; ``KubeError`` (one line) when there is
+    none or the configuration is unusable."""
+    try:
+        from kubernetes import client, config
+    except ImportError:
+        raise KubeError("Kubernetes targets need the official client: pip install "
+                        "'throttle-lab[k8s]'") from None
+    configuration = client.Configuration()
+    try:
+        if _kubeconfig_files():
+            config.load_kube_config(client_configuration=configuration, context=context)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+            raise KubeError(f"no kubeconfig ({where} does not exist) and not inside a pod: "
+                            "which cluster? (set KUBECONFIG as for kubectl)")
+    except config.ConfigException as exc:
+        raise KubeError(f"the kubeconfig cannot be used: {str(exc).splitlines()[0]}") from None
+    configuration.retries = False            # a lost server is said at once, not retried
+    api_client = client.ApiClient(configuration)
+    return KubeApi(client.CoreV1Api(api_client), client.AppsV1Api(api_client),
+                   configuration.host)
+
+
+def api_problem(exc: Exception, verb: str, resource: str, namespace: str, name: str = "",
+                server: str = "") -> str:
+    """One line for an exception of the client on ``verb resource namespace/name``."""
+    status = getattr(exc, "status", None)
+    if status == 403:
+        return (f"no permission: {verb} {resource} in namespace {namespace} (the Role in "
+                "k8s/advise-rbac.yaml grants what advise needs)")
+    if status == 401:
+        return f"the API server at {server or 'the kubeconfig'} does not accept the credentials"
+    if status == 404:
+        kind = resource.split("/")[0].rstrip("s")
+        return f"no such {kind}: {namespace}/{name}" if name else f"no such namespace: {namespace}"
+    if status:
+        reason = getattr(exc, "reason", None) or ""
+        body = _message(getattr(exc, "body", None))
+        return f"{verb} {resource} {namespace}/{name} refused ({status} {reason}): {body}".rstrip(
+            ": ")
+    # urllib3's errors, a timeout, or the client's ApiException of status 0 around them (a
+    # TLS connection cut): the connection itself
+    cause = " ".join(str(getattr(exc, "reason", None) or exc).split())
+    cause = cause.split(">: ")[-1]
+    return (f"lost the API server{' at ' + server if server else ''}: {verb} {resource} "
+            f"{namespace}/{name}: {cause[:160]}")
+
+
+def _message(body: Any) -> str:
+    import json
+
+    if not body:
+        return ""
+    try:
+        return str(json.loads(body).get("message") or "")[:200]
+    except (ValueError, AttributeError, TypeError):
+        return str(body)[:200]
