@@ -74,6 +74,26 @@ def test_the_daemonset_reads_cgroups_with_the_least_it_needs(docs: list[dict[str
     resources = container["resources"]
     assert resources["limits"]["cpu"] and resources["limits"]["memory"]
     assert resources["requests"]["cpu"] and resources["requests"]["memory"]
+    # The kubelet makes a hostPath directory as root: one init container, root with CAP_CHOWN
+    # alone, gives it to the agent's user (the same image: --prepare-timelines) and exits.
+    (init,) = spec["initContainers"]
+    assert init["image"] == container["image"]
+    owner = f"{spec['securityContext']['runAsUser']}:{spec['securityContext']['runAsGroup']}"
+    assert init["args"] == ["--prepare-timelines", owner, "--timelines", env["TIMELINES"]]
+    isc = init["securityContext"]
+    assert isc["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert isc["allowPrivilegeEscalation"] is False and isc["readOnlyRootFilesystem"] is True
+    assert [m["name"] for m in init["volumeMounts"]] == [timelines["name"]]
+    assert "ports" not in init and init["resources"]["limits"]["cpu"]
+
+
+def test_both_deployments_carry_the_label_the_agent_selects_on(docs: list[dict[str, Any]]) -> None:
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+    key, value = env["SELECTOR"].split("=")
+    for name in ("limited", "limitless"):
+        deployment = yaml.safe_load((ROOT / "k8s" / f"deployment-{name}.yaml").read_text())
+        assert deployment["spec"]["template"]["metadata"]["labels"][key] == value, name
 
 
 def test_it_may_only_read_and_watch_pods(docs: list[dict[str, Any]]) -> None:
