@@ -66,18 +66,11 @@ def _api(kubeconfig: str | None) -> Any:
     return client.CoreV1Api()
 
 
-def _status(exc: Exception) -> int | None:
-    return getattr(exc, "status", None)
-
-
 def _reason(exc: Exception) -> str:
     body = getattr(exc, "body", None)
     if isinstance(body, (bytes, bytearray)):
         body = body.decode(errors="replace")
-    try:
-        return str(json.loads(body)["message"])
-    except (TypeError, ValueError, KeyError):
-        return str(body or exc).strip().splitlines()[0][:300]
+    return _message(str(body)) if body else (str(exc).strip().splitlines() or [""])[0][:300]
 
 
 def _agent_on(api: Any, node: str, namespace: str) -> str:
