@@ -16,12 +16,14 @@ from typing import Callable
 
 from kubenode.build import go_binary
 from kubenode.config import Layout
+from kubenode.context import Node
 from kubenode.proc import run
 
-__all__ = ["AGENT_IMAGE", "agent_tag", "build_agent", "build_agent_image", "recorder_overlay",
-           "write_recorder_overlay"]
+__all__ = ["AGENT_IMAGE", "RECORDER_NAMESPACE", "agent_tag", "build_agent", "build_agent_image",
+           "deploy_recorder", "recorder_overlay", "write_recorder_overlay"]
 
 AGENT_IMAGE = "throttle-lab-agent"   # the name k8s/recorder/kustomization.yaml gives the image
+RECORDER_NAMESPACE = "throttle-lab-recorder"   # k8s/recorder/namespace.yaml
 Log = Callable[[str], None]
 
 
@@ -108,3 +110,20 @@ def write_recorder_overlay(directory: Path, root: Path, tag: str, timelines: Pat
     (directory / "kustomization.yaml").write_text(recorder_overlay(
         os.path.relpath(root / "k8s" / "recorder", directory), tag, timelines))
     return directory
+
+
+def deploy_recorder(node: Node, root: Path, overlay_dir: Path, log: Log = print) -> str:
+    """The agent's image built and imported into the running node, the overlay written into
+    ``overlay_dir`` and applied, the DaemonSet rolled out; return the image's tag."""
+    from kubenode import project_images
+
+    if not node.daemon_alive("containerd"):
+        raise RuntimeError("the node is not up (make kube-node)")
+    with project_images.docker_engine(log):
+        tag = build_agent_image(node.lay, root, log)
+        project_images.import_images(node.containerd_address, [tag], log)
+    write_recorder_overlay(overlay_dir, root, tag, node.lay.state / "recorder-timelines")
+    node.kubectl("apply", "-k", str(overlay_dir))
+    node.kubectl("-n", RECORDER_NAMESPACE, "rollout", "status", "daemonset/recorder",
+                 "--timeout=180s", timeout=200)
+    return tag

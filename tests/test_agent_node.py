@@ -60,20 +60,14 @@ class Recorder:
 def agent(kube_node: kubenode.Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorder]:
     """The recorder DaemonSet running the agent image built from this checkout."""
     lay = kube_node.lay
-    with project_images.docker_engine(print):
-        tag = recorder.build_agent_image(lay, ROOT, print)
-        project_images.import_images(kube_node.containerd_address, [tag], print)
-        if "docker.io/library/" + project_images.SERVICE_IMAGE not in ctr_images(
-                kube_node.containerd_address):
-            kubenode.load_project_images(lay, print, ROOT)
+    if "docker.io/library/" + project_images.SERVICE_IMAGE not in ctr_images(
+            kube_node.containerd_address):
+        kubenode.load_project_images(lay, print, ROOT)
     timelines = lay.state / "recorder-timelines"
-    overlay = recorder.write_recorder_overlay(tmp_path_factory.mktemp("recorder"), ROOT, tag,
-                                              timelines)
-    kube_node.kubectl("apply", "-k", str(overlay))
-    kube_node.kubectl("create", "namespace", NS, check=False)
+    overlay = tmp_path_factory.mktemp("recorder")
     try:
-        kube_node.kubectl("-n", RECORDER_NS, "rollout", "status", "daemonset/recorder",
-                          "--timeout=180s", timeout=200)
+        tag = recorder.deploy_recorder(kube_node, ROOT, overlay, print)
+        kube_node.kubectl("create", "namespace", NS, check=False)
         pods = kubectl_json(kube_node, "-n", RECORDER_NS, "get", "pods", "-l",
                             "app.kubernetes.io/name=throttle-lab-recorder")["items"]
         running = [p for p in pods if p["status"].get("phase") == "Running"
@@ -84,8 +78,8 @@ def agent(kube_node: kubenode.Node, tmp_path_factory: pytest.TempPathFactory) ->
         yield Recorder(pod["metadata"]["name"], pod["status"]["podIP"], timelines)
     finally:
         kube_node.kubectl("delete", "namespace", NS, "--wait=false", check=False)
-        kube_node.kubectl("delete", "-k", str(overlay), "--wait=true", "--timeout=120s",
-                          check=False, timeout=150)
+        kube_node.kubectl("delete", "-k", str(overlay), "--ignore-not-found", "--wait=true",
+                          "--timeout=120s", check=False, timeout=150)
         kube_node.kubectl("delete", "-f", str(ROOT / "k8s" / "recorder" / "user-rbac.yaml"),
                           "--ignore-not-found", check=False)
         shutil.rmtree(timelines, ignore_errors=True)
@@ -126,17 +120,18 @@ class Load:
     group: Path
     before: dict[str, int]
     after: dict[str, int]
-    t_before: float
-    t_after: float
+    count_before: float   # Prometheus's histogram count, scraped once the pod had settled
+    sum_before: float     # and its sum (s)
     requests: list[tuple[int, int, int]]
     url: str
 
 
 @pytest.fixture(scope="module")
-def load(kube_node: kubenode.Node, agent: Recorder) -> Load:
+def load(kube_node: kubenode.Node, agent: Recorder, prometheus: str) -> Load:
     """The limited pod (100m: 10 ms a period), labelled, and sequential requests of ~30 ms of
     CPU each sent to it from the host through the veth; the pod group's cpu.stat on each side
-    (the pod idle, so both are settled)."""
+    (the pod idle, so both are settled); Prometheus's count before the load, once it has
+    scraped the agent's counters equal to that cpu.stat."""
     info = start_pod(kube_node, "limited", project_images.SERVICE_IMAGE, LABEL)
     group = pod_group(info)
     assert (group / "cpu.cfs_quota_us").read_text().strip() == "10000"
@@ -152,7 +147,16 @@ def load(kube_node: kubenode.Node, agent: Recorder) -> Load:
     url = f"{base}/cpuBurnFlow?iterations={ITERATIONS}"
     httpx.get(url, timeout=30)   # the first request's imports are not the test's
     time.sleep(0.5)
-    before, t_before = cpu_stat(group), time.time()
+    before = cpu_stat(group)
+    sel = f'namespace="{NS}",pod="limited",level="pod"'
+    wait_for("prometheus to scrape the settled counters before the load", lambda: value(
+        prometheus, f"throttle_lab_cpu_cfs_throttled_periods_total{{{sel}}}")
+        == before["nr_throttled"] == cpu_stat(group)["nr_throttled"], 60, interval=0.5)
+    count_before = value(prometheus,
+                         f"throttle_lab_cpu_cfs_throttled_period_wait_seconds_count{{{sel}}}")
+    sum_before = value(prometheus,
+                       f"throttle_lab_cpu_cfs_throttled_period_wait_seconds_sum{{{sel}}}")
+    assert count_before is not None and sum_before is not None
     requests = []
     with httpx.Client(timeout=30) as client:
         for _ in range(REQUESTS):
@@ -160,9 +164,9 @@ def load(kube_node: kubenode.Node, agent: Recorder) -> Load:
             status = client.get(url).status_code
             requests.append((start, time.time_ns(), status))
     time.sleep(0.5)   # the last throttle ends at the next period's boundary
-    after, t_after = cpu_stat(group), time.time()
+    after = cpu_stat(group)
     assert after["nr_throttled"] - before["nr_throttled"] >= REQUESTS, (before, after)
-    return Load("limited", group, before, after, t_before, t_after, requests, url)
+    return Load("limited", group, before, after, count_before, sum_before, requests, url)
 
 
 def test_the_agent_watches_the_api_and_records_the_labelled_pods(
@@ -262,18 +266,21 @@ def test_prometheus_finds_the_limited_pods_throttled_periods_in_the_wait_histogr
     periods = f"throttle_lab_cpu_cfs_throttled_periods_total{{{sel}}}"
     wait_for("prometheus to scrape the settled counters",
              lambda: value(prometheus, periods) == load.after["nr_throttled"], 60, interval=0.5)
-    before = value(prometheus, count, load.t_before)
-    after = value(prometheus, count)
-    assert before is not None and after is not None
+    before, after = load.count_before, value(prometheus, count)
+    assert after is not None
     kernel = load.after["nr_throttled"] - load.before["nr_throttled"]
     assert after - before == kernel, (before, after, load.before, load.after)
-    # the histogram itself: the throttled periods' waits, most within a period (100 ms: a
-    # single thread at 10 ms a period waits ~90 ms; beyond, the machine's own contention)
+    # and the waits add up to the throttled time cpu.stat counted meanwhile
+    wait_sum = value(prometheus, f"throttle_lab_cpu_cfs_throttled_period_wait_seconds_sum{{{sel}}}")
+    assert wait_sum is not None
+    assert wait_sum - load.sum_before == pytest.approx(
+        (load.after["throttled_time"] - load.before["throttled_time"]) / 1e9, abs=1e-6)
+    # the histogram itself: the throttled periods' waits, most within a period (100 ms; how
+    # they spread below it depends on the machine: not asserted)
     buckets = query(prometheus, "sum by (le) (increase(throttle_lab_cpu_cfs_throttled_period_"
                     f"wait_seconds_bucket{{{sel}}}[2m]))")
     by_le = {b["metric"]["le"]: float(b["value"][1]) for b in buckets}
     assert by_le["+Inf"] > 0 and by_le["0.1"] >= 0.8 * by_le["+Inf"], by_le
-    assert by_le["0.025"] <= 0.2 * by_le["+Inf"], by_le   # not quick waits: whole periods
     assert value(prometheus, f"rate({count}[2m])") > 0   # type: ignore[operator]
     seconds = value(prometheus, f"throttle_lab_cpu_cfs_throttled_seconds_total{{{sel}}}")
     assert seconds == pytest.approx(load.after["throttled_time"] / 1e9, abs=1e-6)
@@ -335,6 +342,10 @@ def test_import_marks_the_requests_with_the_pods_timeline_through_the_api_proxy(
     assert marked >= REQUESTS // 2
     report = http_timing("report", str(tmp_path / "raw-data" / "k8s.csv"), "--json", cwd=tmp_path)
     assert report.returncode == 0 and json.loads(report.stdout)["count"] == REQUESTS
+    plot = http_timing("plot", str(tmp_path / "raw-data" / "k8s.csv"), "-o", "k8s.png",
+                       cwd=tmp_path)
+    assert plot.returncode == 0, plot.stderr
+    assert (tmp_path / "k8s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     print(f"import via the API proxy: {marked}/{REQUESTS} marked, marks {marks / 1e6:.0f} ms, "
           f"cpu.stat {kernel_ns / 1e6:.0f} ms")
     # a pod the agent does not record: one line, no traceback

@@ -96,6 +96,22 @@ def test_both_deployments_carry_the_label_the_agent_selects_on(docs: list[dict[s
         assert deployment["spec"]["template"]["metadata"]["labels"][key] == value, name
 
 
+def test_the_users_rbac_reaches_the_agents_through_the_proxy_and_no_further() -> None:
+    """k8s/recorder/user-rbac.yaml (what import --timeline k8s:NS/POD needs), strictly valid:
+    list pods and get pods/proxy in the recorder's namespace, get pods elsewhere; nothing
+    else (its use on the real node: tests/test_agent_node.py)."""
+    docs = [d for d in yaml.safe_load_all((RECORDER / "user-rbac.yaml").read_text()) if d]
+    for d in docs:
+        kubernetes_validate.validate(d, K8S_VERSION, strict=True)
+    role = next(d for d in docs if d["kind"] == "Role")
+    assert role["metadata"]["namespace"] == "throttle-lab-recorder"
+    assert sorted((r["resources"][0], tuple(r["verbs"])) for r in role["rules"]) == [
+        ("pods", ("list",)), ("pods/proxy", ("get",))]
+    cluster = next(d for d in docs if d["kind"] == "ClusterRole")
+    assert [(r["resources"], r["verbs"]) for r in cluster["rules"]] == [(["pods"], ["get"])]
+    assert "user-rbac.yaml" not in (RECORDER / "kustomization.yaml").read_text()
+
+
 def test_it_may_only_read_and_watch_pods(docs: list[dict[str, Any]]) -> None:
     role = next(d for d in docs if d["kind"] == "ClusterRole")
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"],
