@@ -348,6 +348,14 @@ def test_import_marks_the_requests_with_the_pods_timeline_through_the_api_proxy(
     assert (tmp_path / "k8s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     print(f"import via the API proxy: {marked}/{REQUESTS} marked, marks {marks / 1e6:.0f} ms, "
           f"cpu.stat {kernel_ns / 1e6:.0f} ms")
+    # one container's group: k8s:NS/POD/CONTAINER
+    container = http_timing("import", str(results), "--timeline", f"k8s:{NS}/{load.pod}/main",
+                            "--name", "k8s-main", cwd=tmp_path)
+    assert container.returncode == 0, container.stderr
+    main = read_run(tmp_path / "raw-data" / "k8s-main.csv")
+    assert main.metadata.extra["imported"]["timeline"] == f"k8s:{NS}/{load.pod}/main"
+    assert main.metadata.cgroup is not None and run.metadata.cgroup is not None
+    assert Path(main.metadata.cgroup["path"]).parent == Path(run.metadata.cgroup["path"])
     # a pod the agent does not record: one line, no traceback
     missing = http_timing("import", str(results), "--timeline", f"k8s:{NS}/nobody",
                           "--name", "k8s2", cwd=tmp_path)
