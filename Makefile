@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test venv clean lint kube-node kube-down kube-status kube-images kube-demo
+.PHONY: demo test venv clean lint kube-node kube-down kube-status kube-images kube-demo kube-recorder
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ kube-status: $(BIN)/.installed
 # The project's two images (docker/Dockerfile) built and imported into the running node.
 kube-images: $(BIN)/.installed
 	$(BIN)/python -m kubenode images
+
+# The node recorder (k8s/recorder/: the Go agent as a DaemonSet) on the running node, its image
+# built from agent/Dockerfile and imported under a tag of its own (kubenode/recorder.py).
+kube-recorder: $(BIN)/.installed
+	$(BIN)/python -m kubenode recorder
 
 # The node up, the images in, `kubectl apply -k k8s/`, the Job's two reports printed, its raw data
 # drawn into pictures/k8s-*.png. Leaves the node running (make kube-down stops it).

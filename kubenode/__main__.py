@@ -1,4 +1,5 @@
-"""``python -m kubenode up|down|status|build|images``: the node on this host (needs root)."""
+"""``python -m kubenode up|down|status|build|images|recorder``: the node on this host (needs
+root); ``recorder`` runs k8s/recorder (the node agent) on it with the agent image built here."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kubenode",
                                      description="A single-node Kubernetes cluster on this host, "
                                                  "in namespaces of its own.")
-    parser.add_argument("command", choices=("up", "down", "status", "build", "images"))
+    parser.add_argument("command", choices=("up", "down", "status", "build", "images",
+                                                 "recorder"))
     args = parser.parse_args(argv)
     lay = layout()
 
@@ -34,6 +36,14 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "images":
             seconds = node.load_project_images(lay, log)
             log("images in the node: " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()))
+        elif args.command == "recorder":
+            from pathlib import Path
+
+            from kubenode import recorder
+            root = Path(__file__).resolve().parent.parent
+            overlay = lay.state / "recorder-overlay"
+            tag = recorder.deploy_recorder(node.Node(lay, log), root, overlay, log)
+            log(f"the recorder runs {tag}; remove it with: kubectl delete -k {overlay}")
         else:
             print(node.status_json(lay))
     except (RuntimeError, PermissionError, OSError) as exc:

@@ -74,6 +74,42 @@ def test_the_daemonset_reads_cgroups_with_the_least_it_needs(docs: list[dict[str
     resources = container["resources"]
     assert resources["limits"]["cpu"] and resources["limits"]["memory"]
     assert resources["requests"]["cpu"] and resources["requests"]["memory"]
+    # The kubelet makes a hostPath directory as root: one init container, root with CAP_CHOWN
+    # alone, gives it to the agent's user (the same image: --prepare-timelines) and exits.
+    (init,) = spec["initContainers"]
+    assert init["image"] == container["image"]
+    owner = f"{spec['securityContext']['runAsUser']}:{spec['securityContext']['runAsGroup']}"
+    assert init["args"] == ["--prepare-timelines", owner, "--timelines", env["TIMELINES"]]
+    isc = init["securityContext"]
+    assert isc["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert isc["allowPrivilegeEscalation"] is False and isc["readOnlyRootFilesystem"] is True
+    assert [m["name"] for m in init["volumeMounts"]] == [timelines["name"]]
+    assert "ports" not in init and init["resources"]["limits"]["cpu"]
+
+
+def test_both_deployments_carry_the_label_the_agent_selects_on(docs: list[dict[str, Any]]) -> None:
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+    key, value = env["SELECTOR"].split("=")
+    for name in ("limited", "limitless"):
+        deployment = yaml.safe_load((ROOT / "k8s" / f"deployment-{name}.yaml").read_text())
+        assert deployment["spec"]["template"]["metadata"]["labels"][key] == value, name
+
+
+def test_the_users_rbac_reaches_the_agents_through_the_proxy_and_no_further() -> None:
+    """k8s/recorder/user-rbac.yaml (what import --timeline k8s:NS/POD needs), strictly valid:
+    list pods and get pods/proxy in the recorder's namespace, get pods elsewhere; nothing
+    else (its use on the real node: tests/test_agent_node.py)."""
+    docs = [d for d in yaml.safe_load_all((RECORDER / "user-rbac.yaml").read_text()) if d]
+    for d in docs:
+        kubernetes_validate.validate(d, K8S_VERSION, strict=True)
+    role = next(d for d in docs if d["kind"] == "Role")
+    assert role["metadata"]["namespace"] == "throttle-lab-recorder"
+    assert sorted((r["resources"][0], tuple(r["verbs"])) for r in role["rules"]) == [
+        ("pods", ("list",)), ("pods/proxy", ("get",))]
+    cluster = next(d for d in docs if d["kind"] == "ClusterRole")
+    assert [(r["resources"], r["verbs"]) for r in cluster["rules"]] == [(["pods"], ["get"])]
+    assert "user-rbac.yaml" not in (RECORDER / "kustomization.yaml").read_text()
 
 
 def test_it_may_only_read_and_watch_pods(docs: list[dict[str, Any]]) -> None:

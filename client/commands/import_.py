@@ -1,7 +1,9 @@
 """``http-timing import FILE --timeline NAME.cgroup.csv``: another tool's per-request results
 (or an access log) joined to a timeline that ``http-timing record`` wrote, saved as a run.
+``--timeline k8s:NS/POD[/CONTAINER]`` fetches the pod's timeline for the requests' window from
+the node agent of the pod's node, through the API server's proxy (a kubeconfig is enough).
 
-    http-timing import FILE --timeline NAME.cgroup.csv [--format F] [--name OUT]
+    http-timing import FILE --timeline NAME.cgroup.csv|k8s:NS/POD [--format F] [--name OUT]
                        [--start EPOCH] [--offset SECONDS] [--log-format 'NGINX FORMAT']
                        [--upstream IP[:PORT]]
 
@@ -17,6 +19,7 @@ applied only through ``--offset``. Exit 0; 2 for bad input (one line).
 from __future__ import annotations
 
 import argparse
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +35,8 @@ from client.data.timeline import CgroupSample, read_timeline
 from client.data.timeline_meta import (TimelineMetadata, read_timeline_metadata,
                                        timeline_meta_path)
 from client.data.attribution import throttled_stretches
+from client.run.agent_timeline import (RECORDER_NAMESPACE, AgentTimelineError, PodRef,
+                                       fetch_timeline, parse_pod_ref)
 from client.run.importing import (ImportedRun, ImportSpec, build_imported, only_upstream,
                                   place_requests, placeable, save_imported)
 
@@ -57,8 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
                            "save them as a run that report, plot and compare read.")
     parser.add_argument("file", type=Path, metavar="FILE",
                         help="the tool's results: " + ", ".join(IMPORTERS))
-    parser.add_argument("--timeline", type=Path, required=True, metavar="NAME.cgroup.csv",
-                        help="the timeline 'http-timing record' wrote (its NAME.json beside it)")
+    parser.add_argument("--timeline", required=True, metavar="NAME.cgroup.csv|k8s:NS/POD",
+                        help="the timeline 'http-timing record' wrote (its NAME.json beside it), "
+                        "or k8s:NAMESPACE/POD[/CONTAINER]: that pod's timeline from the node "
+                        "agent (k8s/recorder/) of its node, fetched for the requests' window "
+                        "through the API server's proxy (needs get pods/proxy in the "
+                        "recorder's namespace)")
+    parser.add_argument("--recorder-namespace", default=RECORDER_NAMESPACE, metavar="NS",
+                        help="with k8s:NS/POD, the namespace of the node agents (default "
+                        f"{RECORDER_NAMESPACE})")
     parser.add_argument("--format", choices=list(IMPORTERS), metavar="F",
                         help="the file's format (default: recognised from its content): "
                         + ", ".join(IMPORTERS))
@@ -144,19 +156,57 @@ def _need_start(imported: Imported, path: Path, timeline: list[CgroupSample], ze
                     f"give --start EPOCH (date +%s.%N just before it ran){advice}")
 
 
+def _window(imported: Imported, opts: argparse.Namespace) -> tuple[float | None, float | None]:
+    """The wall-clock window (Unix s) a fetched timeline must cover: the requests, shifted as
+    they will be placed, plus the clock check's reach; open when the start is not known yet."""
+    if imported.clock == EPOCH:
+        base = 0
+    elif opts.start is not None:
+        base = opts.start
+    else:
+        return None, None
+    if not imported.requests:
+        return None, None
+    starts = [r.start_ns for r in imported.requests]
+    ends = [r.start_ns + r.latency_ns for r in imported.requests]
+    margin = CHECK_WINDOW_NS + 1_000_000_000
+    return ((base + min(starts) + opts.offset - margin) / 1e9,
+            (base + max(ends) + opts.offset + margin) / 1e9)
+
+
+def _fetch(ref: PodRef, imported: Imported, opts: argparse.Namespace, into: Path) -> Path:
+    lo, hi = _window(imported, opts)
+    try:
+        return fetch_timeline(ref, into, lo, hi, recorder_namespace=opts.recorder_namespace)
+    except AgentTimelineError as exc:
+        raise CliError(f"--timeline {ref}: {exc}") from None
+
+
 def command_import(argv: list[str]) -> int:
     opts = build_parser().parse_args(argv)
     name = opts.name or f"import-{opts.file.name.split('.')[0]}"
     if problem := check_file_name(name):
         raise CliError(problem)
+    try:
+        ref = parse_pod_ref(opts.timeline)
+    except ValueError as exc:
+        raise CliError(f"--timeline {exc}") from None
     imported = _read(opts)
-    timeline, zero, meta = _timeline(opts.timeline)
+    with tempfile.TemporaryDirectory(prefix="http-timing-timeline-") as fetched:
+        timeline_file = Path(opts.timeline) if ref is None else _fetch(ref, imported, opts,
+                                                                      Path(fetched))
+        return _import(opts, argv, name, imported, timeline_file, "" if ref is None else str(ref))
+
+
+def _import(opts: argparse.Namespace, argv: list[str], name: str, imported: Imported,
+            timeline_file: Path, source: str) -> int:
+    timeline, zero, meta = _timeline(timeline_file)
     period_ns = meta.period_ns
     if imported.clock != EPOCH and opts.start is None:
         raise _need_start(imported, opts.file, timeline, zero, period_ns)
     records = place_requests(imported, zero, opts.start, opts.offset)
-    spec = ImportSpec(opts.file, opts.timeline, name, opts.data_dir, opts.offset, opts.start,
-                      ("http-timing", "import", *argv))
+    spec = ImportSpec(opts.file, timeline_file, name, opts.data_dir, opts.offset, opts.start,
+                      ("http-timing", "import", *argv), source)
     run = build_imported(spec, imported, records, timeline, meta, zero)
     save_imported(spec, run)
     estimate = (_check(records, timeline, period_ns, -CHECK_WINDOW_NS, CHECK_WINDOW_NS)

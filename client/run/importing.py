@@ -40,6 +40,7 @@ class ImportSpec:
     offset_ns: int = 0
     start_epoch_ns: int | None = None     # where a relative file's zero is (--start)
     command: tuple[str, ...] = ()
+    timeline_source: str = ""             # where the timeline came from, if not a file (k8s:NS/POD)
 
     @property
     def csv_path(self) -> Path:
@@ -148,7 +149,8 @@ def build_imported(spec: ImportSpec, imported: Imported, records: list[RequestRe
     first_epoch = zero_epoch_ns + (marked[0].start_ns if marked else 0)
     details: dict[str, Any] = {
         "file": str(spec.source), "format": imported.format, "clock": imported.clock,
-        "timeline": str(spec.timeline_path), "offset_s": spec.offset_ns / 1e9,
+        "timeline": spec.timeline_source or str(spec.timeline_path),
+        "offset_s": spec.offset_ns / 1e9,
         "start_epoch_s": None if spec.start_epoch_ns is None else spec.start_epoch_ns / 1e9,
         "outside_timeline": outside, "start_step_s": imported.start_step_ns / 1e9,
         "marked": placed, "notes": list(imported.notes)}

@@ -44,6 +44,24 @@ func envOr(name, def string) string {
 	return def
 }
 
+// prepareTimelines makes dir (and its parents) and gives it to owner "UID:GID": the agent
+// runs as that user without capabilities; this needs CAP_CHOWN only (its mode stays: a chmod
+// of a directory root no longer owns would need CAP_FOWNER too).
+func prepareTimelines(dir, owner string) error {
+	var uid, gid int
+	if n, err := fmt.Sscanf(owner, "%d:%d", &uid, &gid); err != nil || n != 2 || uid < 0 || gid < 0 {
+		return fmt.Errorf("--prepare-timelines takes UID:GID (got %q)", owner)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "throttle-agent: %s belongs to %d:%d\n", dir, uid, gid)
+	return nil
+}
+
 func run() error {
 	fs := flag.NewFlagSet("throttle-agent", flag.ContinueOnError)
 	listen := fs.String("listen", envOr("LISTEN", ":9742"), "address of /metrics and /timeline")
@@ -59,6 +77,7 @@ func run() error {
 	maxAge := fs.Duration("max-age", 72*time.Hour, "a finished timeline older than this goes")
 	proc := fs.String("proc", "/proc", "the proc file system")
 	checkEvery := fs.Duration("check-every", time.Second, "how often the quota files are re-read (a resize starts a new timeline)")
+	prepare := fs.String("prepare-timelines", "", "UID:GID: make the timelines directory that user's and exit (an init container's job: the kubelet creates a hostPath directory as root)")
 	// One P: the loop and the HTTP server need no parallelism, and with more the runtime wakes
 	// idle threads to look for work at every tick (context switches that cost more than the
 	// sampling). GOMAXPROCS in the environment still wins.
@@ -70,6 +89,9 @@ func run() error {
 			return nil
 		}
 		return err
+	}
+	if *prepare != "" {
+		return prepareTimelines(*dir, *prepare)
 	}
 	if *interval <= 0 || *maxSize < 4096*2 {
 		return fmt.Errorf("--interval must be > 0 and --max-size at least 8192")

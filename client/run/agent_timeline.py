@@ -1,0 +1,175 @@
+"""A pod's timeline from the node agent (agent/, the DaemonSet in k8s/recorder/), fetched from
+a machine that has only a kubeconfig: the pod's node from the API, that node's agent pod (the
+recorder's label, in the recorder's namespace), and the agent's ``/timeline`` window through
+the API server's proxy (``pods/proxy``), with the official ``kubernetes`` client. The user
+needs ``get pods`` in the pod's namespace and ``get pods/proxy`` in the recorder's
+(k8s/recorder/user-rbac.yaml).
+
+``k8s:NS/POD`` names the pod's group, ``k8s:NS/POD/CONTAINER`` one container's.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RECORDER_NAMESPACE", "RECORDER_LABEL", "AGENT_PORT", "AgentTimelineError",
+           "PodRef", "parse_pod_ref", "fetch_timeline"]
+
+RECORDER_NAMESPACE = "throttle-lab-recorder"     # k8s/recorder/namespace.yaml
+RECORDER_LABEL = "app.kubernetes.io/name=throttle-lab-recorder"
+AGENT_PORT = 9742                                # the DaemonSet's containerPort "metrics"
+PREFIX = "k8s:"
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+class AgentTimelineError(Exception):
+    """The timeline cannot be had; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    pod: str
+    container: str = ""
+
+    def __str__(self) -> str:
+        return f"{PREFIX}{self.namespace}/{self.pod}" + (f"/{self.container}" if self.container else "")
+
+
+def parse_pod_ref(text: str) -> PodRef | None:
+    """``k8s:NS/POD[/CONTAINER]`` -> PodRef; None when ``text`` is not a k8s: reference;
+    ValueError for a k8s: reference that is malformed."""
+    if not text.startswith(PREFIX):
+        return None
+    parts = text[len(PREFIX):].split("/")
+    if len(parts) not in (2, 3) or not all(_NAME.match(p) for p in parts):
+        raise ValueError(f"{text!r}: expected k8s:NAMESPACE/POD or k8s:NAMESPACE/POD/CONTAINER "
+                         "(Kubernetes names: lower case letters, digits, '-' and '.')")
+    return PodRef(*parts)
+
+
+def _api(kubeconfig: str | None) -> Any:
+    try:
+        from kubernetes import client, config  # type: ignore[import-untyped]
+        from kubernetes.config.config_exception import ConfigException  # type: ignore[import-untyped]
+    except ImportError:
+        raise AgentTimelineError("k8s: timelines need the kubernetes client: "
+                                 "pip install 'throttle-lab[k8s]'") from None
+    try:
+        config.load_kube_config(config_file=kubeconfig)
+    except (ConfigException, OSError) as exc:
+        raise AgentTimelineError(f"no usable kubeconfig ({exc}): set KUBECONFIG or "
+                                 "~/.kube/config") from None
+    return client.CoreV1Api()
+
+
+def _reason(exc: Exception) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, (bytes, bytearray)):
+        body = body.decode(errors="replace")
+    return _message(str(body)) if body else (str(exc).strip().splitlines() or [""])[0][:300]
+
+
+def _agent_on(api: Any, node: str, namespace: str) -> str:
+    from kubernetes.client.exceptions import ApiException  # type: ignore[import-untyped]
+    try:
+        pods = api.list_namespaced_pod(namespace, label_selector=RECORDER_LABEL,
+                                       field_selector=f"spec.nodeName={node}").items
+    except ApiException as exc:
+        raise AgentTimelineError(f"cannot list the recorder's pods in {namespace}: "
+                                 f"{_reason(exc)}") from None
+    running = [p for p in pods if p.status.phase == "Running" and p.status.pod_ip]
+    if not running:
+        raise AgentTimelineError(f"no running node agent on node {node} (namespace {namespace}, "
+                                 f"label {RECORDER_LABEL}): kubectl apply -k k8s/recorder")
+    return str(running[0].metadata.name)
+
+
+def _request(api: Any, namespace: str, agent: str, query: dict[str, str]) -> tuple[int, str]:
+    """GET the agent's /timeline through ``pods/proxy`` with the client's own request
+    machinery (its auth, TLS and kubeconfig): (HTTP status, body)."""
+    path = "/api/v1/namespaces/{namespace}/pods/{name}/proxy/timeline"
+    params = {"namespace": namespace, "name": f"{agent}:{AGENT_PORT}"}
+    client = api.api_client
+    if hasattr(client, "param_serialize"):   # the client's generator since v34
+        method, url, headers, body, post = client.param_serialize(
+            "GET", path, path_params=params, query_params=list(query.items()),
+            header_params={"Accept": "*/*"}, auth_settings=["BearerToken"])
+        response = client.call_api(method, url, header_params=headers, body=body,
+                                   post_params=post, _request_timeout=120)
+        response.read()
+        return int(response.status), bytes(response.data).decode(errors="replace")
+    from kubernetes.client.exceptions import ApiException
+    try:   # up to v33
+        raw = client.call_api(path, "GET", path_params=params, query_params=list(query.items()),
+                              header_params={"Accept": "*/*"}, auth_settings=["BearerToken"],
+                              _preload_content=False, _request_timeout=120)
+    except ApiException as exc:
+        return int(exc.status), str(exc.body or "")
+    raw = raw[0] if isinstance(raw, tuple) else raw
+    return int(raw.status), bytes(raw.data).decode(errors="replace")
+
+
+def _message(body: str) -> str:
+    try:
+        return str(json.loads(body)["message"])
+    except (TypeError, ValueError, KeyError):
+        return (body.strip().splitlines() or [""])[0][:300]
+
+
+def _get(api: Any, namespace: str, agent: str, query: dict[str, str]) -> str:
+    from urllib3.exceptions import HTTPError
+    try:
+        status, body = _request(api, namespace, agent, query)
+    except HTTPError as exc:
+        raise AgentTimelineError(f"the API server did not answer: {exc}") from None
+    if status == 403:
+        raise AgentTimelineError(
+            f"not allowed to reach the agent {namespace}/{agent} through the API server "
+            f"({_message(body)}): the user needs 'get' on pods/proxy in {namespace} "
+            "(k8s/recorder/user-rbac.yaml)")
+    if status == 404:
+        raise AgentTimelineError(f"the agent {namespace}/{agent} has no timeline for "
+                                 f"{query.get('namespace')}/{query.get('pod')} in that window "
+                                 f"({_message(body)}): is the pod labelled "
+                                 "throttle-lab/record=true?")
+    if status != 200:
+        raise AgentTimelineError(f"the agent {namespace}/{agent} answered {status}: "
+                                 f"{_message(body)}")
+    return body
+
+
+def fetch_timeline(ref: PodRef, dest_dir: Path, from_s: float | None = None,
+                   to_s: float | None = None, *, kubeconfig: str | None = None,
+                   recorder_namespace: str = RECORDER_NAMESPACE) -> Path:
+    """Write the window [from_s, to_s] (Unix seconds; None: open) of the pod's timeline, as
+    the agent serves it, to ``dest_dir/<ns>_<pod>[_<container>].cgroup.csv`` and its ``.json``;
+    return the CSV's path."""
+    from kubernetes.client.exceptions import ApiException
+    api = _api(kubeconfig)
+    try:
+        pod = api.read_namespaced_pod(ref.pod, ref.namespace)
+    except ApiException as exc:
+        raise AgentTimelineError(f"{ref}: {_reason(exc)}") from None
+    node = pod.spec.node_name
+    if not node:
+        raise AgentTimelineError(f"{ref}: not scheduled on a node yet")
+    agent = _agent_on(api, node, recorder_namespace)
+    query = {"namespace": ref.namespace, "pod": ref.pod}
+    if ref.container:
+        query["container"] = ref.container
+    if from_s is not None:
+        query["from"] = f"{from_s:.6f}"
+    if to_s is not None:
+        query["to"] = f"{to_s:.6f}"
+    csv = _get(api, recorder_namespace, agent, {**query, "format": "csv"})
+    meta = _get(api, recorder_namespace, agent, {**query, "format": "json"})
+    stem = "_".join(p for p in (ref.namespace, ref.pod, ref.container) if p)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    path = dest_dir / f"{stem}.cgroup.csv"
+    path.write_text(csv)
+    path.with_name(f"{stem}.json").write_text(meta)
+    return path
