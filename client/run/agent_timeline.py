@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from client.run.kube_api import KubeError, connect
+
 __all__ = ["RECORDER_NAMESPACE", "RECORDER_LABEL", "AGENT_PORT", "AgentTimelineError",
            "PodRef", "parse_pod_ref", "fetch_timeline"]
 
@@ -51,19 +53,12 @@ def parse_pod_ref(text: str) -> PodRef | None:
     return PodRef(*parts)
 
 
-def _api(kubeconfig: str | None) -> Any:
+def _api() -> Any:
+    """The cluster kubectl would talk to (``client.run.kube_api``: kubeconfig or in-cluster)."""
     try:
-        from kubernetes import client, config  # type: ignore[import-untyped]
-        from kubernetes.config.config_exception import ConfigException  # type: ignore[import-untyped]
-    except ImportError:
-        raise AgentTimelineError("k8s: timelines need the kubernetes client: "
-                                 "pip install 'throttle-lab[k8s]'") from None
-    try:
-        config.load_kube_config(config_file=kubeconfig)
-    except (ConfigException, OSError) as exc:
-        raise AgentTimelineError(f"no usable kubeconfig ({exc}): set KUBECONFIG or "
-                                 "~/.kube/config") from None
-    return client.CoreV1Api()
+        return connect().core
+    except KubeError as exc:
+        raise AgentTimelineError(str(exc)) from None
 
 
 def _reason(exc: Exception) -> str:
@@ -143,13 +138,13 @@ def _get(api: Any, namespace: str, agent: str, query: dict[str, str]) -> str:
 
 
 def fetch_timeline(ref: PodRef, dest_dir: Path, from_s: float | None = None,
-                   to_s: float | None = None, *, kubeconfig: str | None = None,
+                   to_s: float | None = None, *,
                    recorder_namespace: str = RECORDER_NAMESPACE) -> Path:
     """Write the window [from_s, to_s] (Unix seconds; None: open) of the pod's timeline, as
     the agent serves it, to ``dest_dir/<ns>_<pod>[_<container>].cgroup.csv`` and its ``.json``;
     return the CSV's path."""
     from kubernetes.client.exceptions import ApiException
-    api = _api(kubeconfig)
+    api = _api()
     try:
         pod = api.read_namespaced_pod(ref.pod, ref.namespace)
     except ApiException as exc:
