@@ -125,7 +125,8 @@ def format_cgroup(c: CgroupReport, mixed: bool = False) -> list[str]:
         used = f"cgroup: CPU used {c.usage_cpus_mean:.3f} CPU on average{quota}{per_period}"
     lines = [f"cgroup: {c.samples} samples over {c.duration_s:.1f} s ({c.samples_per_s:.0f}/s)",
              f"cgroup: {c.nr_throttled} of {c.nr_periods} periods throttled "
-             f"({share(c.throttled_share)}), {c.throttled_ms:.1f} ms throttled in all",
+             f"({share(c.throttled_share)}), {c.throttled_ms:.1f} ms throttled in all"
+             + (" in the watched group (each quota level below)" if len(c.levels) > 1 else ""),
              used]
     if c.usage_counter:
         step = (f", in {c.usage_resolution_ms:g} ms steps" if c.usage_resolution_ms and
