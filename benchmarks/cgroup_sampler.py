@@ -2,11 +2,13 @@
 
     sudo .venv/bin/python -m benchmarks.cgroup_sampler [--requests 400] [--rounds 5]
                                                         [--interval 0.01]
+                                                        [--more-processes 10]
 
 1. The cost of one ``read_sample`` (µs, median of many) for each way this machine can read
    usage: ``cpuacct`` (the cpu root group, whose cpuacct twin exists) and ``proc`` (a new
    group under the cpu hierarchy only: the stdlib burner's processes), with the parts: the
-   ``pread`` of cpu.stat and ``cpuquota.cgroupfs.parse_cpu_stat``.
+   ``pread`` of cpu.stat and ``cpuquota.cgroupfs.parse_cpu_stat``; the ``proc`` reading again
+   with ``--more-processes`` more processes in the group (what a process per request costs it).
 2. Samples per second the sampler thread achieves at ``--interval`` over a sequential run.
 3. The client-side overhead on a sequential run's latency: the burner (in a group whose quota,
    2 CPUs, never throttles on this 2-CPU machine) answering ``/burn?ms=0``, timed as
@@ -58,10 +60,29 @@ def per_call_us(call: Callable[[], object], n: int = 20000, repeats: int = 5) ->
     return statistics.median(means)
 
 
-def reading_costs(targets: dict[str, CgroupTarget]) -> None:
+def reading_costs(targets: dict[str, CgroupTarget], more: int = 0) -> None:
+    """``more``: then the ``proc`` rows again with that many more processes in the group
+    (``sleep``s: the proc path reads each process's stat and CPU clock every sample)."""
     print("\n### One reading (µs per call, median of 5 × 20000)\n")
     print("| usage source | processes | pread cpu.stat | + parse_cpu_stat | read_sample |")
     print("|---|---|---|---|---|")
+    _reading_rows(targets)
+    procs = {name: t for name, t in targets.items() if t.usage_source.kind == "proc"}
+    if not more or not procs:
+        return
+    sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(more)]
+    try:
+        for target in procs.values():
+            for sleeper in sleepers:
+                move_pid(target.directory, sleeper.pid)
+        _reading_rows(procs)
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+
+
+def _reading_rows(targets: dict[str, CgroupTarget]) -> None:
     for name, target in targets.items():
         fd = os.open(target.stat_path, os.O_RDONLY)
         try:
@@ -187,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--interval", type=float, default=0.01)
     parser.add_argument("--phase-seconds", type=float, default=5.0)
+    parser.add_argument("--more-processes", type=int, default=10,
+                        help="the proc reading again with this many more processes in the group")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("needs root (it makes a cgroup)")
@@ -201,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             else None
         if root is not None and root.usage_source.kind != "proc":
             targets[f"{root.usage_source.kind} (the cpu root group)"] = root
-        reading_costs(targets)
+        reading_costs(targets, args.more_processes)
         overhead(target, burner.base_url, args.requests, args.rounds, args.interval)
     phase_precision(args.phase_seconds)
     print(f"\nload after: {os.getloadavg()[0]:.2f} (1 min)")

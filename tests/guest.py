@@ -26,7 +26,7 @@ import pytest
 
 from tests.support import BIN, ROOT
 
-__all__ = ["EARLY", "GUEST_ENV", "GUEST_TEST", "GuestRun", "GuestSession", "guest_kernel",
+__all__ = ["EARLY", "FILES_ENV", "GUEST_ENV", "SELECT_ENV", "GUEST_TEST", "GuestRun", "GuestSession", "guest_kernel",
            "guest_test_files", "missing_for_guest", "run_guest_pytest", "start_early",
            "stop_early"]
 
@@ -35,6 +35,14 @@ GUEST_TEST = "test_cgroup2_tests_pass_in_a_v2_guest"   # tests/test_guest_cgroup
 # the guest started at collection time, niced, to run beside the host's tests (start_early)
 EARLY: pytest.StashKey[GuestSession] = pytest.StashKey()
 EARLY_TIMEOUT_S = float(os.environ.get("THROTTLE_LAB_GUEST_EARLY_TIMEOUT", "2400"))
+# only these test files in the guest (space-separated, relative to the checkout): one file's
+# guest tests take minutes instead of the whole ~20 (docs/developing.md)
+FILES_ENV = "THROTTLE_LAB_GUEST_FILES"
+# pytest's -k in the guest (THROTTLE_LAB_GUEST_K="usage and request")
+SELECT_ENV = "THROTTLE_LAB_GUEST_K"
+# a test running this long in the guest gets every thread's stack written into its output (and
+# goes on): a guest killed at the time limit has said where each test was
+STACKS_AFTER_S = int(os.environ.get("THROTTLE_LAB_GUEST_STACKS_AFTER", "300"))
 MARK = re.compile(r"pytest\.mark\.cgroup2\b|^@HIERARCHIES\b", re.M)   # tests/support.py
 
 
@@ -62,10 +70,24 @@ def missing_for_guest() -> str | None:
     return None
 
 
-def guest_test_files(tests: Path = ROOT / "tests") -> list[Path]:
+def guest_test_files(tests: Path = ROOT / "tests", chosen: str | None = None) -> list[Path]:
     """The test files with a ``cgroup2`` mark (or ``HIERARCHIES``, whose v2 half has it): only
-    they are collected in the guest (imports are ~15x slower there)."""
-    return sorted(p for p in tests.glob("test_*.py") if MARK.search(p.read_text()))
+    they are collected in the guest (imports are ~15x slower there). ``chosen`` (default: the
+    environment's ``THROTTLE_LAB_GUEST_FILES``): only those of them, e.g.
+    ``tests/test_usage_any_shape.py``; a named file that is not there or has no ``cgroup2``
+    test is an error that says so."""
+    marked = sorted(p for p in tests.glob("test_*.py") if MARK.search(p.read_text()))
+    chosen = os.environ.get(FILES_ENV, "") if chosen is None else chosen
+    if not chosen.strip():
+        return marked
+    picked: list[Path] = []
+    for name in chosen.split():
+        path = (ROOT / name).resolve() if not Path(name).is_absolute() else Path(name)
+        if path not in marked:
+            raise ValueError(f"{FILES_ENV}: {name} is not a test file with a cgroup2 test "
+                             f"(those are: {' '.join(str(p.relative_to(ROOT)) for p in marked)})")
+        picked.append(path)
+    return picked
 
 
 @dataclass
@@ -81,14 +103,17 @@ class GuestRun:
     skipped: list[str] = field(default_factory=list)
 
 
-def _guest_command(share: Path, files: list[Path], ci: str) -> str:
+def _guest_command(share: Path, files: list[Path], ci: str, select: str = "") -> str:
     pytest = [str(BIN / "python"), "-m", "pytest", "-p", "no:cacheprovider",
               "-p", "no:hypothesispytest", "-m", "cgroup2",   # read-only tree: no caches
               "-v", "-rA", "--durations=10", "--timeout=900",   # slow beside the host's tests
+              "-o", f"faulthandler_timeout={STACKS_AFTER_S}",    # where a slow test is
               f"--junitxml={share / 'junit.xml'}",
+              *(["-k", select] if select else []),
               *[str(f.relative_to(ROOT)) for f in files]]
+    # unbuffered: what pytest wrote is in the share also when the guest is killed at the limit
     return (f"cd {shlex.quote(str(ROOT))} && export {GUEST_ENV}=cgroup2 CI={shlex.quote(ci)} "
-            f"MPLCONFIGDIR=/tmp/mpl PATH={shlex.quote(str(BIN))}:$PATH; "
+            f"PYTHONUNBUFFERED=1 MPLCONFIGDIR=/tmp/mpl PATH={shlex.quote(str(BIN))}:$PATH; "
             f"{shlex.join(pytest)} > {share / 'pytest.txt'} 2>&1; "
             f"echo $? > {share / 'status'}")
 
@@ -121,7 +146,8 @@ class GuestSession:
         assert kernel is not None
         self.share, self.timeout = share, timeout
         share.mkdir(parents=True, exist_ok=True)
-        command = _guest_command(share, files, os.environ.get("CI", ""))
+        command = _guest_command(share, files, os.environ.get("CI", ""),
+                                 os.environ.get(SELECT_ENV, ""))
         argv = [str(BIN / "vng"), "--run", str(kernel), "--force-9p", "--disable-kvm",
                 "--cpus", str(cpus), "--memory", memory, "--user", "root",
                 f"--rwdir={share}", "--exec", command]
@@ -217,9 +243,13 @@ def start_early(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not guest or len(items) == len(guest) or missing_for_guest() is not None \
             or os.geteuid() != 0:
         return
+    try:
+        files = guest_test_files()
+    except ValueError:   # a wrong THROTTLE_LAB_GUEST_FILES: the guest test says so itself
+        return
     items[:] = [item for item in items if item.name != GUEST_TEST] + guest
     share = Path(tempfile.mkdtemp(prefix="throttle-lab-guest-"))
-    config.stash[EARLY] = GuestSession(share, guest_test_files(), EARLY_TIMEOUT_S, nice=19)
+    config.stash[EARLY] = GuestSession(share, files, EARLY_TIMEOUT_S, nice=19)
 
 
 def stop_early(config: pytest.Config) -> None:

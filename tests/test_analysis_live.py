@@ -101,3 +101,34 @@ def test_the_panel_follows_a_change_of_quota() -> None:
                  for t in range(1000, 1500, 10)]
     state.read_timeline(timeline)
     assert state.cgroup["quota_ms"] == 50 and state.cgroup["quotas"] == [[0.0, 20.0], [1.0, 50.0]]
+
+
+def test_the_cpu_panel_follows_the_reports_rule_for_a_coarse_or_unknown_usage() -> None:
+    """The report's rule (client.analysis.cgroup.cgroup_report): periods at the quota are
+    counted only from a usage fine enough per period; a coarse one (reaped children's 10 ms
+    ticks against a 20 ms quota) shows its periods but counts none, with the report's reason;
+    one that cannot be known shows no periods at all."""
+    from client.analysis.cgroup import cgroup_report
+
+    limit = Limit(0.2, 100.0)
+    exact = {"source": "cpu.stat", "resolution_ns": 1000, "unknown": None}
+    coarse = {"source": "proc", "resolution_ns": 10_000_000, "unknown": None}
+    lost = {"source": "proc", "resolution_ns": 1, "unknown": "2 process(es) ... were reaped"}
+    panels = {}
+    for name, usage in (("exact", exact), ("coarse", coarse), ("lost", lost)):
+        state = LiveState(limit=limit)
+        state.read_timeline(TWO_THROTTLES, usage=usage)
+        assert state.cgroup is not None
+        report = cgroup_report([], TWO_THROTTLES, limit, usage=usage)
+        assert state.cgroup["periods_at_quota"] == report.periods_at_quota, name
+        assert state.cgroup["per_period_unknown"] == report.per_period_unknown, name
+        assert state.cgroup["usage_unknown"] == report.usage_unknown, name
+        panels[name] = state.cgroup
+    assert panels["exact"]["periods_at_quota"] == 2 and panels["exact"]["per_period_unknown"] is None
+    assert panels["coarse"]["periods_at_quota"] is None and len(panels["coarse"]["periods"]) == 2
+    assert "too coarse" in panels["coarse"]["per_period_unknown"]
+    assert panels["lost"]["periods"] == [] and panels["lost"]["periods_at_quota"] is None
+    assert panels["lost"]["usage_unknown"].startswith("2 process(es)")
+    no_note = LiveState(limit=limit)   # a timeline without a usage note: as exact
+    no_note.read_timeline(TWO_THROTTLES)
+    assert no_note.cgroup is not None and no_note.cgroup["periods_at_quota"] == 2

@@ -131,3 +131,32 @@ def test_record_live_shows_the_group_then_the_timeline_files(tmp_path: Path) -> 
     assert (tmp_path / "rec.cgroup.csv").stat().st_size > 0   # the recording itself went on
     with pytest.raises(httpx.ConnectError):
         httpx.get(url, timeout=5)
+
+
+@pytest.mark.root
+def test_the_cpu_panel_of_a_fork_per_request_service_counts_no_period_at_the_quota(
+        tmp_path: Path) -> None:
+    """A process per request in a v1 group with no usage counter of its own: the children's
+    CPU reaches the group's figure in clock ticks (10 ms), too coarse for a 30 ms quota. The
+    live page learns it while the run goes (the sampler keeps the run's usage note up to
+    date), so from then on no panel counts periods at the quota, and the last one says what
+    the report says."""
+    from tests.cgroup_fixtures import burner_in_group
+    from tests.support import http_timing, require_kernel_quota
+
+    require_kernel_quota(1)
+    with burner_in_group(0.3, "fork") as service:
+        url, got, (code, _out, err) = watched_live(
+            ["--url", service.base_url + "/burn?ms=5", "--requests", "80", "--new-connection",
+             "--cgroup", f"pid:{service.pid}", "--name", "f", "--quiet", "--no-plot"], tmp_path)
+    assert code == 0, err
+    panels = [(f["cgroup"], "end" in f) for f in got if "cgroup" in f]
+    assert panels and panels[-1][1], "no panel at the end"
+    coarse = [i for i, (p, _end) in enumerate(panels) if p["per_period_unknown"]]
+    assert coarse, [p for p, _ in panels]
+    assert not panels[coarse[0]][1], "the coarse usage was only known at the end"
+    for panel, _end in panels[coarse[0]:]:   # once known, it stays so
+        assert "too coarse" in panel["per_period_unknown"] and panel["periods_at_quota"] is None
+    report = json.loads(http_timing("report", "raw-data/f.csv", "--json", cwd=tmp_path).stdout)
+    assert report["cgroup"]["per_period_unknown"] == panels[-1][0]["per_period_unknown"]
+    assert report["cgroup"]["periods_at_quota"] is None

@@ -4,7 +4,9 @@
 The host mounts the cpu controller on cgroup v1, so the marked tests are deselected here
 (tests/conftest.py) and only they run in the guest. On a laptop without qemu, a kernel or
 root this skips with the reason; under CI=true a guest that cannot boot fails.
-Run it alone: ``.venv/bin/python -m pytest -q tests/test_guest_cgroup2.py``.
+Run it alone: ``.venv/bin/python -m pytest -q tests/test_guest_cgroup2.py``; only some files
+in the guest: ``THROTTLE_LAB_GUEST_FILES="tests/test_usage_any_shape.py"`` (and pytest's ``-k``
+in the guest: ``THROTTLE_LAB_GUEST_K``).
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ def test_cgroup2_tests_pass_in_a_v2_guest(tmp_path: Path, request: pytest.Fixtur
                else f"vng exited with {run.exit_code}")
         require(bool(run.pytest_output),
                 f"the cgroup v2 guest did not start pytest ({why}): {_tail(run.output, 15)}")
-        pytest.fail(f"the guest's pytest did not finish ({why}):\n{_tail(run.pytest_output)}")
+        # the stacks a slow test left (faulthandler_timeout), then the guest's console
+        pytest.fail(f"the guest's pytest did not finish ({why}) after {run.seconds:.0f} s; "
+                    f"its output:\n{_tail(run.pytest_output, 150)}\n--- the guest's console:\n"
+                    f"{_tail(run.output, 20)}")
     assert not run.failed, (f"failed in the cgroup v2 guest: {', '.join(run.failed)}\n"
                             f"{_tail(run.pytest_output, 80)}")
     assert run.pytest_status == 0, f"guest pytest exited {run.pytest_status}:\n" \
@@ -54,3 +59,4 @@ def test_cgroup2_tests_pass_in_a_v2_guest(tmp_path: Path, request: pytest.Fixtur
     assert run.passed, f"nothing ran in the guest:\n{_tail(run.pytest_output)}"
     if os.environ.get("CI", "").lower() == "true":
         assert not run.skipped, f"skipped in the guest under CI=true: {', '.join(run.skipped)}"
+

@@ -4,7 +4,9 @@ with a real 0.3 CPU quota, the tool's figures compared with what the kernel coun
 same process in the same run (its ``utime + stime``, and ``cutime + cstime`` of its reaped
 children). On this host (v1, ``cpu`` and ``cpuacct`` mounted apart) the group has no usage
 counter of its own, so the figures come from the processes (``client.run.process_usage``).
-(The v2 half, against ``usage_usec`` in the guest, is not wired in yet.)
+On cgroup v2 (the guest, ``cgroup2``) the group's own ``cpu.stat usage_usec`` is the source:
+the same three shapes, fewer requests (TCG is ~10x slower), the tool's figure against the
+``usage_usec`` the test reads itself around the run.
 
 Then, 3 connections for 6 s against a Go ``net/http`` service burning 5 ms per request under
 0.3 CPU (built with the Go toolchain in a temporary folder): the requests counted as delayed
@@ -28,7 +30,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.support import BurningGroup, serve_in_group
+from benchmarks.support import BurningGroup, get, serve_in_group
+from client.analysis.report import build_report
 from client.data.files import read_run
 from client.render.cgroup_plot import draw_usage_panel
 from client.render.figures import pyplot
@@ -70,6 +73,9 @@ def test_usage_of_any_shape_is_what_the_kernel_counted(tmp_path: Path, shape: st
     assert usage["unknown"] is None and c["usage_unknown"] is None
     tool_s = c["usage_cpus_mean"] * c["duration_s"]
     kernel_s = after - before
+    print(f"{shape}: tool {tool_s:.3f} s, kernel (utime+stime+cutime+cstime) {kernel_s:.3f} s, "
+          f"{c['periods_at_quota']} of {c['nr_throttled']} throttled periods at the quota, "
+          f"{c['nr_throttled']} of {c['nr_periods']} throttled")   # shown by pytest -rA
     assert kernel_s > 0.3, kernel_s   # the service did work
     assert abs(tool_s - kernel_s) <= 0.1 * kernel_s + 2 * TICK_S, (tool_s, kernel_s, shape)
     assert usage["source"] == "proc"   # no cpuacct group of its own on this host
@@ -91,6 +97,75 @@ def test_usage_of_any_shape_is_what_the_kernel_counted(tmp_path: Path, shape: st
             assert "yet the run's average is only" in title, (title, kernel_share)
     else:
         assert "too coarse" in title and "yet" not in title
+
+
+def usage_usec(group: Path) -> int:
+    """The group's own v2 count of its CPU (``cpu.stat usage_usec``), µs."""
+    for line in (group / "cpu.stat").read_text().splitlines():
+        if line.startswith("usage_usec "):
+            return int(line.split()[1])
+    raise AssertionError(f"no usage_usec in {group}/cpu.stat")
+
+
+@pytest.mark.root
+@pytest.mark.cgroup2
+@pytest.mark.timeout(900)   # TCG: the CLI alone takes ~30 s to start in the guest
+@pytest.mark.parametrize("shape", ["request", "fork", "pool"])
+def test_v2_usage_of_any_shape_is_usage_usec(tmp_path: Path, shape: str) -> None:
+    """On v2 the figure is the group's own counter, whatever the service does with threads
+    and processes. The test reads ``usage_usec`` before the CLI starts and after it ends: the
+    tool's first and last readings of it lie in between, the report's figure is their
+    difference, and it is within 5 % of the test's own, less what the group used outside the
+    tool's window (under TCG the CLI takes over a minute to start and end): at most twice its
+    idle rate, measured here, over that time, and two requests' share (the reachability
+    check's connection before, the last request's end after)."""
+    require_kernel_quota(2)
+    requests = 24
+    with burner_in_group(0.3, shape) as service:
+        for _ in range(2):   # the server's code paths run once before: TCG translates code
+            assert get(service.base_url, "/burn?ms=1", timeout=120)[0] == 200   # on first use
+        time.sleep(0.5)
+        idle_from, idle_start = usage_usec(service.group), time.monotonic()
+        time.sleep(2.0)
+        idle_rate = (usage_usec(service.group) - idle_from) / 1e6 / (time.monotonic()
+                                                                    - idle_start)
+        before, start = usage_usec(service.group), time.monotonic()
+        result = http_timing("--url", service.base_url + "/burn?ms=10", "--requests",
+                             str(requests), "--new-connection", "--cgroup",
+                             f"pid:{service.pid}", "--name", "s", "--quiet", "--no-plot",
+                             cwd=tmp_path, timeout=600)
+        after, elapsed = usage_usec(service.group), time.monotonic() - start
+    assert result.returncode == 0, result.stderr
+    csv = tmp_path / "raw-data" / "s.csv"
+    run = read_run(csv)
+    c = build_report(run).to_dict()["cgroup"]   # in this process: each CLI start costs ~30 s
+    usage = (run.metadata.cgroup or {})["usage"]
+    assert usage["source"] == "cpu.stat" and usage["unknown"] is None, usage
+    assert c["usage_unknown"] is None and c["per_period_unknown"] is None, c
+    tool_s = c["usage_cpus_mean"] * c["duration_s"]
+    kernel_s = (after - before) / 1e6
+    timeline = run.timeline or []
+    first_us, last_us = timeline[0].usage_ns // 1000, timeline[-1].usage_ns // 1000
+    # the tool read this very counter: its first and last readings lie within the test's
+    assert before <= first_us <= last_us <= after, (before, first_us, last_us, after)
+    assert tool_s == pytest.approx((last_us - first_us) / 1e6, rel=1e-6, abs=2e-6)
+    # what the group used outside the tool's window, before (the CLI starting, its
+    # reachability check's connection) and after (the last request's end, the CLI ending)
+    before_s, after_s = (first_us - before) / 1e6, (after - last_us) / 1e6
+    outside_s = max(0.0, elapsed - c["duration_s"])
+    one_request_s = tool_s / requests
+    allowance_s = 2 * idle_rate * outside_s + 2 * one_request_s
+    figures = dict(tool_s=round(tool_s, 4), kernel_s=round(kernel_s, 4),
+                   before_s=round(before_s, 4), after_s=round(after_s, 4),
+                   idle_cpus=round(idle_rate, 5), outside_s=round(outside_s, 1),
+                   one_request_s=round(one_request_s, 4), allowance_s=round(allowance_s, 4))
+    print(f"v2 {shape}: {figures}; {c['periods_at_quota']} of {c['nr_throttled']} throttled "
+          f"periods at the quota, {c['nr_throttled']} of {c['nr_periods']} throttled")
+    assert kernel_s > 0.2, figures   # the service did work
+    assert tool_s >= 0.95 * (kernel_s - allowance_s), figures
+    assert c["nr_throttled"] >= 3, c   # the quota bit
+    # usage_usec is exact: the periods at the quota are known for every shape
+    assert c["periods_at_quota"] >= 0.5 * c["nr_throttled"], c
 
 
 def usage_panel_title(timeline: list, metadata: object) -> str:   # type: ignore[type-arg]
@@ -140,6 +215,8 @@ def test_a_saturated_go_service_counts_its_slow_band_as_delayed(go_burner: Path,
     assert c["nr_throttled"] >= 0.8 * c["nr_periods"], c   # every period asks for more
     delayed = report["throttled_count"]
     assert report["throttled_source"] == "cgroup counters"
+    print(f"go: {delayed} delayed by throttling, slow band {int(slow.sum())} of {len(ok)}; "
+          f"{c['nr_throttled']} of {c['nr_periods']} throttled; saturated: {report['saturated']}")
     assert c["throttled_requests"] == delayed              # one count in one report
     assert 0.7 * slow.sum() <= delayed <= 1.3 * slow.sum(), (delayed, int(slow.sum()), len(ok))
     assert report["saturated"] and "quota" in report["saturated"]

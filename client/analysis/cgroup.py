@@ -26,7 +26,7 @@ from client.data.attribution import CounterSample, attribute_levels, period_phas
 from cpuquota.limit import Limit
 
 __all__ = ["AT_QUOTA", "FINE", "BusyPeriod", "CgroupReport", "IntervalStats", "LatencyGroup", "PeriodUsage",
-           "QuotaLevelReport", "RequestSpan", "cgroup_report", "interval_stats",
+           "QuotaLevelReport", "RequestSpan", "cgroup_report", "coarse_usage", "interval_stats",
            "request_spans", "usage_notes", "usage_per_period"]
 
 BUSIEST = 5                  # how many of the busiest periods a report lists
@@ -207,11 +207,7 @@ def cgroup_report(requests: Sequence[Any], timeline: Sequence[CounterSample],
                           for k, ((name, quota), view) in enumerate(zip(levels, timelines)))
     some, full = _pressure(first, last)
     counter, resolution_ms, unknown = usage_notes(usage)
-    coarse = None
-    if unknown is None and resolution_ms is not None and quota_ns and \
-            resolution_ms * 1e6 > FINE * quota_ns:
-        coarse = (f"usage counted in {resolution_ms:g} ms steps (clock ticks of reaped "
-                  f"processes), too coarse for one period's {quota_ns / 1e6:g} ms quota")
+    coarse = None if unknown is not None else coarse_usage(resolution_ms, quota_ns)
     usage_cpus = d[0] / duration_ns if duration_ns > 0 and unknown is None else nan
     if unknown is not None or coarse is not None:
         busiest = []
@@ -264,6 +260,16 @@ def usage_notes(usage: Mapping[str, Any] | None) -> tuple[str | None, float | No
     return (str(usage.get("counter") or usage.get("source") or "") or None,
             resolution / 1e6 if isinstance(resolution, (int, float)) else None,
             str(unknown) if unknown else None)
+
+
+def coarse_usage(resolution_ms: float | None, quota_ns: int | None) -> str | None:
+    """Why the per-period figures cannot be told (a usage counted in steps coarser than
+    ``FINE`` of one period's quota: reaped children's clock ticks), or None: fine enough.
+    The one rule for the report, the picture's caption and the live page."""
+    if resolution_ms is None or not quota_ns or resolution_ms * 1e6 <= FINE * quota_ns:
+        return None
+    return (f"usage counted in {resolution_ms:g} ms steps (clock ticks of reaped processes), "
+            f"too coarse for one period's {quota_ns / 1e6:g} ms quota")
 
 
 def _level_report(group: str, quota: Limit, timeline: Sequence[CounterSample],

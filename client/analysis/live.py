@@ -17,13 +17,13 @@ the *drawing* is the page's: one dot per pixel).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from client.analysis.cgroup import usage_per_period
+from client.analysis.cgroup import AT_QUOTA, coarse_usage, usage_notes, usage_per_period
 from client.analysis.detect import Detection, ThrottleSource, detect
 from client.data.metadata import RunMetadata
 from client.data.record import RequestRecord
@@ -144,10 +144,14 @@ class LiveState:
         return self.counts
 
     def read_timeline(self, timeline: Sequence[CgroupSample],
-                      window_s: float | None = None) -> None:
+                      window_s: float | None = None,
+                      usage: Mapping[str, Any] | None = None) -> None:
         """The watched group's samples so far (only the last ``window_s`` seconds of them
         when given: a watch that goes on for hours): its throttled stretches and CPU per
-        period."""
+        period. ``usage``: the run's ``cgroup.usage`` as the sampler knows it now (where the
+        usage comes from, how fine, what cannot be known): the same rule as the report's
+        (:func:`client.analysis.cgroup.cgroup_report`): a usage that cannot be known gives no
+        periods, one too coarse per period gives them but counts none at the quota."""
         if window_s is not None and timeline:
             cut = timeline[-1].t_ns - round(window_s * 1e9)
             timeline = timeline[bisect.bisect_left(timeline, cut, key=lambda s: s.t_ns):]
@@ -155,11 +159,16 @@ class LiveState:
             return
         period_ns = self.limit.period_ns if self.limit else DEFAULT_PERIOD_NS
         phase = period_phase(timeline, period_ns) if self.limit else None
-        periods = usage_per_period(timeline, period_ns, phase)
+        _counter, resolution_ms, unknown = usage_notes(usage)
+        periods = usage_per_period(timeline, period_ns, phase) if unknown is None else []
         # the quota in force now, as the samples read it (an in-place resize shows at once)
         spans = quota_spans(list(timeline))
         quota_ms = (self.limit.quota_ms if self.limit else None) if not spans else (
             spans[-1].quota_us / 1000 if spans[-1].quota_us else None)
+        coarse = None if unknown is not None else coarse_usage(
+            resolution_ms, round(quota_ms * 1e6) if quota_ms else None)
+        at_quota = (None if unknown is not None or coarse is not None or not quota_ms else
+                    sum(1 for p in periods if p.usage_ns >= AT_QUOTA * quota_ms * 1e6))
         self.cgroup = {
             "period_ms": period_ns / 1e6,
             "quota_ms": quota_ms,
@@ -169,6 +178,12 @@ class LiveState:
                           throttled_stretches(timeline, period_ns if self.limit else None)],
             "periods": [[round(p.start_ns / 1e9, 4), round(p.usage_ns / 1e6, 2)]
                         for p in periods],
+            # of them, how many used >= 90 % of the quota (None: not known, see below)
+            "periods_at_quota": at_quota,
+            "at_quota_share": AT_QUOTA,
+            # why no CPU figure (the report's words), why none per period
+            "usage_unknown": unknown,
+            "per_period_unknown": unknown or coarse,
             "nr_throttled": timeline[-1].nr_throttled - timeline[0].nr_throttled,
             "nr_periods": timeline[-1].nr_periods - timeline[0].nr_periods,
             "window_s": window_s,

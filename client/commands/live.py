@@ -79,7 +79,8 @@ def watched_live(live: LivePage | None, target: CgroupTarget, command: str = "wa
         raise CliError(str(exc)) from None
     live.run_started(RunMetadata(name=f"{command} {target.group}",
                                  command=["http-timing", command],
-                                 cgroup=target.to_metadata()), sampler.samples)
+                                 cgroup={**target.to_metadata(), "usage": sampler.usage}),
+                     sampler.samples)   # the sampler keeps its usage note up to date
     try:
         yield
     finally:

@@ -242,6 +242,7 @@ class CgroupSampler:
         # where the usage comes from and what it could not count (``UsageSource.to_metadata``,
         # ``unknown`` and ``resolution_ns`` brought up to date by ``stop()``)
         self.usage: dict[str, object] = target.usage_source.to_metadata()
+        self._usage_seen: tuple[bool, int, int] = (False, 0, 0)
 
     def start(self, run_start_ns: int | None = None) -> CgroupSampler:
         """Start sampling (``run_start_ns``: the run's origin; default now). Takes the first
@@ -286,7 +287,22 @@ class CgroupSampler:
             self.samples.append(sample)
         self.last = sample
         self.count += 1
+        self._follow_usage(self._reader)
         return True
+
+    def _follow_usage(self, reader: CgroupReader) -> None:
+        """``usage`` kept up to date in place while the run goes (a live view reads it: the
+        run's metadata holds this very dict), each time what the processes' figures could not
+        count changes (a first reaped child's ticks, a process lost): a few comparisons a
+        sample otherwise."""
+        processes = reader.processes
+        if processes is None:
+            return
+        account = processes.account
+        seen = (account.children_ns > 0, account.lost, len(account.blind))
+        if seen != self._usage_seen:
+            self._usage_seen = seen
+            self.usage.update(usage_note(reader, self.usage))
 
     def _loop(self) -> None:
         """Sample on a grid of ``interval`` steps, each tick moved by a dither in
@@ -328,7 +344,7 @@ class CgroupSampler:
         return self.samples
 
     def _note_usage(self, reader: CgroupReader) -> None:
-        self.usage = usage_note(reader, self.usage)
+        self.usage.update(usage_note(reader, self.usage))
 
     @property
     def running(self) -> bool:

@@ -158,6 +158,8 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
     interrupted = False
     attached = (CgroupAttachment(spec.cgroup, spec.csv_path, spec.cgroup_interval)
                 if spec.cgroup is not None else None)
+    if attached is not None and metadata.cgroup is not None:
+        metadata.cgroup["usage"] = attached.sampler.usage   # the sampler keeps it up to date
     if watcher is not None:
         watcher.run_started(metadata, attached.sampler.samples if attached else None)
     try:

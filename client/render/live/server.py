@@ -168,7 +168,7 @@ class LivePage:
             self.state.reclassify()
             detection = self.state.detection
         if self._timeline is not None:
-            self.state.read_timeline(self._timeline, self.window_s)
+            self.state.read_timeline(self._timeline, self.window_s, self._usage())
         if detection is not None:
             self.state.finish(detection, files, interrupted=interrupted, picture=picture)
         self._push()
@@ -176,6 +176,13 @@ class LivePage:
         while time.monotonic() < deadline and any(
                 v.writer.transport.get_write_buffer_size() for v in self._viewers):
             await asyncio.sleep(0.02)
+
+    def _usage(self) -> dict[str, Any] | None:
+        """The run's ``cgroup.usage`` as the sampler knows it now (it keeps the metadata's
+        copy up to date: a usage found coarse or unknown mid-run shows at once)."""
+        cgroup = self._metadata.cgroup if self._metadata is not None else None
+        usage = cgroup.get("usage") if cgroup else None
+        return dict(usage) if isinstance(usage, dict) else None
 
     # -- the server's thread -------------------------------------------------------------
 
@@ -228,7 +235,7 @@ class LivePage:
             self._next_detect = time.monotonic() + cost / DETECT_SHARE
             self.detections += 1
         if self._timeline is not None:
-            self.state.read_timeline(self._timeline, self.window_s)
+            self.state.read_timeline(self._timeline, self.window_s, self._usage())
         self.state.count()
 
     def _push(self) -> None:
