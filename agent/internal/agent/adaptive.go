@@ -13,8 +13,10 @@ import (
 //
 //   - it is first watched,
 //   - a reading in which one of its quota levels' nr_throttled moved, or
-//   - a reading in which its usage or nr_periods moved after one in which they had not (it
-//     became busy),
+//   - it became busy: its usage over the last half idle interval (or more) reached half the
+//     quota in force, after a half interval in which it had not (a service's background
+//     threads, timers and probes use far less; a group that stays busy without throttling
+//     goes back to the idle rate after the hold, and comes back at its first throttle),
 //
 // and otherwise at the idle rate (Config.IdleInterval), all idle groups in the same tick (one
 // wake-up). A group that throttles is thus followed at the fast rate from the first reading
@@ -28,19 +30,23 @@ import (
 type pace struct {
 	fastUntil     int64 // monotonic ns: read every tick until then
 	fast          bool  // the rate of the current row
-	lastUsage     int64
-	lastPeriods   int64
 	lastThrottled int64
-	lastMoved     bool
+	quota         float64 // CPUs of the quota in force (0: none: it cannot throttle)
+	markT         int64   // the start of the usage window
+	markUsage     int64
+	busy          bool // the last window's usage reached half the quota
 }
 
-func (p *pace) start(w *watched, hold int64, adaptive bool) {
-	p.fastUntil = timeline.Monotonic() + hold
+func (p *pace) start(w *watched, hold int64, adaptive bool, now int64) {
+	p.fastUntil = now + hold
 	if !adaptive {
 		p.fastUntil = math.MaxInt64
 	}
-	p.lastUsage, p.lastPeriods, p.lastThrottled = counters(w)
-	p.lastMoved = true
+	p.markT, p.markUsage, p.lastThrottled = now, w.own.usageNS, throttledPeriods(w)
+	p.quota, p.busy = 0, false
+	if l := w.target.Levels; len(l) > 0 && l[0].PeriodUS > 0 {
+		p.quota = float64(l[0].QuotaUS) / float64(l[0].PeriodUS)
+	}
 }
 
 // due: is the group read in this tick.
@@ -56,21 +62,27 @@ func (p *pace) rate() string {
 	return "idle"
 }
 
-// update after a row: a throttle or a wake-up keeps (or puts) the group at the fast rate.
-func (p *pace) update(w *watched, hold int64) {
-	usage, periods, throttled := counters(w)
-	moved := usage != p.lastUsage || periods != p.lastPeriods
-	if throttled != p.lastThrottled || (moved && !p.lastMoved) {
-		p.fastUntil = max(p.fastUntil, timeline.Monotonic()+hold)
+// update after a row (window: half the idle interval): a throttle or becoming busy keeps (or
+// puts) the group at the fast rate.
+func (p *pace) update(w *watched, hold, window, now int64) {
+	if throttled := throttledPeriods(w); throttled != p.lastThrottled {
+		p.lastThrottled = throttled
+		p.fastUntil = max(p.fastUntil, now+hold)
 	}
-	p.lastUsage, p.lastPeriods, p.lastThrottled, p.lastMoved = usage, periods, throttled, moved
+	if p.quota > 0 && now-p.markT >= window {
+		busy := float64(w.own.usageNS-p.markUsage) >= 0.5*p.quota*float64(now-p.markT)
+		if busy && !p.busy {
+			p.fastUntil = max(p.fastUntil, now+hold)
+		}
+		p.busy, p.markT, p.markUsage = busy, now, w.own.usageNS
+	}
 }
 
-func counters(w *watched) (usage, periods, throttled int64) {
+func throttledPeriods(w *watched) (throttled int64) {
 	for _, n := range w.levels {
 		throttled += n.st.Throttled
 	}
-	return w.own.usageNS, w.levels[0].st.Periods, throttled
+	return throttled
 }
 
 func (a *Agent) idleEvery() int64 {

@@ -192,7 +192,8 @@ func (a *Agent) Tick(now time.Time, tick int64) {
 		}
 		a.row(w)
 		a.reads[w.pace.rate()]++
-		w.pace.update(w, a.cfg.Hold.Nanoseconds())
+		w.pace.update(w, a.cfg.Hold.Nanoseconds(), max(a.cfg.Interval, a.cfg.IdleInterval/2).Nanoseconds(),
+			timeline.Monotonic())
 		if w.seg.Written() >= a.store.MaxSize-4096 {
 			full = append(full, key)
 		}
@@ -380,7 +381,7 @@ func (a *Agent) openSegment(w *watched) error {
 		n.read(true, a.ticks)
 	}
 	a.row(w) // the first sample, at the start
-	w.pace.start(w, a.cfg.Hold.Nanoseconds(), a.cfg.IdleInterval > 0)
+	w.pace.start(w, a.cfg.Hold.Nanoseconds(), a.cfg.IdleInterval > 0, timeline.Monotonic())
 	return nil
 }
 
