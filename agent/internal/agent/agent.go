@@ -166,9 +166,9 @@ func (a *Agent) Tick(now time.Time, tick int64) {
 	if a.nodesDirty {
 		a.orderNodes()
 	}
-	idleTick := a.isIdleTick(tick)
+	idleTick, mono := a.isIdleTick(tick), timeline.Monotonic()
 	for _, w := range a.watched {
-		if w.pace.due(idleTick, timeline.Monotonic()) {
+		if w.pace.due(idleTick, mono) {
 			w.own.dueTick = a.ticks
 			for _, n := range w.levels {
 				n.dueTick = a.ticks
@@ -193,7 +193,7 @@ func (a *Agent) Tick(now time.Time, tick int64) {
 		a.row(w)
 		a.reads[w.pace.rate()]++
 		w.pace.update(w, a.cfg.Hold.Nanoseconds(), max(a.cfg.Interval, a.cfg.IdleInterval/2).Nanoseconds(),
-			timeline.Monotonic())
+			w.own.tNS)
 		if w.seg.Written() >= a.store.MaxSize-4096 {
 			full = append(full, key)
 		}
