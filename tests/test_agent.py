@@ -162,6 +162,60 @@ def test_a_restart_resumes_the_timeline_losing_no_completed_row(tmp_path: Path) 
         assert served[:len(after_kill)] == after_kill
 
 
+def test_an_idle_group_is_read_at_the_idle_rate_and_at_the_fast_rate_once_it_throttles(
+        tmp_path: Path) -> None:
+    """Adaptive resolution (agent/internal/agent/adaptive.go): an idle group's rows come every
+    --idle-interval; the reading that first shows a throttled period comes within one idle
+    interval of it, and from there the rows come every --interval; nothing is lost: the
+    histogram's count is nr_throttled and its sum the throttled time, the rows' counters the
+    group's cpu.stat, and the rows and periods of each rate are counted."""
+    idle_s = 0.5
+    with quota_groups("adaptive", 1) as (group,), \
+            running_agent(tmp_path, {"g": group.cpu}, "--interval", "10ms",
+                          "--idle-interval", "500ms", "--hold", "1s") as agent:
+        time.sleep(2.5)   # past the hold of a new group, three idle-rate rows at least
+        burner = subprocess.Popen(group.join_command(BURN))
+        try:
+            wait_for(lambda: group.cpu_stat()["nr_throttled"] >= 10, timeout=60,
+                     what="10 throttled periods")
+        finally:
+            burner.kill()
+            burner.wait()
+        stat = quiet(group.cpu_stat)
+        time.sleep(2.5)   # the hold runs out; an idle-rate row and a flush after it
+        m = parse_metrics(agent.metrics())
+        csv = agent.timeline("g").text.splitlines()
+    g = labels("g")
+    assert m[f"throttle_lab_cpu_cfs_throttled_period_wait_seconds_count{{{g}}}"] == \
+        stat["nr_throttled"]
+    assert m[f"throttle_lab_cpu_cfs_throttled_period_wait_seconds_sum{{{g}}}"] == \
+        pytest.approx(stat["throttled_time"] / 1e9, rel=1e-9)
+    assert 0 <= m[f"throttle_lab_cpu_cfs_throttled_periods_coarse_total{{{g}}}"] <= \
+        stat["nr_throttled"]
+    assert m['throttle_lab_agent_rows_total{rate="fast"}'] > 0
+    assert m['throttle_lab_agent_rows_total{rate="idle"}'] >= 5
+    header = csv[0].split(",")
+    rows_ = [dict(zip(header, map(int, line.split(",")))) for line in csv[1:]]
+    last = rows_[-1]
+    assert (last["nr_periods"], last["nr_throttled"], last["throttled_ns"]) == \
+        (stat["nr_periods"], stat["nr_throttled"], stat["throttled_time"])
+    gaps = [(b["t_ns"] - a["t_ns"]) / 1e9 for a, b in zip(rows_, rows_[1:])]
+    first = next(i for i, r in enumerate(rows_) if r["nr_throttled"] > 0)
+    # before the burn (after the new group's hold): idle-rate rows, idle_s apart (on the
+    # 10 ms grid, dithered by less than a step; a late tick can only make a gap longer)
+    idle_gaps = [gap for gap, r in zip(gaps, rows_[1:]) if r["t_ns"] / 1e9 > 1.2 and
+                 r["nr_throttled"] == 0]
+    assert len(idle_gaps) >= 2 and min(idle_gaps) >= idle_s - 0.02, (idle_gaps, gaps)
+    # the first throttled period is seen at the next idle-rate reading at the latest
+    assert gaps[first - 1] <= 2 * idle_s, gaps[first - 1]
+    # then the fast rate while it throttles: most gaps one --interval (a busy machine makes
+    # some late), none an idle interval
+    throttling = gaps[first:first + 20]
+    assert len(throttling) == 20 and max(throttling) < idle_s - 0.1, throttling
+    assert sorted(throttling)[10] < 0.05, throttling
+    # and after the hold, the idle rate again
+    assert gaps[-1] >= idle_s - 0.02, gaps[-5:]
+
 def test_the_go_unit_tests_pass() -> None:
     """agent/'s own tests: the pod watch (client-go's fake clientset), the pod lookup for both
     drivers, quota level order, resume, windows, retention, the per-period wait derivation."""

@@ -20,15 +20,20 @@ from tests.support import require_kernel_quota, service_process
 pytestmark = pytest.mark.root
 
 
-@pytest.mark.parametrize("interval", ["10ms", "50ms"])
-def test_the_agents_timeline_marks_the_throttled_requests(tmp_path: Path, interval: str) -> None:
-    """At the default 10 ms and at 50 ms (half the kernel's period: five times cheaper)."""
+@pytest.mark.parametrize(("interval", "idle"), [("10ms", False), ("50ms", False),
+                                                ("10ms", True)])
+def test_the_agents_timeline_marks_the_throttled_requests(tmp_path: Path, interval: str,
+                                                          idle: bool) -> None:
+    """At the default 10 ms and at 50 ms (half the kernel's period: five times cheaper); and
+    with the load starting while the group is read at the idle rate (1 s: the first second of
+    throttling is seen as one interval, then the agent reads it every 10 ms)."""
     require_kernel_quota(1)
+    adaptive = ["--idle-interval", "1s", "--hold", "1s"] if idle else []
     with service_process(["--cpus", CPUS]) as (base, _proc):
         group = Path(httpx.get(base + "/limits", timeout=5).json()["cgroup"]["path"])
         with running_agent(tmp_path, {"burn-service": group}, "--interval",
-                           interval) as agent:
-            time.sleep(0.5)
+                           interval, *adaptive) as agent:
+            time.sleep(3.0 if idle else 0.5)   # idle: past the new group's hold
             url = f"{base}/cpuBurnFlow?iterations=50000"
             start = time.time()
             requests = timed_requests(url)
@@ -52,3 +57,7 @@ def test_the_agents_timeline_marks_the_throttled_requests(tmp_path: Path, interv
     out = import_file(tmp_path, tmp_path / "r.jtl", "agent")
     assert "clock check" in out
     check_marks(tmp_path, "agent", "jmeter-csv")
+    if idle:   # the load did start at the idle rate: rows 1 s apart before it, 10 ms after
+        t = [int(line.split(",")[0]) for line in csv.text.splitlines()[1:]]
+        gaps = [(b - a) / 1e9 for a, b in zip(t, t[1:])]
+        assert max(gaps) >= 0.9 and sorted(gaps)[len(gaps) // 2] < 0.05, gaps

@@ -71,7 +71,9 @@ func run() error {
 	selector := fs.String("selector", envOr("SELECTOR", "throttle-lab/record=true"), "kube: the pods' label selector")
 	kubeconfig := fs.String("kubeconfig", envOr("KUBECONFIG", ""), "kube: a kubeconfig (default: the in-cluster service account)")
 	dir := fs.String("timelines", envOr("TIMELINES", "/var/lib/throttle-lab/timelines"), "where the timelines go")
-	interval := fs.Duration("interval", 10*time.Millisecond, "between two samples (http-timing record's default)")
+	interval := fs.Duration("interval", 10*time.Millisecond, "between two samples of a group that throttles or became busy (http-timing record's default)")
+	idleInterval := fs.Duration("idle-interval", time.Second, "between two samples of a group that neither throttled nor became busy within --hold (0: every group every --interval)")
+	hold := fs.Duration("hold", 5*time.Second, "how long a group stays at --interval after it throttled or became busy")
 	maxSize := fs.Int64("max-size", 50_000_000, "bytes of one timeline file (a new one starts beyond)")
 	maxTotal := fs.Int64("max-total", 2_000_000_000, "bytes of all timelines together (the oldest finished ones go)")
 	maxAge := fs.Duration("max-age", 72*time.Hour, "a finished timeline older than this goes")
@@ -93,8 +95,8 @@ func run() error {
 	if *prepare != "" {
 		return prepareTimelines(*dir, *prepare)
 	}
-	if *interval <= 0 || *maxSize < 4096*2 {
-		return fmt.Errorf("--interval must be > 0 and --max-size at least 8192")
+	if *interval <= 0 || *maxSize < 4096*2 || *idleInterval < 0 || *hold < 0 {
+		return fmt.Errorf("--interval must be > 0, --idle-interval and --hold >= 0, --max-size at least 8192")
 	}
 	var source_ source.Source
 	switch *src {
@@ -136,7 +138,7 @@ func run() error {
 	host, _ := os.Hostname()
 	store.MaxSize, store.MaxTotal, store.MaxAge = *maxSize, *maxTotal, *maxAge
 	store.Host, store.Version, store.IntervalS, store.Command = host, Version, interval.Seconds(), os.Args
-	a := agent.New(agent.Config{Interval: *interval, FlushEvery: 500 * time.Millisecond,
+	a := agent.New(agent.Config{Interval: *interval, IdleInterval: *idleInterval, Hold: *hold, FlushEvery: 500 * time.Millisecond,
 		CheckEvery: *checkEvery, PruneEvery: time.Minute, Proc: *proc, Log: os.Stderr}, resolver, store)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(a, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -1,6 +1,7 @@
-// Package agent is the node recorder's one loop: every tick it reads each watched group's
-// counter files once (pread on files kept open), appends a row to each group's timeline, and
-// keeps the state /metrics exports. What to watch comes from a source.Source; what is
+// Package agent is the node recorder's one loop: every tick it reads each due group's
+// counter files once (pread on files kept open), appends a row to its timeline, and keeps the
+// state /metrics exports. Adaptive resolution (adaptive.go): a group is read every Interval
+// while it throttles or has just become busy, and every IdleInterval otherwise. What to watch comes from a source.Source; what is
 // watched is derived from the kernel's files (re-resolved once a second: a resized quota
 // starts a new timeline segment, a removed group ends its timeline).
 package agent
@@ -30,12 +31,16 @@ const (
 
 // Config of the loop.
 type Config struct {
-	Interval   time.Duration // between two samples (on average)
-	FlushEvery time.Duration // rows reach the files this often (a SIGKILL loses at most this)
-	CheckEvery time.Duration // the quota files and unresolved wants are looked at this often
-	PruneEvery time.Duration // retention runs this often
-	Proc       string
-	Log        io.Writer
+	Interval time.Duration // between two samples of a group at the fast rate (on average)
+	// IdleInterval: a group that neither throttled nor became busy within Hold is read this
+	// often (a multiple of Interval; 0: every group every Interval).
+	IdleInterval time.Duration
+	Hold         time.Duration
+	FlushEvery   time.Duration // rows reach the files this often (a SIGKILL loses at most this)
+	CheckEvery   time.Duration // the quota files and unresolved wants are looked at this often
+	PruneEvery   time.Duration // retention runs this often
+	Proc         string
+	Log          io.Writer
 }
 
 type watched struct {
@@ -45,6 +50,7 @@ type watched struct {
 	levels []*node // Levels[0] (or the own group without any quota), then the others
 	seg    *timeline.Segment
 	sample timeline.Sample
+	pace   pace // when it is read next (adaptive.go)
 }
 
 // Agent is the loop and its state.
@@ -56,6 +62,7 @@ type Agent struct {
 	wantMu  sync.Mutex
 	wants   []source.Want
 	newWant bool
+	wake    chan struct{} // a new set of wants: tick now (the loop may be asleep till an idle tick)
 
 	mu         sync.Mutex // the state below, shared with the metrics collector
 	watched    map[string]*watched
@@ -65,6 +72,7 @@ type Agent struct {
 	nodesDirty bool
 	ticks      uint64
 	late       uint64
+	reads      map[string]uint64 // rows written at each rate ("fast", "idle")
 	lastCheck  time.Time
 	lastFlush  time.Time
 	lastPrune  time.Time
@@ -73,7 +81,8 @@ type Agent struct {
 // New agent.
 func New(cfg Config, resolver *cgroupfs.Resolver, store *timeline.Store) *Agent {
 	return &Agent{cfg: cfg, resolver: resolver, store: store, watched: map[string]*watched{},
-		nodes: map[string]*node{}, unresolved: map[string]string{}}
+		nodes: map[string]*node{}, unresolved: map[string]string{}, wake: make(chan struct{}, 1),
+		reads: map[string]uint64{}}
 }
 
 // Update is the source's callback: the whole set of groups to watch.
@@ -81,6 +90,10 @@ func (a *Agent) Update(wants []source.Want) {
 	a.wantMu.Lock()
 	a.wants, a.newWant = append([]source.Want(nil), wants...), true
 	a.wantMu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
 }
 
 func (a *Agent) logf(format string, args ...any) {
@@ -89,38 +102,50 @@ func (a *Agent) logf(format string, args ...any) {
 	}
 }
 
-// Run ticks until ctx ends, then closes every timeline (its last rows written).
+// Run ticks until ctx ends, then closes every timeline (its last rows written). Ticks are on
+// the Interval grid (dithered); when no group is at the fast rate the loop sleeps until the
+// next idle tick (every IdleInterval: all idle groups are read in the same wake-up) or until
+// the source brings new wants.
 func (a *Agent) Run(ctx context.Context) {
 	step := a.cfg.Interval.Nanoseconds()
 	origin := timeline.Monotonic()
 	timer := time.NewTimer(0)
 	<-timer.C
 	defer a.closeAll("interrupted", true)
-	for tick := int64(1); ; tick++ {
+	dueAt := func(tick int64) int64 {
 		frac := math.Mod(float64(tick)*golden, 1.0)
-		due := origin + tick*step + int64(math.Round((frac-0.5)*dither*float64(step)))
-		if wait := due - timeline.Monotonic(); wait > 0 {
+		return origin + tick*step + int64(math.Round((frac-0.5)*dither*float64(step)))
+	}
+	for tick := int64(1); ; {
+		if wait := dueAt(tick) - timeline.Monotonic(); wait > 0 {
 			timer.Reset(time.Duration(wait))
 			select {
 			case <-ctx.Done():
 				return
 			case <-timer.C:
+			case <-a.wake:
+				if !timer.Stop() {
+					<-timer.C
+				}
+				tick = max(1, (timeline.Monotonic()-origin)/step) // this slot, now
 			}
 		} else if ctx.Err() != nil {
 			return
 		}
-		a.Tick(time.Now())
+		a.Tick(time.Now(), tick)
 		if behind := timeline.Monotonic() - (origin + tick*step); behind > step {
 			tick += behind / step // late (a busy machine): skip ticks, never sample in a burst
 			a.mu.Lock()
 			a.late++
 			a.mu.Unlock()
 		}
+		tick = a.nextTick(tick)
 	}
 }
 
-// Tick is one round: new wants, reads, rows; now and then the quota check, flush and prune.
-func (a *Agent) Tick(now time.Time) {
+// Tick is one round (tick: its index on the Interval grid): new wants, the due groups' reads
+// and rows; now and then the quota check, flush and prune.
+func (a *Agent) Tick(now time.Time, tick int64) {
 	a.wantMu.Lock()
 	wants, fresh := a.wants, a.newWant
 	a.newWant = false
@@ -141,8 +166,19 @@ func (a *Agent) Tick(now time.Time) {
 	if a.nodesDirty {
 		a.orderNodes()
 	}
+	idleTick, mono := a.isIdleTick(tick), timeline.Monotonic()
+	for _, w := range a.watched {
+		if w.pace.due(idleTick, mono) {
+			w.own.dueTick = a.ticks
+			for _, n := range w.levels {
+				n.dueTick = a.ticks
+			}
+		}
+	}
 	for _, n := range a.order {
-		n.read(false)
+		if n.dueTick == a.ticks {
+			n.read(false, a.ticks)
+		}
 	}
 	var full []string
 	for key, w := range a.watched {
@@ -151,7 +187,13 @@ func (a *Agent) Tick(now time.Time) {
 			a.unresolved[key] = "its group is gone"
 			continue
 		}
+		if w.own.dueTick != a.ticks {
+			continue
+		}
 		a.row(w)
+		a.reads[w.pace.rate()]++
+		w.pace.update(w, a.cfg.Hold.Nanoseconds(), max(a.cfg.Interval, a.cfg.IdleInterval/2).Nanoseconds(),
+			w.own.tNS)
 		if w.seg.Written() >= a.store.MaxSize-4096 {
 			full = append(full, key)
 		}
@@ -336,9 +378,10 @@ func (a *Agent) openSegment(w *watched) error {
 	}
 	w.seg = seg
 	for _, n := range append([]*node{w.own}, w.levels...) {
-		n.read(true)
+		n.read(true, a.ticks)
 	}
 	a.row(w) // the first sample, at the start
+	w.pace.start(w, a.cfg.Hold.Nanoseconds(), a.cfg.IdleInterval > 0, timeline.Monotonic())
 	return nil
 }
 

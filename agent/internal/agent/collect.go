@@ -19,6 +19,8 @@ var (
 		"Time the group's run queues spent throttled by its own quota (cpu.stat throttled_time / throttled_usec), summed over CPUs.")
 	descWait = desc("throttle_lab_cpu_cfs_throttled_period_wait_seconds",
 		"How long the group waited in each throttled period: consecutive cpu.stat samples, the throttled time of an interval shared among the periods throttled in it (since the agent began watching the group).")
+	descCoarse = desc("throttle_lab_cpu_cfs_throttled_periods_coarse_total",
+		"Throttled periods of the wait histogram observed between two readings more than one period apart (the group was read at the idle rate): their wait is the average over that interval's throttled periods, not each period's own.")
 	descUsage = desc("throttle_lab_cpu_usage_seconds_total",
 		"CPU time the group used (v2 cpu.stat usage_usec, v1 cpuacct.usage or its threads' schedstat).")
 	descQuota = desc("throttle_lab_cpu_cfs_quota_seconds",
@@ -37,13 +39,15 @@ var (
 		"Sampling rounds done.", nil, nil)
 	descLate = prometheus.NewDesc("throttle_lab_agent_late_ticks_total",
 		"Sampling rounds that ended more than one interval late (ticks were skipped).", nil, nil)
+	descRows = prometheus.NewDesc("throttle_lab_agent_rows_total",
+		"Timeline rows written, by the rate the group was read at: fast (every --interval: it throttled or became busy within --hold) or idle (every --idle-interval).", []string{"rate"}, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (a *Agent) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPeriods, descThrottledPeriods, descThrottledSeconds,
 		descWait, descUsage, descQuota, descPeriod, descPressureSome, descPressureFull,
-		descWatched, descUnresolved, descTicks, descLate} {
+		descWatched, descUnresolved, descTicks, descLate, descRows, descCoarse} {
 		ch <- d
 	}
 }
@@ -67,6 +71,7 @@ func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 			counter(descThrottledSeconds, float64(n.st.ThrottledNS)/1e9)
 			ch <- prometheus.MustNewConstHistogram(descWait, n.waits.Count, n.waits.SumSeconds,
 				n.waits.Cumulative(), l...)
+			counter(descCoarse, float64(n.coarse))
 		}
 		if n.usageSrc != "" {
 			counter(descUsage, float64(n.usageNS)/1e9)
@@ -86,4 +91,7 @@ func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descUnresolved, prometheus.GaugeValue, float64(len(a.unresolved)))
 	ch <- prometheus.MustNewConstMetric(descTicks, prometheus.CounterValue, float64(a.ticks))
 	ch <- prometheus.MustNewConstMetric(descLate, prometheus.CounterValue, float64(a.late))
+	for _, rate := range []string{"fast", "idle"} {
+		ch <- prometheus.MustNewConstMetric(descRows, prometheus.CounterValue, float64(a.reads[rate]), rate)
+	}
 }

@@ -33,14 +33,18 @@ type node struct {
 	err     error
 
 	// idle elision (see read)
-	usageParent *node // the nearest watched group above, with a usage of its own
-	usageSame   bool  // this tick's usage equals the last one
-	lastChange  int64 // monotonic ns of the last reading whose usage differed
-	settleNS    int64 // after this long without usage, cpu.stat no longer moves
+	usageParent *node  // the nearest watched group above, with a usage of its own
+	usageSame   bool   // this reading's usage equals the last one
+	readTick    uint64 // the tick of the last reading
+	dueTick     uint64 // a due group uses this node in this tick: read it
+	parentSeen  int64  // usageParent's usage when this node was last read (-1: not known)
+	lastChange  int64  // monotonic ns of the last reading whose usage differed
+	settleNS    int64  // after this long without usage, cpu.stat no longer moves
 
 	export *labels // nil: read for a timeline only
 	quota  *cgroupfs.Level
 	waits  *metrics.Waits
+	coarse uint64 // the waits' periods observed more than one period after the last reading
 }
 
 func openNode(dir string, version int) (*node, error) {
@@ -48,7 +52,7 @@ func openNode(dir string, version int) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &node{dir: dir, version: version, stat: f, some: -1, full: -1,
+	return &node{dir: dir, version: version, stat: f, some: -1, full: -1, parentSeen: -1,
 		lastChange: timeline.Monotonic(), settleNS: 3 * 100e6}, nil
 }
 
@@ -89,11 +93,20 @@ func (n *node) needPressure() {
 // added, at the next period's start. So when the usage has been the same for settleNS (three
 // of its periods and two intervals), the row repeats the counters already read, without
 // reading cpu.stat. Usage is hierarchical (v1 cpuacct.usage and v2 usage_usec include the
-// groups below, a schedstat sum covers the subtree), so when the group above that is read first
-// has not moved, neither has this one, and its usage is not read either. force: read all.
-func (n *node) read(force bool) {
+// groups below, a schedstat sum covers the subtree), so when the group above (read earlier in
+// the same tick: parents come first) has not moved since this one was last read, neither has
+// this one, and its usage is not read either. force: read all. tick: the round's number.
+func (n *node) read(force bool, tick uint64) {
 	now := timeline.Monotonic()
-	parentSame := !force && n.usageParent != nil && n.usageParent.usageSame && n.hasStat
+	prevT := n.tNS
+	n.readTick = tick
+	p := n.usageParent
+	parentNow := int64(-1)
+	if p != nil && p.readTick == tick && p.err == nil {
+		parentNow = p.usageNS
+	}
+	parentSame := !force && parentNow >= 0 && parentNow == n.parentSeen && n.hasStat
+	n.parentSeen = parentNow
 	// (not with PSI: a task can wait for a CPU without running)
 	settled := !force && n.usageSrc != "" && n.pressure == nil && n.hasStat && now-n.lastChange > n.settleNS
 	if parentSame && settled {
@@ -134,7 +147,13 @@ func (n *node) read(force bool) {
 		}
 	}
 	if n.waits != nil && n.hasStat {
-		n.waits.Add(n.st.Throttled, n.st.ThrottledNS)
+		period := int64(100e6)
+		if n.quota != nil {
+			period = n.quota.PeriodUS * 1000
+		}
+		if seen := n.waits.Add(n.st.Throttled, n.st.ThrottledNS); seen > 0 && n.tNS-prevT > period {
+			n.coarse += uint64(seen)
+		}
 	}
 }
 
