@@ -22,7 +22,7 @@ from client.run.targets.service import free_port, stop_process
 from service.app import create_app
 from service.config import Settings
 
-__all__ = ["BIN", "HIERARCHIES", "ROOT", "free_port", "require", "require_kernel_quota", "running_service",
+__all__ = ["BIN", "HIERARCHIES", "ROOT", "check_split_by_quota", "free_port", "require", "require_kernel_quota", "running_service",
            "service_process", "shield_from_neighbours", "stop_by_pid", "wait_for_rows", "wait_healthy"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -219,3 +219,17 @@ def http_timing(*args: str, cwd: Path, timeout: float = 180) -> subprocess.Compl
     finally:
         stop_by_pid(proc)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def check_split_by_quota(parts: list[dict], tight_cpus: float, loose_cpus: float) -> None:  # type: ignore[type-arg]
+    """A run that spans a change from ``tight_cpus`` to ``loose_cpus`` (``report --json``'s
+    ``quotas``), judged by what the kernel counted in each part's stretch: each part used at most
+    about its quota; under the looser one the group either was throttled in a smaller share of the
+    periods (a fast machine: the requests fit) or used more than the tighter quota allows (a slow
+    one, e.g. the v2 guest, where the requests outgrow both and every period is throttled)."""
+    tight, loose = parts
+    assert tight["usage_cpus"] <= tight_cpus * 1.15 and tight["cgroup_nr_throttled"] > 0, parts
+    assert loose["usage_cpus"] <= loose_cpus * 1.15, parts
+    assert (loose["cgroup_nr_throttled"] / max(1, loose["cgroup_nr_periods"]) <
+            tight["cgroup_nr_throttled"] / tight["cgroup_nr_periods"] or
+            loose["usage_cpus"] > tight_cpus * 1.15), parts
