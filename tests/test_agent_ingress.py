@@ -121,6 +121,7 @@ def limited_manifests() -> list[dict[str, Any]]:
 class Limited:
     name: str
     group: Path        # the pod's group in the cpu hierarchy
+    container: Path    # its container's group (the kubelet puts the quota on both)
     traefik: str       # http://<Traefik's pod IP>:<web port>
 
 
@@ -137,12 +138,15 @@ def limited(kube_node: kubenode.Node, agent: str) -> Limited:
     assert len(running) == 1, [p["metadata"]["name"] for p in pods]
     groups = list((CPU / CGROUP_ROOT).rglob(f"pod{running[0]['metadata']['uid']}"))
     assert len(groups) == 1, groups
-    assert (groups[0] / "cpu.cfs_quota_us").read_text().strip() == str(QUOTA_NS // 1000)
+    cid = running[0]["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    for group in (groups[0], groups[0] / cid):
+        assert (group / "cpu.cfs_quota_us").read_text().strip() == str(QUOTA_NS // 1000)
     traefik_ip = kube_node.kubectl("-n", "kube-system", "get", "pod", "-l",
                                    "app.kubernetes.io/name=traefik", "--field-selector",
                                    "status.phase=Running", "-o",
                                    "jsonpath={.items[0].status.podIP}").stdout.strip()
-    return Limited(running[0]["metadata"]["name"], groups[0], f"http://{traefik_ip}:{WEB_PORT}")
+    return Limited(running[0]["metadata"]["name"], groups[0], groups[0] / cid,
+                   f"http://{traefik_ip}:{WEB_PORT}")
 
 
 def user_kubeconfig(node: kubenode.Node, path: Path) -> Path:
@@ -222,16 +226,19 @@ def test_an_ingress_log_marked_through_the_api_agrees_with_cpu_stat(
         warm = send(client)   # throttles: the agent reads the pod at its fast rate from now on
         assert warm.status == 200 and warm.cpu_ns > 2 * QUOTA_NS, warm
         time.sleep(1.5 * IDLE_INTERVAL_S)
-        before, from_ns = cpu_stat(limited.group), time.time_ns()
+        levels = (limited.container, limited.group)
+        before, from_ns = [cpu_stat(g) for g in levels], time.time_ns()
         load = []
         for _ in range(REQUESTS):
             load.append(send(client))
             time.sleep(GAP_S)
-        after, to_ns = cpu_stat(limited.group), time.time_ns()
+        after, to_ns = [cpu_stat(g) for g in levels], time.time_ns()
     assert all(s.status == 200 for s in load), load
-    kernel_ns = after["throttled_time"] - before["throttled_time"]
-    kernel_n = after["nr_throttled"] - before["nr_throttled"]
-    assert kernel_n >= REQUESTS, (before, after)
+    # what the kernel counted over the load, level by level: (throttled ns, periods)
+    counted = [(a["throttled_time"] - b["throttled_time"], a["nr_throttled"] - b["nr_throttled"])
+               for b, a in zip(before, after)]
+    kernel_ns, kernel_n = counted[1]   # the pod's group
+    assert max(n for _, n in counted) >= REQUESTS, counted
 
     log = tmp_path / "ingress.json"
     lines = ingress_lines(access_log(kubenode.traefik_log_dir(kube_node.lay)))
@@ -256,7 +263,8 @@ def test_an_ingress_log_marked_through_the_api_agrees_with_cpu_stat(
 
     # Traefik's StartUTC is the request's start and Duration its length, on the host's wall
     # clock: each of the load's requests, as imported, lies inside the host's own window
-    records = [r for r in run.records if from_ns <= zero + r.start_ns <= to_ns]
+    load_index = [i for i, r in enumerate(run.records) if from_ns <= zero + r.start_ns <= to_ns]
+    records = [run.records[i] for i in load_index]
     assert len(records) == REQUESTS, (len(records), len(run.records))
     for r, s in zip(records, load):
         assert s.sent_ns <= zero + r.start_ns and zero + r.end_ns <= s.answered_ns, (r, s)
@@ -265,7 +273,9 @@ def test_an_ingress_log_marked_through_the_api_agrees_with_cpu_stat(
     assert run.timeline is not None
     times = [zero + row.t_ns for row in run.timeline]
     assert times[0] < from_ns and times[-1] > to_ns
-    inside = [t for t in times if from_ns <= t <= to_ns]
+    first = max(i for i, t in enumerate(times) if t < from_ns)   # the rows that bound the load
+    last = min(i for i, t in enumerate(times) if t > to_ns)
+    inside = times[first:last + 1]
     gaps = [b - a for a, b in zip(inside, inside[1:])]
     assert max(gaps) < IDLE_INTERVAL_S / 2 * 1e9, max(gaps)
 
@@ -274,14 +284,35 @@ def test_an_ingress_log_marked_through_the_api_agrees_with_cpu_stat(
     marked = [r for r in records if r.cgroup_nr_throttled]
     print(f"{len(marked)} of {REQUESTS} requests marked, {marks_ns / MS:.1f} ms in "
           f"{marks_n} periods; the pod group's cpu.stat: {kernel_ns / MS:.1f} ms in {kernel_n} "
-          f"periods; agent rows {len(inside)} over {(to_ns - from_ns) / 1e9:.1f} s "
+          f"periods (its container's: {counted[0][0] / MS:.1f} ms, {counted[0][1]}); agent rows {len(inside)} over {(to_ns - from_ns) / 1e9:.1f} s "
           f"(largest gap {max(gaps) / MS:.1f} ms); service CPU per request "
-          f"{min(s.cpu_ns for s in load) / MS:.0f}-{max(s.cpu_ns for s in load) / MS:.0f} ms")
+          f"{min(s.cpu_ns for s in load) / MS:.0f}-{max(s.cpu_ns for s in load) / MS:.0f} ms; "
+          f"the timeline's zero +-{meta.clock.zero_uncertainty_ns} ns")
     # one request at a time with idle gaps: each throttle lies inside one request
     assert 0.8 * kernel_ns <= marks_ns <= 1.05 * kernel_ns, (marks_ns, kernel_ns)
     assert 0.75 * kernel_n <= marks_n <= kernel_n, (marks_n, kernel_n)
-    # a request that used more than two periods' quota cannot have gone unthrottled
-    for r, s in zip(records, load):
+
+    # the container's timeline (k8s:NS/POD/CONTAINER): its group with the pod's as a second
+    # quota level (either may throttle a request: each has its own periods); a request is
+    # marked by the level that throttled it most, so one that used more than two periods'
+    # quota cannot go unmarked
+    both = http_timing("import", str(log), "--timeline", f"{spec}/burn-service", "--name",
+                       "container", cwd=tmp_path)
+    assert both.returncode == 0, both.stderr
+    crun = read_run(tmp_path / "raw-data" / "container.csv")
+    assert crun.metadata.cgroup is not None
+    assert [lv["path"] for lv in crun.metadata.cgroup["levels"]] == [str(g) for g in levels]
+    crecords = [crun.records[i] for i in load_index]
+    assert [r.start_ns - crecords[0].start_ns for r in crecords] == [
+        r.start_ns - records[0].start_ns for r in records]
+    cmarks_ns = sum(r.cgroup_throttled_ns or 0 for r in crecords)
+    cmarks_n = sum(r.cgroup_nr_throttled or 0 for r in crecords)
+    print(f"k8s:NS/POD/burn-service: {sum(1 for r in crecords if r.cgroup_nr_throttled)} of "
+          f"{REQUESTS} marked, {cmarks_ns / MS:.1f} ms in {cmarks_n} periods")
+    most_ns, most_n = max(counted)
+    assert 0.8 * most_ns <= cmarks_ns <= 1.05 * sum(ns for ns, _ in counted), (cmarks_ns, counted)
+    assert 0.75 * most_n <= cmarks_n <= sum(n for _, n in counted), (cmarks_n, counted)
+    for r, s in zip(crecords, load):
         assert r.cgroup_nr_throttled or s.cpu_ns <= 2 * QUOTA_NS, (r, s)
     report = http_timing("report", str(tmp_path / "raw-data" / "ingress.csv"), "--json",
                          cwd=tmp_path)
