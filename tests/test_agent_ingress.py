@@ -6,16 +6,18 @@ through Traefik from the host; the lines of this Ingress from Traefik's JSON acc
 (``StartUTC`` + ``Duration``, wall clock) imported with ``--timeline k8s:NS/POD``, the
 timeline fetched from the agent through the API server's ``pods/proxy`` with a kubeconfig that
 holds only the user RBAC of k8s/recorder/user-rbac.yaml. The marks agree with the pod group's
-own ``cpu.stat`` over the load.
+own ``cpu.stat`` over the load; with ``k8s:NS/POD/CONTAINER`` (the container's group, the pod's
+a second quota level) they lie between the most-throttled level's and both levels' sum.
 
 The agent reads an idle pod every second (its idle rate) and every 10 ms from the first
 reading that shows a throttle, for 5 s after the last one. A throttle inside a 1 s interval is
 known only to that second: a load that starts at the idle rate has its first second's marks
 placed coarsely. So the test first sends one request that throttles, waits 1.5 s (the idle
 interval and a half: the agent has seen the throttle and reads at 10 ms; less than the 5 s
-hold), and only then takes the pod group's ``cpu.stat`` and starts the load; every request of
-the load throttles, so the rate stays fast. The timeline's rows across the load are checked to
-be at the fast rate.
+hold), and only then takes the groups' ``cpu.stat`` and starts the load; every request of the
+load throttles, so the rate stays fast. The timeline's rows across the load are checked to be
+at the fast rate. (Without the warm-up, measured once: the first second's throttling was laid
+at its 1 s row's end, in an idle gap, and two requests went unmarked.)
 
 The load leaves ``GAP_S`` between requests (the pod idle, nothing throttles), so a request's
 marks depend on where its window lies on the agent's clock: placed a fraction of a request off
