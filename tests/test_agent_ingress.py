@@ -27,7 +27,6 @@ its throttling would fall into a gap and the sum would fall short of ``cpu.stat`
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,17 +42,15 @@ from client.data.servertiming import parse_server_timing
 from client.data.timeline_meta import read_timeline_metadata, timeline_meta_path
 from client.run.agent_timeline import PodRef, fetch_timeline
 from kubenode import node as kubenode
-from kubenode import project_images, recorder
 from kubenode.config import CGROUP_ROOT
-from kubenode.images import ctr_images
 from kubenode.traefik import INGRESS_CLASS, WEB_PORT, access_log
 from tests.kube import wait_for
+from tests.recorder_support import cpu_stat, kubectl_json, recorder_up, user_kubeconfig
 from tests.support import ROOT, http_timing
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
 
 NS = "tl-ingresslog-test"
-RECORDER_NS = recorder.RECORDER_NAMESPACE
 HOST = f"limited.{NS}.localhost"
 CPU = Path("/sys/fs/cgroup/cpu")
 MS = 1_000_000
@@ -65,38 +62,12 @@ GAP_S = 0.3                   # between two requests: the pod idle
 IDLE_INTERVAL_S = 1.0         # the agent's --idle-interval (its default, the DaemonSet's)
 
 
-def kubectl_json(node: kubenode.Node, *args: str) -> Any:
-    return json.loads(node.kubectl(*args, "-o", "json").stdout)
-
-
 @pytest.fixture(scope="module")
 def agent(kube_node: kubenode.Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The recorder DaemonSet running the agent image built from this checkout (as
-    tests/test_agent_node.py runs it), and this file's namespace; both deleted afterwards.
-    Yields the agent pod's name."""
-    lay = kube_node.lay
-    if "docker.io/library/" + project_images.SERVICE_IMAGE not in ctr_images(
-            kube_node.containerd_address):
-        kubenode.load_project_images(lay, print, ROOT)
-    overlay = tmp_path_factory.mktemp("recorder")
-    try:
-        tag = recorder.deploy_recorder(kube_node, ROOT, overlay, print)
-        kube_node.kubectl("create", "namespace", NS, check=False)
-        pods = kubectl_json(kube_node, "-n", RECORDER_NS, "get", "pods", "-l",
-                            "app.kubernetes.io/name=throttle-lab-recorder")["items"]
-        running = [p for p in pods if p["status"].get("phase") == "Running"
-                   and p["metadata"].get("deletionTimestamp") is None]
-        assert len(running) == 1, [p["metadata"]["name"] for p in pods]
-        assert running[0]["spec"]["containers"][0]["image"] == tag
-        yield running[0]["metadata"]["name"]
-    finally:
-        kube_node.kubectl("delete", "namespace", NS, "--wait=true", "--timeout=120s",
-                          check=False, timeout=150)
-        kube_node.kubectl("delete", "-k", str(overlay), "--ignore-not-found", "--wait=true",
-                          "--timeout=120s", check=False, timeout=150)
-        kube_node.kubectl("delete", "-f", str(ROOT / "k8s" / "recorder" / "user-rbac.yaml"),
-                          "--ignore-not-found", check=False)
-        shutil.rmtree(lay.state / "recorder-timelines", ignore_errors=True)
+    """The recorder DaemonSet (as tests/test_agent_node.py runs it) and this file's namespace;
+    both deleted afterwards. Yields the agent pod's name."""
+    with recorder_up(kube_node, tmp_path_factory.mktemp("recorder"), NS) as pod:
+        yield pod["metadata"]["name"]
 
 
 def limited_manifests() -> list[dict[str, Any]]:
@@ -149,38 +120,6 @@ def limited(kube_node: kubenode.Node, agent: str) -> Limited:
                                    "jsonpath={.items[0].status.podIP}").stdout.strip()
     return Limited(running[0]["metadata"]["name"], groups[0], groups[0] / cid,
                    f"http://{traefik_ip}:{WEB_PORT}")
-
-
-def user_kubeconfig(node: kubenode.Node, path: Path) -> Path:
-    """A kubeconfig for a service account of this namespace that holds only the roles of
-    k8s/recorder/user-rbac.yaml (as the file's comment says to bind them)."""
-    node.kubectl("apply", "-f", str(ROOT / "k8s" / "recorder" / "user-rbac.yaml"))
-    node.kubectl("-n", NS, "create", "serviceaccount", "timeline-user", check=False)
-    node.kubectl("-n", RECORDER_NS, "create", "rolebinding", f"{NS}-timelines",
-                 "--role=throttle-lab-timeline-reader", f"--serviceaccount={NS}:timeline-user",
-                 check=False)
-    node.kubectl("-n", NS, "create", "rolebinding", f"{NS}-pods",
-                 "--clusterrole=throttle-lab-pod-reader", f"--serviceaccount={NS}:timeline-user",
-                 check=False)
-    user = f"system:serviceaccount:{NS}:timeline-user"
-    assert node.kubectl("auth", "can-i", "get", "pods", "--subresource=proxy", "-n", RECORDER_NS,
-                        f"--as={user}").stdout.strip() == "yes"
-    assert node.kubectl("auth", "can-i", "get", "nodes", f"--as={user}",
-                        check=False).stdout.strip() == "no"
-    token = node.kubectl("-n", NS, "create", "token", "timeline-user").stdout.strip()
-    cluster = yaml.safe_load(node.lay.kubeconfig.read_text())["clusters"][0]
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "clusters": [cluster],
-        "users": [{"name": "timeline-user", "user": {"token": token}}],
-        "contexts": [{"name": "user", "context": {"cluster": cluster["name"],
-                                                  "user": "timeline-user"}}],
-        "current-context": "user"}))
-    return path
-
-
-def cpu_stat(group: Path) -> dict[str, int]:
-    return {k: int(v) for k, v in (line.split() for line in
-                                   (group / "cpu.stat").read_text().splitlines())}
 
 
 @dataclass(frozen=True)
@@ -245,7 +184,8 @@ def test_an_ingress_log_marked_through_the_api_agrees_with_cpu_stat(
     log = tmp_path / "ingress.json"
     lines = ingress_lines(access_log(kubenode.traefik_log_dir(kube_node.lay)))
     log.write_text("\n".join(lines) + "\n")
-    monkeypatch.setenv("KUBECONFIG", str(user_kubeconfig(kube_node, tmp_path / "user.kubeconfig")))
+    monkeypatch.setenv("KUBECONFIG", str(user_kubeconfig(kube_node, tmp_path / "user.kubeconfig",
+                                                                  NS)))
     spec = f"k8s:{NS}/{limited.name}"
     out = http_timing("import", str(log), "--timeline", spec, "--name", "ingress", cwd=tmp_path)
     print(out.stdout, out.stderr)

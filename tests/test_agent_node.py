@@ -25,25 +25,21 @@ import yaml
 
 from client.data.files import read_run
 from kubenode import node as kubenode
-from kubenode import project_images, recorder
+from kubenode import project_images
 from kubenode.config import CGROUP_ROOT
-from kubenode.images import ctr_images
 from tests.import_support import write_documented
 from tests.kube import wait_for
+from tests.recorder_support import (RECORDER_NS, cpu_stat, kubectl_json, recorder_up,
+                                    user_kubeconfig)
 from tests.support import ROOT, free_port, http_timing, require, stop_by_pid
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
 
 NS = "tl-agent-test"
-RECORDER_NS = "throttle-lab-recorder"
 CPU = Path("/sys/fs/cgroup/cpu")
 LABEL = {"throttle-lab/record": "true"}
 ITERATIONS = 30000     # ~30 ms of CPU (the calibrated burn): three 10 ms quotas, each request
 REQUESTS = 12
-
-
-def kubectl_json(node: kubenode.Node, *args: str) -> Any:
-    return json.loads(node.kubectl(*args, "-o", "json").stdout)
 
 
 @dataclass
@@ -59,30 +55,9 @@ class Recorder:
 @pytest.fixture(scope="module")
 def agent(kube_node: kubenode.Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorder]:
     """The recorder DaemonSet running the agent image built from this checkout."""
-    lay = kube_node.lay
-    if "docker.io/library/" + project_images.SERVICE_IMAGE not in ctr_images(
-            kube_node.containerd_address):
-        kubenode.load_project_images(lay, print, ROOT)
-    timelines = lay.state / "recorder-timelines"
-    overlay = tmp_path_factory.mktemp("recorder")
-    try:
-        tag = recorder.deploy_recorder(kube_node, ROOT, overlay, print)
-        kube_node.kubectl("create", "namespace", NS, check=False)
-        pods = kubectl_json(kube_node, "-n", RECORDER_NS, "get", "pods", "-l",
-                            "app.kubernetes.io/name=throttle-lab-recorder")["items"]
-        running = [p for p in pods if p["status"].get("phase") == "Running"
-                   and p["metadata"].get("deletionTimestamp") is None]
-        assert len(running) == 1, [p["metadata"]["name"] for p in pods]
-        pod = running[0]
-        assert pod["spec"]["containers"][0]["image"] == tag
-        yield Recorder(pod["metadata"]["name"], pod["status"]["podIP"], timelines)
-    finally:
-        kube_node.kubectl("delete", "namespace", NS, "--wait=false", check=False)
-        kube_node.kubectl("delete", "-k", str(overlay), "--ignore-not-found", "--wait=true",
-                          "--timeout=120s", check=False, timeout=150)
-        kube_node.kubectl("delete", "-f", str(ROOT / "k8s" / "recorder" / "user-rbac.yaml"),
-                          "--ignore-not-found", check=False)
-        shutil.rmtree(timelines, ignore_errors=True)
+    with recorder_up(kube_node, tmp_path_factory.mktemp("recorder"), NS) as pod:
+        yield Recorder(pod["metadata"]["name"], pod["status"]["podIP"],
+                       kube_node.lay.state / "recorder-timelines")
 
 
 def pod_manifest(name: str, image: str, labels: dict[str, str], cpu: str = "100m") -> str:
@@ -107,11 +82,6 @@ def pod_group(info: Any) -> Path:
     found = list((CPU / CGROUP_ROOT).rglob(f"pod{info['metadata']['uid']}"))
     assert len(found) == 1, found
     return found[0]
-
-
-def cpu_stat(group: Path) -> dict[str, int]:
-    return {k: int(v) for k, v in (line.split() for line in
-                                   (group / "cpu.stat").read_text().splitlines())}
 
 
 @dataclass
@@ -293,37 +263,10 @@ def test_prometheus_finds_the_limited_pods_throttled_periods_in_the_wait_histogr
           f"buckets {by_le}")
 
 
-def user_kubeconfig(node: kubenode.Node, path: Path) -> Path:
-    """A kubeconfig for a service account that holds only k8s/recorder/user-rbac.yaml."""
-    node.kubectl("apply", "-f", str(ROOT / "k8s" / "recorder" / "user-rbac.yaml"))
-    node.kubectl("-n", NS, "create", "serviceaccount", "timeline-user", check=False)
-    user = f"system:serviceaccount:{NS}:timeline-user"
-    node.kubectl("-n", RECORDER_NS, "create", "rolebinding", "tl-agent-test-timelines",
-                 "--role=throttle-lab-timeline-reader", f"--serviceaccount={NS}:timeline-user",
-                 check=False)
-    node.kubectl("-n", NS, "create", "rolebinding", "tl-agent-test-pods",
-                 "--clusterrole=throttle-lab-pod-reader", f"--serviceaccount={NS}:timeline-user",
-                 check=False)
-    assert node.kubectl("auth", "can-i", "get", "pods", "--subresource=proxy", "-n", RECORDER_NS,
-                        f"--as={user}").stdout.strip() == "yes"
-    assert node.kubectl("auth", "can-i", "get", "nodes", f"--as={user}",
-                        check=False).stdout.strip() == "no"
-    token = node.kubectl("-n", NS, "create", "token", "timeline-user").stdout.strip()
-    admin = yaml.safe_load(node.lay.kubeconfig.read_text())
-    cluster = admin["clusters"][0]
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "clusters": [cluster],
-        "users": [{"name": "timeline-user", "user": {"token": token}}],
-        "contexts": [{"name": "user", "context": {"cluster": cluster["name"],
-                                                  "user": "timeline-user"}}],
-        "current-context": "user"}))
-    return path
-
-
 def test_import_marks_the_requests_with_the_pods_timeline_through_the_api_proxy(
         kube_node: kubenode.Node, load: Load, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KUBECONFIG", str(user_kubeconfig(kube_node, tmp_path / "user.kubeconfig")))
+    monkeypatch.setenv("KUBECONFIG", str(user_kubeconfig(kube_node, tmp_path / "user.kubeconfig", NS)))
     results = tmp_path / "r.jtl"
     write_documented("jmeter-csv", load.requests, load.url, results)
     out = http_timing("import", str(results), "--timeline", f"k8s:{NS}/{load.pod}",

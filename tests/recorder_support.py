@@ -1,0 +1,89 @@
+"""The node recorder (k8s/recorder/, the agent image built from this checkout) on the test node,
+for the tests that use it (tests/test_agent_node.py, tests/test_agent_ingress.py): bring it up
+for a module and take it down after, a kubeconfig that holds only the user RBAC of
+k8s/recorder/user-rbac.yaml, and a group's cpu.stat. Two modules must not run at once: each
+one's teardown deletes the recorder."""
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kubenode import node as kubenode
+from kubenode import project_images, recorder
+from kubenode.images import ctr_images
+from tests.support import ROOT
+
+__all__ = ["RECORDER_NS", "cpu_stat", "kubectl_json", "recorder_up", "user_kubeconfig"]
+
+RECORDER_NS = recorder.RECORDER_NAMESPACE
+USER_RBAC = ROOT / "k8s" / "recorder" / "user-rbac.yaml"
+
+
+def kubectl_json(node: kubenode.Node, *args: str) -> Any:
+    return json.loads(node.kubectl(*args, "-o", "json").stdout)
+
+
+def cpu_stat(group: Path) -> dict[str, int]:
+    return {k: int(v) for k, v in (line.split() for line in
+                                   (group / "cpu.stat").read_text().splitlines())}
+
+
+@contextmanager
+def recorder_up(node: kubenode.Node, overlay: Path, namespace: str) -> Iterator[dict[str, Any]]:
+    """The recorder DaemonSet running (the project's images in the node first), and
+    ``namespace`` for the test's pods; yields the agent's running pod (its JSON). Afterwards
+    the namespace, the recorder, the user RBAC and the timelines are deleted."""
+    lay = node.lay
+    if "docker.io/library/" + project_images.SERVICE_IMAGE not in ctr_images(
+            node.containerd_address):
+        kubenode.load_project_images(lay, print, ROOT)
+    try:
+        tag = recorder.deploy_recorder(node, ROOT, overlay, print)
+        node.kubectl("create", "namespace", namespace, check=False)
+        pods = kubectl_json(node, "-n", RECORDER_NS, "get", "pods", "-l",
+                            "app.kubernetes.io/name=throttle-lab-recorder")["items"]
+        running = [p for p in pods if p["status"].get("phase") == "Running"
+                   and p["metadata"].get("deletionTimestamp") is None]
+        assert len(running) == 1, [p["metadata"]["name"] for p in pods]
+        assert running[0]["spec"]["containers"][0]["image"] == tag
+        yield running[0]
+    finally:
+        node.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=120s",
+                     check=False, timeout=150)
+        node.kubectl("delete", "-k", str(overlay), "--ignore-not-found", "--wait=true",
+                     "--timeout=120s", check=False, timeout=150)
+        node.kubectl("delete", "-f", str(USER_RBAC), "--ignore-not-found", check=False)
+        shutil.rmtree(lay.state / "recorder-timelines", ignore_errors=True)
+
+
+def user_kubeconfig(node: kubenode.Node, path: Path, namespace: str) -> Path:
+    """A kubeconfig for a service account of ``namespace`` that holds only the roles of
+    k8s/recorder/user-rbac.yaml (bound as the file's comment says)."""
+    node.kubectl("apply", "-f", str(USER_RBAC))
+    node.kubectl("-n", namespace, "create", "serviceaccount", "timeline-user", check=False)
+    node.kubectl("-n", RECORDER_NS, "create", "rolebinding", f"{namespace}-timelines",
+                 "--role=throttle-lab-timeline-reader",
+                 f"--serviceaccount={namespace}:timeline-user", check=False)
+    node.kubectl("-n", namespace, "create", "rolebinding", f"{namespace}-pods",
+                 "--clusterrole=throttle-lab-pod-reader",
+                 f"--serviceaccount={namespace}:timeline-user", check=False)
+    user = f"system:serviceaccount:{namespace}:timeline-user"
+    assert node.kubectl("auth", "can-i", "get", "pods", "--subresource=proxy", "-n", RECORDER_NS,
+                        f"--as={user}").stdout.strip() == "yes"
+    assert node.kubectl("auth", "can-i", "get", "nodes", f"--as={user}",
+                        check=False).stdout.strip() == "no"
+    token = node.kubectl("-n", namespace, "create", "token", "timeline-user").stdout.strip()
+    cluster = yaml.safe_load(node.lay.kubeconfig.read_text())["clusters"][0]
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "clusters": [cluster],
+        "users": [{"name": "timeline-user", "user": {"token": token}}],
+        "contexts": [{"name": "user", "context": {"cluster": cluster["name"],
+                                                  "user": "timeline-user"}}],
+        "current-context": "user"}))
+    return path
