@@ -9,13 +9,15 @@ quota files through the whole advise (every pod saw the same limits, in the same
 pods' groups used CPU (the load reached both); afterwards each pod's resources, restart count,
 container id and QoS class are as before and its quota file reads 30 ms again. The tool's
 answer carries, per run, the throttled requests and periods the pods' groups counted (their
-sum, the quota summed: two pods at L read 2 L).
+sum, the quota summed: two pods at L read 2 L). SIGTERM mid-sweep puts both pods back.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -30,8 +32,8 @@ from client.run.cgroup_lookup import find_pod_directory
 from kubenode import node as kubenode
 from kubenode.traefik import INGRESS_CLASS, WEB_PORT
 from tests.kube import wait_for
-from tests.support import ROOT
-from tests.test_commands_advise_k8s import BUSY, CPU, _has_service_image, timed
+from tests.support import BIN, ROOT, stop_by_pid
+from tests.test_commands_advise_k8s import BUSY, CPU, NICE, _has_service_image, timed
 
 NS = "tl-multipod-test"
 HOST = f"limited.{NS}.localhost"
@@ -135,11 +137,13 @@ def deployed(kube_node: kubenode.Node, tmp_path_factory: pytest.TempPathFactory
         base = f"http://{traefik}:{WEB_PORT}"
 
         def answers() -> bool:
+            """Five requests in a row answered within 2 s each: Traefik knows both pods (a
+            namespace made again may leave it an old endpoint for a while)."""
             try:
-                reply = httpx.get(base + "/healthz", headers={"Host": HOST}, timeout=5)
+                return all(httpx.get(base + PATH, headers={"Host": HOST},
+                                     timeout=2).status_code == 200 for _ in range(5))
             except httpx.HTTPError:
                 return False
-            return reply.status_code == 200
 
         wait_for(f"{HOST} through Traefik", answers, 120, 0.5)
         env = dict(os.environ, KUBECONFIG=str(kube_node.lay.kubeconfig),
@@ -228,3 +232,27 @@ def test_advise_resizes_every_pod_alike_and_puts_them_back(deployed: Deployed,
             assert counted[name]["nr_periods"] > 0
     assert any(counted[name]["nr_throttled"] > 0 and counted[name]["throttled_requests"] > 0
                for name in counted if counted[name] is not None)
+
+
+def test_sigterm_mid_sweep_puts_every_pod_back(deployed: Deployed, tmp_path: Path) -> None:
+    """SIGTERM once both pods are at the sweep's first limit: both are put back, as before."""
+    before = deployed.state()
+    groups = [pod_group(p) for p in deployed.pods()]
+    proc = subprocess.Popen([*NICE, str(BIN / "http-timing"), "sweep", "--k8s",
+                             f"{NS}/deployment/limited", "--url", deployed.base + PATH, "-H",
+                             f"Host: {HOST}", "--cpus", "0.7", "--requests", "2000"],
+                            cwd=tmp_path, env=deployed.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for("0.7 CPU in force in both pods", lambda: all(
+            int((g / "cpu.cfs_quota_us").read_text()) == 70000 for g in groups), 120, 0.2)
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        stop_by_pid(proc)
+    print(out[-2000:], err[-2000:])
+    assert "in place: restored: 0.3 CPU" in out
+    assert out.count("restart count 0 and container id") == 2
+    assert [int((g / "cpu.cfs_quota_us").read_text()) for g in groups] == [30000, 30000]
+    assert deployed.state() == before
