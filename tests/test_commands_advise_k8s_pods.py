@@ -112,6 +112,12 @@ def pod_group(pod: dict[str, Any]) -> Path:
     return group
 
 
+def counters(group: Path) -> tuple[int, int]:
+    """(nr_periods, nr_throttled) of the group's cpu.stat."""
+    stat = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines())
+    return int(stat["nr_periods"]), int(stat["nr_throttled"])
+
+
 def periods(group: Path) -> int:
     """The group's ``nr_periods``: periods in which it ran under its quota."""
     stat = dict(line.split() for line in (group / "cpu.stat").read_text().splitlines())
@@ -189,7 +195,10 @@ def test_advise_resizes_every_pod_alike_and_puts_them_back(deployed: Deployed,
             "-H", f"Host: {HOST}", "--p99", "80", "--requests", "40", "--profile-seconds", "2",
             "--json"]
     began = time.monotonic()
+    containers = {p["metadata"]["name"]: pod_group(p) / p["status"]["containerStatuses"][0][
+        "containerID"].split("://")[1] for p in pods}
     for _ in range(3):
+        counted_before = [counters(g) for g in containers.values()]
         watch = QuotaWatch(groups)
         try:
             result = timed(deployed, *args, cwd=tmp_path, timeout=600)  # type: ignore[arg-type]
@@ -200,6 +209,7 @@ def test_advise_resizes_every_pod_alike_and_puts_them_back(deployed: Deployed,
         if result.returncode == 2 and BUSY in result.stderr:
             continue
         break
+    counted_after = [counters(g) for g in containers.values()]
     print(f"advise on 2 pods: {time.monotonic() - began:.0f} s; quotas seen {seen}")
     assert result.returncode == 0, result.stderr[-2000:]
     answer = json.loads(result.stdout)
@@ -232,6 +242,18 @@ def test_advise_resizes_every_pod_alike_and_puts_them_back(deployed: Deployed,
             assert counted[name]["nr_periods"] > 0
     assert any(counted[name]["nr_throttled"] > 0 and counted[name]["throttled_requests"] > 0
                for name in counted if counted[name] is not None)
+    # what the runs say is within what the kernel counted in the two containers' groups (the
+    # quota in force's) over the whole advise, and each run summed both of them
+    for k in (0, 1):     # nr_periods, nr_throttled
+        grown = sum(after[k] - was[k] for was, after in zip(counted_before, counted_after))
+        said = sum(report[("nr_periods", "nr_throttled")[k]] for report in counted.values()
+                   if report is not None)
+        print(f"{('nr_periods', 'nr_throttled')[k]}: runs {said}, kernel {grown}")
+        assert 0 < said <= grown
+    first_run = limited[0]["name"].split(" + ")[0]
+    meta = json.loads((tmp_path / "raw-data" / f"{first_run}.json").read_text())
+    assert sorted(p["levels"][0]["path"] for p in meta["cgroup"]["pods"]) == \
+        sorted(map(str, containers.values()))
 
 
 def test_sigterm_mid_sweep_puts_every_pod_back(deployed: Deployed, tmp_path: Path) -> None:
