@@ -9,7 +9,8 @@ quota files through the whole advise (every pod saw the same limits, in the same
 pods' groups used CPU (the load reached both); afterwards each pod's resources, restart count,
 container id and QoS class are as before and its quota file reads 30 ms again. The tool's
 answer carries, per run, the throttled requests and periods the pods' groups counted (their
-sum, the quota summed: two pods at L read 2 L). SIGTERM mid-sweep puts both pods back.
+sum, the quota summed: two pods at L read 2 L). SIGTERM mid-sweep puts both pods back; a lost
+API server leaves one ``kubectl patch pod`` per pod, which puts them back.
 """
 
 from __future__ import annotations
@@ -27,13 +28,16 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
+from client.data.timeline import read_timeline
 from client.run.cgroup_lookup import find_pod_directory
 from kubenode import node as kubenode
 from kubenode.traefik import INGRESS_CLASS, WEB_PORT
 from tests.kube import wait_for
 from tests.support import BIN, ROOT, stop_by_pid
-from tests.test_commands_advise_k8s import BUSY, CPU, NICE, _has_service_image, timed
+from tests.test_commands_advise_k8s import (BUSY, CPU, NICE, Proxy, _has_service_image,
+                                            kubeconfig_through, timed)
 
 NS = "tl-multipod-test"
 HOST = f"limited.{NS}.localhost"
@@ -257,18 +261,23 @@ def test_advise_resizes_every_pod_alike_and_puts_them_back(deployed: Deployed,
 
 
 def test_sigterm_mid_sweep_puts_every_pod_back(deployed: Deployed, tmp_path: Path) -> None:
-    """SIGTERM once both pods are at the sweep's first limit: both are put back, as before."""
+    """SIGTERM once both pods are at the sweep's first limit (two connections: the sampler's
+    timeline, not the sequential probes): both are put back, as before; the timeline so far is
+    the two pods' sum, at their quota summed."""
     before = deployed.state()
     groups = [pod_group(p) for p in deployed.pods()]
     proc = subprocess.Popen([*NICE, str(BIN / "http-timing"), "sweep", "--k8s",
                              f"{NS}/deployment/limited", "--url", deployed.base + PATH, "-H",
-                             f"Host: {HOST}", "--cpus", "0.7", "--requests", "2000"],
+                             f"Host: {HOST}", "--cpus", "0.7", "--concurrency", "2",
+                             "--requests", "2000"],
                             cwd=tmp_path, env=deployed.env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         wait_for("0.7 CPU in force in both pods", lambda: all(
             int((g / "cpu.cfs_quota_us").read_text()) == 70000 for g in groups), 120, 0.2)
-        time.sleep(1)
+        wait_for("the run's timeline", lambda: any(
+            len(path.read_text().splitlines()) > 20
+            for path in (tmp_path / "raw-data").glob("*.cgroup.csv")), 60, 0.2)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -278,3 +287,46 @@ def test_sigterm_mid_sweep_puts_every_pod_back(deployed: Deployed, tmp_path: Pat
     assert out.count("restart count 0 and container id") == 2
     assert [int((g / "cpu.cfs_quota_us").read_text()) for g in groups] == [30000, 30000]
     assert deployed.state() == before
+    (timeline_csv,) = (tmp_path / "raw-data").glob("*.cgroup.csv")
+    timeline = read_timeline(timeline_csv)
+    assert len(timeline) > 10 and timeline[-1].usage_ns > timeline[0].usage_ns
+    assert {s.quotas[0] for s in timeline} == {(140000, 100000)}    # 2 x 0.7 CPU
+
+
+def test_a_lost_api_server_leaves_one_kubectl_line_per_pod(deployed: Deployed,
+                                                          tmp_path: Path) -> None:
+    """The API server lost once both pods are at the sweep's first limit (a kubeconfig
+    through a local proxy the test stops): the tool says it could not put them back, with a
+    ``kubectl patch pod`` per pod; the test runs that line and both are as before."""
+    before = deployed.state()
+    groups = {p["metadata"]["name"]: pod_group(p) for p in deployed.pods()}
+    config = yaml.safe_load(Path(deployed.node.lay.kubeconfig).read_text())
+    host, port = config["clusters"][0]["cluster"]["server"].removeprefix("https://").split(":")
+    proxy = Proxy((host, int(port)))
+    kubeconfig = kubeconfig_through(deployed.node, f"https://127.0.0.1:{proxy.port}", tmp_path)
+    proc = subprocess.Popen([*NICE, str(BIN / "http-timing"), "sweep", "--k8s",
+                             f"{NS}/deployment/limited", "--url", deployed.base + PATH, "-H",
+                             f"Host: {HOST}", "--cpus", "0.5,0.4", "--requests", "2000"],
+                            cwd=tmp_path, env=dict(deployed.env, KUBECONFIG=str(kubeconfig)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for("0.5 CPU in force in both pods", lambda: all(
+            int((g / "cpu.cfs_quota_us").read_text()) == 50000 for g in groups.values()),
+            120, 0.2)
+        proxy.stop()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proxy.stop()
+        stop_by_pid(proc)
+    print(out[-3000:], err[-3000:])
+    assert proc.returncode == 2
+    assert "lost the API server at https://127.0.0.1" in err
+    line = next(x for x in out.splitlines() if "could NOT put the limit back" in x)
+    hint = line[line.index("kubectl patch pod"):]
+    assert hint.count("kubectl patch pod") == 2
+    for name in groups:
+        assert f"kubectl patch pod {name} -n {NS} --subresource resize --patch " in hint
+    subprocess.run(["bash", "-c", hint], env=deployed.env, check=True, timeout=60)
+    wait_for("0.3 CPU back in both", lambda: all(
+        int((g / "cpu.cfs_quota_us").read_text()) == 30000 for g in groups.values()), 60, 0.2)
+    wait_for("the pods as before", lambda: deployed.state() == before, 60, 0.2)

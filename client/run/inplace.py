@@ -117,6 +117,10 @@ class InPlace:
             original = limiter.read()
         except (CgroupTargetError, LimiterError) as exc:
             raise InPlaceError(str(exc)) from None
+        if original is None:
+            raise InPlaceError(f"{spec}: the pods have no CPU limit now ({limiter.description})"
+                               "; a pod's limit cannot be taken away again afterwards: give "
+                               "them one first")
         try:
             limiter.check(original)
         except LimiterError as exc:
