@@ -32,10 +32,12 @@ import json
 import math
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
 from client.analysis.advise import Advice, floor_millicores, shape
+from client.analysis.advise_model import Profile
 from client.analysis.advise_target import LatencyTarget, Measured, pooled
 from client.analysis.cgroup import CgroupReport
 from client.analysis.report import Report, build_report
@@ -102,6 +104,19 @@ class LiveAdvisor(Advisor):
                 print(f"\nadvise: {LESS:g} x the answer: what 25 % less does", flush=True)
                 self.less = pooled(self.judge(self.shape(millicores), "less"), self.target)
         return advice
+
+    def profile(self) -> Profile:
+        """As ``Advisor.profile``; with several pods the per-second usage the usage rules read
+        is the mean pod's (the pods' summed usage / their number: those rules set a limit per
+        pod), the CPU per request the whole of it."""
+        profile = super().profile()
+        pods = len(self.inplace.pod_specs)
+        if pods > 1 and profile.usage:
+            profile = replace(profile, usage=tuple(u / pods for u in profile.usage))
+            print(f"profile: {sum(profile.usage) / len(profile.usage):.2f} CPU per second for "
+                  f"the mean pod (the {pods} pods' usage summed / {pods}): what the usage "
+                  "rules read", flush=True)
+        return profile
 
     def record(self, limit: Limit | None, role: str, *, sample: bool = False,
                plan: LoadPlan | None = None

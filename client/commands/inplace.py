@@ -19,7 +19,8 @@ from client.run.plan import LoadPlan
 from client.run.record import RunSpec
 from client.run.request_flags import requests_from_flags
 
-__all__ = ["InPlaceBackend", "add_inplace_arguments", "check_inplace_options", "inplace_from", "request_words"]
+__all__ = ["InPlaceBackend", "add_inplace_arguments", "check_inplace_options", "inplace_from",
+           "k8s_targets", "request_words", "with_container"]
 
 
 def add_inplace_arguments(parser: argparse.ArgumentParser, *, keep: bool) -> None:
@@ -31,9 +32,10 @@ def add_inplace_arguments(parser: argparse.ArgumentParser, *, keep: bool) -> Non
                        "(the quota file; docker update --cpus; the pod's resize subresource) "
                        "and reads the group's throttling (needs root)")
     group.add_argument("--k8s", metavar="NS/deployment/NAME",
-                       help="instead of --cgroup: the running pod of a Kubernetes Deployment "
-                       "(resized in place with pods/resize; --url a pod's or an ingress's "
-                       "address the host reaches)")
+                       help="instead of --cgroup: the running pods of a Kubernetes Deployment "
+                       "(each resized alike in place with pods/resize, their groups sampled "
+                       "as one sum; --url a Service's or an Ingress's address the host "
+                       "reaches, spreading the requests over the pods)")
     group.add_argument("--container", metavar="NAME",
                        help="with a pod: the container whose cpu limit is changed (needed "
                        "where a pod has several)")
@@ -116,32 +118,40 @@ def inplace_from(opts: argparse.Namespace, argv: list[str], command: str) -> InP
         request=asked.request if asked.custom and not asked.targets else None,
         targets=asked.targets, redact=frozenset(opts.redact),
         cgroup_interval=opts.cgroup_interval, verify=verify)
+    options = LimiterOptions(allow_restart=opts.allow_restart)
     try:
-        return InPlace.open(target_spec(opts), template, allow_new_limit=opts.allow_new_limit,
-                            options=LimiterOptions(allow_restart=opts.allow_restart))
+        pods = None if opts.k8s is None else k8s_targets(opts.k8s)
+        if pods is not None and len(pods) > 1:
+            namespace = pods[0].split(":", 1)[1].split("/")[0]
+            name = opts.k8s.split("/")[-1]
+            return InPlace.open_pods(f"k8s:{namespace}/deployment/{name}",
+                                     [with_container(pod, opts) for pod in pods], template,
+                                     options=options)
+        spec = with_container(str(opts.cgroup) if pods is None else pods[0], opts)
+        return InPlace.open(spec, template, allow_new_limit=opts.allow_new_limit,
+                            options=options)
     except InPlaceError as exc:
         raise CliError(str(exc)) from None
 
 
-def k8s_target(workload: str) -> str:
-    """``--k8s NS/deployment/NAME`` as a ``--cgroup`` target: ``k8s:NS/POD`` of its one
-    running pod."""
+def k8s_targets(workload: str) -> list[str]:
+    """``--k8s NS/deployment/NAME`` as ``--cgroup`` targets: ``k8s:NS/POD`` of each of its
+    running pods."""
     from client.run.kube_api import KubeError, REQUEST_TIMEOUT, connect
-    from client.run.limiters.kubernetes import find_deployment_pod, parse_workload
+    from client.run.limiters.kubernetes import find_deployment_pods, parse_workload
 
     try:
         namespace, name = parse_workload(workload)
         api = connect()
-        pod = find_deployment_pod(api.core, api.to_json, namespace, name, api.server,
-                                  REQUEST_TIMEOUT)
+        pods = find_deployment_pods(api.core, api.to_json, namespace, name, api.server,
+                                    REQUEST_TIMEOUT)
     except (KubeError, LimiterError) as exc:
         raise CliError(str(exc)) from None
-    return f"k8s:{namespace}/{pod}"
+    return [f"k8s:{namespace}/{pod}" for pod in pods]
 
 
-def target_spec(opts: argparse.Namespace) -> str:
-    """``--cgroup`` (or ``--k8s``'s pod) with ``--container``: ``k8s:NS/POD/CONTAINER``."""
-    spec = str(opts.cgroup) if opts.k8s is None else k8s_target(opts.k8s)
+def with_container(spec: str, opts: argparse.Namespace) -> str:
+    """A pod's target with ``--container``: ``k8s:NS/POD/CONTAINER``."""
     if opts.container is None:
         return spec
     if not spec.startswith(("k8s:", "kubernetes:")):

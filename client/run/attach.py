@@ -25,7 +25,7 @@ from pathlib import Path
 from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample, level_timelines, timeline_path
 from client.data.attribution import attribute_levels
-from client.run.cgroup_sampler import DEFAULT_INTERVAL, CgroupReader, CgroupSampler
+from client.run.cgroup_sampler import DEFAULT_INTERVAL, CgroupSampler, open_reader
 from client.run.cgroup_target import CgroupTarget
 from client.run.http import Sender
 
@@ -37,7 +37,7 @@ class ProbingSender:
     (outside the timed part) and puts their change into the record."""
 
     def __init__(self, inner: Sender, target: CgroupTarget) -> None:
-        self.inner, self.reader = inner, CgroupReader(target)
+        self.inner, self.reader = inner, open_reader(target)
 
     def send(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None) -> RequestRecord:
         before = self.reader.read(run_start_ns)

@@ -33,7 +33,8 @@ from client.run.process_usage import ProcessUsage
 from cpuquota.cgroupfs import (CpuStatReader, parse_cfs_value, parse_cpu_max, parse_pressure,
                                parse_usage_usec)
 
-__all__ = ["DEFAULT_INTERVAL", "CgroupReader", "CgroupSampler", "read_sample", "usage_note"]
+__all__ = ["DEFAULT_INTERVAL", "CgroupReader", "CgroupSampler", "PodsReader", "open_reader",
+           "read_sample", "usage_note"]
 
 DEFAULT_INTERVAL = 0.01   # seconds: 100 samples per second, 10 per 100 ms period
 GOLDEN = 0.6180339887498949   # the sampler's dither sequence: frac(k * GOLDEN)
@@ -166,7 +167,68 @@ class CgroupReader:
         self.close()
 
 
-def usage_note(reader: CgroupReader, base: dict[str, object]) -> dict[str, object]:
+class PodsReader:
+    """Several pods' groups as one (``CgroupTarget.pods``, ``combine_pods``): :meth:`read`
+    reads each pod's :class:`CgroupReader` in turn (a few µs each) and sums the counters, level
+    by level: usage, ``nr_periods``, ``nr_throttled``, throttled time, and each level's quota
+    (None when a pod has none there). ``t_ns`` is the middle of the first and last pod's
+    reading. The pods' period grids have phases of their own: a throttle found in the sum is
+    placed within the sample interval that counted it (``client.data.attribution``)."""
+
+    processes: ProcessUsage | None = None   # pods' groups have their own usage counters
+
+    def __init__(self, target: CgroupTarget) -> None:
+        self.target = target
+        self.version = target.version
+        self._readers: list[CgroupReader] = []
+        try:
+            for pod in target.pods:
+                self._readers.append(CgroupReader(pod))
+        except OSError:
+            self.close()
+            raise
+        if any(reader.processes is not None for reader in self._readers):
+            self.close()
+            raise OSError("a pod's group has no usage counter of its own: cannot sum")
+
+    @property
+    def reads_quota(self) -> bool:
+        return all(reader.reads_quota for reader in self._readers)
+
+    def read(self, since_ns: int = 0) -> CgroupSample:
+        samples = [reader.read(since_ns) for reader in self._readers]
+        levels = tuple(tuple(sum(s.levels[k][i] for s in samples) for i in range(3))
+                       for k in range(len(samples[0].levels)))
+        quotas: list[QuotaSetting] = []
+        if self.reads_quota:
+            for k, (_, period) in enumerate(samples[0].quotas):
+                each = [s.quotas[k][0] for s in samples]
+                quotas.append((None if any(q is None for q in each) else
+                               sum(q for q in each if q is not None), period))
+        return CgroupSample((samples[0].t_ns + samples[-1].t_ns) // 2,
+                            sum(s.usage_ns for s in samples),
+                            sum(s.nr_periods for s in samples),
+                            sum(s.nr_throttled for s in samples),
+                            sum(s.throttled_ns for s in samples), None, None,
+                            levels, tuple(quotas))   # type: ignore[arg-type]
+
+    def close(self) -> None:
+        for reader in self._readers:
+            reader.close()
+
+    def __enter__(self) -> PodsReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_reader(target: CgroupTarget) -> CgroupReader | PodsReader:
+    """The reader of a target: its group's, or the sum over its pods' (``target.pods``)."""
+    return PodsReader(target) if target.pods else CgroupReader(target)
+
+
+def usage_note(reader: CgroupReader | PodsReader, base: dict[str, object]) -> dict[str, object]:
     """``base`` (``UsageSource.to_metadata()``) brought up to date with what the reader's
     processes' figures could not count so far (a group without a usage counter): the
     resolution of reaped children's clock ticks, and why the usage cannot be known."""
@@ -197,12 +259,13 @@ _readers = threading.local()
 def read_sample(target: CgroupTarget, since_ns: int = 0) -> CgroupSample:
     """The target's counters now (see :meth:`CgroupReader.read`), through a reader kept open
     for this thread, so repeated calls cost one ``pread`` and a parse."""
-    cache: dict[CgroupTarget, CgroupReader] | None = getattr(_readers, "cache", None)
+    cache: dict[CgroupTarget, CgroupReader | PodsReader] | None = getattr(_readers, "cache",
+                                                                          None)
     if cache is None:
         cache = _readers.cache = {}
     reader = cache.get(target)
     if reader is None:
-        reader = cache[target] = CgroupReader(target)
+        reader = cache[target] = open_reader(target)
     return reader.read(since_ns)
 
 
@@ -237,7 +300,7 @@ class CgroupSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._file: IO[str] | None = None
-        self._reader: CgroupReader | None = None
+        self._reader: CgroupReader | PodsReader | None = None
         self._since_ns = 0
         # where the usage comes from and what it could not count (``UsageSource.to_metadata``,
         # ``unknown`` and ``resolution_ns`` brought up to date by ``stop()``)
@@ -252,7 +315,7 @@ class CgroupSampler:
             raise RuntimeError("this sampler was already started")
         self._since_ns = time.perf_counter_ns() if run_start_ns is None else run_start_ns
         try:
-            self._reader = CgroupReader(self.target)
+            self._reader = open_reader(self.target)
         except OSError as exc:   # the group went away since it was resolved
             raise CgroupTargetError(f"cannot open {self.target.stat_path}: "
                                     f"{exc.strerror or exc}") from None
@@ -290,7 +353,7 @@ class CgroupSampler:
         self._follow_usage(self._reader)
         return True
 
-    def _follow_usage(self, reader: CgroupReader) -> None:
+    def _follow_usage(self, reader: CgroupReader | PodsReader) -> None:
         """``usage`` kept up to date in place while the run goes (a live view reads it: the
         run's metadata holds this very dict), each time what the processes' figures could not
         count changes (a first reaped child's ticks, a process lost): a few comparisons a
@@ -343,7 +406,7 @@ class CgroupSampler:
             self._reader = None
         return self.samples
 
-    def _note_usage(self, reader: CgroupReader) -> None:
+    def _note_usage(self, reader: CgroupReader | PodsReader) -> None:
         self.usage.update(usage_note(reader, self.usage))
 
     @property

@@ -49,7 +49,7 @@ from cpuquota.cgroupfs import (CpuLimit, Mount, cpu_mounts, find_cpu_controller,
 from cpuquota.limit import Limit, LimitError
 
 __all__ = ["USAGE_KINDS", "USAGE_RESOLUTION_NS", "CgroupTarget", "CgroupTargetError", "QuotaLevel", "UsageSource",
-           "resolve_cgroup"]
+           "combine_pods", "resolve_cgroup"]
 
 # "schedstat" (the live threads' schedstat summed) is only read back from old runs: it lost
 # every thread that ended between two samples
@@ -95,6 +95,17 @@ class UsageSource:
 
 
 @dataclass(frozen=True)
+class PodsUsage(UsageSource):
+    """The usage of several pods' groups summed (``combine_pods``): each pod's own source."""
+
+    sources: tuple[UsageSource, ...] = ()
+
+    def describe(self) -> str:
+        return (f"the sum over {len(self.sources)} pods of: "
+                + "; ".join(source.describe() for source in self.sources))
+
+
+@dataclass(frozen=True)
 class QuotaLevel:
     """A group at or above the target that holds a quota: its throttling counters are in
     ``directory``/cpu.stat."""
@@ -128,6 +139,8 @@ class CgroupTarget:
     # the groups with a quota, the one in force first, then the others nearest first
     levels: tuple[QuotaLevel, ...] = ()
     pressure: bool = False    # the group has cpu.pressure (PSI, cgroup v2)
+    # the sum over several pods (``combine_pods``): each pod's own target; () for one group
+    pods: tuple[CgroupTarget, ...] = ()
 
     @property
     def stat_path(self) -> Path:
@@ -148,7 +161,41 @@ class CgroupTarget:
                 "usage": self.usage_source.to_metadata(),
                 "quota_group": self.levels[0].group if self.levels else None,
                 "levels": [level.to_metadata() for level in self.levels],
-                "pressure": self.pressure}
+                "pressure": self.pressure,
+                **({"pods": [pod.to_metadata() for pod in self.pods]} if self.pods else {})}
+
+
+def combine_pods(spec: str, pods: list[CgroupTarget]) -> CgroupTarget:
+    """Several pods' groups (a Deployment's running pods, resized alike) as one target whose
+    samples are the sums over the pods (``client.run.cgroup_sampler.PodsReader``): usage,
+    ``nr_periods``, ``nr_throttled`` and throttled time of each quota level, level by level,
+    and each level's quota summed (N pods at 0.3 CPU: 0.6 CPU over N periods of 100 ms each
+    period), so usage and quota stay comparable. No PSI (a stall summed over groups is no
+    group's pressure). ``CgroupTargetError`` when the pods' groups are not alike."""
+    if not pods:
+        raise CgroupTargetError(f"{spec}: no pod to watch")
+    first = pods[0]
+    for pod in pods[1:]:
+        if (pod.version, len(pod.levels), pod.usage_source.kind) != \
+                (first.version, len(first.levels), first.usage_source.kind) or \
+                [lv.limit.period_us for lv in pod.levels] != \
+                [lv.limit.period_us for lv in first.levels]:
+            raise CgroupTargetError(f"{spec}: the pods' groups differ ({first.spec}: "
+                                    f"{len(first.levels)} quota level(s); {pod.spec}: "
+                                    f"{len(pod.levels)}): they cannot be summed")
+    count = len(pods)
+    levels = tuple(QuotaLevel(level.directory, f"{level.group} (+{count - 1} pod(s): the sum)",
+                              Limit(sum(p.levels[k].limit.quota_us for p in pods)
+                                    / level.limit.period_us, level.limit.period_ms, 0.0,
+                                    level.limit.source),
+                              level.burst_us)
+                   for k, level in enumerate(first.levels))
+    usage = PodsUsage(first.usage_source.kind, first.usage_source.path,
+                      first.usage_source.proc, tuple(p.usage_source for p in pods))
+    return CgroupTarget(spec, first.directory, first.version,
+                        f"{first.group} (+{count - 1} pod(s): the sum)",
+                        levels[0].limit if levels else None, usage, first.burst_us, levels,
+                        False, tuple(pods))
 
 
 def resolve_cgroup(spec: str, *, pod_uid: str | None = None, proc: Path = Path("/proc"),

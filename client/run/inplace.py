@@ -23,12 +23,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import cast
 
 from client.data.metadata import SweepInfo
 from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample
 from client.run.cgroup_lookup import CommandRunner, run_command
-from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
+from client.run.cgroup_target import CgroupTarget, CgroupTargetError, combine_pods, resolve_cgroup
 from client.run.limiters import Limiter, LimiterError, LimiterOptions, limiter_for
 from client.run.limiters.base import same_limit
 from client.run.measure import Measurement, Progress, measure
@@ -64,6 +65,9 @@ class InPlace:
     restore_to: Limit | None = field(init=False)
     # after the restore: what the limiter says did not change (a pod's restarts, container id)
     unchanged: str | None = field(init=False, default=None)
+    # several pods resized alike (``open_pods``): each pod's ``--cgroup`` spec; the target
+    # is the sum over their groups (``combine_pods``)
+    pod_specs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.restore_to = self.original
@@ -93,6 +97,36 @@ class InPlace:
             raise InPlaceError(f"--cgroup {spec}: its limit now, {describe_limit(original)}, "
                                f"could not be put back: {exc}") from None
         return cls(target, limiter, original, template, pod_uid, run)
+
+    @classmethod
+    def open_pods(cls, spec: str, pod_specs: Sequence[str], template: RunSpec, *,
+                  options: LimiterOptions = LimiterOptions(),
+                  run: CommandRunner = run_command) -> InPlace:
+        """A Deployment's running pods (``spec``: ``k8s:NS/deployment/NAME``; ``pod_specs``:
+        ``k8s:NS/POD[/CONTAINER]`` each), resized alike, their groups sampled as one sum;
+        one-line ``InPlaceError`` as :meth:`open`."""
+        from client.run.limiters.kubernetes import KubernetesLimiter
+        from client.run.limiters.pods import PodsLimiter
+
+        try:
+            targets = [resolve_cgroup(pod, run=run) for pod in pod_specs]
+            limiters = [limiter_for(target, run, options) for target in targets]
+            limiter = PodsLimiter(spec.split(":", 1)[-1].replace("/deployment/", "/"),
+                                  [cast(KubernetesLimiter, lim) for lim in limiters])
+            target = combine_pods(spec, targets)
+            original = limiter.read()
+        except (CgroupTargetError, LimiterError) as exc:
+            raise InPlaceError(str(exc)) from None
+        if original is None:
+            raise InPlaceError(f"{spec}: the pods have no CPU limit now ({limiter.description})"
+                               "; a pod's limit cannot be taken away again afterwards: give "
+                               "them one first")
+        try:
+            limiter.check(original)
+        except LimiterError as exc:
+            raise InPlaceError(f"{spec}: its limit now, {describe_limit(original)}, could not "
+                               f"be put back: {exc}") from None
+        return cls(target, limiter, original, template, None, run, pod_specs=tuple(pod_specs))
 
     # -- changing the limit ------------------------------------------------------------
 
@@ -157,8 +191,11 @@ class InPlace:
     # -- one run -----------------------------------------------------------------------
 
     def resolve(self) -> CgroupTarget:
-        """The group as it is now (the quota levels after a change)."""
+        """The group as it is now (the quota levels after a change; several pods: the sum)."""
         try:
+            if self.pod_specs:
+                return combine_pods(self.target.spec, [resolve_cgroup(spec, run=self.run)
+                                                       for spec in self.pod_specs])
             return resolve_cgroup(self.target.spec, pod_uid=self.pod_uid, run=self.run)
         except CgroupTargetError as exc:
             raise InPlaceError(str(exc)) from None

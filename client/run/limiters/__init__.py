@@ -10,7 +10,8 @@ cgroup      a cgroup directory or ``pid:PID``: the quota file of the level that 
             as ``--cgroup`` resolution finds it (``client.run.limiters.cgroupfs``)
 docker      ``docker:NAME``: ``docker update --cpus`` (``client.run.limiters.docker``)
 k8s         ``k8s:NS/POD[/CONTAINER]``: the pod's ``resize`` subresource through the official
-            ``kubernetes`` client, QoS class kept (``client.run.limiters.kubernetes``)
+            ``kubernetes`` client, QoS class kept (``client.run.limiters.kubernetes``);
+            ``--k8s`` with several running pods: each alike (``client.run.limiters.pods``)
 ==========  =========================================================================
 
 A :class:`Limiter` says the limit in force (``read``: the quota file as the kernel shows it),

@@ -2,7 +2,7 @@
 ``resize`` subresource (Kubernetes 1.33+), through the official ``kubernetes`` client.
 
 Registered as ``k8s`` in ``client.run.limiters.LIMITERS`` (``--cgroup k8s:NS/POD[/CONTAINER]``,
-``--k8s NS/deployment/NAME``); tested on the project's node (tests/test_commands_advise_k8s.py).
+``--k8s NS/deployment/NAME``; several pods: ``client.run.limiters.pods``); tested on the project's node (tests/test_commands_advise_k8s.py).
 
 - **The body** (:func:`resize_body`) sets the container's ``limits.cpu`` and moves
   ``requests.cpu`` only as the QoS class needs: a Guaranteed pod keeps requests equal to limits;
@@ -37,7 +37,7 @@ from client.run.limiters.base import LimiterError, read_quota, wait_for_quota
 from cpuquota.limit import Limit
 
 __all__ = ["KubernetesLimiter", "container_name", "cpu_cores", "cpu_quantity", "deployment_pods",
-           "find_deployment_pod", "identity", "parse_workload", "resize_body", "resize_state",
+           "find_deployment_pods", "identity", "parse_workload", "resize_body", "resize_state",
            "restarts_on_resize"]
 
 Pod = Mapping[str, Any]   # a pod as the API's JSON (camelCase keys)
@@ -326,12 +326,12 @@ def deployment_pods(pods: list[Pod], deployment: str) -> list[str]:
                   and not (p.get("metadata") or {}).get("deletionTimestamp"))
 
 
-def find_deployment_pod(api: Any, to_json: Callable[[Any], Any], namespace: str,
-                        deployment: str, server: str = "",
-                        request_timeout: float | None = None) -> str:
-    """The one running pod of ``namespace/deployment`` (``list pods``: no permission on
-    Deployments needed). ``LimiterError`` when there is none, or several: each run samples one
-    pod's group, and a Deployment's requests spread over all of them."""
+def find_deployment_pods(api: Any, to_json: Callable[[Any], Any], namespace: str,
+                         deployment: str, server: str = "",
+                         request_timeout: float | None = None) -> list[str]:
+    """The running pods of ``namespace/deployment``, sorted (``list pods``: no permission on
+    Deployments needed). ``LimiterError`` when there is none. With several, each is resized
+    alike and their groups are sampled together (``client.run.limiters.pods``)."""
     call = {} if request_timeout is None else {"_request_timeout": request_timeout}
     try:
         listed = to_json(api.list_namespaced_pod(namespace, **call))
@@ -341,13 +341,7 @@ def find_deployment_pod(api: Any, to_json: Callable[[Any], Any], namespace: str,
     if not names:
         raise LimiterError(f"deployment {namespace}/{deployment} has no running pod (no such "
                            "Deployment, or scaled to 0)")
-    if len(names) > 1:
-        raise LimiterError(f"deployment {namespace}/{deployment} has {len(names)} running pods "
-                           f"({', '.join(names)}): advise samples one pod's group, so it "
-                           f"needs one (kubectl scale deployment {deployment} -n {namespace} "
-                           "--replicas 1 while it runs, or --cgroup k8s:NS/POD with the URL "
-                           "of that pod)")
-    return names[0]
+    return names
 
 
 def _owner(pod: Pod) -> str | None:

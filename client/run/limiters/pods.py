@@ -1,0 +1,72 @@
+"""Several pods of one Deployment resized alike (``--k8s NS/deployment/NAME`` with more than
+one running pod): one :class:`client.run.limiters.kubernetes.KubernetesLimiter` per pod, behind
+the same :class:`client.run.limiters.Limiter` interface.
+
+- **apply** resizes each pod in turn, each awaited and read back (its
+  ``status.containerStatuses[].resources`` and its quota file) before the next; a pod whose
+  resize fails ends it (the restore then puts every pod back).
+- **read** is the limit every pod's quota file shows; when they differ (a restore cut short)
+  it is None, so the restore sets them all again.
+- **restore_hint** is one ``kubectl patch ... --subresource resize`` per pod; **unchanged**
+  says each pod's restart count and container id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from client.run.limiters.base import LimiterError, same_limit
+from client.run.limiters.kubernetes import KubernetesLimiter
+from cpuquota.limit import Limit
+
+__all__ = ["PodsLimiter"]
+
+
+class PodsLimiter:
+    """The pods of ``deployment`` (``NS/NAME``), each with its own limiter, set alike."""
+
+    kind = "k8s"
+    can_remove = False
+
+    def __init__(self, deployment: str, limiters: Sequence[KubernetesLimiter]) -> None:
+        if len(limiters) < 2:
+            raise ValueError("PodsLimiter is for two pods or more")
+        self.deployment, self.limiters = deployment, list(limiters)
+        first = self.limiters[0]
+        limits = [limiter.read() for limiter in self.limiters]
+        if not all(same_limit(limit, limits[0]) for limit in limits):
+            said = ", ".join(f"{lim.pod} {_cpus(limit)}"
+                             for lim, limit in zip(self.limiters, limits))
+            raise LimiterError(f"deployment {deployment}'s pods have different cpu limits now "
+                               f"({said}): a rollout under way? Try again once it is done")
+        pods = [limiter.pod for limiter in self.limiters]
+        self.description = (f"pods/resize of the {len(pods)} pods of deployment {deployment} "
+                            f"({', '.join(pods)}), container {first.container}")
+        self.names: dict[str, Any] = {**first.names, "pods": pods}
+
+    def read(self) -> Limit | None:
+        limits = [limiter.read() for limiter in self.limiters]
+        return limits[0] if all(same_limit(limit, limits[0]) for limit in limits) else None
+
+    def check(self, limit: Limit | None) -> None:
+        for limiter in self.limiters:
+            limiter.check(limit)
+
+    def apply(self, limit: Limit | None) -> None:
+        for limiter in self.limiters:
+            if not same_limit(limiter.read(), limit):
+                limiter.apply(limit)
+
+    def unchanged(self) -> str:
+        return "; ".join(limiter.unchanged() for limiter in self.limiters)
+
+    def patch_deployment(self, limit: Limit) -> str:
+        return self.limiters[0].patch_deployment(limit)
+
+    def restore_hint(self, limit: Limit | None) -> str:
+        return "; ".join(limiter.restore_hint(limit) for limiter in self.limiters)
+
+
+def _cpus(limit: Limit | None) -> str:
+    return "no limit" if limit is None else f"{limit.cpus:g} CPU"
