@@ -151,7 +151,8 @@ def test_interrupted_advice_puts_the_limit_back(tmp_path: Path, signum: int) -> 
                 time.sleep(0.02)
                 seen = quota(service.group)
             assert proc.poll() is None, proc.communicate()
-            time.sleep(0.3)   # into the candidate's requests
+            # at once: the candidate's run (100 requests) has just begun; a pause here could
+            # outlast the search's last run on a busy machine (then it ends with 0)
             proc.send_signal(signum)
             out, err = proc.communicate(timeout=120)
         finally:
