@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 import pytest
+import yaml
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
@@ -49,3 +50,28 @@ def test_no_kubeconfig_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "bad"))
     with pytest.raises(KubeError, match="the kubeconfig cannot be used"):
         connect()
+
+
+def test_the_kubeconfig_is_the_one_named_now(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``$KUBECONFIG`` as it is at the call, not as it was when the client was first imported
+    (the client's own default is read once, at import: seen in CI, where another test had
+    imported it first)."""
+    import kubernetes.config  # noqa: F401 - imported before KUBECONFIG is set, on purpose
+
+    def kubeconfig(path: Path, server: str) -> Path:
+        doc = {"apiVersion": "v1", "kind": "Config",
+               "clusters": [{"name": "c", "cluster": {"server": server}}],
+               "users": [{"name": "u", "user": {"token": "t"}}],
+               "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+               "current-context": "x"}
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    first = kubeconfig(tmp_path / "first", "https://10.250.0.2:6443")
+    monkeypatch.setenv("KUBECONFIG", str(first))
+    assert connect().server == "https://10.250.0.2:6443"
+    second = kubeconfig(tmp_path / "second", "https://127.0.0.1:6444")
+    monkeypatch.setenv("KUBECONFIG", str(second))
+    assert connect().server == "https://127.0.0.1:6444"

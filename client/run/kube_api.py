@@ -58,7 +58,10 @@ def connect(context: str | None = None) -> KubeApi:
     configuration = client.Configuration()
     try:
         if _kubeconfig_files():
-            config.load_kube_config(client_configuration=configuration, context=context)
+            # the files named now: the client's own default is $KUBECONFIG as it was when the
+            # module was first imported
+            config.load_kube_config(config_file=os.pathsep.join(map(str, _kubeconfig_files())),
+                                    client_configuration=configuration, context=context)
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config(client_configuration=configuration)
         else:

@@ -15,7 +15,9 @@ reading: v1 caches the list per open file):
   when the parent reaps it). This is how a process-per-request server's requests are counted
   when they start and end between two samples.
 
-A process seen before that has been reaped since: when its parent is one of the group's
+A process reaped between its listing in ``cgroup.procs`` and its first reading is treated as
+one that ended before it was listed (nothing of it was read, so nothing is kept or lost). A
+process seen before that has been reaped since: when its parent is one of the group's
 processes, still there, and does not ignore ``SIGCHLD``, the parent's ``cutime + cstime`` now
 hold its total, so it is dropped from the sum. Otherwise (its parent is outside the group, or
 ignores ``SIGCHLD`` so the kernel reaps it and adds it to no one) its last reading stays in
@@ -141,6 +143,9 @@ class ProcessUsage:
             elif pid not in members and not process.zombie:   # moved to another group
                 self._forget(pid, lost=False)
         for pid, process in reaped:
+            if not process.seen:   # reaped between its listing and its first reading: as one
+                self._forget(pid, lost=False, keep=False)   # that ended before its listing
+                continue
             parent = self._processes.get(process.ppid)
             counted = (parent is not None and process.ppid in members
                        and not self._ignores_sigchld(process.ppid))
