@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.guest import EARLY, guest_test_files, missing_for_guest, run_guest_pytest
+from tests.guest import EARLY, EARLY_TIMEOUT_S, guest_test_files, missing_for_guest, run_guest_pytest
 from tests.support import require
 
 # the whole guest step (boot + tests), see docs/developing.md for measurements; a slower machine sets more
@@ -28,7 +28,9 @@ def _tail(text: str, lines: int = 40) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-@pytest.mark.timeout(BOOT_AND_RUN_S + 60)
+# booted early (beside the suite), the guest has its own deadline from its boot
+# (EARLY_TIMEOUT_S): the test waits for it that long at most, however long the host's took
+@pytest.mark.timeout(max(BOOT_AND_RUN_S, EARLY_TIMEOUT_S) + 60)
 def test_cgroup2_tests_pass_in_a_v2_guest(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     require(sys.platform.startswith("linux"), "the cgroup v2 guest needs Linux and qemu")
     require(os.geteuid() == 0, "booting the guest's kernel from /boot needs root here")
