@@ -223,7 +223,8 @@ def mark_throttled(ok: Sequence[RequestRecord], lat: np.ndarray, threshold: floa
     return throttled, ThrottleSource.SERVER_AND_LATENCY, [
         f"{missed} slow request(s) without a throttle in the server's counters: stalls before "
         "the handler started (the kernel stops the whole process, also while a request waits "
-        "to be read)"]
+        "to be read), or a quota on a group above the server's own that it cannot read (a "
+        "Kubernetes pod's group: --cgroup k8s:NS/POD reads both)"]
 
 
 def stall_of(ok: Sequence[RequestRecord], lat: np.ndarray, mask: np.ndarray,
