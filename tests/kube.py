@@ -21,7 +21,7 @@ from kubenode.config import CGROUP_ROOT, NODE_NAME, VETH_HOST, layout
 from tests.support import require
 
 __all__ = ["BEFORE", "HostView", "host_view", "node_session", "require_node_tools", "iptables_lines",
-           "wait_for", "NODE_PATHS"]
+           "wait_for", "NODE_PATHS", "namespaced_overlay"]
 
 TOOLS = ("etcd", "containerd", "runc", "ctr", "conntrack", "iptables", "unshare", "nsenter",
          "openssl", "gcc", "ip", "docker")
@@ -145,3 +145,35 @@ def node_session() -> Iterator[node.Node]:
                     if getattr(before, field) != getattr(after, field)}
             assert not diff, f"the host after the node differs from before: {diff}"
 
+
+
+def namespaced_overlay(k8s: Path, directory: Path, namespace: str,
+                       deletions: list[tuple[str, str, str]], patches: str = "") -> Path:
+    """A kustomize overlay in ``directory``: ``k8s/`` moved into ``namespace``, the objects
+    ``deletions`` names (apiVersion, kind, name; name "*" for every one of the kind) deleted,
+    and ``patches`` (more entries of the ``patches:`` list, YAML) after them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = "".join(
+        (f"""  - target:
+      kind: {kind}
+    patch: |-
+      $patch: delete
+      apiVersion: {api}
+      kind: {kind}
+      metadata:
+        name: any
+""" if name == "*" else f"""  - patch: |-
+      $patch: delete
+      apiVersion: {api}
+      kind: {kind}
+      metadata:
+        name: {name}
+""") for api, kind, name in deletions)
+    (directory / "kustomization.yaml").write_text(f"""apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: {namespace}
+resources:
+  - {os.path.relpath(k8s, directory)}
+patches:
+{entries}{patches}""")
+    return directory

@@ -39,7 +39,7 @@ import yaml
 
 from client.run.cgroup_lookup import find_pod_directory
 from kubenode import node as kubenode
-from tests.kube import wait_for
+from tests.kube import namespaced_overlay, wait_for
 from tests.support import BIN, ROOT, stop_by_pid
 
 NS = "tl-advise-test"
@@ -53,31 +53,9 @@ CPU = Path("/sys/fs/cgroup/cpu")        # the node runs on cgroup v1 (tests/kube
 def advise_overlay(k8s: Path, directory: Path, namespace: str) -> Path:
     """``k8s/`` moved into ``namespace``: the limited Deployment and the Services only (the
     Job, the limitless Deployment and the Ingresses deleted by patches)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    deletions = [("batch/v1", "Job", "http-timing"), ("apps/v1", "Deployment", "limitless")]
-    patches = "".join(f"""  - patch: |-
-      $patch: delete
-      apiVersion: {api}
-      kind: {kind}
-      metadata:
-        name: {name}
-""" for api, kind, name in deletions)
-    (directory / "kustomization.yaml").write_text(f"""apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-namespace: {namespace}
-resources:
-  - {os.path.relpath(k8s, directory)}
-patches:
-{patches}  - target:
-      kind: Ingress
-    patch: |-
-      $patch: delete
-      apiVersion: networking.k8s.io/v1
-      kind: Ingress
-      metadata:
-        name: any
-""")
-    return directory
+    return namespaced_overlay(k8s, directory, namespace, [
+        ("batch/v1", "Job", "http-timing"), ("apps/v1", "Deployment", "limitless"),
+        ("networking.k8s.io/v1", "Ingress", "*")])
 
 
 @dataclass

@@ -34,7 +34,7 @@ from client.data.timeline import read_timeline
 from client.run.cgroup_lookup import find_pod_directory
 from kubenode import node as kubenode
 from kubenode.traefik import INGRESS_CLASS, WEB_PORT
-from tests.kube import wait_for
+from tests.kube import namespaced_overlay, wait_for
 from tests.support import BIN, ROOT, stop_by_pid
 from tests.test_commands_advise_k8s import (BUSY, CPU, NICE, Proxy, _has_service_image,
                                             kubeconfig_through, timed)
@@ -48,23 +48,9 @@ def overlay(k8s: Path, directory: Path) -> Path:
     """``k8s/`` moved into ``NS``: the limited Deployment at 2 replicas, its Service, its
     Ingress on a host of its own for the node's class (the Job, the limitless Deployment and
     its Ingress deleted)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    deletions = [("batch/v1", "Job", "http-timing"), ("apps/v1", "Deployment", "limitless"),
-                 ("networking.k8s.io/v1", "Ingress", "limitless")]
-    patches = "".join(f"""  - patch: |-
-      $patch: delete
-      apiVersion: {api}
-      kind: {kind}
-      metadata:
-        name: {name}
-""" for api, kind, name in deletions)
-    (directory / "kustomization.yaml").write_text(f"""apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-namespace: {NS}
-resources:
-  - {os.path.relpath(k8s, directory)}
-patches:
-{patches}  - target:
+    return namespaced_overlay(k8s, directory, NS, [
+        ("batch/v1", "Job", "http-timing"), ("apps/v1", "Deployment", "limitless"),
+        ("networking.k8s.io/v1", "Ingress", "limitless")], f"""  - target:
       kind: Deployment
       name: limited
     patch: |-
@@ -82,7 +68,6 @@ patches:
         path: /spec/rules/0/host
         value: {HOST}
 """)
-    return directory
 
 
 @dataclass
