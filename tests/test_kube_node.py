@@ -136,6 +136,10 @@ def applied(kube_node: kubenode.Node, images: dict[str, float],
     """``k8s/`` applied, through an overlay that only sets the Ingress class of the node's
     controller (Traefik)."""
     overlay = write_overlay(tmp_path_factory.mktemp("overlay"), ROOT / "k8s")
+    # a Job's template cannot change, and `make kube-demo` leaves its own (holding its raw data
+    # for the copy): it is deleted first, as the demo does, so that this one runs
+    kube_node.kubectl("-n", "throttle-lab", "delete", "job", "http-timing", "--ignore-not-found",
+                      "--cascade=foreground", "--timeout=120s", timeout=150)
     kube_node.kubectl("apply", "-k", str(overlay), timeout=120)
     yield kube_node
     kube_node.kubectl("delete", "-k", str(overlay), "--wait=false", check=False, timeout=120)
