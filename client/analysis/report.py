@@ -75,7 +75,8 @@ class QuotaPart:
         s, d, c = self.report.summary, self.report.detection, self.report.cgroup
         group = ({} if c is None else {
             "cgroup_nr_periods": c.nr_periods, "cgroup_nr_throttled": c.nr_throttled,
-            "cgroup_throttled_ms": c.throttled_ms, "usage_cpus": c.usage_cpus_mean})
+            "cgroup_throttled_ms": c.throttled_ms, "usage_cpus": c.usage_cpus_mean,
+            "cgroup_duration_s": c.duration_s})
         return {**self.span.to_dict(), "requests": s.count, "p50_ms": s.p50_ms,
                 "p90_ms": s.p90_ms, "p99_ms": s.p99_ms, "throttled_count": d.throttled_count,
                 "straddling": self.straddling, **group}
