@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,18 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 # Set (to "cgroup2") in the guest that tests/test_guest_cgroup2.py boots: a real cgroup v2 kernel.
 GUEST_ENV = "THROTTLE_LAB_GUEST"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests send Ctrl-C (SIGINT) and SIGQUIT to the tools as a terminal would. A shell that
+    started the suite in the background without job control (``make test &`` in a script) set
+    both to ignored, and an ignored signal stays ignored across exec: every Ctrl-C test would
+    hang. The tools respect an ignored SIGINT (a user who ignores it means it), so the suite
+    gives the processes it starts a terminal's dispositions."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

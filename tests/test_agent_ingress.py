@@ -261,8 +261,10 @@ def test_an_ingress_log_marked_through_the_api_agrees_with_cpu_stat(
     assert report.returncode == 0 and json.loads(report.stdout)["count"] == len(lines)
 
     # the agreement depends on the clocks: the same log placed 100 ms late (a node's clock
-    # that far off, or the log's end taken for its start) loses the first throttle of each
-    # request to the idle gap before the next one
+    # that far off, or the log's end taken for its start) loses the throttling in each
+    # request's first 100 ms to the idle gap before the next one, and agrees less well with
+    # cpu.stat than the log on the right clock (how much less depends on where the throttles
+    # fell: 19 % short on a busy machine, more on a quiet one)
     late = http_timing("import", str(log), "--timeline", spec, "--name", "late", "--offset",
                        "0.1", cwd=tmp_path)
     assert late.returncode == 0, late.stderr
@@ -271,4 +273,5 @@ def test_an_ingress_log_marked_through_the_api_agrees_with_cpu_stat(
     assert len(shifted) == REQUESTS
     late_ns = sum(r.cgroup_throttled_ns or 0 for r in shifted)
     print(f"placed 100 ms late: {late_ns / MS:.1f} ms marked")
-    assert late_ns < 0.8 * kernel_ns, (late_ns, kernel_ns)
+    assert late_ns < marks_ns and kernel_ns - late_ns > abs(marks_ns - kernel_ns), (
+        late_ns, marks_ns, kernel_ns)
