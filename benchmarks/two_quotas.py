@@ -43,6 +43,7 @@ from benchmarks.support import (
 )
 from client.data.files import read_run
 from client.data.summary import summarize
+from client.run.limiters.base import write_quota
 from cpuquota.account import CpuStat
 from cpuquota.cgroupfs import locate_cpu_controller, read_cpu_stat
 from cpuquota.limit import Limit
@@ -50,14 +51,6 @@ from service.cgroup import create_group, empty_group, move_pid, remove_group
 
 LAYOUTS = ("container", "pod+container")
 PERIOD_NS = 100_000_000
-
-
-def _set_quota(group: Path, version: int, quota_us: int | None) -> None:
-    """``quota_us`` per 100 ms on ``group`` (None: no quota)."""
-    if version == 1:
-        (group / "cpu.cfs_quota_us").write_text(f"{quota_us or -1}\n")
-    else:
-        (group / "cpu.max").write_text(f"{quota_us or 'max'} 100000\n")
 
 
 @contextmanager
@@ -71,8 +64,8 @@ def _pod(limit: Limit, layout: str) -> Iterator[tuple[Path, Path, int]]:
         if version == 2:
             (pod / "cgroup.subtree_control").write_text("+cpu\n")
         container.mkdir()
-        _set_quota(container, version, limit.quota_us)
-        _set_quota(pod, version, limit.quota_us if layout == "pod+container" else None)
+        write_quota(container, version, limit)
+        write_quota(pod, version, limit if layout == "pod+container" else None)
         yield pod, container, version
     finally:
         for group in (container, pod):
