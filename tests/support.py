@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -9,7 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ from client.run.targets.service import free_port, stop_process
 from service.app import create_app
 from service.config import Settings
 
-__all__ = ["BIN", "HIERARCHIES", "ROOT", "check_split_by_quota", "free_port", "require", "require_kernel_quota", "running_service",
+__all__ = ["BIN", "HIERARCHIES", "ROOT", "check_split_by_quota", "free_port", "http_timing",
+           "http_timing_here", "in_v2_guest", "require", "require_kernel_quota", "running_service",
            "service_process", "shield_from_neighbours", "stop_by_pid", "wait_for_rows", "wait_healthy"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -207,11 +209,21 @@ def usage_error(argv: Sequence[str], cwd: Path, monkeypatch: pytest.MonkeyPatch,
     return lines[0]
 
 
-def http_timing(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """The ``http-timing`` console script, as a user runs it, in ``cwd``. Past ``timeout`` (or
-    when the test is stopped meanwhile) it gets SIGTERM, so the services it started are
-    stopped by their pids too, then SIGKILL (``stop_by_pid``); then ``TimeoutExpired``."""
-    argv = [str(BIN / "http-timing"), *args]
+def in_v2_guest() -> bool:
+    """Whether this runs in the cgroup v2 guest (tests/guest.py sets ``THROTTLE_LAB_GUEST``)."""
+    return os.environ.get("THROTTLE_LAB_GUEST") == "cgroup2"
+
+
+def http_timing(*args: str, cwd: Path, timeout: float = 180,
+                prefix: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+    """The ``http-timing`` console script, as a user runs it, in ``cwd`` (after ``prefix``,
+    e.g. ``nice -n -10``). Past ``timeout`` (or when the test is stopped meanwhile) it gets
+    SIGTERM, so the services it started are stopped by their pids too, then SIGKILL
+    (``stop_by_pid``); then ``TimeoutExpired``. In the v2 guest it runs in this process
+    (:func:`http_timing_here`)."""
+    if in_v2_guest():
+        return http_timing_here(*args, cwd=cwd)
+    argv = [*prefix, str(BIN / "http-timing"), *args]
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
@@ -219,6 +231,30 @@ def http_timing(*args: str, cwd: Path, timeout: float = 180) -> subprocess.Compl
     finally:
         stop_by_pid(proc)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def http_timing_here(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``http-timing ARGS`` through the console script's own ``main`` in this process, in
+    ``cwd``, its output captured: the same code, exit status and output as the script (which
+    is ``sys.exit(main())``). For the v2 guest, where every new Python process imports numpy,
+    httpx and the client again at TCG's speed (20-50 s each, measured 2026-11-26); the
+    service it times still runs in its own group, in its own process."""
+    from client.commands import main
+
+    out, err = io.StringIO(), io.StringIO()
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code: object = main(list(args))
+            except SystemExit as exc:   # argparse's own errors, as the script would exit
+                code = exc.code
+    finally:
+        os.chdir(before)
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    return subprocess.CompletedProcess(["http-timing", *args], status, out.getvalue(),
+                                       err.getvalue())
 
 
 def _within_quota(part: dict, cpus: float) -> bool:  # type: ignore[type-arg]

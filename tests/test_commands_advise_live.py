@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from client.data.files import read_run
-from tests.support import BIN, HIERARCHIES, require_kernel_quota, stop_by_pid, usage_error
+from tests.support import (BIN, HIERARCHIES, http_timing, require_kernel_quota, stop_by_pid,
+                           usage_error)
 
 BURN = "/burn?ms=3"     # 3 ms of CPU per request
 ORIGINAL = "50000"      # the group's quota when each test starts: 0.5 CPU
@@ -43,8 +44,7 @@ def boost(group: Path) -> Path:
 
 def timed(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
     """``http-timing ARGS`` at nice -10 (see the module docstring)."""
-    return subprocess.run([*NICE, str(BIN / "http-timing"), *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
+    return http_timing(*args, cwd=cwd, timeout=timeout, prefix=NICE)
 
 
 BUSY = "below what the service does without any CPU limit"

@@ -12,14 +12,16 @@ import pytest
 
 from client.data.files import read_run
 from client.run.targets import resolve_backend
-from tests.support import BIN, HIERARCHIES, gone, interrupted_after_rows, require_kernel_quota
+from tests.support import (BIN, HIERARCHIES, gone, http_timing, interrupted_after_rows,
+                           require_kernel_quota)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def sweep(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "http-timing"), "sweep", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
+    """``http-timing sweep ARGS`` (``tests.support.http_timing``: stopped by its pid past
+    ``timeout``, the services it started with it)."""
+    return http_timing("sweep", *args, cwd=cwd, timeout=timeout)
 
 
 def metadata(path: Path) -> dict[str, Any]:

@@ -36,3 +36,24 @@ def test_a_timed_out_http_timing_stops_and_so_do_the_services_it_started(
     assert processes_in(tmp_path.resolve()) == []
     # the run was under way (the service had answered): so there was something to stop
     assert list((tmp_path / "raw-data").glob("cut-*.csv"))
+
+
+@pytest.mark.parametrize("argv", [
+    pytest.param(["report", "RAW/calibrated-kernel-0.3.csv", "--json"], id="report-json"),
+    pytest.param(["report", "RAW/calibrated-kernel-0.3.csv", "--predict"], id="report-predict"),
+    pytest.param(["report", "RAW/no-such-run.csv"], id="missing-file"),
+    pytest.param(["predict", "--service-ms", "5", "--cpus", "0.3"], id="predict"),
+    pytest.param(["report", "--bogus"], id="usage"),
+])
+def test_in_process_http_timing_is_the_console_script(tmp_path: Path, argv: list[str]) -> None:
+    """What the v2 guest runs in its own process (``http_timing_here``) says what the console
+    script says: the same exit status, stdout and stderr, for a run, an error and a usage
+    error."""
+    from tests.support import ROOT, http_timing_here
+
+    args = [a.replace("RAW", str(ROOT / "raw-data")) for a in argv]
+    script = http_timing(*args, cwd=tmp_path)
+    here = http_timing_here(*args, cwd=tmp_path)
+    assert (here.returncode, here.stdout, here.stderr) == (
+        script.returncode, script.stdout, script.stderr)
+    assert os.getcwd() != str(tmp_path)   # put back
