@@ -16,12 +16,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
+from client.run.limiters.kubernetes import cpu_cores
+from cpuquota.limit import Limit
 from kubenode import files, host, node
 from kubenode.config import CGROUP_ROOT, NODE_NAME, VETH_HOST, layout
-from tests.support import require
+from tests.support import ROOT, require
 
 __all__ = ["BEFORE", "HostView", "host_view", "node_session", "require_node_tools", "iptables_lines",
-           "wait_for", "NODE_PATHS", "namespaced_overlay"]
+           "wait_for", "NODE_PATHS", "namespaced_overlay", "shipped_limit"]
 
 TOOLS = ("etcd", "containerd", "runc", "ctr", "conntrack", "iptables", "unshare", "nsenter",
          "openssl", "gcc", "ip", "docker")
@@ -31,6 +35,16 @@ NODE_PATHS = ("/var/lib/kubelet", "/var/lib/cni", "/run/netns", "/run/containerd
 # Host sysctls the kubelet or kube-proxy would write if the node were not in namespaces of its own.
 HOST_SYSCTLS = [*files.KUBELET_SYSCTLS, "net/ipv4/ip_forward", "net/ipv4/conf/all/route_localnet",
                 "net/netfilter/nf_conntrack_max"]
+
+
+def shipped_limit() -> Limit:
+    """The limited Deployment's CPU limit as k8s/deployment-limited.yaml ships it (its
+    ``limits.cpu``; the kubelet writes it as the quota of the pod's group and its container's):
+    the one place the node tests take it from."""
+    doc = yaml.safe_load((ROOT / "k8s" / "deployment-limited.yaml").read_text())
+    cpus = cpu_cores(doc["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"])
+    assert cpus is not None
+    return Limit(cpus)
 
 
 def require_node_tools() -> None:

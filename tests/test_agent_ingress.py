@@ -44,7 +44,7 @@ from client.run.agent_timeline import PodRef, fetch_timeline
 from kubenode import node as kubenode
 from kubenode.config import CGROUP_ROOT
 from kubenode.traefik import INGRESS_CLASS, WEB_PORT, access_log
-from tests.kube import wait_for
+from tests.kube import shipped_limit, wait_for
 from tests.recorder_support import cpu_stat, kubectl_json, recorder_up, user_kubeconfig
 from tests.support import ROOT, http_timing
 
@@ -54,7 +54,7 @@ NS = "tl-ingresslog-test"
 HOST = f"limited.{NS}.localhost"
 CPU = Path("/sys/fs/cgroup/cpu")
 MS = 1_000_000
-QUOTA_NS = 30 * MS            # k8s/deployment-limited.yaml: limits.cpu 300m, 30 ms a period
+QUOTA_NS = shipped_limit().quota_ns   # k8s/deployment-limited.yaml's limits.cpu, a period's
 ITERATIONS = 80_000           # ~80 ms of CPU (the calibrated burn): > two periods' quota
 BURN = f"/cpuBurnFlow?iterations={ITERATIONS}"
 REQUESTS = 12

@@ -39,7 +39,7 @@ import yaml
 
 from client.run.cgroup_lookup import find_pod_directory
 from kubenode import node as kubenode
-from tests.kube import namespaced_overlay, wait_for
+from tests.kube import namespaced_overlay, shipped_limit, wait_for
 from tests.support import BIN, ROOT, stop_by_pid
 
 NS = "tl-advise-test"
@@ -48,6 +48,7 @@ NICE = ["nice", "-n", "-10"]
 BUSY = "below what the service does without any CPU limit"
 URL = "http://{ip}:7800/cpuBurnFlow?iterations=5000"
 CPU = Path("/sys/fs/cgroup/cpu")        # the node runs on cgroup v1 (tests/kube.py)
+LIMIT = shipped_limit()                 # k8s/deployment-limited.yaml's limits.cpu: put back
 
 
 def advise_overlay(k8s: Path, directory: Path, namespace: str) -> Path:
@@ -150,12 +151,12 @@ def test_advise_a_deployments_pod_in_place(deployed: Deployed, tmp_path: Path) -
     assert less["cpus"] == pytest.approx(int(rec["cpus"] * 1000 * 0.75) / 1000)
     inplace = answer["inplace"]
     assert inplace["kind"] == "k8s" and inplace["target"].startswith(f"k8s:{NS}/limited-")
-    assert inplace["original"]["quota_us"] == 30000 and inplace["left_at"]["quota_us"] == 30000
+    assert inplace["original"]["quota_us"] == inplace["left_at"]["quota_us"] == LIMIT.quota_us
     pod_name = before[0]
     assert inplace["unchanged"] == (f"pod {NS}/{pod_name}, container burn-service: restart "
                                     f"count 0 and container id "
                                     f"{before[4].split('://')[1][:12]} unchanged")
-    assert quota_of(deployed.pod()) == 30000
+    assert quota_of(deployed.pod()) == LIMIT.quota_us
     # each run carries what the pod's cpu.stat counted, at the limit the resize set
     counted = inplace["cgroup"]
     for name in less["name"].split(" + "):
@@ -265,7 +266,8 @@ def test_a_lost_api_server_says_what_it_could_not_restore(deployed: Deployed,
     assert quota_of(deployed.pod()) in (50000, 40000)   # left as set: the API was gone
     # the printed command, as the user runs it (with a kubeconfig that reaches the server)
     subprocess.run(["bash", "-c", hint], env=deployed.env, check=True, timeout=60)
-    wait_for("0.3 CPU back", lambda: quota_of(deployed.pod()) == 30000, 60, 0.2)
+    wait_for("the shipped limit back", lambda: quota_of(deployed.pod()) == LIMIT.quota_us, 60,
+             0.2)
     # the kubelet writes the group first, the pod's status next
     wait_for("the pod as before", lambda: deployed.state() == before, 60, 0.2)
 
@@ -288,9 +290,9 @@ def test_a_signal_mid_sweep_puts_the_limit_back(deployed: Deployed, tmp_path: Pa
     finally:
         stop_by_pid(proc)
     print(out[-2000:], err[-2000:])
-    assert "in place: restored: 0.3 CPU" in out
+    assert f"in place: restored: {LIMIT.cpus:g} CPU" in out
     assert "restart count 0 and container id" in out
-    assert quota_of(deployed.pod()) == 30000
+    assert quota_of(deployed.pod()) == LIMIT.quota_us
     assert deployed.state() == before
 
 
@@ -343,7 +345,7 @@ def test_apply_patches_the_deployment(deployed: Deployed, monkeypatch: pytest.Mo
                                       ) -> None:
     """``--apply``'s patch (the limiter's, as advise calls it at the end) through the real API:
     the Deployment's template gets the limit, its request kept (above the limit: moved), and
-    rolls out; put back to 300m after. Last in this file: it replaces the pod."""
+    rolls out; put back to the shipped limit after. Last in this file: it replaces the pod."""
     from client.run.cgroup_target import resolve_cgroup
     from client.run.limiters import LimiterOptions, limiter_for
     from cpuquota.limit import Limit
@@ -359,21 +361,25 @@ def test_apply_patches_the_deployment(deployed: Deployed, monkeypatch: pytest.Mo
         out = node.kubectl("-n", NS, "get", "deployment", "limited", "-o", "json").stdout
         return json.loads(out)["spec"]["template"]["spec"]["containers"][0]["resources"]
 
+    shipped = f"{LIMIT.millicores}m"                    # the request, as the limit
     try:
+        assert template()["requests"]["cpu"] == template()["limits"]["cpu"] == shipped
         done = limiter.patch_deployment(Limit(0.45))    # type: ignore[attr-defined]
         assert done.startswith(f"applied: deployment {NS}/limited, container burn-service: "
                                "limits.cpu 450m")
         assert template()["limits"]["cpu"] == "450m"
-        assert template()["requests"]["cpu"] == "300m"
-        limiter.patch_deployment(Limit(0.2))            # type: ignore[attr-defined]
-        assert template()["limits"]["cpu"] == "200m"
-        assert template()["requests"]["cpu"] == "200m"  # a request above a limit is refused
+        assert template()["requests"]["cpu"] == shipped
+        below = Limit(LIMIT.cpus * 0.8)                 # under the request: it must move
+        limiter.patch_deployment(below)                 # type: ignore[attr-defined]
+        # a request above a limit is refused: the request moves down with it
+        assert template()["limits"]["cpu"] == template()["requests"]["cpu"] == \
+            f"{below.millicores}m"
         node.kubectl("-n", NS, "rollout", "status", "deployment/limited", "--timeout=180s",
                      timeout=200)
     finally:
         node.kubectl("-n", NS, "patch", "deployment", "limited", "--type", "strategic", "-p",
                      json.dumps({"spec": {"template": {"spec": {"containers": [
                          {"name": "burn-service", "resources": {
-                             "limits": {"cpu": "300m"}, "requests": {"cpu": "300m"}}}]}}}}))
+                             "limits": {"cpu": shipped}, "requests": {"cpu": shipped}}}]}}}}))
         node.kubectl("-n", NS, "rollout", "status", "deployment/limited", "--timeout=180s",
                      timeout=200)

@@ -7,7 +7,8 @@ pods).
 Checked with the kernel's and the API's own words, not the tool's: a thread reads both pods'
 quota files through the whole advise (every pod saw the same limits, in the same order); both
 pods' groups used CPU (the load reached both); afterwards each pod's resources, restart count,
-container id and QoS class are as before and its quota file reads 30 ms again. The tool's
+container id and QoS class are as before and its quota file reads the shipped limit
+(``k8s/deployment-limited.yaml``) again. The tool's
 answer carries, per run, the throttled requests and periods the pods' groups counted (their
 sum, the quota summed: two pods at L read 2 L). SIGTERM mid-sweep puts both pods back; a lost
 API server leaves one ``kubectl patch pod`` per pod, which puts them back.
@@ -34,7 +35,7 @@ from client.data.timeline import read_timeline
 from client.run.cgroup_lookup import find_pod_directory
 from kubenode import node as kubenode
 from kubenode.traefik import INGRESS_CLASS, WEB_PORT
-from tests.kube import namespaced_overlay, wait_for
+from tests.kube import namespaced_overlay, shipped_limit, wait_for
 from tests.support import BIN, ROOT, stop_by_pid
 from tests.test_commands_advise_k8s import (BUSY, CPU, NICE, Proxy, _has_service_image,
                                             kubeconfig_through, timed)
@@ -42,6 +43,7 @@ from tests.test_commands_advise_k8s import (BUSY, CPU, NICE, Proxy, _has_service
 NS = "tl-multipod-test"
 HOST = f"limited.{NS}.localhost"
 PATH = "/cpuBurnFlow?iterations=5000"
+LIMIT = shipped_limit()                 # k8s/deployment-limited.yaml's limits.cpu: put back
 
 
 def overlay(k8s: Path, directory: Path) -> Path:
@@ -203,17 +205,17 @@ def test_advise_resizes_every_pod_alike_and_puts_them_back(deployed: Deployed,
     assert result.returncode == 0, result.stderr[-2000:]
     answer = json.loads(result.stdout)
     assert answer["recommended"] is not None
-    # every pod went through the same limits, and is back at 30 ms
+    # every pod went through the same limits, and is back at the shipped limit
     first, second = seen.values()
-    assert first == second and len(first) >= 3 and first[0] == first[-1] == 30000, seen
+    assert first == second and len(first) >= 3 and first[0] == first[-1] == LIMIT.quota_us, seen
     for group in groups.values():
-        assert int((group / "cpu.cfs_quota_us").read_text()) == 30000
+        assert int((group / "cpu.cfs_quota_us").read_text()) == LIMIT.quota_us
     # the load reached both pods (Traefik spread it): each group ran periods of its quota
     for name, group in groups.items():
         assert periods(group) > ran_before[name] + 10, name
     inplace = answer["inplace"]
     assert inplace["target"] == f"k8s:{NS}/deployment/limited"
-    assert inplace["original"]["quota_us"] == 30000 and inplace["left_at"]["quota_us"] == 30000
+    assert inplace["original"]["quota_us"] == inplace["left_at"]["quota_us"] == LIMIT.quota_us
     assert inplace["unchanged"] == "; ".join(
         f"pod {NS}/{name}, container burn-service: restart count 0 and container id "
         f"{cid.split('://')[1][:12]} unchanged" for name, _, _, _, cid, _ in before)
@@ -268,9 +270,9 @@ def test_sigterm_mid_sweep_puts_every_pod_back(deployed: Deployed, tmp_path: Pat
     finally:
         stop_by_pid(proc)
     print(out[-2000:], err[-2000:])
-    assert "in place: restored: 0.3 CPU" in out
+    assert f"in place: restored: {LIMIT.cpus:g} CPU" in out
     assert out.count("restart count 0 and container id") == 2
-    assert [int((g / "cpu.cfs_quota_us").read_text()) for g in groups] == [30000, 30000]
+    assert [int((g / "cpu.cfs_quota_us").read_text()) for g in groups] == [LIMIT.quota_us] * 2
     assert deployed.state() == before
     (timeline_csv,) = (tmp_path / "raw-data").glob("*.cgroup.csv")
     timeline = read_timeline(timeline_csv)
@@ -312,6 +314,7 @@ def test_a_lost_api_server_leaves_one_kubectl_line_per_pod(deployed: Deployed,
     for name in groups:
         assert f"kubectl patch pod {name} -n {NS} --subresource resize --patch " in hint
     subprocess.run(["bash", "-c", hint], env=deployed.env, check=True, timeout=60)
-    wait_for("0.3 CPU back in both", lambda: all(
-        int((g / "cpu.cfs_quota_us").read_text()) == 30000 for g in groups.values()), 60, 0.2)
+    wait_for("the shipped limit back in both", lambda: all(
+        int((g / "cpu.cfs_quota_us").read_text()) == LIMIT.quota_us for g in groups.values()),
+        60, 0.2)
     wait_for("the pods as before", lambda: deployed.state() == before, 60, 0.2)

@@ -1,5 +1,6 @@
 """The tools against the kubelet's own groups, on the project's node (kubenode): the limited
-Deployment of ``k8s/deployment-limited.yaml`` (``limits.cpu: 300m``) in a namespace of this
+Deployment of ``k8s/deployment-limited.yaml`` (its ``limits.cpu``, read by
+``tests.kube.shipped_limit``: the figures below follow it) in a namespace of this
 file's own, timed from the HOST through the veth (the pod's address) with
 ``--cgroup k8s:NS/POD``. The kubelet puts the quota on the pod's group and on its container's
 (cgroupfs driver, the node's ``cgroupRoot``): both are found, both are sampled, and what the
@@ -30,7 +31,7 @@ from kubenode import node as kubenode
 from kubenode.config import CGROUP_ROOT
 from kubenode.project_images import SERVICE_IMAGE
 from kubenode.traefik import INGRESS_CLASS, WEB_PORT, access_log
-from tests.kube import wait_for
+from tests.kube import shipped_limit, wait_for
 from tests.support import BIN, ROOT, check_split_by_quota, http_timing, stop_by_pid
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
@@ -40,6 +41,8 @@ CPU = Path("/sys/fs/cgroup/cpu")
 MS = 1_000_000
 BURN = "/cpuBurnFlow?iterations=5000"
 INGRESS_HOST = f"limited.{NAMESPACE}.localhost"
+LIMIT = shipped_limit()              # the limited Deployment's limits.cpu, as shipped
+CPUS = f"{LIMIT.cpus:g} CPU"         # as the tool words it
 
 
 @dataclass(frozen=True)
@@ -145,12 +148,12 @@ def cpu_stat(group: Path) -> dict[str, int]:
 def test_a_run_from_the_host_marks_what_the_pod_s_groups_counted(
         tmp_path: Path, limited: Pod) -> None:
     """``http-timing --cgroup k8s:NS/POD`` from the host, against the pod's address: the
-    container's group and the pod's are the two quota levels (0.3 CPU each, found under the
-    node's cgroupRoot), the marks add up to what their cpu.stat counted, and the report names
+    container's group and the pod's are the two quota levels (the shipped limit each, found
+    under the node's cgroupRoot), the marks add up to what their cpu.stat counted, and the report names
     the group whose quota throttled."""
     pod = limited
-    assert (pod.group / "cpu.cfs_quota_us").read_text().strip() == "30000"
-    assert (pod.container_group / "cpu.cfs_quota_us").read_text().strip() == "30000"
+    assert (pod.group / "cpu.cfs_quota_us").read_text().strip() == str(LIMIT.quota_us)
+    assert (pod.container_group / "cpu.cfs_quota_us").read_text().strip() == str(LIMIT.quota_us)
     before = {g: cpu_stat(g) for g in (pod.container_group, pod.group)}
     result = http_timing("--url", pod.base_url + BURN, "--cgroup",
                          f"k8s:{NAMESPACE}/{pod.name}", "--requests", "80", "--name", "a",
@@ -164,7 +167,8 @@ def test_a_run_from_the_host_marks_what_the_pod_s_groups_counted(
     assert meta is not None
     assert meta["path"] == str(pod.container_group) and meta["version"] == 1
     assert [(lv["path"], lv["quota_us"], lv["period_us"]) for lv in meta["levels"]] == [
-        (str(pod.container_group), 30000, 100000), (str(pod.group), 30000, 100000)]
+        (str(pod.container_group), LIMIT.quota_us, 100000),
+        (str(pod.group), LIMIT.quota_us, 100000)]
     assert meta["usage_source"] == "cpuacct"   # the cpuacct hierarchy's twin of the group
 
     # the timeline's counters are the kernel's, level by level
@@ -184,7 +188,7 @@ def test_a_run_from_the_host_marks_what_the_pod_s_groups_counted(
               f"+{delta_ns / MS:.1f} ms (kernel, before/after the command: +{kernel_n}, "
               f"+{kernel_ns / MS:.1f} ms)")
     most_n, most_ns, most = max(counted, key=lambda c: c[1])
-    assert most_ns > 100 * MS            # 5 ms a request at 0.3 CPU: the quota bites
+    assert most_ns > 100 * MS            # 5 ms a request, 80 of them: the quota bites
 
     marks_ns = [r.cgroup_throttled_ns for r in run.records]
     marks_n = [r.cgroup_nr_throttled for r in run.records]
@@ -207,12 +211,12 @@ def test_a_run_from_the_host_marks_what_the_pod_s_groups_counted(
     report = http_timing("report", str(csv), cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     print(report.stdout)
-    # the level whose cpu.stat counted the most (either may: both quotas are 30 ms, and the
+    # the level whose cpu.stat counted the most (either may: both quotas are the same, and the
     # pod's group also carries the pause container and the kubelet's probes)
     named = "/" + str(most.relative_to(CPU))
-    assert f"throttled by the quota on {named} (0.3 CPU)" in report.stdout
+    assert f"throttled by the quota on {named} ({CPUS})" in report.stdout
     for group in (pod.container_group, pod.group):
-        assert f"0.3 CPU per 100 ms on /{group.relative_to(CPU)}:" in report.stdout
+        assert f"{CPUS} per 100 ms on /{group.relative_to(CPU)}:" in report.stdout
 
 
 @pytest.mark.parametrize("spec, expected", [
@@ -269,16 +273,19 @@ def quotas_are(pod: Pod, quota_us: int) -> bool:
 
 @pytest.fixture
 def resizable(kube_node: kubenode.Node, limited: Pod) -> Iterator[Pod]:
-    """The limited pod at 300m; put back to 300m afterwards (in place, as the test did)."""
-    assert quotas_are(limited, 30000)
+    """The limited pod at the shipped limit; put back to it afterwards (in place, as the test
+    did)."""
+    assert quotas_are(limited, LIMIT.quota_us)
     yield limited
-    resize(kube_node, limited, "300m")
-    wait_for("the pod back at 300m", lambda: quotas_are(limited, 30000), 120, 0.2)
+    resize(kube_node, limited, f"{LIMIT.millicores}m")
+    wait_for("the pod back at the shipped limit", lambda: quotas_are(limited, LIMIT.quota_us),
+             120, 0.2)
 
 
 def test_an_in_place_resize_shows_in_watch_and_in_the_run_that_spans_it(
         tmp_path: Path, kube_node: kubenode.Node, resizable: Pod) -> None:
-    """``kubectl patch pod --subresource resize`` 300m -> 500m while ``watch k8s:NS/POD`` and a
+    """``kubectl patch pod --subresource resize`` from the shipped limit to 500m while
+    ``watch k8s:NS/POD`` and a
     run with ``--cgroup k8s:NS/POD`` go on: the watch shows the new quota (the same process,
     no restart of anything), the run's timeline holds both quotas, and the report and the
     model take each request under the quota in force when it was sent."""
@@ -294,7 +301,7 @@ def test_an_in_place_resize_shows_in_watch_and_in_the_run_that_spans_it(
                            stderr=subprocess.PIPE, text=True)
     csv_path = tmp_path / "raw-data" / "resize.csv"
     try:
-        wait_for("a hundred requests at 300m", lambda: run.poll() is not None or (
+        wait_for("a hundred requests at the shipped limit", lambda: run.poll() is not None or (
             csv_path.exists() and len(csv_path.read_text().splitlines()) > 100), 120, 0.02)
         assert run.poll() is None, run.communicate()[1]
         t0 = time.monotonic()
@@ -316,7 +323,7 @@ def test_an_in_place_resize_shows_in_watch_and_in_the_run_that_spans_it(
 
     timeline = read_timeline(timeline_path(csv_path))
     in_force = [min(s.quotas, key=lambda q: q[0] / q[1]) for s in timeline]
-    assert in_force[0] == (30000, 100000) and in_force[-1] == (50000, 100000)
+    assert in_force[0] == (LIMIT.quota_us, 100000) and in_force[-1] == (50000, 100000)
     assert sum(1 for a, b in zip(in_force, in_force[1:]) if a != b) == 1, in_force
 
     report = http_timing("report", str(csv_path), "--json", cwd=tmp_path)
@@ -324,24 +331,26 @@ def test_an_in_place_resize_shows_in_watch_and_in_the_run_that_spans_it(
     data = json.loads(report.stdout)
     parts = data["quotas"]
     print(json.dumps(parts, indent=1))
-    assert [(p["quota_us"], p["cpus"]) for p in parts] == [(30000, 0.3), (50000, 0.5)]
+    assert [(p["quota_us"], p["cpus"]) for p in parts] == [(LIMIT.quota_us, LIMIT.cpus),
+                                                          (50000, 0.5)]
     assert sum(p["requests"] for p in parts) == data["count"] == requests
     assert all(p["requests"] >= 50 for p in parts), parts
-    check_split_by_quota(parts, 0.3, 0.5)
+    check_split_by_quota(parts, LIMIT.cpus, 0.5)
     text = http_timing("report", str(csv_path), cwd=tmp_path).stdout
     assert "quota changed during the run" in text
-    assert "0.3 CPU (30000 µs per 100000 µs)" in text and "0.5 CPU (50000 µs per 100000 µs)" in text
+    assert f"{CPUS} ({LIMIT.quota_us} µs per 100000 µs)" in text
+    assert "0.5 CPU (50000 µs per 100000 µs)" in text
 
     predicted = http_timing("report", str(csv_path), "--predict", "--json", cwd=tmp_path)
     assert predicted.returncode == 0, predicted.stderr
     by_quota = json.loads(predicted.stdout)["by_quota"]
-    assert [p["span"]["cpus"] for p in by_quota] == [0.3, 0.5]
-    assert "0.3" in by_quota[0]["model_limit"] and "0.5" in by_quota[1]["model_limit"]
+    assert [p["span"]["cpus"] for p in by_quota] == [LIMIT.cpus, 0.5]
+    assert f"{LIMIT.cpus:g}" in by_quota[0]["model_limit"] and "0.5" in by_quota[1]["model_limit"]
     assert [p["count"] for p in by_quota] == [p["requests"] for p in parts]
 
     seen = [json.loads(line)["quota_cpus"] for line in watched.splitlines() if line.strip()]
     print(f"watch: {len(seen)} lines, quotas {seen[0]} .. {seen[-1]}")
-    assert seen[0] == 0.3 and seen[-1] == 0.5 and set(seen) == {0.3, 0.5}, seen
+    assert seen[0] == LIMIT.cpus and seen[-1] == 0.5 and set(seen) == {LIMIT.cpus, 0.5}, seen
 
 
 def limited_ingress() -> list[dict]:  # type: ignore[type-arg]
@@ -381,7 +390,7 @@ def test_traefik_s_access_log_imported_against_the_recorded_timeline(
             reply = httpx.get(base + "/limits", headers={"Host": INGRESS_HOST}, timeout=5)
         except httpx.HTTPError:
             return False
-        return reply.status_code == 200 and reply.json()["cgroup"]["quota_us"] == 30000
+        return reply.status_code == 200 and reply.json()["cgroup"]["quota_us"] == LIMIT.quota_us
 
     wait_for(f"{INGRESS_HOST} through Traefik", answers, 120, 0.5)
     log = access_log(kubenode.traefik_log_dir(kube_node.lay))

@@ -1,6 +1,7 @@
 """A real single-node Kubernetes cluster (kubenode: the module `make kube-node` calls), in
 namespaces of its own: the node Ready, the host untouched while it runs, the project's
-manifests applied (both Deployments Ready, the Job completes), and what the kubelet writes into
+manifests applied (both Deployments Ready, the Job completes and its reports and the pi page
+through each Ingress show what issue 33 asks of the demo), and what the kubelet writes into
 a pod's groups: a 200m limit is 20000 µs on the pod's group and on its container's, and an
 in-place resize moves both to 50000 with no restart.
 
@@ -21,15 +22,23 @@ import pytest
 
 from kubenode import node as kubenode
 from kubenode.config import CGROUP_ROOT, KUBE_VERSION, NODE_NAME
+from kubenode.demo import STALL_US, gaps_at_least, pi_line, pi_pages
 from kubenode.overlay import write_overlay
 from kubenode.traefik import WEB_PORT
-from tests.kube import BEFORE, NODE_PATHS, host_view, iptables_lines, wait_for
+from tests.kube import BEFORE, NODE_PATHS, host_view, iptables_lines, shipped_limit, wait_for
 from tests.support import ROOT
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(2400)]
 
 QUOTA_NS = "tl-kube-test"
 CPU = Path("/sys/fs/cgroup/cpu")
+LIMIT = shipped_limit()    # k8s/deployment-limited.yaml's limits.cpu (100m: 10 ms a period)
+# Issue 33's "done when", for the demo as shipped: the limited Deployment's p90 at least
+# STALL_MS (a request that meets the end of its quota waits up to period - quota, 90 ms at
+# 100m, and with ~5 ms requests every other one does: the p90 is one of those), the limitless
+# one's p90 under FREE_P90_MS (no quota: nothing waits for a period).
+STALL_MS = STALL_US / 1000
+FREE_P90_MS = 20.0
 
 
 @pytest.fixture(scope="module")
@@ -178,21 +187,51 @@ def test_each_ingress_answers_through_traefik(applied: kubenode.Node) -> None:
                          lambda: (r := answer(host, "/limits")) is not None
                          and r.status_code == 200 and r, 120)
         quotas[name] = reply.json()["cgroup"]["quota_us"]
-    assert quotas["limited"] == 30000
+    assert quotas["limited"] == LIMIT.quota_us
     assert quotas["limitless"] in (None, -1, "max")
     unknown = answer("nobody.throttle-lab.localhost", "/limits")
     assert unknown is not None and unknown.status_code == 404
 
 
 def test_the_job_completes_and_prints_both_reports(applied: kubenode.Node) -> None:
+    """The Job's two reports, judged as issue 33 judges the demo: the limited p90 is a quota's
+    wait, the limitless p90 is not; the limited run's delayed requests are its slow ones."""
     applied.kubectl("-n", "throttle-lab", "wait", "--for=condition=complete", "job/http-timing",
                     "--timeout=900s", timeout=920)
     log = applied.kubectl("-n", "throttle-lab", "logs", "job/http-timing", timeout=60).stdout
     print(log)
     assert "run: limited (" in log and "run: limitless (" in log
-    latencies = re.findall(r"latency ms: p50 ([0-9.]+)\s+p90 ([0-9.]+).*errors (\d+) of (\d+)",
-                           log)
-    assert len(latencies) == 2, log
-    for p50, p90, errors, total in latencies:
-        assert 0 < float(p50) <= float(p90)
+    latencies = re.findall(r"run: (\w+) [^\n]*\n(?:[^\n]*\n)*?latency ms: p50 ([0-9.]+)"
+                           r"\s+p90 ([0-9.]+)\s+p99 ([0-9.]+).*errors (\d+) of (\d+)", log)
+    assert [name for name, *_ in latencies] == ["limited", "limitless"], log
+    figures = {}
+    for name, p50, p90, p99, errors, total in latencies:
+        assert 0 < float(p50) <= float(p90) <= float(p99)
         assert errors == "0" and total == "200"
+        figures[name] = float(p50), float(p90)
+    assert figures["limited"][1] >= STALL_MS, figures      # the p90 waited for a period
+    assert figures["limitless"][1] < FREE_P90_MS, figures  # nothing waits for a period
+    delayed = re.search(r"delayed by throttling: (\d+) of (\d+) requests", log)
+    assert delayed is not None, log
+    assert int(delayed.group(1)) >= 0.1 * int(delayed.group(2)), log   # the p90 among them
+
+
+def test_the_pi_page_through_the_limited_ingress_stops_and_the_limitless_one_does_not(
+        applied: kubenode.Node) -> None:
+    """``make kube-demo``'s last step: the pi page (/api/pi) through each Ingress (Traefik),
+    the same counter for both (~150 ms of CPU, calibrated on the limitless one): through the
+    limited one it stops for STALL_MS or more, about once per quota it uses up (its own CPU
+    time over the quota a period); through the limitless one never that long."""
+    for name in ("limited", "limitless"):
+        applied.kubectl("-n", "throttle-lab", "rollout", "status", f"deployment/{name}",
+                        "--timeout=300s", timeout=320)
+    counter, pages = pi_pages(applied)
+    for name, body in pages.items():
+        print(pi_line(name, counter, body))
+    limited, limitless = pages["limited"], pages["limitless"]
+    assert limited["counter"] == limitless["counter"] == counter
+    quotas_used = limited["cpu_ns"] / LIMIT.quota_ns
+    assert quotas_used > 4, limited["cpu_ns"]        # the page is long enough to say anything
+    assert gaps_at_least(limited) >= quotas_used / 2, (gaps_at_least(limited), quotas_used)
+    assert limited["pauses"]["longest_us"] >= STALL_US
+    assert gaps_at_least(limitless) == 0, limitless["pauses"]
