@@ -17,8 +17,8 @@ import pytest
 
 from client.data.files import read_run
 from client.data.timeline import read_timeline, timeline_path
-from tests.support import (BIN, HIERARCHIES, check_split_by_quota, http_timing, require_kernel_quota,
-                           service_process)
+from tests.support import (BIN, GUEST_START_S, HIERARCHIES, check_split_by_quota, http_timing,
+                           require_kernel_quota, service_process)
 
 pytestmark = pytest.mark.root
 
@@ -40,7 +40,7 @@ def test_a_quota_raised_mid_run(tmp_path: Path, cgroup_version: int) -> None:
     # the v2 guest (TCG) is ~15x slower: fewer, smaller requests; burn-service starts in its
     # group at 1 CPU (its imports take ~17 s of CPU there), then the group gets 0.2
     requests, iterations = (60, ITERATIONS) if cgroup_version == 1 else (24, ITERATIONS // 5)
-    with service_process(["--cpus", "1"], timeout=60 if cgroup_version == 1 else 300) as (
+    with service_process(["--cpus", "1"], timeout=60 if cgroup_version == 1 else GUEST_START_S) as (
             base, _proc):
         group = Path(httpx.get(base + "/limits", timeout=5).json()["cgroup"]["path"])
         _set_quota(group, cgroup_version, 20_000)

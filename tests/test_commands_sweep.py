@@ -12,8 +12,8 @@ import pytest
 
 from client.data.files import read_run
 from client.run.targets import resolve_backend
-from tests.support import (BIN, HIERARCHIES, gone, http_timing, interrupted_after_rows,
-                           require_kernel_quota)
+from tests.support import (BIN, GUEST_START_S, HIERARCHIES, gone, http_timing,
+                           interrupted_after_rows, require_kernel_quota)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -72,7 +72,7 @@ def test_kernel_sweep_uses_a_real_quota_and_removes_it(tmp_path: Path,
                                                        cgroup_version: int) -> None:
     require_kernel_quota(cgroup_version)
     # the v2 guest runs under TCG (~15x slower): its burn-service starts in minutes, not seconds
-    slow = ["--start-timeout", "600"] if cgroup_version == 2 else []
+    slow = ["--start-timeout", f"{GUEST_START_S:g}"] if cgroup_version == 2 else []
     result = sweep("--backend", "kernel", "--cpus", "0.5", "--requests", "4", "--iterations",
                    "1000", "--name", "k", *slow, cwd=tmp_path, timeout=840)
     assert result.returncode == 0, result.stderr
