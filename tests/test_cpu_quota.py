@@ -28,8 +28,9 @@ from service.cgroup import remove_group
 from cpuquota.limit import Limit
 from cpuquota.account import CpuStat
 from service.cpu_quota import QuotaRun, describe_run, setup_error_message
-from tests.support import (BIN, GUEST_START_S, HIERARCHIES, require, require_kernel_quota, service_process,
-                           shield_from_neighbours, stop_by_pid)
+from tests.support import (BIN, GUEST_START_S, HIERARCHIES, in_v2_guest, require,
+                           require_kernel_quota, service_process, shield_from_neighbours,
+                           stop_by_pid)
 
 CPU_QUOTA = str(BIN / "cpu-quota")
 PROBE_ITERATIONS = 5000   # 2-5 ms of CPU on this project's machines; calibrated per test
@@ -295,6 +296,17 @@ def test_without_root_one_line_that_suggests_the_alternatives() -> None:
 CPU_TIMING = re.compile(r"(?:^|, )cpu;dur=([\d.]+)")
 
 
+# How long one request to the service may take (seconds): a burn of ~5 ms of CPU, or /limits or
+# /metrics, is quick anywhere the service has its CPU, but in the v2 guest beside a busy loop
+# (two vCPUs under TCG on what one CPU is left) one of them ran past httpx's 5 s default
+# (2026-11-26). What the tests judge is the latency each request measured, not this bound.
+REQUEST_S = 120.0 if in_v2_guest() else 30.0
+
+
+def _get(url: str) -> httpx.Response:
+    return httpx.get(url, timeout=REQUEST_S)
+
+
 def _calibrated_iterations(base: str, cpu_ms: float = BURN_CPU_MS) -> int:
     """Iterations whose burn takes ``cpu_ms`` of CPU in this service now (the CPU time of the
     burn, which neither the quota nor other people's load inflate much): median of 8."""
@@ -307,7 +319,7 @@ def _calibrated_iterations(base: str, cpu_ms: float = BURN_CPU_MS) -> int:
 def _latencies(base: str, n: int, iterations: int) -> tuple[np.ndarray, list[str]]:
     """``n`` sequential burns; wall latency (ms) and the Server-Timing header of each."""
     latencies, timings = [], []
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=REQUEST_S) as client:
         request = client.build_request("GET", f"{base}/cpuBurnFlow",
                                        params={"iterations": iterations})
         for _ in range(n):
@@ -346,7 +358,7 @@ def _files(group: Path, version: int) -> tuple[int, int, int]:
 
 def _check_limits_match_files(base: str, supervisor: int, quota: int, period: int,
                               burst: int = 0) -> Path:
-    limits = httpx.get(f"{base}/limits").json()["cgroup"]
+    limits = _get(f"{base}/limits").json()["cgroup"]
     group = Path(limits["path"])
     assert group.name.startswith(f"throttle-lab-{supervisor}-")
     assert (limits["quota_us"], limits["period_us"], limits["burst_us"]) \
@@ -370,7 +382,7 @@ FAR_OFF = [pytest.param(0.3, id="iteration-us-0.3"), pytest.param(3.0, id="itera
 
 def _check_calibration(base: str, iteration_us: float | None) -> None:
     """The service says it calibrated one iteration to ``iteration_us`` (default 1)."""
-    burn = httpx.get(f"{base}/limits").json()["burn"]
+    burn = _get(f"{base}/limits").json()["burn"]
     assert burn["calibrated"] is True and burn["iteration_us"] == (iteration_us or 1.0), burn
 
 
@@ -389,23 +401,31 @@ def test_burn_service_at_0_3_cpu_stalls_and_counts(cgroup_version: int,
                          timeout=_start_timeout(cgroup_version)) as (base, proc):
         _check_calibration(base, iteration_us)
         group = _check_limits_match_files(base, proc.pid, 30000, 100000)
-        assert httpx.get(f"{base}/limits").json()["cgroup"]["version"] == cgroup_version
+        assert _get(f"{base}/limits").json()["cgroup"]["version"] == cgroup_version
         shield_from_neighbours(group)
         iterations = _calibrated_iterations(base)
-        metrics_before = httpx.get(f"{base}/metrics").text
+        metrics_before = _get(f"{base}/metrics").text
         latency, timings = _latencies(base, 120, iterations)
-        metrics_after = httpx.get(f"{base}/metrics").text
+        metrics_after = _get(f"{base}/metrics").text
     assert not group.exists(), f"{group} left after a normal stop"
     p50, p90 = np.percentile(latency, [50, 90])
     assert p90 > 3 * p50 or p90 > 40, (p50, p90)
     throttled_ms, periods = _kernel_throttling(timings)
     stalled = periods > 0
     assert stalled.sum() >= 5, periods
-    assert np.median(latency[stalled]) > 2 * np.median(latency[~stalled]), latency
+    # the stalled requests are the slow ones, by about the wait the kernel counted in them: a
+    # request's own time, which other work on the machine can stretch, is in both medians
+    # (beside builds at load 5-7 in the v2 guest, 2026-11-26, requests never throttled took a
+    # median 71 ms, the throttled ones 97 ms: a ratio of the two is the machine's idleness)
+    wait = float(np.median(throttled_ms[stalled]))
+    excess = float(np.median(latency[stalled]) - np.median(latency[~stalled]))
+    data = {"latency": latency.round(1).tolist(), "throttled_ms": throttled_ms.round(1).tolist(),
+            "periods": periods.tolist()}
+    assert excess > 0.5 * wait, (excess, wait, data)
     # the slow band: a stalled request waits out the rest of its period, near period - quota
-    # (70 ms; less when the quota was spent late in the period)
-    assert 30 < np.median(latency[stalled]) < 110, latency
-    assert throttled_ms[stalled].mean() > 20
+    # (70 ms; less when the quota was spent late in the period), so no more than a period per
+    # throttled period, as the kernel counts both
+    assert 20 < wait and np.median(throttled_ms[stalled] / periods[stalled]) < 100, (wait, data)
     for name in ("container_cpu_cfs_periods_total", "container_cpu_cfs_throttled_periods_total",
                  "container_cpu_cfs_throttled_seconds_total"):
         assert _metric(metrics_after, name) > _metric(metrics_before, name), name
