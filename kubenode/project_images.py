@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from kubenode import dockerhost
 from kubenode.images import ctr_images
 from kubenode.proc import run, start_time, stop_pid
 
@@ -34,7 +35,8 @@ def engine_answers() -> bool:
 
 @contextmanager
 def docker_engine(log: Log = print) -> Iterator[None]:
-    """The Docker engine that runs, or one started here and stopped again by its pid."""
+    """The Docker engine that runs, or one started here and stopped again by its pid, with
+    what it changed on the host put back (:mod:`kubenode.dockerhost`)."""
     if shutil.which("docker") is None:
         raise RuntimeError("no docker client (scripts/install-system-deps.sh installs docker.io)")
     if engine_answers():
@@ -43,6 +45,7 @@ def docker_engine(log: Log = print) -> Iterator[None]:
     if not Path("/usr/sbin/dockerd").exists():
         raise RuntimeError("no Docker engine (scripts/install-system-deps.sh installs docker.io)")
     log("starting dockerd for the image builds")
+    before = dockerhost.snapshot()   # what dockerd changes on the host, put back at the end
     proc = subprocess.Popen(["/usr/sbin/dockerd"], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -56,6 +59,7 @@ def docker_engine(log: Log = print) -> Iterator[None]:
     finally:
         stop_pid(proc.pid, start_time(proc.pid), timeout=60)
         proc.wait()
+        dockerhost.put_back(before, log)
 
 
 def apt_mirror() -> str | None:

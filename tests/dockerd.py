@@ -1,7 +1,8 @@
 """Docker for the tests: a running engine, the project's image, containers removed by id.
 
 ``docker_engine()`` uses the engine that is already running, or starts ``dockerd`` itself and
-stops that one (and only that one) by its pid at the end. ``project_image()`` builds the local
+stops that one (and only that one) by its pid at the end, then puts back what it changed on the
+host (``kubenode.dockerhost``: ``ip_forward``, iptables, ``docker0``, runtime directories). ``project_image()`` builds the local
 base (cached, ``docker/build-local-base.sh``) where no registry can be reached, the wheelhouse
 (cached, ``docker/build-wheels.sh``) when the host's Python fits the base, then the image: the
 service (the Dockerfile's default target) or, with ``target="client"``, the http-timing client.
@@ -23,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from client.run.targets.service import stop_process
+from kubenode import dockerhost
 from tests.support import ROOT, require, wait_healthy
 
 __all__ = ["TEST_CLIENT_IMAGE", "TEST_IMAGE", "BuildResult", "Container", "docker",
-           "docker_engine", "project_image", "run_container"]
+           "docker_engine", "engine_answers", "project_image", "run_container"]
 
 DOCKERD = "/usr/sbin/dockerd"
 LOCAL_BASE = "throttle-lab-base:bookworm"  # docker/build-local-base.sh's default name
@@ -50,7 +52,7 @@ def _tail(text: str, lines: int = 30) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def _engine_answers() -> bool:
+def engine_answers() -> bool:
     try:
         return docker("info", "--format", "{{.ServerVersion}}", timeout=20, check=False).returncode == 0
     except subprocess.TimeoutExpired:
@@ -61,18 +63,19 @@ def _engine_answers() -> bool:
 def docker_engine(start_timeout: float = 60.0) -> Iterator[None]:
     """A Docker engine that answers; started here (and stopped by pid) only if none runs."""
     require(shutil.which("docker") is not None, "no docker client on PATH")
-    if _engine_answers():
+    if engine_answers():
         yield
         return
     require(os.geteuid() == 0, "no Docker engine running and starting dockerd needs root")
     require(Path(DOCKERD).exists(),
             f"no Docker engine running and no {DOCKERD} (scripts/install-system-deps.sh installs docker.io)")
     log = tempfile.NamedTemporaryFile(prefix="dockerd-", suffix=".log", delete=False)
+    before = dockerhost.snapshot()   # what dockerd changes on the host, put back at the end
     proc = subprocess.Popen([DOCKERD], stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + start_timeout
-        while not _engine_answers():
+        while not engine_answers():
             if proc.poll() is not None or time.monotonic() > deadline:
                 text = Path(log.name).read_text(errors="replace")
                 require(False, f"dockerd did not start (exit {proc.poll()}): {_tail(text, 8)}")
@@ -82,6 +85,7 @@ def docker_engine(start_timeout: float = 60.0) -> Iterator[None]:
         stop_process(proc, timeout=60)  # only the engine this fixture started
         log.close()
         os.unlink(log.name)
+        dockerhost.put_back(before, log=lambda line: print(line, flush=True))
 
 
 @dataclass(frozen=True)
