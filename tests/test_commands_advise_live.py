@@ -97,7 +97,10 @@ def test_advise_a_running_service_in_place(tmp_path: Path) -> None:
         after = quota(service.group)
     assert result.returncode == 0, result.stderr[-3000:]
     assert after == ORIGINAL                       # put back as it was
-    assert "in place: restored: 0.5 CPU" in result.stderr
+    # put back, or, when its last run was at the original 0.5 CPU, already as it was (seen in
+    # a busy-loop CI run, 2026-11-26: the answer's check ran last at 0.5 CPU)
+    assert ("in place: restored: 0.5 CPU" in result.stderr
+            or "in place: the limit is as it was: 0.5 CPU" in result.stderr), result.stderr[-3000:]
     answer = json.loads(result.stdout)
     rec = answer["recommended"]
     assert rec is not None and 0 < rec["cpus"] <= 2
