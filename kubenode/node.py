@@ -106,12 +106,17 @@ def _mountpoints_undo(n: Node) -> None:
     listed = n.p("made-mountpoints")
     if not listed.exists():
         return
+    left = []   # one that is not empty stops neither the others nor the rest of down
     for line in reversed(listed.read_text().split()):
         try:
             Path(line).rmdir()
         except FileNotFoundError:
             pass
+        except OSError as exc:   # someone else's files in it (seen: dockerd's /run/containerd/s)
+            left.append(f"{line}: {exc.strerror}")
     listed.unlink()
+    if left:
+        raise OSError("mount points made by the node but not removed: " + "; ".join(left))
 
 
 def _holder_do(n: Node) -> None:

@@ -245,3 +245,26 @@ def test_traefik_logs_json_to_the_state_dir_and_carries_its_manifests_digest(
     assert spec["containers"][0]["volumeMounts"][0]["mountPath"] == LOG_DIR_IN_POD
     digest = deployment["metadata"]["annotations"][MANIFEST_ANNOTATION]
     assert digest == manifest_digest(tmp_path / "traefik") != manifest_digest(tmp_path / "x")
+
+
+def test_down_removes_every_mount_point_it_made_and_names_one_that_is_not_empty(
+        tmp_path: Path) -> None:
+    """A mount point someone else filled (dockerd's shims put /run/containerd/s on the host)
+    must not keep the node's other mount points on the host (seen 2026-11-26: /var/lib/kubelet
+    and /var/lib/cni left after /run/containerd could not be removed)."""
+    from kubenode.context import Node
+    from kubenode.node import STEPS
+
+    lay = Layout(cache=tmp_path / "cache", state=tmp_path / "state")
+    node = Node(lay, lambda _: None)
+    made = [tmp_path / "host" / name for name in ("kubelet", "containerd", "cni")]
+    for path in made:
+        path.mkdir(parents=True)
+    (made[1] / "s").mkdir()               # someone else's
+    node.p("made-mountpoints").parent.mkdir(parents=True, exist_ok=True)
+    node.p("made-mountpoints").write_text("".join(f"{p}\n" for p in made))
+    step = next(s for s in STEPS if s.name == "mount points")
+    assert step.undo is not None
+    with pytest.raises(OSError, match="containerd"):
+        step.undo(node)
+    assert [p.exists() for p in made] == [False, True, False]
