@@ -24,6 +24,22 @@ def test_usage_per_period_on_the_kernel_grid() -> None:
     assert usage_per_period(timeline[:2], P) == [] and usage_per_period([], P) == []
 
 
+def test_usage_per_period_places_a_throttled_interval_s_cpu_after_its_refill() -> None:
+    # 2 CPUs spend a 30 ms quota in 15 ms right after each refill (boundaries at 0, 100, 200);
+    # samples every 12 ms or so, none on a boundary
+    timeline = [S(0, 0), S(6, 12), S(18, 30, 0, 1), S(94, 30, 0, 1),
+                S(106, 42, 1, 1, 140), S(118, 60, 1, 2, 140), S(194, 60, 1, 2, 140),
+                S(206, 72, 2, 2, 280)]
+    assert usage_per_period(timeline, P, phase_ns=0, refills=True) == [
+        _usage(0, 30), _usage(100, 30)]
+    # linear alone: 6 of the 12 ms after each refill go to the period before
+    assert usage_per_period(timeline, P, phase_ns=0) == [_usage(0, 36), _usage(100, 30)]
+    # a throttle that began inside the interval: only the time it was running is before
+    partial = [S(90, 0), S(110, 14, 1, 1, 6)]   # ran 90-94 (4 ms), throttled 94-100, ran 100-110
+    assert usage_per_period([S(-10, 0)] + partial + [S(210, 14, 2, 1, 6)], P, phase_ns=0,
+                            refills=True) == [_usage(0, 4), _usage(100, 10)]
+
+
 def _usage(start_ms: int, used_ms: int) -> object:
     from client.analysis.cgroup import PeriodUsage
     return PeriodUsage(start_ms * MS, used_ms * MS)
@@ -42,16 +58,17 @@ def test_cgroup_report_counts_splits_latencies_and_is_json_ready() -> None:
     assert report.duration_s == 0.26 and report.usage_cpus_mean == pytest.approx(42 / 260)
     assert report.quota_share_mean == pytest.approx(42 / 260 / 0.2)
     assert (report.quota_cpus, report.period_ms, report.periods) == (0.2, 100, 2)
-    # (0, 100] used 20 ms and (100, 200] 20 ms; linear between samples says 22.7 and 18.3
+    # (0, 100] used 20 ms and (100, 200] 20 ms: the samples around each boundary counted a
+    # throttle's end, so their CPU is the new period's (linear alone says 22.7 and 18.3)
     assert report.periods_at_quota == 2
-    assert [b.usage_ms for b in report.busiest] == [pytest.approx(68 / 3), pytest.approx(55 / 3)]
+    assert [b.usage_ms for b in report.busiest] == [pytest.approx(20), pytest.approx(20)]
     assert (report.requests, report.throttled_requests) == (5, 2)
     assert (report.throttled_latency.count, report.throttled_latency.p50_ms) == (2, 120.5)
     assert (report.other_latency.count, report.other_latency.p50_ms) == (2, 3.0)
     assert report.other_latency.p99_ms == pytest.approx(3.98)
     data = report.to_dict()
     assert json.loads(json.dumps(data, allow_nan=False)) == data
-    assert data["busiest"][0]["quota_share"] == pytest.approx(68 / 60)
+    assert data["busiest"][0]["quota_share"] == pytest.approx(1.0)
 
 
 def test_cgroup_report_without_a_limit_or_samples_has_none_for_unknowns() -> None:

@@ -160,7 +160,8 @@ class LiveState:
         period_ns = self.limit.period_ns if self.limit else DEFAULT_PERIOD_NS
         phase = period_phase(timeline, period_ns) if self.limit else None
         _counter, resolution_ms, unknown = usage_notes(usage)
-        periods = usage_per_period(timeline, period_ns, phase) if unknown is None else []
+        periods = (usage_per_period(timeline, period_ns, phase, refills=True) if unknown is None
+                   else [])
         # the quota in force now, as the samples read it (an in-place resize shows at once)
         spans = quota_spans(list(timeline))
         quota_ms = (self.limit.quota_ms if self.limit else None) if not spans else (

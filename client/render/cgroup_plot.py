@@ -84,7 +84,8 @@ def draw_usage_panel(ax: Axes, timeline: Sequence[CounterSample], limit: Limit |
     if unknown is None and resolution_ms and quota_ms and resolution_ms > FINE * quota_ms:
         coarse = (f"counted in {resolution_ms:g} ms steps, too coarse to tell a period at the "
                   f"{quota_ms:g} ms quota")
-    periods = usage_per_period(timeline, period_ns, phase) if unknown is None else []
+    periods = (usage_per_period(timeline, period_ns, phase, refills=True) if unknown is None
+               else [])
     duration_ns = timeline[-1].t_ns - timeline[0].t_ns if len(timeline) > 1 else 0
     mean_cpus = ((timeline[-1].usage_ns - timeline[0].usage_ns) / duration_ns
                  if duration_ns > 0 else 0.0)
