@@ -49,6 +49,8 @@ def test_cgroup2_tests_pass_in_a_v2_guest(tmp_path: Path, request: pytest.Fixtur
         tmp_path / "share", files, timeout=EARLY_TIMEOUT_S if late is not None else BOOT_AND_RUN_S)
     print(f"guest: {run.seconds:.0f} s, {len(run.passed)} passed, {len(run.failed)} failed, "
           f"{len(run.skipped)} skipped in {len(files)} files")
+    # what the guest's tests printed (their figures): shown by pytest -rA, or with a failure
+    print(f"--- the guest's pytest:\n{run.pytest_output}")
     if run.pytest_status is None:
         why = ("killed after the time limit" if run.exit_code is None
                else f"vng exited with {run.exit_code}")
