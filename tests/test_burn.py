@@ -7,9 +7,13 @@ needs idle CPUs, is ``benchmarks/parallel_burn.py``)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -75,17 +79,31 @@ def best_cpu_ns(work: Callable[[], object], tries: int = 3) -> int:
     return best
 
 
+def drift(before: float, after: float) -> tuple[float, float]:
+    """How far a cost moved between two measurements, as bounds around 1: what it cost
+    between them lies in (lowest, highest) of the two, relative to ``before``."""
+    return min(1.0, after / before), max(1.0, after / before)
+
+
 @pytest.mark.parametrize("iteration_us", [0.3, 1.0, 3.0])
 def test_a_calibrated_burn_costs_iteration_us_of_cpu_each(iteration_us: float) -> None:
-    """Against this process's own measurement: 2000 iterations cost 2000 x iteration_us of CPU
-    time, whatever a pass of the loop costs on this CPU (bounds for a shared machine: another
-    busy process makes a pass dearer in the cache, not cheaper)."""
-    cal = Calibration(measured(), iteration_us)
+    """Against this process's own measurement, made just before and checked just after: 2000
+    iterations cost 2000 x iteration_us of CPU time, whatever a pass of the loop costs on this
+    CPU. What a pass costs can move while a process runs (the host's contention on a VM: 0.41
+    to 0.79 us on either vCPU of this project's Xeon, 2026-11-26, minute by minute), so the
+    bounds widen by how far the measurement moved from before to after (and for a shared
+    machine: another busy process makes a pass dearer in the cache, not cheaper)."""
+    before = measure()
+    cal = Calibration(before, iteration_us)
     want_ns = 2000 * iteration_us * 1000
     python = best_cpu_ns(lambda: burn(2000, calibration=cal))
     c = best_cpu_ns(lambda: hash_burn(2000, calibration=cal))
-    assert 0.7 < python / want_ns < 1.6, (python, want_ns, cal.describe())
-    assert 0.6 < c / want_ns < 1.7, (c, want_ns, cal.describe())
+    after = measure()
+    loop_lo, loop_hi = drift(before.loop_ns, after.loop_ns)
+    byte_lo, byte_hi = drift(before.byte_ns, after.byte_ns)
+    figures = (python, c, want_ns, cal.describe(), after)
+    assert 0.7 * loop_lo < python / want_ns < 1.6 * loop_hi, figures
+    assert 0.6 * byte_lo < c / want_ns < 1.7 * byte_hi, figures
 
 
 def test_measuring_is_short_and_counts_cpu_time_not_wall_time() -> None:
@@ -160,27 +178,39 @@ def test_the_c_burn_lets_another_thread_run_python_while_it_burns() -> None:
 
 
 def test_a_parallel_burn_burns_its_iterations_on_each_of_its_threads() -> None:
-    """``threads=T``: T distinct threads (this one and T-1 of the pool), each spending the
-    iterations' CPU on its own clock, and the sum is the burn's ``cpu_ns``."""
+    """``threads=T``: T distinct threads (this one and T-1 of the pool), each hashing the
+    iterations' bytes (as many chunks as a one-thread burn) on its own clock, and the sum is
+    the burn's ``cpu_ns``: at least about three one-thread burns' CPU. Not at most three: two
+    threads at once on a VM's two vCPUs, siblings on the host's core, each cost more CPU per
+    byte than one alone (CI on 2026-11-26: 4.35x one thread's CPU for three threads)."""
     from concurrent.futures import ThreadPoolExecutor
 
     cal = Calibration(measured())
-    seen: dict[int, int] = {}   # thread -> its CPU clock at its last checkpoint
+    chunks: dict[int, int] = {}   # thread -> checkpoints it called (one per chunk hashed)
     lock = threading.Lock()
 
     def note() -> None:
         with lock:
-            seen[threading.get_ident()] = time.thread_time_ns()
+            chunks[threading.get_ident()] = chunks.get(threading.get_ident(), 0) + 1
 
     with ThreadPoolExecutor(max_workers=3) as pool:
-        one = burn_parallel(20000, 1, pool.submit, calibration=cal)
+        one = burn_parallel(20000, 1, pool.submit, note, calibration=cal)
+        alone = dict(chunks)
+        chunks.clear()
         three = burn_parallel(20000, 3, pool.submit, note, note, calibration=cal)
+        again = burn_parallel(20000, 1, pool.submit, calibration=cal)
         with pytest.raises(ValueError, match="threads must be >= 1"):
             burn_parallel(1, 0, pool.submit)
     assert one.threads == 1 and three.threads == 3 and three.iterations == 20000
-    assert len(seen) == 3 and threading.get_ident() in seen   # this thread and two helpers
-    assert 2.2 * one.cpu_ns < three.cpu_ns < 4 * one.cpu_ns   # three times the CPU, in all
-
+    assert list(alone) == [threading.get_ident()] and alone[threading.get_ident()] > 1
+    # this thread and two helpers, each the whole burn's chunks
+    assert len(chunks) == 3 and threading.get_ident() in chunks, chunks
+    assert set(chunks.values()) == set(alone.values()), (chunks, alone)
+    # three burns' CPU in all, against one thread's burn just before and just after (what a
+    # byte costs can move while the process runs: the host's contention on a VM), and no more
+    # than twice that (two siblings of a core each at half speed)
+    lo, hi = sorted((one.cpu_ns, again.cpu_ns))
+    assert 2.2 * lo < three.cpu_ns < 6 * hi, (one, three, again)
 
 
 # -- the service: its flags, environment, /limits, /metrics and startup line -------------------
@@ -221,28 +251,18 @@ def test_bad_calibration_options_give_one_line_and_exit_2(
 def test_the_running_service_says_what_an_iteration_costs_and_burns_that(
         flags: list[str]) -> None:
     """A real burn-service: the startup line, ``/limits``, ``/metrics``, and a burn of 5000
-    iterations whose CPU (its own Server-Timing) is 5000 x the cost it says."""
+    iterations whose CPU (its own Server-Timing) is the passes it says (5000 x
+    ``loops_per_iteration``) at what a pass costs. What a pass costs can move within a second
+    on a VM (beside two busy loops on this project's Xeon: 0.46-0.82 us from one request to the
+    next), so the service runs on one CPU, and this test times a pass on the same CPU just
+    before and just after each request: the cost each burn is judged against."""
     import re
-    import signal
-
-    import httpx
 
     from tests.support import service_process
 
-    with service_process(["--log-level", "info", *flags]) as (base, proc):
-        said = httpx.get(base + "/limits").json()["burn"]
-        metrics = httpx.get(base + "/metrics").text
-        cpu = []
-        with httpx.Client(base_url=base) as client:
-            for _ in range(5):
-                timing = client.get("/cpuBurnFlow", params={"iterations": 5000}).headers
-                found = re.search(r"cpu;dur=([\d.]+)", timing["server-timing"])
-                assert found is not None
-                cpu.append(float(found.group(1)))
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=15)
-        assert proc.stderr is not None
-        log = proc.stderr.read().decode()
+    with one_cpu():
+        with service_process(["--log-level", "info", *flags]) as (base, proc):
+            said, metrics, ratios, log = _burn_five_times(base, proc)
     gauge = re.search(r"^throttle_lab_burn_iteration_cpu_seconds (\S+)$", metrics, re.M)
     loops = re.search(r"^throttle_lab_burn_loops_per_iteration (\S+)$", metrics, re.M)
     assert gauge is not None and loops is not None
@@ -255,4 +275,55 @@ def test_the_running_service_says_what_an_iteration_costs_and_burns_that(
     else:
         assert said["calibrated"] is True and said["iteration_us"] == 3
         assert "one iteration = 3 us of CPU" in line
-    assert 0.7 < min(cpu) / (5000 * said["iteration_us"] / 1000) < 1.6, (cpu, said)
+    # each burn's CPU against its passes at the cost timed around it: the median of five
+    print("ratios", [round(r, 3) for r in ratios])
+    assert 0.7 < sorted(ratios)[2] < 1.4, (ratios, said)
+
+
+@contextmanager
+def one_cpu() -> Iterator[None]:
+    """This thread (and the processes it starts) on one CPU of those allowed, then put back;
+    nothing where the platform has no affinity calls."""
+    get, set_ = getattr(os, "sched_getaffinity", None), getattr(os, "sched_setaffinity", None)
+    if get is None or set_ is None:
+        yield
+        return
+    allowed = get(0)
+    set_(0, {max(allowed)})
+    try:
+        yield
+    finally:
+        set_(0, allowed)
+
+
+def pass_ns(passes: int = 1000) -> float:
+    """What a pass of the loop costs now (CPU time, this thread): the least of three."""
+    return best_cpu_ns(lambda: burn(passes)) / passes
+
+
+def _burn_five_times(base: str, proc: subprocess.Popen[bytes]
+                     ) -> tuple[dict[str, Any], str, list[float], str]:
+    """/limits' burn section, /metrics, for each of five burns of 5000 iterations its CPU
+    (Server-Timing) over its passes at the cost timed just before and after it, and the
+    service's log after a SIGTERM."""
+    import re
+    import signal
+
+    import httpx
+
+    said = httpx.get(base + "/limits").json()["burn"]
+    metrics = httpx.get(base + "/metrics").text
+    passes = 5000 * said["loops_per_iteration"]
+    ratios = []
+    with httpx.Client(base_url=base) as client:
+        for _ in range(5):
+            before = pass_ns()
+            timing = client.get("/cpuBurnFlow", params={"iterations": 5000}).headers
+            around = (before + pass_ns()) / 2
+            found = re.search(r"cpu;dur=([\d.]+)", timing["server-timing"])
+            assert found is not None
+            ratios.append(float(found.group(1)) * 1e6 / (passes * around))
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=15)
+    assert proc.stderr is not None
+    return said, metrics, ratios, proc.stderr.read().decode()
