@@ -421,7 +421,13 @@ def test_burn_service_at_0_3_cpu_stalls_and_counts(cgroup_version: int,
     excess = float(np.median(latency[stalled]) - np.median(latency[~stalled]))
     data = {"latency": latency.round(1).tolist(), "throttled_ms": throttled_ms.round(1).tolist(),
             "periods": periods.tolist()}
-    assert excess > 0.5 * wait, (excess, wait, data)
+    if not in_v2_guest():
+        # in the v2 guest beside the host's tests (booted early, at nice 19) its two TCG
+        # vCPUs get what the host leaves: requests the kernel never throttled took up to 91 ms
+        # (CI 2026-11-26 13:00, excess 9 ms against a 61 ms median wait), so there latency
+        # says what CPU the emulator got, not the quota; the guest checks the kernel's own
+        # figures below, the host this comparison with them
+        assert excess > 0.5 * wait, (excess, wait, data)
     # the slow band: a stalled request waits out the rest of its period, near period - quota
     # (70 ms; less when the quota was spent late in the period), so no more than a period per
     # throttled period, as the kernel counts both
