@@ -408,11 +408,16 @@ def test_burn_service_at_0_3_cpu_stalls_and_counts(cgroup_version: int,
         latency, timings = _latencies(base, 120, iterations)
         metrics_after = _get(f"{base}/metrics").text
     assert not group.exists(), f"{group} left after a normal stop"
-    p50, p90 = np.percentile(latency, [50, 90])
-    assert p90 > 3 * p50 or p90 > 40, (p50, p90)
     throttled_ms, periods = _kernel_throttling(timings)
     stalled = periods > 0
     assert stalled.sum() >= 5, periods
+    # the slow band is as wide as the kernel says: the latency in the middle of the share of
+    # requests it stalled is far above the median (not p90 itself: how many requests a period
+    # holds follows what a request really cost, which moves with the machine; CI 2026-11-27
+    # with --iteration-us 0.3: p50 3.6 ms, p90 5.0 ms, fewer than one in ten stalled)
+    share = float(stalled.mean())
+    p50, p_band = np.percentile(latency, [50, 100 * (1 - share / 2)])
+    assert p_band > 3 * p50 or p_band > 40, (p50, p_band, share)
     # the stalled requests are the slow ones, by about the wait the kernel counted in them: a
     # request's own time, which other work on the machine can stretch, is in both medians
     # (beside builds at load 5-7 in the v2 guest, 2026-11-26, requests never throttled took a
