@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 
 from benchmarks.support import BurningGroup, get, serve_in_group
+from client.analysis.cgroup import AT_QUOTA
 from client.analysis.report import build_report
 from client.data.files import read_run
 from client.render.cgroup_plot import draw_usage_panel
@@ -172,7 +173,7 @@ def test_v2_usage_of_any_shape_is_usage_usec(tmp_path: Path, shape: str) -> None
     # them at the quota; fork 75 of 94, pool 19 of 25)
     at_quota = c["periods_at_quota"]
     assert at_quota is not None and at_quota >= 1, c
-    assert at_quota * 0.9 * 0.030 <= tool_s * 1.001, (at_quota, figures)
+    assert at_quota * AT_QUOTA * 0.030 <= tool_s * 1.001, (at_quota, figures)
 
 
 def usage_panel_title(timeline: list, metadata: object) -> str:   # type: ignore[type-arg]
