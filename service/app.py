@@ -9,6 +9,8 @@ through the app's own middleware; everything else, a bad query included, is Fast
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -53,11 +55,30 @@ class BurnServiceApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
+def _enter_quota() -> None:
+    """``burn-service --cpus``: the quota written into the service's own group now that it has
+    started and before it listens (``service.cpu_quota.quota_at_ready``). When it cannot be,
+    one line and exit 125: the service never answers without its quota."""
+    from cpuquota.cgroupfs import CgroupError
+    from service.cpu_quota import EXIT_SETUP_FAILED, quota_at_ready
+
+    log = logging.getLogger("uvicorn.error")
+    try:
+        limit = quota_at_ready()
+    except CgroupError as exc:
+        log.error("burn-service: %s", exc)
+        sys.stderr.flush()
+        os._exit(EXIT_SETUP_FAILED)
+    if limit is not None:
+        log.info("quota in force from now on: %s", limit.describe_kernel())
+
+
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     calibration = getattr(app.state, "calibration", None)
     if calibration is not None:  # what an iteration costs here, next to uvicorn's own lines
         logging.getLogger("uvicorn.error").info("%s", calibration.startup_line())
+    _enter_quota()
     yield
     lane = getattr(app, "burn_lane", None)
     if lane is not None:

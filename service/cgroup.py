@@ -23,7 +23,7 @@ from cpuquota.cgroupfs import (CgroupError, CpuController, locate_cpu_controller
 from cpuquota.limit import Limit
 
 __all__ = ["GROUP_PREFIX", "create_group", "empty_group", "move_pid", "remove_group",
-           "unique_group_name"]
+           "set_quota", "unique_group_name"]
 
 GROUP_PREFIX = "throttle-lab"
 
@@ -103,17 +103,31 @@ def _write(path: Path, text: str) -> None:
         f.write(text)
 
 
-def create_group(limit: Limit, controller: CpuController | None = None,
+def create_group(limit: Limit | None, controller: CpuController | None = None,
                  name: str | None = None) -> Path:
-    """Make a new group with the limit's quota, period and burst; returns its directory."""
+    """Make a new group with the limit's quota, period and burst (None: no quota yet, see
+    :func:`set_quota`); returns its directory."""
     controller = controller or locate_cpu_controller()
     directory = _parent_for_child(controller) / (name or unique_group_name())
     try:
         directory.mkdir()
     except OSError as exc:
         raise _explain(exc, f"create a cgroup in {directory.parent}") from None
+    if limit is None:
+        return directory
     try:
-        if controller.version == 1:
+        set_quota(directory, controller.version, limit)
+    except CgroupError:
+        remove_group(directory)
+        raise
+    return directory
+
+
+def set_quota(directory: Path, version: int, limit: Limit) -> None:
+    """Write the limit's period, quota and burst into a group that has no quota yet (a new
+    group, or one made by :func:`create_group` with none); ``CgroupError`` says why not."""
+    try:
+        if version == 1:
             _write(directory / "cpu.cfs_period_us", str(limit.period_us))
             _write(directory / "cpu.cfs_quota_us", str(limit.quota_us))
             burst_file = directory / "cpu.cfs_burst_us"
@@ -125,12 +139,7 @@ def create_group(limit: Limit, controller: CpuController | None = None,
                 raise CgroupError(f"this kernel has no {burst_file.name} (burst needs Linux 5.14+)")
             _write(burst_file, str(limit.burst_us))
     except OSError as exc:
-        remove_group(directory)
         raise _explain(exc, f"set the quota in {directory}") from None
-    except CgroupError:
-        remove_group(directory)
-        raise
-    return directory
 
 
 def move_pid(directory: str | Path, pid: int) -> None:

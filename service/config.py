@@ -73,7 +73,8 @@ class Settings:
                            "pass of the raw loop per iteration, whatever it costs on this CPU")
     cpus: float = _opt(0.0, "run under a real kernel CPU quota of this many CPUs, like docker "
                        "--cpus (a cgroup made and removed by a supervisor, see cpu-quota; needs "
-                       "root); 0 = none", minimum=0, maximum=1024)
+                       "root; in force from before the service listens, after its start-up); "
+                       "0 = none", minimum=0, maximum=1024)
     period_ms: float = _opt(100.0, "the kernel quota's period in ms (with --cpus)",
                             minimum=1, maximum=1000)
     burst_ms: float = _opt(0.0, "unused kernel quota that may be saved for later periods, in ms "

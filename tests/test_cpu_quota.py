@@ -24,6 +24,7 @@ import httpx
 import numpy as np
 import pytest
 
+from cpuquota.cgroupfs import read_cpu_stat
 from service.cgroup import remove_group
 from cpuquota.limit import Limit
 from cpuquota.account import CpuStat
@@ -368,8 +369,9 @@ def _check_limits_match_files(base: str, supervisor: int, quota: int, period: in
 
 
 def _start_timeout(cgroup_version: int) -> float:
-    """Seconds for burn-service to answer: it imports inside its quota (~1 s of CPU here;
-    in the v2 guest under TCG tens of seconds, and more beside other work: GUEST_START_S)."""
+    """Seconds for burn-service to answer: it imports before its quota is written (~1 s of CPU
+    here; in the v2 guest under TCG tens of seconds, and more beside other work:
+    GUEST_START_S)."""
     return 60 if cgroup_version == 1 else GUEST_START_S
 
 
@@ -489,6 +491,50 @@ def test_burn_service_cgroup_removed_after_sigkill_of_its_child(cgroup_version: 
         os.kill(child, signal.SIGKILL)
         assert proc.wait(timeout=15) == 128 + signal.SIGKILL
         assert not group.exists(), f"{group} left after SIGKILL of the service"
+
+
+@pytest.mark.root
+@HIERARCHIES
+def test_burn_service_starts_before_its_quota_and_answers_under_it(cgroup_version: int) -> None:
+    """``burn-service --cpus 0.1`` imports and calibrates without the quota (~0.7 s of CPU, ~7 s
+    of waiting at 0.1 CPU): at the first answer the group has been throttled in none of its
+    periods but the last few (the kernel's count), the quota is in its files already, and a
+    request of ~30 ms of CPU is throttled under it."""
+    require_kernel_quota(cgroup_version)
+    with service_process(["--cpus", "0.1"], timeout=_start_timeout(cgroup_version)) \
+            as (base, proc):
+        group = _check_limits_match_files(base, proc.pid, 10000, 100000)
+        version = _get(f"{base}/limits").json()["cgroup"]["version"]
+        at_first = read_cpu_stat(group, version)
+        assert at_first is not None and at_first.nr_throttled <= 3, at_first
+        timing = _get(f"{base}/cpuBurnFlow?iterations=30000").headers["server-timing"]
+        after = read_cpu_stat(group, version)
+        assert after is not None and after.nr_throttled - at_first.nr_throttled >= 1, \
+            (at_first, after, timing)
+    assert not group.exists()
+
+
+def test_quota_at_ready_says_what_is_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit a supervised service is to write into its own group: none without one, one
+    line for a malformed one (the service then exits 125 without answering)."""
+    from cpuquota.cgroupfs import CgroupError, locate_cpu_controller
+    from service.cpu_quota import QUOTA_AT_READY_ENV, SUPERVISED_ENV, quota_at_ready
+
+    try:
+        own = locate_cpu_controller().directory
+    except CgroupError as exc:
+        pytest.skip(f"no cpu controller here: {exc}")
+    monkeypatch.delenv(QUOTA_AT_READY_ENV, raising=False)
+    monkeypatch.setenv(SUPERVISED_ENV, str(own))
+    assert quota_at_ready() is None
+    monkeypatch.setenv(QUOTA_AT_READY_ENV, "0.1 lots 0")
+    with pytest.raises(CgroupError, match="is not a limit to write"):
+        quota_at_ready()
+    monkeypatch.setenv(QUOTA_AT_READY_ENV, "0.001 100 0")   # below the kernel's minimum
+    with pytest.raises(CgroupError, match="the kernel's minimum is 1000 µs"):
+        quota_at_ready()
+    monkeypatch.setenv(SUPERVISED_ENV, "/not/this/process/s/group")   # not supervised: nothing
+    assert quota_at_ready() is None
 
 
 @pytest.mark.root
