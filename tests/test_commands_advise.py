@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from client.data.files import read_run
+from client.data.summary import Summary
 from tests.support import (BIN, gone, http_timing, interrupted_after_rows,
                            require_kernel_quota, usage_error)
 
@@ -104,8 +105,9 @@ def check_profile_is_what_the_service_measured(cwd: Path, answer: dict[str, Any]
     assert 0.5 < profile["burn_cpu_ms"] / calibrated_ms < 2.0, (profile, said)
 
 
-def p99s(limits: tuple[float, float], cwd: Path, name: str) -> tuple[float, float]:
-    """Independent runs of the kernel backend at two limits: ``http-timing sweep``."""
+def check_runs(limits: tuple[float, float], cwd: Path, name: str) -> tuple[Summary, Summary]:
+    """Independent runs of the kernel backend at two limits (``http-timing sweep``): their
+    latency summaries."""
     cpus = ",".join(f"{c:g}" for c in limits)
     result = http_timing("sweep", "--backend", "kernel", "--cpus", cpus, "--requests", "100",
                          "--iterations", "5000", "--name", name, cwd=cwd)
@@ -114,15 +116,18 @@ def p99s(limits: tuple[float, float], cwd: Path, name: str) -> tuple[float, floa
     for limit in limits:
         summary = read_run(cwd / "raw-data" / f"{name}-kernel-{limit:g}.csv").metadata.summary
         assert summary is not None
-        out.append(summary.p99_ms)
+        out.append(summary)
     return out[0], out[1]
 
 
 def test_kernel_advice_passes_the_independent_check(tmp_path: Path) -> None:
     """~5 ms requests back to back, p99 <= 30 ms: the recommended limit meets it in runs of
-    its own and 25 % less misses it. Generous, as the machine is shared: other work only adds
-    latency, so the better of two runs at the recommendation counts, within 25 %; the mean
-    of two at 25 % less must miss."""
+    its own and 25 % less misses it. Generous, as the machine is shared: the better of two runs
+    at the recommendation counts, within 25 % plus what the machine itself added since the
+    profile: how much the median request (never one the quota stalled, a few in a hundred at
+    the recommendation) got slower (CI 2026-11-27, load 3.3 on 2 CPUs: p99 38.1 and 55.3 ms at
+    0.745 CPU, as what a request cost moved ~2x by the minute on that VM). The mean of two at
+    25 % less must miss; other work only adds latency there."""
     require_kernel_quota()
     result, tmp_path = advise(["--backend", "kernel", "--p99", "30", "--requests", "100",
                                "--iterations", "5000", "--profile-seconds", "3",
@@ -132,14 +137,21 @@ def test_kernel_advice_passes_the_independent_check(tmp_path: Path) -> None:
     rec = answer["recommended"]["cpus"]
     check_profile_is_what_the_service_measured(tmp_path, answer)
     check_runs_kept_and_stopped(tmp_path, answer)
+    profile = read_run(tmp_path / "raw-data" / f"{answer['runs'][0]['name']}.csv").metadata.summary
+    assert profile is not None
     less = round(rec * 0.75, 3)
-    first, first_less = p99s((rec, less), tmp_path, "check")
-    second, second_less = p99s((rec, less), tmp_path, "again")
+    first, first_less = check_runs((rec, less), tmp_path, "check")
+    second, second_less = check_runs((rec, less), tmp_path, "again")
     busy = f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
-    assert min(first, second) <= 30 * 1.25, f"{rec} CPU: p99 {first:.1f}, {second:.1f} ms {busy}"
-    assert (first_less + second_less) / 2 > 30, (
-        f"{less} CPU (25 % less): p99 {first_less:.1f}, {second_less:.1f} ms: met it too {busy}")
-    assert (first_less + second_less) > (first + second), busy
+    allowed = [30 * 1.25 + max(0.0, run.p50_ms - profile.p50_ms) for run in (first, second)]
+    assert first.p99_ms <= allowed[0] or second.p99_ms <= allowed[1], (
+        f"{rec} CPU: p99 {first.p99_ms:.1f}, {second.p99_ms:.1f} ms; allowed {allowed[0]:.1f}, "
+        f"{allowed[1]:.1f} (median {first.p50_ms:.1f}, {second.p50_ms:.1f} ms against the "
+        f"profile's {profile.p50_ms:.1f}) {busy}")
+    assert (first_less.p99_ms + second_less.p99_ms) / 2 > 30, (
+        f"{less} CPU (25 % less): p99 {first_less.p99_ms:.1f}, {second_less.p99_ms:.1f} ms: "
+        f"met it too {busy}")
+    assert first_less.p99_ms + second_less.p99_ms > first.p99_ms + second.p99_ms, busy
 
 
 @pytest.mark.parametrize(("args", "message"), [
