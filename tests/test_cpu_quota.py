@@ -493,20 +493,40 @@ def test_burn_service_cgroup_removed_after_sigkill_of_its_child(cgroup_version: 
         assert not group.exists(), f"{group} left after SIGKILL of the service"
 
 
+def _group_cpu_ns(group: Path) -> int:
+    """The CPU time the group's processes have used so far (``/proc/PID/stat`` utime + stime;
+    the v1 group has no ``cpuacct`` twin here, so not the group's own counter)."""
+    tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in (group / "cgroup.procs").read_text().split():
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) * tick_ns   # utime, stime
+    return total
+
+
 @pytest.mark.root
-@HIERARCHIES
-def test_burn_service_starts_before_its_quota_and_answers_under_it(cgroup_version: int) -> None:
+def test_burn_service_starts_before_its_quota_and_answers_under_it() -> None:
     """``burn-service --cpus 0.1`` imports and calibrates without the quota (~0.7 s of CPU, ~7 s
-    of waiting at 0.1 CPU): at the first answer the group has been throttled in none of its
-    periods but the last few (the kernel's count), the quota is in its files already, and a
-    request of ~30 ms of CPU is throttled under it."""
-    require_kernel_quota(cgroup_version)
-    with service_process(["--cpus", "0.1"], timeout=_start_timeout(cgroup_version)) \
-            as (base, proc):
+    of waiting at 0.1 CPU here): at the first answer its processes have used more CPU than all
+    the periods the kernel counted under the quota could hold (quota x ``nr_periods``: the
+    kernel counts periods only once a quota is set), the quota is in its files already, and a
+    request of ~30 ms of CPU is throttled under it. (In the v2 guest under TCG the first
+    request's own lazy work, FastAPI building its stack, was throttled too: 126 of 146 periods
+    in CI on 2026-11-27, work under the quota as it should be. The test runs on the host's
+    hierarchy only: in the guest it cost 81 s of the CI's longest step, and the quota written
+    at start on v2 is checked there by the SIGKILL test's files.)"""
+    require_kernel_quota()
+    with service_process(["--cpus", "0.1"]) as (base, proc):
         group = _check_limits_match_files(base, proc.pid, 10000, 100000)
         version = _get(f"{base}/limits").json()["cgroup"]["version"]
         at_first = read_cpu_stat(group, version)
-        assert at_first is not None and at_first.nr_throttled <= 3, at_first
+        used_ns = _group_cpu_ns(group)
+        assert at_first is not None
+        outside_ns = used_ns - at_first.nr_periods * 10_000_000
+        print(f"v{version}: {used_ns / 1e6:.0f} ms of CPU at the first answer, "
+              f"{at_first.nr_periods} periods under the quota ({at_first.nr_throttled} "
+              f"throttled): {outside_ns / 1e6:.0f} ms before it")
+        assert outside_ns >= 200_000_000, (used_ns, at_first)
         timing = _get(f"{base}/cpuBurnFlow?iterations=30000").headers["server-timing"]
         after = read_cpu_stat(group, version)
         assert after is not None and after.nr_throttled - at_first.nr_throttled >= 1, \
