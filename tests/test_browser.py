@@ -201,7 +201,7 @@ def live_run(page: Any, argv: list[str], total: int, cwd: Path, *,
 
 def test_live_page_of_a_run_under_the_in_process_throttle(page: Any, tmp_path: Path) -> None:
     with service_process(["--cpu-limit", "10"]) as (base, _proc):
-        files = live_run(page, ["--url", base + "/cpuBurnFlow", "--name", "inproc"], 200,
+        files = live_run(page, ["--url", base + "/cpuBurnFlow", "--name", "inproc"], 120,
                          tmp_path, cgroup=False)
     assert files == ["raw-data/inproc.csv", "raw-data/inproc.json", "pictures/inproc.png"]
 
@@ -214,7 +214,7 @@ def test_live_page_of_a_run_with_the_groups_cpu_per_period(page: Any, tmp_path: 
     require_kernel_quota()
     with burner_in_group(0.2) as service:
         files = live_run(page, ["--url", service.base_url + "/burn?ms=12", "--iterations", "0",
-                                "--cgroup", str(service.group), "--name", "live"], 300,
+                                "--cgroup", str(service.group), "--name", "live"], 160,
                          tmp_path, cgroup=True)
     assert files == ["raw-data/live.csv", "raw-data/live.json", "raw-data/live.cgroup.csv",
                      "pictures/live.png"]

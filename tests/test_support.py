@@ -32,7 +32,7 @@ def test_a_timed_out_http_timing_stops_and_so_do_the_services_it_started(
     started in the test's folder is left, and TimeoutExpired says so to the test."""
     with pytest.raises(subprocess.TimeoutExpired):
         http_timing("sweep", "--backend", "inprocess", "--cpus", "0.5", "--requests", "100000",
-                    "--iterations", "100", "--name", "cut", cwd=tmp_path, timeout=15)
+                    "--iterations", "100", "--name", "cut", cwd=tmp_path, timeout=8)
     assert processes_in(tmp_path.resolve()) == []
     # the run was under way (the service had answered): so there was something to stop
     assert list((tmp_path / "raw-data").glob("cut-*.csv"))
