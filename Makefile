@@ -8,10 +8,13 @@ PYTEST_ARGS ?=
 
 .PHONY: demo test venv clean lint kube-node kube-down kube-status kube-images kube-demo kube-recorder
 
+# pip installs without byte-compiling and compileall compiles the venv on every CPU at once:
+# 17 s instead of pip's 28 s one file after the other (2 CPUs, 2026-11-27)
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[service,test]'
+	$(BIN)/pip install --quiet --no-compile -e '.[service,test]'
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null
 	touch $@
 
 venv: $(BIN)/.installed
