@@ -579,14 +579,17 @@ def test_threads_drain_the_quota_faster() -> None:
         shield_from_neighbours(_check_limits_match_files(base, proc.pid, 100000, 100000))
         probe = burn(base, 20000, 2)
         per_ms = probe["cpu_ns"] / 2 / 1e6 / 20000  # one thread's ms per iteration
-        small = round(35 / per_ms)   # 35 ms per thread: 70 ms fits a fresh period's quota
-        big = round(120 / per_ms)    # 120 ms per thread: more than half a period
+        # Sized by the probe, with room for what a pass costs to move 2-2.5x by the minute
+        # (this Intel Xeon VM, 2026-11-27: a burn sized for 70 ms took 30 ms): 35 ms per thread
+        # fits a fresh period's quota, 200 ms per thread is twice it, 240 ms on one thread
+        small, big, one = (round(ms / per_ms) for ms in (35, 200, 240))
         # each thread burns its own share (per-thread CPU, summed in cpu_ns); that the two
         # burn at once is what the kernel's counter shows below (how much faster in wall time
         # needs two idle CPUs: benchmarks/parallel_drain.py and benchmarks/parallel_burn.py)
         time.sleep(0.2)
         fits = burn(base, small, 2)
-        assert 55 < fits["cpu_ns"] / 1e6 < 110, fits
+        # two threads within one period's quota are never stopped, wherever its boundary falls
+        assert fits["cpu_ns"] > 0 and (fits["nr_throttled"] == 0 or fits["cpu_ns"] >= 95e6), fits
         drained = []   # up to 8 tries for 3 (a neighbour's process may serialise one)
         while len(drained) < 8 and sum(1 for n in drained if n >= 1) < 3:
             time.sleep(0.3)  # a fresh period's quota, as an open loop would find it
@@ -594,6 +597,6 @@ def test_threads_drain_the_quota_faster() -> None:
         alone = []
         for _ in range(3):
             time.sleep(0.3)
-            alone.append(burn(base, 2 * big, 1)["nr_throttled"])
+            alone.append(burn(base, one, 1)["nr_throttled"])
     assert sum(1 for n in drained if n >= 1) >= 3, drained   # runs into the end of its quota
     assert sum(1 for n in alone if n > 0) <= 1, alone  # one thread cannot use > 1 CPU
