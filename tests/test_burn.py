@@ -128,8 +128,11 @@ def test_measuring_is_short_and_counts_cpu_time_not_wall_time() -> None:
     finally:
         stop.set()
         hog.join()
+    after = measure()   # what a pass costs moves by the moment on a shared VM: judged next to it
     assert paused.wall_ns > paused.cpu_ns
-    assert 0.6 < paused.loop_ns / costs.loop_ns < 1.6, (paused, costs)
+    # (CI beside a busy loop, 2026-11-27: 814 ns paused against 496 ns just before)
+    near = (costs.loop_ns, after.loop_ns)
+    assert 0.6 * min(near) < paused.loop_ns < 1.6 * max(near), (paused, costs, after)
 
 
 def cpu_of_a_python_thread_beside(work: Callable[[], object]) -> float:
