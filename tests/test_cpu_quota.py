@@ -496,12 +496,11 @@ def test_burn_service_cgroup_removed_after_sigkill_of_its_child(cgroup_version: 
 def _group_cpu_ns(group: Path) -> int:
     """The CPU time the group's processes have used so far (``/proc/PID/stat`` utime + stime;
     the v1 group has no ``cpuacct`` twin here, so not the group's own counter)."""
+    from client.run.process_usage import parse_proc_stat
+
     tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in (group / "cgroup.procs").read_text().split():
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) * tick_ns   # utime, stime
-    return total
+    return sum(parse_proc_stat(Path(f"/proc/{pid}/stat").read_bytes()).own_ticks * tick_ns
+               for pid in (group / "cgroup.procs").read_text().split())
 
 
 @pytest.mark.root
