@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,6 +85,21 @@ def advise_args(group: Path, base_url: str, *extra: str, p99: str = "30") -> lis
             *extra]
 
 
+def missed_not_by_the_quota(cwd: Path, runs: list[dict[str, Any]], *, above: float
+                             ) -> list[str]:
+    """The search's runs above ``above`` CPU that missed the 30 ms target with a request over
+    30 ms during which the group's cpu.stat counted no throttled period (sequential requests:
+    the exact change across each one): slow through the machine's other load, not the quota."""
+    out = []
+    for run in runs:
+        if run["role"] == "less" or run["met"] is not False or run["cpus"] <= above:
+            continue
+        records = read_run(cwd / "raw-data" / f"{run['name']}.csv").records
+        if any(r.latency_ns > 30e6 and r.cgroup_nr_throttled == 0 for r in records):
+            out.append(run["name"])
+    return out
+
+
 @pytest.mark.root
 def test_advise_a_running_service_in_place(tmp_path: Path) -> None:
     require_kernel_quota(1)
@@ -108,10 +124,21 @@ def test_advise_a_running_service_in_place(tmp_path: Path) -> None:
     at = [r for r in answer["runs"] if r["cpus"] == rec["cpus"] and r["role"] != "less"]
     assert len(at) >= 2 and answer["at_recommended"]["met"]
     assert answer["at_recommended"]["p99_ms"] <= 30
-    # 25 % less, measured on the same service, misses it
+    # 25 % less, measured on the same service, misses it; or, on a busy machine, the search
+    # was pushed above the smallest limit by a run that missed through no stall of the quota
     less = answer["inplace"]["less_25"]
     assert less["cpus"] == pytest.approx(int(rec["cpus"] * 1000 * 0.75) / 1000)
-    assert less["met"] is False and less["p99_ms"] > 30
+    if less["met"]:
+        noisy = missed_not_by_the_quota(tmp_path, answer["runs"], above=less["cpus"])
+        assert noisy, (less, answer["runs"])
+        tables = (tmp_path / "pictures" / "a-advise.md").read_text()
+        assert "so a tighter limit met it too this time" in tables     # and says so
+    else:       # missed through the quota: a request over 30 ms that the kernel throttled
+        assert less["p99_ms"] > 30
+        for name in less["name"].split(" + "):
+            records = read_run(tmp_path / "raw-data" / f"{name}.csv").records
+            assert any(r.latency_ns > 30e6 and (r.cgroup_nr_throttled or 0) > 0
+                       for r in records), name
     # each run carries what the group's cpu.stat counted; a missed run was throttled there
     counted = answer["inplace"]["cgroup"]
     assert set(counted) == {r["name"] for r in answer["runs"]} | set(less["name"].split(" + "))
