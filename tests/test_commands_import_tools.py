@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -230,18 +231,35 @@ def test_nginx_log_format_upstreaminfo_one_pod_of_two(tmp_path: Path) -> None:
     assert wrong.returncode == 2 and "needs $msec" in wrong.stderr
 
 
+@dataclass(frozen=True)
+class Timed:
+    """One recorded load for the files written as documented: the directory holding the
+    group's timeline (raw-data/t.cgroup.csv), the requests timed by the test, their URL."""
+    cwd: Path
+    requests: list[tuple[int, int, int]]
+    url: str
+
+
+@pytest.fixture(scope="module")
+def timed(tmp_path_factory: pytest.TempPathFactory) -> Timed:
+    """Real requests to the quota'd service, timed once for every format written as its
+    documentation shows (each format's file is its own import into the same directory)."""
+    cwd = tmp_path_factory.mktemp("documented")
+    with recorded_service(cwd) as rec:
+        requests = timed_requests(rec.url)
+    return Timed(cwd, requests, rec.url)
+
+
 @pytest.mark.parametrize("fmt", ["k6-json", "k6-csv", "jmeter-csv", "envoy", "envoy-json",
                                  "traefik-json"])
-def test_files_written_as_documented(fmt: str, tmp_path: Path) -> None:
+def test_files_written_as_documented(fmt: str, timed: Timed) -> None:
     """k6 (AGPL: not installed), JMeter, Envoy and Traefik (cannot run here): real requests to
     the quota'd service, timed by the test and written as each tool's documentation shows."""
-    with recorded_service(tmp_path) as rec:
-        requests = timed_requests(rec.url)
-    source = tmp_path / f"results.{fmt}"
-    write_documented(fmt, requests, rec.url, source)
-    out = import_file(tmp_path, source, "imported")
+    source = timed.cwd / f"results.{fmt}"
+    write_documented(fmt, timed.requests, timed.url, source)
+    out = import_file(timed.cwd, source, f"imported-{fmt}")
     assert f"({fmt})" in out
-    check_marks(tmp_path, "imported", fmt)
+    check_marks(timed.cwd, f"imported-{fmt}", fmt)
 
 
 def test_traefik_json_one_pod_of_two(tmp_path: Path) -> None:
@@ -270,21 +288,19 @@ def test_traefik_json_one_pod_of_two(tmp_path: Path) -> None:
     assert len(read_run(tmp_path / "raw-data" / "pod.csv").records) == REQUESTS
 
 
-def test_traefik_clf_is_read_not_marked(tmp_path: Path) -> None:
+def test_traefik_clf_is_read_not_marked(timed: Timed) -> None:
     """Traefik's default CLF: the requests read (latency to the ms), none marked (the start
     is whole seconds), the reason printed."""
     from client.data.files import read_run
 
-    with recorded_service(tmp_path) as rec:
-        requests = timed_requests(rec.url)
-    source = tmp_path / "access.log"
-    write_documented("traefik", requests, rec.url, source)
-    out = import_file(tmp_path, source, "clf")
+    source = timed.cwd / "access.log"
+    write_documented("traefik", timed.requests, timed.url, source)
+    out = import_file(timed.cwd, source, "clf")
     assert "not marked: their starts are whole seconds" in out
-    run = read_run(tmp_path / "raw-data" / "clf.csv")
+    run = read_run(timed.cwd / "raw-data" / "clf.csv")
     assert run.metadata.extra["imported"]["format"] == "traefik"
     assert all(r.cgroup_throttled_ns is None for r in run.records)
     assert sorted(r.latency_ns // 1_000_000 for r in run.records) == sorted(
-        (end - start) // 1_000_000 for start, end, _ in requests)
-    report = http_timing("report", str(tmp_path / "raw-data" / "clf.csv"), cwd=tmp_path)
+        (end - start) // 1_000_000 for start, end, _ in timed.requests)
+    report = http_timing("report", str(timed.cwd / "raw-data" / "clf.csv"), cwd=timed.cwd)
     assert report.returncode == 0, report.stderr
