@@ -17,49 +17,50 @@
 Run, raw data file, report/plot: each step usable alone (the shape of vegeta's run/report/plot).
 Each command is a module with ``command_<name>(argv) -> exit code``: parse, call the layers
 below (data, run, analysis, render), print. A new command is one module and one line in
-``COMMANDS``.
+``COMMANDS``; only the command that runs is imported.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 
-from client.commands.common import EXIT_OK, EXIT_USAGE, silence_stdout
-from client.commands.compare import command_compare
-from client.commands.import_ import command_import
-from client.commands.inplace_entry import advise_entry, sweep_entry
+from client.commands.exits import EXIT_OK, EXIT_USAGE, silence_stdout
 from client.commands.options import CliError
-from client.commands.plot import command_plot
-from client.commands.predict import command_predict
-from client.commands.record import command_record
-from client.commands.report import command_report
-from client.commands.run import command_run
-from client.commands.watch import command_watch
 from client.data.record import RawDataError
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "command", "main"]
 
-COMMANDS: dict[str, Callable[[list[str]], int]] = {
-    "run": command_run,
-    "plot": command_plot,
-    "report": command_report,
-    "predict": command_predict,
-    "compare": command_compare,
-    "sweep": sweep_entry,
-    "watch": command_watch,
-    "advise": advise_entry,
-    "record": command_record,
-    "import": command_import,
+# each command's ``module:function``, imported only when it runs: ``watch`` or ``record`` does
+# not import what ``sweep`` or ``advise`` need (numpy, matplotlib, httpx, the backends)
+COMMANDS: dict[str, str] = {
+    "run": "client.commands.run:command_run",
+    "plot": "client.commands.plot:command_plot",
+    "report": "client.commands.report:command_report",
+    "predict": "client.commands.predict:command_predict",
+    "compare": "client.commands.compare:command_compare",
+    "sweep": "client.commands.inplace_entry:sweep_entry",
+    "watch": "client.commands.watch:command_watch",
+    "advise": "client.commands.inplace_entry:advise_entry",
+    "record": "client.commands.record:command_record",
+    "import": "client.commands.import_:command_import",
 }
+
+
+def command(name: str) -> Callable[[list[str]], int]:
+    """The function of command ``name`` (a key of ``COMMANDS``)."""
+    module, _, function = COMMANDS[name].partition(":")
+    found: Callable[[list[str]], int] = getattr(importlib.import_module(module), function)
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if args and args[0] in COMMANDS:
-            return COMMANDS[args[0]](args[1:])
-        return command_run(args)  # no command: the original's, ``run``
+            return command(args[0])(args[1:])
+        return command("run")(args)  # no command: the original's, ``run``
     except (CliError, RawDataError) as exc:
         print(f"http-timing: {exc}", file=sys.stderr)
         return EXIT_USAGE

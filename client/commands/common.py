@@ -4,12 +4,12 @@ options that describe a CPU limit (``--cpus``, ``--period-ms``, ``--burst-ms``).
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from pathlib import Path
 
 from client.analysis.report import Report
 from client.analysis.throughput import throughput_row
+from client.commands.exits import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,
+                                   silence_stdout)
 from client.commands.options import CliError, int_at_least, number_above, number_at_least
 from client.data.metadata import LoadMode
 from client.render.figures import plot_run
@@ -25,14 +25,6 @@ __all__ = ["EXIT_FAILED_REQUESTS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE",
            "draw_result", "limit_from", "period_ms", "plan_from", "show_healthy", "show_result",
            "show_stopped", "silence_stdout"]
 
-EXIT_OK, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-def silence_stdout() -> None:
-    """Point stdout at /dev/null so later prints (and Python's exit flush) do not fail again."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
 
 
 def period_ms(text: str) -> float:

@@ -25,7 +25,7 @@ from rich.live import Live
 
 from client.analysis.cgroup import interval_stats
 from client.analysis.quotas import QuotaSpan, in_force
-from client.commands.common import silence_stdout
+from client.commands.exits import silence_stdout
 from client.commands.live import add_live_arguments, live_page, watched_live
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.render.watch import WatchRow, json_line, watch_table

@@ -1,0 +1,18 @@
+"""The exit statuses every command shares, and what a command does when its reader goes away;
+light enough for ``client.commands.main`` to import before it knows the command."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["EXIT_FAILED_REQUESTS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "silence_stdout"]
+
+EXIT_OK, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null so later prints (and Python's exit flush) do not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
