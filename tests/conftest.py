@@ -28,9 +28,12 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
+@pytest.hookimpl(trylast=True)   # after -k and -m: only the tests that will run count
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``cgroup2`` run only in the cgroup v2 guest (the host mounts the cpu
-    controller on v1), and only they run there: the rest is deselected on each side."""
+    controller on v1), and only they run there: the rest is deselected on each side. On the
+    host, the node for the Kubernetes tests and the guest start now, beside the first tests
+    (tests/kube.py, tests/guest.py)."""
     in_guest = os.environ.get(GUEST_ENV) == "cgroup2"
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
@@ -41,14 +44,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
     if not in_guest:
         from tests.guest import start_early
+        from tests.kube import start_node_early
 
+        start_node_early(config, items)   # the node's tests last, then the guest's
         start_early(config, items)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The v2 guest's own time and slowest tests (they are not in pytest's durations here)."""
+    from tests.guest import SUMMARY
+
+    lines = config.stash.get(SUMMARY, None)
+    if lines:
+        terminalreporter.section("the cgroup v2 guest")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     from tests.guest import stop_early
+    from tests.kube import stop_node_early
 
     stop_early(session.config)
+    stop_node_early(session.config)
 
 
 ORIGINAL_0_3 = ("26 Status code 200 time 5207306\n31 Status code 200 time 5064695\n"
@@ -58,11 +76,11 @@ ORIGINAL_0_3 = ("26 Status code 200 time 5207306\n31 Status code 200 time 506469
 
 
 @pytest.fixture(scope="session")
-def kube_node() -> Iterator[Any]:
+def kube_node(request: pytest.FixtureRequest) -> Iterator[Any]:
     """The single-node cluster (kubenode), one per session: tests/kube.py."""
-    from tests.kube import node_session
+    from tests.kube import EARLY_NODE, node_session
 
-    yield from node_session()
+    yield from node_session(request.config.stash.get(EARLY_NODE, None))
 
 
 @pytest.fixture(scope="session")

@@ -26,9 +26,9 @@ import pytest
 
 from tests.support import BIN, ROOT
 
-__all__ = ["ALONE_NICE", "EARLY", "LATE", "FILES_ENV", "boot_early", "cpu_times", "spare_cpus", "GUEST_ENV", "SELECT_ENV", "GUEST_TEST", "GuestRun", "GuestSession", "guest_kernel",
+__all__ = ["ALONE_NICE", "EARLY", "LATE", "SUMMARY", "FILES_ENV", "boot_early", "cpu_times", "spare_cpus", "GUEST_ENV", "SELECT_ENV", "GUEST_TEST", "GuestRun", "GuestSession", "guest_kernel",
            "guest_test_files", "missing_for_guest", "precompile", "run_guest_pytest", "start_early",
-           "stop_early"]
+           "stop_early", "summary_lines"]
 
 GUEST_ENV = "THROTTLE_LAB_GUEST"   # tests/conftest.py: "cgroup2" selects the marked tests
 GUEST_TEST = "test_cgroup2_tests_pass_in_a_v2_guest"   # tests/test_guest_cgroup2.py
@@ -142,7 +142,7 @@ class GuestRun:
 def _guest_command(share: Path, files: list[Path], ci: str, select: str = "") -> str:
     pytest = [str(BIN / "python"), "-m", "pytest", "-p", "no:cacheprovider",
               "-p", "no:hypothesispytest", "-m", "cgroup2",   # read-only tree: no caches
-              "-v", "-rA", "--durations=10", "--timeout=900",   # slow beside the host's tests
+              "-v", "-rA", "--durations=25", "--timeout=900",   # slow beside the host's tests
               "-o", f"faulthandler_timeout={STACKS_AFTER_S}",    # where a slow test is
               f"--junitxml={share / 'junit.xml'}",
               *(["-k", select] if select else []),
@@ -272,6 +272,20 @@ def run_guest_pytest(share: Path, files: list[Path], timeout: float = 480.0,
 
 # booted late (after the host's tests): why, for the guest test to say and to wait longer
 LATE: pytest.StashKey[str] = pytest.StashKey()
+# the guest's own time and slowest tests, for the session's summary (tests/conftest.py)
+SUMMARY: pytest.StashKey[list[str]] = pytest.StashKey()
+
+
+def summary_lines(run: GuestRun) -> list[str]:
+    """How long the guest took and its pytest's ``slowest durations`` lines (where the
+    time of a CI run goes: the guest ends about when the host's tests do)."""
+    lines = [f"the cgroup v2 guest: {run.seconds:.0f} s from its boot, {len(run.passed)} passed, "
+             f"{len(run.failed)} failed, {len(run.skipped)} skipped"]
+    text = run.pytest_output
+    if "slowest" in text:
+        block = text[text.index("slowest"):].splitlines()[1:]
+        lines += [line for line in block if re.match(r"\s*[0-9.]+s (call|setup|teardown) ", line)]
+    return lines
 
 
 def cpu_times(stat: Path = Path("/proc/stat")) -> tuple[int, int]:

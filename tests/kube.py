@@ -11,11 +11,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import yaml
 
 from client.run.limiters.kubernetes import cpu_cores
@@ -24,7 +26,8 @@ from kubenode import files, host, node
 from kubenode.config import CGROUP_ROOT, NODE_NAME, VETH_HOST, layout
 from tests.support import ROOT, require
 
-__all__ = ["BEFORE", "HostView", "host_view", "node_session", "require_node_tools", "iptables_lines",
+__all__ = ["BEFORE", "EARLY_NODE", "EarlyNode", "HostView", "host_view", "missing_node_tools",
+           "node_session", "require_node_tools", "start_node_early", "stop_node_early", "iptables_lines",
            "wait_for", "NODE_PATHS", "namespaced_overlay", "shipped_limit"]
 
 TOOLS = ("etcd", "containerd", "runc", "ctr", "conntrack", "iptables", "unshare", "nsenter",
@@ -47,18 +50,27 @@ def shipped_limit() -> Limit:
     return Limit(cpus)
 
 
-def require_node_tools() -> None:
-    require(sys.platform.startswith("linux"), "the node needs Linux namespaces and cgroups")
-    require(os.geteuid() == 0, "the node needs root (namespaces, cgroups, mounts)")
+def missing_node_tools() -> str | None:
+    """Why the node cannot come up on this host, or None."""
+    if not sys.platform.startswith("linux"):
+        return "the node needs Linux namespaces and cgroups"
+    if os.geteuid() != 0:
+        return "the node needs root (namespaces, cgroups, mounts)"
     for tool in TOOLS:
-        require(shutil.which(tool) is not None,
-                f"{tool} not found (scripts/install-system-deps.sh installs the node's parts)")
-    require(Path("/usr/lib/cni/bridge").exists(),
-            "no CNI plugins in /usr/lib/cni (containernetworking-plugins)")
-    require(shutil.which("go") is not None or Path("/usr/local/go/bin/go").exists(),
-            "no Go toolchain: the node's Kubernetes is built from the Go module proxy")
-    require(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists(),
-            "the node's tests read cgroup v1 quota files (cpu controller at /sys/fs/cgroup/cpu)")
+        if shutil.which(tool) is None:
+            return f"{tool} not found (scripts/install-system-deps.sh installs the node's parts)"
+    if not Path("/usr/lib/cni/bridge").exists():
+        return "no CNI plugins in /usr/lib/cni (containernetworking-plugins)"
+    if shutil.which("go") is None and not Path("/usr/local/go/bin/go").exists():
+        return "no Go toolchain: the node's Kubernetes is built from the Go module proxy"
+    if not Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists():
+        return "the node's tests read cgroup v1 quota files (cpu controller at /sys/fs/cgroup/cpu)"
+    return None
+
+
+def require_node_tools() -> None:
+    missing = missing_node_tools()
+    require(missing is None, str(missing))
 
 
 def iptables_lines(prefixes: tuple[str, ...] = ("KUBE-", "CNI-")) -> list[str]:
@@ -132,14 +144,86 @@ def wait_for(what: str, ready, timeout: float, interval: float = 1.0):  # type: 
         time.sleep(interval)
 
 
-def node_session() -> Iterator[node.Node]:
-    """Bring the node up (or reuse one that is up), yield it, take it down if it was started
-    here and check that the host looks as before."""
+@dataclass
+class EarlyNode:
+    """``python -m kubenode up`` started at collection time, beside the first tests."""
+    proc: subprocess.Popen[bytes]
+    log: Path
+    before: HostView      # the host before it
+    started: float
+    used: bool = False    # the fixture took it over (and takes it down)
+
+
+EARLY_NODE: pytest.StashKey[EarlyNode] = pytest.StashKey()
+FIXTURE = "kube_node"
+
+
+def start_node_early(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a session with tests on the node and others: move the node's tests to the end
+    (keeping their order) and bring the node up now, in a process of its own, while the
+    others run; the fixture then waits for it (node up ~21 s on a 2-core VM, 2026-11-27, all
+    of it hidden). Nothing is done where the node cannot come up (the fixture says why), or
+    when a node is up already (the fixture reuses it and leaves it up)."""
+    on_node = [item for item in items if FIXTURE in getattr(item, "fixturenames", ())]
+    if not on_node or len(on_node) == len(items) or missing_node_tools() is not None:
+        return
+    lay = layout()
+    if node.Node(lay, lambda _: None).holder is not None:   # up, or half up: the fixture's
+        return
+    items[:] = [item for item in items if item not in on_node] + on_node
+    before = host_view()
+    log = Path(tempfile.mkstemp(prefix="throttle-lab-node-", suffix=".log")[1])
+    with log.open("wb") as out:   # its own session: a Ctrl-C of the tests lets it finish
+        proc = subprocess.Popen([sys.executable, "-m", "kubenode", "up"], cwd=ROOT,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    config.stash[EARLY_NODE] = EarlyNode(proc, log, before, time.monotonic())
+
+
+def _wait_early(early: EarlyNode) -> str:
+    """Until the early ``up`` ends; its output. A failed one fails the test that needed it."""
+    try:
+        early.proc.wait(timeout=3600)   # a first build of Kubernetes takes ~26 min here
+    finally:
+        text = early.log.read_text(errors="replace")
+        early.log.unlink(missing_ok=True)
+    assert early.proc.returncode == 0, f"python -m kubenode up failed:\n{text[-3000:]}"
+    return text
+
+
+def stop_node_early(config: pytest.Config) -> None:
+    """At the session's end: a node started early that no test took over is taken down."""
+    early = config.stash.get(EARLY_NODE, None)
+    if early is None or early.used:
+        return
+    early.used = True
+    early.proc.wait()
+    early.log.unlink(missing_ok=True)
+    node.down(layout(), log=lambda msg: print(f"[kubenode] {msg}", flush=True))
+
+
+def node_session(early: EarlyNode | None = None) -> Iterator[node.Node]:
+    """Bring the node up (or reuse one that is up, or take over the one started early: see
+    :func:`start_node_early`), yield it, take it down if it was started in this session and
+    check that the host looks as before."""
     require_node_tools()
     lay = layout()
-    probe = node.Node(lay, lambda _: None)
-    reused = node.reusable(probe)   # up, or up but for add-ons that up() updates in place
-    before = host_view()
+    if early is not None:
+        early.used = True
+        t0 = time.monotonic()
+        try:
+            output = _wait_early(early)
+        except BaseException:   # failed or interrupted: what it started goes, as after a test
+            node.down(lay, log=lambda msg: print(f"[kubenode] {msg}", flush=True))
+            raise
+        print(f"[kubenode] started at collection: up {time.monotonic() - early.started:.1f} s "
+              f"after it began, {time.monotonic() - t0:.1f} s waited for here\n{output}",
+              flush=True)
+        reused, before = False, early.before
+    else:
+        probe = node.Node(lay, lambda _: None)
+        reused = node.reusable(probe)   # up, or up but for add-ons that up() updates in place
+        before = host_view()
     BEFORE.clear()
     BEFORE.append(before)
     t0 = time.monotonic()
@@ -158,7 +242,6 @@ def node_session() -> Iterator[node.Node]:
                     for field in before.__dataclass_fields__
                     if getattr(before, field) != getattr(after, field)}
             assert not diff, f"the host after the node differs from before: {diff}"
-
 
 
 def namespaced_overlay(k8s: Path, directory: Path, namespace: str,

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.guest import (EARLY, EARLY_TIMEOUT_S, LATE, guest_test_files, missing_for_guest,
-                         run_guest_pytest)
+from tests.guest import (EARLY, EARLY_TIMEOUT_S, LATE, SUMMARY, guest_test_files,
+                         missing_for_guest, run_guest_pytest, summary_lines)
 from tests.support import require
 
 # the whole guest step (boot + tests), see docs/developing.md for measurements; a slower machine sets more
@@ -47,6 +47,7 @@ def test_cgroup2_tests_pass_in_a_v2_guest(tmp_path: Path, request: pytest.Fixtur
         print(late)
     run = early.wait() if early is not None else run_guest_pytest(
         tmp_path / "share", files, timeout=EARLY_TIMEOUT_S if late is not None else BOOT_AND_RUN_S)
+    request.config.stash[SUMMARY] = summary_lines(run)
     print(f"guest: {run.seconds:.0f} s, {len(run.passed)} passed, {len(run.failed)} failed, "
           f"{len(run.skipped)} skipped in {len(files)} files")
     # what the guest's tests printed (their figures): shown by pytest -rA, or with a failure

@@ -40,3 +40,21 @@ def test_the_guest_boots_early_only_with_the_cpus_idle(tmp_path: Path) -> None:
     assert boot_early(2.0, 2) and boot_early(1.6, 2)
     assert not boot_early(1.0, 2) and not boot_early(0.3, 2)
     assert 0.0 <= spare_cpus(0.2) <= (os.cpu_count() or 1) + 0.01   # the real file reads
+
+
+def test_the_summary_is_the_guests_time_and_its_slowest_tests() -> None:
+    from tests.guest import GuestRun, summary_lines
+
+    output = ("tests/test_cgroup.py::test_a PASSED\n"
+              "============================= slowest 25 durations ==============================\n"
+              "189.83s call     tests/test_commands_quota_change.py::test_a_quota_raised_mid_run[v2]\n"
+              "3.10s setup    tests/test_cpu_quota.py::test_b[v2]\n"
+              "=========================== short test summary info ============================\n"
+              "PASSED tests/test_cgroup.py::test_a\n")
+    run = GuestRun(0, 1251.4, "", 0, output, [], ["a", "b"], [])
+    assert summary_lines(run) == [
+        "the cgroup v2 guest: 1251 s from its boot, 2 passed, 0 failed, 0 skipped",
+        "189.83s call     tests/test_commands_quota_change.py::test_a_quota_raised_mid_run[v2]",
+        "3.10s setup    tests/test_cpu_quota.py::test_b[v2]"]
+    assert summary_lines(GuestRun(None, 900.0, "", None, "", [], [], [])) == [
+        "the cgroup v2 guest: 900 s from its boot, 0 passed, 0 failed, 0 skipped"]
