@@ -12,7 +12,7 @@ import pytest
 
 from client.data.files import read_run
 from client.run.targets import resolve_backend
-from tests.support import (BIN, GUEST_START_S, HIERARCHIES, gone, http_timing,
+from tests.support import (BIN, gone, http_timing,
                            interrupted_after_rows, require_kernel_quota)
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -66,15 +66,14 @@ def test_rate_sweep_is_the_throughput_scaling_test(tmp_path: Path) -> None:
     assert all(r.scheduled_ns is not None for r in run.records)
 
 
-@HIERARCHIES
-@pytest.mark.timeout(900)
-def test_kernel_sweep_uses_a_real_quota_and_removes_it(tmp_path: Path,
-                                                       cgroup_version: int) -> None:
+def test_kernel_sweep_uses_a_real_quota_and_removes_it(tmp_path: Path) -> None:
+    """On the host's cgroup v1. The kernel backend runs ``burn-service --cpus``, whose group
+    on cgroup v2 (made, limited, counted, removed) test_cpu_quota's v2 tests check in the
+    guest; this one took 108 s there under TCG (CI 2026-11-27) to say nothing more."""
+    cgroup_version = 1
     require_kernel_quota(cgroup_version)
-    # the v2 guest runs under TCG (~15x slower): its burn-service starts in minutes, not seconds
-    slow = ["--start-timeout", f"{GUEST_START_S:g}"] if cgroup_version == 2 else []
     result = sweep("--backend", "kernel", "--cpus", "0.5", "--requests", "4", "--iterations",
-                   "1000", "--name", "k", *slow, cwd=tmp_path, timeout=840)
+                   "1000", "--name", "k", cwd=tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr
     run = read_run(tmp_path / "raw-data" / "k-kernel-0.5.csv")
     cgroup = run.metadata.limits["cgroup"]
