@@ -56,9 +56,12 @@ def check_attribution(csv: Path, sequential: bool, every_one_may_wait: bool = Fa
 def test_any_service_in_a_quota_group(tmp_path: Path, by: str, load: list[str],
                                       cgroup_version: int) -> None:
     require_kernel_quota(cgroup_version)
-    if cgroup_version == 2:   # the guest is ~15x slower: half the requests say as much
+    # the guest is ~15x slower: half the requests say as much, and no picture (drawing one
+    # takes 10-13 s there idle, 2026-11-27; the picture is the same on either hierarchy)
+    picture = cgroup_version == 1
+    if cgroup_version == 2:
         load = [str(int(a) // 2) if a.isdigit() and load[i - 1] == "--requests" else a
-                for i, a in enumerate(load)]
+                for i, a in enumerate(load)] + ["--no-plot"]
     from tests.cgroup_fixtures import burner_in_group
 
     with burner_in_group(0.2) as service:
@@ -74,7 +77,8 @@ def test_any_service_in_a_quota_group(tmp_path: Path, by: str, load: list[str],
     assert data["throttled_source"] == "cgroup counters"
     text = http_timing("report", "raw-data/b.csv", cwd=tmp_path).stdout
     assert "cgroup: " in text and "periods throttled" in text and "requests delayed by throttling" in text
-    assert (tmp_path / "pictures" / "b.png").read_bytes()[:4] == b"\x89PNG"
+    if picture:
+        assert (tmp_path / "pictures" / "b.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.parametrize(("target", "message"), [

@@ -51,6 +51,18 @@ def test_inprocess_sweep_saves_runs_picture_and_table(tmp_path: Path) -> None:
     assert "Status code" not in result.stdout  # per-request lines only with --show-requests
 
 
+def test_no_plot_leaves_the_raw_data_and_the_table_only(tmp_path: Path) -> None:
+    result = sweep("--backend", "inprocess", "--cpus", "1,0.5", "--requests", "3",
+                   "--iterations", "500", "--name", "n", "--no-plot", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "pictures").iterdir()) == ["n-inprocess-sweep.md"]
+    table = (tmp_path / "pictures" / "n-inprocess-sweep.md").read_text()
+    assert "| n-inprocess-0.5 | 0.5 CPU (in-process) | 3 |" in table and "](" not in table
+    assert len(read_run(tmp_path / "raw-data" / "n-inprocess-0.5.csv").records) == 3
+    assert "table: pictures/n-inprocess-sweep.md" in result.stdout
+    assert "picture:" not in result.stdout and "pictures:" not in result.stdout
+
+
 def test_rate_sweep_is_the_throughput_scaling_test(tmp_path: Path) -> None:
     result = sweep("--backend", "inprocess", "--cpus", "0.5,1", "--rate", "20", "--duration",
                    "0.5", "--iterations", "500", "--name", "s", "--show-requests", cwd=tmp_path)

@@ -59,7 +59,7 @@ def build_sweep_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="http-timing sweep",
         description="Start the burn service under each CPU limit, time it, stop it; save every "
-        "run, a comparison picture and a Markdown table.")
+        "run, a comparison picture and a Markdown table (--no-plot: the table only).")
     parser.add_argument("--cpus", default="1,0.3,0.1",
                         help="CPU limits, comma separated; 0 or none = no limit "
                         "(default 1,0.3,0.1); with --replicas: the total, shared by them")
@@ -73,6 +73,8 @@ def build_sweep_parser() -> argparse.ArgumentParser:
                         help="prefix of the file names (default sweep-<timestamp>; '' for none)")
     parser.add_argument("--data-dir", type=Path, default=Path("raw-data"))
     parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"))
+    parser.add_argument("--no-plot", action="store_true",
+                        help="draw no pictures: the raw data and the tables only")
     parser.add_argument("--show-requests", action="store_true",
                         help="print the original per-request line for every request")
     add_inplace_arguments(parser, keep=False)
@@ -208,7 +210,8 @@ class Sweep:
         if recorded.outcome.stop_reason:
             print(f"http-timing sweep: {recorded.outcome.stop_reason}: "
                   f"{recorded.run.records[-1].error}", file=sys.stderr)
-        draw_result(recorded, report, self.opts.pictures_dir)
+        if not self.opts.no_plot:
+            draw_result(recorded, report, self.opts.pictures_dir)
 
 
 def compare_and_report(runs: Sequence[Run], opts: argparse.Namespace, plan: LoadPlan,
@@ -216,10 +219,11 @@ def compare_and_report(runs: Sequence[Run], opts: argparse.Namespace, plan: Load
     stem = sweep_stem(prefix, backend.name) + "-sweep"
     title = f"{backend.description}: {plan.describe()}" + (
         f", iterations={opts.iterations}" if opts.iterations is not None else "")
-    picture, table, rows = save_comparison(runs, opts.pictures_dir / f"{stem}.png", title)
+    picture, table, rows = save_comparison(runs, opts.pictures_dir / f"{stem}.png", title,
+                                           draw=not opts.no_plot)
     print()
     print(format_table(rows))
-    files = [f"comparison picture: {picture}", f"table: {table}"]
+    files = ([f"comparison picture: {picture}"] if picture else []) + [f"table: {table}"]
     if opts.replicas:
         replicas = format_replicas_table([replica_row(run, build_report(run)) for run in runs])
         path = opts.pictures_dir / f"{stem}-replicas.md"
@@ -238,8 +242,9 @@ def compare_and_report(runs: Sequence[Run], opts: argparse.Namespace, plan: Load
         files.append(f"throughput table: {scaling}")
     print()
     print(f"raw data: {', '.join(str(r.path) for r in runs)} (+ .json metadata)")
-    pictures = [opts.pictures_dir / f"{r.path.stem}.png" for r in runs]
-    print(f"pictures: {', '.join(str(p) for p in pictures if p.exists())}")
+    if not opts.no_plot:
+        pictures = [opts.pictures_dir / f"{r.path.stem}.png" for r in runs]
+        print(f"pictures: {', '.join(str(p) for p in pictures if p.exists())}")
     for line in files:
         print(line)
 

@@ -67,7 +67,8 @@ def command_sweep_live(opts: argparse.Namespace, argv: list[str]) -> int:
         if recorded.outcome.stop_reason:
             print(f"http-timing sweep: {recorded.outcome.stop_reason}: "
                   f"{recorded.run.records[-1].error}", file=sys.stderr)
-        draw_result(recorded, report, opts.pictures_dir)
+        if not opts.no_plot:
+            draw_result(recorded, report, opts.pictures_dir)
 
     observers = [lambda record: print(format_line(record), flush=True)] \
         if opts.show_requests else []

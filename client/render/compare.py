@@ -121,14 +121,19 @@ def plot_comparison(runs: Sequence[Run], out: Path, title: str | None = None,
     return out
 
 
-def save_comparison(runs: Sequence[Run], out: Path,
-                    title: str | None = None) -> tuple[Path, Path, list[ComparisonRow]]:
-    """Draw the picture at ``out`` and write its table as Markdown next to it (``.md``)."""
+def save_comparison(runs: Sequence[Run], out: Path, title: str | None = None, *,
+                    draw: bool = True) -> tuple[Path | None, Path, list[ComparisonRow]]:
+    """Draw the picture at ``out`` (not with ``draw=False``: no picture, None) and write its
+    table as Markdown next to it (``.md``)."""
     reports = [build_report(run) for run in runs]
     rows = comparison_rows(runs, reports)
-    picture = plot_comparison(runs, out, title, reports)
+    picture = plot_comparison(runs, out, title, reports) if draw else None
     markdown = out.with_suffix(".md")
-    caption = f"![{md_escape(title or 'comparison')}]({out.name})\n\n"
+    if picture is None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        caption = f"{md_escape(title or 'comparison')}\n\n"
+    else:
+        caption = f"![{md_escape(title or 'comparison')}]({out.name})\n\n"
     markdown.write_text(caption + format_markdown(rows), encoding="utf-8")
     return picture, markdown, rows
 
