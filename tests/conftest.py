@@ -46,8 +46,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         from tests.guest import start_early
         from tests.kube import start_node_early
 
-        start_node_early(config, items)   # the node's tests last, then the guest's
-        start_early(config, items)
+        start_early(config, items)        # the guest's test last; it looks for idle CPUs
+        start_node_early(config, items)   # then the node (busy a while), its tests before it
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

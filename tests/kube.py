@@ -24,6 +24,7 @@ from client.run.limiters.kubernetes import cpu_cores
 from cpuquota.limit import Limit
 from kubenode import files, host, node
 from kubenode.config import CGROUP_ROOT, NODE_NAME, VETH_HOST, layout
+from tests.guest import GUEST_TEST
 from tests.support import ROOT, require
 
 __all__ = ["BEFORE", "EARLY_NODE", "EarlyNode", "HostView", "host_view", "missing_node_tools",
@@ -170,7 +171,8 @@ def start_node_early(config: pytest.Config, items: list[pytest.Item]) -> None:
     lay = layout()
     if node.Node(lay, lambda _: None).holder is not None:   # up, or half up: the fixture's
         return
-    items[:] = [item for item in items if item not in on_node] + on_node
+    last = [item for item in items if item.name == GUEST_TEST]   # the guest's stays last
+    items[:] = [item for item in items if item not in on_node and item not in last] + on_node + last
     before = host_view()
     log = Path(tempfile.mkstemp(prefix="throttle-lab-node-", suffix=".log")[1])
     with log.open("wb") as out:   # its own session: a Ctrl-C of the tests lets it finish
