@@ -182,6 +182,10 @@ def start_node_early(config: pytest.Config, items: list[pytest.Item]) -> None:
     config.stash[EARLY_NODE] = EarlyNode(proc, log, before, time.monotonic())
 
 
+def _log(msg: str) -> None:
+    print(f"[kubenode] {msg}", flush=True)
+
+
 def _wait_early(early: EarlyNode) -> str:
     """Until the early ``up`` ends; its output. A failed one fails the test that needed it."""
     try:
@@ -201,7 +205,7 @@ def stop_node_early(config: pytest.Config) -> None:
     early.used = True
     early.proc.wait()
     early.log.unlink(missing_ok=True)
-    node.down(layout(), log=lambda msg: print(f"[kubenode] {msg}", flush=True))
+    node.down(layout(), log=_log)
 
 
 def node_session(early: EarlyNode | None = None) -> Iterator[node.Node]:
@@ -216,7 +220,7 @@ def node_session(early: EarlyNode | None = None) -> Iterator[node.Node]:
         try:
             output = _wait_early(early)
         except BaseException:   # failed or interrupted: what it started goes, as after a test
-            node.down(lay, log=lambda msg: print(f"[kubenode] {msg}", flush=True))
+            node.down(lay, log=_log)
             raise
         print(f"[kubenode] started at collection: up {time.monotonic() - early.started:.1f} s "
               f"after it began, {time.monotonic() - t0:.1f} s waited for here\n{output}",
@@ -229,7 +233,7 @@ def node_session(early: EarlyNode | None = None) -> Iterator[node.Node]:
     BEFORE.clear()
     BEFORE.append(before)
     t0 = time.monotonic()
-    the_node = node.up(lay, log=lambda msg: print(f"[kubenode] {msg}", flush=True))
+    the_node = node.up(lay, log=_log)
     print(f"[kubenode] node {'reused' if reused else 'up'} in {time.monotonic() - t0:.1f} s "
           f"({NODE_NAME})", flush=True)
     try:
@@ -237,7 +241,7 @@ def node_session(early: EarlyNode | None = None) -> Iterator[node.Node]:
     finally:
         if not reused:
             t0 = time.monotonic()
-            node.down(lay, log=lambda msg: print(f"[kubenode] {msg}", flush=True))
+            node.down(lay, log=_log)
             print(f"[kubenode] node down in {time.monotonic() - t0:.1f} s", flush=True)
             after = host_view()
             diff = {field: (getattr(before, field), getattr(after, field))

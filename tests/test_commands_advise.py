@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from client.analysis.advise import MAIN_ROLES
 from client.data.files import read_run
 from client.data.summary import Summary
 from tests.support import (BIN, gone, http_timing, interrupted_after_rows,
@@ -129,7 +130,7 @@ def missed_unthrottled(cwd: Path, runs: list[dict[str, Any]], *, above: float) -
     and 0.883 met it)."""
     out = []
     for run in runs:
-        if run["role"] not in ("guess", "search", "usage", "confirm") or run["met"] is not False \
+        if run["role"] not in MAIN_ROLES or run["met"] is not False \
                 or run["cpus"] is None or run["cpus"] <= above:
             continue
         records = read_run(cwd / "raw-data" / f"{run['name']}.csv").records
