@@ -6,11 +6,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 import pytest
 
-matplotlib.use("Agg")
-os.environ.setdefault("MPLBACKEND", "Agg")
+# matplotlib takes its backend from MPLBACKEND when it is first imported (not here: ~9 s of the
+# v2 guest's pytest start under TCG, and the guest draws no pictures)
+os.environ["MPLBACKEND"] = "Agg"
 
 # Set (to "cgroup2") in the guest that tests/test_guest_cgroup2.py boots: a real cgroup v2 kernel.
 GUEST_ENV = "THROTTLE_LAB_GUEST"
@@ -81,6 +81,16 @@ def kube_node(request: pytest.FixtureRequest) -> Iterator[Any]:
     from tests.kube import EARLY_NODE, node_session
 
     yield from node_session(request.config.stash.get(EARLY_NODE, None))
+
+
+@pytest.fixture(scope="session")
+def node_recorder(kube_node: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The node recorder DaemonSet on the session's node, once for the modules that use it
+    (tests/recorder_support.py); yields the agent's running pod (its JSON)."""
+    from tests.recorder_support import recorder_up
+
+    with recorder_up(kube_node, tmp_path_factory.mktemp("recorder")) as pod:
+        yield pod
 
 
 @pytest.fixture(scope="session")

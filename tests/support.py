@@ -12,16 +12,16 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-import uvicorn
-from starlette.types import ASGIApp
 
 from client.run.targets.service import free_port, stop_process
-from service.app import create_app
-from service.config import Settings
+
+if TYPE_CHECKING:   # imported where a server is run: FastAPI is ~14 s of the v2 guest's
+    from starlette.types import ASGIApp   # pytest start (TCG), where every test starts
+    from service.config import Settings    # burn-service in a process of its own
 
 __all__ = ["BIN", "GUEST_START_S", "HIERARCHIES", "ROOT", "check_split_by_quota", "free_port", "http_timing",
            "http_timing_here", "in_v2_guest", "require", "require_kernel_quota", "running_service",
@@ -125,6 +125,11 @@ def running_service(settings: Settings | None = None, *, app: ASGIApp | None = N
                     **overrides: object) -> Iterator[str]:
     """A real uvicorn server in a thread of this process; yields its base URL. It serves
     ``app`` if given (e.g. one built by ``create_app`` with an extra route), else a new app."""
+    import uvicorn
+
+    from service.app import create_app
+    from service.config import Settings
+
     port = free_port()
     settings = settings or Settings(port=port, log_level="warning", **overrides)  # type: ignore[arg-type]
     config = uvicorn.Config(app if app is not None else create_app(settings), host="127.0.0.1",

@@ -45,7 +45,7 @@ from kubenode import node as kubenode
 from kubenode.config import CGROUP_ROOT
 from kubenode.traefik import INGRESS_CLASS, WEB_PORT, access_log
 from tests.kube import shipped_limit, wait_for
-from tests.recorder_support import cpu_stat, kubectl_json, recorder_up, user_kubeconfig
+from tests.recorder_support import cpu_stat, kubectl_json, pods_namespace, user_kubeconfig
 from tests.support import ROOT, http_timing
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
@@ -63,11 +63,11 @@ IDLE_INTERVAL_S = 1.0         # the agent's --idle-interval (its default, the Da
 
 
 @pytest.fixture(scope="module")
-def agent(kube_node: kubenode.Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The recorder DaemonSet (as tests/test_agent_node.py runs it) and this file's namespace;
-    both deleted afterwards. Yields the agent pod's name."""
-    with recorder_up(kube_node, tmp_path_factory.mktemp("recorder"), NS) as pod:
-        yield pod["metadata"]["name"]
+def agent(kube_node: kubenode.Node, node_recorder: dict[str, Any]) -> Iterator[str]:
+    """The session's recorder DaemonSet (as tests/test_agent_node.py uses it) and this file's
+    namespace, deleted afterwards. Yields the agent pod's name."""
+    with pods_namespace(kube_node, NS):
+        yield node_recorder["metadata"]["name"]
 
 
 def limited_manifests() -> list[dict[str, Any]]:

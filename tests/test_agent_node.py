@@ -29,7 +29,7 @@ from kubenode import project_images
 from kubenode.config import CGROUP_ROOT
 from tests.import_support import write_documented
 from tests.kube import wait_for
-from tests.recorder_support import (RECORDER_NS, cpu_stat, kubectl_json, recorder_up,
+from tests.recorder_support import (RECORDER_NS, cpu_stat, kubectl_json, pods_namespace,
                                     user_kubeconfig)
 from tests.support import ROOT, free_port, http_timing, require, stop_by_pid
 
@@ -53,10 +53,11 @@ class Recorder:
 
 
 @pytest.fixture(scope="module")
-def agent(kube_node: kubenode.Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorder]:
-    """The recorder DaemonSet running the agent image built from this checkout."""
-    with recorder_up(kube_node, tmp_path_factory.mktemp("recorder"), NS) as pod:
-        yield Recorder(pod["metadata"]["name"], pod["status"]["podIP"],
+def agent(kube_node: kubenode.Node, node_recorder: dict[str, Any]) -> Iterator[Recorder]:
+    """The session's recorder DaemonSet, running the agent image built from this checkout,
+    and this file's namespace (deleted afterwards)."""
+    with pods_namespace(kube_node, NS):
+        yield Recorder(node_recorder["metadata"]["name"], node_recorder["status"]["podIP"],
                        kube_node.lay.state / "recorder-timelines")
 
 

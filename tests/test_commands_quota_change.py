@@ -3,7 +3,9 @@
 resize does to the pod's and the container's groups), and ``http-timing --cgroup`` timing it.
 The timeline holds both quotas, ``report`` names both with the requests sent under each,
 ``report --predict`` models each part under its own quota, the marks still add up to the
-group's ``cpu.stat``, and ``watch`` shows the change live."""
+group's ``cpu.stat``, and ``watch`` shows the change live (on v1: in the v2 guest a third Python
+process, ~15 s of imports under TCG beside the service's and the run's, for what the run's own
+timeline shows there too: both quotas read from ``cpu.max`` by the same sampler)."""
 
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ def test_a_quota_raised_mid_run(tmp_path: Path, cgroup_version: int) -> None:
         _set_quota(group, cgroup_version, 20_000)
         watch = subprocess.Popen([str(BIN / "http-timing"), "watch", str(group), "--json",
                                   "--interval", "0.5"], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+                                 stderr=subprocess.PIPE, text=True) if cgroup_version == 1 else None
         run = subprocess.Popen([str(BIN / "http-timing"), "--url", f"{base}/cpuBurnFlow",
                                 "--iterations", str(iterations), "--requests", str(requests),
                                 "--warmup", "0", "--cgroup", str(group), "--name", "resize",
@@ -70,8 +72,9 @@ def test_a_quota_raised_mid_run(tmp_path: Path, cgroup_version: int) -> None:
             if run.poll() is None:
                 run.kill()
                 run.wait()
-            watch.terminate()
-            watched, _ = watch.communicate(timeout=20)
+            if watch is not None:
+                watch.terminate()
+                watched, _ = watch.communicate(timeout=20)
     timeline = read_timeline(timeline_path(csv_path))
     quotas = [s.quotas[0] for s in timeline]
     assert quotas[0] == (20_000, PERIOD_US) and quotas[-1] == (50_000, PERIOD_US)
@@ -106,5 +109,7 @@ def test_a_quota_raised_mid_run(tmp_path: Path, cgroup_version: int) -> None:
     for part, (start_s, end_s) in zip(by_quota, [(p["from_s"], p["to_s"]) for p in parts]):
         assert part["span"]["from_s"] == start_s and part["span"]["to_s"] == end_s
 
+    if watch is None:
+        return
     seen = [json.loads(line)["quota_cpus"] for line in watched.splitlines() if line.strip()]
     assert seen[0] == 0.2 and seen[-1] == 0.5 and set(seen) == {0.2, 0.5}, seen

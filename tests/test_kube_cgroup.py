@@ -32,6 +32,7 @@ from kubenode.config import CGROUP_ROOT
 from kubenode.project_images import SERVICE_IMAGE
 from kubenode.traefik import INGRESS_CLASS, WEB_PORT, access_log
 from tests.kube import shipped_limit, wait_for
+from tests.recorder_support import pods_namespace
 from tests.support import BIN, ROOT, check_split_by_quota, http_timing, stop_by_pid
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
@@ -81,10 +82,8 @@ def service_image(kube_node: kubenode.Node) -> None:
 
 @pytest.fixture(scope="module")
 def namespace(kube_node: kubenode.Node, service_image: None) -> Iterator[str]:
-    kube_node.kubectl("create", "namespace", NAMESPACE, check=False)
-    yield NAMESPACE
-    kube_node.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=120s",
-                      check=False, timeout=150)
+    with pods_namespace(kube_node, NAMESPACE):
+        yield NAMESPACE
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ same process in the same run (its ``utime + stime``, and ``cutime + cstime`` of 
 children). On this host (v1, ``cpu`` and ``cpuacct`` mounted apart) the group has no usage
 counter of its own, so the figures come from the processes (``client.run.process_usage``).
 On cgroup v2 (the guest, ``cgroup2``) the group's own ``cpu.stat usage_usec`` is the source:
-the same three shapes, fewer requests (TCG is ~10x slower), the tool's figure against the
+the forking shape, fewer requests (TCG is ~10x slower), the tool's figure against the
 ``usage_usec`` the test reads itself around the run.
 
 Then, 3 connections for 6 s against a Go ``net/http`` service burning 5 ms per request under
@@ -111,10 +111,13 @@ def usage_usec(group: Path) -> int:
 @pytest.mark.root
 @pytest.mark.cgroup2
 @pytest.mark.timeout(900)   # TCG: the CLI alone takes ~30 s to start in the guest
-@pytest.mark.parametrize("shape", ["request", "fork", "pool"])
+@pytest.mark.parametrize("shape", ["fork"])
 def test_v2_usage_of_any_shape_is_usage_usec(tmp_path: Path, shape: str) -> None:
     """On v2 the figure is the group's own counter, whatever the service does with threads
-    and processes. The test reads ``usage_usec`` before the CLI starts and after it ends: the
+    and processes: shown with the shape the processes' own counters would get wrong, a process
+    per request that comes and goes (the thread and pool shapes run on v1 above, where the
+    figure does come from the processes; in the guest each shape was ~20 s under TCG idle and
+    ~60 s beside the host's tests, for the same counter read by the same code). The test reads ``usage_usec`` before the CLI starts and after it ends: the
     tool's first and last readings of it lie in between, the report's figure is their
     difference, and it is within 5 % of the test's own, less what the group used outside the
     tool's window (under TCG the CLI takes over a minute to start and end): at most twice its
