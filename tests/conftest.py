@@ -50,6 +50,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         start_node_early(config, items)   # then the node (busy a while), its tests before it
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """In the v2 guest: say that the tests begin (tests/guest.py renices the guest then)."""
+    from tests.guest import STARTED_ENV
+
+    marker = os.environ.get(STARTED_ENV)
+    if marker and os.environ.get(GUEST_ENV) == "cgroup2":
+        Path(marker).write_text(f"{len(session.items)} tests\n")
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """The v2 guest's own time and slowest tests (they are not in pytest's durations here)."""
     from tests.guest import SUMMARY

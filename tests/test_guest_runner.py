@@ -58,3 +58,6 @@ def test_the_summary_is_the_guests_time_and_its_slowest_tests() -> None:
         "3.10s setup    tests/test_cpu_quota.py::test_b[v2]"]
     assert summary_lines(GuestRun(None, 900.0, "", None, "", [], [], [])) == [
         "the cgroup v2 guest: 900 s from its boot, 0 passed, 0 failed, 0 skipped"]
+    assert summary_lines(GuestRun(0, 700.0, "", 0, "", [], ["a"], [], 61.6))[0] == (
+        "the cgroup v2 guest: 700 s from its boot (its tests began 62 s after the boot), "
+        "1 passed, 0 failed, 0 skipped")
