@@ -210,18 +210,17 @@ class GuestSession:
                                      errors="replace", start_new_session=True)
         if nice:   # a new session is a new autogroup, whose weight nice alone does not lower
             _nice_autogroup(self.proc.pid, nice)
-        self.tests_began: float | None = None   # seconds from the boot to its first test
         self._alone = threading.Event()
+        self._renicing = threading.Lock()   # unnice's renice is the last one
 
     def nice_when_started(self, nice: int) -> None:
         """Wait for the guest's pytest to say its tests begin (``share/started``), then renice
         the guest to ``nice`` (unless the host's tests are done by then: :meth:`unnice`)."""
-        marker = self.share / "started"
         while self.proc.poll() is None and not self._alone.is_set():
-            if marker.exists():
-                self.tests_began = time.monotonic() - self.start
-                if not self._alone.is_set():
-                    _renice_session(self.proc.pid, nice)
+            if (self.share / "started").exists():
+                with self._renicing:
+                    if not self._alone.is_set():
+                        _renice_session(self.proc.pid, nice)
                 return
             time.sleep(0.5)
 
@@ -229,8 +228,9 @@ class GuestSession:
         """To ``ALONE_NICE``, every thread of the guest's session (qemu's vCPU threads
         included) and its autogroup: the host's tests are done, and a niced guest would now
         lose the CPUs to any other work on the machine."""
-        self._alone.set()
-        _renice_session(self.proc.pid, ALONE_NICE)
+        with self._renicing:
+            self._alone.set()
+            _renice_session(self.proc.pid, ALONE_NICE)
 
     def wait(self) -> GuestRun:
         """Until the guest is done or ``timeout`` seconds after it started (then killed)."""
@@ -251,9 +251,8 @@ class GuestSession:
         status = status_file.read_text().strip() if status_file.exists() else ""
         pytest_file = share / "pytest.txt"
         failed, passed, skipped = _results(share / "junit.xml")
-        marker = share / "started"
-        began = self.tests_began if self.tests_began is not None else (
-            marker.stat().st_mtime - self.start_wall if marker.exists() else None)
+        marker = share / "started"   # written on the host's clock (the share's 9p server)
+        began = marker.stat().st_mtime - self.start_wall if marker.exists() else None
         return GuestRun(exit_code, seconds, output,
                         int(status) if status.isdigit() else None,
                         pytest_file.read_text(errors="replace") if pytest_file.exists() else "",

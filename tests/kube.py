@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,8 @@ from tests.support import ROOT, require
 
 __all__ = ["BEFORE", "EARLY_NODE", "EarlyNode", "HostView", "host_view", "missing_node_tools",
            "node_session", "require_node_tools", "start_node_early", "stop_node_early", "iptables_lines",
-           "wait_for", "NODE_PATHS", "namespaced_overlay", "shipped_limit"]
+           "wait_for", "NODE_PATHS", "namespace_gone", "namespaced_overlay", "pods_namespace",
+           "shipped_limit"]
 
 TOOLS = ("etcd", "containerd", "runc", "ctr", "conntrack", "iptables", "unshare", "nsenter",
          "openssl", "gcc", "ip", "docker")
@@ -248,6 +250,27 @@ def node_session(early: EarlyNode | None = None) -> Iterator[node.Node]:
                     for field in before.__dataclass_fields__
                     if getattr(before, field) != getattr(after, field)}
             assert not diff, f"the host after the node differs from before: {diff}"
+
+
+def namespace_gone(node: node.Node, namespace: str, timeout: float = 180) -> None:
+    """Wait until ``namespace`` is not Terminating any more (one deleted without waiting, by
+    an earlier module or run, must be gone before it is made again)."""
+    wait_for(f"namespace {namespace} from an earlier run gone", lambda: "Terminating" not in
+             node.kubectl("get", "namespace", namespace, check=False).stdout, timeout)
+
+
+@contextmanager
+def pods_namespace(the_node: node.Node, namespace: str) -> Iterator[str]:
+    """``namespace`` for a module's pods, deleted afterwards without waiting for its pods to
+    end (the next module's are in a namespace of their own; the node's end, or
+    :func:`namespace_gone` at the next start, sees to the rest)."""
+    namespace_gone(the_node, namespace)
+    the_node.kubectl("create", "namespace", namespace, check=False)
+    try:
+        yield namespace
+    finally:
+        the_node.kubectl("delete", "namespace", namespace, "--wait=false", check=False,
+                         timeout=60)
 
 
 def namespaced_overlay(k8s: Path, directory: Path, namespace: str,

@@ -1,7 +1,7 @@
 """The node recorder (k8s/recorder/, the agent image built from this checkout) on the test node,
 for the tests that use it (tests/test_agent_node.py, tests/test_agent_ingress.py): brought up
 once for the session (the ``node_recorder`` fixture, tests/conftest.py) and taken down at its
-end, a namespace of each module's own for its pods, a kubeconfig that holds only the user RBAC
+end (with its namespace, and so the users' role bindings in it), a kubeconfig that holds only the user RBAC
 of k8s/recorder/user-rbac.yaml, and a group's cpu.stat. The recorder records the labelled pods
 of every namespace; each module's checks name its own namespace's pods."""
 from __future__ import annotations
@@ -18,11 +18,9 @@ import yaml
 from kubenode import node as kubenode
 from kubenode import project_images, recorder
 from kubenode.images import ctr_images
-from tests.kube import wait_for
 from tests.support import ROOT
 
-__all__ = ["RECORDER_NS", "cpu_stat", "kubectl_json", "pods_namespace", "recorder_up",
-           "user_kubeconfig"]
+__all__ = ["RECORDER_NS", "cpu_stat", "kubectl_json", "recorder_up", "user_kubeconfig"]
 
 RECORDER_NS = recorder.RECORDER_NAMESPACE
 USER_RBAC = ROOT / "k8s" / "recorder" / "user-rbac.yaml"
@@ -60,22 +58,6 @@ def recorder_up(node: kubenode.Node, overlay: Path) -> Iterator[dict[str, Any]]:
                      "--timeout=120s", check=False, timeout=150)
         node.kubectl("delete", "-f", str(USER_RBAC), "--ignore-not-found", check=False)
         shutil.rmtree(lay.state / "recorder-timelines", ignore_errors=True)
-
-
-@contextmanager
-def pods_namespace(node: kubenode.Node, namespace: str) -> Iterator[str]:
-    """``namespace`` for a module's pods, deleted afterwards without waiting for its pods to
-    end (the next module's are in a namespace of their own; the node's end, or the next
-    session's wait in :func:`pods_namespace`, sees to the rest)."""
-    wait_for(f"namespace {namespace} from an earlier run gone", lambda: "Terminating" not in
-             node.kubectl("get", "namespace", namespace, check=False).stdout, 180)
-    node.kubectl("create", "namespace", namespace, check=False)
-    try:
-        yield namespace
-    finally:
-        node.kubectl("delete", "namespace", namespace, "--wait=false", check=False, timeout=60)
-        node.kubectl("-n", RECORDER_NS, "delete", "rolebinding", f"{namespace}-timelines",
-                     "--ignore-not-found", check=False)
 
 
 def user_kubeconfig(node: kubenode.Node, path: Path, namespace: str) -> Path:

@@ -44,8 +44,8 @@ from client.run.agent_timeline import PodRef, fetch_timeline
 from kubenode import node as kubenode
 from kubenode.config import CGROUP_ROOT
 from kubenode.traefik import INGRESS_CLASS, WEB_PORT, access_log
-from tests.kube import shipped_limit, wait_for
-from tests.recorder_support import cpu_stat, kubectl_json, pods_namespace, user_kubeconfig
+from tests.kube import pods_namespace, shipped_limit, wait_for
+from tests.recorder_support import cpu_stat, kubectl_json, user_kubeconfig
 from tests.support import ROOT, http_timing
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]

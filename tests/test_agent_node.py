@@ -28,9 +28,8 @@ from kubenode import node as kubenode
 from kubenode import project_images
 from kubenode.config import CGROUP_ROOT
 from tests.import_support import write_documented
-from tests.kube import wait_for
-from tests.recorder_support import (RECORDER_NS, cpu_stat, kubectl_json, pods_namespace,
-                                    user_kubeconfig)
+from tests.kube import pods_namespace, wait_for
+from tests.recorder_support import RECORDER_NS, cpu_stat, kubectl_json, user_kubeconfig
 from tests.support import ROOT, free_port, http_timing, require, stop_by_pid
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]

@@ -39,7 +39,7 @@ import yaml
 
 from client.run.cgroup_lookup import find_pod_directory
 from kubenode import node as kubenode
-from tests.kube import namespaced_overlay, shipped_limit, wait_for
+from tests.kube import namespace_gone, namespaced_overlay, shipped_limit, wait_for
 from tests.support import BIN, ROOT, stop_by_pid
 
 NS = "tl-advise-test"
@@ -94,8 +94,7 @@ def deployed(kube_node: kubenode.Node, tmp_path_factory: pytest.TempPathFactory
     if not _has_service_image(kube_node):   # a node of its own (CI): the images from here
         kubenode.load_project_images(kube_node.lay, print, ROOT)
     overlay = advise_overlay(ROOT / "k8s", tmp_path_factory.mktemp("advise-overlay"), NS)
-    wait_for(f"namespace {NS} from an earlier run gone", lambda: "Terminating" not in
-             kube_node.kubectl("get", "namespace", NS, check=False).stdout, 180)
+    namespace_gone(kube_node, NS)
     kube_node.kubectl("apply", "-k", str(overlay), timeout=120)
     try:
         kube_node.kubectl("-n", NS, "rollout", "status", "deployment/limited",

@@ -35,7 +35,7 @@ from client.data.timeline import read_timeline
 from client.run.cgroup_lookup import find_pod_directory
 from kubenode import node as kubenode
 from kubenode.traefik import INGRESS_CLASS, WEB_PORT
-from tests.kube import namespaced_overlay, shipped_limit, wait_for
+from tests.kube import namespace_gone, namespaced_overlay, shipped_limit, wait_for
 from tests.support import BIN, ROOT, stop_by_pid
 from tests.test_commands_advise_k8s import (BUSY, CPU, NICE, Proxy, _has_service_image,
                                             kubeconfig_through, timed)
@@ -121,8 +121,7 @@ def deployed(kube_node: kubenode.Node, tmp_path_factory: pytest.TempPathFactory
     if not _has_service_image(kube_node):   # a node of its own (CI): the images from here
         kubenode.load_project_images(kube_node.lay, print, ROOT)
     made = overlay(ROOT / "k8s", tmp_path_factory.mktemp("multipod-overlay"))
-    wait_for(f"namespace {NS} from an earlier run gone", lambda: "Terminating" not in
-             kube_node.kubectl("get", "namespace", NS, check=False).stdout, 180)
+    namespace_gone(kube_node, NS)
     kube_node.kubectl("apply", "-k", str(made), timeout=120)
     try:
         kube_node.kubectl("-n", NS, "rollout", "status", "deployment/limited",

@@ -31,8 +31,7 @@ from kubenode import node as kubenode
 from kubenode.config import CGROUP_ROOT
 from kubenode.project_images import SERVICE_IMAGE
 from kubenode.traefik import INGRESS_CLASS, WEB_PORT, access_log
-from tests.kube import shipped_limit, wait_for
-from tests.recorder_support import pods_namespace
+from tests.kube import pods_namespace, shipped_limit, wait_for
 from tests.support import BIN, ROOT, check_split_by_quota, http_timing, stop_by_pid
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
