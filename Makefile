@@ -29,10 +29,14 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# the documentation site (mkdocs.yml, docs/; README.md is its home page) into site/
-.PHONY: docs
-docs: $(BIN)/.installed
+# the documentation site (mkdocs.yml, docs/; README.md is its home page) into site/, after
+# the reference pages' generated parts (options, HTTP API) are written from the code
+.PHONY: docs reference
+docs: reference
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
+reference: $(BIN)/.installed
+	$(BIN)/python -m scripts.mkdocs_hooks
 
 # ruff's pyflakes rules on everything, mypy on the packages (not part of `make test`)
 lint: $(BIN)/.installed

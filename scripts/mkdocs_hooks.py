@@ -1,15 +1,17 @@
-"""MkDocs hooks for the documentation site (``mkdocs.yml``: ``hooks:``), run by ``make docs``.
+"""MkDocs hooks for the documentation site (``mkdocs.yml``: ``hooks:``), and the writer of the
+reference pages' generated parts: ``make docs`` runs both, ``make reference`` the writer alone.
 
-- The home page is ``README.md`` itself (its ``docs/...`` links made relative to the site),
-  so the front door is written once.
-- The pictures come from ``pictures/``: every image there is added to the site as
-  ``pictures/<name>``, so a page links ``pictures/x.png`` (``../pictures/x.png`` one level
-  down), as the README does.
-- The reference is generated from the code, so it cannot drift: a line
-  ``<!-- generated: options PROGRAM -->`` becomes the options of that console script, taken
-  from the very argparse parser its ``main`` builds (for ``http-timing``, that of every command
-  in ``client.commands.COMMANDS``); ``<!-- generated: openapi -->`` becomes burn-service's HTTP
-  API from ``service.app.app.openapi()``.
+- Links are written as a code host reads them, relative to the file in the repository; the
+  site resolves the same paths. The home page is ``README.md`` itself (its ``docs/x.md`` is the
+  site's ``x.md``), and every image in ``pictures/`` is added to the site as ``pictures/<name>``
+  (a page in ``docs/`` links ``../pictures/x.png``, as the README links ``pictures/x.png``).
+- The reference is generated from the code and committed, so it reads on a code host too:
+  between ``<!-- generated: options PROGRAM -->`` and ``<!-- end generated -->`` stand the
+  options of that console script, taken from the very argparse parser its ``main`` builds (for
+  ``http-timing``, that of every command in ``client.commands.COMMANDS``); between
+  ``<!-- generated: openapi -->`` and its end, burn-service's HTTP API from
+  ``service.app.app.openapi()``. ``python -m scripts.mkdocs_hooks`` writes them
+  (``--check``: exit 1 when a page is out of date).
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ import argparse
 import html
 import importlib
 import json
+import os
+import posixpath
 import re
+import sys
 from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -29,34 +34,78 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
 
-__all__ = ["capture_parser", "console_scripts", "on_files", "on_page_markdown",
-           "openapi_markdown", "options_markdown", "program_parsers"]
+__all__ = ["REFERENCE", "capture_parser", "console_scripts", "generated", "main", "on_files",
+           "on_page_markdown", "openapi_markdown", "options_markdown", "program_parsers",
+           "site_link"]
 
 ROOT = Path(__file__).resolve().parent.parent
 PICTURES = ROOT / "pictures"
 IMAGE_SUFFIXES = {".png", ".svg", ".jpg", ".jpeg", ".gif"}
-GENERATED = re.compile(r"^<!-- generated: (options|openapi)\s*(\S*) -->$", re.MULTILINE)
+REFERENCE = ROOT / "docs" / "reference"
+GENERATED = re.compile(r"^<!-- generated: (options|openapi)[ ]*(\S*) -->$", re.MULTILINE)
+END_GENERATED = "<!-- end generated -->"
+HELP_WIDTH = "100"  # argparse lays usage lines out to $COLUMNS: one width, wherever it runs
+LINK = re.compile(r"(\]\()([^)\s]+)")
+FENCE = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)
 
 
 # --- the files: README as the home page, pictures/ as the site's pictures -------------------
-
-def readme_as_home(text: str) -> str:
-    """README.md's links into ``docs/`` made relative to the site's root."""
-    return re.sub(r"\]\(docs/", "](", text)
-
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
     home = files.get_file_from_path("index.md")
     if home is not None:
         files.remove(home)
-    files.append(File.generated(config, "index.md",
-                                content=readme_as_home((ROOT / "README.md").read_text())))
+    files.append(File.generated(config, "index.md", content=(ROOT / "README.md").read_text()))
     for picture in sorted(PICTURES.iterdir()):
         if picture.suffix.lower() in IMAGE_SUFFIXES:
             files.append(File(f"pictures/{picture.name}", src_dir=str(ROOT),
                               dest_dir=config.site_dir,
                               use_directory_urls=config.use_directory_urls))
     return files
+
+
+# --- links: as the repository has them, made the site's ------------------------------------
+
+def _site_path(repo_path: str) -> str | None:
+    """Where a file of the repository is in the site, or None for one the site does not have."""
+    if repo_path == "README.md":
+        return "index.md"
+    if repo_path.startswith("docs/"):
+        return repo_path.removeprefix("docs/")
+    if repo_path.startswith("pictures/"):
+        return repo_path
+    return None
+
+
+def site_link(target: str, source: str, page: str) -> str:
+    """A link as written in the repository's file ``source`` (relative to it, as a code host
+    reads it), made relative to the site's page ``page``; anything else is left as it is."""
+    path, hash_, anchor = target.partition("#")
+    if not path or re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:|^/", path):
+        return target
+    site = _site_path(posixpath.normpath(posixpath.join(posixpath.dirname(source), path)))
+    if site is None:
+        return target
+    return posixpath.relpath(site, posixpath.dirname(page) or ".") + hash_ + anchor
+
+
+def site_links(markdown: str, source: str, page: str) -> str:
+    """Every Markdown link and image of a page, outside code blocks, made the site's."""
+
+    def links(text: str) -> str:
+        return LINK.sub(lambda m: m.group(1) + site_link(m.group(2), source, page), text)
+
+    out, start = [], 0
+    for fence in FENCE.finditer(markdown):
+        out += [links(markdown[start:fence.start()]), fence.group(0)]
+        start = fence.end()
+    return "".join([*out, links(markdown[start:])])
+
+
+def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    uri = page.file.src_uri
+    source = "README.md" if uri == "index.md" else f"docs/{uri}"
+    return site_links(markdown, source, uri)
 
 
 # --- options, from the parsers the console scripts build ------------------------------------
@@ -209,9 +258,50 @@ def openapi_markdown() -> str:
     return "\n".join(out)
 
 
-def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
-    def generate(match: re.Match[str]) -> str:
-        kind, argument = match.group(1), match.group(2)
-        return options_markdown(argument) if kind == "options" else openapi_markdown()
+# --- the reference pages: their generated parts written ------------------------------------
 
-    return GENERATED.sub(generate, markdown)
+def generated(text: str) -> str:
+    """A reference page with each generated part as the code makes it now (a marker without its
+    end gets one)."""
+    out, start = [], 0
+    for match in GENERATED.finditer(text):
+        end = text.find(END_GENERATED, match.end())
+        following = GENERATED.search(text, match.end())
+        if end < 0 or (following is not None and following.start() < end):
+            end, skip = match.end(), 0
+        else:
+            skip = len(END_GENERATED)
+        kind, argument = match.group(1), match.group(2)
+        previous = os.environ.get("COLUMNS")
+        os.environ["COLUMNS"] = HELP_WIDTH
+        try:
+            body = options_markdown(argument) if kind == "options" else openapi_markdown()
+        finally:
+            if previous is None:
+                del os.environ["COLUMNS"]
+            else:
+                os.environ["COLUMNS"] = previous
+        out += [text[start:match.end()], "\n\n", body.strip("\n"), "\n\n", END_GENERATED]
+        start = end + skip
+    return "".join([*out, text[start:]])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write every reference page's generated parts; ``--check`` only says which are stale."""
+    check = (argv if argv is not None else sys.argv[1:]) == ["--check"]
+    stale = []
+    for page in sorted(REFERENCE.glob("*.md")):
+        text = page.read_text()
+        now = generated(text)
+        if now != text:
+            stale.append(page.relative_to(ROOT))
+            if not check:
+                page.write_text(now)
+    for page in stale:
+        print(f"{page}: {'out of date: run make reference' if check else 'written'}",
+              file=sys.stderr if check else sys.stdout)
+    return 1 if check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

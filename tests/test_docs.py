@@ -1,6 +1,9 @@
-"""The documentation site: `mkdocs build --strict` (mkdocs.yml, docs/, README.md as its home
-page), a reference that lists every option of every console script and every column of the
-file formats, and the built pages rendered with their pictures in a real Chromium.
+"""The documentation: every link and picture of README.md and docs/ found where a code host
+(GitHub) finds it, relative to the file; the reference pages committed as the code generates
+them; the site `mkdocs build --strict` makes of them (mkdocs.yml, docs/, README.md as its home
+page), resolving the same links, with a reference that lists every option of every console
+script and every column of the file formats; the built pages rendered with their pictures in
+a real Chromium.
 
 The options are read from what each program prints for ``--help`` (its real parser, called
 in-process), not from the generator the site uses, so a generator that missed one fails here.
@@ -31,12 +34,87 @@ from client.data.record import COLUMNS
 from client.data.timeline import PRESSURE_COLUMNS, TIMELINE_COLUMNS
 from service.cli import main as burn_service_main
 from service.cpu_quota import main as cpu_quota_main
+from scripts.mkdocs_hooks import REFERENCE, generated, site_link
 from tests.support import ROOT
 from tests.test_browser import browser, page  # noqa: F401  (the browser tests' fixtures)
 
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+FENCE = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)
+LINK = re.compile(r"\]\(([^)\s]+)")  # the target of [text](target) and ![alt](target)
 MKDOCS_ENV = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
 PROGRAMS = {"http-timing": http_timing_main, "burn-service": burn_service_main,
             "cpu-quota": cpu_quota_main}
+
+
+def github_anchors(markdown: str) -> set[str]:
+    """The anchors a code host gives a Markdown file's headings: the heading's text, lower
+    case, without punctuation, a hyphen for each space, ``-1``, ``-2`` after repeats."""
+    anchors: set[str] = set()
+    seen: dict[str, int] = {}
+    for match in re.finditer(r"^#{1,6}[ \t]+(.*?)[ \t#]*$", FENCE.sub("", markdown), re.MULTILINE):
+        text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", re.sub(r"<[^>]+>", "", match.group(1)))
+        slug = re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+        anchors.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def relative_links(document: Path) -> Iterator[str]:
+    """Every link and image target of a Markdown file that is not a URL (code blocks skipped)."""
+    for match in LINK.finditer(FENCE.sub("", document.read_text())):
+        if not re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", match.group(1)):
+            yield match.group(1)
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda d: str(d.relative_to(ROOT)))
+def test_every_link_and_picture_is_found_as_a_code_host_reads_it(document: Path) -> None:
+    for link in relative_links(document):
+        path, _, anchor = link.partition("#")
+        target = (document.parent / path).resolve() if path else document
+        assert target.exists(), f"{document.relative_to(ROOT)}: {link} is no file"
+        if anchor and target.suffix == ".md":
+            assert anchor in github_anchors(target.read_text()), \
+                f"{document.relative_to(ROOT)}: {link} names no heading"
+
+
+def test_anchors_are_a_code_hosts() -> None:
+    assert github_anchors("# Watching a run live: `--live`\n## The home page's picture\n"
+                          "## A\n## A\n```\n# not a heading\n```\n") == {
+        "watching-a-run-live---live", "the-home-pages-picture", "a", "a-1"}
+
+
+@pytest.mark.parametrize("target, source, site_page, site", [
+    ("docs/limits.md#burst", "README.md", "index.md", "limits.md#burst"),
+    ("pictures/a.png", "README.md", "index.md", "pictures/a.png"),
+    ("../pictures/a.png", "docs/limits.md", "limits.md", "pictures/a.png"),
+    ("../../pictures/a.png", "docs/reference/http-api.md", "reference/http-api.md",
+     "../pictures/a.png"),
+    ("../README.md#two-commands", "docs/timing.md", "timing.md", "index.md#two-commands"),
+    ("../limits.md", "docs/reference/cpu-quota.md", "reference/cpu-quota.md", "../limits.md"),
+    ("#the-model", "docs/explaining.md", "explaining.md", "#the-model"),
+    ("https://example.org/x.md", "README.md", "index.md", "https://example.org/x.md"),
+])
+def test_the_site_resolves_a_link_as_the_repository_does(target: str, source: str,
+                                                         site_page: str, site: str) -> None:
+    assert site_link(target, source, site_page) == site
+
+
+@pytest.mark.parametrize("reference", sorted(REFERENCE.glob("*.md")), ids=lambda p: p.name)
+def test_reference_pages_are_committed_as_the_code_generates_them(reference: Path) -> None:
+    text = reference.read_text()
+    if "<!-- generated:" in text:
+        assert "<!-- end generated -->" in text, f"{reference.name}: a generated part has no end"
+    assert generated(text) == text, \
+        f"{reference.relative_to(ROOT)} is out of date: run make reference"
+
+
+def test_a_stale_reference_is_rewritten_whole() -> None:
+    """An option that is gone, or a marker written without its end: the page is rewritten."""
+    written = (REFERENCE / "cpu-quota.md").read_text()
+    stale = written.replace("| `--cpus` |", "| `--gone` | | an option that is gone |\n| `--cpus` |")
+    assert generated(stale) == written
+    bare = written[:written.index("<!-- generated:")] + "<!-- generated: options cpu-quota -->\n"
+    assert generated(bare) == written
 
 
 def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
@@ -82,7 +160,8 @@ def test_every_page_of_the_nav_is_built(site: Path) -> None:
         assert (site / f"{name}.html").is_file(), name
     # the home page is the README, whose links into docs/ point into the site
     home = (site / "index.html").read_text()
-    assert "Three ways to use it" in home and 'href="docs/' not in home
+    assert "Is throttling hurting my service?" in home and 'href="docs/' not in home
+    assert 'src="pictures/calibrated-kernel-sweep.png"' in home
     assert 'href="getting-started.html"' in home  # pages are files: the site opens from disk
 
 
