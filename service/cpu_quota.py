@@ -74,8 +74,8 @@ def describe_run(run: QuotaRun) -> str:
     if run.stat is not None:
         s = run.stat
         share = f" ({100 * s.nr_throttled / s.nr_periods:.0f} %)" if s.nr_periods else ""
-        text += (f": {s.nr_periods} periods, {s.nr_throttled} throttled{share}, "
-                 f"throttled {s.throttled_ns / 1e9:.3f} s")
+        text += (f": {s.nr_throttled} of {s.nr_periods} periods throttled{share}, "
+                 f"throttled time {s.throttled_ns / 1e9:.3f} s")
     if run.leftovers:
         text += f"; stopped {len(run.leftovers)} leftover process(es)"
     text += f"; cgroup {run.group} removed" if run.removed else f"; could NOT remove {run.group}"

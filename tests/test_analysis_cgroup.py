@@ -105,7 +105,7 @@ def test_two_quota_levels_and_pressure_name_the_group_that_throttled() -> None:
     text = "\n".join(format_cgroup(report))
     assert "cgroup: throttled by the quota on /kubepods/pod1 (0.2 CPU)" in text
     # the run's own line is the watched group's, and says so when another level throttled
-    assert "0 of 2 periods throttled (0 %), 0.0 ms throttled in all in the watched group " \
+    assert "0 of 2 periods throttled (0 %), throttled time 0.0 ms in the watched group " \
         "(each quota level below)" in text
     assert "quota 0.5 CPU per 100 ms on /kubepods/pod1/ctr: 0 of 2 periods throttled" in text
     assert "some tasks waited 240.0 ms for a CPU (92 % of the run), all of them 80.0 ms" in text

@@ -18,7 +18,8 @@ REPORT_KEYS = {"count", "errors", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "max_
 def test_predict_text_and_json(tmp_path: Path) -> None:
     result = http_timing("predict", "--service-ms", "5", "--cpus", "0.3", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "throttled: 16 of 100 requests (16.0 %), stall 70.0 ms typical" in result.stdout
+    assert "delayed by throttling: 16 of 100 requests (16.0 %), stall 70.0 ms typical" \
+        in result.stdout
     assert "latency ms: p50 5.00  p90 75.00" in result.stdout
     data = json.loads(http_timing("predict", "--service-ms", "5", "--cpus", "0.1",
                                   "--requests", "10", "--json", cwd=tmp_path).stdout)

@@ -27,7 +27,11 @@ def test_run_with_concurrency_keeps_the_original_lines(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert all(ORIGINAL_LINE.match(line) for line in lines[:6]), lines
-    assert re.match(r"^6 requests in \d+ms avg [\d.]+ms$", lines[6])
+    avg = re.match(r"^6 requests in \d+ms avg ([\d.]+)ms$", lines[6])
+    mean = re.search(r"  mean ([\d.]+)  ", lines[7])
+    assert avg and mean, lines
+    # the original's avg is the requests' mean latency, not wall time / requests
+    assert abs(float(avg.group(1)) - float(mean.group(1))) <= 0.06   # .1f beside .2f
     assert any(line.startswith("throughput ") and "requests/s" in line for line in lines)
     run = read_run(tmp_path / "raw-data" / "c2.csv")
     assert sorted(r.seq for r in run.records) == list(range(6))

@@ -72,7 +72,7 @@ def test_table_and_json_line_show_the_interval() -> None:
     text = console.export_text()
     assert "CPU throttling of /docker/abc" in text and "0.2 CPU (20 ms per 100 ms" in text
     assert re.search(r"12:00:01 .*\b10\b.*\b9\b.*90 %.*720\.0.*0\.190.*95 %", text), text
-    assert "since start (1.0 s): 10 periods, 9 throttled (90 %)" in text
+    assert "since start (1.0 s): 9 of 10 periods throttled (90 %)" in text
     data = json.loads(json_line("/docker/abc", row))
     assert data["nr_throttled"] == 9 and data["quota_share"] == pytest.approx(0.95)
     assert data["group"] == "/docker/abc" and data["throttled_share"] == 0.9
@@ -261,7 +261,8 @@ def test_terminal_shows_a_live_table_and_ctrl_c_exits_0() -> None:
     assert "Traceback" not in screen and "KeyboardInterrupt" not in screen
     assert f"CPU throttling of /{burner.group.name}" in screen
     assert "quota 0.2 CPU (20 ms per 100 ms period)" in screen
-    for header in ("periods", "throttled", "throttled ms", "CPUs used", "% of quota"):
+    for header in ("periods", "periods throttled", "throttled time ms", "CPUs used",
+                   "% of quota"):
         assert header in screen
     rows = re.findall(r"\d\d:\d\d:\d\d\s+│?\s*(\d+)\s+│?\s*(\d+)", screen)
     assert rows and sum(int(throttled) for _periods, throttled in rows) > 0, screen

@@ -24,6 +24,9 @@ def test_a_lag_over_one_ms_at_p99_is_behind() -> None:
     pace = open_loop_pace(records(1000, lags), 1000)
     assert pace is not None and pace.fell_behind and pace.send_lag_p99_ms == 3.0
     assert pace.achieved_rps >= 980  # the rate alone would not say so
+    assert fell_behind_words(pace.fell_behind, pace.to_dict()) == (
+        "http-timing fell behind: its sends lagged up to 3 ms (p99) behind schedule (at the "
+        "1000 requests/s asked); these latencies include its own queue, not only the service's")
 
 
 def test_a_rate_under_98_percent_is_behind() -> None:
@@ -32,7 +35,9 @@ def test_a_rate_under_98_percent_is_behind() -> None:
     pace = open_loop_pace(records(1000, growing), 1000)
     assert pace is not None and pace.fell_behind and pace.achieved_rps < 980
     words = fell_behind_words(True, pace.to_dict())
-    assert words is not None and words.startswith("http-timing fell behind: it sent ")
+    assert words is not None and words.startswith(
+        f"http-timing fell behind: it sent {pace.to_dict()['achieved_rps']:g} of the 1000 "
+        "requests/s asked, its sends lagging up to ")
     assert "include its own queue" in words
 
 

@@ -37,12 +37,12 @@ class FakeClock:
 
 def test_live_stats_text() -> None:
     stats = LiveStats()
-    assert stats.text() == "0 throttled  0 errors"
+    assert stats.text() == "0 delayed by throttling"
     for i, ms in enumerate([5, 5, 5, 70, 5]):
         stats.add(record(i, ms, throttled=1 if ms > 50 else 0))
     stats.add(record(5, 1, status=500))
     assert stats.count == 6 and stats.errors == 1 and stats.throttled == 1
-    assert stats.text() == "p50 5.0 ms  p99 67.4 ms  1 throttled  1 error"
+    assert stats.text() == "p50 5.0  p99 67.4 ms, 1 delayed by throttling, 1 error"
 
 
 def test_bar_only_after_a_few_seconds_and_only_when_enabled() -> None:

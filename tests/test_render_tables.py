@@ -38,14 +38,16 @@ def test_table_and_markdown() -> None:
     rows = rows_of([modelled("a|b", 0.3, limits(0.3)), run_of("capture", [5.1, 5.3])])
     text = format_table(rows).splitlines()
     assert text[0].split() == ["run", "limit", "requests", "p50", "ms", "p90", "ms", "p99",
-                               "ms", "max", "ms", "throttled"]
+                               "ms", "max", "ms", "delayed", "by", "throttling"]
     assert text[1].split()[:4] == ["a|b", "0.3", "CPU", "(kernel)"]
-    assert text[1].endswith("15 %") and text[2].endswith("0 %")
+    # latency alone (no counter in these runs): the share is of slow requests
+    assert text[1].endswith("15 % slow") and text[2].endswith("0 % slow")
     md = format_markdown(rows).splitlines()
-    assert md[0] == "| run | limit | requests | p50 ms | p90 ms | p99 ms | max ms | throttled |"
+    assert md[0] == ("| run | limit | requests | p50 ms | p90 ms | p99 ms | max ms "
+                     "| delayed by throttling |")
     assert md[1] == "|---|---|---:|---:|---:|---:|---:|---:|"
     assert md[2].startswith("| a\\|b | 0.3 CPU (kernel) | 60 | 5.0 | 75.0 |")
-    assert md[3] == "| capture | unknown | 2 | 5.2 | 5.3 | 5.3 | 5.3 | 0 % |"
+    assert md[3] == "| capture | unknown | 2 | 5.2 | 5.3 | 5.3 | 5.3 | 0 % slow |"
 
 
 def steady(count: int, every_ms: float, latency_ms: float) -> list[RequestRecord]:

@@ -182,7 +182,7 @@ def fast_mode(ok: Sequence[RequestRecord], lat: np.ndarray, split: LatencySplit 
             return FastMode(server_cpu, cut, (
                 f"every cluster of latencies is far above the server's CPU per request "
                 f"({server_cpu:.2f} ms) and they end on the period grid: (nearly) all were "
-                "throttled",))
+                "delayed by throttling",))
         return FastMode(baseline, threshold, (
             f"requests took far longer than the server's CPU per request ({server_cpu:.2f} ms), "
             "but not in steps of the period: the CPU was busy with other work (contention), "
@@ -190,9 +190,9 @@ def fast_mode(ok: Sequence[RequestRecord], lat: np.ndarray, split: LatencySplit 
     if split and split.threshold_ms is not None and server_cpu is None and (
             split.fast_count < max(3, 0.05 * len(ok))):
         return FastMode(baseline, threshold, (
-            f"only {split.fast_count} request(s) in the fast mode: the baseline "
-            f"({split.baseline_ms:.2f} ms) is uncertain; the server's CPU per request "
-            "(Server-Timing cpu) would settle it",))
+            f"only {split.fast_count} request(s) in the fast mode (the cluster of the fastest "
+            f"latencies): the baseline (their typical latency, {split.baseline_ms:.2f} ms) is "
+            "uncertain; the server's CPU per request (Server-Timing cpu) would settle it",))
     return FastMode(baseline, threshold)
 
 
@@ -239,7 +239,7 @@ def stall_of(ok: Sequence[RequestRecord], lat: np.ndarray, mask: np.ndarray,
         baseline = server_cpu
     elif ok:
         baseline = None  # every request throttled and no CPU per request: no fast mode seen
-        notes.append("every request was throttled: no unthrottled latency to compare with")
+        notes.append("no request was fast: no unthrottled latency to compare with")
     stall = None
     if mask.any() and baseline is not None:
         stall = max(0.0, float(np.median(lat[mask])) - baseline)

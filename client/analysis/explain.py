@@ -29,8 +29,9 @@ def explain(report: Report, prediction: Prediction, limit: Limit) -> list[str]:
     lines: list[str] = []
     worse = (m_mean > 1.2 * p_mean + 1 or m_rps < 0.85 * p_rps or m_thr > p_thr + 0.05)
     better = (m_mean < 0.8 * p_mean - 1 and m_rps > 1.15 * p_rps) or m_thr < p_thr - 0.1
-    summary = (f"mean {m_mean:.1f} ms measured vs {p_mean:.1f} ms predicted, throttled "
-               f"{100 * m_thr:.0f} % vs {100 * p_thr:.0f} %, {m_rps:.1f} vs {p_rps:.1f} "
+    marked = "slow" if detection.marked_as == "slow" else "delayed by throttling"
+    summary = (f"mean {m_mean:.1f} ms measured vs {p_mean:.1f} ms predicted, {100 * m_thr:.0f} % "
+               f"of requests {marked} vs {100 * p_thr:.0f} %, {m_rps:.1f} vs {p_rps:.1f} "
                "requests/s")
     service = prediction.workload.service_ms
     if worse:

@@ -73,10 +73,15 @@ def closed_loop_pace(own_ns: int, requests: int) -> dict[str, Any] | None:
 
 
 def fell_behind_words(fell_behind: bool | None, pace: Mapping[str, Any] | None) -> str | None:
-    """The one line that says the client fell behind (None when it did not, or not known)."""
+    """The one line that says the client fell behind and how: its sends lagged behind the
+    schedule, and the rate only when it really sent less than asked (None when it did not fall
+    behind, or it is not known)."""
     if not fell_behind or not pace:
         return None
-    return (f"http-timing fell behind: it sent {pace.get('achieved_rps', 0):g} of the "
-            f"{pace.get('asked_rps', 0):g} requests/s asked, send lag p99 "
-            f"{pace.get('send_lag_p99_ms', 0):g} ms; these latencies include its own queue, "
-            "not only the service's")
+    asked, achieved = pace.get("asked_rps", 0), pace.get("achieved_rps", 0)
+    lag = f"{pace.get('send_lag_p99_ms', 0):g} ms (p99) behind schedule"
+    how = (f"it sent {achieved:g} of the {asked:g} requests/s asked, its sends lagging up to {lag}"
+           if achieved < FELL_BEHIND_RATE_SHARE * asked else
+           f"its sends lagged up to {lag} (at the {asked:g} requests/s asked)")
+    return (f"http-timing fell behind: {how}; these latencies include its own queue, not only "
+            "the service's")

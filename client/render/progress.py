@@ -6,7 +6,7 @@ per-request lines keep their exact text: while the bar is up, rich prints what i
 stdout above it, and the bar is removed when the run ends (``transient``).
 
 The bar shows requests done (of how many), elapsed and remaining time, and the latency so
-far: p50, p99, requests the server said were throttled, errors (``LiveStats``: pure, no I/O).
+far: p50, p99, requests the server's counters said were delayed by throttling, errors (``LiveStats``: pure, no I/O).
 """
 
 from __future__ import annotations
@@ -50,14 +50,15 @@ class LiveStats:
             self.throttled += 1
 
     def text(self) -> str:
-        """e.g. ``p50 5.2 ms  p99 71.0 ms  14 throttled  0 errors``."""
+        """e.g. ``p50 5.2  p99 71.0 ms, 14 delayed by throttling`` (``, 2 errors``: any)."""
         parts: list[str] = []
         if self._latencies_ms:
             p50, p99 = np.percentile(np.asarray(self._latencies_ms), [50, 99])
-            parts.append(f"p50 {p50:.1f} ms  p99 {p99:.1f} ms")
-        parts.append(f"{self.throttled} throttled")
-        parts.append(f"{self.errors} error{'s' if self.errors != 1 else ''}")
-        return "  ".join(parts)
+            parts.append(f"p50 {p50:.1f}  p99 {p99:.1f} ms")
+        parts.append(f"{self.throttled} delayed by throttling")
+        if self.errors:
+            parts.append(f"{self.errors} error{'s' if self.errors != 1 else ''}")
+        return ", ".join(parts)
 
 
 class RunProgress:
@@ -114,7 +115,8 @@ class RunProgress:
                                    TimeElapsedColumn, TimeRemainingColumn)
 
         console = Console(file=self._file, force_terminal=True, highlight=False)
-        columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        columns = [TextColumn("[bold]{task.description}"), BarColumn(bar_width=10),
+                   MofNCompleteColumn(),
                    TimeElapsedColumn()]
         if self.total is not None:
             columns.append(TimeRemainingColumn())

@@ -1,6 +1,7 @@
 """Tables of runs: the comparison table (plain text and Markdown) and the throughput-scaling
 table of a load sweep. Every number comes from a run's :class:`client.analysis.report.Report`
-(the throttled share is its detection's)."""
+(the share of requests delayed by throttling is its detection's; from latency alone, with no
+counter that says so, the share is of *slow* requests and its cells say so)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from client.data.files import Run
 __all__ = ["HEADER", "ComparisonRow", "comparison_rows", "format_markdown", "format_table",
            "format_replicas_table", "format_throughput_table", "md_escape"]
 
-HEADER = ["run", "limit", "requests", "p50 ms", "p90 ms", "p99 ms", "max ms", "throttled"]
+HEADER = ["run", "limit", "requests", "p50 ms", "p90 ms", "p99 ms", "max ms",
+          "delayed by throttling"]
 
 
 @dataclass(frozen=True)
@@ -29,24 +31,28 @@ class ComparisonRow:
     p99_ms: float
     max_ms: float
     throttled_fraction: float | None
+    marked_as: str = "delayed by throttling"   # or "slow": from latency alone (Detection)
 
     def cells(self) -> list[str]:
         def ms(v: float) -> str:
             return "n/a" if v != v else f"{v:.1f}"
+        slow = " slow" if self.marked_as == "slow" else ""
         throttled = ("n/a" if self.throttled_fraction is None
-                     else f"{100 * self.throttled_fraction:.0f} %")
+                     else f"{100 * self.throttled_fraction:.0f} %{slow}")
         return [self.name, self.limit, str(self.count), ms(self.p50_ms), ms(self.p90_ms),
                 ms(self.p99_ms), ms(self.max_ms), throttled]
 
 
 def comparison_rows(runs: Sequence[Run], reports: Sequence[Report]) -> list[ComparisonRow]:
-    """One row per run (name, limit, requests, p50/p90/p99/max, throttled share)."""
+    """One row per run (name, limit, requests, p50/p90/p99/max, share of requests delayed by
+    throttling)."""
     rows = []
     for run, report in zip(runs, reports):
         s = report.summary
         rows.append(ComparisonRow(run.name, run.metadata.limit_label(), s.count, s.p50_ms,
                                   s.p90_ms, s.p99_ms, s.max_ms,
-                                  report.detection.throttled_fraction))
+                                  report.detection.throttled_fraction,
+                                  report.detection.marked_as))
     return rows
 
 
@@ -82,7 +88,7 @@ def _num(value: float | None, fmt: str, suffix: str = "") -> str:
 def format_throughput_table(rows: Sequence[tuple[str, ThroughputRow]]) -> str:
     """A Markdown table, one row per ``(limit label, row)``, in the order given."""
     lines = ["| limit | requests | RPS | vs previous | avg ms | p95 ms | p99 ms | error rate "
-             "| throttled |",
+             "| delayed by throttling |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     previous: float | None = None
     for label, row in rows:
@@ -100,8 +106,9 @@ def format_throughput_table(rows: Sequence[tuple[str, ThroughputRow]]) -> str:
 
 def format_replicas_table(rows: Sequence[ReplicaRow]) -> str:
     """A Markdown table of a replica sweep: measured beside the model's prediction."""
-    lines = ["| replicas | CPU each | requests/s | p50 ms | p90 ms | p99 ms | throttled "
-             "| answered by | model p50 / p99 ms | model throttled | start s | memory each |",
+    lines = ["| replicas | CPU each | requests/s | p50 ms | p90 ms | p99 ms "
+             "| delayed by throttling | answered by | model p50 / p99 ms "
+             "| model: delayed by throttling | start s | memory each |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         model = row.predicted

@@ -23,6 +23,10 @@ def _ms(value: float | None, digits: int = 2) -> str:
     return "n/a" if value is None or value != value else f"{value:.{digits}f}"
 
 
+def _share(value: float) -> str:
+    return "n/a" if value != value else f"{100 * value:.0f} %"
+
+
 def format_summary(summary: Summary) -> str:
     """``latency ms: p50 5.13  p90 5.52  ...  errors 0 of 100``."""
     def ms(v: float) -> str:
@@ -44,7 +48,7 @@ def format_detection(detection: Detection) -> list[str]:
     ones (never called throttled without a counter that says so); a saturated run says so."""
     d = detection
     if d.count == 0:
-        return ["throttled: n/a (no successful request)"]
+        return ["delayed by throttling: n/a (no successful request)"]
     fraction = d.throttled_fraction or 0.0
     latency_only = d.marked_as == "slow"
     where = f"; slower than {d.threshold_ms:.1f} ms counts" if (
@@ -99,8 +103,8 @@ def format_quota_parts(report: Report) -> list[str]:
         c = part.report.cgroup
         if c is not None and c.quota_cpus is not None and c.usage_unknown is None:
             lines.append(f"    cgroup: {c.nr_throttled} of {c.nr_periods} periods throttled, "
-                         f"{c.throttled_ms:.1f} ms; CPU used {c.usage_cpus_mean:.3f} CPU on "
-                         f"average, {100 * c.quota_share_mean:.0f} % of its {c.quota_cpus:g} CPU")
+                         f"throttled time {c.throttled_ms:.1f} ms; CPU used "
+                         f"{c.usage_cpus_mean:.3f} CPU on average, {100 * c.quota_share_mean:.0f} % of its {c.quota_cpus:g} CPU")
     return lines
 
 
@@ -109,23 +113,16 @@ def format_cgroup(c: CgroupReport, mixed: bool = False) -> list[str]:
     why it is not known), and the latency of the requests delayed by throttling against the
     others' (their count is the report's one, on its ``delayed by throttling`` line).
     ``mixed``: the quota changed during the run (each quota's share is said per quota)."""
-    def share(value: float) -> str:
-        return "n/a" if value != value else f"{100 * value:.0f} %"
-
-    quota = (" (the quota changed during the run: see each quota below)" if mixed else
-             f" of a {c.quota_cpus:g} CPU quota ({share(c.quota_share_mean)} of it)"
-             if c.quota_cpus is not None else " (no quota on the group)")
     if c.usage_unknown is not None:
         used = f"cgroup: CPU used: not known ({c.usage_unknown})"
     else:
-        per_period = ("" if mixed else
-                      f"; {c.periods_at_quota} of {c.periods} periods used 90 % of the quota or "
-                      "more" if c.per_period_unknown is None else
-                      f"; per period: not known ({c.per_period_unknown})")
+        quota = (" (the quota changed during the run: see each quota below)" if mixed else
+                 _quota_share(c))
+        per_period = "" if mixed else _periods_at_quota(c)
         used = f"cgroup: CPU used {c.usage_cpus_mean:.3f} CPU on average{quota}{per_period}"
     lines = [f"cgroup: {c.samples} samples over {c.duration_s:.1f} s ({c.samples_per_s:.0f}/s)",
              f"cgroup: {c.nr_throttled} of {c.nr_periods} periods throttled "
-             f"({share(c.throttled_share)}), {c.throttled_ms:.1f} ms throttled in all"
+             f"({_share(c.throttled_share)}), throttled time {c.throttled_ms:.1f} ms"
              + (" in the watched group (each quota level below)" if len(c.levels) > 1 else ""),
              used]
     if c.usage_counter:
@@ -139,7 +136,7 @@ def format_cgroup(c: CgroupReport, mixed: bool = False) -> list[str]:
         lines.append(f"cgroup: quota {level.quota_cpus:g} CPU per {level.period_ms:g} ms on "
                      f"{level.group}: {level.nr_throttled} of {level.nr_periods} periods "
                      f"throttled, {level.throttled_ms:.1f} ms; {level.throttled_requests} "
-                     "requests throttled by it")
+                     "requests delayed by it")
     named = next((lv for lv in c.levels if lv.group == c.quota_group), None)
     if named is not None:
         lines.append(f"cgroup: throttled by the quota on {named.group} ({named.quota_cpus:g} CPU)"
@@ -152,6 +149,28 @@ def format_cgroup(c: CgroupReport, mixed: bool = False) -> list[str]:
                  f"p90 {_ms(hit.p90_ms)}  p99 {_ms(hit.p99_ms)} ms; the others: p50 "
                  f"{_ms(other.p50_ms)}  p90 {_ms(other.p90_ms)}  p99 {_ms(other.p99_ms)} ms")
     return lines
+
+
+def _quota_share(c: CgroupReport) -> str:
+    """`` of a 0.3 CPU quota (95 % of it)``, or the quota with why its share is left out: a
+    run shorter than one period may use a whole period's quota in less time than the period."""
+    if c.quota_cpus is None:
+        return " (no quota on the group)"
+    if c.period_ms is not None and 1000 * c.duration_s < c.period_ms:
+        return (f" of a {c.quota_cpus:g} CPU quota (share of it: not known, the run was shorter "
+                f"than one {c.period_ms:g} ms period)")
+    return f" of a {c.quota_cpus:g} CPU quota ({_share(c.quota_share_mean)} of it)"
+
+
+def _periods_at_quota(c: CgroupReport) -> str:
+    """``; 3 of 20 periods used 90 % of the quota or more``, or why it is left out."""
+    if c.per_period_unknown is not None:
+        return f"; per period: not known ({c.per_period_unknown})"
+    if c.quota_cpus is None or c.periods_at_quota is None:
+        return ""   # no quota: nothing to use 90 % of (said once, above)
+    if c.periods == 0:
+        return "; per period: not known (the run did not span one whole period)"
+    return f"; {c.periods_at_quota} of {c.periods} periods used 90 % of the quota or more"
 
 
 def format_pressure(c: CgroupReport) -> str:
@@ -167,7 +186,8 @@ def format_pressure(c: CgroupReport) -> str:
 
 
 _ROWS = (("p50 ms", "p50_ms"), ("p90 ms", "p90_ms"), ("p99 ms", "p99_ms"),
-         ("mean ms", "mean_ms"), ("max ms", "max_ms"), ("throttled %", "throttled_fraction"),
+         ("mean ms", "mean_ms"), ("max ms", "max_ms"),
+         ("delayed by throttling %", "throttled_fraction"),
          ("stall ms", "stall_ms"), ("throughput rps", "throughput_rps"))
 
 
@@ -219,7 +239,8 @@ def format_prediction(prediction: Prediction) -> str:
         f"{w.concurrency}{cores}, limit {d['limit']}",
         f"latency ms: p50 {d['p50_ms']:.2f}  p90 {d['p90_ms']:.2f}  p99 {d['p99_ms']:.2f}  "
         f"max {d['max_ms']:.2f}  mean {d['mean_ms']:.2f}",
-        f"throttled: {throttled} of {d['count']} requests ({100 * d['throttled_fraction']:.1f} %)"
+        f"delayed by throttling: {throttled} of {d['count']} requests "
+        f"({100 * d['throttled_fraction']:.1f} %)"
         + (f", stall {d['stall_ms']:.1f} ms typical" if d["stall_ms"] is not None else ""),
         f"period: {d['period_ms']:g} ms; throughput {d['throughput_rps']:.1f} requests/s",
         f"cpu.stat: nr_periods {d['nr_periods']}  nr_throttled {d['nr_throttled']}  "

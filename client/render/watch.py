@@ -40,6 +40,24 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.0f} %"
 
 
+def _quota_share(stats: IntervalStats, limit: Limit | None) -> str:
+    """The interval's usage as a share of the quota; ``-`` where it cannot be told (no quota,
+    or an interval shorter than one period: it may hold a whole period's quota)."""
+    if limit is None or 1000 * stats.interval_s < limit.period_ms:
+        return "-"
+    return _percent(stats.quota_share)
+
+
+def _quota_words(total: IntervalStats, limit: Limit | None) -> str:
+    """`` (95 % of the quota)``, or why the share is left out."""
+    if limit is None:
+        return " (no quota)"
+    if 1000 * total.interval_s < limit.period_ms:
+        return (f" (share of the quota: not known, {total.interval_s:.2f} s is shorter than one "
+                f"{limit.period_ms:g} ms period)")
+    return f" ({_percent(total.quota_share)} of the quota)"
+
+
 def watch_table(group: str, limit: Limit | None, rows: Sequence[WatchRow],
                 total: IntervalStats | None = None, quota_group: str | None = None,
                 change: str | None = None) -> Table:
@@ -52,9 +70,9 @@ def watch_table(group: str, limit: Limit | None, rows: Sequence[WatchRow],
                         "(Ctrl-C to stop)", title_justify="left")
     table.add_column("time")
     table.add_column("periods", justify="right")
-    table.add_column("throttled", justify="right")
-    table.add_column("throttled %", justify="right")
-    table.add_column("throttled ms", justify="right")
+    table.add_column("periods throttled", justify="right")
+    table.add_column("% of periods", justify="right")
+    table.add_column("throttled time ms", justify="right")
     table.add_column("CPUs used", justify="right")
     table.add_column("% of quota", justify="right")
     for row in rows:
@@ -62,12 +80,13 @@ def watch_table(group: str, limit: Limit | None, rows: Sequence[WatchRow],
         hot = "bold red" if s.nr_throttled else ""
         table.add_row(row.clock, str(s.nr_periods), Text(str(s.nr_throttled), style=hot),
                       Text(_percent(s.throttled_share), style=hot), f"{s.throttled_ms:.1f}",
-                      _cpus(s.usage_cpus), _percent(s.quota_share))
+                      _cpus(s.usage_cpus), _quota_share(s, row.limit or limit))
     if total is not None:
-        table.caption = (f"since start ({total.interval_s:.1f} s): {total.nr_periods} periods, "
-                         f"{total.nr_throttled} throttled ({_percent(total.throttled_share)}), "
-                         f"{total.throttled_ms:.0f} ms throttled, {_cpus(total.usage_cpus)} CPUs "
-                         f"on average ({_percent(total.quota_share)} of the quota)")
+        table.caption = (f"since start ({total.interval_s:.1f} s): {total.nr_throttled} of "
+                         f"{total.nr_periods} periods throttled "
+                         f"({_percent(total.throttled_share)}), throttled time "
+                         f"{total.throttled_ms:.0f} ms, {_cpus(total.usage_cpus)} CPUs on "
+                         f"average{_quota_words(total, limit)}")
         last = rows[-1] if rows else None
         if last is not None and last.usage_unknown:
             table.caption += f"\nCPUs used: not known ({last.usage_unknown})"
