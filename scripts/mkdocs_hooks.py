@@ -44,7 +44,8 @@ IMAGE_SUFFIXES = {".png", ".svg", ".jpg", ".jpeg", ".gif"}
 REFERENCE = ROOT / "docs" / "reference"
 GENERATED = re.compile(r"^<!-- generated: (options|openapi)[ ]*(\S*) -->$", re.MULTILINE)
 END_GENERATED = "<!-- end generated -->"
-HELP_WIDTH = "100"  # argparse lays usage lines out to $COLUMNS: one width, wherever it runs
+HELP_WIDTH = "80"  # argparse lays usage out to $COLUMNS: one width wherever it runs, one the
+# site's code blocks show whole at a laptop's width
 LINK = re.compile(r"(\]\()([^)\s]+)")
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)
 
@@ -104,6 +105,8 @@ def site_links(markdown: str, source: str, page: str) -> str:
 
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
     uri = page.file.src_uri
+    if uri == "index.md":  # the home page's picture gets the table of contents' width too
+        page.meta.setdefault("hide", ["toc"])
     source = "README.md" if uri == "index.md" else f"docs/{uri}"
     return site_links(markdown, source, uri)
 
@@ -204,14 +207,16 @@ def options_markdown(program: str) -> str:
         out += [f"## `{line}`", "", "```text", parser.format_usage().strip(), "```", ""]
         if parser.description:
             out += [_text(parser.description), ""]
-        out += ["| option | value | what it does |", "|---|---|---|"]
+        # in a block of class "options": the site's CSS keeps option names whole
+        out += ['<div class="options" markdown>', "",
+                "| option | value | what it does |", "|---|---|---|"]
         for action in parser._actions:  # argparse has no public list of its arguments
             if action.help == argparse.SUPPRESS:
                 continue
             names = ", ".join(f"`{s}`" for s in action.option_strings) or f"`{action.dest}`"
             out.append(f"| {names} | {_arguments(action)} | "
                        f"{_cell(_expand_help(parser, action))} |")
-        out.append("")
+        out += ["", "</div>", ""]
         if parser.epilog:  # as --help prints it (it may be laid out by hand)
             out += ["```text", parser.epilog.strip("\n"), "```", ""]
     return "\n".join(out)

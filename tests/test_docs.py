@@ -165,6 +165,19 @@ def test_every_page_of_the_nav_is_built(site: Path) -> None:
     assert 'href="getting-started.html"' in home  # pages are files: the site opens from disk
 
 
+def test_the_site_keeps_option_names_whole_and_the_home_picture_wide(site: Path) -> None:
+    """The reference's option tables carry the class the site's CSS keeps unbroken, and the
+    home page gives its picture the table of contents' width too (README.md is untouched)."""
+    css = (site / "stylesheets" / "extra.css").read_text()
+    assert ".options td:first-child code" in css and "white-space: nowrap" in css
+    reference = (site / "reference" / "http-timing.html").read_text()
+    assert 'stylesheets/extra.css' in reference
+    assert reference.count('<div class="options">') == 1 + len(COMMANDS) - 1  # run is shown once
+    assert 'data-md-type="toc" hidden' in (site / "index.html").read_text()
+    assert 'data-md-type="toc" hidden' not in reference
+    assert not (ROOT / "README.md").read_text().startswith("---")
+
+
 def help_options(main: Any, argv: list[str], capsys: pytest.CaptureFixture[str]) -> set[str]:
     """Every option string a program's ``--help`` lists (the lines of its options sections)."""
     with pytest.raises(SystemExit) as exited:
