@@ -7,17 +7,21 @@ import json
 import math
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 from client.analysis.advise import (MAIN_ROLES, Advice, UsageResult, alternative_guesses,
                                     bracket, conclude, docker_flags, floor_millicores,
                                     kubernetes_cpu, needs_repeat, next_millicores, shape,
-                                    to_confirm, to_recheck, unmet_reason, verdicts)
+                                    to_confirm, to_recheck, unmet_reason, unthrottled_miss,
+                                    verdicts)
 from client.analysis.advise_model import (USAGE_RULES, Profile, cpu_each, cpu_per_request,
                                           model_curve, model_guess, model_point, peak_to_mean,
                                           per_second_usage, profile_plan, usage_limits)
-from client.analysis.advise_target import LatencyTarget, Measured, pooled
+from client.analysis.advise_target import (LatencyTarget, Measured, judge_requests, judge_run,
+                                          pooled)
 from client.data.metadata import LoadMode
+from client.render.advise import format_run
 from client.run.plan import LoadPlan
 from client.run.usage import UsageSample
 from cpuquota.limit import Limit
@@ -291,3 +295,125 @@ def test_a_miss_above_a_met_limit_is_run_once_more_before_it_is_believed() -> No
     assert to_recheck(runs, target) is None
     assert bracket(verdicts(runs, target)) == (800, None)
     assert to_recheck([row(600, 45.0, target), row(700, 20.0, target)], target) is None
+
+
+# -- a limit judged by what its quota did -----------------------------------------------------
+
+Requests = tuple[list[float], list[bool]]   # latencies (ms) and whether throttling delayed each
+
+
+def service(millicores: int, *, noise_from: int | None = None, sleeps: bool = False
+            ) -> Requests:
+    """100 requests of ~5 ms; below 600 m the quota delays one more by 80 ms per 25 m less
+    (two of them miss a p99 of 30 ms: the answer is 551 m). ``noise_from``: at that limit and
+    above, the machine's other load makes 3 requests 70 ms slow, none throttled. ``sleeps``:
+    every 20th request sleeps 50 ms (a wait that is not the CPU's)."""
+    latencies = [5.0 + i / 100 for i in range(100)]
+    delayed = [False] * 100
+    for i in range(max(0, (600 - millicores) // 25)):
+        latencies[3 + 7 * i], delayed[3 + 7 * i] = 80.0, True
+    if noise_from is not None and millicores >= noise_from:
+        for i in (10, 50, 90):
+            latencies[i] = 70.0
+    if sleeps:
+        for i in range(0, 100, 20):
+            latencies[i] = 55.0 + i / 100
+    return latencies, delayed
+
+
+def run_at(millicores: int, requests: Requests, target: LatencyTarget, *,
+           per_request: bool = True, role: str = "search") -> Measured:
+    """The row advise makes of such a run (``measured``): figures, then the one judge."""
+    latencies, delayed = requests
+    p50, p90, p99 = (float(v) for v in np.percentile(latencies, [50, 90, 99]))
+    bare = Measured(f"r{millicores}", role, shape(100)(millicores), len(latencies), 0, p50,
+                    p90, p99, sum(delayed) / len(delayed), None)
+    return judge_run(bare, requests if per_request else None, target)
+
+
+def advise_search(requests_at: Callable[[int], Requests], start: int, *,
+                  per_request: bool = True) -> tuple[Measured | None, Measured | None]:
+    """advise's search over ``requests_at``'s runs: the answer and the next lower step."""
+    target, runs = LatencyTarget(30), []
+    while (m := next_millicores(verdicts(runs, target), start=start, floor=10,
+                                ceiling=2000)) is not None:
+        runs.append(run_at(m, requests_at(m), target, per_request=per_request))
+        assert len(runs) < 30
+    return conclude(runs, target)
+
+
+def test_requests_slow_without_throttling_are_counted_apart() -> None:
+    target = LatencyTarget(30)
+    judged = judge_requests(*service(1000, sleeps=True), target)
+    assert judged.slow_unthrottled == 5 and judged.throttled_over == 0
+    assert judged.p99_ms < 30                   # each as the median unthrottled request
+    assert judged.unthrottled_p99_ms is not None and judged.unthrottled_p99_ms > 55
+    quiet = judge_requests(*service(1000), target)
+    assert (quiet.slow_unthrottled, quiet.p99_ms) == (0, float(np.percentile(service(1000)[0],
+                                                                              99)))
+    throttled = judge_requests(*service(500, sleeps=True), target)
+    assert throttled.throttled_over == 4 and throttled.slow_unthrottled == 5
+    assert throttled.p99_ms == 80.0             # the quota's delays still count
+
+
+def test_a_miss_no_throttled_request_made_is_not_the_limits() -> None:
+    target = LatencyTarget(30)
+    noisy = run_at(800, service(800, noise_from=800), target)
+    assert noisy.p99_ms > 30 and noisy.met and noisy.slow_unthrottled == 3
+    assert noisy.throttled_over == 0 and not noisy.narrow
+    assert format_run(4, noisy).endswith(
+        "3 of 100 requests slow without throttling (counted apart: p99 6.0 ms): meets the "
+        "target as far as the limit goes (no request over it was delayed by throttling)")
+    by_figures = run_at(800, service(800, noise_from=800), target, per_request=False)
+    assert by_figures.missed == ("p99 70.0 > 30 ms",)     # what it said before
+    assert target.judge(70.0, 70.0, 0.0, errors=1, throttled_over=0)[0] == (
+        "1 failed request(s)",)                            # failed requests still miss
+    assert target.judge(70.0, 70.0, 0.2, throttled_over=0) == ((), False)
+    limited = LatencyTarget(30, None, 0.05)
+    assert limited.judge(5.0, 5.0, 0.2, throttled_over=0)[0] == ("throttled 20 % > 5 %",)
+
+
+def test_the_search_does_not_climb_on_the_machines_load() -> None:
+    quiet_at, quiet_below = advise_search(service, 700)
+    assert quiet_at is not None and quiet_at.millicores is not None
+    assert 551 <= quiet_at.millicores <= 551 * 1.1       # bracketed within 10 %
+    assert quiet_below is not None and (quiet_below.millicores or 0) <= 550
+    # three slow requests no throttling delayed, at every limit from the guess up
+    at, below = advise_search(lambda m: service(m, noise_from=700), 700)
+    assert at is not None and below is not None
+    assert (at.millicores, below.millicores) == (quiet_at.millicores, quiet_below.millicores)
+    # judged by the figures alone, every limit above 700 m missed: the search climbed
+    climbed, _ = advise_search(lambda m: service(m, noise_from=700), 700, per_request=False)
+    assert climbed is None or (climbed.millicores or 0) < 700
+
+
+def test_a_service_with_sleeps_gets_the_answer_it_has_without_them() -> None:
+    target = LatencyTarget(30)
+    free = run_at(1000, service(1000, sleeps=True), target, role="profile")
+    said = unthrottled_miss(free, target)
+    assert said == ("p99 55.6 > 30 ms even unthrottled: 5 of 100 requests are slow without "
+                    "any throttling (a wait that is not the CPU's: a sleep, I/O, the "
+                    "machine's other load); every run counts such requests apart, and the "
+                    "answer is the smallest limit at which throttling pushes no further "
+                    "request past the target")
+    assert unthrottled_miss(run_at(1000, service(1000), target), target) is None
+    assert unthrottled_miss(run_at(1000, ([50.0] * 100, [False] * 100), target),
+                            target) is None              # typically slow: below the service
+    without, _ = advise_search(service, 700)
+    with_sleeps, below = advise_search(lambda m: service(m, sleeps=True), 700)
+    assert with_sleeps is not None and without is not None
+    assert with_sleeps.millicores == without.millicores
+    assert with_sleeps.slow_unthrottled >= 5 and below is not None and not below.met
+
+
+def test_pooled_runs_sum_what_was_counted_apart() -> None:
+    target = LatencyTarget(30)
+    first = run_at(800, service(800, noise_from=800), target)
+    second = run_at(800, service(500), target)           # 4 throttled requests over it
+    both = pooled([first, second], target)
+    assert both.slow_unthrottled == 3 and both.throttled_over == 4 and not both.met
+    assert both.judged_p99 == pytest.approx((first.judged_p99 + second.judged_p99) / 2)
+    data = json.loads(json.dumps(both.to_dict(), allow_nan=False))
+    assert (data["slow_unthrottled"], data["throttled_over_target"]) == (3, 4)
+    assert data["judged_p99_ms"] == pytest.approx(both.judged_p99)
+    assert data["p99_ms"] == pytest.approx((first.p99_ms + second.p99_ms) / 2)   # as measured

@@ -13,6 +13,12 @@
   is run once more and the limit judged by the mean of its two runs (:func:`verdicts`); so is
   the answer when only one run says it meets the target (:func:`to_confirm`): if the two
   together miss, the search goes on above it.
+- **Each run is judged by what its quota did** (``client.analysis.advise_target``): the
+  requests over the target that no throttling delayed are counted apart, and a run whose
+  requests over the target were none of them throttled did not miss because of the limit, so
+  the search never climbs on the machine's other load. A target the service misses even
+  without a limit, through such requests only, is said (:func:`unthrottled_miss`); the answer
+  is then the smallest limit at which throttling pushes no further request past it.
 - **The answer** (:class:`Advice`): the recommended limit in every spelling, the runs at it
   and at the next lower step tried, the model's guess beside it, what the usage rules would
   set (measured too), and whether a shorter period or a burst met the target with less.
@@ -32,7 +38,8 @@ from cpuquota.limit import MIN_QUOTA_US, Limit
 __all__ = ["ALTERNATIVE_PERIODS_MS", "ALTERNATIVE_ROLES", "MAIN_ROLES", "SAVING", "TOLERANCE",
            "Advice", "Alternative", "UsageResult", "alternative_guesses", "bracket", "by_limit",
            "conclude", "docker_flags", "floor_millicores", "kubernetes_cpu", "needs_repeat",
-           "next_millicores", "shape", "to_confirm", "to_recheck", "unmet_reason", "verdicts"]
+           "next_millicores", "shape", "to_confirm", "to_recheck", "unmet_reason",
+           "unthrottled_miss", "verdicts"]
 
 TOLERANCE = 0.10                       # the answer is bracketed within 10 %
 ALTERNATIVE_PERIODS_MS = (50, 20, 10)  # shorter periods the model tries
@@ -300,3 +307,18 @@ def unmet_reason(profile: Profile, target: LatencyTarget, top: Measured | None,
         why.append(f"a quota that large still throttled {top.throttled_fraction * 100:.0f} % "
                    "of the requests (the service's bursts over several threads)")
     return "; ".join(why)
+
+
+def unthrottled_miss(free: Measured, target: LatencyTarget) -> str | None:
+    """When the run without a limit misses ``target`` only through requests slow without any
+    throttling (waits that are not the CPU's): what it reaches and what that means for the
+    answer, in one sentence. None when it meets the target (or misses it typically: that
+    target is below what the service does, and no answer is sought)."""
+    raw = target.misses(free.p90_ms, free.p99_ms, None)
+    if not raw or target.misses(free.judged_p90, free.judged_p99, None):
+        return None
+    return (f"{', '.join(raw)} even unthrottled: {free.slow_unthrottled} of {free.requests} "
+            "requests are slow without any throttling (a wait that is not the CPU's: a sleep, "
+            "I/O, the machine's other load); every run counts such requests apart, and the "
+            "answer is the smallest limit at which throttling pushes no further request past "
+            "the target")

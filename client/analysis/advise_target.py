@@ -5,21 +5,35 @@ each one's :class:`~client.analysis.report.Report` into a :class:`Measured` row,
 says whether it was met and, when not, by what, and whether narrowly either way (on a busy
 machine the verdict of such a run could flip: the search runs that limit once more and judges
 the mean of the two runs, :func:`pooled`).
+
+A limit is judged by what its quota did (:func:`judge_requests`). A request over the target
+that no throttling delayed (its counters, Server-Timing's ``kernel-throttled`` or the watched
+group's ``cpu.stat``, counted no throttled period in it) is *slow without throttling*: it
+waited for something that is not the quota (a sleep, a database, the machine's other load).
+Such requests are counted apart: each is judged as the run's median unthrottled request,
+what it would have taken without its wait, and a run whose requests over the target were
+none of them throttled has not missed because of the limit (:meth:`LatencyTarget.judge`): the
+search never raises a limit for it. The server's counters see the handler's work only: a stall
+before the handler read the request is counted apart too (sequential runs: rare, a period's
+quota must run out between two requests).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from client.analysis.detect import Detection
 from client.analysis.report import Report
+from client.data.record import RequestRecord
 from cpuquota.limit import Limit
 
-__all__ = ["NARROW", "LatencyTarget", "Measured", "measured", "pooled"]
+__all__ = ["NARROW", "Judged", "LatencyTarget", "Measured", "delayed_by_throttling",
+           "judge_requests", "judge_run", "measured", "pooled"]
 
 # a miss by at most this factor (latency) or 5 points (throttled share) is narrow
 NARROW = 1.15
@@ -80,6 +94,22 @@ class LatencyTarget:
         return close or (self.max_throttled is not None and throttled is not None
                          and throttled >= self.max_throttled - NARROW_THROTTLED)
 
+    @property
+    def tightest_ms(self) -> float:
+        """The lowest latency bound: a request slower than this is over the target."""
+        return min(b for b in (self.p99_ms, self.p90_ms) if b is not None)
+
+    def judge(self, p90_ms: float, p99_ms: float, throttled: float | None, errors: int = 0,
+              throttled_over: int | None = None) -> tuple[tuple[str, ...], bool]:
+        """``(missed, narrow)`` of a limit's figures. ``throttled_over``: how many requests over
+        the target throttling delayed; 0 means no latency figure can have missed because of
+        the limit (only failed requests and the throttled share still count); None: not
+        known per request, every figure counts."""
+        if throttled_over == 0:
+            p90_ms = p99_ms = 0.0
+        return (self.misses(p90_ms, p99_ms, throttled, errors),
+                self.narrow(p90_ms, p99_ms, throttled, errors))
+
     def describe(self) -> str:
         """``p99 <= 30 ms, p90 <= 15 ms, throttled <= 5 %``."""
         parts = [f"p99 <= {self.p99_ms:g} ms"]
@@ -92,6 +122,42 @@ class LatencyTarget:
     def to_dict(self) -> dict[str, Any]:
         return {"p99_ms": self.p99_ms, "p90_ms": self.p90_ms,
                 "max_throttled": self.max_throttled}
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A run's requests as the limit is judged by them (see the module docstring)."""
+
+    p90_ms: float                       # the slow-without-throttling requests counted apart
+    p99_ms: float
+    slow_unthrottled: int               # over the target, no throttling in them
+    throttled_over: int                 # over the target, delayed by throttling
+    unthrottled_p99_ms: float | None    # p99 of the requests no throttling delayed
+
+
+def judge_requests(latencies_ms: Sequence[float], delayed: Sequence[bool],
+                   target: LatencyTarget) -> Judged:
+    """The successful requests' latencies and whether throttling delayed each: each request
+    over the target's tightest bound that throttling did not delay is set to the median of the
+    undelayed ones (what it takes without its wait), and the p90 and p99 taken again."""
+    lat = np.asarray(latencies_ms, dtype=float)
+    mask = np.asarray(delayed, dtype=bool)
+    if not lat.size:
+        return Judged(math.nan, math.nan, 0, 0, None)
+    over = lat > target.tightest_ms
+    apart = over & ~mask
+    free = lat[~mask]
+    typical = float(np.median(free)) if free.size else math.nan
+    p90, p99 = (float(v) for v in np.percentile(np.where(apart, typical, lat), [90, 99]))
+    return Judged(p90, p99, int(apart.sum()), int((over & mask).sum()),
+                  float(np.percentile(free, 99)) if free.size else None)
+
+
+def delayed_by_throttling(record: RequestRecord, detection: Detection) -> bool:
+    """Whether throttling delayed this request: its own counters when it has them (the
+    server's Server-Timing, the watched group's), else the run's marks (``detect``)."""
+    counted = record.counters_throttled
+    return detection.is_throttled(record) if counted is None else counted
 
 
 @dataclass(frozen=True)
@@ -110,6 +176,22 @@ class Measured:
     missed: tuple[str, ...] | None   # None: not judged (the profile)
     narrow: bool = False             # the verdict could flip (see LatencyTarget.narrow)
     runs: int = 1                    # > 1: the mean of that many runs (``pooled``)
+    # judged by what the quota did (``judge_requests``); None: by the figures above alone
+    slow_unthrottled: int = 0        # requests over the target no throttling delayed
+    throttled_over: int | None = None   # requests over the target throttling delayed
+    judged_p90_ms: float | None = None  # the slow-without-throttling counted apart
+    judged_p99_ms: float | None = None
+    unthrottled_p99_ms: float | None = None   # p99 of the requests no throttling delayed
+
+    @property
+    def judged_p90(self) -> float:
+        """The p90 the limit is judged by (the measured one when not judged per request)."""
+        return self.p90_ms if self.judged_p90_ms is None else self.judged_p90_ms
+
+    @property
+    def judged_p99(self) -> float:
+        """The p99 the limit is judged by (the measured one when not judged per request)."""
+        return self.p99_ms if self.judged_p99_ms is None else self.judged_p99_ms
 
     @property
     def met(self) -> bool | None:
@@ -128,39 +210,78 @@ class Measured:
                 "requests": self.requests, "errors": self.errors,
                 "p50_ms": _number(self.p50_ms), "p90_ms": _number(self.p90_ms),
                 "p99_ms": _number(self.p99_ms), "throttled_fraction": self.throttled_fraction,
-                "met": self.met, "missed": list(self.missed or ()), "runs": self.runs}
+                "met": self.met, "missed": list(self.missed or ()), "runs": self.runs,
+                "slow_unthrottled": self.slow_unthrottled,
+                "throttled_over_target": self.throttled_over,
+                "judged_p90_ms": _maybe(self.judged_p90_ms),
+                "judged_p99_ms": _maybe(self.judged_p99_ms),
+                "unthrottled_p99_ms": _maybe(self.unthrottled_p99_ms)}
 
 
 def measured(report: Report, *, role: str, limit: Limit | None,
-             target: LatencyTarget | None) -> Measured:
-    """The row of a run's report; judged against ``target`` unless None."""
+             target: LatencyTarget | None,
+             records: Sequence[RequestRecord] | None = None) -> Measured:
+    """The row of a run's report; judged against ``target`` unless None. With the run's
+    ``records`` the limit is judged by the requests throttling delayed (:func:`judge_run`)."""
     s = report.summary
-    throttled = report.detection.throttled_fraction
-    missed = narrow = None
-    if target is not None:
-        missed = target.misses(s.p90_ms, s.p99_ms, throttled, s.errors)
-        narrow = target.narrow(s.p90_ms, s.p99_ms, throttled, s.errors)
-    return Measured(report.name, role, limit, s.count, s.errors, s.p50_ms, s.p90_ms, s.p99_ms,
-                    throttled, missed, bool(narrow))
+    row = Measured(report.name, role, limit, s.count, s.errors, s.p50_ms, s.p90_ms, s.p99_ms,
+                   report.detection.throttled_fraction, None)
+    if target is None:
+        return row
+    if records is None:
+        return judge_run(row, None, target)
+    ok = [r for r in records if r.ok]
+    return judge_run(row, ([r.latency_ms for r in ok],
+                           [delayed_by_throttling(r, report.detection) for r in ok]), target)
+
+
+def judge_run(row: Measured, requests: tuple[Sequence[float], Sequence[bool]] | None,
+              target: LatencyTarget) -> Measured:
+    """``row`` judged against ``target``: by its successful ``requests`` (their latencies in
+    ms, and whether throttling delayed each: :func:`judge_requests`), or, None, by its
+    figures alone. The one judge of every run of ``advise`` (burn-service, ``--cgroup``,
+    ``--k8s``, a Deployment's pods)."""
+    if requests is not None:
+        judged = judge_requests(*requests, target)
+        row = replace(row, slow_unthrottled=judged.slow_unthrottled,
+                      throttled_over=judged.throttled_over, judged_p90_ms=judged.p90_ms,
+                      judged_p99_ms=judged.p99_ms, unthrottled_p99_ms=judged.unthrottled_p99_ms)
+    missed, narrow = target.judge(row.judged_p90, row.judged_p99, row.throttled_fraction,
+                                  row.errors, row.throttled_over)
+    return replace(row, missed=missed, narrow=narrow)
 
 
 def pooled(runs: Sequence[Measured], target: LatencyTarget) -> Measured:
     """The runs of one limit as one row: the mean of their figures, judged by ``target`` (a
-    limit run twice meets the target when the mean of the two runs does)."""
+    limit run twice meets the target when the mean of the two runs does; the requests over the
+    target throttling delayed, summed, say whether the latencies count)."""
     if len(runs) == 1:
         return runs[0]
     first = runs[0]
     shares = [r.throttled_fraction for r in runs]
     known = [s for s in shares if s is not None]
     throttled = float(np.mean(known)) if len(known) == len(shares) else None
-    p50, p90, p99 = (float(np.mean([getattr(r, f) for r in runs]))
-                     for f in ("p50_ms", "p90_ms", "p99_ms"))
+    p50, p90, p99, judged_p90, judged_p99 = (
+        float(np.mean([getattr(r, f) for r in runs]))
+        for f in ("p50_ms", "p90_ms", "p99_ms", "judged_p90", "judged_p99"))
     errors = sum(r.errors for r in runs)
+    counted = [r.throttled_over for r in runs]
+    over = None if None in counted else sum(c or 0 for c in counted)
+    free = [r.unthrottled_p99_ms for r in runs if r.unthrottled_p99_ms is not None]
+    per_request = all(r.judged_p99_ms is not None for r in runs)
+    missed, narrow = target.judge(judged_p90, judged_p99, throttled, errors, over)
     return Measured(" + ".join(r.name for r in runs), first.role, first.limit,
                     sum(r.requests for r in runs), errors, p50, p90, p99, throttled,
-                    target.misses(p90, p99, throttled, errors),
-                    target.narrow(p90, p99, throttled, errors), runs=len(runs))
+                    missed, narrow, runs=len(runs),
+                    slow_unthrottled=sum(r.slow_unthrottled for r in runs), throttled_over=over,
+                    judged_p90_ms=judged_p90 if per_request else None,
+                    judged_p99_ms=judged_p99 if per_request else None,
+                    unthrottled_p99_ms=float(np.mean(free)) if free else None)
 
 
 def _number(value: float) -> float | None:
     return value if math.isfinite(value) else None
+
+
+def _maybe(value: float | None) -> float | None:
+    return None if value is None else _number(value)

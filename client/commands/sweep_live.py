@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 
 from client.analysis.report import build_report
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
-                                    draw_result, plan_from, show_result)
+                                    check_folders, draw_result, plan_from, show_result)
 from client.commands.inplace import InPlaceBackend, inplace_from, request_words
 from client.commands.options import CliError, parse_limits
 from client.commands.sweep import compare_and_report
@@ -42,6 +42,7 @@ def command_sweep_live(opts: argparse.Namespace, argv: list[str]) -> int:
         raise CliError("--replicas starts services of its own: it does not go with --cgroup")
     started = datetime.now(timezone.utc)
     plan = plan_from(opts)
+    check_folders(opts)
     prefix = "sweep-" + started.strftime("%Y%m%d-%H%M%S") if opts.name is None else opts.name
     if problem := check_file_name(prefix, prefix=True):
         raise CliError(problem)

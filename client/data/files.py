@@ -4,7 +4,8 @@
 :mod:`client.data.metadata`. ``read_run`` reads a run from its CSV (the metadata beside it), its
 JSON, or any other format a reader recognises (:mod:`client.data.readers`: a text capture of
 the original ``http-timing.py``, ...). A file that cannot be read gives a
-:class:`RawDataError` naming it, in one line.
+:class:`RawDataError` naming it, in one line; one that cannot be written (raw data, a picture,
+a table: every writer goes through :func:`writing`) a :class:`FileWriteError`, one line too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import csv
 import io
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -23,7 +25,49 @@ from client.data.readers import HEAD_BYTES, reader_for
 from client.data.record import COLUMNS, RawDataError, RequestRecord
 from client.data.timeline import CgroupSample, read_timeline, timeline_path
 
-__all__ = ["RawDataError", "Run", "RunWriter", "read_run", "rewrite_rows", "write_metadata"]
+__all__ = ["FileWriteError", "RawDataError", "Run", "RunWriter", "folder_problem", "read_run",
+           "rewrite_rows", "write_metadata", "writing"]
+
+
+class FileWriteError(RawDataError):
+    """A file that cannot be written: one line naming it and why (``cannot write PATH: ...``)."""
+
+
+def write_problem(path: Path, exc: OSError) -> str:
+    """Why ``path`` could not be written, in words: a file where a folder belongs, a folder
+    where the file belongs, else the system's reason."""
+    for parent in path.parents:   # the nearest that exists decides
+        if parent.exists():
+            if not parent.is_dir():
+                return f"{parent} is a file, not a directory"
+            break
+    if path.is_dir():
+        return "it is a directory, not a file"
+    return exc.strerror or str(exc)
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[Path]:
+    """Write ``path`` inside this block (its folder made first): an ``OSError`` becomes a
+    one-line :class:`FileWriteError` naming the path and the reason."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        yield path
+    except OSError as exc:
+        raise FileWriteError(f"cannot write {path}: {write_problem(path, exc)}") from None
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why no file can be written in ``folder`` (None: it can, or it can be made), checked
+    without making it: before a run, so that no request is sent for files that cannot be kept."""
+    for place in (folder, *folder.parents):
+        if place.exists():
+            if not place.is_dir():
+                return f"{place} is a file, not a directory"
+            if not os.access(place, os.W_OK | os.X_OK):
+                return f"{place} is not writable here"
+            return None
+    return None
 
 
 @dataclass
@@ -47,8 +91,8 @@ class RunWriter:
 
     def __init__(self, csv_path: Path) -> None:
         self.path = csv_path
-        csv_path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] = open(csv_path, "w", newline="", encoding="utf-8")
+        with writing(csv_path):
+            self._file: IO[str] = open(csv_path, "w", newline="", encoding="utf-8")
         # rows are formatted in memory first (one writer, made once), then written whole
         self._line = io.StringIO()
         self._writer = csv.DictWriter(self._line, fieldnames=COLUMNS, lineterminator="\n")
@@ -87,16 +131,17 @@ def rewrite_rows(csv_path: Path, records: Iterable[RequestRecord]) -> None:
     with RunWriter(tmp) as writer:
         for record in records:
             writer.write(record)
-    os.replace(tmp, csv_path)
+    with writing(csv_path):
+        os.replace(tmp, csv_path)
 
 
 def write_metadata(path: Path, metadata: RunMetadata) -> None:
     """Write the metadata JSON atomically (a reader never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(metadata.to_dict(), indent=2, sort_keys=True, default=str) + "\n",
-                   encoding="utf-8")
-    os.replace(tmp, path)
+    with writing(path):
+        tmp.write_text(json.dumps(metadata.to_dict(), indent=2, sort_keys=True, default=str)
+                       + "\n", encoding="utf-8")
+        os.replace(tmp, path)
 
 
 def read_run(path: str | os.PathLike[str]) -> Run:
@@ -115,8 +160,10 @@ def read_run(path: str | os.PathLike[str]) -> Run:
     except OSError as exc:
         raise RawDataError(f"{p}: cannot read: {exc.strerror or exc}") from None
     if not head.strip():
-        raise RawDataError(f"{p}: empty file")
+        raise RawDataError(f"{p} holds no requests (an empty file)")
     records = reader_for(p, head).read(p)
+    if not records:
+        raise RawDataError(f"{p} holds no requests (its header alone)")
     timeline = timeline_path(p)
     return Run(p, records, _read_metadata(p.with_suffix(".json"), p),
                read_timeline(timeline) if timeline.exists() and timeline != p else None)

@@ -5,11 +5,15 @@ run of failed requests followed by a summary of nothing.
 
 Only reaching the server is checked here: what it answers (a reply that cannot be read, an
 error status) is the run's to record. Through a proxy (the environment's ``HTTP(S)_PROXY``)
-the server is not reached directly, so nothing is checked.
+the server is not reached directly, so nothing is checked. A server that takes the connection
+and closes it without a byte of an answer was reached: :func:`closed_without_answer` tells
+that from a request's recorded error, so that it is never called unreachable.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 import ssl
 import urllib.request
@@ -17,7 +21,8 @@ from urllib.parse import urlsplit
 
 from client.run.http import Verify
 
-__all__ = ["BURN_SERVICE_ORIGINS", "is_burn_service_default", "unreachable"]
+__all__ = ["BURN_SERVICE_ORIGINS", "closed_without_answer", "is_burn_service_default",
+           "unreachable"]
 
 # burn-service's own default address (``burn-service`` with no flags listens on port 7800)
 BURN_SERVICE_ORIGINS = {("http", "localhost", 7800), ("http", "127.0.0.1", 7800),
@@ -33,6 +38,15 @@ def is_burn_service_default(url: str) -> bool:
     except ValueError:
         return False
     return (parts.scheme, (parts.hostname or "").lower(), port) in BURN_SERVICE_ORIGINS
+
+
+def closed_without_answer(error: str) -> bool:
+    """Whether a request's recorded error (``client.run.wire``) says the server took the
+    connection and then closed or reset it before a byte of an answer."""
+    gone = (os.strerror(errno.ECONNRESET), os.strerror(errno.EPIPE))
+    return (error.startswith("RemoteProtocolError: Server disconnected without sending a "
+                             "response")
+            or error.startswith("ReadError:") and any(words in error for words in gone))
 
 
 def unreachable(url: str, verify: Verify = True, timeout: float = 5.0) -> str | None:

@@ -1,11 +1,16 @@
 """The CSV ``http-timing`` writes (:class:`client.data.files.RunWriter`): a header line of the
 columns of :mod:`client.data.record`, then one row per request. Recognised by its header: a
-first line that starts with ``seq,`` or has a ``latency_ns`` column."""
+first line that starts with ``seq,`` or has a ``latency_ns`` column.
+
+Every row is written whole with its newline, so a last row without one is a row cut short (the
+run was interrupted while writing it, or the file was copied while it was): it is skipped with
+one line on stderr and the rows before it are read. A bad row anywhere else is an error."""
 
 from __future__ import annotations
 
 import csv
 import math
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,11 +34,16 @@ class HttpTimingCsvReader:
 
     def read(self, path: Path) -> list[RequestRecord]:
         text = read_text(path, self.expected)
-        return list(_rows(path, text.splitlines()))
+        lines = text.splitlines()
+        header = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
+        if lines and len(lines) - 1 > header and not text.endswith(("\n", "\r")):
+            print(f"{path}: line {len(lines)} is cut short (the run was interrupted while "
+                  "writing it): skipped", file=sys.stderr)
+            lines.pop()
+        return list(_rows(path, lines, header))
 
 
-def _rows(path: Path, lines: list[str]) -> Iterator[RequestRecord]:
-    blank = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
+def _rows(path: Path, lines: list[str], blank: int) -> Iterator[RequestRecord]:
     reader = csv.DictReader(lines[blank:])
     header = reader.fieldnames or []
     missing = [c for c in REQUIRED_COLUMNS if c not in header]
