@@ -95,6 +95,21 @@ def test_a_usage_that_cannot_be_known_is_left_out_with_the_reason() -> None:
     assert data["usage_cpus"] is None and data["usage_unknown"] == why
 
 
+def test_a_share_of_the_quota_a_short_interval_cannot_support_is_left_out() -> None:
+    # 50 ms of CPU in 40 ms: within one 100 ms period the group may spend its whole 20 ms
+    # quota and more of the period's, so "125 % of the quota" would be no figure at all
+    stats = interval_stats(CgroupSample(0, 0, 0, 0, 0),
+                           CgroupSample(40_000_000, 50_000_000, 0, 0, 0), Limit(0.2))
+    console = Console(width=300, record=True, file=open(os.devnull, "w"))
+    console.print(watch_table("/g", Limit(0.2), [WatchRow("12:00:01", 0.04, stats)], stats))
+    console.print(watch_table("/g", None, [WatchRow("12:00:01", 1.0, stats)], stats))
+    console.file.close()
+    text = " ".join(console.export_text().split())
+    assert "125 %" not in text and "1.250 │ - │" in text   # the row's CPUs, then no share
+    assert "share of the quota: not known, 0.04 s is shorter than one 100 ms period" in text
+    assert "(no quota)" in text and "of the quota)" not in text
+
+
 def test_watch_names_the_ancestor_whose_quota_is_shown() -> None:
     stats = interval_stats(CgroupSample(0, 0, 0, 0, 0),
                            CgroupSample(10**9, 190_000_000, 10, 9, 720_000_000), Limit(0.2))
