@@ -8,14 +8,17 @@
 
 1. **Profile**: one run without a limit, its service's ``/metrics`` scraped every second
    (``client.run.usage``): CPU per request, per-second usage, the load's shape. A target the
-   service misses even without a limit is bad input (exit 2).
+   typical request misses even without a limit is bad input (exit 2); one that only its
+   requests slow without throttling miss (a wait that is not the CPU's) is said, and every
+   run counts such requests apart (``client.analysis.advise_target``).
 2. **Guess**: the quota model proposes the smallest limit that meets the target
    (``client.analysis.advise_model``).
 3. **Verify**: real runs from the guess (and at the usage rules' limits), stepping and then
    bisecting over limits until the smallest that met is within 10 % of the largest that
-   missed below it (``client.analysis.advise``); a narrow verdict is run once more and the
-   mean of the two counts, a miss above a met limit is run once more before it is believed,
-   and the answer is confirmed by a second run. Up to the machine's
+   missed below it (``client.analysis.advise``), each run judged by the requests its quota
+   delayed (a miss no throttled request made never raises the limit); a narrow verdict is
+   run once more and the mean of the two counts, a miss above a met limit is run once more
+   before it is believed, and the answer is confirmed by a second run. Up to the machine's
    CPUs (the in-process backend: 1 CPU); when even that misses, no recommendation (exit 3).
 4. **Say it**, beside what the usage rules (p90 + 15 %, p95 of per-second usage) would set,
    each measured too, and whether a shorter period or a burst of one quota met the target
@@ -44,7 +47,7 @@ from pathlib import Path
 from client.analysis.advise import (MAIN_ROLES, SAVING, Advice, Alternative, UsageResult,
                                     alternative_guesses, conclude, floor_millicores,
                                     needs_repeat, next_millicores, shape, to_confirm,
-                                    to_recheck, unmet_reason, verdicts)
+                                    to_recheck, unmet_reason, unthrottled_miss, verdicts)
 from client.analysis.advise_target import pooled
 from client.analysis.advise_model import (ModelPoint, Profile, Shape, build_profile, model_curve,
                                           model_guess, profile_plan, usage_limits)
@@ -257,7 +260,8 @@ class Advisor:
         """Step 1: the run without a limit; a target it misses is bad input."""
         plan = profile_plan(self.plan, self.opts.profile_seconds)
         recorded, report, samples, counter = self.record(None, "profile", sample=True, plan=plan)
-        row = measured(report, role="profile", limit=None, target=None)
+        row = replace(measured(report, role="profile", limit=None, target=self.target,
+                               records=recorded.run.records), missed=None, narrow=False)
         self.add(row)
         profile = build_profile(recorded.run, report, row, samples, plan=self.plan,
                                 counter=counter, warmup=self.sampled_warmup)
@@ -270,11 +274,13 @@ class Advisor:
         return profile
 
     def check_profile(self, profile: Profile, report: Report) -> None:
+        """Failed requests, or a target the typical request misses without a limit, are bad
+        input; a target only the requests slow without throttling miss is said."""
         free, target, where = profile.run, self.target, f"{self.opts.data_dir}/{profile.run.name}"
         if free.errors:
             raise CliError(f"{free.errors} request(s) failed without a limit ({where}.csv): "
                            "fix that before choosing a limit")
-        missed = target.misses(free.p90_ms, free.p99_ms, None)
+        missed = target.misses(free.judged_p90, free.judged_p99, None)
         if missed:
             work = (f"; the work itself takes {profile.cpu_ms:.1f} ms of CPU per request"
                     if profile.cpu_ms >= target.p99_ms else "")
@@ -282,6 +288,8 @@ class Advisor:
                            f"without any CPU limit ({', '.join(missed)}; {where}.csv){work}: "
                            "no limit can make it faster (on a busy machine, try again or a "
                            "looser target)")
+        if words := unthrottled_miss(free, target):
+            print(f"profile: {words}", flush=True)
 
     def main_runs(self) -> list[Measured]:
         """The runs of the search's shape (the guess, the search, the usage rules' limits)."""
@@ -344,8 +352,9 @@ class Advisor:
         return runs
 
     def measure(self, limit: Limit, role: str, *, again: bool = False) -> Measured:
-        _, report, _, _ = self.record(limit, role)
-        row = measured(report, role=role, limit=limit, target=self.target)
+        recorded, report, _, _ = self.record(limit, role)
+        row = measured(report, role=role, limit=limit, target=self.target,
+                       records=recorded.run.records)
         self.add(row, again=again)
         return row
 

@@ -42,7 +42,7 @@ from client.analysis.advise_target import LatencyTarget, Measured, pooled
 from client.analysis.cgroup import CgroupReport
 from client.analysis.report import Report, build_report
 from client.commands.advise import EXIT_NOT_MET, Advisor, save_answer, target_from
-from client.commands.common import EXIT_INTERRUPTED, EXIT_OK, plan_from
+from client.commands.common import EXIT_INTERRUPTED, EXIT_OK, check_folders, plan_from
 from client.commands.inplace import InPlaceBackend, inplace_from, request_words
 from client.commands.options import CliError
 from client.data.metadata import SweepInfo
@@ -204,6 +204,7 @@ def command_advise_live(opts: argparse.Namespace, argv: list[str]) -> int:
     started = datetime.now(timezone.utc)
     target = target_from(opts)
     plan = plan_from(opts)
+    check_folders(opts)
     prefix = started.strftime("%Y%m%d-%H%M%S") if opts.name is None else opts.name
     if problem := check_file_name(prefix, prefix=True):
         raise CliError(problem)

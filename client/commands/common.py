@@ -11,6 +11,7 @@ from client.analysis.throughput import throughput_row
 from client.commands.exits import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,
                                    silence_stdout)
 from client.commands.options import CliError, int_at_least, number_above, number_at_least
+from client.data.files import FileWriteError, folder_problem
 from client.data.metadata import LoadMode
 from client.render.figures import plot_run
 from client.render.text import format_summary, format_throughput
@@ -22,8 +23,8 @@ from cpuquota.limit import MAX_PERIOD_MS, MIN_PERIOD_MS, Limit, LimitError
 
 __all__ = ["EXIT_FAILED_REQUESTS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE",
            "add_limit_arguments", "add_load_arguments", "add_target_arguments", "backend_from",
-           "draw_result", "limit_from", "period_ms", "plan_from", "show_healthy", "show_result",
-           "show_stopped", "silence_stdout"]
+           "check_folders", "draw_result", "limit_from", "period_ms", "plan_from",
+           "show_healthy", "show_result", "show_stopped", "silence_stdout"]
 
 
 
@@ -112,11 +113,27 @@ def show_result(recorded: RecordedRun, report: Report) -> None:
 
 
 def draw_result(recorded: RecordedRun, report: Report, pictures_dir: Path) -> Path | None:
-    """The run's picture, once any request was answered."""
+    """The run's picture, once any request was answered; a picture that cannot be written is
+    one line that says where the raw data is (kept: it was written first)."""
     if not recorded.outcome.reached:
         return None
     run = recorded.run
-    return plot_run(run, pictures_dir / f"{run.path.stem}.png", detection=report.detection)
+    try:
+        return plot_run(run, pictures_dir / f"{run.path.stem}.png", detection=report.detection)
+    except FileWriteError as exc:
+        raise FileWriteError(f"{exc} (the raw data is kept: {run.path}, metadata "
+                             f"{recorded.meta_path})") from None
+
+
+def check_folders(opts: argparse.Namespace) -> None:
+    """``--data-dir`` and (unless ``--no-plot``) ``--pictures-dir`` can hold the files a run
+    writes: a one-line ``CliError`` before any request is sent when they cannot."""
+    folders = [("--data-dir", opts.data_dir)]
+    if not getattr(opts, "no_plot", False):
+        folders.append(("--pictures-dir", opts.pictures_dir))
+    for flag, folder in folders:
+        if (problem := folder_problem(folder)) is not None:
+            raise CliError(f"{flag} {folder}: cannot write in it: {problem}")
 
 
 def show_healthy(target: Target | ReplicaSet, seconds: float) -> None:

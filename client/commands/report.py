@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from client.analysis.explain import explain
@@ -18,7 +19,7 @@ from client.analysis.report import (WorkloadError, build_prediction, build_predi
                                    build_report)
 from client.commands.common import EXIT_OK, add_limit_arguments, limit_from
 from client.commands.options import CliError, OneLineParser
-from client.data.files import Run, read_run
+from client.data.files import FileWriteError, Run, read_run
 from client.data.jsonsafe import json_ready
 from client.render.compare import plot_overlay
 from client.render.text import format_prediction_report, format_report
@@ -90,18 +91,30 @@ def report_predict(run: Run, opts: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     explanation = explain(result.report, result.prediction, limit)
     out = opts.output or opts.pictures_dir / f"{run.path.stem}-predict.png"
-    picture = plot_overlay(run, [(label, p.records) for label, p in result.series()],
-                           result.report.detection, out,
-                           title=f"{run.name}: measured vs predicted at {limit.describe()}")
+    picture, failed = _drawn(lambda: plot_overlay(
+        run, [(label, p.records) for label, p in result.series()], result.report.detection,
+        out, title=f"{run.name}: measured vs predicted at {limit.describe()}"))
     if opts.json:
         print(json.dumps(json_ready({
             **result.report.to_dict(), "model_limit": limit.describe(),
             "predicted": result.prediction.to_dict(), "charged_ms": result.charged_ms,
             "predicted_charged": result.charged.to_dict() if result.charged else None,
-            "explanation": explanation, "picture": str(picture)}), indent=2))
+            "explanation": explanation, "picture": picture and str(picture)}), indent=2))
     else:
-        print("\n".join(format_prediction_report(result, explanation, run.path, picture)))
+        print("\n".join(format_prediction_report(result, explanation, run.path,
+                                                  picture or "not written")))
+    if failed is not None:
+        raise failed
     return EXIT_OK
+
+
+def _drawn(draw: Callable[[], Path]) -> tuple[Path | None, FileWriteError | None]:
+    """A picture drawn after the text is ready: its path, or the one-line error to raise once
+    the text is printed (the text does not depend on the picture)."""
+    try:
+        return draw(), None
+    except FileWriteError as exc:
+        return None, exc
 
 
 def _predict_per_quota(run: Run, opts: argparse.Namespace, per_quota: list) -> int:
@@ -111,22 +124,27 @@ def _predict_per_quota(run: Run, opts: argparse.Namespace, per_quota: list) -> i
     lines: list[str] = [f"the quota changed during {run.path}: the model is run once per "
                         "quota, on the requests sent while it was in force"]
     out: list[dict] = []
+    failed: FileWriteError | None = None
     for index, (span, part, result) in enumerate(per_quota, start=1):
         limit = result.limit
         explanation = explain(result.report, result.prediction, limit)
-        picture = plot_overlay(
-            part, [(label, p.records) for label, p in result.series()],
-            result.report.detection,
-            base if index == 1 else base.with_name(f"{base.stem}-{index}{base.suffix}"),
-            title=f"{run.name} ({span.describe()}): measured vs predicted at "
-                  f"{limit.describe()}")
+        picture, failed = (None, failed) if failed is not None else _drawn(
+            lambda: plot_overlay(
+                part, [(label, p.records) for label, p in result.series()],
+                result.report.detection,
+                base if index == 1 else base.with_name(f"{base.stem}-{index}{base.suffix}"),
+                title=f"{run.name} ({span.describe()}): measured vs predicted at "
+                      f"{limit.describe()}"))
         lines += ["", f"[{index}] {span.describe()}",
-                  *format_prediction_report(result, explanation, run.path, picture)]
+                  *format_prediction_report(result, explanation, run.path,
+                                            picture or "not written")]
         out.append({"span": span.to_dict(), **result.report.to_dict(),
                     "model_limit": limit.describe(), "predicted": result.prediction.to_dict(),
-                    "explanation": explanation, "picture": str(picture)})
+                    "explanation": explanation, "picture": picture and str(picture)})
     if opts.json:
         print(json.dumps(json_ready({"name": run.name, "by_quota": out}), indent=2))
     else:
         print("\n".join(lines))
+    if failed is not None:
+        raise failed
     return EXIT_OK

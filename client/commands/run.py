@@ -18,7 +18,8 @@ from pathlib import Path
 from client import __version__
 from client.analysis.report import build_report
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
-                                    EXIT_USAGE, add_load_arguments, draw_result, plan_from,
+                                    EXIT_USAGE, add_load_arguments, check_folders, draw_result,
+                                    plan_from,
                                     show_result, silence_stdout)
 from client.commands.live import add_live_arguments, live_page, show_live_end
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
@@ -33,7 +34,7 @@ from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cg
 from client.data.request import RequestError, redact_command
 from client.run.http import TlsError, tls_verify
 from client.run.measure import measure
-from client.run.reach import is_burn_service_default, unreachable
+from client.run.reach import closed_without_answer, is_burn_service_default, unreachable
 from client.run.record import RecordedRun, RunSpec
 from client.run.recorder import files_first
 from client.run.request_flags import requests_from_flags
@@ -150,6 +151,7 @@ class LinePrinter:
 def command_run(argv: list[str]) -> int:
     opts = build_run_parser().parse_args(argv)
     plan = plan_from(opts)
+    check_folders(opts)
     started = datetime.now(timezone.utc)
     name = opts.name or "run-" + started.strftime("%Y%m%d-%H%M%S")
     if problem := check_file_name(name):
@@ -217,6 +219,11 @@ def finish(recorded: RecordedRun, opts: argparse.Namespace, live: LivePage | Non
     if records and not recorded.outcome.reached and answered(records[-1].error):
         print(f"http-timing: {run.metadata.url} answered, but its reply could not be read "
               f"as HTTP/1.1: {records[-1].error}", file=sys.stderr)
+        return EXIT_USAGE
+    if records and not recorded.outcome.reached and closed_without_answer(records[-1].error):
+        print(f"http-timing: {run.metadata.url} closed the connection without an answer: "
+              f"{records[-1].error} (something listens there, but sent no HTTP answer: is it "
+              "the service's HTTP port?)", file=sys.stderr)
         return EXIT_USAGE
     if records and not recorded.outcome.reached:
         error = records[-1].error

@@ -31,7 +31,8 @@ from client.analysis.report import build_report
 from client.analysis.throughput import throughput_row
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
                                     add_load_arguments, add_target_arguments, backend_from,
-                                    draw_result, plan_from, show_healthy, show_result,
+                                    check_folders, draw_result, plan_from, show_healthy,
+                                    show_result,
                                     show_stopped)
 from client.commands.inplace import add_inplace_arguments, check_inplace_options
 from client.commands.options import CliError, OneLineParser, parse_counts, parse_limits
@@ -88,6 +89,7 @@ def command_sweep(argv: list[str]) -> int:
         opts.iterations = DEFAULT_ITERATIONS
     started = datetime.now(timezone.utc)
     plan = plan_from(opts)
+    check_folders(opts)
     prefix = "sweep-" + started.strftime("%Y%m%d-%H%M%S") if opts.name is None else opts.name
     if problem := check_file_name(prefix, prefix=True):
         raise CliError(problem)

@@ -49,18 +49,30 @@ def _share(value: float | None) -> str:
 
 
 def figures(run: Measured) -> str:
-    """``p50 8.3  p90 15.6  p99 22.6 ms, throttled 2 %`` (``, mean of 2 runs``)."""
+    """``p50 8.3  p90 15.6  p99 22.6 ms, throttled 2 %`` (``, mean of 2 runs``; ``, 3 of 100
+    requests slow without throttling (counted apart: p99 21.0 ms)``)."""
     runs = f", mean of {run.runs} runs" if run.runs > 1 else ""
     return (f"p50 {_ms(run.p50_ms)}  p90 {_ms(run.p90_ms)}  p99 {_ms(run.p99_ms)} ms, "
-            f"throttled {_share(run.throttled_fraction)}{runs}")
+            f"throttled {_share(run.throttled_fraction)}{runs}{_apart(run)}")
+
+
+def _apart(run: Measured) -> str:
+    if not run.slow_unthrottled or run.judged_p99_ms is None:
+        return ""
+    return (f", {run.slow_unthrottled} of {run.requests} requests slow without throttling "
+            f"(counted apart: p99 {_ms(run.judged_p99_ms)} ms)")
 
 
 def verdict(run: Measured) -> str:
     if run.met is None:
         return "not judged"
+    narrowly = " (narrowly)" if run.narrow else ""
+    if run.met and run.throttled_over == 0 and run.slow_unthrottled:
+        return "meets the target as far as the limit goes (no request over it was delayed by " \
+            "throttling)" + narrowly
     if run.met:
-        return "meets the target" + (" (narrowly)" if run.narrow else "")
-    return "misses: " + ", ".join(run.missed or ()) + (" (narrowly)" if run.narrow else "")
+        return "meets the target" + narrowly
+    return "misses: " + ", ".join(run.missed or ()) + narrowly
 
 
 def format_run(index: int, run: Measured) -> str:
@@ -70,13 +82,17 @@ def format_run(index: int, run: Measured) -> str:
 
 def format_runs_table(runs: Sequence[Measured]) -> str:
     """Every run, a Markdown table."""
-    lines = ["| run | role | limit | requests | p50 ms | p90 ms | p99 ms | throttled | met |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | role | limit | requests | p50 ms | p90 ms | p99 ms | throttled | met | "
+             "slow without throttling | p99 ms, those apart |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         met = "–" if run.met is None else "yes" if run.met else "no"
+        judged = run.judged_p99_ms is not None
         lines.append(f"| {run.name} | {run.role} | {limit_words(run.limit)} | {run.requests} | "
                      f"{_ms(run.p50_ms)} | {_ms(run.p90_ms)} | {_ms(run.p99_ms)} | "
-                     f"{_share(run.throttled_fraction)} | {met} |")
+                     f"{_share(run.throttled_fraction)} | {met} | "
+                     f"{run.slow_unthrottled if judged else '–'} | "
+                     f"{_ms(run.judged_p99) if judged else '–'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -127,6 +143,8 @@ def _recommendation(advice: Advice) -> list[str]:
              f"  {rec.cpus:g} CPU = {kubernetes_cpu(rec)}: docker run {docker_flags(rec)}; "
              f"Kubernetes resources.limits.cpu: {kubernetes_cpu(rec)}{burst}",
              f"  measured at {limit_words(rec)}: {figures(at)}: {verdict(at)}"]
+    if at.judged_p99_ms is not None:
+        lines.append(_unthrottled(at, advice.profile.run))
     if below is not None and below.limit is not None:
         lines.append(f"  at {limit_words(below.limit)} (the next lower step tried): "
                      f"{figures(below)}: {verdict(below)}")
@@ -143,6 +161,18 @@ def _recommendation(advice: Advice) -> list[str]:
         lines.append("  The model found no limit up to the ceiling that meets the target; the "
                      "search started at the ceiling.")
     return lines
+
+
+def _unthrottled(at: Measured, free: Measured) -> str:
+    """How many requests at the answer were slow without throttling, and what the requests no
+    throttling delayed reach (there, and without a limit)."""
+    reach = ("" if at.unthrottled_p99_ms is None else
+             f"; the requests no throttling delayed reach p99 {_ms(at.unthrottled_p99_ms)} ms "
+             "there")
+    return (f"  Slow without throttling: {at.slow_unthrottled} of {at.requests} requests at "
+            f"the answer (over the target with no throttling in them, counted apart: not the "
+            f"limit's doing){reach}, p99 {_ms(free.p99_ms)} ms without a limit "
+            f"({free.slow_unthrottled} of {free.requests} over the target).")
 
 
 def _relative(error: float) -> str:

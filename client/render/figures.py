@@ -10,12 +10,13 @@ imported on first use.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from client.analysis.detect import Detection, detect_run
-from client.data.files import Run
+from client.data.files import Run, writing
 from client.data.timeline import level_timelines
 from client.render.cgroup_plot import draw_throttled_bands, draw_usage_panel
 from client.render.legend import legend_outside
@@ -42,10 +43,13 @@ def pyplot() -> ModuleType:
 
 
 def save_figure(fig: Figure, out: Path) -> Path:
-    """Lay ``fig`` out and save it at ``out`` (PNG), creating its folder; the caller closes it."""
-    out.parent.mkdir(parents=True, exist_ok=True)
+    """Lay ``fig`` out and save it at ``out`` (PNG), creating its folder; the caller closes it.
+    A picture that cannot be written is a one-line ``FileWriteError`` naming it."""
     fig.tight_layout()
-    fig.savefig(out)
+    with writing(out):
+        if out.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "is a directory", str(out))
+        fig.savefig(out)
     return out
 
 
