@@ -145,8 +145,8 @@ def test_advise_a_deployments_pod_in_place(deployed: Deployed, tmp_path: Path) -
     # its own check runs meet the target (pooled, as advise judges), 25 % less misses it
     at = [r for r in answer["runs"] if r["cpus"] == rec["cpus"] and r["role"] != "less"]
     assert len(at) >= 2 and answer["at_recommended"]["met"]
-    assert answer["at_recommended"]["p99_ms"] <= 80
-    assert less is not None and less["met"] is False and less["p99_ms"] > 80
+    assert answer["at_recommended"]["judged_p99_ms"] <= 80   # the quota's delays counted
+    assert less is not None and less["met"] is False and less["judged_p99_ms"] > 80
     assert less["cpus"] == pytest.approx(int(rec["cpus"] * 1000 * 0.75) / 1000)
     inplace = answer["inplace"]
     assert inplace["kind"] == "k8s" and inplace["target"].startswith(f"k8s:{NS}/limited-")
