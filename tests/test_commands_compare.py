@@ -30,6 +30,20 @@ def test_compare_prints_the_table_and_saves_picture_and_markdown(runs: Path) -> 
     assert "| graph-30 | unknown | 6 |" in md and "| throttled | 0.3 CPU (in-process) | 60 |" in md
 
 
+def test_without_o_the_picture_is_named_after_its_runs_and_never_overwrites(
+        runs: Path) -> None:
+    earlier = runs / "pictures" / "compare-free-throttled.png"
+    earlier.parent.mkdir(exist_ok=True)
+    earlier.write_bytes(b"an earlier comparison")
+    result = http_timing("compare", "raw-data/free.csv", "raw-data/throttled.json", cwd=runs)
+    assert result.returncode == 0, result.stderr
+    picture = Path("pictures/compare-free-throttled-2.png")
+    assert result.stdout.splitlines()[-1] == (
+        f"picture: {picture}, table: {picture.with_suffix('.md')}")
+    assert (runs / picture).read_bytes()[:4] == b"\x89PNG"
+    assert earlier.read_bytes() == b"an earlier comparison"   # kept as it was
+
+
 @pytest.mark.parametrize("args", [
     ["compare"],
     ["compare", "missing.csv"],

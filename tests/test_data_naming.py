@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from client.data.naming import check_file_name, limit_tag, limit_text, run_name, sweep_stem
+from client.data.naming import (check_file_name, compare_stem, limit_tag, limit_text, run_name,
+                                short_names, sweep_stem)
 from cpuquota.limit import Limit
 
 
@@ -21,3 +22,14 @@ def test_file_names() -> None:
     assert "plain file name" in (check_file_name("a/b") or "")
     assert "plain file name prefix" in (check_file_name("..", prefix=True) or "")
     assert check_file_name("") is not None
+
+
+def test_a_comparison_is_named_after_its_runs() -> None:
+    assert short_names(["demo-kernel-1", "demo-kernel-0.3"]) == ["1", "0.3"]
+    assert short_names(["a", "b"]) == ["a", "b"] and short_names(["x-1", "x-1"]) == ["x-1", "x-1"]
+    assert compare_stem(["s-inprocess-1", "s-inprocess-0.3", "s-inprocess-0.1"]) == (
+        "compare-s-inprocess-1-0.3-0.1")                  # the shared prefix once
+    assert compare_stem(["free", "throttled"]) == "compare-free-throttled"
+    many = compare_stem([f"run-20261127-1010{i:02d}" for i in range(12)])
+    assert many == "compare-run-20261127-101000-and-11-more"
+    assert len(compare_stem(["x" * 200])) <= 80

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+
+from matplotlib.figure import Figure
 
 from client.analysis.advise import Advice, Alternative, UsageResult, conclude, shape
 from client.analysis.advise_model import USAGE_RULES, Profile, model_curve, model_point
 from client.analysis.advise_target import LatencyTarget, Measured
 from client.data.metadata import LoadMode
-from client.render.advise import (format_advice, format_run, format_runs_table,
+from client.render.advise import (advice_figure, format_advice, format_run, format_runs_table,
                                   format_usage_table, limit_words, save_advice_figure)
+from client.render.figures import pyplot, save_figure
 from cpuquota.limit import Limit
 
 TARGET = LatencyTarget(30)
@@ -93,3 +97,43 @@ def test_no_recommendation_says_why() -> None:
 def test_the_picture(tmp_path: Path) -> None:
     out = save_advice_figure(advice(), tmp_path / "a" / "t-advise.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
+
+
+def drawn_at(fig: Figure, label: str) -> list[tuple[float, float]]:
+    """The points of the collection labelled ``label...`` in the advise picture."""
+    return [tuple(map(float, xy)) for c in fig.axes[0].collections
+            if str(c.get_label()).startswith(label) for xy in c.get_offsets()]
+
+
+def test_the_picture_draws_every_run_the_answer_rests_on() -> None:
+    less = row(0.525, 89.8, "less")
+    fig = advice_figure(advice(), less=less)
+    try:
+        # the answer, the next lower step and the rest of the search: p99 against the limit
+        assert sorted(drawn_at(fig, "measured p99")) == [
+            (0.56, 44.4), (0.665, 33.0), (0.7, 23.5), (1.015, 5.8)]
+        assert drawn_at(fig, "period 10 ms: measured p99") == [(0.29, 27.0)]
+        # 25 % less: the run that shows the answer is the smallest
+        assert drawn_at(fig, "25 % less, 0.525 CPU: p99 89.8 ms (missed)") == [(0.525, 89.8)]
+    finally:
+        pyplot().close(fig)
+    without = advice_figure(advice())
+    try:
+        assert drawn_at(without, "25 % less") == []
+    finally:
+        pyplot().close(without)
+
+
+def test_a_long_load_wraps_inside_the_picture(tmp_path: Path) -> None:
+    long = replace(advice(), load="sequential: 100 requests to http://shop-api.default.svc."
+                   "cluster.local:8080/api/v1/orders?limit=50 in docker:shop-api, its group's "
+                   "cpu.stat read every 10 ms")
+    fig = advice_figure(long)
+    try:
+        save_figure(fig, tmp_path / "long.png")
+        title = fig.axes[0].title
+        box = title.get_window_extent(fig.canvas.get_renderer())  # type: ignore[attr-defined]
+        assert title.get_text().count("\n") >= 2
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1
+    finally:
+        pyplot().close(fig)

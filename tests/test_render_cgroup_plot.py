@@ -40,7 +40,8 @@ def test_bands_are_one_collection_in_seconds_over_the_full_height(tmp_path: Path
         draw_throttled_bands(ax, [])                 # nothing to shade: nothing drawn
         bands = [c for c in ax.collections if isinstance(c, PolyCollection)
                  and "throttled" in str(c.get_label())]
-        assert len(bands) == 1 and bands[0].get_label() == "throttled (cgroup cpu.stat) (2)"
+        assert len(bands) == 1 and bands[0].get_label() == (
+            "periods throttled (cgroup cpu.stat): 2 stretches")
         xs = sorted({round(float(x), 3) for path in bands[0].get_paths()
                      for x in np.asarray(path.vertices)[:, 0]})
         assert xs == [0.02, 0.1, 0.12, 0.2]

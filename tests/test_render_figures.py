@@ -28,7 +28,9 @@ def test_the_throttled_requests_are_the_detections() -> None:
         colours = [tuple(c.get_facecolor()[0]) for c in ax.collections]
     finally:
         plt.close(fig)
-    assert labels == {"request (51)", "slow (latency distribution alone) (9)", "failed (1)"}
+    # each label counts requests in words: its unit is in it
+    assert labels == {"51 requests", "9 requests slow (latency distribution alone)",
+                      "1 request failed"}
     assert len(colours) == 3 and detection.throttled_count == 9
     assert COLOURS["throttled"] == "#ff7f0e"
 

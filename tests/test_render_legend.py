@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from matplotlib.figure import Figure
+from matplotlib.axis import Tick
+from matplotlib.text import Text
 
 from client.render.figures import plot_run
 from tests import test_render_advise, test_render_compare, test_render_figures
@@ -30,6 +32,7 @@ PICTURES: dict[str, Callable[[Path], None]] = {
     "comparison": test_render_compare.test_save_comparison_writes_the_picture_and_the_markdown,
     "overlay": test_render_compare.test_plot_overlay,
     "advise": test_render_advise.test_the_picture,
+    "advise of a long load": test_render_advise.test_a_long_load_wraps_inside_the_picture,
     "run with its group": run_with_a_timeline,
 }
 
@@ -59,3 +62,31 @@ def test_legends_lie_outside_the_axes(picture: str, tmp_path: Path,
     monkeypatch.setattr(Figure, "savefig", watched)
     PICTURES[picture](tmp_path)
     assert seen, f"the {picture} picture has no legend"
+
+
+@pytest.mark.parametrize("picture", sorted(PICTURES))
+def test_no_text_is_cut_off(picture: str, tmp_path: Path,
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Titles, subtitles, axis labels and legends: every text drawn lies inside the file (tick
+    labels aside: matplotlib keeps those beyond the axes' limits, undrawn)."""
+    seen: list[str] = []
+    original = Figure.savefig
+
+    def watched(fig: Figure, *args: Any, **kwargs: Any) -> Any:
+        result = original(fig, *args, **kwargs)
+        renderer = fig.canvas.get_renderer()      # type: ignore[attr-defined]
+        inside = fig.bbox
+        ticks = {id(label) for tick in fig.findobj(Tick) for label in (tick.label1, tick.label2)}
+        for text in fig.findobj(Text):
+            if id(text) in ticks or not text.get_visible() or not text.get_text().strip():
+                continue
+            box = text.get_window_extent(renderer)
+            assert (box.x0 >= inside.x0 - 1 and box.x1 <= inside.x1 + 1
+                    and box.y0 >= inside.y0 - 1 and box.y1 <= inside.y1 + 1), (
+                picture, text.get_text(), box)
+            seen.append(text.get_text())
+        return result
+
+    monkeypatch.setattr(Figure, "savefig", watched)
+    PICTURES[picture](tmp_path)
+    assert seen, f"the {picture} picture has no text"

@@ -186,10 +186,12 @@ def command_advise(argv: list[str]) -> int:
     return EXIT_OK if advice.recommended is not None else EXIT_NOT_MET
 
 
-def save_answer(advice: Advice, folder: Path, stem: str) -> list[Path]:
-    """The picture, the tables (Markdown) and the JSON of the answer."""
+def save_answer(advice: Advice, folder: Path, stem: str, *,
+                less: Measured | None = None) -> list[Path]:
+    """The picture (with ``less``, the run at 25 % less, when there is one), the tables
+    (Markdown) and the JSON of the answer."""
     folder.mkdir(parents=True, exist_ok=True)
-    picture = save_advice_figure(advice, folder / f"{stem}.png")
+    picture = save_advice_figure(advice, folder / f"{stem}.png", less=less)
     tables = folder / f"{stem}.md"
     tables.write_text(f"advise: {advice.target.describe()}; {advice.backend}; {advice.load}\n\n"
                       f"{format_advice(advice)}\nEvery run:\n\n"

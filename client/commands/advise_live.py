@@ -239,7 +239,7 @@ def command_advise_live(opts: argparse.Namespace, argv: list[str]) -> int:
         if opts.apply and advice.recommended is not None:
             advisor.applied = apply_for_good(inplace, advice.recommended)
         stem = sweep_stem(prefix, "advise")
-        files = save_answer(advice, opts.pictures_dir, stem)
+        files = save_answer(advice, opts.pictures_dir, stem, less=advisor.less)
         answer = advisor.to_dict(advice)
         files[-1].write_text(json.dumps(answer, indent=2, allow_nan=False) + "\n",
                              encoding="utf-8")

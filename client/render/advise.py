@@ -10,22 +10,24 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from client.analysis.advise import (ALTERNATIVE_ROLES, Advice, Alternative, docker_flags,
+from client.analysis.advise import (MAIN_ROLES, Advice, Alternative, docker_flags,
                                     kubernetes_cpu)
 from client.analysis.advise_target import Measured
 from client.render.legend import legend_outside
-from client.render.figures import pyplot, save_figure
+from client.render.figures import log_scale, pyplot, save_figure
 from cpuquota.limit import Limit
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
-__all__ = ["format_advice", "format_run", "format_runs_table", "format_usage_table",
-           "limit_words", "save_advice_figure"]
+__all__ = ["advice_figure", "format_advice", "format_run", "format_runs_table",
+           "format_usage_table", "limit_words", "save_advice_figure"]
 
 
 def limit_words(limit: Limit | None) -> str:
@@ -221,54 +223,68 @@ def format_advice(advice: Advice) -> str:
     return "\n".join(lines) + "\n"
 
 
-def save_advice_figure(advice: Advice, out: Path) -> Path:
+def advice_figure(advice: Advice, *, less: Measured | None = None) -> Figure:
     """p99 and p50 against the limit (log scales): measured runs of the search's shape, the
-    model's curve, the target and the recommendation."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(13.5, 6.5), dpi=100)
+    alternatives' runs, ``less`` (the run at 25 % less than the answer, when there is one),
+    the model's curve, the target and the recommendation. The caller closes it."""
+    fig, ax = pyplot().subplots(figsize=(13.5, 6.5), dpi=100)
+    curve = advice.curve
+    if curve:
+        xs = [p.limit.cpus for p in curve]
+        ax.plot(xs, [p.p99_ms for p in curve], color="#1f77b4", lw=1.5,
+                label="model: p99 (ms)")
+        ax.plot(xs, [p.p50_ms for p in curve], color="#1f77b4", lw=1, ls="--",
+                label="model: p50 (ms)")
+    _draw_runs(ax, advice)
+    _draw_alternatives(ax, advice)
+    if less is not None:
+        _draw_less(ax, less)
+    ax.axhline(advice.target.p99_ms, color="#2ca02c", lw=1.2,
+               label=f"target p99 <= {advice.target.p99_ms:g} ms")
+    if advice.target.p90_ms is not None:
+        ax.axhline(advice.target.p90_ms, color="#2ca02c", lw=1, ls=":",
+                   label=f"target p90 <= {advice.target.p90_ms:g} ms")
+    if advice.recommended is not None:
+        ax.axvline(advice.recommended.cpus, color="#2ca02c", lw=2, alpha=0.5,
+                   label=f"recommended {advice.recommended.cpus:g} CPU")
+    for usage, colour in zip(advice.usage_based, ("#9467bd", "#8c564b")):
+        ax.axvline(usage.limit.cpus, color=colour, lw=1, ls="-.",
+                   label=f"usage {usage.rule.key}: {usage.limit.cpus:g} CPU")
+    log_scale(ax, "x")
+    log_scale(ax, "y")
+    ax.set_xlabel("CPU limit (CPUs, log scale)", fontsize=12)
+    ax.set_ylabel("latency (ms, log scale)", fontsize=12)
+    subtitle = textwrap.fill(f"{advice.backend}; {advice.load}", SUBTITLE_WIDTH,
+                             break_on_hyphens=False)
+    ax.set_title(f"advise: {advice.target.describe()}\n{subtitle}", fontsize=12)
+    ax.grid(True, which="both", alpha=0.3)
+    legend_outside(ax, 9, wrap=48)
+    return fig
+
+
+def save_advice_figure(advice: Advice, out: Path, *, less: Measured | None = None) -> Path:
+    """Save :func:`advice_figure` at ``out`` and return the path."""
+    fig = advice_figure(advice, less=less)
     try:
-        curve = advice.curve
-        if curve:
-            xs = [p.limit.cpus for p in curve]
-            ax.plot(xs, [p.p99_ms for p in curve], color="#1f77b4", lw=1.5,
-                    label="model: p99")
-            ax.plot(xs, [p.p50_ms for p in curve], color="#1f77b4", lw=1, ls="--",
-                    label="model: p50")
-        _draw_runs(ax, advice)
-        ax.axhline(advice.target.p99_ms, color="#2ca02c", lw=1.2,
-                   label=f"target p99 <= {advice.target.p99_ms:g} ms")
-        if advice.target.p90_ms is not None:
-            ax.axhline(advice.target.p90_ms, color="#2ca02c", lw=1, ls=":",
-                       label=f"target p90 <= {advice.target.p90_ms:g} ms")
-        if advice.recommended is not None:
-            ax.axvline(advice.recommended.cpus, color="#2ca02c", lw=2, alpha=0.5,
-                       label=f"recommended {advice.recommended.cpus:g} CPU")
-        for usage, colour in zip(advice.usage_based, ("#9467bd", "#8c564b")):
-            ax.axvline(usage.limit.cpus, color=colour, lw=1, ls="-.",
-                       label=f"usage {usage.rule.key}: {usage.limit.cpus:g} CPU")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("CPU limit (CPUs)", fontsize=12)
-        ax.set_ylabel("latency (ms)", fontsize=12)
-        ax.set_title(f"advise: {advice.target.describe()}\n{advice.backend}; {advice.load}",
-                     fontsize=12)
-        ax.grid(True, which="both", alpha=0.3)
-        legend_outside(ax, 9)
         save_figure(fig, out)
     finally:
-        plt.close(fig)
+        pyplot().close(fig)
     return out
 
 
+SUBTITLE_WIDTH = 110   # characters a line of the advise picture's subtitle holds
+
+
 def _draw_runs(ax: Axes, advice: Advice) -> None:
-    """The runs of the search's shape (the alternatives' periods and bursts are not)."""
+    """The runs of the search's shape (the alternatives' periods and bursts apart)."""
     runs = [r for r in advice.runs if r.limit is not None and r.met is not None
-            and r.role not in ALTERNATIVE_ROLES]
+            and r.role in MAIN_ROLES]
     for met, colour, label in ((True, "#2ca02c", "met"), (False, "#d62728", "missed")):
         chosen = [r for r in runs if r.met is met and math.isfinite(r.p99_ms)]
         if chosen:
             ax.scatter([r.limit.cpus for r in chosen if r.limit], [r.p99_ms for r in chosen],
-                       s=50, c=colour, zorder=3, label=f"measured p99 ({label})")
+                       s=50, c=colour, zorder=3, label=f"measured p99 ({label}: "
+                       f"{_count_runs(chosen)})")
             ax.scatter([r.limit.cpus for r in chosen if r.limit], [r.p50_ms for r in chosen],
                        s=25, c=colour, marker="v", zorder=3, alpha=0.7,
                        label=f"measured p50 ({label})")
@@ -276,3 +292,32 @@ def _draw_runs(ax: Axes, advice: Advice) -> None:
     if math.isfinite(profile.p99_ms):
         ax.axhline(profile.p99_ms, color="grey", lw=1, ls=":",
                    label=f"no limit: p99 {profile.p99_ms:.1f} ms")
+
+
+def _count_runs(runs: Sequence[Measured]) -> str:
+    return f"{len(runs)} run{'' if len(runs) == 1 else 's'}"
+
+
+def _draw_alternatives(ax: Axes, advice: Advice) -> None:
+    """The runs of a shorter period or a burst: hollow squares, filled by their verdict."""
+    for alt in advice.alternatives or ():
+        runs = [r for r in alt.results if r.limit is not None and math.isfinite(r.p99_ms)]
+        if not runs:
+            continue
+        shapes = sorted({f"period {r.limit.period_ms:g} ms" if alt.kind == "period" else
+                         f"burst {r.limit.burst_ms:g} ms" for r in runs if r.limit})
+        ax.scatter([r.limit.cpus for r in runs if r.limit], [r.p99_ms for r in runs], s=60,
+                   marker="s", facecolors="none", zorder=3, linewidths=1.5,
+                   edgecolors=["#2ca02c" if r.met else "#d62728" for r in runs],
+                   label=f"{', '.join(shapes)}: measured p99 ({_count_runs(runs)})")
+
+
+def _draw_less(ax: Axes, less: Measured) -> None:
+    """The run at 25 % less than the answer: what shows the answer is the smallest."""
+    if less.limit is None or not math.isfinite(less.p99_ms):
+        return
+    colour = "#2ca02c" if less.met else "#d62728"
+    ax.scatter([less.limit.cpus], [less.p99_ms], s=110, marker="D", facecolors="none",
+               edgecolors=colour, linewidths=2, zorder=4,
+               label=f"25 % less, {limit_words(less.limit)}: p99 {_ms(less.p99_ms)} ms "
+               f"({'met' if less.met else 'missed'})")

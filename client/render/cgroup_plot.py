@@ -35,14 +35,16 @@ DEFAULT_PERIOD_NS = 100_000_000   # buckets when the group has no quota (the usu
 
 
 def draw_throttled_bands(ax: Axes, stretches: Sequence[tuple[int, int]], *,
-                         label: str = "throttled (cgroup cpu.stat)") -> None:
+                         label: str = "periods throttled (cgroup cpu.stat)") -> None:
     """Shade each ``(start_ns, end_ns)`` stretch over the full height of ``ax``, behind the
     dots (one collection, however many stretches). Nothing is drawn for no stretches."""
     if not stretches:
         return
     ranges = [(start / 1e9, max(end - start, 0) / 1e9) for start, end in stretches]
+    count = f"{len(ranges)} stretch{'' if len(ranges) == 1 else 'es'}"
     ax.broken_barh(ranges, (0, 1), transform=ax.get_xaxis_transform(), facecolors=BAND_COLOUR,
-                   alpha=0.18, linewidth=0, zorder=0, label=f"{label} ({len(ranges)})")
+                   alpha=0.18, linewidth=0, zorder=0,
+                   label=f"{label}: {count}")
 
 
 def usage_title(mean_cpus: float, limit: Limit | None, periods: int, at_quota: int, *,
@@ -96,7 +98,7 @@ def draw_usage_panel(ax: Axes, timeline: Sequence[CounterSample], limit: Limit |
                    else USAGE_COLOUR for p in periods]
         ax.bar([p.start_ns / 1e9 for p in periods], [p.usage_ns / 1e6 for p in periods],
                width=period_ns / 1e9, align="edge", color=colours, alpha=0.75,
-               label="CPU used in the period" + (" (red: at the quota)" if exact else ""))
+               label="CPU ms used in each period" + (" (red: at the quota)" if exact else ""))
     if quota_ms is not None:
         ax.axhline(quota_ms, color=QUOTA_COLOUR, linewidth=1.5,
                    label=f"quota {quota_ms:g} ms per {limit.period_ms:g} ms"

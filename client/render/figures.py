@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["COLOURS", "draw_detected", "mark_fell_behind", "plot_run", "pyplot", "save_figure"]
+__all__ = ["COLOURS", "draw_detected", "log_scale", "mark_fell_behind", "plot_run", "pyplot",
+           "requests", "save_figure"]
 
 COLOURS = {"ok": "#1f77b4", "throttled": "#ff7f0e", "failed": "#d62728"}
 
@@ -65,12 +66,29 @@ def draw_detected(ax: Axes, run: Run, detection: Detection, *, label_prefix: str
     # one vocabulary: counters say "delayed by throttling", latency alone only "slow"
     marked = (f"slow ({detection.source} alone)" if detection.marked_as == "slow" else
               f"{detection.marked_as} ({detection.source})")
-    labels = {"ok": "request", "throttled": marked, "failed": "failed"}
+    labels = {"ok": "", "throttled": f" {marked}", "failed": " failed"}
     for kind, (xs, ys) in groups.items():
         if xs:
             ax.scatter(xs, ys, s=22, c=COLOURS[kind], marker="x" if kind == "failed" else "o",
                        alpha=0.85, linewidths=1.2,
-                       label=f"{label_prefix}{labels[kind]} ({len(xs)})")
+                       label=f"{label_prefix}{requests(len(xs))}{labels[kind]}")
+
+
+def requests(count: int) -> str:
+    """``1 request``, ``40 requests``: a count of requests in a legend."""
+    return f"{count} request{'' if count == 1 else 's'}"
+
+
+def log_scale(ax: Axes, which: str = "x") -> None:
+    """A log scale on ``ax``'s ``which`` axis ("x" or "y") read as plain numbers at 1, 2 and 5
+    of each decade (``0.2``, ``50``), not powers of ten."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_xscale("log") if which == "x" else ax.set_yscale("log")
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def mark_fell_behind(ax: Axes) -> None:

@@ -4,6 +4,7 @@ below them (:func:`legend_outside`), so no dot, bar or band is hidden behind it.
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -13,12 +14,16 @@ if TYPE_CHECKING:
 __all__ = ["legend_outside"]
 
 
-def legend_outside(ax: Axes, fontsize: float = 9, *, below: bool = False) -> Legend | None:
+def legend_outside(ax: Axes, fontsize: float = 9, *, below: bool = False,
+                   wrap: int | None = None) -> Legend | None:
     """The legend of ``ax`` right of its axes, top-aligned, or ``below`` them (under the x
-    label); None when nothing is labelled."""
+    label), each label on lines of at most ``wrap`` characters; None when nothing is
+    labelled."""
     handles, labels = ax.get_legend_handles_labels()
     if not handles:
         return None
+    if wrap:
+        labels = ["\n".join(textwrap.wrap(label, wrap)) or label for label in labels]
     if below:
         # right-aligned with the axes: a wide legend grows to the left, into the figure,
         # never past its right edge
