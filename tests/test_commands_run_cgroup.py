@@ -32,8 +32,15 @@ def check_attribution(csv: Path, sequential: bool, every_one_may_wait: bool = Fa
     marked = [r for r in run.records if r.cgroup_nr_throttled]
     others = [r for r in run.records if not r.cgroup_nr_throttled]
     assert marked and (others or every_one_may_wait)
+    # the wall time a request was held is never more than the request, nor than the
+    # throttled time the group counted (summed over CPUs, it is at least the wall time)
+    walls = [r.cgroup_held_ns for r in run.records]
+    assert all(w is not None and 0 <= w <= r.latency_ns for w, r in zip(walls, run.records))
+    assert max(w or 0 for w in walls) <= group_ns
+    assert any(walls)
     if sequential:  # one request at a time: the marks add up to what the group counted
         assert sum(m or 0 for m in marks) == pytest.approx(group_ns, rel=0.2)
+        assert walls == [min(r.cgroup_throttled_ns or 0, r.latency_ns) for r in run.records]
     else:           # overlapping requests share the blame: every throttle is in some request
         assert sum(m or 0 for m in marks) >= 0.8 * group_ns
     slow = sorted(r.latency_ns for r in marked)[len(marked) // 2]
@@ -45,6 +52,57 @@ def check_attribution(csv: Path, sequential: bool, every_one_may_wait: bool = Fa
     meta = run.metadata
     assert meta.cgroup is not None and meta.limit is not None
     assert meta.limit.cpus == pytest.approx(0.2) and meta.limit.source == "cgroup"
+
+
+def check_ending_line(stdout: str, csv: Path, target: str) -> None:
+    """The run's last line: its figures are the timeline's cpu.stat deltas and the CSV's."""
+    run = read_run(csv)
+    timeline = run.timeline
+    assert timeline is not None
+    first, last = timeline[0], timeline[-1]
+    ok = [r for r in run.records if r.ok]
+    delayed = sum(1 for r in ok if r.cgroup_held_ns)
+    line = stdout.strip().splitlines()[-1]
+    assert line.startswith(
+        f"throttling in {target}: {delayed} of {len(ok)} requests delayed by throttling "
+        f"({100 * delayed / len(ok):.1f} %), {last.nr_throttled - first.nr_throttled} of "
+        f"{last.nr_periods - first.nr_periods} periods throttled, CPU used "), line
+    usage = (last.usage_ns - first.usage_ns) / (last.t_ns - first.t_ns)
+    assert line.endswith(f"CPU used {usage:.2f} of the 0.2 CPU quota") or \
+        "CPU used: not known" in line, line
+
+
+@pytest.mark.root
+def test_a_service_in_the_root_group_gets_no_throttling_claim(tmp_path: Path) -> None:
+    """burn-service throttled in process (--cpu-limit), its process in the root cgroup: the
+    run says at its start that no throttling will be counted there, its CSV carries no
+    cgroup figure, and its pauses are credited to the service's own counters."""
+    from tests.support import require, service_process
+
+    with service_process(["--cpu-limit", "30"]) as (base, proc):
+        groups = Path(f"/proc/{proc.pid}/cgroup").read_text(encoding="ascii")
+        require(any(line.split(":")[1].split(",").count("cpu") and line.endswith(":/")
+                    for line in groups.splitlines()), "the service's cpu group is not the root")
+        target = f"pid:{proc.pid}"
+        result = http_timing("--url", base + "/cpuBurnFlow", "--iterations", "5000",
+                             "--requests", "40", "--cgroup", target, "--name", "r", "--quiet",
+                             "--no-plot", cwd=tmp_path)
+        recorded = http_timing("record", target, "--duration", "0.3", "--name", "t",
+                               cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    said = (f"{target} is in the root cgroup /: no CPU limit there, so no throttling will be "
+            "counted; its CPU figures are the whole machine's")
+    assert result.stderr.strip().splitlines() == [f"http-timing: {said}"]
+    assert recorded.returncode == 0 and f"http-timing record: {said}" in recorded.stderr
+    run = read_run(tmp_path / "raw-data" / "r.csv")
+    assert all(r.cgroup_throttled_ns is None and r.cgroup_nr_throttled is None
+               and r.cgroup_held_ns is None for r in run.records)
+    assert any(r.server_throttle_ns for r in run.records)   # the in-process throttle paused
+    data = json.loads(http_timing("report", "raw-data/r.csv", "--json", cwd=tmp_path).stdout)
+    assert data["throttled_source"] != "cgroup counters"
+    assert any("no CPU limit" in note for note in data["notes"])
+    assert result.stdout.strip().splitlines()[-1].startswith(
+        f"throttling in {target}: no CPU limit on this group: no throttling counted; CPU used ")
 
 
 @pytest.mark.root
@@ -71,6 +129,7 @@ def test_any_service_in_a_quota_group(tmp_path: Path, by: str, load: list[str],
     assert result.returncode == 0, result.stderr
     check_attribution(tmp_path / "raw-data" / "b.csv", sequential=by == "path",
                       every_one_may_wait=cgroup_version == 2)
+    check_ending_line(result.stdout, tmp_path / "raw-data" / "b.csv", target)
     report = http_timing("report", "raw-data/b.csv", "--json", cwd=tmp_path)
     data = json.loads(report.stdout)
     assert data["cgroup"]["nr_throttled"] > 0 and data["cgroup"]["quota_cpus"] == 0.2

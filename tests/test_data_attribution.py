@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.data.attribution import (ThrottleEvent, attribute, attribute_levels, period_phase,
-                                    throttle_events, throttled_stretches)
+from client.data.attribution import (ThrottleEvent, attribute, attribute_levels, held,
+                                    period_phase, throttle_events, throttled_stretches)
 from tests.timelines import MS, P, TWO_THROTTLES, S
 
 def test_period_phase_from_the_intervals_where_nr_periods_grew() -> None:
@@ -129,3 +129,55 @@ def test_attribute_levels_marks_each_request_by_the_level_that_throttled_it() ->
     assert marks[2][1] == 1 and 0 < marks[2][0] <= 20 * MS and marks[0][0] > 0
     assert attribute_levels(spans, [level0], [P]) == [(*m, 0) for m in attribute(spans, level0,
                                                                                  period_ns=P)]
+
+
+def test_held_is_the_wall_overlap_with_the_throttled_stretches() -> None:
+    requests = [(0, 101 * MS),          # the whole first stretch, 20-100
+                (10 * MS, 60 * MS),     # 20-60 of it
+                (101 * MS, 110 * MS),   # between the stretches: not held
+                (int(99.5 * MS), 120 * MS),  # 0.5 ms overlap: the estimate's noise
+                (50 * MS, 250 * MS),    # 50-100 and 120-200
+                (300 * MS, 310 * MS)]   # after the timeline
+    assert held(requests, [TWO_THROTTLES], [P]) == [
+        80 * MS, 40 * MS, 0, 0, 130 * MS, 0]
+    assert held([], [TWO_THROTTLES], [P]) == [] and held(requests[:1], [[]], [P]) == [0]
+
+
+def test_held_on_two_cpus_is_wall_time_where_the_throttled_time_is_summed() -> None:
+    """Two CPUs throttled 70 ms each, 30-100 ms: cpu.stat counts 140 ms, the request of 60 ms
+    inside it was held 60 ms, not more."""
+    samples = [S(0), S(10, 20), S(20, 40), S(30, 60), S(40, 60), S(60, 60), S(99, 60),
+               S(101, 64, 1, 1, 140), S(120, 100, 1, 1, 140)]
+    request = [(35 * MS, 95 * MS)]
+    assert attribute(request, samples, period_ns=P)[0][0] == 120 * MS   # CPU-summed share
+    assert held(request, [samples], [P]) == [60 * MS]                    # wall
+
+
+def test_a_throttle_is_no_longer_than_its_periods() -> None:
+    # 4 CPUs throttled 90 ms each, counted at one boundary (360 ms): one period of wall time
+    samples = [S(0), S(95), S(105, 0, 1, 1, 360)]
+    assert throttle_events(samples, P) == [ThrottleEvent(0, 100 * MS, 360 * MS, 1)]
+    late = [S(t) for t in range(0, 300, 10)] + [S(305, 0, 3, 1, 360)]
+    assert throttle_events(late, P)[0].end_ns - throttle_events(late, P)[0].start_ns == P
+
+
+def test_held_with_two_levels_counts_their_overlap_once() -> None:
+    level1 = [S(0), S(95), S(105, 0, 1, 1, 50)]           # 50-100 on the pod's quota
+    spans = [(0, 110 * MS)]
+    assert held(spans, [TWO_THROTTLES, level1], [P, P]) == [80 * MS]   # 20-100 covers 50-100
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(1, 30), st.integers(0, 3), st.integers(0, 400)),
+                      min_size=2, max_size=40),
+       spans=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), max_size=15))
+def test_no_request_is_held_longer_than_its_latency(
+        steps: list[tuple[int, int, int]], spans: list[tuple[int, int]]) -> None:
+    timeline, t, periods, throttled = [S(0)], 0, 0, 0
+    for dt, grew, ms in steps:   # up to 400 ms counted a period: several CPUs throttled
+        t, periods, throttled = t + dt, periods + grew, throttled + ms
+        timeline.append(S(t, 0, periods, periods, throttled))
+    end = timeline[-1].t_ns
+    requests = [(min(a, b) * end // 10**6, max(a, b) * end // 10**6) for a, b in spans]
+    for (start, stop), wall in zip(requests, held(requests, [timeline], [P])):
+        assert 0 <= wall <= stop - start

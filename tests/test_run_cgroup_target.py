@@ -205,6 +205,24 @@ def test_pid_v2(tmp_path: Path) -> None:
     assert (target.directory, target.version, target.usage_source.kind) == (group, 2, "cpu.stat")
 
 
+def test_a_pid_in_a_group_without_a_limit_is_said_in_one_line(tmp_path: Path) -> None:
+    proc, cpu, _acct = v1_host(tmp_path, cpuacct="together")
+    v1_group(cpu, quota_us=-1, procs=[4242])                  # the root: no quota
+    v1_group(cpu / "batch", quota_us=-1, procs=[5151])        # a group with none, nor above
+    v1_group(cpu / "docker" / "abc", procs=[6161])            # 0.3 CPU
+    fake_proc(proc, None, {4242: "1:cpu,cpuacct:/\n", 5151: "1:cpu,cpuacct:/batch\n",
+                           6161: "1:cpu,cpuacct:/docker/abc\n"})
+    root = resolve_cgroup("pid:4242", proc=proc)
+    assert (root.group, root.limit, root.levels) == ("/", None, ())
+    assert root.no_limit == ("pid:4242 is in the root cgroup /: no CPU limit there, so no "
+                             "throttling will be counted; its CPU figures are the whole "
+                             "machine's")
+    unlimited = resolve_cgroup("pid:5151", proc=proc).no_limit
+    assert unlimited is not None and "/batch" in unlimited and "no CPU limit" in unlimited
+    assert "\n" not in unlimited
+    assert resolve_cgroup("pid:6161", proc=proc).no_limit is None   # a quota: nothing to say
+
+
 @pytest.mark.parametrize("spec, cgroup, expected", [
     ("pid:99", None, "no such process: 99"),
     ("pid:abc", None, "pid: needs a process id"),

@@ -22,7 +22,7 @@ import numpy as np
 
 from client.data.jsonsafe import json_ready
 from client.data.timeline import CgroupSample, level_timelines
-from client.data.attribution import CounterSample, attribute_levels, period_phase
+from client.data.attribution import CounterSample, attribute_levels, held, period_phase
 from cpuquota.limit import Limit
 
 __all__ = ["AT_QUOTA", "FINE", "BusyPeriod", "CgroupReport", "IntervalStats", "LatencyGroup", "PeriodUsage",
@@ -229,10 +229,12 @@ def cgroup_report(requests: Sequence[Any], timeline: Sequence[CounterSample],
     if levels and timeline and isinstance(timeline[0], CgroupSample):
         timelines = list(level_timelines(list(timeline)))   # type: ignore[arg-type]
     periods: list[int | None] = [period_ns] + [lv[1].period_ns for lv in levels[1:]]
-    marks = attribute_levels([(s.start_ns, s.end_ns) for s in spans], timelines,
-                             periods[:len(timelines)])
+    intervals = [(s.start_ns, s.end_ns) for s in spans]
+    marks = attribute_levels(intervals, timelines, periods[:len(timelines)])
+    # delayed: held by the throttling for some wall time (the run's detection when it said)
     hit = ([bool(d) for d in delayed] if delayed is not None and len(delayed) == len(spans)
-           else [(m[0] > 0 or m[1] > 0) and s.ok for m, s in zip(marks, spans)])
+           else [wall > 0 and s.ok for wall, s in
+                 zip(held(intervals, timelines, periods[:len(timelines)]), spans)])
     level_reports = tuple(_level_report(name, quota, view, [m for m in marks if m[2] == k
                                                             and (m[0] or m[1])])
                           for k, ((name, quota), view) in enumerate(zip(levels, timelines)))

@@ -26,8 +26,8 @@ picture uses it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import Enum
 from functools import cached_property
 from typing import Any
@@ -43,8 +43,8 @@ from client.data.record import RequestRecord
 from cpuquota.limit import Limit
 
 __all__ = ["Detection", "FastMode", "ThrottleSource", "detect", "detect_run", "fast_mode",
-           "mark_throttled", "open_loop_saturation", "period_of", "quota_bound_of",
-           "saturation", "stall_of"]
+           "mark_throttled", "no_limit_note", "open_loop_saturation", "period_of",
+           "quota_bound_of", "saturation", "stall_of"]
 
 
 class ThrottleSource(str, Enum):
@@ -209,8 +209,14 @@ def mark_throttled(ok: Sequence[RequestRecord], lat: np.ndarray, threshold: floa
     by_server = [bool(c) for c in counters]
     if any(r.cgroup_nr_throttled is not None for r in ok):
         # read by the client around the whole request (or from the group's timeline): a
-        # stall before the handler is in them too, so slowness adds nothing
-        return by_server, ThrottleSource.CGROUP, []
+        # stall before the handler is in them too, so slowness adds nothing. Only what the
+        # kernel counted: the wall time the group's throttling held the request (files from
+        # before it: its periods), or the service's own cgroup's (Server-Timing)
+        by_group = [_held_by_group(r) or bool(r.kernel_nr_throttled) for r in ok]
+        paused = sum(1 for r, g in zip(ok, by_group) if not g and r.server_throttle_ns)
+        return by_group, ThrottleSource.CGROUP, [] if not paused else [
+            f"{paused} request(s) paused by the service's own throttle (Server-Timing "
+            "throttle), not by a kernel quota: not counted as delayed by throttling here"]
     if not sequential or all(r.kernel_nr_throttled is None for r in ok):
         # concurrent: queueing behind other requests is not a stall; the in-process throttle
         # (no kernel counter): it pauses only inside the handler, so its counters see every
@@ -225,6 +231,14 @@ def mark_throttled(ok: Sequence[RequestRecord], lat: np.ndarray, threshold: floa
         "the handler started (the kernel stops the whole process, also while a request waits "
         "to be read), or a quota on a group above the server's own that it cannot read (a "
         "Kubernetes pod's group: --cgroup k8s:NS/POD reads both)"]
+
+
+def _held_by_group(record: RequestRecord) -> bool:
+    """Whether the watched group's throttling held the request (``cgroup_held_ns`` > 0; in
+    files from before that column, its throttled periods)."""
+    if record.cgroup_held_ns is not None:
+        return record.cgroup_held_ns > 0
+    return bool(record.cgroup_nr_throttled)
 
 
 def stall_of(ok: Sequence[RequestRecord], lat: np.ndarray, mask: np.ndarray,
@@ -387,7 +401,22 @@ def detect_run(run: Run, limit: Limit | None = None) -> Detection:
         periods = last.nr_periods - first.nr_periods
         share = (last.nr_throttled - first.nr_throttled) / periods if periods > 0 else 0.0
     closed = meta.mode is not LoadMode.OPEN_LOOP
-    return detect(run.records, sequential=meta.sequential, limit=limit,
-                  unlimited=limit is None and meta.unlimited,
-                  concurrency=meta.concurrency if closed else 1, throttled_share=share,
-                  rate_rps=None if closed else meta.rate_rps)
+    detection = detect(run.records, sequential=meta.sequential, limit=limit,
+                       unlimited=limit is None and meta.unlimited,
+                       concurrency=meta.concurrency if closed else 1, throttled_share=share,
+                       rate_rps=None if closed else meta.rate_rps)
+    if (why := no_limit_note(meta.cgroup)) is not None:
+        detection = replace(detection, notes=(*detection.notes, why))
+    return detection
+
+
+def no_limit_note(cgroup: Mapping[str, Any] | None) -> str | None:
+    """Why a watched group (the metadata's ``cgroup``) carries no throttling figure: no quota
+    on it or above, so its counters never count one (None: it has a quota, or none watched)."""
+    if not cgroup or cgroup.get("cpus") is not None or cgroup.get("levels"):
+        return None
+    group = cgroup.get("group") or cgroup.get("path") or "?"
+    where = ("the root cgroup / (its CPU figures are the whole machine's)"
+             if group in ("", "/") else f"cgroup {group}")
+    return (f"--cgroup {cgroup.get('spec') or group}: {where} has no CPU limit on it or above, "
+            "so its counters count no throttling: none is claimed from them")

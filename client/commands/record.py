@@ -70,6 +70,8 @@ def command_record(argv: list[str]) -> int:
     print(f"recording {target.directory} "
           f"({f'quota {limit.cpus:g} CPU' if limit else 'no CPU quota'}) every "
           f"{opts.interval * 1000:g} ms to {spec.csv_path}", flush=True)
+    if (note := target.no_limit) is not None:
+        print(f"{PROG}: {note}", file=sys.stderr, flush=True)
     try:
         with live_page(opts, "the recording", window_s=LIVE_WINDOW_S) as live, \
                 watched_live(live, target, "record", [spec.csv_path, spec.meta_path]):

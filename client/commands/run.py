@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from client import __version__
-from client.analysis.report import build_report
+from client.analysis.detect import ThrottleSource
+from client.analysis.report import Report, build_report
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
                                     EXIT_USAGE, add_load_arguments, check_folders, draw_result,
                                     plan_from,
@@ -41,7 +44,7 @@ from client.run.request_flags import requests_from_flags
 from client.run.answer import answered
 
 __all__ = ["DEFAULT_URL", "add_answer_arguments", "build_run_parser", "cgroup_target",
-           "command_run"]
+           "command_run", "throttling_line"]
 
 DEFAULT_URL = "http://localhost:7800/cpuBurnFlow"
 
@@ -131,6 +134,27 @@ def cgroup_target(spec: str | None, pod_uid: str | None) -> CgroupTarget | None:
         raise CliError(str(exc)) from None
 
 
+def throttling_line(report: Report, cgroup: Mapping[str, Any] | None) -> str | None:
+    """The last line of a ``--cgroup`` run: what the group's counters say over the run
+    (None: no group watched, or no timeline)."""
+    c, d = report.cgroup, report.detection
+    if cgroup is None or c is None or c.samples < 2:
+        return None
+    where = f"throttling in {cgroup.get('spec') or cgroup.get('path')}"
+    known = c.usage_unknown is None
+    used = f"CPU used {c.usage_cpus_mean:.2f}" if known else \
+        f"CPU used: not known ({c.usage_unknown})"
+    if c.quota_cpus is None:
+        return (f"{where}: no CPU limit on this group: no throttling counted; {used}"
+                + (" CPU" if known else ""))
+    delayed = d.throttled_count if d.source is ThrottleSource.CGROUP else c.throttled_requests
+    share = f" ({100 * delayed / d.count:.1f} %)" if d.count else ""
+    quota = (f" of the {c.quota_cpus:g} CPU quota" if known else
+             f" (quota {c.quota_cpus:g} CPU)")
+    return (f"{where}: {delayed} of {d.count} requests delayed by throttling{share}, "
+            f"{c.nr_throttled} of {c.nr_periods} periods throttled, {used}{quota}")
+
+
 class LinePrinter:
     """Prints the original's line per request, until the reader of our output goes away
     (``http-timing | head``): then it keeps quiet and the run goes on, measuring and saving."""
@@ -187,6 +211,8 @@ def command_run(argv: list[str]) -> int:
                       + (" (is burn-service running? start it with: burn-service)"
                          if is_burn_service_default(target_url) else ""), file=sys.stderr)
                 return EXIT_USAGE
+        if spec.cgroup is not None and (note := spec.cgroup.no_limit) is not None:
+            print(f"http-timing: {note}", file=sys.stderr, flush=True)
         recorded = measure(spec, progress=RunProgress(plan.requests, name),
                            observers=[LinePrinter(opts.quiet)], started=started,
                            watcher=live).recorded
@@ -211,6 +237,8 @@ def finish(recorded: RecordedRun, opts: argparse.Namespace, live: LivePage | Non
         show_live_end(live, recorded, report.detection, picture)
         print(f"raw data: {run.path} (metadata {recorded.meta_path})" +
               (f", picture: {picture}" if picture else ""))
+        if (ending := throttling_line(report, run.metadata.cgroup)) is not None:
+            print(ending)
     if recorded.interrupted:
         print(f"http-timing: interrupted after {len(records)} of "
               f"{run.metadata.requests or 'the'} requests; every completed request is saved",

@@ -73,6 +73,8 @@ def command_watch(argv: list[str]) -> int:
         print(f"{PROG}: cannot open {args.target}'s counters: {exc.strerror or exc}",
               file=sys.stderr)
         return EXIT_USAGE
+    if (note := target.no_limit) is not None:
+        print(f"{PROG}: {note}", file=sys.stderr, flush=True)
     try:
         with live_page(args, "the watch", window_s=LIVE_WINDOW_S) as live, \
                 watched_live(live, target):

@@ -16,6 +16,24 @@ the counters (``kernel/sched/fair.c``) decides how they are read here:
 - Overlapping requests share the blame: each request gets the part of every throttled
   stretch that overlaps it, so with concurrency the per-request sums may exceed the group's.
 
+Two figures per request, one of CPU time and one of wall time:
+
+- :func:`attribute`: the **throttled time** (``cgroup_throttled_ns``), as ``cpu.stat`` counts
+  it: summed over the CPUs the group was throttled on. A group throttled on 2 CPUs for 70 ms
+  counts 140 ms, so on a multi-threaded service it can exceed the request's latency.
+- :func:`held`: the **wall time the request was held** by its group's throttling
+  (``cgroup_held_ns``): the overlap of the request with the stretches the group sat
+  throttled, never more than its latency. What is exact and what is bounded: a throttle's end
+  is the period boundary in its sample interval (exact once the grid is known, else the
+  interval's middle, +- half a sample interval); its wall length is the throttled time
+  divided by the number of CPUs it was throttled on, which ``cpu.stat`` does not say. So the
+  length is bounded: at most the throttled time (exact for one CPU: one busy thread), at most
+  the time since the group last ran (its usage stood still), since the previous throttle
+  ended, and ``max(1, nr_throttled)`` periods (the smallest of these is taken). The true
+  length is at least the throttled time over the CPUs the group may use; so the estimate is
+  exact for a one-thread service, and an upper bound (capped by the request) for a group
+  throttled on several CPUs at once.
+
 It sits in the data layer because the run layer fills the CSV's ``cgroup_*`` columns with it
 (``client.run.attach``) and the analysis and render layers read the same timeline with it.
 - Several groups above a process may hold a quota (a container's and its pod's), each with its
@@ -32,7 +50,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 __all__ = ["MIN_OVERLAP_NS", "CounterSample", "ThrottleEvent", "attribute",
-           "attribute_levels", "period_phase", "throttle_events", "throttled_stretches"]
+           "attribute_levels", "held", "period_phase", "throttle_events",
+           "throttled_stretches"]
 
 MIN_OVERLAP_NS = 1_000_000   # a stretch overlapping a request by less is estimation noise
 STILL = 0.02                 # usage growing slower than 2 % of one CPU: the group is not running
@@ -157,7 +176,11 @@ def throttle_events(timeline: Sequence[CounterSample],
                 pending_nr += grown_nr
             continue
         end = _boundary_in(before.t_ns, after.t_ns, period_ns, phase)
-        length = max(1, min(grown_ns, end - previous_end, end - _stopped_at(timeline, index)))
+        # the wall length: the CPU-summed time over the CPUs it was throttled on (one: all
+        # of it), bounded by when the group last ran, the previous throttle, and the periods
+        periods = max(1, grown_nr + pending_nr) * period_ns if period_ns else grown_ns
+        length = max(1, min(grown_ns, end - previous_end, end - _stopped_at(timeline, index),
+                            periods))
         events.append(ThrottleEvent(end - length, end, grown_ns, grown_nr + pending_nr))
         previous_end, pending_nr = end, 0
     if pending_nr and timeline:   # still throttled when the timeline ended
@@ -217,6 +240,39 @@ def attribute(intervals: Sequence[tuple[int, int]], timeline: Sequence[CounterSa
             throttled += event.throttled_ns * (overlap / length if length else 1.0)
             periods += event.nr_throttled
         out.append((round(throttled), periods))
+    return out
+
+
+def held(intervals: Sequence[tuple[int, int]],
+         timelines: Sequence[Sequence[CounterSample]],
+         periods_ns: Sequence[int | None]) -> list[int]:
+    """The wall time (ns) each request interval ``(start_ns, end_ns)`` was held by throttling:
+    its overlap with the union of the throttled stretches of every quota level
+    (``timelines[k]`` with period ``periods_ns[k]``), never more than the interval. An
+    overlap shorter than :data:`MIN_OVERLAP_NS` (and than its stretch) is the estimate's
+    noise, as in :func:`attribute`."""
+    stretches: list[tuple[int, int]] = []
+    for timeline, period in zip(timelines, periods_ns):
+        stretches += [(e.start_ns, e.end_ns) for e in throttle_events(timeline, period)
+                      if e.end_ns > e.start_ns]
+    union: list[list[int]] = []
+    for lo, hi in sorted(stretches):
+        if union and lo <= union[-1][1]:
+            union[-1][1] = max(union[-1][1], hi)
+        else:
+            union.append([lo, hi])
+    ends = [hi for _lo, hi in union]
+    out: list[int] = []
+    for start, end in intervals:
+        total = 0
+        i = bisect.bisect_left(ends, start)
+        while i < len(union) and union[i][0] <= end:
+            lo, hi = union[i]
+            i += 1
+            overlap = min(end, hi) - max(start, lo)
+            if overlap > 0 and (overlap >= MIN_OVERLAP_NS or overlap >= hi - lo):
+                total += overlap
+        out.append(max(0, min(total, end - start)))
     return out
 
 

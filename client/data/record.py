@@ -17,7 +17,11 @@ Columns (times in integer nanoseconds; empty where unknown):
 - ``cgroup_throttled_ns``, ``cgroup_nr_throttled``: the throttling of the watched group
   (``--cgroup``) during the request, read by the client: the exact change of the group's
   ``cpu.stat`` across a sequential request, else what its timeline shows inside the request
-  (overlapping requests share the blame)
+  (overlapping requests share the blame). The time is the kernel's, summed over the CPUs
+  the group was throttled on: on several CPUs it can exceed the latency
+- ``cgroup_held_ns``: the wall time the request was held by that throttling, never more than
+  its latency (``client.data.attribution.held``); empty in files from before it, and for a
+  group with no CPU limit (no throttling columns then at all)
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ __all__ = ["COLUMNS", "DEFAULT_RULE", "INT_COLUMNS", "REQUIRED_COLUMNS", "RawDat
 
 REQUIRED_COLUMNS = ("seq", "start_ns", "latency_ns", "status")
 COLUMNS = (*REQUIRED_COLUMNS, "error", "scheduled_ns", *SERVER_FIELDS, "replica",
-           "cgroup_throttled_ns", "cgroup_nr_throttled", "target")
+           "cgroup_throttled_ns", "cgroup_nr_throttled", "cgroup_held_ns", "target")
 INT_COLUMNS = tuple(c for c in COLUMNS if c != "error")
 DEFAULT_RULE = StatusRule()
 
@@ -58,6 +62,7 @@ class RequestRecord:
     replica: int | None = None       # which of several replicas answered
     cgroup_throttled_ns: int | None = None   # the watched group's throttled time meanwhile
     cgroup_nr_throttled: int | None = None   # ... and its throttled periods
+    cgroup_held_ns: int | None = None        # the wall time it was held by that throttling
     target: int | None = None        # which target of a --targets file (its place in it)
 
     @property

@@ -14,6 +14,12 @@ timeline (``<name>.cgroup.csv``, from the run's first instant). Each request get
 When more than one group above the service holds a quota (``CgroupTarget.levels``: a
 container's and its pod's), each is sampled and a request is marked by the level that
 throttled it most.
+
+Each request also gets ``cgroup_held_ns``, the wall time it was held by the throttling (the
+throttled time is summed over CPUs): the probe's change capped at the latency for a sequential
+run, else the overlap with the timeline's throttled stretches (``client.data.attribution.held``).
+A group with no quota on itself or above counts no throttling: its requests get no
+throttling columns at all (empty), not a 0 that would read as "not throttled, the kernel said".
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from pathlib import Path
 
 from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample, level_timelines, timeline_path
-from client.data.attribution import attribute_levels
+from client.data.attribution import attribute_levels, held
 from client.run.cgroup_sampler import DEFAULT_INTERVAL, CgroupSampler, open_reader
 from client.run.cgroup_target import CgroupTarget
 from client.run.http import Sender
@@ -38,6 +44,7 @@ class ProbingSender:
 
     def __init__(self, inner: Sender, target: CgroupTarget) -> None:
         self.inner, self.reader = inner, open_reader(target)
+        self.limited = bool(target.levels)
 
     def send(self, seq: int, run_start_ns: int, scheduled_ns: int | None = None) -> RequestRecord:
         before = self.reader.read(run_start_ns)
@@ -46,7 +53,11 @@ class ProbingSender:
         changes = [(a[2] - b[2], a[1] - b[1]) for b, a in zip(
             [(0, before.nr_throttled, before.throttled_ns), *before.levels],
             [(0, after.nr_throttled, after.throttled_ns), *after.levels])]
+        if not self.limited:   # no quota: the counters stand still, they say nothing
+            return record
         record.cgroup_throttled_ns, record.cgroup_nr_throttled = max(changes)
+        # wall time: on one CPU the throttled time is it; summed over several, at most it
+        record.cgroup_held_ns = min(record.cgroup_throttled_ns, record.latency_ns)
         return record
 
     def close(self) -> None:
@@ -78,6 +89,8 @@ class CgroupAttachment:
 
     def attribute(self, records: Sequence[RequestRecord]) -> list[RequestRecord]:
         """The records with the throttling the timeline shows inside each (sent to answered)."""
+        if not self.target.levels:   # no quota on the group or above: nothing to mark
+            return list(records)
         periods = [level.limit.period_ns for level in self.target.levels]
         return mark_records(records, self.sampler.samples, periods)
 
@@ -97,8 +110,9 @@ def mark_records(records: Sequence[RequestRecord], timeline: Sequence[CgroupSamp
     periods = list(periods_ns) or [None]
     periods += [periods[-1]] * (len(timelines) - len(periods))
     marks = attribute_levels(spans, timelines, periods)
+    walls = held(spans, timelines, periods)
     first, last = (timeline[0].t_ns, timeline[-1].t_ns) if timeline else (0, -1)
-    return [replace(r, cgroup_throttled_ns=ns, cgroup_nr_throttled=nr)
+    return [replace(r, cgroup_throttled_ns=ns, cgroup_nr_throttled=nr, cgroup_held_ns=wall)
             if outside or first <= r.start_ns and r.end_ns <= last else
-            replace(r, cgroup_throttled_ns=None, cgroup_nr_throttled=None)
-            for r, (ns, nr, _level) in zip(records, marks)]
+            replace(r, cgroup_throttled_ns=None, cgroup_nr_throttled=None, cgroup_held_ns=None)
+            for r, (ns, nr, _level), wall in zip(records, marks, walls)]

@@ -143,6 +143,18 @@ class CgroupTarget:
     pods: tuple[CgroupTarget, ...] = ()
 
     @property
+    def no_limit(self) -> str | None:
+        """One line when no quota on the group or above can throttle it (None: one can):
+        what the user is to know before reading its figures."""
+        if self.levels:
+            return None
+        if self.group in ("", "/"):
+            return (f"{self.spec} is in the root cgroup /: no CPU limit there, so no throttling "
+                    "will be counted; its CPU figures are the whole machine's")
+        return (f"{self.spec} is in cgroup {self.group}, which has no CPU limit (none on it or "
+                "above): no throttling will be counted")
+
+    @property
     def stat_path(self) -> Path:
         """The cpu.stat whose counters are the timeline's: the quota in force's group's."""
         return self.levels[0].stat_path if self.levels else self.directory / "cpu.stat"
