@@ -54,11 +54,13 @@ from client.analysis.advise_model import (ModelPoint, Profile, Shape, build_prof
 from client.analysis.advise_target import LatencyTarget, Measured, measured
 from client.analysis.report import Report, build_report
 from client.commands.common import (EXIT_INTERRUPTED, EXIT_OK, add_load_arguments,
-                                    add_target_arguments, backend_from, plan_from,
+                                    add_target_arguments, backend_from, check_folders,
+                                    plan_from,
                                     show_stopped)
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.commands.options import number_at_least
 from client.commands.inplace import add_inplace_arguments, check_inplace_options
+from client.data.files import writing
 from client.data.request import DEFAULT_ITERATIONS
 from client.data.metadata import SweepInfo
 from client.data.naming import check_file_name, run_name, sweep_stem
@@ -145,6 +147,7 @@ def command_advise(argv: list[str]) -> int:
     started = datetime.now(timezone.utc)
     target = target_from(opts)
     plan = plan_from(opts)
+    check_folders(opts)
     prefix = started.strftime("%Y%m%d-%H%M%S") if opts.name is None else opts.name
     if problem := check_file_name(prefix, prefix=True):
         raise CliError(problem)
@@ -190,15 +193,15 @@ def save_answer(advice: Advice, folder: Path, stem: str, *,
                 less: Measured | None = None) -> list[Path]:
     """The picture (with ``less``, the run at 25 % less, when there is one), the tables
     (Markdown) and the JSON of the answer."""
-    folder.mkdir(parents=True, exist_ok=True)
     picture = save_advice_figure(advice, folder / f"{stem}.png", less=less)
-    tables = folder / f"{stem}.md"
-    tables.write_text(f"advise: {advice.target.describe()}; {advice.backend}; {advice.load}\n\n"
-                      f"{format_advice(advice)}\nEvery run:\n\n"
-                      f"{format_runs_table(advice.runs)}", encoding="utf-8")
-    answer = folder / f"{stem}.json"
-    answer.write_text(json.dumps(advice.to_dict(), indent=2, allow_nan=False) + "\n",
-                      encoding="utf-8")
+    tables, answer = folder / f"{stem}.md", folder / f"{stem}.json"
+    with writing(tables):
+        tables.write_text(f"advise: {advice.target.describe()}; {advice.backend}; "
+                          f"{advice.load}\n\n{format_advice(advice)}\nEvery run:\n\n"
+                          f"{format_runs_table(advice.runs)}", encoding="utf-8")
+    with writing(answer):
+        answer.write_text(json.dumps(advice.to_dict(), indent=2, allow_nan=False) + "\n",
+                          encoding="utf-8")
     return [picture, tables, answer]
 
 
