@@ -16,7 +16,7 @@ from service import __version__
 from service.config import Settings, SettingsError, env_name, field_type, option_fields
 from service.extra import install_hint, missing_requirements
 
-__all__ = ["build_parser", "main", "parse_settings"]
+__all__ = ["build_parser", "main", "metavar", "parse_settings"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,9 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
                                 action=argparse.BooleanOptionalAction, help=help_text)
         else:
             parser.add_argument(flag, dest=f.name, type=kind, default=None,
-                                choices=f.metadata["choices"], metavar=f.name.upper(),
+                                choices=f.metadata["choices"], metavar=metavar(f.name, kind),
                                 help=help_text)
     return parser
+
+
+def metavar(name: str, kind: type) -> str:
+    """An option's placeholder: N for a count, else its unit or its last word (MS, PCT, HOST)."""
+    if kind is int and name != "port":
+        return "N"
+    word = name.rpartition("_")[2]
+    units = {"ms": "MS", "us": "US", "cycle": "MS", "cpus": "X", "limit": "PCT"}
+    return units.get(word, word.upper())
 
 
 def parse_settings(argv: Sequence[str] | None = None) -> Settings:
@@ -55,6 +64,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    build_parser().parse_args(argv)  # --help and --version answer even without the extra
     missing = missing_requirements()
     if missing:  # `pip install .` without the service extra: say so, no traceback
         print(install_hint(missing), file=sys.stderr)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cpuquota.cgroupfs import CgroupError, locate_cpu_controller, read_cpu_stat
+from service import __version__
 from service.cgroup import create_group, empty_group, remove_group, set_quota
 from cpuquota.limit import Limit, kernel_limit
 from cpuquota.account import CpuStat
@@ -228,11 +229,13 @@ def build_parser() -> argparse.ArgumentParser:
         "new cgroup, exactly what `docker run --cpus` sets), then remove the cgroup. Needs "
         "Linux and root (or a delegated cgroup). Exits with the command's status.",
     )
-    parser.add_argument("--cpus", type=float, required=True,
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                        help="print the program's version and exit")
+    parser.add_argument("--cpus", type=float, required=True, metavar="CPUS",
                         help="CPUs the command may use, e.g. 0.3 = 30 ms of every 100 ms period")
-    parser.add_argument("--period-ms", type=float, default=100.0,
+    parser.add_argument("--period-ms", type=float, default=100.0, metavar="MS",
                         help="the quota's period in ms, 1-1000 (default 100, as Docker)")
-    parser.add_argument("--burst-ms", type=float, default=0.0,
+    parser.add_argument("--burst-ms", type=float, default=0.0, metavar="MS",
                         help="unused quota that may be saved for later periods, in ms, at most "
                         "the quota (default 0; Linux 5.14+)")
     parser.add_argument("-q", "--quiet", action="store_true",

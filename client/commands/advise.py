@@ -104,8 +104,12 @@ def build_advise_parser() -> argparse.ArgumentParser:
                         "says they need less")
     parser.add_argument("--name", default=None, metavar="PREFIX",
                         help="prefix of the file names (default <date>-<time>; '' for none)")
-    parser.add_argument("--data-dir", type=Path, default=Path("raw-data"))
-    parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"))
+    parser.add_argument("--data-dir", type=Path, default=Path("raw-data"), metavar="DIR",
+                        help="where every run of the search is saved, as <name>.csv and "
+                        "<name>.json (default ./raw-data)")
+    parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"), metavar="DIR",
+                        help="where the answer goes: its picture, tables (.md) and JSON "
+                        "(default ./pictures)")
     parser.add_argument("--json", action="store_true",
                         help="print the answer as JSON (progress goes to stderr)")
     add_inplace_arguments(parser, keep=True)

@@ -68,13 +68,14 @@ def add_load_arguments(parser: argparse.ArgumentParser, *, per: str = "",
     ``--warmup``, ``--timeout``: the load, the same for every command that sends it.
     ``iterations_default`` None: only burn-service's URL gets the default (``run``)."""
     parser.add_argument("--iterations", type=int_at_least(0), default=iterations_default,
+                        metavar="N",
                         help="burn iterations per request (1 us of CPU each, as burn-service "
                         "calibrates them at start: its --iteration-us), appended as "
                         "?iterations=N when N > 0 (default 5000" +
                         ("" if iterations_default is not None else
                          ", and only to burn-service's /cpuBurnFlow: any other URL is sent "
                          "as given unless this is given") + ")")
-    parser.add_argument("--requests", type=int_at_least(1), default=None,
+    parser.add_argument("--requests", type=int_at_least(1), default=None, metavar="N",
                         help=f"how many requests{per} (default {DEFAULT_REQUESTS})")
     parser.add_argument("--concurrency", type=int_at_least(1), metavar="C",
                         help="closed loop: C requests at a time, each worker sending its next "
@@ -85,7 +86,7 @@ def add_load_arguments(parser: argparse.ArgumentParser, *, per: str = "",
     parser.add_argument("--duration", type=number_above(0), metavar="D",
                         help=f"seconds to run{per}, with --rate or --concurrency (instead of "
                         "--requests)")
-    parser.add_argument("--timeout", type=number_above(0), default=30.0,
+    parser.add_argument("--timeout", type=number_above(0), default=30.0, metavar="S",
                         help="seconds before one request counts as failed (default 30)")
     parser.add_argument("--warmup", type=int_at_least(0), default=0, metavar="N",
                         help="send N requests first that are not recorded (default 0: the "

@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the file's format (default: recognised from its content): "
                         + ", ".join(IMPORTERS))
     parser.add_argument("--name", help="name of the run's files (default: import-<FILE's stem>)")
-    parser.add_argument("--data-dir", type=Path, default=Path("raw-data"),
+    parser.add_argument("--data-dir", type=Path, default=Path("raw-data"), metavar="DIR",
                         help="where <name>.csv, .json and .cgroup.csv go (default ./raw-data)")
     parser.add_argument("--start", type=_seconds("--start"), metavar="EPOCH",
                         help="for relative times (hey, oha): the tool's start, Unix seconds "

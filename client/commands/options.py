@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
+from client import __version__
 from client.data.naming import limit_text
 from cpuquota.limit import Limit, LimitError
 
@@ -25,7 +26,14 @@ class CliError(Exception):
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (``prog: message``), exit code 2."""
+    """An argument parser whose errors are one line (``prog: message``), exit code 2, with a
+    ``--version`` (``http-timing 0.1.0`` for every command)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument("--version", action="version",
+                          version=f"{self.prog.split()[0]} {__version__}",
+                          help="print the program's version and exit")
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")

@@ -18,9 +18,10 @@ def build_plot_parser() -> argparse.ArgumentParser:
                                      description="Draw saved runs (CSV, or the original script's "
                                      "text output) as dots of latency against time.")
     parser.add_argument("files", nargs="+", type=Path, help="run files (.csv, .json or text)")
-    parser.add_argument("-o", "--output", type=Path,
+    parser.add_argument("-o", "--output", type=Path, metavar="PICTURE",
                         help="picture path (one input only; default <pictures-dir>/<name>.png)")
-    parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"))
+    parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"), metavar="DIR",
+                        help="where <name>.png goes (default ./pictures)")
     parser.add_argument("--title", help="picture title")
     return parser
 

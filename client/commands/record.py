@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="S", help=f"seconds between two samples (default "
                         f"{DEFAULT_INTERVAL:g})")
     parser.add_argument("--name", help="name of the files (default: timeline-<timestamp>)")
-    parser.add_argument("--data-dir", type=Path, default=Path("raw-data"),
+    parser.add_argument("--data-dir", type=Path, default=Path("raw-data"), metavar="DIR",
                         help="where the files go (default ./raw-data)")
     parser.add_argument("--pod-uid", metavar="UID",
                         help="with k8s:NS/POD: the pod's UID, where kubectl cannot tell")

@@ -41,7 +41,8 @@ def build_report_parser() -> OneLineParser:
     parser.add_argument("-o", "--output", type=Path, metavar="PICTURE",
                         help="with --predict: the picture "
                         "(default <pictures-dir>/<name>-predict.png)")
-    parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"))
+    parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"), metavar="DIR",
+                        help="with --predict: where <name>-predict.png goes (default ./pictures)")
     return parser
 
 

@@ -17,7 +17,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from client import __version__
 from client.analysis.detect import ThrottleSource
 from client.analysis.report import Report, build_report
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
@@ -52,11 +51,9 @@ DEFAULT_URL = "http://localhost:7800/cpuBurnFlow"
 def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog=prog,
-        description="Time HTTP requests one after another and keep every request as raw data. "
-        "Other commands: 'http-timing plot FILE...', 'http-timing report FILE', "
-        "'http-timing sweep --cpus 1,0.3,0.1' (see each one's --help).",
+        description="Time HTTP requests one after another and keep every request as raw data "
+        "(what http-timing does when given no command). Every command: http-timing help.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--url", default=None,
                         help=f"URL to time, sent exactly as given (default {DEFAULT_URL}; "
                         "burn-service's /cpuBurnFlow gets ?iterations=N)")
@@ -86,7 +83,7 @@ def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
     tls.add_argument("-k", "--insecure", action="store_true",
                      help="do not check an https:// server's certificate at all (as curl -k)")
     add_answer_arguments(parser)
-    parser.add_argument("--max-failures", type=int_at_least(0), default=5,
+    parser.add_argument("--max-failures", type=int_at_least(0), default=5, metavar="N",
                         help="stop after this many connection failures in a row; 0 never stops "
                         "(default 5)")
     parser.add_argument("--cgroup", metavar="TARGET",
@@ -100,9 +97,9 @@ def build_run_parser(prog: str = "http-timing") -> argparse.ArgumentParser:
     parser.add_argument("--pod-uid", metavar="UID",
                         help="with --cgroup k8s:...: the pod's UID, where kubectl cannot tell")
     parser.add_argument("--name", help="name of the run's files (default: run-<timestamp>)")
-    parser.add_argument("--data-dir", type=Path, default=Path("raw-data"),
+    parser.add_argument("--data-dir", type=Path, default=Path("raw-data"), metavar="DIR",
                         help="where <name>.csv and <name>.json go (default ./raw-data)")
-    parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"),
+    parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"), metavar="DIR",
                         help="where <name>.png goes (default ./pictures)")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the picture")
     parser.add_argument("--quiet", action="store_true", help="no per-request lines")

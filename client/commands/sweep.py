@@ -61,7 +61,7 @@ def build_sweep_parser() -> argparse.ArgumentParser:
         prog="http-timing sweep",
         description="Start the burn service under each CPU limit, time it, stop it; save every "
         "run, a comparison picture and a Markdown table (--no-plot: the table only).")
-    parser.add_argument("--cpus", default="1,0.3,0.1",
+    parser.add_argument("--cpus", default="1,0.3,0.1", metavar="LIST",
                         help="CPU limits, comma separated; 0 or none = no limit "
                         "(default 1,0.3,0.1); with --replicas: the total, shared by them")
     parser.add_argument("--replicas", metavar="LIST",
@@ -72,8 +72,12 @@ def build_sweep_parser() -> argparse.ArgumentParser:
     add_load_arguments(parser, per=" per limit", iterations_default=None)
     parser.add_argument("--name", default=None, metavar="PREFIX",
                         help="prefix of the file names (default sweep-<timestamp>; '' for none)")
-    parser.add_argument("--data-dir", type=Path, default=Path("raw-data"))
-    parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"))
+    parser.add_argument("--data-dir", type=Path, default=Path("raw-data"), metavar="DIR",
+                        help="where each limit's <name>.csv and <name>.json go "
+                        "(default ./raw-data)")
+    parser.add_argument("--pictures-dir", type=Path, default=Path("pictures"), metavar="DIR",
+                        help="where each run's picture, the comparison and its table go "
+                        "(default ./pictures)")
     parser.add_argument("--no-plot", action="store_true",
                         help="draw no pictures: the raw data and the tables only")
     parser.add_argument("--show-requests", action="store_true",
