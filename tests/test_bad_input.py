@@ -63,6 +63,8 @@ CLOSED = f"http://127.0.0.1:{free_port()}/"   # nothing listens there
     (["compare", f"raw-data/{RUN}.csv", "-o", "pictures/c.png"],
      "cannot write pictures/c.png: pictures is a file, not a directory"),
     (["compare", f"raw-data/{RUN}.csv", "-o", "somedir"], "-o must end in .png"),
+    (["plot", f"raw-data/{RUN}.csv", "-o", "x.csv"],
+     "cannot write x.csv: a picture's name ends in one of .png, .svg, .pdf"),
     (["report", "raw-data/"], "raw-data: is a directory, not a run file"),
     (["report", "header.csv"], "header.csv holds no requests"),
     (["plot", "header.csv"], "header.csv holds no requests"),
@@ -87,6 +89,8 @@ CLOSED = f"http://127.0.0.1:{free_port()}/"   # nothing listens there
                                                          "write in it"),
     (["advise", "--backend", "inprocess", "--p99", "30"], "--pictures-dir pictures: cannot "
                                                           "write in it"),
+    (["sweep", "--backend", "inprocess", "--cpus", "1", "--no-plot"],   # its tables go there
+     "--pictures-dir pictures: cannot write in it"),
 ])
 def test_each_mistake_is_one_line_exit_2_and_nothing_is_lost(
         here: Path, args: list[str], message: str, monkeypatch: pytest.MonkeyPatch,
@@ -95,6 +99,16 @@ def test_each_mistake_is_one_line_exit_2_and_nothing_is_lost(
     line = usage_error(args, here, monkeypatch, capsys)
     assert message in line, line
     assert kept(here) == before   # every file that was there still is, and no run started
+
+
+def test_a_picture_named_without_a_suffix_is_a_png_and_said_so(
+        here: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(here)
+    from client.commands import main
+
+    assert main(["plot", f"raw-data/{RUN}.csv", "-o", "somedir/pic"]) == 0
+    assert capsys.readouterr().out.split() == ["somedir/pic.png"]
+    assert (here / "somedir" / "pic.png").is_file()
 
 
 def test_a_report_prints_its_text_before_its_picture_fails(

@@ -120,3 +120,8 @@ def test_timed_url_touches_only_burn_service() -> None:
     assert timed_url("http://h/api?x=1", None) == "http://h/api?x=1"
     assert timed_url("http://h/api", 3) == "http://h/api?iterations=3"
     assert timed_url("http://h/cpuBurnFlow", None) == "http://h/cpuBurnFlow?iterations=5000"
+    # the URL's own iterations are sent as given, even a value the service will refuse
+    assert timed_url("http://h/cpuBurnFlow?iterations=-1", None) == \
+        "http://h/cpuBurnFlow?iterations=-1"
+    assert timed_url("http://h/cpuBurnFlow?iterations=9", 3) == \
+        "http://h/cpuBurnFlow?iterations=3"   # --iterations says otherwise

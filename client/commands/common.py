@@ -126,11 +126,12 @@ def draw_result(recorded: RecordedRun, report: Report, pictures_dir: Path) -> Pa
                              f"{recorded.meta_path})") from None
 
 
-def check_folders(opts: argparse.Namespace) -> None:
-    """``--data-dir`` and (unless ``--no-plot``) ``--pictures-dir`` can hold the files a run
-    writes: a one-line ``CliError`` before any request is sent when they cannot."""
+def check_folders(opts: argparse.Namespace, *, tables: bool = False) -> None:
+    """``--data-dir`` and (unless ``--no-plot``, or with ``tables``: a sweep writes its tables
+    there too) ``--pictures-dir`` can hold the files a run writes: a one-line ``CliError``
+    before any request is sent when they cannot."""
     folders = [("--data-dir", opts.data_dir)]
-    if not getattr(opts, "no_plot", False):
+    if tables or not getattr(opts, "no_plot", False):
         folders.append(("--pictures-dir", opts.pictures_dir))
     for flag, folder in folders:
         if (problem := folder_problem(folder)) is not None:

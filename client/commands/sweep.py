@@ -36,7 +36,7 @@ from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT
                                     show_stopped)
 from client.commands.inplace import add_inplace_arguments, check_inplace_options
 from client.commands.options import CliError, OneLineParser, parse_counts, parse_limits
-from client.data.files import Run
+from client.data.files import Run, writing
 from client.data.metadata import LoadMode, SweepInfo
 from client.data.naming import check_file_name, limit_text, run_name, sweep_stem
 from client.data.readers.legacy import format_line
@@ -93,7 +93,7 @@ def command_sweep(argv: list[str]) -> int:
         opts.iterations = DEFAULT_ITERATIONS
     started = datetime.now(timezone.utc)
     plan = plan_from(opts)
-    check_folders(opts)
+    check_folders(opts, tables=True)
     prefix = "sweep-" + started.strftime("%Y%m%d-%H%M%S") if opts.name is None else opts.name
     if problem := check_file_name(prefix, prefix=True):
         raise CliError(problem)
@@ -233,7 +233,8 @@ def compare_and_report(runs: Sequence[Run], opts: argparse.Namespace, plan: Load
     if opts.replicas:
         replicas = format_replicas_table([replica_row(run, build_report(run)) for run in runs])
         path = opts.pictures_dir / f"{stem}-replicas.md"
-        path.write_text(f"Replicas, {title}\n\n{replicas}", encoding="utf-8")
+        with writing(path):
+            path.write_text(f"Replicas, {title}\n\n{replicas}", encoding="utf-8")
         print()
         print(replicas, end="")
         files.append(f"replicas table: {path}")
@@ -242,7 +243,8 @@ def compare_and_report(runs: Sequence[Run], opts: argparse.Namespace, plan: Load
             run.records, row.throttled_fraction)) for run, row in zip(runs, rows)]
         markdown = format_throughput_table(labelled)
         scaling = opts.pictures_dir / f"{stem}-throughput.md"
-        scaling.write_text(f"Throughput, {title}\n\n{markdown}", encoding="utf-8")
+        with writing(scaling):
+            scaling.write_text(f"Throughput, {title}\n\n{markdown}", encoding="utf-8")
         print()
         print(markdown, end="")
         files.append(f"throughput table: {scaling}")

@@ -266,7 +266,7 @@ def save_advice_figure(advice: Advice, out: Path, *, less: Measured | None = Non
     """Save :func:`advice_figure` at ``out`` and return the path."""
     fig = advice_figure(advice, less=less)
     try:
-        save_figure(fig, out)
+        out = save_figure(fig, out)
     finally:
         pyplot().close(fig)
     return out

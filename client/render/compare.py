@@ -16,7 +16,7 @@ import numpy as np
 
 from client.analysis.detect import Detection
 from client.analysis.report import Report, build_report
-from client.data.files import Run
+from client.data.files import Run, writing
 from client.data.naming import limit_text, short_names
 from client.data.record import RequestRecord
 from client.render.figures import draw_detected, log_scale, pyplot, requests, save_figure
@@ -118,7 +118,7 @@ def plot_comparison(runs: Sequence[Run], out: Path, title: str | None = None,
     """Save :func:`comparison_figure` at ``out`` and return the path."""
     fig = comparison_figure(runs, title, reports)
     try:
-        save_figure(fig, out)
+        out = save_figure(fig, out)
     finally:
         pyplot().close(fig)
     return out
@@ -133,11 +133,11 @@ def save_comparison(runs: Sequence[Run], out: Path, title: str | None = None, *,
     picture = plot_comparison(runs, out, title, reports) if draw else None
     markdown = out.with_suffix(".md")
     if picture is None:
-        out.parent.mkdir(parents=True, exist_ok=True)
         caption = f"{md_escape(title or 'comparison')}\n\n"
     else:
         caption = f"![{md_escape(title or 'comparison')}]({out.name})\n\n"
-    markdown.write_text(caption + format_markdown(rows), encoding="utf-8")
+    with writing(markdown):
+        markdown.write_text(caption + format_markdown(rows), encoding="utf-8")
     return picture, markdown, rows
 
 
@@ -174,7 +174,7 @@ def plot_overlay(measured: Run, predicted: Sequence[tuple[str, Sequence[RequestR
             cdf_ax.axvline(detection.threshold_ms, color="#ff7f0e", linestyle=":",
                            label=f"slow above {detection.threshold_ms:.1f} ms")
         _style_cdf(cdf_ax, everything)
-        save_figure(fig, out)
+        out = save_figure(fig, out)
     finally:
         plt.close(fig)
     return out

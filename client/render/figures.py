@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from client.analysis.detect import Detection, detect_run
-from client.data.files import Run, writing
+from client.data.files import FileWriteError, Run, writing
 from client.data.timeline import level_timelines
 from client.render.cgroup_plot import draw_throttled_bands, draw_usage_panel
 from client.render.legend import legend_outside
@@ -46,6 +46,13 @@ def pyplot() -> ModuleType:
 def save_figure(fig: Figure, out: Path) -> Path:
     """Lay ``fig`` out and save it at ``out`` (PNG), creating its folder; the caller closes it.
     A picture that cannot be written is a one-line ``FileWriteError`` naming it."""
+    if not out.suffix and not out.is_dir():   # matplotlib would add ".png": say so
+        out = out.with_name(out.name + ".png")
+    kinds = fig.canvas.get_supported_filetypes()
+    if not out.is_dir() and out.suffix.lower().lstrip(".") not in kinds:
+        raise FileWriteError(f"cannot write {out}: a picture's name ends in one of "
+                             f"{', '.join('.' + k for k in ('png', 'svg', 'pdf'))} "
+                             f"(or another of matplotlib's: {', '.join(sorted(kinds))})")
     fig.tight_layout()
     with writing(out):
         if out.is_dir():
@@ -133,7 +140,7 @@ def plot_run(run: Run, out: Path, title: str | None = None,
         legend_outside(ax, 11)
         if meta.client_fell_behind:
             mark_fell_behind(ax)
-        save_figure(fig, out)
+        out = save_figure(fig, out)
     finally:
         plt.close(fig)
     return out

@@ -30,8 +30,8 @@ from client.run.wire import SocketSender
 
 __all__ = ["HttpxSender", "Requests", "RoundRobinSender", "Sender", "TlsError", "Verify",
            "as_requests", "build_url", "fetch_limits", "limits_url", "make_sender",
-           "make_senders", "request_headers", "timed_url", "tls_verify", "warm_up",
-           "warm_up_all"]
+           "make_senders", "request_headers", "timed_url", "tls_verify", "url_iterations",
+           "warm_up", "warm_up_all"]
 
 # what a run sends: one URL (a GET), one request, or several sent round-robin (replicas'
 # URLs, or the targets of a --targets file)
@@ -54,11 +54,21 @@ def build_url(url: str, iterations: int) -> str:
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
+def url_iterations(url: str) -> str | None:
+    """The ``iterations`` a URL's own query already asks for (None: it asks for none)."""
+    for key, value in parse_qsl(urlsplit(url).query, keep_blank_values=True):
+        if key == "iterations":
+            return value
+    return None
+
+
 def timed_url(url: str, iterations: int | None) -> str:
-    """The URL a run times: ``url`` exactly as given, unless it is burn-service's
-    ``/cpuBurnFlow`` (then ``?iterations=N``, 5000 unless said) or ``iterations`` is given."""
+    """The URL a run times: ``url`` exactly as given, unless ``iterations`` is given or it is
+    burn-service's ``/cpuBurnFlow`` without an ``iterations`` of its own (then
+    ``?iterations=5000``, as the original)."""
     if iterations is None:
-        iterations = DEFAULT_ITERATIONS if is_burn_service_url(url) else 0
+        burn = is_burn_service_url(url) and url_iterations(url) is None
+        iterations = DEFAULT_ITERATIONS if burn else 0
     return build_url(url, iterations)
 
 

@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 from client.data.request import (DEFAULT_ITERATIONS, HttpRequest, RequestError,
                                  is_burn_service_url, parse_header)
-from client.run.http import timed_url
+from client.run.http import timed_url, url_iterations
 from client.run.targets_file import read_targets_file
 
 __all__ = ["AskedRequests", "read_body", "requests_from_flags"]
@@ -77,5 +77,10 @@ def requests_from_flags(url: str | None, *, default_url: str, method: str | None
     if method is None:
         method = "POST" if data is not None else "GET"
     request = HttpRequest(timed_url(url, iterations), method, extra, body)
-    applied = iterations if iterations is not None else (DEFAULT_ITERATIONS if burn else 0)
+    if iterations is not None:
+        applied = iterations
+    elif (own := url_iterations(url)) is not None:   # the URL's own, sent as given
+        applied = int(own) if own.lstrip("-").isdigit() else 0
+    else:
+        applied = DEFAULT_ITERATIONS if burn else 0
     return AskedRequests(request, (), applied, burn)
