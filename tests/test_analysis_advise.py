@@ -53,7 +53,7 @@ def test_a_target_says_what_was_missed_in_words() -> None:
     assert target.misses(16, 31, 0.06, errors=2) == (
         "2 failed request(s)", "p99 31.0 > 30 ms", "p90 16.0 > 15 ms", "throttled 6 % > 5 %")
     assert target.misses(10, math.nan, None) == ("p99 nan > 30 ms",)  # no answer misses
-    assert target.describe() == "p99 <= 30 ms, p90 <= 15 ms, throttled <= 5 %"
+    assert target.describe() == "p99 <= 30 ms, p90 <= 15 ms, delayed by throttling <= 5 %"
 
 
 @pytest.mark.parametrize(("target", "message"), [

@@ -20,7 +20,8 @@ GROUP = {"spec": "/sys/fs/cgroup/cpu/x", "path": "/sys/fs/cgroup/cpu/x", "group"
          "usage_source": "cpuacct"}
 
 
-def make_timeline(tmp_path: Path, with_meta: bool = True) -> Path:
+def make_timeline(tmp_path: Path, with_meta: bool = True,
+                  group: dict[str, object] = GROUP) -> Path:
     """2 s sampled every 10 ms; one throttle of 80 ms ended at the boundary at 1.0 s."""
     rows = ["t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns"]
     for i in range(201):
@@ -32,7 +33,7 @@ def make_timeline(tmp_path: Path, with_meta: bool = True) -> Path:
     path.write_text("\n".join(rows) + "\n")
     if with_meta:
         write_timeline_metadata(tmp_path / "t.json", TimelineMetadata(
-            "t", TimelineClock(ZERO, 100), cgroup=GROUP, host="here"))
+            "t", TimelineClock(ZERO, 100), cgroup=group, host="here"))
     return path
 
 
@@ -57,6 +58,23 @@ def test_marks_the_request_the_throttle_hit(tmp_path: Path, monkeypatch: pytest.
     assert run.metadata.mode.value == "sequential" and run.timeline is not None
     assert json.loads((tmp_path / "raw-data" / "imp.json").read_text())["imported"][
         "format"] == "vegeta-csv"
+
+
+def test_a_group_with_no_limit_marks_no_request(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    unlimited = {**GROUP, "quota_us": None, "cpus": None, "group": "/"}
+    make_timeline(tmp_path, group=unlimited)   # its counters count nothing: no claim from them
+    vegeta_csv(tmp_path, [100, 940])
+    monkeypatch.chdir(tmp_path)
+    from client.commands import main
+
+    assert main(["import", "r.csv", "--timeline", "t.cgroup.csv", "--name", "imp"]) == 0
+    said = capsys.readouterr().out.splitlines()[0]
+    assert said.startswith("2 requests from r.csv (vegeta-csv), not marked: ")
+    assert "no CPU limit on it or above" in said
+    run = read_run(tmp_path / "raw-data" / "imp.csv")
+    assert [(r.cgroup_nr_throttled, r.cgroup_held_ns) for r in run.records] == [(None, None)] * 2
 
 
 def test_offset_moves_the_requests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -43,7 +43,7 @@ NARROW_THROTTLED = 0.05
 @dataclass(frozen=True)
 class LatencyTarget:
     """What must hold for a limit to meet the target. Latencies in ms; ``max_throttled`` is
-    a fraction (0.05: at most 5 % of the requests throttled)."""
+    a fraction (0.05: at most 5 % of the requests delayed by throttling)."""
 
     p99_ms: float
     p90_ms: float | None = None
@@ -111,12 +111,12 @@ class LatencyTarget:
                 self.narrow(p90_ms, p99_ms, throttled, errors))
 
     def describe(self) -> str:
-        """``p99 <= 30 ms, p90 <= 15 ms, throttled <= 5 %``."""
+        """``p99 <= 30 ms, p90 <= 15 ms, delayed by throttling <= 5 %``."""
         parts = [f"p99 <= {self.p99_ms:g} ms"]
         if self.p90_ms is not None:
             parts.append(f"p90 <= {self.p90_ms:g} ms")
         if self.max_throttled is not None:
-            parts.append(f"throttled <= {self.max_throttled * 100:g} %")
+            parts.append(f"delayed by throttling <= {self.max_throttled * 100:g} %")
         return ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from client.analysis.latency import LatencySplit, split_latencies
 from client.analysis.period import DEFAULT_PERIOD_MS, MIN_PERIOD_MS, idle_fraction, infer_period
 from client.analysis.throughput import throughput_rps
 from client.data.files import Run
-from client.data.metadata import LoadMode
+from client.data.metadata import LoadMode, watched_without_limit
 from client.data.record import RequestRecord
 from cpuquota.limit import Limit
 
@@ -413,7 +413,7 @@ def detect_run(run: Run, limit: Limit | None = None) -> Detection:
 def no_limit_note(cgroup: Mapping[str, Any] | None) -> str | None:
     """Why a watched group (the metadata's ``cgroup``) carries no throttling figure: no quota
     on it or above, so its counters never count one (None: it has a quota, or none watched)."""
-    if not cgroup or cgroup.get("cpus") is not None or cgroup.get("levels"):
+    if cgroup is None or not watched_without_limit(cgroup):
         return None
     group = cgroup.get("group") or cgroup.get("path") or "?"
     where = ("the root cgroup / (its CPU figures are the whole machine's)"

@@ -91,7 +91,7 @@ def build_advise_parser() -> argparse.ArgumentParser:
     parser.add_argument("--p90", type=number_above(0), metavar="MS",
                         help="and p90 at most MS milliseconds")
     parser.add_argument("--max-throttled", type=number_at_least(0), metavar="PCT",
-                        help="and at most PCT %% of the requests throttled")
+                        help="and at most PCT %% of the requests delayed by throttling")
     add_target_arguments(parser)
     add_load_arguments(parser, per=" per run", iterations_default=None)
     parser.add_argument("--profile-seconds", type=number_above(0), default=10.0, metavar="S",

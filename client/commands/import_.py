@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from client.analysis.clock import ClockEstimate, estimate_shift
+from client.analysis.detect import no_limit_note
 from client.commands.options import CliError, OneLineParser
 from client.data.imports import EPOCH, IMPORTERS, Imported, read_results
 from client.data.imports.base import ImportFileError, seconds_ns
@@ -220,6 +221,12 @@ def _print(run: ImportedRun, imported: Imported, spec: ImportSpec,
     records = run.records
     for note in imported.notes:
         print(note)
+    if (why := no_limit_note(run.metadata.cgroup)) is not None:
+        print(f"{len(records)} requests from {spec.source} ({imported.format}), not marked: "
+              f"{why}")
+        print(f"raw data: {spec.csv_path} (metadata {spec.meta_path}, timeline "
+              f"{spec.timeline_copy})")
+        return
     if not run.metadata.extra["imported"]["marked"]:
         step = imported.start_step_ns / 1e9
         print(f"{len(records)} requests from {spec.source} ({imported.format}), not marked: "
@@ -231,10 +238,11 @@ def _print(run: ImportedRun, imported: Imported, spec: ImportSpec,
         print(f"raw data: {spec.csv_path} (metadata {spec.meta_path}, timeline "
               f"{spec.timeline_copy})")
         return
-    marked = [r for r in records if r.cgroup_nr_throttled]
+    delayed = [r for r in records if r.cgroup_held_ns]
+    longest = max((r.cgroup_held_ns or 0 for r in records), default=0) / 1e6
     print(f"{len(records)} requests from {spec.source} ({imported.format}); "
-          f"{len(marked)} met throttling ({100 * len(marked) / len(records):.0f} %), "
-          f"{sum(r.cgroup_throttled_ns or 0 for r in records) / 1e6:.0f} ms throttled in all")
+          f"{len(delayed)} delayed by throttling ({100 * len(delayed) / len(records):.0f} %), "
+          f"the longest held {longest:.0f} ms (from the timeline's cpu.stat)")
     if run.outside:
         print(f"{run.outside} requests lie outside the timeline: left unmarked (is the clock "
               "right? see --offset)")

@@ -22,7 +22,15 @@ from typing import Any
 from client.data.summary import Summary
 from cpuquota.limit import Limit, LimitError
 
-__all__ = ["LoadMode", "ReplicaInfo", "RunMetadata", "SweepInfo"]
+__all__ = ["LoadMode", "ReplicaInfo", "RunMetadata", "SweepInfo", "watched_without_limit"]
+
+
+def watched_without_limit(cgroup: Mapping[str, Any] | None) -> bool:
+    """Whether a watched group (a run's or a timeline's ``cgroup`` metadata) has no quota on
+    it or above: its counters then never count throttling (False: it has one, or unknown)."""
+    if not cgroup:
+        return False
+    return cgroup.get("cpus") is None and not cgroup.get("levels")
 
 
 class LoadMode(str, Enum):

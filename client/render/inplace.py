@@ -15,12 +15,13 @@ __all__ = ["format_evidence", "format_less", "format_verification"]
 
 
 def format_evidence(report: CgroupReport | None) -> str:
-    """``cgroup: 12 of 60 requests throttled; 31 of 40 periods throttled, 212 ms (quota 0.5
-    CPU)``: what the kernel counted in the run (the quota level in force)."""
+    """``cgroup: 12 of 60 requests delayed by throttling; 31 of 40 periods throttled, 212 ms
+    (quota 0.5 CPU)``: what the kernel counted in the run (the quota level in force)."""
     if report is None:
         return "cgroup: no timeline (the group was not sampled)"
     quota = "no quota" if report.quota_cpus is None else f"quota {report.quota_cpus:g} CPU"
-    return (f"cgroup: {report.throttled_requests} of {report.requests} requests throttled; "
+    return (f"cgroup: {report.throttled_requests} of {report.requests} requests delayed by "
+            "throttling; "
             f"{report.nr_throttled} of {report.nr_periods} periods throttled, "
             f"{report.throttled_ms:.0f} ms ({quota}, {report.usage_cpus_mean:.2f} CPU used)")
 
@@ -40,8 +41,8 @@ def _row(run: Measured, report: CgroupReport | None) -> str:
             f"{_ms(run.p90_ms)} | {_ms(run.p99_ms)} | {counted} | {met} |")
 
 
-HEADER = ["| run | role | limit | p50 ms | p90 ms | p99 ms | requests throttled | periods "
-          "throttled | throttled ms | met |", "|---|---|---|---|---|---|---|---|---|---|"]
+HEADER = ["| run | role | limit | p50 ms | p90 ms | p99 ms | requests delayed by throttling | "
+          "periods throttled | throttled time ms | met |", "|---|---|---|---|---|---|---|---|---|---|"]
 
 
 def format_verification(advice: Advice, runs: Sequence[Measured],

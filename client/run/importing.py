@@ -20,7 +20,7 @@ from typing import Any
 from client import __version__
 from client.data.files import rewrite_rows, write_metadata
 from client.data.imports import EPOCH, Imported
-from client.data.metadata import LoadMode, RunMetadata
+from client.data.metadata import LoadMode, RunMetadata, watched_without_limit
 from client.data.record import RawDataError, RequestRecord
 from client.data.summary import summarize
 from client.data.timeline import CgroupSample, timeline_path
@@ -144,6 +144,8 @@ def build_imported(spec: ImportSpec, imported: Imported, records: list[RequestRe
                    zero_epoch_ns: int) -> ImportedRun:
     """The marked records and the run's metadata."""
     placed = placeable(imported, timeline_meta.period_ns)
+    if watched_without_limit(timeline_meta.cgroup):   # its counters count no throttling
+        placed = False
     marked, outside = mark_imported(records, timeline, timeline_meta, placed)
     overlap = max_overlap(marked)
     first_epoch = zero_epoch_ns + (marked[0].start_ns if marked else 0)
