@@ -74,7 +74,7 @@ def test_the_requests_are_delayed_by_throttling_and_the_periods_throttled() -> N
     text = printed()
     stalled = sum(1 for r in counted_run().records if r.kernel_nr_throttled)
     assert f"delayed by throttling: {stalled} of 60 requests ({100 * stalled / 60:.1f} %), " \
-        "from the server counters" in text     # what the counters marked, and whose
+        "from the service's own counters (Server-Timing)" in text   # what marked them, and whose
     assert f"{100 * stalled / 60:.0f} % of requests delayed by throttling vs" in text
     assert "9 of 10 periods throttled (90 %)" in text      # watch's totals: the kernel's
     for pattern in AMBIGUOUS:

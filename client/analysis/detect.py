@@ -60,6 +60,14 @@ class ThrottleSource(str, Enum):
         return self.value
 
     @property
+    def words(self) -> str:
+        """Whose counters these are, as a report says it (the value stays the JSON's)."""
+        return {ThrottleSource.SERVER: "service's own counters (Server-Timing)",
+                ThrottleSource.SERVER_AND_LATENCY:
+                    "service's own counters (Server-Timing) + latency",
+                ThrottleSource.CGROUP: "cgroup counters (cpu.stat)"}.get(self, self.value)
+
+    @property
     def uses_latency(self) -> bool:
         """Whether a latency threshold marked requests (then ``threshold_ms`` means something)."""
         return self in (ThrottleSource.SERVER_AND_LATENCY, ThrottleSource.LATENCY)

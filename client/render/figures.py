@@ -71,8 +71,8 @@ def draw_detected(ax: Axes, run: Run, detection: Detection, *, label_prefix: str
         groups[kind][0].append(record.start_ns / 1e9)
         groups[kind][1].append(record.latency_ms)
     # one vocabulary: counters say "delayed by throttling", latency alone only "slow"
-    marked = (f"slow ({detection.source} alone)" if detection.marked_as == "slow" else
-              f"{detection.marked_as} ({detection.source})")
+    marked = (f"slow ({detection.source.words} alone)" if detection.marked_as == "slow" else
+              f"{detection.marked_as} ({detection.source.words})")
     labels = {"ok": "", "throttled": f" {marked}", "failed": " failed"}
     for kind, (xs, ys) in groups.items():
         if xs:

@@ -55,11 +55,11 @@ def format_detection(detection: Detection) -> list[str]:
         d.threshold_ms is not None and d.source.uses_latency) else ""
     if latency_only:
         lines = [f"slow: {d.throttled_count} of {d.count} requests ({100 * fraction:.1f} %), "
-                 f"from the {d.source} alone{where} (not known to be throttling: --cgroup "
+                 f"from the {d.source.words} alone{where} (not known to be throttling: --cgroup "
                  "TARGET reads the service's own counters)"]
     else:
         lines = [f"delayed by throttling: {d.throttled_count} of {d.count} requests "
-                 f"({100 * fraction:.1f} %), from the {d.source}{where}"]
+                 f"({100 * fraction:.1f} %), from the {d.source.words}{where}"]
     if d.saturated is not None:
         lines.append(f"saturated: {d.saturated}")
     if d.stall_ms is not None:
