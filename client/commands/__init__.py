@@ -76,7 +76,8 @@ TASKS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("compare", "how do these runs differ? side by side, with one table"),
     )),
     ("Other tools' data", (
-        ("import", "which of a load tool's (or an access log's) requests were throttled?"),
+        ("import", "which of a load tool's (or an access log's) requests were delayed by "
+                   "throttling?"),
     )),
 )
 PROG = "http-timing"
