@@ -76,8 +76,7 @@ TASKS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("compare", "how do these runs differ? side by side, with one table"),
     )),
     ("Other tools' data", (
-        ("import", "which of a load tool's (or an access log's) requests were delayed by "
-                   "throttling?"),
+        ("import", "which requests of a load tool or access log were delayed by throttling?"),
     )),
 )
 PROG = "http-timing"
