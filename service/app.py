@@ -8,6 +8,8 @@ through the app's own middleware; everything else, a bad query included, is Fast
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import os
 import sys
@@ -18,7 +20,7 @@ from typing import Any
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from service import __version__
 from service.accesslog import install_access_log_filter
@@ -26,7 +28,7 @@ from service.burn import DEFAULT_ITERATIONS, calibration_for, resolve_max_thread
 from service.burnroute import BURN_PATH, BurnLane, BurnWork
 from cpuquota.cgroupfs import CpuStatReader
 from service.config import Settings
-from service.errors import install_error_handlers
+from service.errors import error_body, install_error_handlers
 from service.guard import install_guard, resolve_max_concurrent, resolve_max_queued
 from service.limits import describe_limits
 from service.metrics import CalibrationCollector, install_metrics
@@ -46,13 +48,49 @@ class BurnServiceApp(FastAPI):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         lane = self.burn_lane
-        if lane is not None and lane.takes(scope):
-            if not lane.built:  # at the first request, like Starlette's middleware stack
-                lane.build(self.user_middleware)
-            scope["app"] = self
-            await lane(scope, receive, send)
-            return
-        await super().__call__(scope, receive, send)
+        if scope["type"] == "lifespan":
+            receive = _shutdown_when_cancelled(receive)
+        try:
+            if lane is not None and lane.takes(scope):
+                if not lane.built:  # at the first request, like Starlette's middleware stack
+                    lane.build(self.user_middleware)
+                scope["app"] = self
+                await lane(scope, receive, send)
+                return
+            await super().__call__(scope, receive, send)
+        except asyncio.CancelledError:
+            if scope["type"] != "http":
+                raise
+            await self._stopping(send)
+
+    async def _stopping(self, send: Send) -> None:
+        """uvicorn's shutdown cancelled a request still running after its graceful wait
+        (Ctrl-C or SIGTERM): its burn gives up, and it gets a 503 instead of a traceback in
+        the log (nothing, when its answer had begun)."""
+        if self.burn_lane is not None:
+            self.burn_lane.work.stop()
+        body = json.dumps(error_body(503, "the service is stopping")).encode()
+        try:
+            await send({"type": "http.response.start", "status": 503, "headers": [
+                (b"content-length", b"%d" % len(body)), (b"content-type", b"application/json"),
+                (b"connection", b"close")]})
+            await send({"type": "http.response.body", "body": body})
+        except (RuntimeError, OSError):  # the answer had begun, or the client is gone
+            pass
+
+
+def _shutdown_when_cancelled(receive: Receive) -> Receive:
+    """The lifespan's ``receive``, for a second Ctrl-C: uvicorn then skips the lifespan's
+    shutdown and cancels it at the end; taken as the shutdown, the app's clean-up runs and
+    nothing is logged as failed."""
+
+    async def wrapped() -> Message:
+        try:
+            return await receive()
+        except asyncio.CancelledError:
+            return {"type": "lifespan.shutdown"}
+
+    return wrapped
 
 
 def _enter_quota() -> None:

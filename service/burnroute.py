@@ -23,6 +23,7 @@ route, which validates it (422 naming the parameter and its range), documents it
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -36,7 +37,7 @@ from service.timing import work_timing
 from service.workers import WorkerPool
 
 __all__ = ["BURN_PATH", "INLINE_ITERATIONS", "ITERATIONS_KEY", "BurnAnswer", "BurnLane",
-           "BurnWork", "parse_iterations"]
+           "BurnStopped", "BurnWork", "parse_iterations"]
 
 BURN_PATH = "/cpuBurnFlow"
 ITERATIONS_KEY = "throttle_lab.iterations"  # the lane's parsed query, in the ASGI scope
@@ -45,6 +46,10 @@ ITERATIONS_KEY = "throttle_lab.iterations"  # the lane's parsed query, in the AS
 INLINE_ITERATIONS = 100
 
 BurnAnswer = tuple[bytes, str]  # the JSON body and the Server-Timing header
+
+
+class BurnStopped(Exception):
+    """The service is stopping (:meth:`BurnWork.stop`): the burn gave up at a checkpoint."""
 
 
 class BurnWork:
@@ -61,6 +66,7 @@ class BurnWork:
         # the threads that burn beside a request's own (?threads=T), made at the first use
         self._max_helpers = max(1, max_helpers)
         self._helpers: ThreadPoolExecutor | None = None
+        self._stopping = threading.Event()
 
     def may_run_inline(self, iterations: int) -> bool:
         """Small enough for the event loop, and nothing can make it wait."""
@@ -71,12 +77,17 @@ class BurnWork:
         before = kernel.sample() if kernel is not None else None
         if throttle.enabled:
             with throttle.start() as work:  # may wait first (cfs) or at the end (boundary)
-                result = self._burn(iterations, threads, work.checkpoint
-                                    if throttle.pauses_work else None)
+                pause = work.checkpoint
+
+                def checkpoint() -> None:
+                    self._check()
+                    pause()
+
+                result = self._burn(iterations, threads, checkpoint)
                 work.add_cpu(result.cpu_ns - result.cpu_ns // threads)  # the other threads'
             paused: int | None = work.paused_ns
         else:
-            result, paused = self._burn(iterations, threads, None), None
+            result, paused = self._burn(iterations, threads, self._check), None
         self._observe_burn(result.cpu_ns)
         body = (b'{"result":"success","iterations":%d,"cpu_ns":%d,"wall_ns":%d'
                 % (result.iterations, result.cpu_ns, result.wall_ns))
@@ -92,9 +103,23 @@ class BurnWork:
         if self._helpers is None:
             self._helpers = ThreadPoolExecutor(max_workers=self._max_helpers,
                                                thread_name_prefix="burn-helper")
-        helper = self._throttle.checkpoint if checkpoint is not None else None
+        helper = self._helper_checkpoint if self._throttle.pauses_work else self._check
         return burn_parallel(iterations, threads, self._helpers.submit, checkpoint, helper,
                              calibration=self._calibration)
+
+    def _check(self) -> None:
+        """Every burn's checkpoint: give up once the service is stopping."""
+        if self._stopping.is_set():
+            raise BurnStopped("the service is stopping")
+
+    def _helper_checkpoint(self) -> None:
+        self._check()
+        self._throttle.checkpoint()
+
+    def stop(self) -> None:
+        """Give up every burn still running, each at its next checkpoint (~0.1-0.3 ms of
+        work): uvicorn's shutdown cancelled the requests that wait for them."""
+        self._stopping.set()
 
     def close(self) -> None:
         """Stop the helper threads (after their current burn)."""

@@ -3,18 +3,25 @@
 Each option is also read from ``BURN_SERVICE_<OPTION>`` (see ``service.config``). The settings
 reach uvicorn's worker processes through those same variables. Without the ``service`` extra
 (``pip install .`` alone) it prints one line saying what to install and exits 1.
+
+Ctrl-C (SIGINT) or SIGTERM stops it at any moment, start-up and shutdown included, without a
+traceback (``service.stop``): a request still running after uvicorn's 5 s of graceful
+shutdown is answered 503 and its burn stopped; under ``--cpus`` the quota group is removed.
+It then exits 130 (SIGINT) or 143 (SIGTERM), ``128 + N`` as a shell reports signal N, and 0
+when it stops by itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
 from service import __version__
 from service.config import Settings, SettingsError, env_name, field_type, option_fields
-from service.extra import install_hint, missing_requirements
+from service.stop import Stopped, stop_on_signals
 
 __all__ = ["build_parser", "main", "metavar", "parse_settings"]
 
@@ -64,6 +71,16 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        stop_on_signals()  # first: a Ctrl-C from here on ends it without a traceback
+        return _main(argv)
+    except Stopped as stop:
+        return stop.exit_code
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from service.extra import install_hint, missing_requirements  # importlib.metadata: ~20 ms
+
     build_parser().parse_args(argv)  # --help and --version answer even without the extra
     missing = missing_requirements()
     if missing:  # `pip install .` without the service extra: say so, no traceback
@@ -97,8 +114,8 @@ def serve(settings: Settings) -> int:
             log_config=log_config(),
             timeout_graceful_shutdown=5,
         )
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # serve() without main()'s handler: Python's own Ctrl-C
+        return 128 + signal.SIGINT
     except OSError as exc:  # e.g. the port is taken
         print(f"burn-service: cannot serve on {settings.host}:{settings.port}: {exc}",
               file=sys.stderr)

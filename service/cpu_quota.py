@@ -10,6 +10,8 @@ ended), prints the group's ``cpu.stat`` to stderr and removes the group. It exit
 command's status (128 + N when signal N ended it). So the group is removed after a normal exit,
 a signal, a crash or a SIGKILL of the command; only a SIGKILL of the supervisor itself can leave
 an (empty) group behind, and then the command is killed with it (``PR_SET_PDEATHSIG``).
+A SIGINT or SIGTERM before the command starts (``service.stop``) ends ``cpu-quota`` with
+``128 + N`` and no group left; once the group is made, it is the command's to answer.
 
 ``burn-service --cpus X`` uses the same supervisor to re-run itself (see ``serve_under_quota``),
 with one difference: the group gets its quota once the service has started and before it
@@ -36,6 +38,7 @@ from service import __version__
 from service.cgroup import create_group, empty_group, remove_group, set_quota
 from cpuquota.limit import Limit, kernel_limit
 from cpuquota.account import CpuStat
+from service.stop import STOP_SIGNALS, Stopped, stop_on_signals
 
 __all__ = ["EXIT_SETUP_FAILED", "FORWARDED_SIGNALS", "QUOTA_AT_READY_ENV", "SUPERVISED_ENV",
            "QuotaRun", "build_parser",
@@ -93,7 +96,7 @@ def _load_prctl() -> Callable[..., int] | None:
 def _enter_group(directory: Path, mask: set[int | signal.Signals],
                  supervisor: int) -> Callable[[], None]:
     """What the child runs between fork and exec: die with the supervisor, move itself into
-    the group (so nothing it starts escapes), and take back the signals the supervisor blocks."""
+    the group (so nothing it starts escapes), and take the signal mask ``mask``."""
     procs = os.fsencode(directory / "cgroup.procs")
     prctl = _load_prctl()
 
@@ -157,9 +160,13 @@ def run_under_quota(command: Sequence[str], limit: Limit, *,
                 child_env[SUPERVISED_ENV] = str(directory)
                 child_env[QUOTA_AT_READY_ENV] = f"{limit.cpus!r} {limit.period_ms!r} " \
                                                 f"{limit.burst_ms!r}"
+            # burn-service's own child starts with SIGINT and SIGTERM blocked, until its
+            # handler is in (service.stop): one forwarded now waits for it
+            child_mask = mask | set(STOP_SIGNALS) if mark_child else mask
             try:
                 proc = subprocess.Popen(list(command), env=child_env,
-                                        preexec_fn=_enter_group(directory, mask, os.getpid()))
+                                        preexec_fn=_enter_group(directory, child_mask,
+                                                                os.getpid()))
             except subprocess.SubprocessError:
                 raise CgroupError(f"cannot move the command into {directory}") from None
             returncode = _wait_forwarding(proc, waited)
@@ -246,6 +253,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        stop_on_signals()  # first: a Ctrl-C from here on ends it without a traceback
+        return _main(argv)
+    except Stopped as stop:
+        return stop.exit_code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     command = list(args.command)
