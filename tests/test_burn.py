@@ -216,6 +216,34 @@ def test_a_parallel_burn_burns_its_iterations_on_each_of_its_threads() -> None:
     assert 2.2 * lo < three.cpu_ns < 6 * hi, (one, three, again)
 
 
+def test_the_threads_of_a_parallel_burn_are_busy_at_the_same_time() -> None:
+    """``threads=2``: the helper's work is not queued behind this thread's: each thread's
+    first and last chunk bound its busy span (wall clock, read at each checkpoint), the two
+    spans overlap, each thread hashed the same chunks and its own CPU clock counted its part.
+    How much faster that is in wall time needs two idle CPUs (``benchmarks/parallel_burn.py``)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cal = Calibration(measured())
+    spans: dict[int, list[int]] = {}   # thread -> [first, last checkpoint ns, chunks, cpu ns]
+    lock = threading.Lock()
+
+    def note() -> None:
+        now, cpu = time.perf_counter_ns(), time.thread_time_ns()
+        with lock:
+            span = spans.setdefault(threading.get_ident(), [now, now, 0, cpu])
+            span[1], span[2] = now, span[2] + 1
+            span.append(cpu)
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        result = burn_parallel(100_000, 2, pool.submit, note, note, calibration=cal)
+    assert len(spans) == 2, spans.keys()
+    (first0, last0, chunks0, *cpu0), (first1, last1, chunks1, *cpu1) = spans.values()
+    assert min(last0, last1) - max(first0, first1) > 0   # both busy at once
+    assert chunks0 == chunks1 > 2
+    own = [cpu0[-1] - cpu0[0], cpu1[-1] - cpu1[0]]   # first checkpoint to last, per thread
+    assert all(0 < ns <= result.cpu_ns for ns in own), (own, result)
+
+
 # -- the service: its flags, environment, /limits, /metrics and startup line -------------------
 
 def test_the_calibration_options_come_from_flags_and_the_environment(
