@@ -68,7 +68,7 @@ def check_ending_line(stdout: str, csv: Path, target: str) -> None:
         f"({100 * delayed / len(ok):.1f} %), {last.nr_throttled - first.nr_throttled} of "
         f"{last.nr_periods - first.nr_periods} periods throttled, CPU used "), line
     usage = (last.usage_ns - first.usage_ns) / (last.t_ns - first.t_ns)
-    assert line.endswith(f"CPU used {usage:.2f} of the 0.2 CPU quota") or \
+    assert line.endswith(f"CPU used {usage:.2f} of the 0.20 CPU quota") or \
         "CPU used: not known" in line, line
 
 
@@ -99,8 +99,11 @@ def test_a_service_in_the_root_group_gets_no_throttling_claim(tmp_path: Path) ->
                and r.cgroup_held_ns is None for r in run.records)
     assert any(r.server_throttle_ns for r in run.records)   # the in-process throttle paused
     data = json.loads(http_timing("report", "raw-data/r.csv", "--json", cwd=tmp_path).stdout)
-    assert data["throttled_source"] != "cgroup counters"
-    assert any("no CPU limit" in note for note in data["notes"])
+    assert data["throttled_source"] == "server counters"   # the service's own, by name
+    assert any("no CPU limit on it or above" in note for note in data["notes"])
+    assert not any("no CPU limit was in force" in note for note in data["notes"])   # its own was
+    text = http_timing("report", "raw-data/r.csv", cwd=tmp_path).stdout
+    assert f"limit: cgroup {target}: no CPU limit; the service's own: in-process 30 %" in text
     assert result.stdout.strip().splitlines()[-1].startswith(
         f"throttling in {target}: no CPU limit on this group: no throttling counted; CPU used ")
 

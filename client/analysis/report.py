@@ -16,7 +16,7 @@ from client.analysis.detect import Detection, ThrottleSource, detect_run
 from client.analysis.model import MAX_CONCURRENCY, MAX_REQUESTS, Prediction, Workload, predict
 from client.analysis.quotas import QuotaSpan, split_by_quota
 from client.data.files import Run
-from client.data.metadata import LoadMode
+from client.data.metadata import LoadMode, watched_without_limit
 from client.data.pace import fell_behind_words
 from client.data.summary import Summary, summarize
 from cpuquota.limit import Limit
@@ -100,8 +100,11 @@ def _one_report(run: Run, limit: Limit | None) -> Report:
     # section (from the same counters)
     delayed = ([detection.is_throttled(r) for r in run.records]
                if detection.source is ThrottleSource.CGROUP else None)
-    cgroup = (cgroup_report(run.records, run.timeline, limit, run.metadata.quota_levels(),
-                            run.metadata.cgroup, delayed)
+    # a watched group with no quota of its own is judged by none (the service's own
+    # in-process limit is not the group's)
+    group_limit = None if watched_without_limit(run.metadata.cgroup) else limit
+    cgroup = (cgroup_report(run.records, run.timeline, group_limit,
+                            run.metadata.quota_levels(), run.metadata.cgroup, delayed)
               if run.timeline else None)
     return Report(run.name, limit, run.metadata.limit_description(), summarize(run.records),
                   detection, cgroup, run.metadata.client_fell_behind,

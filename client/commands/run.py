@@ -142,12 +142,15 @@ def throttling_line(report: Report, cgroup: Mapping[str, Any] | None) -> str | N
     used = f"CPU used {c.usage_cpus_mean:.2f}" if known else \
         f"CPU used: not known ({c.usage_unknown})"
     if c.quota_cpus is None:
+        whole = " (the root group: the whole machine's)" if cgroup.get("group") in ("", "/") \
+            else ""
         return (f"{where}: no CPU limit on this group: no throttling counted; {used}"
-                + (" CPU" if known else ""))
+                + (f" CPU{whole}" if known else ""))
     delayed = d.throttled_count if d.source is ThrottleSource.CGROUP else c.throttled_requests
     share = f" ({100 * delayed / d.count:.1f} %)" if d.count else ""
-    quota = (f" of the {c.quota_cpus:g} CPU quota" if known else
-             f" (quota {c.quota_cpus:g} CPU)")
+    cpus = f"{c.quota_cpus:.2f}" if round(c.quota_cpus, 2) == c.quota_cpus else \
+        f"{c.quota_cpus:g}"   # 0.30 beside "used 0.28"; 0.125 whole
+    quota = f" of the {cpus} CPU quota" if known else f" (quota {cpus} CPU)"
     return (f"{where}: {delayed} of {d.count} requests delayed by throttling{share}, "
             f"{c.nr_throttled} of {c.nr_periods} periods throttled, {used}{quota}")
 

@@ -194,8 +194,8 @@ class RunMetadata:
         """The limit in force during the run: the quota of the group the client watched
         (``--cgroup``), else the service's ``/limits``: the kernel quota when there is one,
         else the in-process throttle; None when unknown or none."""
-        if self.cgroup is not None:
-            return _quota(self.cgroup, "cgroup")
+        if self.cgroup is not None and (watched := _quota(self.cgroup, "cgroup")) is not None:
+            return watched
         limits = self.limits or {}
         cgroup = limits.get("cgroup")
         if isinstance(cgroup, Mapping) and (kernel := _quota(cgroup, "kernel")) is not None:
@@ -251,12 +251,18 @@ class RunMetadata:
         """The limits in force in words: ``kernel quota 0.3 CPU (30 ms per 100 ms)``,
         ``in-process 30 % of 100 ms (cfs)``, ``no CPU limit``."""
         if self.cgroup is not None:
-            limit = self.limit
             where = f"cgroup {self.cgroup.get('spec') or self.cgroup.get('path')}"
-            return (f"{where}: quota {limit.cpus:g} CPU ({limit.quota_ms:g} ms per "
-                    f"{limit.period_ms:g} ms)" if limit else f"{where}: no CPU limit")
+            if (limit := _quota(self.cgroup, "cgroup")) is not None:
+                return (f"{where}: quota {limit.cpus:g} CPU ({limit.quota_ms:g} ms per "
+                        f"{limit.period_ms:g} ms)")
+            own = self._service_limits()
+            return f"{where}: no CPU limit" + (f"; the service's own: {own}" if own else "")
         if not self.limits_known:
             return str(self.extra.get("limit") or "limit unknown")
+        return self._service_limits() or "no CPU limit"
+
+    def _service_limits(self) -> str:
+        """The limits the service's ``/limits`` said, in words ("": none, or not asked)."""
         limits = self.limits or {}
         parts: list[str] = []
         cgroup = limits.get("cgroup")
@@ -270,7 +276,7 @@ class RunMetadata:
         if isinstance(inprocess, Mapping) and inprocess.get("cpu_limit_percent"):
             parts.append(f"in-process {inprocess['cpu_limit_percent']:g} % of "
                          f"{inprocess.get('cycle_ms', 100):g} ms ({inprocess.get('mode', 'cfs')})")
-        return ", ".join(parts) if parts else "no CPU limit"
+        return ", ".join(parts)
 
 
 def _positive(value: Any) -> float | None:
