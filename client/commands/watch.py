@@ -3,7 +3,7 @@
     http-timing watch TARGET [--interval 1] [--count N] [--json] [--pod-uid UID]
 
 TARGET as for ``--cgroup``: a cgroup directory, ``pid:PID``, ``docker:NAME`` or
-``k8s:NAMESPACE/POD[/CONTAINER]``. Each interval: periods, throttled periods, throttled time,
+``k8s:NAMESPACE/POD[/CONTAINER]``. Each interval: periods, periods throttled, throttled time,
 CPUs used and their share of the quota in force at the interval's end (read each time: an
 in-place resize, ``docker update --cpus``, shows at once). A table refreshed in place on a
 terminal; one JSON
@@ -44,7 +44,7 @@ LIVE_WINDOW_S = 60.0   # --live: the page shows the group's last minute
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog=PROG, description="Watch a cgroup's CPU throttling live: "
-                           "periods, throttled periods, throttled time and CPU used vs the "
+                           "periods, periods throttled, throttled time and CPU used vs the "
                            "quota, per interval.")
     parser.add_argument("target", metavar="TARGET",
                         help="a cgroup directory, pid:PID, docker:NAME_OR_ID or "
