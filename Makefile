@@ -38,6 +38,14 @@ docs: reference
 reference: $(BIN)/.installed
 	$(BIN)/python -m scripts.mkdocs_hooks
 
+# The benchmarks (benchmarks/): each prints its table and keeps a dated JSON record in
+# benchmarks/results/; docs/benchmarks.md's generated part shows the latest of each. The default
+# set needs root and this host only; BENCH="kernel_quota parallel_burn" picks (--list: all).
+.PHONY: bench
+BENCH ?=
+bench: $(BIN)/.installed
+	$(BIN)/python -m benchmarks $(BENCH)
+
 # ruff's pyflakes rules on everything, mypy on the packages (not part of `make test`)
 lint: $(BIN)/.installed
 	$(BIN)/pip install --quiet -e '.[lint]'

@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from benchmarks.support import ROOT, burn_service, calibrate, record, run_main, scrape
+from benchmarks.support import (ROOT, burn_service, calibrate, keep_record, record, run_main,
+                                scrape)
 from client.data.files import Run
 from client.data.record import RequestRecord
 from client.data.summary import summarize
@@ -268,6 +269,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.skip_demo:
         demo(args.demo_percent, args.requests, args.target_ms, args.picture, args.raw_data)
     print(f"\nload average after {os.getloadavg()[0]:.2f}")
+    keep_record("inprocess_throttle", {"iterations": args.iterations,
+                                       "concurrency": args.concurrency, "window": args.window,
+                                       "saturated": rows})
     return 0
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchmarks.support import burn_service, calibrate, run_main
+from benchmarks.support import burn_service, calibrate, keep_record, run_main
 from client.data.record import RequestRecord
 from client.data.summary import summarize
 from client.run.modes import time_plan
@@ -120,12 +120,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("| quota | quota/period µs | n | burn CPU ms | p50 ms | p90 ms | p99 ms | mean ms "
           "| > 50 ms | kernel-throttled requests | kernel-throttled ms |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = {}
     for text, quota in zip(args.cpus, quotas):
         with _service(quota) as base:
             limits = httpx.get(base + "/limits", timeout=5).json().get("cgroup")
             _set_weight(limits, args.cpu_shares)
             records = _run(base, iterations, args.requests)
-        print(row(f"{text} CPU" if quota else "none", records, limits), flush=True)
+        rows[text] = row(f"{text} CPU" if quota else "none", records, limits)
+        print(rows[text], flush=True)
+    keep_record("kernel_quota", {"iterations": iterations, "requests": args.requests,
+                                 "rows": rows})
     return 0
 
 

@@ -77,7 +77,7 @@ def timed_run(base: str, requests: int, iterations: int, folder: Path, name: str
         if proc.wait(timeout=600) != 0:
             raise RuntimeError(f"http-timing exited {proc.returncode}")
     finally:
-        stop_process(proc)
+        stop_process(proc, timeout=10)
 
 
 def one_run(mode: str, base: str, args: argparse.Namespace, folder: Path, name: str,

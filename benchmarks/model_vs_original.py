@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import random
 
-from benchmarks.support import run_main
+from benchmarks.support import keep_record, run_main
 from client.analysis.detect import detect
 from client.analysis.model import Workload, predict
 from client.data.readers.legacy import format_line, parse_legacy_text
@@ -114,12 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=20)
     opts = parser.parse_args(argv)
     print("(a) the original's runs vs the model (latencies in ms)")
-    print_table(["run", "n", "p50", "p90", "p99", "mean", ">20ms", "throttled"],
-                table_a(opts.network_ms))
+    a = table_a(opts.network_ms)
+    print_table(["run", "n", "p50", "p90", "p99", "mean", ">20ms", "throttled"], a)
     print()
     print("(b) detection on synthetic text captures with known truth")
-    print_table(["case", "captures", "count exact", "mean |error|", "period inferred"],
-                table_b(opts.seeds))
+    b = table_b(opts.seeds)
+    print_table(["case", "captures", "count exact", "mean |error|", "period inferred"], b)
+    keep_record("model_vs_original", {"network_ms": opts.network_ms, "seeds": opts.seeds,
+                                      "a": a, "b": b})
     return 0
 
 

@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from benchmarks.support import describe_load, run_main
+from benchmarks.support import describe_load, keep_record, run_main
 from service.burn import Calibration, burn_parallel, measured
 
 
@@ -36,15 +36,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{cal.startup_line()}\n{describe_load('before')}\n")
     print("| threads | CPU per thread ms | wall ms (median) | CPU / wall best | median |")
     print("|---:|---:|---:|---:|---:|")
+    figures: dict[str, dict[str, float]] = {}
     with ThreadPoolExecutor(max_workers=max(opts.threads)) as pool:
         for threads in opts.threads:
             runs = [burn_parallel(opts.iterations, threads, pool.submit, calibration=cal)
                     for _ in range(opts.rounds)]
             ratios = [r.cpu_ns / r.wall_ns for r in runs]
+            figures[str(threads)] = {"cpu_over_wall_best": max(ratios),
+                                     "cpu_over_wall_median": statistics.median(ratios),
+                                     "wall_ms_median": statistics.median(r.wall_ns for r in runs)
+                                     / 1e6}
             print(f"| {threads} | {statistics.median(r.cpu_ns for r in runs) / threads / 1e6:.1f}"
                   f" | {statistics.median(r.wall_ns for r in runs) / 1e6:.1f} | "
                   f"{max(ratios):.2f} | {statistics.median(ratios):.2f} |", flush=True)
     print(f"\n{describe_load('after')}")
+    keep_record("parallel_burn", {"iterations": opts.iterations, "rounds": opts.rounds,
+                                  "threads": figures})
     return 0
 
 

@@ -46,7 +46,8 @@ from dataclasses import dataclass
 from datetime import date
 
 from benchmarks.support import (WRK_MISSING, WrkResult, burn_service, describe_load, free_port,
-                                get, http_server, require_wrk, run_main, run_wrk, scrape)
+                                get, http_server, keep_record, require_wrk, run_main, run_wrk,
+                                scrape)
 from cpuquota.limit import Limit
 
 BURN_ROUTE = "throttle_lab_http_requests_total{method=GET,route=/cpuBurnFlow,status=200}"
@@ -278,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     side = report(beyond, pairs, args.iterations)
     print("\nside by side: " + ", ".join(side))
     print(describe_load("after"))
+    keep_record("request_path", {"iterations": args.iterations, "beyond": beyond,
+                                 "trivial_vs_bare": pairs, "side_by_side": side})
     return 0
 
 

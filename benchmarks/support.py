@@ -9,7 +9,9 @@
 - **Reading them**: :func:`get`, :func:`scrape` (``/metrics``), :func:`calibrate` (iterations
   for a CPU time), :func:`record` (a recorded run: the client's measure sequence).
 - **wrk**: :func:`require_wrk`, :func:`run_wrk`.
-- **The entry point**: ``run_main(main)`` (signals unwind, Ctrl-C exits 130).
+- **The entry point**: ``run_main(main)`` (signals unwind, Ctrl-C exits 130), and
+  :func:`keep_record`: the run's dated record (``benchmarks/records.py``) when
+  ``python -m benchmarks`` (``make bench``) runs it.
 
 Run a benchmark from the repository's root as ``.venv/bin/python -m benchmarks.NAME``.
 """
@@ -17,6 +19,7 @@ Run a benchmark from the repository's root as ``.venv/bin/python -m benchmarks.N
 from __future__ import annotations
 
 import http.client
+import io
 import os
 import re
 import shutil
@@ -25,15 +28,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn, TextIO
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from benchmarks.records import ENV, machine, write_record
 from client.data.files import Run
 from client.run.measure import measure
 from client.run.record import RunSpec
@@ -44,7 +49,8 @@ from service.cgroup import create_group, empty_group, move_pid, remove_group
 
 __all__ = ["BIN", "BURNER", "HTTP_TIMING", "NODE_BURNER", "ROOT", "WRK_MISSING", "BurningGroup",
            "WrkResult", "burn_service", "burner_in", "burner_in_group", "calibrate",
-           "describe_load", "exit_on_sigterm", "free_port", "get", "http_server", "loadavg",
+           "describe_load", "exit_on_sigterm", "free_port", "get", "http_server", "keep_record",
+           "loadavg",
            "node_in_group", "record", "require_wrk", "run_main", "run_wrk", "scrape", "serve_in",
            "serve_in_group", "started", "union"]
 
@@ -80,13 +86,51 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGINT, leave)
 
 
+class _Tee(io.TextIOBase):
+    """Standard output as it is, and a copy kept for the run's record."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out, self.kept = out, io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.kept.write(text)
+        return self.out.write(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+_RUN: dict[str, Any] = {}   # this process's run, when ``python -m benchmarks`` records it
+
+
 def run_main(main: Callable[[], int]) -> NoReturn:
-    """A benchmark's entry point: signals unwind (``exit_on_sigterm``), Ctrl-C exits 130."""
+    """A benchmark's entry point: signals unwind (``exit_on_sigterm``), Ctrl-C exits 130; under
+    ``python -m benchmarks`` what it prints is also kept for :func:`keep_record`."""
     exit_on_sigterm()
+    if os.environ.get(ENV):
+        _RUN.update(started=datetime.now(timezone.utc), before=machine(), tee=_Tee(sys.stdout),
+                    command=["python", "-m", _module_name(), *sys.argv[1:]])
+        sys.stdout = _RUN["tee"]
     try:
         sys.exit(main())
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def _module_name() -> str:
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    return spec.name if spec is not None else Path(sys.argv[0]).stem
+
+
+def keep_record(name: str, figures: Mapping[str, Any]) -> Path | None:
+    """The run's dated record (what it printed so far, ``figures``, the machine) written to
+    ``$BENCH_RECORDS`` as ``NAME-<UTC start>.json``; None when run on its own (not recorded)."""
+    if not _RUN or not os.environ.get(ENV):
+        return None
+    sys.stdout.flush()
+    return write_record(Path(os.environ[ENV]), name, figures,
+                        output=_RUN["tee"].kept.getvalue(), command=_RUN["command"],
+                        started=_RUN["started"], before=_RUN["before"])
 
 
 # -- services -------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from datetime import date
 
 from benchmarks.support import (WRK_MISSING, WrkResult, burn_service, describe_load,
-                                require_wrk, run_main, run_wrk, scrape)
+                                keep_record, require_wrk, run_main, run_wrk, scrape)
 from cpuquota.limit import Limit
 
 SEED_FACTORS = (1.63, 2.05, 1.91)
@@ -184,13 +184,18 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"the {len(args.percents)} limits side by side, {args.rounds} rounds. The seed's "
           f"CpuThrottler: {' / '.join(f'{f:.2f}x' for f in SEED_FACTORS)}; its CI accepts "
           "1.3x-3.0x.")
+    figures = {}
     for mode in args.modes:
         together = args.side_by_side in (mode, "both")
         rows = measure(mode, args.percents, args.iterations, args.window, args.rounds,
                        args.connections, together)
         print(f"\n{mode}: limits loaded {'side by side' if together else 'one at a time'}")
         print_table(mode, rows)
+        figures[mode] = {"per_doubling": factors(rows), "goal": GOALS[mode],
+                         "side_by_side": together, "rows": rows}
     print(f"\n{describe_load('after')}")
+    keep_record("throttle_scaling", {"window": args.window, "rounds": args.rounds,
+                                     "iterations": args.iterations, "modes": figures})
     return 0
 
 

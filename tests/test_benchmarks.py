@@ -8,20 +8,26 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
+import os
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
 import pytest
 
+from benchmarks.__main__ import CHOSEN, known
+from benchmarks.records import (END, ENV, MARKER, cgroup_version, cpu_model, latest, machine,
+                                rewritten, write_page, write_record)
 from benchmarks.support import burn_service, calibrate, scrape
 from cpuquota.limit import Limit
 from tests.support import gone
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "benchmarks"
-NOT_BENCHMARKS = {"__init__", "support", "burner_server"}
+NOT_BENCHMARKS = {"__init__", "__main__", "support", "records", "burner_server"}
 BENCHMARKS = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in NOT_BENCHMARKS)
 MODULES = sorted(p.stem for p in PACKAGE.glob("*.py"))
 
@@ -71,13 +77,99 @@ def test_each_benchmark_imports_and_answers_help(name: str,
     assert f"python -m benchmarks.{name}" in (module.__doc__ or ""), "its usage line"
 
 
-def test_a_benchmark_runs_as_a_module_from_the_checkout() -> None:
-    """The pure one (no server), as the README runs it: its tables, exit 0."""
-    done = subprocess.run([sys.executable, "-m", "benchmarks.model_vs_original", "--seeds", "1"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+def test_a_benchmark_runs_as_a_module_from_the_checkout(tmp_path: Path) -> None:
+    """The pure one (no server), as the README runs it: its tables, exit 0, no record; under
+    ``make bench`` (``$BENCH_RECORDS`` set) the same tables and one dated record of them."""
+    command = [sys.executable, "-m", "benchmarks.model_vs_original", "--seeds", "1"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != ENV})
     assert done.returncode == 0, done.stderr
     assert "(a) the original's runs vs the model" in done.stdout
     assert "0.1 CPU + GC" in done.stdout and done.stderr == ""
+
+    kept = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, ENV: str(tmp_path)})
+    assert kept.returncode == 0, kept.stderr
+    [path] = tmp_path.glob("model_vs_original-*Z.json")
+    record = json.loads(path.read_text())
+    assert record["output"] == kept.stdout == done.stdout   # what it printed, kept whole
+    assert record["command"] == "python -m benchmarks.model_vs_original --seeds 1"
+    assert record["figures"]["seeds"] == 1 and len(record["figures"]["b"]) == 3
+
+
+def test_make_bench_chooses_benchmarks_that_exist() -> None:
+    assert set(CHOSEN) <= set(known()) == set(BENCHMARKS)
+    makefile = (ROOT / "Makefile").read_text()
+    assert "bench: $(BIN)/.installed\n\t$(BIN)/python -m benchmarks $(BENCH)\n" in makefile
+
+
+def test_an_unknown_benchmark_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.__main__ import main
+    with pytest.raises(SystemExit) as exited:
+        main(["no_such_thing"])
+    assert exited.value.code == 2
+    assert "no such benchmark: no_such_thing" in capsys.readouterr().err
+
+
+def test_the_machine_a_record_names(tmp_path: Path) -> None:
+    (tmp_path / "cpuinfo").write_text("processor\t: 0\nmodel name\t: AMD  EPYC 7B13\n\n"
+                                      "processor\t: 1\nmodel name\t: AMD  EPYC 7B13\n")
+    assert cpu_model(tmp_path / "cpuinfo") == "AMD EPYC 7B13"
+    (tmp_path / "v1" / "cpu,cpuacct").mkdir(parents=True)
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "v2" / "cgroup.controllers").write_text("cpu io memory\n")
+    assert cgroup_version(tmp_path / "v1") == 1
+    assert cgroup_version(tmp_path / "v2") == 2
+    assert cgroup_version(tmp_path / "none") is None
+    here = machine()
+    assert here["cores"] == os.cpu_count() and len(here["load_average"]) == 3
+
+
+FAKE_MACHINE = {"cpu": "Fake CPU", "cores": 2, "kernel": "6.1.0", "cgroup": 1,
+                "load_average": [0.5, 0.4, 0.3]}
+
+
+def started(hour: int) -> datetime:
+    return datetime(2030, 1, 2, hour, 4, 5, tzinfo=timezone.utc)
+
+
+def fake_record(directory: Path, name: str, hour: int, output: str) -> Path:
+    return write_record(directory, name, {"rows": [1, 2]}, output=output,
+                        command=["python", "-m", f"benchmarks.{name}"], started=started(hour),
+                        before=FAKE_MACHINE)
+
+
+def test_a_record_is_dated_json_named_by_the_benchmark(tmp_path: Path) -> None:
+    path = fake_record(tmp_path / "results", "kernel_quota", 3, "| quota |\n")
+    assert path == tmp_path / "results" / f"kernel_quota-{started(3):%Y%m%dT%H%M%S}Z.json"
+    record = json.loads(path.read_text())
+    assert record["benchmark"] == "kernel_quota"
+    assert record["date"] == started(3).isoformat()
+    assert record["machine"] == FAKE_MACHINE and len(record["load_average_after"]) == 3
+    assert record["output"] == "| quota |\n" and record["figures"] == {"rows": [1, 2]}
+
+
+def test_the_page_shows_the_latest_record_of_each_benchmark(tmp_path: Path) -> None:
+    fake_record(tmp_path, "kernel_quota", 3, "old table\n")
+    fake_record(tmp_path, "kernel_quota", 5, "| quota | p99 ms |\n|---|---|\n| 0.3 | 76 |\n")
+    fake_record(tmp_path, "parallel_burn", 4, "| threads |\n")
+    (tmp_path / "notes.json").write_text("[1, 2]")   # not a record: left out
+    assert sorted(latest(tmp_path)) == ["kernel_quota", "parallel_burn"]
+
+    page = tmp_path / "benchmarks.md"
+    page.write_text(f"# Benchmarks\n\nintro\n\n{MARKER}\nstale\n{END}\n\n## By hand\n")
+    assert write_page(page, tmp_path)
+    text = page.read_text()
+    assert text.startswith("# Benchmarks\n\nintro\n\n") and text.endswith(f"{END}\n\n## By hand\n")
+    assert "stale" not in text and "old table" not in text
+    assert "### `benchmarks.kernel_quota`" in text and "### `benchmarks.parallel_burn`" in text
+    assert "| 0.3 | 76 |" in text
+    assert f"*{started(5):%Y-%m-%d %H:%M:%S} UTC, Fake CPU (2 cores), kernel 6.1.0, cgroup v1" \
+        in text   # the latest record's date and machine
+    assert "load average 0.50 before" in text
+    assert not write_page(page, tmp_path)   # written once: the same page again
+
+    assert rewritten("no marker here\n", latest(tmp_path)) == "no marker here\n"
 
 
 def test_burn_service_starts_through_the_registry_and_stops_by_its_pid() -> None:
