@@ -15,6 +15,7 @@ from client.analysis.cgroup import CgroupReport, cgroup_report
 from client.analysis.detect import Detection, ThrottleSource, detect_run
 from client.analysis.model import MAX_CONCURRENCY, MAX_REQUESTS, Prediction, Workload, predict
 from client.analysis.quotas import QuotaSpan, split_by_quota
+from client.analysis.threads import ThreadsReport, threads_report
 from client.data.files import Run
 from client.data.metadata import LoadMode, watched_without_limit
 from client.data.pace import fell_behind_words
@@ -40,6 +41,8 @@ class Report:
     client_pace: dict[str, Any] | None = None
     # a run that spans a change of quota: the requests sent under each, judged by it
     by_quota: tuple[QuotaPart, ...] = ()
+    # who spent the quota: the watched group's CPU by thread name (None: no group watched)
+    threads: ThreadsReport | None = None
 
     @property
     def fell_behind_words(self) -> str | None:
@@ -60,6 +63,11 @@ class Report:
             out["client_pace"] = self.client_pace
         if self.by_quota:
             out["quotas"] = [part.to_dict() for part in self.by_quota]
+        if self.threads is not None:
+            out["cpu_by_thread"] = (None if self.threads.unknown is not None else
+                                    [share.to_dict() for share in self.threads.shares])
+            if self.threads.unknown is not None:
+                out["cpu_by_thread_unknown"] = self.threads.unknown
         return out
 
 
@@ -116,7 +124,7 @@ def build_report(run: Run, limit: Limit | None = None) -> Report:
     A run whose timeline shows the quota changing also gets a report per quota
     (``by_quota``): its requests judged by the quota in force when each was sent."""
     limit = limit if limit is not None else run.metadata.limit
-    report = _one_report(run, limit)
+    report = replace(_one_report(run, limit), threads=threads_report(run.path, run.timeline))
     parts = tuple(QuotaPart(span, _one_report(part, _span_limit(span, run)), straddling)
                   for span, part, straddling in quota_parts(run))
     return replace(report, by_quota=parts) if parts else report

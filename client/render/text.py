@@ -12,11 +12,13 @@ from client.analysis.cgroup import CgroupReport
 from client.analysis.detect import Detection
 from client.analysis.model import Prediction
 from client.analysis.report import PredictionReport, Report
+from client.analysis.threads import NOTABLE, TOP, ThreadsReport
 from client.analysis.throughput import ThroughputRow
 from client.data.summary import Summary
 
 __all__ = ["format_cgroup", "format_detection", "format_pressure", "format_prediction",
-           "format_prediction_report", "format_report", "format_summary", "format_throughput"]
+           "format_prediction_report", "format_report", "format_summary", "format_threads",
+           "format_throughput"]
 
 
 def _ms(value: float | None, digits: int = 2) -> str:
@@ -83,7 +85,39 @@ def format_report(report: Report, path: object) -> list[str]:
         lines.append(report.fell_behind_words)
     if report.cgroup is not None:
         lines += format_cgroup(report.cgroup, mixed=bool(report.by_quota))
+    if report.threads is not None:
+        lines += format_threads(report.threads)
     lines += format_quota_parts(report)
+    return lines
+
+
+def format_threads(t: ThreadsReport) -> list[str]:
+    """Who spent the quota: the top thread names' shares of the group's CPU (and of its CPU in
+    the periods throttled), where they come from, and the runtime's own threads when they
+    spent a notable part of the throttled periods' CPU; or why it is not known."""
+    if t.unknown is not None:
+        return [f"cpu by thread: not known ({t.unknown})"]
+    if not t.shares:
+        return ["cpu by thread: no thread of the group used CPU between the readings"]
+    def one(s: object) -> str:
+        assert isinstance(s, type(t.shares[0]))
+        hit = ("" if s.share_throttled is None else
+               f" ({_share(s.share_throttled)} in the periods throttled)")
+        return f"{s.name} {_share(s.share)}{hit}"
+    rest = len(t.shares) - TOP
+    lines = ["cpu by thread: " + ", ".join(one(s) for s in t.shares[:TOP])
+             + (f", {rest} more" if rest > 0 else "")]
+    seen = (f"; {t.total_ns / 1e6:.0f} of the group's {t.usage_ns / 1e6:.0f} ms "
+            "(a process that starts and ends between two readings is not seen)"
+            if t.usage_ns else "")
+    lines.append(f"cpu by thread: from {t.source}{seen}")
+    outside = t.outside
+    spent = sum(s.share_throttled or 0.0 for s in outside)
+    if spent >= NOTABLE:
+        names = ", ".join(f"{s.name} {_share(s.share_throttled or 0.0)}" for s in outside[:TOP])
+        lines.append(f"cpu by thread: threads outside the request path (the runtime's own) "
+                     f"spent {_share(spent)} of the CPU in the periods throttled: {names}")
+    lines.extend(f"cpu by thread: not seen for a while: {p}" for p in t.problems)
     return lines
 
 

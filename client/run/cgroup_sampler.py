@@ -14,6 +14,11 @@ The sampler keeps its samples in memory and appends each to ``<name>.cgroup.csv`
 (``client.data.timeline``), flushed, so an interrupted run keeps them. It shares nothing with the timed path but a list append. Its ticks are dithered around
 a fixed grid (``interval`` on average) so that they do not lock to the kernel's period grid:
 that is what lets ``client.data.attribution.period_phase`` place the boundaries precisely.
+
+With a file, it also reads the group's threads every ``threads_every`` seconds, right after
+that tick's counters (``client.run.thread_usage``), into ``<name>.threads.csv``
+(``client.data.threads``): who spent the quota. A problem there stops the threads' readings
+only (the file's ``(not seen)`` row says why); the counters go on.
 """
 
 from __future__ import annotations
@@ -26,19 +31,22 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from client.data.threads import ThreadsFile, threads_path
 from client.data.timeline import (CgroupSample, LevelCounters, QuotaSetting, open_timeline,
                                   timeline_columns, timeline_row)
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, UsageSource
 from client.run.process_usage import ProcessUsage
+from client.run.thread_usage import ThreadUsage
 from cpuquota.cgroupfs import (CpuStatReader, parse_cfs_value, parse_cpu_max, parse_pressure,
                                parse_usage_usec)
 
-__all__ = ["DEFAULT_INTERVAL", "CgroupReader", "CgroupSampler", "PodsReader", "open_reader",
-           "read_sample", "usage_note"]
+__all__ = ["DEFAULT_INTERVAL", "THREADS_EVERY", "CgroupReader", "CgroupSampler", "PodsReader",
+           "open_reader", "read_sample", "usage_note"]
 
 DEFAULT_INTERVAL = 0.01   # seconds: 100 samples per second, 10 per 100 ms period
 GOLDEN = 0.6180339887498949   # the sampler's dither sequence: frac(k * GOLDEN)
 DITHER = 0.8                  # ... spread over 0.8 of a step
+THREADS_EVERY = 0.1           # seconds between two readings of the group's threads
 
 
 def _close_fds(fds: list[int]) -> None:
@@ -283,7 +291,8 @@ class CgroupSampler:
 
     def __init__(self, target: CgroupTarget, csv_path: Path | None = None,
                  interval: float = DEFAULT_INTERVAL, *, max_bytes: int | None = None,
-                 keep: bool = True, flush_every: float = 0.0) -> None:
+                 keep: bool = True, flush_every: float = 0.0,
+                 threads_every: float | None = THREADS_EVERY) -> None:
         if not interval > 0:
             raise ValueError(f"--cgroup-interval must be > 0 (got {interval})")
         self.target, self.csv_path, self.interval = target, csv_path, interval
@@ -306,6 +315,15 @@ class CgroupSampler:
         # ``unknown`` and ``resolution_ns`` brought up to date by ``stop()``)
         self.usage: dict[str, object] = target.usage_source.to_metadata()
         self._usage_seen: tuple[bool, int, int] = (False, 0, 0)
+        # the threads, by name (None: not read; needs a file to write them to)
+        self.threads_path = (threads_path(csv_path) if csv_path is not None and threads_every
+                             else None)
+        self._threads_ns = round((threads_every or 0) * 1e9)
+        self._threads: ThreadUsage | None = None
+        self._threads_file: ThreadsFile | None = None
+        self._threads_due = 0
+        self._threads_written = 0
+        self.threads_cost_ns = 0   # the time the threads' readings took, in all
 
     def start(self, run_start_ns: int | None = None) -> CgroupSampler:
         """Start sampling (``run_start_ns``: the run's origin; default now). Takes the first
@@ -324,6 +342,10 @@ class CgroupSampler:
                 self.target.pressure, max(0, len(self.target.levels) - 1),
                 self._reader.reads_quota))
             self.written = self._file.tell()
+        if self.threads_path is not None:
+            self._threads_file = ThreadsFile(self.threads_path)
+            self._threads = ThreadUsage([pod.directory for pod in self.target.pods] or
+                                        [self.target.directory], self.target.usage_source.proc)
         self._sample()
         self._thread = threading.Thread(target=self._loop, name="cgroup-sampler", daemon=True)
         self._thread.start()
@@ -351,7 +373,35 @@ class CgroupSampler:
         self.last = sample
         self.count += 1
         self._follow_usage(self._reader)
+        if self._threads is not None and sample.t_ns >= self._threads_due:
+            self._read_threads()
         return True
+
+    def _read_threads(self) -> None:
+        """One reading of the group's threads into their file (a problem ends them)."""
+        assert self._threads is not None and self._threads_file is not None
+        before = time.perf_counter_ns()
+        stopped: str | None = None
+        try:
+            reading = self._threads.read(before - self._since_ns)
+            self._threads_written += self._threads_file.write(reading)
+            if self._threads.problem:
+                self._threads_file.not_seen(reading.t_ns, self._threads.problem)
+                self._threads.problem = ""   # said once
+            if self.max_bytes is not None and self._threads_written > self.max_bytes:
+                stopped = f"the threads file reached {self.max_bytes} bytes"
+            self._threads_file.flush()
+        except OSError as exc:
+            stopped = f"stopped reading threads: {exc.strerror or exc}"
+        if stopped is not None:
+            self._threads_file.not_seen(before - self._since_ns, stopped)
+            self._threads.close()
+            self._threads = None
+        after = time.perf_counter_ns()
+        self.threads_cost_ns += after - before
+        # the next reading at the first tick this long after this one's start
+        self._threads_due = before - self._since_ns + self._threads_ns - round(self.interval
+                                                                               * 5e8)
 
     def _follow_usage(self, reader: CgroupReader | PodsReader) -> None:
         """``usage`` kept up to date in place while the run goes (a live view reads it: the
@@ -393,8 +443,15 @@ class CgroupSampler:
             self._stop.set()
             self._thread.join()
             if self.error is None:
+                self._threads_due = 0   # the last sample reads the threads too
                 self._sample()
             self._thread = None
+        if self._threads is not None:
+            self._threads.close()
+            self._threads = None
+        if self._threads_file is not None:
+            self._threads_file.close()
+            self._threads_file = None
         if self._file is not None:
             self._file.flush()
             os.fsync(self._file.fileno())

@@ -36,8 +36,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["RESCAN_EVERY", "ProcessUsage", "ProcStat", "UsageAccount", "parse_proc_stat",
-           "process_cpu_clock"]
+__all__ = ["RESCAN_EVERY", "ProcessUsage", "ProcStat", "UsageAccount", "group_directories",
+           "group_members", "parse_proc_stat", "process_cpu_clock"]
 
 RESCAN_EVERY = 100          # look for new child groups every N readings
 SIGCHLD_BIT = 1 << (17 - 1)   # SIGCHLD (17) in /proc/PID/status SigIgn
@@ -67,6 +67,24 @@ def process_cpu_clock(pid: int) -> int:
     """The ``clock_gettime`` clock id of process ``pid``'s CPU time (all its threads, those
     that ended included; ns): ``MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)``."""
     return ((~pid) << 3) | 2
+
+
+def group_directories(directory: Path) -> set[Path]:
+    """The group and its descendants: each directory with a ``cgroup.procs``."""
+    return {Path(here) for here, _dirs, files in os.walk(directory) if "cgroup.procs" in files}
+
+
+def group_members(groups: set[Path]) -> set[int]:
+    """The processes of ``groups`` now (``cgroup.procs`` opened anew: v1 caches the list per
+    open file); a group removed meanwhile is dropped from ``groups``."""
+    pids: set[int] = set()
+    for path in list(groups):
+        try:
+            with open(path / "cgroup.procs", "rb") as listing:
+                pids.update(int(p) for p in listing.read().split())
+        except (OSError, ValueError):   # the child group was removed
+            groups.discard(path)
+    return pids
 
 
 @dataclass
@@ -110,19 +128,10 @@ class ProcessUsage:
         self._scan()
 
     def _scan(self) -> None:
-        for here, _dirs, files in os.walk(self.directory):
-            if "cgroup.procs" in files:
-                self._groups.add(Path(here))
+        self._groups |= group_directories(self.directory)
 
     def _members(self) -> set[int]:
-        pids: set[int] = set()
-        for path in list(self._groups):
-            try:
-                with open(path / "cgroup.procs", "rb") as listing:
-                    pids.update(int(p) for p in listing.read().split())
-            except (OSError, ValueError):   # the child group was removed
-                self._groups.discard(path)
-        return pids
+        return group_members(self._groups)
 
     def read(self) -> int:
         self._reads += 1
