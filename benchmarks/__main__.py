@@ -26,6 +26,7 @@ __all__ = ["CHOSEN", "main", "run_one"]
 # what ``make bench`` runs, with the arguments it gives each (root and this host only)
 CHOSEN: dict[str, tuple[str, ...]] = {
     "model_vs_original": (),
+    "burn_calibration": (),
     "parallel_burn": ("--rounds", "3"),
     "kernel_quota": ("--requests", "100"),
     "throttle_scaling": ("--modes", "boundary", "--window", "5", "--rounds", "2"),
