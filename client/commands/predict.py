@@ -1,11 +1,15 @@
-"""``http-timing predict``: what a CPU quota does to requests of S ms of CPU (the model)."""
+"""``http-timing predict``: what a CPU quota does to requests of S ms of CPU (the model), or
+(``--timeline``) what other limits would have done to a recorded window
+(:mod:`client.commands.predict_replay`)."""
 
 from __future__ import annotations
 
+import argparse
 import json
+from pathlib import Path
 
 from client.analysis.model import MAX_CONCURRENCY, MAX_REQUESTS, Workload, predict
-from client.commands.common import EXIT_OK, add_limit_arguments, limit_from
+from client.commands.common import EXIT_OK, limit_from, period_ms
 from client.commands.options import (CliError, OneLineParser, int_in, number_above,
                                      number_at_least)
 from client.data.jsonsafe import json_ready
@@ -19,24 +23,38 @@ def build_predict_parser() -> OneLineParser:
         prog="http-timing predict",
         description="Predict what a CPU quota does to requests of S ms of CPU sent back to back, "
         "by simulating the kernel's accounting (quota per period, the wait for the next period, "
-        "burst credit) on a simulated clock. Deterministic.")
-    parser.add_argument("--service-ms", type=number_above(0), required=True, metavar="S",
+        "burst credit) on a simulated clock. Deterministic. With --timeline: replay a recorded "
+        "window (its CPU demand, with or without its requests) at the limits --cpus A,B,C.")
+    parser.add_argument("--service-ms", type=number_above(0), metavar="S",
                         help="CPU time of one request in ms (its latency on an idle, unlimited "
-                        "machine, minus the network)")
-    add_limit_arguments(parser, required=True)
-    parser.add_argument("--concurrency", type=int_in(1, MAX_CONCURRENCY), default=1,
-                        metavar="C", help="requests in flight at once (closed loop; default 1)")
-    parser.add_argument("--requests", type=int_in(1, MAX_REQUESTS), default=100, metavar="N",
+                        "machine, minus the network); the model's load (or --timeline)")
+    parser.add_argument("--cpus", required=True, metavar="X",
+                        help="the CPU limit, as docker run --cpus: X × period of CPU per period; "
+                        "with --timeline, one or more: A,B,C (0 or none: no limit)")
+    parser.add_argument("--period-ms", type=period_ms, metavar="P",
+                        help="the quota's period in ms (default: the timeline's, else 100)")
+    parser.add_argument("--burst-ms", type=number_at_least(0), metavar="B",
+                        help="burst: unused quota that may be saved, in ms (default 0)")
+    parser.add_argument("--timeline", type=Path, metavar="NAME.cgroup.csv",
+                        help="replay this recorded timeline (http-timing record's, a --cgroup "
+                        "run's, the node agent's; its NAME.json beside it) at each limit")
+    parser.add_argument("--requests-from", type=Path, metavar="FILE",
+                        help="with --timeline: the requests of the recorded window (a run's "
+                        "CSV, a load tool's file or an access log, as import reads them): "
+                        "each one's latency predicted at each limit")
+    parser.add_argument("--concurrency", type=int_in(1, MAX_CONCURRENCY), metavar="C",
+                        help="requests in flight at once (closed loop; default 1)")
+    parser.add_argument("--requests", type=int_in(1, MAX_REQUESTS), metavar="N",
                         help="how many requests (default 100)")
-    parser.add_argument("--overhead-ms", type=number_at_least(0), default=0.0, metavar="O",
+    parser.add_argument("--overhead-ms", type=number_at_least(0), metavar="O",
                         help="client and network time per request that uses no quota (default 0)")
     parser.add_argument("--cores", type=int_in(1, 1024), default=None, metavar="K",
                         help="CPUs the service's work can use at once (default 1: one Python "
                         "process; with --threads T, T)")
-    parser.add_argument("--threads", type=int_in(1, 1024), default=1, metavar="T",
+    parser.add_argument("--threads", type=int_in(1, 1024), metavar="T",
                         help="each request's work runs on T threads in parallel: S ms of quota "
                         "in S/T of wall time (default 1)")
-    parser.add_argument("--replicas", type=int_in(1, 10_000), default=1, metavar="N",
+    parser.add_argument("--replicas", type=int_in(1, 10_000), metavar="N",
                         help="requests spread round-robin over N replicas, each under the "
                         "limit (default 1)")
     parser.add_argument("--json", action="store_true", help="print JSON (the keys of report)")
@@ -44,13 +62,31 @@ def build_predict_parser() -> OneLineParser:
 
 
 def command_predict(argv: list[str]) -> int:
-    opts = build_predict_parser().parse_args(argv)
-    limit = limit_from(opts.cpus, opts.period_ms, opts.burst_ms)
+    parser = build_predict_parser()
+    opts = parser.parse_args(argv)
+    if opts.timeline is not None:
+        from client.commands.predict_replay import command_replay
+        return command_replay(opts, parser)
+    if opts.requests_from is not None:
+        raise CliError("--requests-from goes with --timeline (the requests of a recorded window)")
+    if opts.service_ms is None:
+        parser.error("the following arguments are required: --service-ms (or --timeline)")
+    return _model(opts, parser)
+
+
+def _model(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
-        workload = Workload.under(limit, opts.service_ms, concurrency=opts.concurrency,
-                                  requests=opts.requests, overhead_ms=opts.overhead_ms,
-                                  cores=opts.cores or opts.threads, threads=opts.threads,
-                                  replicas=opts.replicas)
+        cpus = number_above(0)(opts.cpus)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"argument --cpus: {exc}")
+    limit = limit_from(cpus, opts.period_ms, opts.burst_ms)
+    threads = opts.threads or 1
+    try:
+        workload = Workload.under(limit, opts.service_ms, concurrency=opts.concurrency or 1,
+                                  requests=opts.requests or 100,
+                                  overhead_ms=opts.overhead_ms or 0.0,
+                                  cores=opts.cores or threads, threads=threads,
+                                  replicas=opts.replicas or 1)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     prediction = predict(workload)

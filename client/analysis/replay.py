@@ -1,0 +1,309 @@
+"""A recorded timeline replayed at another CPU limit (pure, no clock of its own, no I/O).
+
+The record (``<name>.cgroup.csv``: the group's cumulative usage and ``cpu.stat`` counters every
+few ms) gives the group's **demand**: the CPU it wanted in each sample interval.
+
+- Where the record was not throttled, the demand is the usage of the interval: exact in the
+  model's terms (the CPU ran when it was wanted).
+- Where it was throttled, the quota hid part of it: the group wanted to run while it sat
+  throttled. Each throttle the timeline shows (``client.data.attribution.throttle_events``:
+  its wall stretch and the throttled time the kernel counted, summed over CPUs) is taken as
+  that much CPU wanted during its stretch (at most the stretch times the CPUs the group was
+  seen to use at once), taken from the usage that ran after it (the backlog it ran once the
+  refill came), no more than ran. The total CPU is kept; only when it was wanted moves.
+  That is an estimate; :attr:`Demand.throttled_fraction` says how much of the window it
+  concerns.
+
+:func:`replay` feeds that demand, as a fluid queue, to :class:`cpuquota.account.QuotaAccount`
+(the project's only quota model) on the record's own period grid: work is served as it comes,
+up to ``cores`` CPU at once, while the account has runtime; when the quota is spent nothing
+runs until the refill and the demand queues. It returns each throttled stretch and the
+account's counters (periods throttled as the kernel counts them).
+
+From the stretches: :func:`added_delay` (the wait until the group runs again, for a request
+arriving at a uniformly random instant of the window) and :func:`predicted_latency` (a recorded
+request's latency at that limit: its unthrottled part plus the wall time the replay holds it).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from client.data.summary import percentile
+from client.data.attribution import CounterSample, period_phase, throttle_events
+from cpuquota.account import CpuStat, QuotaAccount
+
+__all__ = ["MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "Demand", "LimitRow", "ReplayError",
+           "Replayed", "Request", "added_delay", "demand_of", "predicted_latency", "replay",
+           "replay_limits"]
+
+MIN_WINDOW_NS = 1_000_000_000   # under a second, a replay says nothing worth reading
+MIN_WINDOW_PERIODS = 2
+MS = 1_000_000
+STILL = 0.9                     # a group that ran 0.9 CPU or more in an interval used a CPU
+
+
+class ReplayError(ValueError):
+    """A timeline that cannot be replayed; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class Demand:
+    """The CPU the group wanted per sample interval, and what the record counted."""
+
+    starts_ns: tuple[int, ...]      # each interval's start (the next one's is its end)
+    end_ns: int
+    wanted_ns: tuple[float, ...]    # CPU wanted in each interval
+    period_ns: int
+    origin_ns: int                  # a period boundary of the record's grid, <= the start
+    cores: int                      # CPUs the group's work used at once (at most)
+    recorded: CpuStat               # the counters' change over the window
+    usage_ns: int                   # CPU the group used in the window
+    hidden_ns: float                # the part of the demand estimated from throttled time
+    throttled_wall_ns: int          # the recorded throttled stretches, wall time
+
+    @property
+    def start_ns(self) -> int:
+        return self.starts_ns[0]
+
+    @property
+    def window_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def throttled_fraction(self) -> float:
+        """The share of the window the record sat throttled (0: the demand is exact)."""
+        return min(1.0, self.throttled_wall_ns / self.window_ns)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """What the limit did over the window: the stretches the group sat throttled (wall time,
+    in time order) and the account's counters over the window."""
+
+    cpus: float | None              # None: no limit
+    stretches: tuple[tuple[int, int], ...]
+    stats: CpuStat
+    window: tuple[int, int]
+
+    @property
+    def throttled_ns(self) -> int:
+        return sum(end - start for start, end in self.stretches)
+
+
+def demand_of(timeline: Sequence[CounterSample], period_ns: int) -> Demand:
+    """The demand the timeline shows (see the module's docstring); ``ReplayError`` for a
+    window under :data:`MIN_WINDOW_NS` or :data:`MIN_WINDOW_PERIODS` periods, or with no
+    usage."""
+    if period_ns <= 0:
+        raise ReplayError(f"the period must be > 0 (got {period_ns} ns)")
+    if len(timeline) < 2:
+        raise ReplayError(f"{len(timeline)} sample(s): a window needs at least two")
+    start, end = timeline[0].t_ns, timeline[-1].t_ns
+    if end - start < max(MIN_WINDOW_NS, MIN_WINDOW_PERIODS * period_ns):
+        raise ReplayError(f"the window is {(end - start) / 1e9:.3f} s: too short to say "
+                          f"anything (at least {MIN_WINDOW_NS / 1e9:g} s and "
+                          f"{MIN_WINDOW_PERIODS} periods of {period_ns / 1e6:g} ms)")
+    usage = timeline[-1].usage_ns - timeline[0].usage_ns
+    if usage <= 0:
+        raise ReplayError("the group used no CPU in the window: nothing to replay")
+    starts = [s.t_ns for s in timeline[:-1]]
+    ends = [s.t_ns for s in timeline[1:]]
+    wanted = [float(max(0, b.usage_ns - a.usage_ns)) for a, b in zip(timeline, timeline[1:])]
+    rate = max((w / (e - s) for w, s, e in zip(wanted, starts, ends) if e > s), default=1.0)
+    cores = max(1, math.ceil(rate * STILL))
+    hidden, walls = 0.0, 0
+    for event in throttle_events(timeline, period_ns):
+        length = event.end_ns - event.start_ns
+        if length <= 0 or event.throttled_ns <= 0:
+            continue
+        # summed over the CPUs it was throttled on; at most what the group's CPUs could run
+        walls += length
+        moved = _take_after(wanted, starts, ends, event.end_ns,
+                            min(event.throttled_ns, length * cores))
+        hidden += moved
+        _spread(wanted, starts, ends, event.start_ns, event.end_ns, moved)
+    phase = period_phase(timeline, period_ns)
+    phase = start % period_ns if phase is None else phase
+    origin = start - (start - phase) % period_ns
+    first, last = timeline[0], timeline[-1]
+    recorded = CpuStat(last.nr_periods - first.nr_periods, last.nr_throttled - first.nr_throttled,
+                       last.throttled_ns - first.throttled_ns)
+    return Demand(tuple(starts), end, tuple(wanted), period_ns, origin, cores, recorded, usage,
+                  hidden, walls)
+
+
+def _spread(wanted: list[float], starts: list[int], ends: list[int], lo: int, hi: int,
+            amount: float) -> None:
+    """Add ``amount`` over ``[lo, hi]``, evenly in time."""
+    for i in range(bisect.bisect_right(ends, lo), len(starts)):
+        if starts[i] >= hi:
+            break
+        overlap = min(hi, ends[i]) - max(lo, starts[i])
+        if overlap > 0:
+            wanted[i] += amount * overlap / (hi - lo)
+
+
+def _take_after(wanted: list[float], starts: list[int], ends: list[int], at: int,
+                amount: float) -> float:
+    """Take up to ``amount`` from the demand after ``at``, the earliest first (the backlog that
+    ran once the throttle ended); how much was taken. No more than ran: CPU the group never
+    used in the window is not counted as wanted."""
+    asked = amount
+    for i in range(bisect.bisect_right(ends, at), len(starts)):
+        if amount <= 0:
+            break
+        share = 1.0 if starts[i] >= at else (ends[i] - at) / (ends[i] - starts[i])
+        taken = min(amount, wanted[i] * share)
+        wanted[i] -= taken
+        amount -= taken
+    return asked - amount
+
+
+def replay(demand: Demand, cpus: float | None, burst_ns: int = 0,
+           period_ns: int | None = None) -> Replayed:
+    """The demand served under ``cpus`` (None: no limit) per ``period_ns`` (default: the
+    record's), on the record's period grid."""
+    window = (demand.start_ns, demand.end_ns)
+    if cpus is None:
+        return Replayed(None, (), CpuStat(), window)
+    period = period_ns or demand.period_ns
+    origin = demand.origin_ns if period == demand.period_ns else demand.start_ns
+    account = QuotaAccount(max(1, round(cpus * period)), period, burst_ns, origin)
+    before = account.stats(demand.start_ns)
+    stretches: list[tuple[int, int]] = []
+    backlog, held_until, cores = 0.0, demand.start_ns, demand.cores
+    ends = (*demand.starts_ns[1:], demand.end_ns)
+    for t0, t1, wanted in zip(demand.starts_ns, ends, demand.wanted_ns):
+        if t1 <= t0:
+            backlog += wanted
+            continue
+        arriving = wanted / (t1 - t0)
+        t = t0
+        while t < t1:
+            if t < held_until:   # throttled: the demand queues
+                step = min(held_until, t1)
+                backlog += arriving * (step - t)
+                t = step
+                continue
+            resume = account.throttled_until(t)
+            if resume > t:
+                stretches.append((t, resume))
+                held_until = resume
+                continue
+            rate = float(cores) if backlog > 0 else min(arriving, float(cores))
+            if rate <= 0:
+                t = t1
+                continue
+            events = [t1, account.next_boundary(t),
+                      t + math.ceil(max(1, account.remaining(t)) / rate)]
+            if backlog > 0 and cores > arriving:
+                events.append(t + math.ceil(backlog / (cores - arriving)))
+            step = max(t + 1, min(events))
+            used = rate * (step - t)
+            backlog = max(0.0, backlog + arriving * (step - t) - used)
+            account.charge(round(used), step)
+            t = step
+    after = account.stats(demand.end_ns)
+    clipped = tuple((s, min(e, demand.end_ns)) for s, e in stretches if s < demand.end_ns)
+    return Replayed(cpus, clipped, after - before, window)
+
+
+def added_delay(replayed: Replayed, q: float) -> float:
+    """The ``q``-th percentile (0..100) of the wait, ns, until the group runs again, for a
+    request arriving at a uniformly random instant of the window (0 outside the stretches;
+    inside one, the rest of it)."""
+    lo, hi = replayed.window
+    window = hi - lo
+    lengths = [e - s for s, e in replayed.stretches if e > s]
+    if not lengths or window <= 0:
+        return 0.0
+    beyond = 1.0 - q / 100.0   # P(wait > w) must fall to this
+
+    def share_above(w: float) -> float:
+        return sum(max(0.0, length - w) for length in lengths) / window
+
+    if share_above(0.0) <= beyond:
+        return 0.0
+    low, high = 0.0, float(max(lengths))
+    for _ in range(64):
+        middle = (low + high) / 2
+        if share_above(middle) > beyond:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+def predicted_latency(start_ns: int, latency_ns: int, held_ns: int,
+                      stretches: Sequence[tuple[int, int]]) -> int:
+    """A recorded request's latency at the replayed limit: its unthrottled part
+    (``latency_ns - held_ns``, the recorded hold taken out) plus the wall time the replayed
+    stretches hold it from ``start_ns`` until that part has run."""
+    left = max(0, latency_ns - held_ns)
+    t, held = start_ns, 0
+    ends = [e for _s, e in stretches]
+    for s, e in stretches[bisect.bisect_right(ends, start_ns):]:
+        if s >= t + left:
+            break
+        if s > t:
+            left -= s - t
+            t = s
+        held += e - t
+        t = e
+    return max(0, latency_ns - held_ns) + held
+
+
+@dataclass(frozen=True)
+class Request:
+    """A recorded request on the timeline's clock, and the wall time the record held it."""
+
+    start_ns: int
+    latency_ns: int
+    held_ns: int
+
+
+@dataclass(frozen=True)
+class LimitRow:
+    """One limit's answer: the replay, and each request's predicted latency (None: no
+    requests were given)."""
+
+    replayed: Replayed
+    latencies_ns: tuple[int, ...] | None
+
+    def latency_ms(self, q: float) -> float:
+        return percentile([v / MS for v in self.latencies_ns or ()], q)
+
+    def delay_ms(self, q: float) -> float:
+        return added_delay(self.replayed, q) / MS
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.replayed
+        out: dict[str, Any] = {
+            "cpus": r.cpus, "periods_throttled": r.stats.nr_throttled,
+            "periods": r.stats.nr_periods, "throttled_ms": r.throttled_ns / MS}
+        if self.latencies_ns is not None:
+            out.update({f"p{q}_ms": self.latency_ms(q) for q in (50, 90, 99)})
+        else:
+            out.update({f"added_delay_p{q}_ms": self.delay_ms(q) for q in (50, 99)})
+        out["throttled"] = [{"start_ms": (s - r.window[0]) / MS, "held_ms": (e - s) / MS}
+                            for s, e in r.stretches]
+        return out
+
+
+def replay_limits(demand: Demand, limits: Sequence[float | None],
+                  requests: Sequence[Request] | None = None, burst_ns: int = 0,
+                  period_ns: int | None = None) -> list[LimitRow]:
+    """Each limit replayed, with the requests' predicted latencies when they are given."""
+    rows = []
+    for cpus in limits:
+        replayed = replay(demand, cpus, burst_ns, period_ns)
+        latencies = None if requests is None else tuple(
+            predicted_latency(r.start_ns, r.latency_ns, r.held_ns, replayed.stretches)
+            for r in requests)
+        rows.append(LimitRow(replayed, latencies))
+    return rows

@@ -1,0 +1,84 @@
+"""``http-timing predict --timeline FILE --cpus A,B,C [--requests-from FILE] [--json]``: a
+recorded timeline replayed at other limits (``client.analysis.replay``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from client.analysis.replay import (Demand, LimitRow, ReplayError, Request, demand_of,
+                                    replay_limits)
+from client.commands.common import EXIT_OK
+from client.commands.options import CliError, parse_limits
+from client.data.jsonsafe import json_ready
+from client.render.replay import format_replay
+from client.run.replay_input import Placed, Recording, read_recording, read_requests
+
+__all__ = ["MODEL_ONLY", "command_replay", "replay_answer"]
+
+# the model's own options: a replay takes its load from the record
+MODEL_ONLY = ("service_ms", "concurrency", "requests", "overhead_ms", "cores", "threads",
+              "replicas")
+MS = 1_000_000
+
+
+def _says(demand: Demand) -> str:
+    if demand.throttled_wall_ns <= 0:
+        return "exact in the model's terms (the record was not throttled)"
+    return (f"estimated: {100 * demand.throttled_fraction:.0f} % of the window was throttled in "
+            f"the record ({demand.hidden_ns / MS:.0f} ms of CPU the group wanted then is taken "
+            "from the throttled time)")
+
+
+def replay_answer(recording: Recording, demand: Demand, rows: list[LimitRow],
+                  placed: Placed | None, requests_file: Path | None) -> dict[str, Any]:
+    """The figures ``--json`` prints and the text shows."""
+    first = recording.samples[0]
+    return {
+        "timeline": str(recording.path),
+        "window": {"start_s": first.t_ns / 1e9, "seconds": demand.window_ns / 1e9,
+                   "periods": demand.window_ns // demand.period_ns,
+                   "period_ms": demand.period_ns / MS, "period_source": recording.period_source,
+                   "started_at": recording.meta.started_at if recording.meta else None},
+        "recorded": {"cpus": list(recording.limits), "periods": demand.recorded.nr_periods,
+                     "periods_throttled": demand.recorded.nr_throttled,
+                     "throttled_ms": demand.recorded.throttled_ns / MS,
+                     "cpu_used_s": demand.usage_ns / 1e9, "source": "the timeline's cpu.stat"},
+        "demand": {"exact": demand.throttled_wall_ns <= 0,
+                   "throttled_fraction": demand.throttled_fraction,
+                   "estimated_ms": demand.hidden_ns / MS, "cores": demand.cores,
+                   "says": _says(demand)},
+        "requests": None if placed is None or requests_file is None else {
+            "file": str(requests_file), "count": len(placed.records),
+            "outside_window": placed.outside, "failed": placed.failed, "placed": placed.how},
+        "limits": [row.to_dict() for row in rows],
+    }
+
+
+def command_replay(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    given = [f"--{name.replace('_', '-')}" for name in MODEL_ONLY
+             if getattr(opts, name) is not None]
+    if given:
+        raise CliError(f"{', '.join(given)}: for the model (--service-ms); a replay takes its "
+                       "load from the recorded timeline")
+    recording = read_recording(opts.timeline)
+    period_ns = round(opts.period_ms * MS) if opts.period_ms else recording.period_ns
+    limits = parse_limits(opts.cpus, period_ms=period_ns / MS, burst_ms=opts.burst_ms or 0.0)
+    try:
+        demand = demand_of(recording.samples, recording.period_ns)
+    except ReplayError as exc:
+        raise CliError(f"{opts.timeline}: {exc}") from None
+    placed = (read_requests(opts.requests_from, recording)
+              if opts.requests_from is not None else None)
+    requests = None if placed is None else [
+        Request(r.start_ns, r.latency_ns, h) for r, h in zip(placed.records, placed.held_ns)]
+    rows = replay_limits(demand, [None if limit is None else limit.cpus for limit in limits],
+                         requests, round((opts.burst_ms or 0.0) * MS), period_ns)
+    answer = replay_answer(recording, demand, rows, placed, opts.requests_from)
+    if opts.json:
+        print(json.dumps(json_ready(answer), indent=2))
+    else:
+        print(format_replay(answer))
+    return EXIT_OK

@@ -1,0 +1,166 @@
+"""What ``http-timing predict --timeline`` reads: a recorded timeline (``http-timing record``'s,
+a ``--cgroup`` run's, the node agent's) with the JSON beside it, and the requests to replay
+(a run's CSV, another tool's file or an access log, read as ``http-timing import`` reads them)
+placed on the timeline's clock. Every problem is a one-line ``RawDataError`` naming the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from client.data.attribution import held
+from client.data.files import read_run
+from client.data.imports import read_results
+from client.data.readers import HEAD_BYTES, READERS
+from client.data.record import RawDataError, RequestRecord
+from client.data.timeline import CgroupSample, read_timeline, timeline_path
+from client.data.timeline_meta import (TimelineMetadata, read_timeline_metadata,
+                                       timeline_meta_path)
+from client.run.importing import place_requests
+
+__all__ = ["DEFAULT_PERIOD_NS", "Placed", "Recording", "read_recording", "read_requests"]
+
+DEFAULT_PERIOD_NS = 100_000_000   # the kernel's default period, when the record does not say
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A timeline and what its JSON says about it."""
+
+    path: Path
+    samples: list[CgroupSample]
+    meta: TimelineMetadata | None
+    period_ns: int
+    period_source: str                  # where the period came from
+    limits: tuple[float | None, ...]    # the limits in force in the window (None: no quota)
+    zero_epoch_ns: int | None           # the wall clock at the timeline's zero, if known
+    zero_exact: bool                    # False: from a run's started_at (before its warm-up)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """The requests on the timeline's clock inside its window, with the wall time the record
+    held each (``client.data.attribution.held``), and how they were placed."""
+
+    records: list[RequestRecord]
+    held_ns: list[int]
+    outside: int          # successful requests not wholly inside the window, left out
+    failed: int           # requests that failed, left out
+    how: str
+
+
+def _limits(samples: list[CgroupSample], meta: TimelineMetadata | None
+            ) -> tuple[float | None, ...]:
+    seen: list[float | None] = []
+    for sample in samples:
+        if sample.quotas:
+            quota, period = sample.quotas[0]
+            cpus = None if quota is None or quota <= 0 or period <= 0 else quota / period
+            if cpus not in seen:
+                seen.append(cpus)
+    if seen:
+        return tuple(seen)
+    cpus = (meta.cgroup or {}).get("cpus") if meta else None
+    return (float(cpus) if isinstance(cpus, (int, float)) and cpus > 0 else None,)
+
+
+def _period(samples: list[CgroupSample], meta: TimelineMetadata | None) -> tuple[int, str]:
+    periods = [s.quotas[0][1] for s in samples if s.quotas and s.quotas[0][1] > 0]
+    if periods:
+        return max(set(periods), key=periods.count) * 1000, "the timeline's period_us"
+    if meta is not None and meta.period_ns:
+        return meta.period_ns, "the timeline's JSON"
+    return DEFAULT_PERIOD_NS, "the kernel's default (the record does not say)"
+
+
+def _epoch(text: str | None) -> int | None:
+    if not text:
+        return None
+    try:
+        return round(datetime.fromisoformat(text).timestamp() * 1e9)
+    except ValueError:
+        return None
+
+
+def read_recording(path: Path) -> Recording:
+    """The timeline at ``path`` and its JSON (``<name>.json``; a run's or ``record``'s)."""
+    samples = read_timeline(path)
+    meta = read_timeline_metadata(timeline_meta_path(path))
+    period_ns, source = _period(samples, meta)
+    zero: int | None = None
+    exact = False
+    if meta is not None and meta.clock is not None:
+        zero, exact = meta.clock.zero_epoch_ns, True
+    elif meta is not None:
+        zero = _epoch(meta.started_at)
+    return Recording(path, samples, meta, period_ns, source, _limits(samples, meta), zero,
+                     exact)
+
+
+def _is_run_file(path: Path) -> bool:
+    try:
+        with path.open("rb") as file:
+            head = file.read(HEAD_BYTES)
+    except OSError:
+        return True   # read_run says why, in one line
+    return any(reader.recognises(head) for reader in READERS.values())
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
+
+
+def _run_records(path: Path, recording: Recording) -> tuple[list[RequestRecord], str]:
+    run = read_run(path)
+    if _same_file(timeline_path(run.path), recording.path):
+        return run.records, "on the run's own timeline (one clock)"
+    started = _epoch(run.metadata.started_at)
+    if started is None or recording.zero_epoch_ns is None:
+        raise RawDataError(f"{path}: cannot place its requests on {recording.path}: "
+                           "the run or the timeline does not say when it started")
+    base = started - recording.zero_epoch_ns
+    return ([RequestRecord(r.seq, r.start_ns + base, r.latency_ns, r.status, r.error)
+             for r in run.records],
+            "by the run's start time (started_at, taken before its warm-up: "
+            "± tens of ms)")
+
+
+def _imported_records(path: Path, recording: Recording) -> tuple[list[RequestRecord], str]:
+    imported = read_results(path)
+    if recording.zero_epoch_ns is None:
+        raise RawDataError(f"{recording.path}: its JSON has no clock to place {path}'s "
+                           "requests on (expected the JSON 'http-timing record' writes)")
+    try:
+        records = place_requests(imported, recording.zero_epoch_ns, None, 0)
+    except ValueError:
+        raise RawDataError(
+            f"{path}: {imported.format} times are relative to the tool's own start: make it a "
+            f"run with http-timing import {path} --timeline {recording.path} --start EPOCH, "
+            "then give --requests-from that run's CSV") from None
+    return records, f"by their Unix times ({imported.format})"
+
+
+def read_requests(path: Path, recording: Recording) -> Placed:
+    """The requests of ``path`` on the recording's clock (see the module's docstring)."""
+    if not path.exists():
+        raise RawDataError(f"{path}: no such file")
+    if path.is_dir():
+        raise RawDataError(f"{path}: is a directory, not a file of requests")
+    if _is_run_file(path):
+        records, how = _run_records(path, recording)
+    else:
+        records, how = _imported_records(path, recording)
+    first, last = recording.samples[0].t_ns, recording.samples[-1].t_ns
+    ok = [r for r in records if not r.error]
+    inside = [r for r in ok if first <= r.start_ns and r.start_ns + r.latency_ns <= last]
+    if not inside:
+        raise RawDataError(f"{path}: none of its {len(records)} requests lies inside the "
+                           f"timeline's window ({recording.path}; placed {how})")
+    walls = held([(r.start_ns, r.start_ns + r.latency_ns) for r in inside],
+                 [recording.samples], [recording.period_ns])
+    return Placed(inside, walls, len(ok) - len(inside), len(records) - len(ok), how)
