@@ -81,7 +81,7 @@ def test_rate_sweep_is_the_throughput_scaling_test(tmp_path: Path) -> None:
 def test_kernel_sweep_uses_a_real_quota_and_removes_it(tmp_path: Path) -> None:
     """On the host's cgroup v1. The kernel backend runs ``burn-service --cpus``, whose group
     on cgroup v2 (made, limited, counted, removed) test_cpu_quota's v2 tests check in the
-    guest; this one took 108 s there under TCG (CI 2026-11-27) to say nothing more."""
+    guest; here it would take minutes under TCG to say nothing more."""
     cgroup_version = 1
     require_kernel_quota(cgroup_version)
     result = sweep("--backend", "kernel", "--cpus", "0.5", "--requests", "4", "--iterations",

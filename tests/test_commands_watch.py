@@ -176,8 +176,7 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], expected: str,
 @HIERARCHIES
 def test_piped_output_is_one_json_object_per_interval(cgroup_version: int) -> None:
     # the console script on the host; in the v2 guest its main() in this process (a new
-    # http-timing process imports for a minute or more there under TCG beside the host's
-    # tests: CI 2026-11-27, past 60 s once in 3 runs, the test 92 s)
+    # http-timing process imports for a minute or more there under TCG beside the host's tests)
     with busy_burner(cgroup_version) as burner:
         out = http_timing("watch", str(burner.group), "--interval", "0.3", "--count", "5",
                           cwd=ROOT, timeout=60)
@@ -195,12 +194,12 @@ def test_piped_output_is_one_json_object_per_interval(cgroup_version: int) -> No
         if line["nr_periods"]:
             assert line["throttled_share"] == pytest.approx(line["nr_throttled"]
                                                             / line["nr_periods"]), line
-        else:   # the group did not run in it: no share to give (the v2 guest's TCG vCPUs beside
-            # a busy loop, CI 2026-11-27: the load sent nothing for one 0.3 s interval)
+        else:   # the group did not run in it: no share to give (on a busy machine the load
+            # may send nothing for one 0.3 s interval)
             assert line["throttled_share"] is None and line["nr_throttled"] == 0, line
         # the quota holds on the host: never much more than 0.2 CPU per interval. Not asserted in
         # the v2 guest, whose TCG vCPUs beside the host's tests let the group run past its quota
-        # (CI 2026-11-26: 118 ms of CPU in a 0.3 s interval of 3 periods, the kernel's own count)
+        # (the kernel's own count there can exceed 0.2 CPU in an interval)
         if not in_v2_guest():
             assert line["usage_cpus"] <= 0.2 * 1.5 + 0.05, line
 

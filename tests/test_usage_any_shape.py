@@ -171,9 +171,7 @@ def test_v2_usage_of_any_shape_is_usage_usec(tmp_path: Path, shape: str) -> None
     # usage_usec is exact: the periods at the quota are known for every shape, and they hold
     # no more CPU than the group used. How many of the throttled periods reached 90 % of the
     # quota is the kernel's doing, not asserted here: under TCG with two vCPUs it throttles
-    # periods whose quota is partly stranded on the other vCPU's runqueue (CI 2026-11-27, the
-    # thread-per-request shape: 167 of 182 periods throttled at 0.23 CPU on average, 47 of
-    # them at the quota; fork 75 of 94, pool 19 of 25)
+    # periods whose quota is partly stranded on the other vCPU's runqueue
     at_quota = c["periods_at_quota"]
     assert at_quota is not None and at_quota >= 1, c
     assert at_quota * AT_QUOTA * 0.030 <= tool_s * 1.001, (at_quota, figures)
@@ -194,7 +192,7 @@ def usage_panel_title(timeline: list, metadata: object) -> str:   # type: ignore
 def go_burner(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """benchmarks/go_burner/main.go built in a temporary folder, with the toolchain's own build
     cache (as the agent's tests use it): a cache of its own here compiled the standard library
-    again in every run (22 s of CI on 2026-11-27)."""
+    again in every run."""
     require(GO.exists() or shutil.which("go") is not None,
             f"needs the Go toolchain ({GO}: scripts/install-load-tools.sh)")
     go = str(GO) if GO.exists() else str(shutil.which("go"))
