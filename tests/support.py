@@ -216,10 +216,8 @@ def usage_error(argv: Sequence[str], cwd: Path, monkeypatch: pytest.MonkeyPatch,
 
 # How long a test in the v2 guest waits for burn-service (or a new http-timing) to answer
 # (seconds). Their imports take 20-60 s of CPU under TCG, and beside other work (a busy CI
-# machine) the guest gets half a CPU or less: measured 2026-11-26, a start at 0.3 CPU took over
-# 127 s beside a busy loop and ~40 s without (burn-service then imported inside its quota; since
-# 2026-11-27 the quota comes after its start). A fixed minute or two is one machine's
-# idleness; what the tests judge comes after the start.
+# machine) the guest gets half a CPU or less: a start can take minutes. A fixed minute or two
+# is one machine's idleness; what the tests judge comes after the start.
 GUEST_START_S = 600.0
 
 
@@ -251,7 +249,7 @@ def http_timing_here(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """``http-timing ARGS`` through the console script's own ``main`` in this process, in
     ``cwd``, its output captured: the same code, exit status and output as the script (which
     is ``sys.exit(main())``). For the v2 guest, where every new Python process imports numpy,
-    httpx and the client again at TCG's speed (20-50 s each, measured 2026-11-26); the
+    httpx and the client again at TCG's speed (20-50 s each); the
     service it times still runs in its own group, in its own process."""
     from client.commands import main
 

@@ -70,9 +70,9 @@ def only_own_requests(page: Any, base: str) -> list[str]:
 def test_pi_page_shows_throttle_pauses_highlighted(page: Any, tmp_path: Path) -> None:
     with service_process(["--cpu-limit", "10"]) as (base, _proc):
         urls = only_own_requests(page, base)
-        # 300000 terms: ~43 ms of CPU on a 2.6 GHz Xeon (2026-11-25), more elsewhere: always
-        # several 10 ms budgets, so a pause whatever the phase of the cycle it starts in
-        # (100000 was ~14.5 ms there: work that straddles a cycle's end could fit unpaused)
+        # 300000 terms: tens of ms of CPU on a current x86 core, more elsewhere: always several
+        # 10 ms budgets, so a pause whatever the phase of the cycle it starts in (a third of
+        # that is near 15 ms: work that straddles a cycle's end could fit unpaused)
         response = page.goto(base + "/pi?counter=300000", timeout=60_000)
         assert response is not None and response.status == 200
 

@@ -118,7 +118,7 @@ def test_any_service_in_a_quota_group(tmp_path: Path, by: str, load: list[str],
                                       cgroup_version: int) -> None:
     require_kernel_quota(cgroup_version)
     # the guest is ~15x slower: half the requests say as much, and no picture (drawing one
-    # takes 10-13 s there idle, 2026-11-27; the picture is the same on either hierarchy)
+    # takes seconds there; the picture is the same on either hierarchy)
     picture = cgroup_version == 1
     if cgroup_version == 2:
         load = [str(int(a) // 2) if a.isdigit() and load[i - 1] == "--requests" else a

@@ -187,8 +187,8 @@ def test_quota_stalls_the_limited_container_only(limited: Container, limitless: 
         # The kernel says why: many limited requests were throttled, none of the free ones.
         # Back to back, the quota runs out about once per 30 ms of the run's CPU and stops the
         # request in flight: at least half as many as that (counted from what the requests
-        # cost as they ran, Server-Timing cpu: CI on 2026-11-27 got 12 of 150 when a pass cost
-        # fell well below what it was when the iterations were sized)
+        # cost as they ran, Server-Timing cpu: what a pass costs can fall well below what it
+        # was when the iterations were sized)
         throttled = [r for r in slow_rows if int(r["kernel_nr_throttled"] or 0) > 0]
         run_cpu_ms = sum(int(r["server_cpu_ns"] or 0) for r in slow_rows) / 1e6
         assert len(throttled) >= max(3, run_cpu_ms / 30 / 2), (

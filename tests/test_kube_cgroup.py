@@ -208,8 +208,7 @@ def test_a_run_from_the_host_marks_what_the_pod_s_groups_counted(
         assert slow > 3 * fast or slow - fast > 40 * MS, (slow, fast)
     else:   # every request stopped: back to back, only when each cost close to a whole quota
         # as it ran (the container's CPU over the run, the kernel's count, HTTP included; at
-        # 0.7 of a quota about one request in three still fits in what a period has left).
-        # CI 2026-11-27: 80 of 80, what a pass cost having moved ~2x since the calibration
+        # 0.7 of a quota about one request in three still fits in what a period has left)
         per_request = (timeline[-1].usage_ns - timeline[0].usage_ns) / len(run.records)
         assert per_request >= 0.7 * LIMIT.quota_ns, (per_request, LIMIT)
 

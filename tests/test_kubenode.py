@@ -250,8 +250,8 @@ def test_traefik_logs_json_to_the_state_dir_and_carries_its_manifests_digest(
 def test_down_removes_every_mount_point_it_made_and_names_one_that_is_not_empty(
         tmp_path: Path) -> None:
     """A mount point someone else filled (dockerd's shims put /run/containerd/s on the host)
-    must not keep the node's other mount points on the host (seen 2026-11-26: /var/lib/kubelet
-    and /var/lib/cni left after /run/containerd could not be removed)."""
+    must not keep the node's other mount points on the host (/var/lib/kubelet and /var/lib/cni
+    left after /run/containerd could not be removed)."""
     from kubenode.context import Node
     from kubenode.node import STEPS
 
