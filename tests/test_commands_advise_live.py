@@ -14,8 +14,10 @@ runs see, as on the machine a service runs in production. Neither changes what a
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -282,10 +284,15 @@ def test_bad_input_on_a_real_group_is_one_line(tmp_path: Path,
                            tmp_path, monkeypatch, capsys)
         assert "below what the service does without any CPU limit" in line, line
         assert quota(group) == ORIGINAL
-        nobody = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                                 str(BIN / "http-timing"), "advise", "--cgroup", str(group),
-                                 "--url", url, "--p99", "30"], cwd="/", capture_output=True,
-                                text=True, timeout=120)
+        home = Path(tempfile.mkdtemp(prefix="nobody-"))   # where nobody may write its files
+        home.chmod(0o777)
+        try:
+            nobody = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534",
+                                     "--clear-groups", str(BIN / "http-timing"), "advise",
+                                     "--cgroup", str(group), "--url", url, "--p99", "30"],
+                                    cwd=home, capture_output=True, text=True, timeout=120)
+        finally:
+            shutil.rmtree(home)
         assert quota(group) == ORIGINAL
     lines = nobody.stderr.strip().splitlines()
     assert nobody.returncode == 2 and len(lines) == 1, nobody.stderr

@@ -62,10 +62,11 @@ def folder_problem(folder: Path) -> str | None:
     without making it: before a run, so that no request is sent for files that cannot be kept."""
     for place in (folder, *folder.parents):
         if place.exists():
+            shown = place if str(place) != "." else Path.cwd()   # "." says nothing
             if not place.is_dir():
-                return f"{place} is a file, not a directory"
+                return f"{shown} is a file, not a directory"
             if not os.access(place, os.W_OK | os.X_OK):
-                return f"{place} is not writable here"
+                return f"{shown} is not writable here"
             return None
     return None
 
