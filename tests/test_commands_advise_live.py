@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from client.analysis.advise import MAIN_ROLES
 from client.data.files import read_run
 from tests.support import (BIN, HIERARCHIES, http_timing, require_kernel_quota, stop_by_pid,
                            usage_error)
@@ -376,3 +377,58 @@ def _container_port(container: str, timeout: float = 60) -> int:
             return int(logs[1])
         time.sleep(0.2)
     raise AssertionError(f"the burner in {container} never said its port")
+
+
+WAITS = "/burn?ms=3&sleep_ms=60&sleep_every=10"   # every 10th request also sleeps 60 ms
+
+
+@pytest.mark.root
+def test_advise_a_service_that_waits_on_some_requests(tmp_path: Path) -> None:
+    """A multi-threaded service (a thread per connection, two at a time) whose every 10th
+    request also sleeps 60 ms after its work, past the 30 ms target: it misses the target
+    without any limit, and advise says so and why; in every run the requests over the target
+    no throttling delayed are counted apart, so the answer is the smallest limit at which
+    throttling pushes no further request past the target; the quota is put back byte for
+    byte."""
+    require_kernel_quota(1)
+    from tests.cgroup_fixtures import burner_in_group
+
+    files = ("cpu.cfs_quota_us", "cpu.cfs_period_us")
+    with burner_in_group(0.5) as service:
+        group = boost(service.group)
+        before = [(group / name).read_bytes() for name in files]
+        result = advise_on_a_busy_machine(
+            "advise", "--cgroup", str(group), "--url", service.base_url + WAITS, "--p99", "30",
+            "--concurrency", "2", "--requests", "100", "--profile-seconds", "3",
+            "--no-alternatives", "--name", "w", "--json", cwd=tmp_path,
+            restored=lambda: quota(group) == ORIGINAL)
+        after = [(group / name).read_bytes() for name in files]
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert after == before                          # put back byte for byte
+    answer = json.loads(result.stdout)
+    for run in answer["runs"]:   # the waits are there: every 10th request slept 60 ms
+        records = read_run(tmp_path / "raw-data" / f"{run['name']}.csv").records
+        assert sum(r.ok and r.latency_ms >= 60 for r in records) >= len(records) // 10
+    # without a limit the waits miss the target, with no throttling in them: said as such
+    profile = answer["runs"][0]
+    assert profile["role"] == "profile" and profile["p99_ms"] > 30
+    assert profile["slow_unthrottled"] > 0 and profile["throttled_over_target"] == 0
+    assert "p99" in result.stderr and "even unthrottled" in result.stderr
+    # the answer agrees with the runs it recorded, the waits counted apart: the runs at the
+    # answer met the target, the next lower limit tried missed through requests throttling
+    # delayed past it
+    rec, at, lower = answer["recommended"], answer["at_recommended"], answer["next_lower"]
+    assert rec is not None and at["cpus"] == rec["cpus"] and at["met"] is True
+    assert at["judged_p99_ms"] <= 30 and at["slow_unthrottled"] > 0
+    if lower is not None:   # else the smallest limit tried already met
+        assert lower["met"] is False and lower["cpus"] < rec["cpus"]
+        assert lower["throttled_over_target"] > 0
+    for run in answer["runs"]:   # no miss of the search was the waits' doing
+        if run["role"] in MAIN_ROLES and run["met"] is False:
+            assert run["throttled_over_target"] > 0 or run["errors"], run
+    check_judged_by_the_groups_counters(tmp_path, answer["runs"])
+    tables = (tmp_path / "pictures" / "w-advise.md").read_text()
+    assert (f"Slow without throttling: {at['slow_unthrottled']} of {at['requests']} requests "
+            "at the answer") in tables
+    assert "The service misses the target even without a limit" in tables
+    assert "no limit makes them faster" in tables

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from client.analysis.advise import (MAIN_ROLES, Advice, Alternative, docker_flags,
                                     kubernetes_cpu)
-from client.analysis.advise_target import Measured
+from client.analysis.advise_target import LatencyTarget, Measured
 from client.render.legend import legend_outside
 from client.render.figures import log_scale, pyplot, save_figure
 from cpuquota.limit import Limit
@@ -146,7 +146,7 @@ def _recommendation(advice: Advice) -> list[str]:
              f"Kubernetes resources.limits.cpu: {kubernetes_cpu(rec)}{burst}",
              f"  measured at {limit_words(rec)}: {figures(at)}: {verdict(at)}"]
     if at.judged_p99_ms is not None:
-        lines.append(_unthrottled(at, advice.profile.run))
+        lines += _unthrottled(at, advice.profile.run, advice.target)
     if below is not None and below.limit is not None:
         lines.append(f"  at {limit_words(below.limit)} (the next lower step tried): "
                      f"{figures(below)}: {verdict(below)}")
@@ -165,16 +165,26 @@ def _recommendation(advice: Advice) -> list[str]:
     return lines
 
 
-def _unthrottled(at: Measured, free: Measured) -> str:
-    """How many requests at the answer were slow without throttling, and what the requests no
-    throttling delayed reach (there, and without a limit)."""
+def _unthrottled(at: Measured, free: Measured, target: LatencyTarget) -> list[str]:
+    """How many requests at the answer were slow without throttling, what the requests no
+    throttling delayed reach (there, and without a limit), and, when the service misses the
+    target even without a limit, that and what the answer then is."""
     reach = ("" if at.unthrottled_p99_ms is None else
              f"; the requests no throttling delayed reach p99 {_ms(at.unthrottled_p99_ms)} ms "
              "there")
-    return (f"  Slow without throttling: {at.slow_unthrottled} of {at.requests} requests at "
-            f"the answer (over the target with no throttling in them, counted apart: not the "
-            f"limit's doing){reach}, p99 {_ms(free.p99_ms)} ms without a limit "
-            f"({free.slow_unthrottled} of {free.requests} over the target).")
+    first = (f"  Slow without throttling: {at.slow_unthrottled} of {at.requests} requests at "
+             f"the answer (over the target with no throttling in them, counted apart: not the "
+             f"limit's doing){reach}")
+    missed = target.misses(free.p90_ms, free.p99_ms, None)
+    if not missed:
+        return [f"{first}, p99 {_ms(free.p99_ms)} ms without a limit ({free.slow_unthrottled} "
+                f"of {free.requests} over the target)."]
+    return [first + ".",
+            f"  The service misses the target even without a limit ({', '.join(missed)}; "
+            f"{free.slow_unthrottled} of {free.requests} requests over it with no throttling "
+            "in them): they wait for something that is not the CPU (a sleep, I/O, the "
+            "machine's other load), and no limit makes them faster. So the answer is the "
+            "smallest limit at which throttling pushes no further request past the target."]
 
 
 def _relative(error: float) -> str:
