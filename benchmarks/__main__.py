@@ -32,6 +32,7 @@ CHOSEN: dict[str, tuple[str, ...]] = {
     "throttle_scaling": ("--modes", "boundary", "--window", "5", "--rounds", "2"),
     "inprocess_throttle": ("--skip-demo",),
     "request_path": (),
+    "advise_waits": (),
 }
 PACKAGE = Path(__file__).resolve().parent
 
