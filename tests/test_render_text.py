@@ -29,7 +29,7 @@ def test_summary_and_throughput_lines() -> None:
 
 
 def test_detection_lines() -> None:
-    assert format_detection(detect([])) == ["throttled: n/a (no successful request)"]
+    assert format_detection(detect([])) == ["delayed by throttling: n/a (no successful request)"]
     records = [RequestRecord(i, i * 10 * MS, (75 if i % 5 == 4 else 5) * MS, 200)
                for i in range(40)]
     lines = format_detection(detect(records))
@@ -43,7 +43,8 @@ def test_detection_lines() -> None:
                              cgroup_nr_throttled=int(r.latency_ns > 50 * MS),
                              cgroup_throttled_ns=0) for r in records]
     lines = format_detection(detect(counted))
-    assert lines[0] == "delayed by throttling: 8 of 40 requests (20.0 %), from the cgroup counters"
+    assert lines[0] == ("delayed by throttling: 8 of 40 requests (20.0 %), from the cgroup "
+                        "counters (cpu.stat)")
     assert lines[1] == ("stall: 70.0 ms typical extra delay of a request delayed by throttling "
                         "(the others 5.00 ms)")
 
