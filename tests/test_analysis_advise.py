@@ -51,7 +51,7 @@ def test_a_target_says_what_was_missed_in_words() -> None:
     target = LatencyTarget(30, 15, 0.05)
     assert target.misses(10, 20, 0.0) == ()
     assert target.misses(16, 31, 0.06, errors=2) == (
-        "2 failed request(s)", "p99 31.0 > 30 ms", "p90 16.0 > 15 ms", "throttled 6 % > 5 %")
+        "2 failed request(s)", "p99 31.0 > 30 ms", "p90 16.0 > 15 ms", "delayed by throttling 6 % > 5 %")
     assert target.misses(10, math.nan, None) == ("p99 nan > 30 ms",)  # no answer misses
     assert target.describe() == "p99 <= 30 ms, p90 <= 15 ms, delayed by throttling <= 5 %"
 
@@ -370,7 +370,7 @@ def test_a_miss_no_throttled_request_made_is_not_the_limits() -> None:
         "1 failed request(s)",)                            # failed requests still miss
     assert target.judge(70.0, 70.0, 0.2, throttled_over=0) == ((), False)
     limited = LatencyTarget(30, None, 0.05)
-    assert limited.judge(5.0, 5.0, 0.2, throttled_over=0)[0] == ("throttled 20 % > 5 %",)
+    assert limited.judge(5.0, 5.0, 0.2, throttled_over=0)[0] == ("delayed by throttling 20 % > 5 %",)
 
 
 def test_the_search_does_not_climb_on_the_machines_load() -> None:

@@ -45,9 +45,9 @@ def advice() -> Advice:
 
 def test_one_line_per_run() -> None:
     assert format_run(3, row(0.665, 33.0)) == (
-        "[3] search 0.665 CPU: p50 4.5  p90 8.0  p99 33.0 ms, throttled 5 %: misses: p99 33.0 "
-        "> 30 ms (narrowly)")
-    assert format_run(1, FREE).endswith("throttled 0 %: not judged")
+        "[3] search 0.665 CPU: p50 4.5  p90 8.0  p99 33.0 ms, 5 % delayed by throttling: "
+        "misses: p99 33.0 > 30 ms (narrowly)")
+    assert format_run(1, FREE).endswith("0 % delayed by throttling: not judged")
     assert limit_words(Limit(0.29, 10, 2.0)) == "0.29 CPU (period 10 ms, burst 2 ms)"
     assert limit_words(None) == "no limit"
 
@@ -68,7 +68,7 @@ def test_the_answer_in_words() -> None:
 def test_the_usage_table_puts_the_rules_beside_the_latency_target() -> None:
     table = format_usage_table(advice()).splitlines()
     assert table[0] == ("| limit set by | rule gives | run at | p50 ms | p90 ms | p99 ms | "
-                        "throttled | meets p99 <= 30 ms |")
+                        "delayed by throttling | meets p99 <= 30 ms |")
     assert table[2] == "| the latency target (advise) | – | 0.7 | 4.5 | 8.0 | 23.5 | 5 % | yes |"
     assert table[3] == ("| p90 of usage + 15 % (Kubernetes VPA recommender) | 1.0146 | 1.015 | "
                         "4.5 | 8.0 | 5.8 | 5 % | yes |")

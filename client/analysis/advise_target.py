@@ -74,7 +74,8 @@ class LatencyTarget:
             out.append(f"p90 {p90_ms:.1f} > {self.p90_ms:g} ms")
         if self.max_throttled is not None and throttled is not None and (
                 throttled > self.max_throttled):
-            out.append(f"throttled {throttled * 100:.0f} % > {self.max_throttled * 100:g} %")
+            out.append(f"delayed by throttling {throttled * 100:.0f} % > "
+                       f"{self.max_throttled * 100:g} %")
         return tuple(out)
 
     def narrow(self, p90_ms: float, p99_ms: float, throttled: float | None,

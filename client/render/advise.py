@@ -51,11 +51,11 @@ def _share(value: float | None) -> str:
 
 
 def figures(run: Measured) -> str:
-    """``p50 8.3  p90 15.6  p99 22.6 ms, throttled 2 %`` (``, mean of 2 runs``; ``, 3 of 100
-    requests slow without throttling (counted apart: p99 21.0 ms)``)."""
+    """``p50 8.3  p90 15.6  p99 22.6 ms, 2 % delayed by throttling`` (``, mean of 2 runs``;
+    ``, 3 of 100 requests slow without throttling (counted apart: p99 21.0 ms)``)."""
     runs = f", mean of {run.runs} runs" if run.runs > 1 else ""
     return (f"p50 {_ms(run.p50_ms)}  p90 {_ms(run.p90_ms)}  p99 {_ms(run.p99_ms)} ms, "
-            f"throttled {_share(run.throttled_fraction)}{runs}{_apart(run)}")
+            f"{_share(run.throttled_fraction)} delayed by throttling{runs}{_apart(run)}")
 
 
 def _apart(run: Measured) -> str:
@@ -78,13 +78,15 @@ def verdict(run: Measured) -> str:
 
 
 def format_run(index: int, run: Measured) -> str:
-    """``[3] search 0.55 CPU: p50 ... ms, throttled 6 %: misses: p99 34.2 > 30 ms``."""
+    """``[3] search 0.55 CPU: p50 ... ms, 6 % delayed by throttling: misses: p99 34.2 > 30
+    ms``."""
     return f"[{index}] {run.role} {limit_words(run.limit)}: {figures(run)}: {verdict(run)}"
 
 
 def format_runs_table(runs: Sequence[Measured]) -> str:
     """Every run, a Markdown table."""
-    lines = ["| run | role | limit | requests | p50 ms | p90 ms | p99 ms | throttled | met | "
+    lines = ["| run | role | limit | requests | p50 ms | p90 ms | p99 ms | delayed by "
+             "throttling | met | "
              "slow without throttling | p99 ms, those apart |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
@@ -101,8 +103,8 @@ def format_runs_table(runs: Sequence[Measured]) -> str:
 def format_usage_table(advice: Advice) -> str:
     """The latency-based limit beside the usage-based ones, each as measured (Markdown)."""
     goal = advice.target.describe()
-    lines = [f"| limit set by | rule gives | run at | p50 ms | p90 ms | p99 ms | throttled "
-             f"| meets {goal} |", "|---|---|---|---|---|---|---|---|"]
+    lines = [f"| limit set by | rule gives | run at | p50 ms | p90 ms | p99 ms | delayed by "
+             f"throttling | meets {goal} |", "|---|---|---|---|---|---|---|---|"]
     rows: list[tuple[str, str, Limit | None, Measured | None]] = []
     if advice.at is not None:
         rows.append(("the latency target (advise)", "–", advice.at.limit, advice.at))

@@ -32,7 +32,7 @@ def format_replay(answer: dict[str, Any]) -> str:
     lines = [f"replay of {answer['timeline']}: a window of {w['seconds']:.2f} s "
              f"({w['periods']} periods of {w['period_ms']:g} ms, {w['period_source']})",
              f"recorded: limit {limits}; {rec['periods_throttled']} of {rec['periods']} periods "
-             f"throttled, {rec['throttled_ms']:.0f} ms throttled, CPU used "
+             f"throttled, throttled time {rec['throttled_ms']:.0f} ms, CPU used "
              f"{rec['cpu_used_s']:.2f} s (the timeline's cpu.stat and usage)",
              f"demand: {demand['says']}"]
     requests = answer["requests"]
