@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from service import __version__
 from service.config import Settings, SettingsError, env_name, field_type, option_fields
-from service.stop import Stopped, stop_on_signals
+from service.stop import until_stopped
 
 __all__ = ["build_parser", "main", "metavar", "parse_settings"]
 
@@ -71,11 +71,7 @@ def parse_settings(argv: Sequence[str] | None = None) -> Settings:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        stop_on_signals()  # first: a Ctrl-C from here on ends it without a traceback
-        return _main(argv)
-    except Stopped as stop:
-        return stop.exit_code
+    return until_stopped(lambda: _main(argv))
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -38,7 +38,7 @@ from service import __version__
 from service.cgroup import create_group, empty_group, remove_group, set_quota
 from cpuquota.limit import Limit, kernel_limit
 from cpuquota.account import CpuStat
-from service.stop import STOP_SIGNALS, Stopped, stop_on_signals
+from service.stop import STOP_SIGNALS, until_stopped
 
 __all__ = ["EXIT_SETUP_FAILED", "FORWARDED_SIGNALS", "QUOTA_AT_READY_ENV", "SUPERVISED_ENV",
            "QuotaRun", "build_parser",
@@ -253,11 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        stop_on_signals()  # first: a Ctrl-C from here on ends it without a traceback
-        return _main(argv)
-    except Stopped as stop:
-        return stop.exit_code
+    return until_stopped(lambda: _main(argv))
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -19,9 +19,10 @@ runs, before its first line: the interpreter and the imports of ``service.cli`` 
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from types import FrameType
 
-__all__ = ["STOP_SIGNALS", "Stopped", "stop_on_signals"]
+__all__ = ["STOP_SIGNALS", "Stopped", "stop_on_signals", "until_stopped"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -54,3 +55,12 @@ def stop_on_signals() -> None:
     for sig in STOP_SIGNALS:
         signal.signal(sig, handler)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def until_stopped(body: Callable[[], int]) -> int:
+    """``body()``'s exit code, or ``128 + N`` when signal N stops it (handlers in first)."""
+    try:
+        stop_on_signals()   # first: a Ctrl-C from here on ends it without a traceback
+        return body()
+    except Stopped as stop:
+        return stop.exit_code

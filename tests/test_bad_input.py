@@ -6,10 +6,6 @@ run's picture."""
 from __future__ import annotations
 
 import shutil
-import socket
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +13,7 @@ import httpx
 import pytest
 
 from client.data.files import Run, read_run
+from tests.scripted import Handler, answering, scripted, unanswered
 from tests.support import exit_code_and_errors, free_port, running_service, usage_error
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,43 +142,15 @@ def test_a_row_cut_short_before_the_end_is_an_error_naming_its_line(
     assert line.startswith("http-timing: mid.csv: line 4: ")
 
 
-@contextmanager
-def raw_server(answer: bytes | None) -> Iterator[str]:
-    """A TCP server that reads each request and writes ``answer`` (None: nothing) and closes;
-    yields its URL."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                if answer is not None:
-                    conn.recv(65536)
-                    conn.sendall(answer)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}/"
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        listener.close()
-
-
-@pytest.mark.parametrize(("answer", "message"), [
-    (b"garbage\r\n\r\n", "answered, but its reply could not be read as HTTP/1.1"),
-    (None, "closed the connection without an answer"),
+@pytest.mark.parametrize(("handler", "message"), [
+    (answering(b"garbage\r\n\r\n", keep=False),
+     "answered, but its reply could not be read as HTTP/1.1"),
+    (unanswered([]), "closed the connection without an answer"),
 ])
 def test_a_server_that_answers_no_http_is_said_as_such(
-        tmp_path: Path, answer: bytes | None, message: str, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path, handler: Handler, message: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    with raw_server(answer) as url:
+    with scripted(handler) as url:
         line = usage_error(["--url", url, "--requests", "2", "--quiet", "--name", "r"],
                            tmp_path, monkeypatch, capsys)
     assert message in line and "cannot reach" not in line
