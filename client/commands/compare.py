@@ -18,9 +18,8 @@ def build_compare_parser() -> OneLineParser:
     parser = OneLineParser(
         prog="http-timing compare",
         description="Several runs stacked, each on its own time axis, plus one latency CDF, "
-        "and a table "
-        "(limit, p50, p90, p99, max, throttled %) printed and saved as Markdown next to the "
-        "picture.")
+        "and a table (limit, p50, p90, p99, max, delayed by throttling) printed and saved as "
+        "Markdown next to the picture.")
     parser.add_argument("files", nargs="+", type=Path, help="run files (.csv, .json or text)")
     parser.add_argument("-o", "--output", type=Path, metavar="PICTURE",
                         help="the picture (default pictures/compare-<the runs' names>.png, "
