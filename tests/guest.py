@@ -35,9 +35,8 @@ GUEST_ENV = "THROTTLE_LAB_GUEST"   # tests/conftest.py: "cgroup2" selects the ma
 GUEST_TEST = "test_cgroup2_tests_pass_in_a_v2_guest"   # tests/test_guest_cgroup2.py
 # The guest's priority once it has the machine (the host's tests are done, or it runs alone):
 # its tests time things inside a quota on two vCPUs emulated by TCG, and another process on the
-# machine (a build, a busy loop) took the vCPUs' CPU away mid-request (2026-11-26: beside
-# builds at load 5-7 a 0.3 CPU burn not throttled at all took a median 71 ms, and one request
-# beside a nice -n 10 busy loop ran past 5 s). The guest is the test's own machine: like
+# machine (a build, a busy loop) can take the vCPUs' CPU away mid-request, so that a burn the
+# guest's kernel never throttled still waits. The guest is the test's own machine: like
 # tests.support.shield_from_neighbours for a group on the host, it gets a higher weight
 # (nice -10: 9548 against nice 0's 1024; not the quotas inside it, which are the kernel's).
 ALONE_NICE = -10
@@ -45,9 +44,9 @@ ALONE_NICE = -10
 EARLY: pytest.StashKey[GuestSession] = pytest.StashKey()
 # The early guest's priority while it boots and its pytest starts (imports and collection at
 # TCG's speed, no test of its own timing anything yet), and once its tests run. At nice 19 from
-# the boot, its start shared the busiest part of the host's run at a weight of 15 against 1024:
-# its tests' own time was 656 s of the 1,105 s from its boot (CI 2026-11-27), and the boot with
-# pytest's start and collection ~50 s of an idle machine's.
+# the boot, its start would share the busiest part of the host's run at a weight of 15 against
+# 1024, and its tests would begin late; at nice 0 its boot, pytest's start and collection take
+# under a minute (docs/benchmarks.md, "The cgroup v2 guest").
 START_NICE = 0
 EARLY_NICE = 19
 # written by the guest's pytest (tests/conftest.py) once its tests are collected: the host then
@@ -63,9 +62,9 @@ FILES_ENV = "THROTTLE_LAB_GUEST_FILES"
 SELECT_ENV = "THROTTLE_LAB_GUEST_K"
 # a test running this long in the guest gets every thread's stack written into its output (and
 # goes on): pytest's faulthandler_timeout. Off (0) unless asked for: it reads the other threads'
-# frames while they run, and in CI (2026-11-26, beside a busy loop) it crashed the guest's pytest
-# (SIGSEGV) while the test's own thread was drawing a picture in matplotlib's C code. A test that
-# hangs still says where: pytest-timeout (--timeout, the signal method) prints its stack.
+# frames while they run, and it can crash the guest's pytest (SIGSEGV) when the test's own
+# thread is inside C code (matplotlib drawing a picture). A test that hangs still says where:
+# pytest-timeout (--timeout, the signal method) prints its stack.
 STACKS_AFTER_S = int(os.environ.get("THROTTLE_LAB_GUEST_STACKS_AFTER", "0"))
 MARK = re.compile(r"pytest\.mark\.cgroup2\b|^@HIERARCHIES\b", re.M)   # tests/support.py
 
@@ -341,9 +340,8 @@ def boot_early(spare: float, cpus: int) -> bool:
     """Whether to boot the guest beside the host's tests: only when nothing else holds a CPU
     (all but half a CPU idle). Beside another busy process the niced guest gets next to nothing
     while the host's tests run, and its tests' bounded waits (a service's start, half a run)
-    run out in wall-clock time it never had (CI beside a nice -n 10 busy loop, 2026-11-26: the
-    quota-change test failed in the starved guest; after the host's tests, with the loop still
-    running, all its tests passed)."""
+    run out in wall-clock time it never had. After the host's tests, at ALONE_NICE, the same
+    tests have the time they need even with the other process still running."""
     return spare >= cpus - 0.5
 
 
