@@ -9,8 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
-from client.analysis.replay import (ReplayError, added_delay, demand_of, predicted_latency,
-                                    replay)
+from client.analysis.replay import (ReplayError, Request, added_delay, demand_of, load_of,
+                                    predicted_latency, replay, replay_limits)
+from client.data.attribution import held
 from client.data.timeline import CgroupSample
 from cpuquota.account import QuotaAccount
 
@@ -39,6 +40,35 @@ def recorded(cpus: float | None, busy: Callable[[int], bool], seconds: float = 2
                 usage += step
         t += MS
     return samples
+
+
+def sequential(cpus: float, cpu_ms: int, count: int = 30, gap_ms: int = 5
+               ) -> tuple[list[CgroupSample], list[Request]]:
+    """A one-thread group serving ``count`` requests one after another (``cpu_ms`` of CPU
+    each, the next sent ``gap_ms`` after the last ended) under ``cpus`` of the quota model on
+    a grid 37 ms off the clock's zero, sampled every 10 ms; with each request's hold as the
+    commands read it from the timeline (``client.data.attribution.held``)."""
+    account = QuotaAccount(round(cpus * PERIOD), PERIOD, origin_ns=37 * MS)
+    usage, samples, spans = 0, [], []
+    t, start, left, send_at, end_at = 0, None, 0, 50 * MS, None
+    while end_at is None or t <= end_at:
+        if t % (10 * MS) == 0:
+            stats = account.stats(t)
+            samples.append(CgroupSample(t, usage, stats.nr_periods, stats.nr_throttled,
+                                        stats.throttled_ns))
+        if start is None and len(spans) < count and t >= send_at:
+            start, left = t, cpu_ms * MS
+        if start is not None and account.throttled_until(t) == t:
+            step = min(MS, left, account.remaining(t))
+            account.charge(step, t + MS)
+            usage, left = usage + step, left - step
+            if left == 0:
+                spans.append((start, t + MS))
+                start, send_at = None, t + MS + gap_ms * MS
+                end_at = t + 300 * MS if len(spans) == count else None
+        t += MS
+    holds = held(spans, [samples], [PERIOD])
+    return samples, [Request(s, e - s, h) for (s, e), h in zip(spans, holds)]
 
 
 def always(t: int) -> bool:
@@ -99,3 +129,37 @@ def test_a_window_that_says_nothing_is_refused(timeline: list[CgroupSample],
                                                reason: str) -> None:
     with pytest.raises(ReplayError, match=reason):
         demand_of(timeline, PERIOD)
+
+
+@pytest.mark.parametrize("cpus, cpu_ms", [(0.1, 30), (0.3, 50), (0.3, 20)])
+def test_replaying_requests_at_their_own_limit_gives_each_its_recorded_latency(
+        cpus: float, cpu_ms: int) -> None:
+    timeline, requests = sequential(cpus, cpu_ms)
+    demand = demand_of(timeline, PERIOD)
+    assert load_of(demand, requests).closed   # one after another
+    (row,) = replay_limits(demand, [cpus], requests)
+    assert row.latencies_ns is not None
+    for request, latency in zip(requests, row.latencies_ns):
+        assert abs(latency - request.latency_ns) < PERIOD, request   # within a period
+    assert abs(row.replayed.stats.nr_throttled - demand.recorded.nr_throttled) <= 2
+
+
+def test_a_closed_loop_at_a_higher_limit_is_faster_and_never_below_its_cpu() -> None:
+    timeline, requests = sequential(0.1, 30)
+    demand = demand_of(timeline, PERIOD)
+    recorded, higher, free = replay_limits(demand, [0.1, 0.5, None], requests)
+    assert free.replayed.stats.nr_throttled == 0 and free.latencies_ns is not None
+    assert min(free.latencies_ns) >= 30 * MS                 # its CPU, run on one CPU
+    assert higher.latency_ms(50) < recorded.latency_ms(50)   # less held
+    assert higher.replayed.stats.nr_throttled < recorded.replayed.stats.nr_throttled
+
+
+def test_requests_that_overlap_are_an_open_loop_kept_at_their_times() -> None:
+    demand = demand_of(recorded(1.0, first_half), PERIOD)
+    # two requests in each period's busy half, overlapping: each took half its CPU
+    requests = [Request(p * PERIOD + d, 40 * MS, 0) for p in range(1, 18) for d in (0, 10 * MS)]
+    load = load_of(demand, requests)
+    assert not load.closed
+    assert [j.arrival_ns for j in load.jobs] == sorted(r.start_ns for r in requests)
+    assert sum(j.cpu_ns for j in load.jobs) + sum(load.background_ns) == pytest.approx(
+        demand.usage_ns)   # every ns of the record's CPU once

@@ -1,7 +1,8 @@
 """``http-timing predict --timeline``: a recorded window replayed at other limits, end to end.
 A hand-made timeline for the text, the JSON and the refusals (one line, exit 2); the real
 kernel for the replay's identity: at the recorded limit it counts the periods throttled the
-group's own cpu.stat counted."""
+group's own cpu.stat counted, and each request its measured latency (p50 and p99 within a
+period)."""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def test_refusals_are_one_line_and_exit_2(argv: list[str], expected: str, tmp_pa
 
 
 @pytest.mark.root
-def test_at_the_recorded_limit_the_replay_counts_the_kernels_periods_throttled(
+def test_at_the_recorded_limit_the_replay_gives_the_kernels_counts_and_the_runs_latency(
         tmp_path: Path) -> None:
     with recorded_service(tmp_path) as rec:
         run = http_timing("--url", rec.url, "--requests", "10", "--name", "load",
@@ -88,3 +89,7 @@ def test_at_the_recorded_limit_the_replay_counts_the_kernels_periods_throttled(
     (replayed,) = data["limits"]
     assert abs(replayed["periods_throttled"] - recorded) <= 2, (replayed, recorded)
     assert data["requests"]["count"] >= 8
+    assert data["requests"]["loop"].startswith("closed")   # one after another
+    measured = data["requests"]["measured"]
+    for q in ("p50_ms", "p99_ms"):   # the replay of a record at its own limit is the record
+        assert abs(replayed[q] - measured[q]) <= 100, (q, replayed, measured)

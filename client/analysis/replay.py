@@ -21,8 +21,14 @@ runs until the refill and the demand queues. It returns each throttled stretch a
 account's counters (periods throttled as the kernel counts them).
 
 From the stretches: :func:`added_delay` (the wait until the group runs again, for a request
-arriving at a uniformly random instant of the window) and :func:`predicted_latency` (a recorded
-request's latency at that limit: its unthrottled part plus the wall time the replay holds it).
+arriving at a uniformly random instant of the window).
+
+With the recorded requests, :func:`replay_load` runs the requests themselves instead: each one
+its unthrottled wall time and the CPU the timeline shows it used, the group's other CPU as
+background. A closed loop (requests one after another) sends each one when the one before has
+ended, as the load did, so a throttled record is not replayed as one long backlog; an open loop
+(overlapping requests, an access log) keeps the recorded times. At the recorded limit it gives
+each request its recorded latency, within a period.
 """
 
 from __future__ import annotations
@@ -37,9 +43,9 @@ from client.data.summary import percentile
 from client.data.attribution import CounterSample, period_phase, throttle_events
 from cpuquota.account import CpuStat, QuotaAccount
 
-__all__ = ["MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "Demand", "LimitRow", "ReplayError",
-           "Replayed", "Request", "added_delay", "demand_of", "predicted_latency", "replay",
-           "replay_limits"]
+__all__ = ["MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "Demand", "Job", "LimitRow", "Load",
+           "ReplayError", "Replayed", "Request", "added_delay", "demand_of", "load_of",
+           "predicted_latency", "replay", "replay_limits", "replay_load"]
 
 MIN_WINDOW_NS = 1_000_000_000   # under a second, a replay says nothing worth reading
 MIN_WINDOW_PERIODS = 2
@@ -65,6 +71,7 @@ class Demand:
     usage_ns: int                   # CPU the group used in the window
     hidden_ns: float                # the part of the demand estimated from throttled time
     throttled_wall_ns: int          # the recorded throttled stretches, wall time
+    used_ns: tuple[float, ...] = ()  # CPU the group used in each interval (the record's)
 
     @property
     def start_ns(self) -> int:
@@ -133,8 +140,9 @@ def demand_of(timeline: Sequence[CounterSample], period_ns: int) -> Demand:
     first, last = timeline[0], timeline[-1]
     recorded = CpuStat(last.nr_periods - first.nr_periods, last.nr_throttled - first.nr_throttled,
                        last.throttled_ns - first.throttled_ns)
+    used = tuple(float(max(0, b.usage_ns - a.usage_ns)) for a, b in zip(timeline, timeline[1:]))
     return Demand(tuple(starts), end, tuple(wanted), period_ns, origin, cores, recorded, usage,
-                  hidden, walls)
+                  hidden, walls, used)
 
 
 def _spread(wanted: list[float], starts: list[int], ends: list[int], lo: int, hi: int,
@@ -268,6 +276,124 @@ class Request:
 
 
 @dataclass(frozen=True)
+class Job:
+    """A recorded request as the replay runs it."""
+
+    arrival_ns: int     # when it was sent in the record
+    wall_ns: int        # its wall time not held by throttling (latency minus the recorded hold)
+    cpu_ns: float       # the group's CPU during it (the timeline's usage, shared by overlap)
+    gap_ns: int         # a closed loop's wait from the previous request's end to this one
+
+
+@dataclass(frozen=True)
+class Load:
+    """The recorded requests as work: one after another (``closed``: each is sent when the one
+    before has ended, so a slower limit sends the rest later) or at their own times (an open
+    loop, an access log); and the group's CPU outside every request, per interval."""
+
+    jobs: tuple[Job, ...]
+    closed: bool
+    background_ns: tuple[float, ...]
+
+
+def load_of(demand: Demand, requests: Sequence[Request]) -> Load:
+    """The requests (sorted by start) as work: each one's CPU is the group's usage while it
+    ran, an interval's usage shared among the requests overlapping it by overlap; usage that
+    overlaps no request is background."""
+    reqs = sorted(requests, key=lambda r: r.start_ns)
+    closed = all(b.start_ns >= a.start_ns + a.latency_ns for a, b in zip(reqs, reqs[1:]))
+    starts, ends = demand.starts_ns, (*demand.starts_ns[1:], demand.end_ns)
+    covered = [0] * len(starts)
+    spans: list[list[tuple[int, int]]] = []
+    for r in reqs:
+        lo, hi, mine = r.start_ns, r.start_ns + r.latency_ns, []
+        for k in range(max(0, bisect.bisect_right(starts, lo) - 1), len(starts)):
+            if starts[k] >= hi:
+                break
+            overlap = min(hi, ends[k]) - max(lo, starts[k])
+            if overlap > 0:
+                covered[k] += overlap
+                mine.append((k, overlap))
+        spans.append(mine)
+    background = [0.0 if covered[k] else used for k, used in enumerate(demand.used_ns)]
+    jobs, previous_end = [], None
+    for r, mine in zip(reqs, spans):
+        cpu = sum(demand.used_ns[k] * overlap / covered[k] for k, overlap in mine)
+        gap = 0 if previous_end is None else max(0, r.start_ns - previous_end)
+        jobs.append(Job(r.start_ns, max(0, r.latency_ns - r.held_ns), cpu, gap))
+        previous_end = r.start_ns + r.latency_ns
+    return Load(tuple(jobs), closed, tuple(background))
+
+
+def replay_load(demand: Demand, load: Load, cpus: float | None, burst_ns: int = 0,
+                period_ns: int | None = None) -> tuple[Replayed, tuple[int, ...]]:
+    """The requests run again under ``cpus`` (None: no limit) on the record's period grid, and
+    each one's latency there (in the order of :attr:`Load.jobs`).
+
+    A request runs for its unthrottled wall time, using its CPU evenly over it (at most
+    ``demand.cores`` CPU for the whole group, the background included); while the quota is
+    spent nothing runs. A closed loop sends each request its recorded gap after the one before
+    ended; an open loop at its recorded time. Runs past the window until the last one ends."""
+    period = period_ns or demand.period_ns
+    origin = demand.origin_ns if period == demand.period_ns else demand.start_ns
+    account = (None if cpus is None else
+               QuotaAccount(max(1, round(cpus * period)), period, burst_ns, origin))
+    before = account.stats(demand.start_ns) if account else CpuStat()
+    jobs, cores = load.jobs, float(demand.cores)
+    sent, latencies = [0] * len(jobs), [0] * len(jobs)
+    left: dict[int, float] = {}
+    ends = (*demand.starts_ns[1:], demand.end_ns)
+    stretches: list[tuple[int, int]] = []
+    nxt, due = 0, (jobs[0].arrival_ns if jobs else None)
+    t, k = demand.start_ns, 0
+    while True:
+        while due is not None and due <= t:    # send what is due
+            sent[nxt], left[nxt] = due, float(jobs[nxt].wall_ns)
+            nxt += 1
+            due = jobs[nxt].arrival_ns if nxt < len(jobs) and not load.closed else None
+        done = [i for i, w in left.items() if w <= 0.5]
+        for i in done:
+            latencies[i] = t - sent[i]
+            del left[i]
+            if load.closed and i + 1 < len(jobs):
+                due = t + jobs[i + 1].gap_ns
+        if done:
+            continue
+        while k < len(ends) and ends[k] <= t:
+            k += 1
+        bg = load.background_ns[k] / (ends[k] - demand.starts_ns[k]) if k < len(ends) else 0.0
+        if not left and bg <= 0:
+            later = [x for x in (due, ends[k] if k < len(ends) else None) if x is not None]
+            if not later:
+                break
+            t = max(t + 1, min(later))
+            continue
+        if account is not None:
+            resume = account.throttled_until(t)
+            if resume > t:   # throttled: nothing runs until the refill
+                stretches.append((t, resume))
+                t = resume
+                continue
+        total = bg + sum(jobs[i].cpu_ns / jobs[i].wall_ns for i in left)
+        speed = min(1.0, cores / total) if total > 0 else 1.0
+        events = [t + math.ceil(w / speed) for w in left.values()]
+        events += [x for x in (due, ends[k] if k < len(ends) else None) if x is not None]
+        if account is not None and total > 0:
+            events += [account.next_boundary(t),
+                       t + math.ceil(max(1, account.remaining(t)) / (total * speed))]
+        step = max(t + 1, min(events))
+        for i in left:
+            left[i] -= speed * (step - t)
+        if account is not None:
+            account.charge(round(total * speed * (step - t)), step)
+        t = step
+    end = max(t, demand.end_ns)
+    stats = account.stats(end) - before if account else CpuStat()
+    return Replayed(cpus, tuple(stretches), stats, (demand.start_ns, end)), tuple(latencies)
+
+
+
+@dataclass(frozen=True)
 class LimitRow:
     """One limit's answer: the replay, and each request's predicted latency (None: no
     requests were given)."""
@@ -299,11 +425,7 @@ def replay_limits(demand: Demand, limits: Sequence[float | None],
                   requests: Sequence[Request] | None = None, burst_ns: int = 0,
                   period_ns: int | None = None) -> list[LimitRow]:
     """Each limit replayed, with the requests' predicted latencies when they are given."""
-    rows = []
-    for cpus in limits:
-        replayed = replay(demand, cpus, burst_ns, period_ns)
-        latencies = None if requests is None else tuple(
-            predicted_latency(r.start_ns, r.latency_ns, r.held_ns, replayed.stretches)
-            for r in requests)
-        rows.append(LimitRow(replayed, latencies))
-    return rows
+    if requests is None:
+        return [LimitRow(replay(demand, cpus, burst_ns, period_ns), None) for cpus in limits]
+    load = load_of(demand, requests)
+    return [LimitRow(*replay_load(demand, load, cpus, burst_ns, period_ns)) for cpus in limits]

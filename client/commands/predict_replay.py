@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from client.analysis.replay import (Demand, LimitRow, ReplayError, Request, demand_of,
-                                    replay_limits)
+                                    load_of, replay_limits)
 from client.commands.common import EXIT_OK
 from client.commands.options import CliError, parse_limits
 from client.data.jsonsafe import json_ready
+from client.data.summary import percentile
 from client.render.replay import format_replay
 from client.run.replay_input import Placed, Recording, read_recording, read_requests
 
-__all__ = ["MODEL_ONLY", "command_replay", "replay_answer"]
+__all__ = ["MODEL_ONLY", "command_replay", "replay_answer", "requests_of"]
 
 # the model's own options: a replay takes its load from the record
 MODEL_ONLY = ("service_ms", "concurrency", "requests", "overhead_ms", "cores", "threads",
@@ -30,6 +31,18 @@ def _says(demand: Demand) -> str:
     return (f"estimated: {100 * demand.throttled_fraction:.0f} % of the window was throttled in "
             f"the record ({demand.hidden_ns / MS:.0f} ms of CPU the group wanted then is taken "
             "from the throttled time)")
+
+
+def requests_of(placed: Placed) -> list[Request]:
+    """The placed requests as the replay takes them."""
+    return [Request(r.start_ns, r.latency_ns, h) for r, h in zip(placed.records, placed.held_ns)]
+
+
+def _loop(demand: Demand, placed: Placed) -> str:
+    if load_of(demand, requests_of(placed)).closed:
+        return ("closed: one after another, each sent its recorded gap after the one before "
+                "ended")
+    return "open: they overlap, each sent at its recorded time"
 
 
 def replay_answer(recording: Recording, demand: Demand, rows: list[LimitRow],
@@ -52,7 +65,10 @@ def replay_answer(recording: Recording, demand: Demand, rows: list[LimitRow],
                    "says": _says(demand)},
         "requests": None if placed is None or requests_file is None else {
             "file": str(requests_file), "count": len(placed.records),
-            "outside_window": placed.outside, "failed": placed.failed, "placed": placed.how},
+            "outside_window": placed.outside, "failed": placed.failed, "placed": placed.how,
+            "loop": _loop(demand, placed),
+            "measured": {f"p{q}_ms": percentile([r.latency_ns / MS for r in placed.records], q)
+                         for q in (50, 90, 99)}},
         "limits": [row.to_dict() for row in rows],
     }
 
@@ -72,8 +88,7 @@ def command_replay(opts: argparse.Namespace, parser: argparse.ArgumentParser) ->
         raise CliError(f"{opts.timeline}: {exc}") from None
     placed = (read_requests(opts.requests_from, recording)
               if opts.requests_from is not None else None)
-    requests = None if placed is None else [
-        Request(r.start_ns, r.latency_ns, h) for r, h in zip(placed.records, placed.held_ns)]
+    requests = None if placed is None else requests_of(placed)
     rows = replay_limits(demand, [None if limit is None else limit.cpus for limit in limits],
                          requests, round((opts.burst_ms or 0.0) * MS), period_ns)
     answer = replay_answer(recording, demand, rows, placed, opts.requests_from)

@@ -41,6 +41,10 @@ def format_replay(answer: dict[str, Any]) -> str:
                                               (requests["failed"], "failed")) if n]
         lines.append(f"requests: {requests['count']} from {requests['file']}, placed "
                      f"{requests['placed']}" + (f" ({', '.join(left)}: left out)" if left else ""))
+        measured = requests["measured"]
+        lines.append(f"replayed as a {requests['loop']}; measured in the record: p50 "
+                     f"{_ms(measured['p50_ms'])} ms, p90 {_ms(measured['p90_ms'])} ms, p99 "
+                     f"{_ms(measured['p99_ms'])} ms")
         header = ["limit", "periods throttled", "p50 ms", "p90 ms", "p99 ms"]
         keys = ["p50_ms", "p90_ms", "p99_ms"]
     else:
@@ -51,6 +55,8 @@ def format_replay(answer: dict[str, Any]) -> str:
     rows = [[_limit(row["cpus"]), f"{row['periods_throttled']} of {row['periods']}",
              *(_ms(row[k]) for k in keys)] for row in answer["limits"]]
     lines += ["", *_table(header, rows), "",
-              "predicted by replaying the record's CPU demand through the quota model "
-              "(cpuquota.account) on the record's period grid"]
+              ("predicted by running each request's CPU (the timeline's usage while it ran) "
+               "through the quota model" if requests is not None else
+               "predicted by replaying the record's CPU demand through the quota model")
+              + " (cpuquota.account) on the record's period grid"]
     return "\n".join(lines)
