@@ -6,10 +6,10 @@ is back to what it was afterwards, also after Ctrl-C and SIGTERM (real signals t
 process); bad input is one line. Every figure is judged against what the same run measured
 (the group's own cpu.stat), not against a speed.
 
-The machine these tests run on is shared and busy (load 5-10 on 2 CPUs): a 3 ms request can
-wait 30 ms for a CPU with no quota at all. So the service's group gets 10x the default weight
-(``cpu.shares``) and the client a nice of -10: the quota, not the neighbours, decides what the
-runs see, as on the machine a service runs in production. Neither changes what a quota does."""
+On a shared, busy machine a 3 ms request can wait 30 ms for a CPU with no quota at all. So the
+service's group gets 10x the default weight (``cpu.shares``) and the client a nice of -10: the
+quota, not the neighbours, decides what the runs see, as on the machine a service runs in
+production. Neither changes what a quota does."""
 
 from __future__ import annotations
 
@@ -116,8 +116,8 @@ def test_advise_a_running_service_in_place(tmp_path: Path) -> None:
         after = quota(service.group)
     assert result.returncode == 0, result.stderr[-3000:]
     assert after == ORIGINAL                       # put back as it was
-    # put back, or, when its last run was at the original 0.5 CPU, already as it was (seen in
-    # a busy-loop CI run, 2026-11-26: the answer's check ran last at 0.5 CPU)
+    # put back, or, when its last run was at the original 0.5 CPU, already as it was (the
+    # answer's check can run last, at 0.5 CPU)
     assert ("in place: restored: 0.5 CPU" in result.stderr
             or "in place: the limit is as it was: 0.5 CPU" in result.stderr), result.stderr[-3000:]
     answer = json.loads(result.stdout)
@@ -207,7 +207,7 @@ def test_sweep_a_running_service_in_place(tmp_path: Path, cgroup_version: int) -
     from tests.cgroup_fixtures import burner_in_group
 
     # the v2 guest runs ~15x slower (TCG): fewer limits and requests say as much there, and
-    # no pictures (10-13 s each there idle, 2026-11-27; they are the same on either hierarchy)
+    # no pictures (seconds each there; they are the same on either hierarchy)
     cpus, requests = (("none", "1", "0.3"), 60) if cgroup_version == 1 else (("none", "0.3"), 20)
     plot = [] if cgroup_version == 1 else ["--no-plot"]
     with burner_in_group(0.5) as service:
