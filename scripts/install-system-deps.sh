@@ -21,6 +21,9 @@
 #   prometheus    its promtool checks the node agent's /metrics exposition and the recording
 #                 and alerting rules in k8s/recorder/ (tests/test_agent*.py,
 #                 tests/test_k8s_recorder.py); its service is never started (the policy-rc.d below)
+#   tomcat10, tomcat10-examples   a real JVM: tests/test_threads_jvm.py starts Tomcat itself
+#                 (its own CATALINA_BASE, on loopback) and times a JSP page of the examples; the
+#                 packaged service is never started
 # Idempotent and unattended: packages already installed are skipped, and no daemon is started
 # (a temporary policy-rc.d refuses service starts during the install).
 # Usage: sudo scripts/install-system-deps.sh [EXTRA_PACKAGE ...]
@@ -29,7 +32,7 @@ set -euo pipefail
 PACKAGES=(docker.io docker-compose debootstrap chromium chromium-driver python3-venv openssl
           qemu-system-x86 linux-image-amd64 busybox-static curl wrk nodejs
           etcd-server containerd runc containernetworking-plugins conntrack iptables gcc libc6-dev
-          prometheus "$@")
+          prometheus tomcat10 tomcat10-examples "$@")
 APT=(apt-get -o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0 -q)
 export DEBIAN_FRONTEND=noninteractive
 

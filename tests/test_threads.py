@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from client.analysis.threads import ThreadShare, ThreadsReport, thread_shares, threads_report
+from client.analysis.threads import (ThreadShare, ThreadsReport, outside_request_path,
+                                     thread_shares, threads_report)
 from client.data.threads import ThreadReading, ThreadsFile, fold_name, read_threads
 from client.data.timeline import CgroupSample
 from client.render.text import format_threads
@@ -29,6 +30,25 @@ TICK_NS = 10 * MS   # USER_HZ 100: the fixture's process figures are in clock ti
 ])
 def test_numbered_names_fold_into_one(name: str, folded: str) -> None:
     assert fold_name(name) == folded
+
+
+@pytest.mark.parametrize(("read", "folded"), [
+    ("C2 CompilerThre", "C2 CompilerThre"),     # C2 CompilerThread0, 1, ...: one name as read
+    ("http-nio-8080-e", "http-nio-8080-e"),     # http-nio-8080-exec-1 .. 200
+    ("http-nio-127.0.", "http-nio-127.0."),     # http-nio-127.0.0.1-8080-exec-1 ..
+    ("ajp-nio-0.0.0.0", "ajp-nio-0.0.0.0"),     # an address cut, not a counter
+    ("pool-1-thread-1", "pool-1-thread-N"),     # pool-1-thread-12, cut through its counter
+    ("qtp1234567890-1", "qtp1234567890-N"),     # Jetty's qtp1234567890-17
+])
+def test_names_the_kernel_cut_at_15_bytes_fold_sensibly(read: str, folded: str) -> None:
+    assert len(read) == 15   # comm: 16 bytes with the NUL
+    assert fold_name(read) == folded
+
+
+def test_the_cut_compiler_name_reads_as_the_runtimes_own() -> None:
+    shares = (ThreadShare("C2 CompilerThre", 31 * MS, 0.31, 15.0, 0.6),
+              ThreadShare("http-nio-8080-e", 52 * MS, 0.52, 10.0, 0.4))
+    assert [s.name for s in outside_request_path(shares)] == ["C2 CompilerThre"]
 
 
 def task(proc: Path, pid: int, tid: int, comm: str, ns: int) -> None:

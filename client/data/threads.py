@@ -33,13 +33,20 @@ ENDED = " (ended threads)"   # appended to a process's command name
 _NUMBERED = re.compile(r"^(.*?[^\d])\d+$")
 # ... but not a program's version ("python3", "python3.11", "php8")
 _VERSIONED = re.compile(r"^(python|pypy|perl|php|ruby|lua|java|node|bash|sh)[\d.]*$")
+# ... nor a number of a dotted one: an address or a version the kernel cut ("ajp-nio-0.0.0.0")
+_DOTTED = re.compile(r"\d\.\d+$")
 
 
 def fold_name(name: str) -> str:
     """One name for numbered threads: ``GC Thread#7`` -> ``GC Thread#N``,
-    ``http-nio-8080-exec-12`` -> ``http-nio-8080-exec-N``; ``python3`` stays."""
+    ``http-nio-8080-exec-12`` -> ``http-nio-8080-exec-N``; ``python3`` stays.
+
+    The kernel keeps 15 bytes of a name (``comm``): ``C2 CompilerThread1`` is read as
+    ``C2 CompilerThre`` and every thread of the compiler shares it, as ``http-nio-8080-e``
+    holds the connector's ``exec`` threads; those stay as read. A cut through a counter
+    (``pool-1-thread-12`` read as ``pool-1-thread-1``) folds like the whole name."""
     name = "".join(c if c.isprintable() else "?" for c in name)
-    if _VERSIONED.match(name):
+    if _VERSIONED.match(name) or _DOTTED.search(name):
         return name
     match = _NUMBERED.match(name)
     return f"{match.group(1)}N" if match else name
