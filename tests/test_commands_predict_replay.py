@@ -89,7 +89,7 @@ def test_at_the_recorded_limit_the_replay_gives_the_kernels_counts_and_the_runs_
     (replayed,) = data["limits"]
     assert abs(replayed["periods_throttled"] - recorded) <= 2, (replayed, recorded)
     assert data["requests"]["count"] >= 8
-    assert data["requests"]["loop"].startswith("closed")   # one after another
+    assert data["requests"]["loop"].startswith("closed loop")   # one after another
     measured = data["requests"]["measured"]
     for q in ("p50_ms", "p99_ms"):   # the replay of a record at its own limit is the record
         assert abs(replayed[q] - measured[q]) <= 100, (q, replayed, measured)

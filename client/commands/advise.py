@@ -76,7 +76,7 @@ from client.run.targets.service import free_port
 from client.run.usage import UsageSample
 from cpuquota.limit import Limit
 
-__all__ = ["EXIT_NOT_MET", "Advisor", "build_advise_parser", "command_advise"]
+__all__ = ["EXIT_NOT_MET", "Advisor", "build_advise_parser", "command_advise", "target_from"]
 
 EXIT_NOT_MET = 3   # no limit up to the ceiling met the target
 
@@ -113,6 +113,19 @@ def build_advise_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true",
                         help="print the answer as JSON (progress goes to stderr)")
     add_inplace_arguments(parser, keep=True)
+    passive = parser.add_argument_group(
+        "without touching the service (--passive: no resize, no load)")
+    passive.add_argument("--passive", action="store_true",
+                         help="answer from the replay of a recorded window "
+                         "(client.analysis.replay): --timeline FILE, or --cgroup TARGET "
+                         "--duration S to record it first")
+    passive.add_argument("--timeline", type=Path, metavar="NAME.cgroup.csv",
+                         help="with --passive: the recorded window (http-timing record's, a "
+                         "--cgroup run's, the node agent's)")
+    passive.add_argument("--requests-from", type=Path, metavar="FILE",
+                         help="with --passive: the window's requests (a run's CSV, a load "
+                         "tool's file or an access log, as import reads them); without, the "
+                         "added delay of a random arrival is judged")
     return parser
 
 

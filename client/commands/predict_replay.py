@@ -40,9 +40,9 @@ def requests_of(placed: Placed) -> list[Request]:
 
 def _loop(demand: Demand, placed: Placed) -> str:
     if load_of(demand, requests_of(placed)).closed:
-        return ("closed: one after another, each sent its recorded gap after the one before "
-                "ended")
-    return "open: they overlap, each sent at its recorded time"
+        return ("closed loop: one after another, each sent its recorded gap after the one "
+                "before ended")
+    return "open loop: they overlap, each sent at its recorded time"
 
 
 def replay_answer(recording: Recording, demand: Demand, rows: list[LimitRow],

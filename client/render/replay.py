@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["format_replay"]
+__all__ = ["format_passive", "format_replay"]
 
 
 def _limit(cpus: float | None) -> str:
@@ -25,8 +25,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
                              for r in rows)]
 
 
-def format_replay(answer: dict[str, Any]) -> str:
-    """The window, the record, how sure the demand is, the requests, then the table."""
+def _head(answer: dict[str, Any]) -> list[str]:
+    """The window, the record, how sure the demand is, the requests."""
     w, rec, demand = answer["window"], answer["recorded"], answer["demand"]
     limits = ", ".join(_limit(c) for c in rec["cpus"])
     lines = [f"replay of {answer['timeline']}: a window of {w['seconds']:.2f} s "
@@ -45,11 +45,19 @@ def format_replay(answer: dict[str, Any]) -> str:
         lines.append(f"replayed as a {requests['loop']}; measured in the record: p50 "
                      f"{_ms(measured['p50_ms'])} ms, p90 {_ms(measured['p90_ms'])} ms, p99 "
                      f"{_ms(measured['p99_ms'])} ms")
-        header = ["limit", "periods throttled", "p50 ms", "p90 ms", "p99 ms"]
-        keys = ["p50_ms", "p90_ms", "p99_ms"]
     else:
         lines.append("requests: none given; added delay: the wait until the group runs again "
                      "for a request arriving at a random instant of the window")
+    return lines
+
+
+def format_replay(answer: dict[str, Any]) -> str:
+    """The window, the record, how sure the demand is, the requests, then the table."""
+    lines, requests = _head(answer), answer["requests"]
+    if requests is not None:
+        header = ["limit", "periods throttled", "p50 ms", "p90 ms", "p99 ms"]
+        keys = ["p50_ms", "p90_ms", "p99_ms"]
+    else:
         header = ["limit", "periods throttled", "added delay p50 ms", "added delay p99 ms"]
         keys = ["added_delay_p50_ms", "added_delay_p99_ms"]
     rows = [[_limit(row["cpus"]), f"{row['periods_throttled']} of {row['periods']}",
@@ -59,4 +67,38 @@ def format_replay(answer: dict[str, Any]) -> str:
                "through the quota model" if requests is not None else
                "predicted by replaying the record's CPU demand through the quota model")
               + " (cpuquota.account) on the record's period grid"]
+    return "\n".join(lines)
+
+
+def _judged(row: dict[str, Any]) -> str:
+    if "p99_ms" in row:
+        figures = f"predicted p99 {_ms(row['p99_ms'])} ms, p90 {_ms(row['p90_ms'])} ms"
+    else:
+        figures = (f"added delay p99 {_ms(row['added_delay_p99_ms'])} ms, p50 "
+                   f"{_ms(row['added_delay_p50_ms'])} ms")
+    return (f"{figures}, {row['periods_throttled']} of {row['periods']} periods throttled"
+            + ("" if row["met"] else f" (missed: {', '.join(row['missed'])})"))
+
+
+def format_passive(answer: dict[str, Any]) -> str:
+    """``advise --passive``: the window and the record, the answer, what it was judged by."""
+    lines = ["advise --passive: " + ", ".join(
+        f"{k} <= {v:g} ms" for k, v in (("p99", answer["target"]["p99_ms"]),
+                                        ("p90", answer["target"].get("p90_ms"))) if v),
+        *_head(answer), f"judged by {answer['judged_by']}", ""]
+    rec, predicted = answer["recommended"], answer["predicted"]
+    if rec is None:
+        lines.append(f"no recommendation: {answer['reason']}")
+    else:
+        lines.append(f"recommended: {rec['cpus']:g} CPU (docker {rec['docker']}; Kubernetes "
+                     f"limits.cpu {rec['kubernetes_limits_cpu']}): "
+                     f"{_judged(predicted['at_recommended'])}")
+        less = predicted["at_25_percent_less"]
+        if less is not None:
+            lines.append(f"at 25 % less ({_limit(less['cpus'])}): {_judged(less)}")
+    lines.append(f"without a limit: {_judged(answer['no_limit'])}")
+    tried = ", ".join(f"{_limit(r['cpus'])} {'met' if r['met'] else 'missed'}"
+                      for r in answer["replays"])
+    lines += [f"replayed: {tried or 'none'} (the quota model on the record's period grid; "
+              "no resize, no load)"]
     return "\n".join(lines)

@@ -1,0 +1,91 @@
+"""``advise --passive``: the smallest limit whose replay of a recorded window meets a latency
+target (pure: the replays are the caller's, ``client.analysis.replay``).
+
+The search is advise's own (``client.analysis.advise.next_millicores``: from a start, steps
+down or up by a growing factor, then the geometric middle until the smallest limit that met
+is within 10 % of the largest that missed below it), each limit judged by its replay instead
+of a run: with the recorded requests, their predicted p99 (and p90); without them, the added
+delay of a request arriving at a random instant (its p99 and p90). A target the replay without
+any limit misses is no limit's to meet: no recommendation, and the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from client.analysis.advise import TOLERANCE, bracket, next_millicores
+from client.analysis.advise_target import LatencyTarget
+from client.analysis.replay import LimitRow
+
+__all__ = ["LESS", "Judged", "PassiveAdvice", "judge", "search"]
+
+LESS = 0.75   # the answer is shown beside a limit 25 % lower
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One limit's replay (``millicores`` None: no limit) and what it missed of the target."""
+
+    millicores: int | None
+    row: LimitRow
+    missed: tuple[str, ...]
+
+    @property
+    def met(self) -> bool:
+        return not self.missed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.row.to_dict(), "met": self.met, "missed": list(self.missed)}
+
+
+def judge(millicores: int | None, row: LimitRow, target: LatencyTarget) -> Judged:
+    """The row against the target: the requests' predicted p90/p99 when it has them, else the
+    added delay's."""
+    if row.latencies_ns is not None:
+        missed = target.misses(row.latency_ms(90), row.latency_ms(99), None)
+    else:
+        missed = target.misses(row.delay_ms(90), row.delay_ms(99), None)
+    return Judged(millicores, row, missed)
+
+
+@dataclass(frozen=True)
+class PassiveAdvice:
+    """The answer: every limit replayed in the order tried, the one recommended (None: see
+    ``reason``) and the one 25 % below it."""
+
+    target: LatencyTarget
+    free: Judged
+    tried: tuple[Judged, ...]
+    at: Judged | None
+    less: Judged | None
+    floor: int
+    ceiling: int
+    reason: str | None = None
+
+
+def search(replay_at: Callable[[int | None], LimitRow], target: LatencyTarget, *, start: int,
+           floor: int, ceiling: int) -> PassiveAdvice:
+    """The smallest limit in ``[floor, ceiling]`` millicores whose replay (``replay_at``; None:
+    no limit) meets ``target``, to advise's tolerance."""
+    free = judge(None, replay_at(None), target)
+    if not free.met:
+        return PassiveAdvice(target, free, (), None, None, floor, ceiling,
+                             f"the target cannot be met by a CPU limit: even without one the "
+                             f"replay misses it ({', '.join(free.missed)})")
+    tried: dict[int, Judged] = {}
+    verdicts: dict[int, bool] = {}
+    while (millicores := next_millicores(verdicts, start=start, floor=floor, ceiling=ceiling,
+                                         tolerance=TOLERANCE)) is not None:
+        tried[millicores] = judge(millicores, replay_at(millicores), target)
+        verdicts[millicores] = tried[millicores].met
+    _low, high = bracket(verdicts)
+    if high is None:
+        top = tried[max(tried)]
+        return PassiveAdvice(target, free, tuple(tried.values()), None, None, floor, ceiling,
+                             f"no limit up to {ceiling / 1000:g} CPU met it in the replay "
+                             f"({', '.join(top.missed)} at {max(tried) / 1000:g} CPU)")
+    lower = max(1, round(high * LESS))
+    less = tried.get(lower) or judge(lower, replay_at(lower), target)
+    return PassiveAdvice(target, free, tuple(tried.values()), tried[high], less, floor, ceiling)

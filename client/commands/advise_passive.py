@@ -1,0 +1,142 @@
+"""``http-timing advise --passive``: the smallest limit that meets a latency target, from the
+replay of what a group did (``client.analysis.passive``): no resize, no load.
+
+    http-timing advise --passive --timeline FILE [--requests-from FILE] --p99 MS [--p90 MS]
+    http-timing advise --passive --cgroup TARGET --duration S [--requests-from FILE] --p99 MS
+
+With ``--cgroup``, the group is recorded for ``--duration`` seconds first, as ``http-timing
+record`` does (``<data-dir>/<name>.cgroup.csv`` and ``.json``), touching nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from client.analysis.advise import docker_flags, floor_millicores, kubernetes_cpu, shape
+from client.analysis.advise_target import LatencyTarget
+from client.analysis.passive import PassiveAdvice, search
+from client.analysis.replay import LimitRow, ReplayError, demand_of, replay_limits
+from client.commands.common import EXIT_OK
+from client.commands.options import CliError
+from client.commands.predict_replay import replay_answer, requests_of
+from client.commands.run import cgroup_target
+from client.data.jsonsafe import json_ready
+from client.data.naming import check_file_name
+from client.render.replay import format_passive
+from client.run.cgroup_target import CgroupTargetError
+from client.run.replay_input import read_recording, read_requests
+from client.run.timeline_record import TimelineSpec, record_timeline
+
+__all__ = ["EXIT_NOT_MET", "command_advise_passive", "passive_problem"]
+
+EXIT_NOT_MET = 3   # as advise: no limit up to the ceiling met the target
+MS = 1_000_000
+LOAD_OPTIONS = ("url", "requests", "concurrency", "rate", "max_throttled", "k8s")
+
+
+def passive_problem(opts: argparse.Namespace) -> str | None:
+    """What is wrong with ``--passive``'s options, in one line (None: nothing)."""
+    given = [f"--{name.replace('_', '-')}" for name in LOAD_OPTIONS
+             if getattr(opts, name, None) not in (None, False)]
+    if given:
+        return (f"{', '.join(given)}: not with --passive (it sends no load and answers from a "
+                "recorded window by its requests' latency or its added delay)")
+    if (opts.timeline is None) == (opts.cgroup is None):
+        return ("--passive needs one of --timeline FILE (a recorded window) or --cgroup TARGET "
+                "--duration S (record it now)")
+    if opts.cgroup is not None and opts.duration is None:
+        return "--passive --cgroup needs --duration S: how long to record the group"
+    if opts.timeline is not None and opts.duration is not None:
+        return "--duration goes with --passive --cgroup (--timeline is already recorded)"
+    return None
+
+
+def _record(opts: argparse.Namespace, argv: list[str]) -> Path:
+    name = opts.name or "passive-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    if problem := check_file_name(name):
+        raise CliError(problem)
+    target = cgroup_target(opts.cgroup, None)
+    assert target is not None
+    spec = TimelineSpec(target, name, opts.data_dir, opts.duration, None, opts.cgroup_interval,
+                        ("http-timing", "advise", *argv))
+    print(f"recording {target.directory} for {opts.duration:g} s to {spec.csv_path} "
+          "(nothing is changed)", file=sys.stderr if opts.json else sys.stdout, flush=True)
+    try:
+        record_timeline(spec)
+    except CgroupTargetError as exc:
+        raise CliError(str(exc)) from None
+    except OSError as exc:
+        raise CliError(f"cannot write {spec.csv_path}: {exc.strerror or exc}") from None
+    return spec.csv_path
+
+
+def _limit(millicores: int, period_ms: float) -> dict[str, Any]:
+    limit = shape(period_ms)(millicores)
+    return {"cpus": limit.cpus, "millicores": limit.millicores, "period_ms": limit.period_ms,
+            "burst_ms": limit.burst_ms, "docker": docker_flags(limit),
+            "kubernetes_limits_cpu": kubernetes_cpu(limit)}
+
+
+def passive_answer(base: dict[str, Any], advice: PassiveAdvice, period_ms: float,
+                   by_requests: bool) -> dict[str, Any]:
+    """advise's JSON keys where they apply, and the replay's window, record and requests."""
+    at, less = advice.at, advice.less
+    out = {key: value for key, value in base.items() if key != "limits"}
+    out.update({
+        "passive": True, "target": advice.target.to_dict(),
+        "judged_by": ("the requests' predicted latency (p99, p90)" if by_requests else
+                      "the added delay of a request arriving at a random instant (p99, p90): "
+                      "no requests given"),
+        "recommended": None if at is None or at.millicores is None else _limit(
+            at.millicores, period_ms),
+        "reason": advice.reason,
+        "predicted": None if at is None else {
+            "at_recommended": at.to_dict(),
+            "at_25_percent_less": None if less is None else less.to_dict()},
+        "no_limit": advice.free.to_dict(),
+        "replays": [judged.to_dict() for judged in advice.tried],
+        "search": {"floor_cpus": advice.floor / 1000, "ceiling_cpus": advice.ceiling / 1000,
+                   "source": "replays of the recorded window (cpuquota.account); no run"},
+    })
+    return out
+
+
+def command_advise_passive(opts: argparse.Namespace, argv: list[str],
+                           target: LatencyTarget) -> int:
+    if problem := passive_problem(opts):
+        raise CliError(problem)
+    path = opts.timeline if opts.timeline is not None else _record(opts, argv)
+    recording = read_recording(path)
+    period_ns = round(opts.period_ms * MS) if opts.period_ms else recording.period_ns
+    try:
+        demand = demand_of(recording.samples, recording.period_ns)
+    except ReplayError as exc:
+        raise CliError(f"{path}: {exc}") from None
+    placed = (read_requests(opts.requests_from, recording)
+              if opts.requests_from is not None else None)
+    requests = None if placed is None else requests_of(placed)
+    burst_ns = round((opts.burst_ms or 0.0) * MS)
+
+    def replay_at(millicores: int | None) -> LimitRow:
+        cpus = None if millicores is None else millicores / 1000
+        (row,) = replay_limits(demand, [cpus], requests, burst_ns, period_ns)
+        return row
+
+    recorded = [c for c in recording.limits if c is not None]
+    ceiling = (os.cpu_count() or 1) * 1000
+    start = min(ceiling, round(recorded[0] * 1000)) if recorded else ceiling // 2
+    advice = search(replay_at, target, start=start, floor=floor_millicores(period_ns / MS),
+                    ceiling=ceiling)
+    base = replay_answer(recording, demand, [], placed, opts.requests_from)
+    answer = passive_answer(base, advice, period_ns / MS, requests is not None)
+    if opts.json:
+        print(json.dumps(json_ready(answer), indent=2))
+    else:
+        print(format_passive(answer))
+    return EXIT_OK if advice.at is not None else EXIT_NOT_MET
