@@ -188,3 +188,35 @@ def test_the_shares_are_the_kernels_per_thread_counters(tmp_path: Path) -> None:
     assert all(entry["share_throttled"] is not None for entry in data["cpu_by_thread"])
     text = http_timing("report", "raw-data/t.csv", cwd=tmp_path).stdout
     assert "cpu by thread: burner-N " in text or "cpu by thread: spender " in text
+
+
+def test_the_usage_panel_stacks_the_top_thread_names_and_the_rest_as_other() -> None:
+    """Five names over 0.4 s at 0.2 CPU: the panel stacks the four that spent most, then the
+    fifth as "other", and each period's stack is what the threads used in it."""
+    from client.render.cgroup_plot import draw_usage_panel
+    from client.render.figures import pyplot
+    from cpuquota.limit import Limit
+
+    spend = {"C2 CompilerThre": 8, "http-nio-8080-e": 6, "GC Thread#N": 3, "VM Thread": 2,
+             "Catalina-utilit": 1}   # ms per 100 ms, in that order
+    timeline = [sample(t, t // 5, 0) for t in range(0, 401, 10)]
+    readings = [ThreadReading(t * MS, t // 5 * MS, {name: t // 100 * ms * MS
+                                                     for name, ms in spend.items()})
+                for t in range(0, 401, 100)]
+    plt = pyplot()
+    fig, ax = plt.subplots()
+    try:
+        draw_usage_panel(ax, timeline, Limit(0.2, source="cgroup"), threads=readings)
+        stacks = [c.get_label() for c in ax.containers]
+        assert stacks == ["by thread (schedstat): C2 CompilerThre", "http-nio-8080-e",
+                          "GC Thread#N", "VM Thread", "other"]
+        heights = [[bar.get_height() for bar in c] for c in ax.containers]
+        assert heights and all(sum(period) == pytest.approx(20.0) for period in zip(*heights))
+    finally:
+        plt.close(fig)
+    plain, ax2 = plt.subplots()
+    try:
+        draw_usage_panel(ax2, timeline, Limit(0.2, source="cgroup"))   # no threads read: one bar
+        assert len(ax2.containers) == 1
+    finally:
+        plt.close(plain)

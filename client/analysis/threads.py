@@ -20,11 +20,12 @@ import numpy as np
 from client.data.threads import ThreadReading, read_threads, threads_path
 from client.data.timeline import CgroupSample, TimelineError
 
-__all__ = ["NOTABLE", "TOP", "ThreadShare", "ThreadsReport", "outside_request_path",
-           "thread_shares", "threads_report"]
+__all__ = ["NOTABLE", "OTHER", "TOP", "ThreadShare", "ThreadsReport", "outside_request_path",
+           "run_readings", "thread_shares", "threads_per_period", "threads_report"]
 
 TOP = 5            # names the text shows
 NOTABLE = 0.10     # a share of the throttled periods' CPU that is worth a line
+OTHER = "other"    # the names after the top ones, together
 # threads a runtime runs beside the requests: JIT compilers, collectors, the VM's own
 _RUNTIME = re.compile(r"^(C[12] Compiler|GC Thread|G1 |VM Thread|VM Periodic|Sweeper|"
                       r"Service Thread|Common-Cleaner|Finalizer|Reference Handl|Signal Dispat|"
@@ -136,3 +137,39 @@ def threads_report(run_path: Path,
                          f"{path.name} (/proc/PID/task/TID/schedstat, every "
                          f"{(last - first) / max(1, len(readings) - 1) / 1e9:.2g} s)",
                          problems=tuple(problems))
+
+
+def run_readings(run_path: Path) -> list[ThreadReading]:
+    """The threads' readings of a run (``<name>.threads.csv``); none when it has no such file
+    or it cannot be read (``report`` says why)."""
+    path = threads_path(run_path)
+    if not path.exists():
+        return []
+    try:
+        return read_threads(path)[0]
+    except TimelineError:
+        return []
+
+
+def threads_per_period(readings: Sequence[ThreadReading], edges_ns: Sequence[int],
+                       top: int = 4) -> list[tuple[str, list[float]]]:
+    """The CPU (ns) of the ``top`` names over the span, then of all the rest (``other``), in
+    each interval between two ``edges_ns`` (linear between readings: they are less frequent
+    than the periods). Empty with fewer than two readings or edges."""
+    if len(readings) < 2 or len(edges_ns) < 2:
+        return []
+    t = np.asarray([r.t_ns for r in readings], dtype=float)
+    edges = np.asarray(edges_ns, dtype=float)
+    names = sorted({name for r in readings for name in r.cpu_ns})
+    per: dict[str, np.ndarray] = {}
+    for name in names:
+        cum = np.asarray([r.cpu_ns.get(name, 0) for r in readings], dtype=float)
+        per[name] = np.diff(np.interp(edges, t, cum))
+    ranked = sorted(names, key=lambda n: (-float(per[n].sum()), n))
+    ranked = [n for n in ranked if per[n].sum() > 0]
+    series = [(name, [float(v) for v in per[name]]) for name in ranked[:top]]
+    rest = ranked[top:]
+    if rest:
+        series.append((OTHER, [float(v) for v in sum((per[n] for n in rest),
+                                                     np.zeros(len(edges) - 1))]))
+    return series

@@ -16,6 +16,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from client.analysis.cgroup import FINE, usage_notes, usage_per_period
+from client.analysis.threads import OTHER, threads_per_period
+from client.data.threads import ThreadReading
 from client.data.timeline import CgroupSample
 from client.data.attribution import CounterSample, period_phase
 from client.render.legend import legend_outside
@@ -24,14 +26,17 @@ from cpuquota.limit import Limit
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-__all__ = ["BAND_COLOUR", "PRESSURE_COLOUR", "draw_pressure", "draw_throttled_bands",
-           "draw_usage_panel", "usage_title"]
+__all__ = ["BAND_COLOUR", "PRESSURE_COLOUR", "TOP_THREADS", "draw_pressure",
+           "draw_thread_stack", "draw_throttled_bands", "draw_usage_panel", "usage_title"]
 
 BAND_COLOUR = "#ff7f0e"
 QUOTA_COLOUR = "#d62728"
 USAGE_COLOUR = "#1f77b4"
 PRESSURE_COLOUR = "#9467bd"
 DEFAULT_PERIOD_NS = 100_000_000   # buckets when the group has no quota (the usual period)
+TOP_THREADS = 4                   # names stacked in the panel, the rest as "other"
+THREAD_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf")
+OTHER_COLOUR = "#bbbbbb"
 
 
 def draw_throttled_bands(ax: Axes, stretches: Sequence[tuple[int, int]], *,
@@ -73,11 +78,14 @@ def _wrap(text: str, width: int = 110) -> str:
 
 
 def draw_usage_panel(ax: Axes, timeline: Sequence[CounterSample], limit: Limit | None,
-                     usage: Mapping[str, Any] | None = None) -> None:
+                     usage: Mapping[str, Any] | None = None,
+                     threads: Sequence[ThreadReading] = ()) -> None:
     """Bars: the group's CPU per period (ms), aligned to the kernel's period boundaries; a line
     at the quota; the run's average as a dashed line; the title says how they compare.
     ``usage``: the run's metadata ``cgroup`` section: a usage that cannot be known draws no
-    bars, one too coarse per period draws them without marking any at the quota."""
+    bars, one too coarse per period draws them without marking any at the quota.
+    ``threads``: the run's readings of its threads (``<name>.threads.csv``): each period's bar
+    is then stacked by the top thread names and ``other`` (:func:`draw_thread_stack`)."""
     period_ns = limit.period_ns if limit else DEFAULT_PERIOD_NS
     phase = period_phase(timeline, period_ns) if limit else None
     _counter, resolution_ms, unknown = usage_notes(usage)
@@ -93,7 +101,10 @@ def draw_usage_panel(ax: Axes, timeline: Sequence[CounterSample], limit: Limit |
                  if duration_ns > 0 else 0.0)
     exact = coarse is None
     at_quota = sum(1 for p in periods if quota_ms and p.usage_ns / 1e6 >= 0.9 * quota_ms)
-    if periods:
+    stacked = bool(periods) and draw_thread_stack(
+        ax, threads, [p.start_ns for p in periods] + [periods[-1].start_ns + period_ns],
+        period_ns)
+    if periods and not stacked:
         colours = [QUOTA_COLOUR if exact and quota_ms and p.usage_ns / 1e6 >= 0.9 * quota_ms
                    else USAGE_COLOUR for p in periods]
         ax.bar([p.start_ns / 1e9 for p in periods], [p.usage_ns / 1e6 for p in periods],
@@ -114,6 +125,24 @@ def draw_usage_panel(ax: Axes, timeline: Sequence[CounterSample], limit: Limit |
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     legend_outside(ax, 9)
+
+
+def draw_thread_stack(ax: Axes, readings: Sequence[ThreadReading], edges_ns: Sequence[int],
+                      period_ns: int, top: int = TOP_THREADS) -> bool:
+    """Bars stacked by thread name: the CPU (ms) the top names and ``other`` used in each
+    period between ``edges_ns``; False (nothing drawn) with fewer than two readings."""
+    series = threads_per_period(readings, edges_ns, top)
+    if not series:
+        return False
+    x = [edge / 1e9 for edge in edges_ns[:-1]]
+    bottom = [0.0] * len(x)
+    for k, (name, ns) in enumerate(series):
+        ms = [v / 1e6 for v in ns]
+        colour = OTHER_COLOUR if name == OTHER else THREAD_COLOURS[k % len(THREAD_COLOURS)]
+        ax.bar(x, ms, width=period_ns / 1e9, bottom=bottom, align="edge", color=colour,
+               alpha=0.8, label=f"by thread (schedstat): {name}" if k == 0 else name)
+        bottom = [b + v for b, v in zip(bottom, ms)]
+    return True
 
 
 def draw_pressure(ax: Axes, timeline: Sequence[CounterSample], period_ns: int,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from client.analysis.detect import Detection, detect_run
 from client.data.files import FileWriteError, Run, writing
 from client.data.timeline import level_timelines
+from client.analysis.threads import run_readings
 from client.render.cgroup_plot import draw_throttled_bands, draw_usage_panel
 from client.render.legend import legend_outside
 from client.data.attribution import throttled_stretches
@@ -125,7 +126,8 @@ def plot_run(run: Run, out: Path, title: str | None = None,
         stretches = [stretch for timeline, period in zip(level_timelines(run.timeline), periods)
                      for stretch in throttled_stretches(timeline, period)]
         draw_throttled_bands(ax, sorted(stretches))
-        draw_usage_panel(usage_ax, run.timeline, limit, run.metadata.cgroup)
+        draw_usage_panel(usage_ax, run.timeline, limit, run.metadata.cgroup,
+                         run_readings(run.path))
     else:
         fig, ax = plt.subplots(figsize=(14.5, 6.5), dpi=100)
     try:
