@@ -163,3 +163,15 @@ def test_requests_that_overlap_are_an_open_loop_kept_at_their_times() -> None:
     assert [j.arrival_ns for j in load.jobs] == sorted(r.start_ns for r in requests)
     assert sum(j.cpu_ns for j in load.jobs) + sum(load.background_ns) == pytest.approx(
         demand.usage_ns)   # every ns of the record's CPU once
+
+
+def test_two_clients_each_sending_when_its_last_ended_are_a_closed_loop_of_two() -> None:
+    demand = demand_of(recorded(1.0, always), PERIOD)
+    # client a: 0-30, 31-61, ...; client b: 15-45, 46-76, ... (ms): each 1 ms after its last
+    requests = [Request(first * MS + n * 31 * MS, 30 * MS, 0)
+                for n in range(40) for first in (0, 15)]
+    load = load_of(demand, requests)
+    assert load.closed and load.lanes == 2
+    first_two = [j for j in load.jobs if j.follows is None]
+    assert [j.arrival_ns for j in first_two] == [0, 15 * MS]   # each client's first is sent
+    assert {j.gap_ns for j in load.jobs if j.follows is not None} == {MS}   # the rest follow

@@ -25,15 +25,18 @@ arriving at a uniformly random instant of the window).
 
 With the recorded requests, :func:`replay_load` runs the requests themselves instead: each one
 its unthrottled wall time and the CPU the timeline shows it used, the group's other CPU as
-background. A closed loop (requests one after another) sends each one when the one before has
-ended, as the load did, so a throttled record is not replayed as one long backlog; an open loop
-(overlapping requests, an access log) keeps the recorded times. At the recorded limit it gives
+background. A closed loop (a load tool's clients: each sends its next request as soon as its
+last one ended; the requests are split into the fewest such lanes, and nearly every gap must
+be under :data:`CLOSED_GAP_NS`) sends each one when the one before it in its lane has ended,
+as the load did, so a throttled record is not replayed as one long backlog; an open loop (an
+access log, a rate) keeps the recorded times. At the recorded limit it gives
 each request its recorded latency, within a period.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,6 +53,7 @@ __all__ = ["MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "Demand", "Job", "LimitRow", "
 MIN_WINDOW_NS = 1_000_000_000   # under a second, a replay says nothing worth reading
 MIN_WINDOW_PERIODS = 2
 MS = 1_000_000
+CLOSED_GAP_NS = 10 * MS        # a load tool sends its next request sooner than this
 STILL = 0.9                     # a group that ran 0.9 CPU or more in an interval used a CPU
 
 
@@ -282,18 +286,44 @@ class Job:
     arrival_ns: int     # when it was sent in the record
     wall_ns: int        # its wall time not held by throttling (latency minus the recorded hold)
     cpu_ns: float       # the group's CPU during it (the timeline's usage, shared by overlap)
-    gap_ns: int         # a closed loop's wait from the previous request's end to this one
+    follows: int | None = None   # a closed loop: the job whose end sends it (its lane's last)
+    gap_ns: int = 0              # ... that long after that end
 
 
 @dataclass(frozen=True)
 class Load:
-    """The recorded requests as work: one after another (``closed``: each is sent when the one
-    before has ended, so a slower limit sends the rest later) or at their own times (an open
-    loop, an access log); and the group's CPU outside every request, per interval."""
+    """The recorded requests as work: a closed loop of ``lanes`` clients (each request sent
+    when the one before it in its lane has ended, so a slower limit sends the rest later) or
+    an open loop (``lanes`` 0: each at its own time, an access log's); and the group's CPU
+    outside every request, per interval."""
 
     jobs: tuple[Job, ...]
-    closed: bool
+    lanes: int
     background_ns: tuple[float, ...]
+
+    @property
+    def closed(self) -> bool:
+        return self.lanes > 0
+
+
+def _lanes(reqs: Sequence[Request]) -> tuple[list[int | None], list[int]]:
+    """Each request's predecessor in the fewest lanes of requests that do not overlap (each
+    goes after the lane that ended last before it started), and the gap after it."""
+    lane_ends: list[tuple[int, int]] = []   # (end, the request that ended it)
+    follows: list[int | None] = []
+    gaps: list[int] = []
+    for i, r in enumerate(reqs):
+        free = [j for j, (end, _) in enumerate(lane_ends) if end <= r.start_ns]
+        if free:
+            j = max(free, key=lambda j: lane_ends[j][0])
+            follows.append(lane_ends[j][1])
+            gaps.append(r.start_ns - lane_ends[j][0])
+            lane_ends[j] = (r.start_ns + r.latency_ns, i)
+        else:
+            follows.append(None)
+            gaps.append(0)
+            lane_ends.append((r.start_ns + r.latency_ns, i))
+    return follows, gaps
 
 
 def load_of(demand: Demand, requests: Sequence[Request]) -> Load:
@@ -301,7 +331,11 @@ def load_of(demand: Demand, requests: Sequence[Request]) -> Load:
     ran, an interval's usage shared among the requests overlapping it by overlap; usage that
     overlaps no request is background."""
     reqs = sorted(requests, key=lambda r: r.start_ns)
-    closed = all(b.start_ns >= a.start_ns + a.latency_ns for a, b in zip(reqs, reqs[1:]))
+    follows, gaps = _lanes(reqs)
+    sent_after = sorted(g for f, g in zip(follows, gaps) if f is not None)
+    # a closed loop sends the next request as soon as one ends: nearly all its gaps are short
+    closed = not sent_after or sent_after[int(0.9 * (len(sent_after) - 1))] <= CLOSED_GAP_NS
+    lanes = sum(1 for f in follows if f is None) if closed else 0
     starts, ends = demand.starts_ns, (*demand.starts_ns[1:], demand.end_ns)
     covered = [0] * len(starts)
     spans: list[list[tuple[int, int]]] = []
@@ -316,13 +350,12 @@ def load_of(demand: Demand, requests: Sequence[Request]) -> Load:
                 mine.append((k, overlap))
         spans.append(mine)
     background = [0.0 if covered[k] else used for k, used in enumerate(demand.used_ns)]
-    jobs, previous_end = [], None
-    for r, mine in zip(reqs, spans):
+    jobs = []
+    for r, mine, after, gap in zip(reqs, spans, follows, gaps):
         cpu = sum(demand.used_ns[k] * overlap / covered[k] for k, overlap in mine)
-        gap = 0 if previous_end is None else max(0, r.start_ns - previous_end)
-        jobs.append(Job(r.start_ns, max(0, r.latency_ns - r.held_ns), cpu, gap))
-        previous_end = r.start_ns + r.latency_ns
-    return Load(tuple(jobs), closed, tuple(background))
+        jobs.append(Job(r.start_ns, max(0, r.latency_ns - r.held_ns), cpu,
+                        after if closed else None, gap if closed else 0))
+    return Load(tuple(jobs), lanes, tuple(background))
 
 
 def replay_load(demand: Demand, load: Load, cpus: float | None, burst_ns: int = 0,
@@ -333,7 +366,7 @@ def replay_load(demand: Demand, load: Load, cpus: float | None, burst_ns: int = 
     A request runs for its unthrottled wall time, using its CPU evenly over it (at most
     ``demand.cores`` CPU for the whole group, the background included); while the quota is
     spent nothing runs. A closed loop sends each request its recorded gap after the one before
-    ended; an open loop at its recorded time. Runs past the window until the last one ends."""
+    it in its lane ended; an open loop at its recorded time. Runs past the window until the last one ends."""
     period = period_ns or demand.period_ns
     origin = demand.origin_ns if period == demand.period_ns else demand.start_ns
     account = (None if cpus is None else
@@ -344,26 +377,28 @@ def replay_load(demand: Demand, load: Load, cpus: float | None, burst_ns: int = 
     left: dict[int, float] = {}
     ends = (*demand.starts_ns[1:], demand.end_ns)
     stretches: list[tuple[int, int]] = []
-    nxt, due = 0, (jobs[0].arrival_ns if jobs else None)
+    pending = [(j.arrival_ns, i) for i, j in enumerate(jobs) if j.follows is None]
+    heapq.heapify(pending)
+    successor = {j.follows: i for i, j in enumerate(jobs) if j.follows is not None}
     t, k = demand.start_ns, 0
     while True:
-        while due is not None and due <= t:    # send what is due
-            sent[nxt], left[nxt] = due, float(jobs[nxt].wall_ns)
-            nxt += 1
-            due = jobs[nxt].arrival_ns if nxt < len(jobs) and not load.closed else None
+        while pending and pending[0][0] <= t:    # send what is due
+            due, i = heapq.heappop(pending)
+            sent[i], left[i] = due, float(jobs[i].wall_ns)
         done = [i for i, w in left.items() if w <= 0.5]
         for i in done:
             latencies[i] = t - sent[i]
             del left[i]
-            if load.closed and i + 1 < len(jobs):
-                due = t + jobs[i + 1].gap_ns
+            if i in successor:
+                heapq.heappush(pending, (t + jobs[successor[i]].gap_ns, successor[i]))
         if done:
             continue
         while k < len(ends) and ends[k] <= t:
             k += 1
         bg = load.background_ns[k] / (ends[k] - demand.starts_ns[k]) if k < len(ends) else 0.0
         if not left and bg <= 0:
-            later = [x for x in (due, ends[k] if k < len(ends) else None) if x is not None]
+            later = [x for x in (pending[0][0] if pending else None,
+                                 ends[k] if k < len(ends) else None) if x is not None]
             if not later:
                 break
             t = max(t + 1, min(later))
@@ -377,7 +412,8 @@ def replay_load(demand: Demand, load: Load, cpus: float | None, burst_ns: int = 
         total = bg + sum(jobs[i].cpu_ns / jobs[i].wall_ns for i in left)
         speed = min(1.0, cores / total) if total > 0 else 1.0
         events = [t + math.ceil(w / speed) for w in left.values()]
-        events += [x for x in (due, ends[k] if k < len(ends) else None) if x is not None]
+        events += [x for x in (pending[0][0] if pending else None,
+                               ends[k] if k < len(ends) else None) if x is not None]
         if account is not None and total > 0:
             events += [account.next_boundary(t),
                        t + math.ceil(max(1, account.remaining(t)) / (total * speed))]

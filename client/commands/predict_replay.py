@@ -39,10 +39,11 @@ def requests_of(placed: Placed) -> list[Request]:
 
 
 def _loop(demand: Demand, placed: Placed) -> str:
-    if load_of(demand, requests_of(placed)).closed:
-        return ("closed loop: one after another, each sent its recorded gap after the one "
-                "before ended")
-    return "open loop: they overlap, each sent at its recorded time"
+    lanes = load_of(demand, requests_of(placed)).lanes
+    if lanes:
+        return (f"closed loop: {'one' if lanes == 1 else lanes} at a time, each sent its "
+                "recorded gap after the one before it ended")
+    return "open loop: each sent at its recorded time"
 
 
 def replay_answer(recording: Recording, demand: Demand, rows: list[LimitRow],
