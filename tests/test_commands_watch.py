@@ -25,8 +25,10 @@ import pytest
 from rich.console import Console
 
 from client.analysis.cgroup import interval_stats
+from client.analysis.threads import top_between
 from client.commands.watch import command_watch
 from client.render.watch import WatchRow, json_line, watch_table
+from client.data.threads import ThreadReading
 from client.data.timeline import CgroupSample
 from cpuquota.limit import Limit
 from tests.cgroup_fixtures import BurningGroup, burner_in_group
@@ -83,6 +85,27 @@ def test_table_and_json_line_show_the_interval() -> None:
     assert data["group"] == "/docker/abc" and data["throttled_share"] == 0.9
     assert data["quota_group"] is None
     assert data["usage_counter"] is None and data["usage_unknown"] is None
+
+
+def test_the_top_threads_are_the_names_that_spent_the_interval() -> None:
+    before = ThreadReading(0, 50, {"GC Thread#N": 10, "http-nio-8080-exec-N": 40})
+    after = ThreadReading(10**9, 150, {"GC Thread#N": 70, "http-nio-8080-exec-N": 70,
+                                       "C2 CompilerThre": 10})
+    top = top_between(before, after)
+    assert top == [("GC Thread#N", 60, 0.6), ("http-nio-8080-exec-N", 30, 0.3),
+                   ("C2 CompilerThre", 10, 0.1)]   # what each used in the interval alone
+    assert top_between(after, after) == []   # no thread ran: no name
+    stats = interval_stats(CgroupSample(0, 0, 0, 0, 0),
+                           CgroupSample(10**9, 190_000_000, 10, 9, 720_000_000), Limit(0.2))
+    row = WatchRow("12:00:01", 1.0, stats, top_threads=tuple(top))
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))
+    console.print(watch_table("/g", Limit(0.2), [row], stats))
+    console.file.close()
+    assert "GC Thread#N 60 %, http-nio-8080-exec-N 30 %, C2 CompilerThre 10 %" in \
+        console.export_text()
+    assert json.loads(json_line("/g", row))["top_threads"][0] == {
+        "name": "GC Thread#N", "cpu_ms": 0.0, "share": 0.6}
+    assert json.loads(json_line("/g", replace(row, top_threads=None)))["top_threads"] is None
 
 
 def test_a_usage_that_cannot_be_known_is_left_out_with_the_reason() -> None:
@@ -193,6 +216,10 @@ def test_piped_output_is_one_json_object_per_interval(cgroup_version: int) -> No
     assert sum(line["nr_throttled"] for line in lines) >= 3, lines
     assert sum(line["throttled_ms"] for line in lines) > 100, lines
     assert all(line["usage_counter"] and line["usage_unknown"] is None for line in lines)
+    assert any(line["top_threads"] for line in lines), lines   # who spent it, by name
+    for line in lines:   # the biggest spender first, each a share of the threads' CPU then
+        shares = [top["share"] for top in line["top_threads"]]
+        assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1.0001, line
     for line in lines:   # each line's shares are its own counters' (what the kernel counted)
         assert 0.2 <= line["interval_s"] <= 1.5 and line["usage_cpus"] >= 0, line
         assert line["quota_share"] == pytest.approx(line["usage_cpus"] / 0.2), line

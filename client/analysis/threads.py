@@ -21,7 +21,8 @@ from client.data.threads import ThreadReading, read_threads, threads_path
 from client.data.timeline import CgroupSample, TimelineError
 
 __all__ = ["NOTABLE", "OTHER", "TOP", "ThreadShare", "ThreadsReport", "outside_request_path",
-           "run_readings", "thread_shares", "threads_per_period", "threads_report"]
+           "run_readings", "thread_shares", "threads_per_period", "threads_report",
+           "top_between"]
 
 TOP = 5            # names the text shows
 NOTABLE = 0.10     # a share of the throttled periods' CPU that is worth a line
@@ -173,3 +174,13 @@ def threads_per_period(readings: Sequence[ThreadReading], edges_ns: Sequence[int
         series.append((OTHER, [float(v) for v in sum((per[n] for n in rest),
                                                      np.zeros(len(edges) - 1))]))
     return series
+
+
+def top_between(before: ThreadReading, after: ThreadReading,
+                count: int = 3) -> list[tuple[str, int, float]]:
+    """The ``count`` names that used the most CPU between two readings of the same threads:
+    ``(name, cpu_ns, share of all the threads' CPU then)``, the biggest first."""
+    used = {name: ns - before.cpu_ns.get(name, 0) for name, ns in after.cpu_ns.items()}
+    total = sum(ns for ns in used.values() if ns > 0)
+    ranked = sorted(((ns, name) for name, ns in used.items() if ns > 0), reverse=True)
+    return [(name, ns, ns / total) for ns, name in ranked[:count]]

@@ -5,9 +5,10 @@
 TARGET as for ``--cgroup``: a cgroup directory, ``pid:PID``, ``docker:NAME`` or
 ``k8s:NAMESPACE/POD[/CONTAINER]``. Each interval: periods, periods throttled, throttled time,
 CPUs used and their share of the quota in force at the interval's end (read each time: an
-in-place resize, ``docker update --cpus``, shows at once). A table refreshed in place on a
-terminal; one JSON
-object per line (per interval) with ``--json`` or when the output is not a terminal.
+in-place resize, ``docker update --cpus``, shows at once), and the thread names that spent the
+most CPU in it (``client.run.thread_usage``; where threads cannot be seen, one line says why
+and the rest goes on). A table refreshed in place on a terminal; one JSON object per line (per
+interval) with ``--json`` or when the output is not a terminal.
 Ctrl-C ends it (exit 0); a bad target is one line on stderr (exit 2).
 """
 
@@ -25,13 +26,16 @@ from rich.live import Live
 
 from client.analysis.cgroup import interval_stats
 from client.analysis.quotas import QuotaSpan, in_force
+from client.analysis.threads import top_between
 from client.commands.exits import silence_stdout
 from client.commands.live import add_live_arguments, live_page, watched_live
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.render.watch import WatchRow, json_line, watch_table
+from client.data.threads import ThreadReading
 from client.data.timeline import CgroupSample
 from client.run.cgroup_sampler import CgroupReader, usage_note
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
+from client.run.thread_usage import ThreadUsage
 from cpuquota.limit import Limit
 
 __all__ = ["build_parser", "command_watch"]
@@ -103,9 +107,60 @@ def _show(args: argparse.Namespace, target: CgroupTarget, reader: CgroupReader) 
 
 
 
+class TopThreads:
+    """The group's threads read once an interval: who spent its CPU since the last reading.
+    A problem is said once on stderr; one that stops the reading leaves the column empty."""
+
+    def __init__(self, target: CgroupTarget) -> None:
+        self.usage: ThreadUsage | None = ThreadUsage(
+            [pod.directory for pod in target.pods] or [target.directory],
+            target.usage_source.proc)
+        self.last: ThreadReading | None = self._read()
+
+    def _read(self) -> ThreadReading | None:
+        if self.usage is None:
+            return None
+        try:
+            reading = self.usage.read()
+        except OSError as exc:
+            self._say(f"stopped reading its threads: {exc.strerror or exc}")
+            self.close()
+            return None
+        if self.usage.problem:
+            self._say(self.usage.problem)
+            self.usage.problem = ""   # said once
+        return reading
+
+    @staticmethod
+    def _say(problem: str) -> None:
+        print(f"{PROG}: {problem}", file=sys.stderr, flush=True)
+
+    def top(self) -> tuple[tuple[str, int, float], ...] | None:
+        """The top names since the last call (None: the threads are not read)."""
+        before, self.last = self.last, self._read()
+        if before is None or self.last is None:
+            return None
+        return tuple(top_between(before, self.last))
+
+    def close(self) -> None:
+        if self.usage is not None:
+            self.usage.close()
+            self.usage = None
+
+
 def _watch(target: CgroupTarget, reader: CgroupReader, interval: float, count: int | None,
            show: Callable[[WatchRow, WatchRow], None]) -> int:
     """Read every ``interval`` (on a fixed grid, never drifting) and show each interval."""
+    threads = TopThreads(target)
+    try:
+        return _watch_with(target, reader, interval, count, show, threads)
+    finally:
+        threads.close()
+
+
+def _watch_with(target: CgroupTarget, reader: CgroupReader, interval: float,
+                count: int | None, show: Callable[[WatchRow, WatchRow], None],
+                threads: TopThreads) -> int:
     origin = time.perf_counter_ns()
     first = previous = reader.read(origin)
     step = round(interval * 1e9)
@@ -122,7 +177,8 @@ def _watch(target: CgroupTarget, reader: CgroupReader, interval: float, count: i
                   "service stopped?", file=sys.stderr)
             return EXIT_GONE
         unknown = usage_note(reader, target.usage_source.to_metadata())["unknown"]
-        show(_row(previous, current, target, unknown), _row(first, current, target, unknown))
+        row = replace(_row(previous, current, target, unknown), top_threads=threads.top())
+        show(row, _row(first, current, target, unknown))
         previous = current
         shown += 1
     return EXIT_OK

@@ -26,6 +26,8 @@ class WatchRow:
     limit: Limit | None = None   # the quota in force at its end
     usage_counter: str | None = None   # where the usage comes from
     usage_unknown: str | None = None   # why it cannot be known (then it is left out)
+    # the names that spent the most CPU in the interval: (name, cpu_ns, share of the threads')
+    top_threads: tuple[tuple[str, int, float], ...] | None = None   # None: threads not read
 
 
 def limit_text(limit: Limit | None) -> str:
@@ -58,6 +60,13 @@ def _quota_words(total: IntervalStats, limit: Limit | None) -> str:
     return f" ({_percent(total.quota_share)} of the quota)"
 
 
+def _top(row: WatchRow) -> str:
+    """``C2 CompilerThre 52 %, http-nio-N 30 %``; ``-`` when no thread ran or none was read."""
+    if not row.top_threads:
+        return "-"
+    return ", ".join(f"{name} {100 * share:.0f} %" for name, _ns, share in row.top_threads)
+
+
 def watch_table(group: str, limit: Limit | None, rows: Sequence[WatchRow],
                 total: IntervalStats | None = None, quota_group: str | None = None,
                 change: str | None = None) -> Table:
@@ -75,12 +84,16 @@ def watch_table(group: str, limit: Limit | None, rows: Sequence[WatchRow],
     table.add_column("throttled time ms", justify="right")
     table.add_column("CPUs used", justify="right")
     table.add_column("% of quota", justify="right")
+    threads = any(row.top_threads is not None for row in rows)
+    if threads:
+        table.add_column("top threads (share of their CPU)")
     for row in rows:
         s = row.stats
         hot = "bold red" if s.nr_throttled else ""
-        table.add_row(row.clock, str(s.nr_periods), Text(str(s.nr_throttled), style=hot),
-                      Text(_percent(s.throttled_share), style=hot), f"{s.throttled_ms:.1f}",
-                      _cpus(s.usage_cpus), _quota_share(s, row.limit or limit))
+        cells: list[str | Text] = [row.clock, str(s.nr_periods), Text(str(s.nr_throttled), style=hot),
+                 Text(_percent(s.throttled_share), style=hot), f"{s.throttled_ms:.1f}",
+                 _cpus(s.usage_cpus), _quota_share(s, row.limit or limit)]
+        table.add_row(*cells, *([_top(row)] if threads else []))
     if total is not None:
         table.caption = (f"since start ({total.interval_s:.1f} s): {total.nr_throttled} of "
                          f"{total.nr_periods} periods throttled "
@@ -101,5 +114,8 @@ def json_line(group: str, row: WatchRow, quota_group: str | None = None) -> str:
     group whose quota and counters these are, the watched one's or an ancestor's)."""
     return json.dumps({"group": group, "time": row.clock, "elapsed_s": round(row.elapsed_s, 3),
                        "quota_group": quota_group, **row.stats.to_dict(),
-                       "usage_counter": row.usage_counter, "usage_unknown": row.usage_unknown},
+                       "usage_counter": row.usage_counter, "usage_unknown": row.usage_unknown,
+                       "top_threads": None if row.top_threads is None else [
+                           {"name": name, "cpu_ms": round(ns / 1e6, 3), "share": round(share, 4)}
+                           for name, ns, share in row.top_threads]},
                       sort_keys=True)
