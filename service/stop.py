@@ -58,9 +58,15 @@ def stop_on_signals() -> None:
 
 
 def until_stopped(body: Callable[[], int]) -> int:
-    """``body()``'s exit code, or ``128 + N`` when signal N stops it (handlers in first)."""
+    """``body()``'s exit code, or ``128 + N`` when signal N stops it (handlers in first, the
+    ones before put back after: a caller in the same process, a test, keeps its own)."""
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     try:
         stop_on_signals()   # first: a Ctrl-C from here on ends it without a traceback
         return body()
     except Stopped as stop:
         return stop.exit_code
+    finally:
+        for sig, handler in before.items():
+            if handler is not None:   # None: not set from Python, nothing to put back
+                signal.signal(sig, handler)

@@ -144,7 +144,8 @@ def test_advise_a_deployments_pod_in_place(deployed: Deployed, tmp_path: Path) -
     rec = answer["recommended"]
     # its own check runs meet the target (pooled, as advise judges), 25 % less misses it
     at = [r for r in answer["runs"] if r["cpus"] == rec["cpus"] and r["role"] != "less"]
-    assert len(at) >= 2 and answer["at_recommended"]["met"]
+    # one run when --max-runs ended the search and the answer is its bracket's upper end
+    assert at and answer["at_recommended"]["met"]
     assert answer["at_recommended"]["judged_p99_ms"] <= 80   # the quota's delays counted
     assert less is not None and less["met"] is False and less["judged_p99_ms"] > 80
     assert less["cpus"] == pytest.approx(int(rec["cpus"] * 1000 * 0.75) / 1000)

@@ -200,3 +200,18 @@ def test_cpu_quota_stops_and_removes_its_group(sig: int, moment: str) -> None:
         made = _groups_of(proc.pid)
         _stopped(proc, sig)
     assert _groups_of(proc.pid) == [] and not any(g.exists() for g in made)
+
+
+def test_the_handlers_before_are_put_back_after() -> None:
+    """In one process with others (a test calling main): its handlers are its own again."""
+    from service.stop import STOP_SIGNALS, until_stopped
+
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    assert until_stopped(lambda: 7) == 7
+
+    def interrupted() -> int:
+        signal.raise_signal(signal.SIGTERM)
+        return 0
+
+    assert until_stopped(interrupted) == 128 + signal.SIGTERM
+    assert {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} == before
