@@ -21,16 +21,15 @@ from typing import Any
 from client.analysis.advise import docker_flags, floor_millicores, kubernetes_cpu, shape
 from client.analysis.advise_target import LatencyTarget
 from client.analysis.passive import PassiveAdvice, search
-from client.analysis.replay import LimitRow, ReplayError, demand_of, replay_limits
+from client.analysis.replay import LimitRow, replay_limits
 from client.commands.common import EXIT_OK
 from client.commands.options import CliError
-from client.commands.predict_replay import replay_answer, requests_of
+from client.commands.predict_replay import load_replay, replay_answer
 from client.commands.run import cgroup_target
 from client.data.jsonsafe import json_ready
 from client.data.naming import check_file_name
 from client.render.replay import format_passive
 from client.run.cgroup_target import CgroupTargetError
-from client.run.replay_input import read_recording, read_requests
 from client.run.timeline_record import TimelineSpec, record_timeline
 
 __all__ = ["EXIT_NOT_MET", "command_advise_passive", "passive_problem"]
@@ -112,15 +111,9 @@ def command_advise_passive(opts: argparse.Namespace, argv: list[str],
     if problem := passive_problem(opts):
         raise CliError(problem)
     path = opts.timeline if opts.timeline is not None else _record(opts, argv)
-    recording = read_recording(path)
-    period_ns = round(opts.period_ms * MS) if opts.period_ms else recording.period_ns
-    try:
-        demand = demand_of(recording.samples, recording.period_ns)
-    except ReplayError as exc:
-        raise CliError(f"{path}: {exc}") from None
-    placed = (read_requests(opts.requests_from, recording)
-              if opts.requests_from is not None else None)
-    requests = None if placed is None else requests_of(placed)
+    replayed = load_replay(path, opts.requests_from, opts.period_ms)
+    recording, period_ns, demand = replayed.recording, replayed.period_ns, replayed.demand
+    placed, requests = replayed.placed, replayed.requests
     burst_ns = round((opts.burst_ms or 0.0) * MS)
 
     def replay_at(millicores: int | None) -> LimitRow:

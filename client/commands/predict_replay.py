@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ from client.data.summary import percentile
 from client.render.replay import format_replay
 from client.run.replay_input import Placed, Recording, read_recording, read_requests
 
-__all__ = ["MODEL_ONLY", "command_replay", "replay_answer", "requests_of"]
+__all__ = ["MODEL_ONLY", "Replayed", "command_replay", "load_replay", "replay_answer",
+           "requests_of"]
 
 # the model's own options: a replay takes its load from the record
 MODEL_ONLY = ("service_ms", "concurrency", "requests", "overhead_ms", "cores", "threads",
@@ -44,6 +46,32 @@ def _loop(demand: Demand, placed: Placed) -> str:
         return (f"closed loop: {'one' if lanes == 1 else lanes} at a time, each sent its "
                 "recorded gap after the one before it ended")
     return "open loop: each sent at its recorded time"
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """What a replay is made of: the recording, its period, its demand, its requests."""
+
+    recording: Recording
+    period_ns: int                 # the replay's (--period-ms, else the record's)
+    demand: Demand
+    placed: Placed | None          # the requests as placed on the timeline (None: none given)
+    requests: list[Request] | None
+
+
+def load_replay(timeline: Path, requests_from: Path | None,
+                period_ms: float | None) -> Replayed:
+    """The timeline at ``timeline`` and the requests of ``requests_from``, ready to replay;
+    a timeline the replay cannot use is a one-line ``CliError``."""
+    recording = read_recording(timeline)
+    period_ns = round(period_ms * MS) if period_ms else recording.period_ns
+    try:
+        demand = demand_of(recording.samples, recording.period_ns)
+    except ReplayError as exc:
+        raise CliError(f"{timeline}: {exc}") from None
+    placed = read_requests(requests_from, recording) if requests_from is not None else None
+    return Replayed(recording, period_ns, demand, placed,
+                    None if placed is None else requests_of(placed))
 
 
 def replay_answer(recording: Recording, demand: Demand, rows: list[LimitRow],
@@ -80,19 +108,15 @@ def command_replay(opts: argparse.Namespace, parser: argparse.ArgumentParser) ->
     if given:
         raise CliError(f"{', '.join(given)}: for the model (--service-ms); a replay takes its "
                        "load from the recorded timeline")
-    recording = read_recording(opts.timeline)
-    period_ns = round(opts.period_ms * MS) if opts.period_ms else recording.period_ns
-    limits = parse_limits(opts.cpus, period_ms=period_ns / MS, burst_ms=opts.burst_ms or 0.0)
-    try:
-        demand = demand_of(recording.samples, recording.period_ns)
-    except ReplayError as exc:
-        raise CliError(f"{opts.timeline}: {exc}") from None
-    placed = (read_requests(opts.requests_from, recording)
-              if opts.requests_from is not None else None)
-    requests = None if placed is None else requests_of(placed)
-    rows = replay_limits(demand, [None if limit is None else limit.cpus for limit in limits],
-                         requests, round((opts.burst_ms or 0.0) * MS), period_ns)
-    answer = replay_answer(recording, demand, rows, placed, opts.requests_from)
+    replayed = load_replay(opts.timeline, opts.requests_from, opts.period_ms)
+    limits = parse_limits(opts.cpus, period_ms=replayed.period_ns / MS,
+                          burst_ms=opts.burst_ms or 0.0)
+    rows = replay_limits(replayed.demand,
+                         [None if limit is None else limit.cpus for limit in limits],
+                         replayed.requests, round((opts.burst_ms or 0.0) * MS),
+                         replayed.period_ns)
+    answer = replay_answer(replayed.recording, replayed.demand, rows, replayed.placed,
+                           opts.requests_from)
     if opts.json:
         print(json.dumps(json_ready(answer), indent=2))
     else:
