@@ -33,6 +33,7 @@ CHOSEN: dict[str, tuple[str, ...]] = {
     "inprocess_throttle": ("--skip-demo",),
     "request_path": (),
     "advise_waits": (),
+    "thread_sampling": (),
     "replay_accuracy": (),
 }
 PACKAGE = Path(__file__).resolve().parent
