@@ -82,15 +82,16 @@ def measure(rounds: int = 7, passes: int = 4000, hash_bytes: int = 256 * 1024,
     (after one to warm up), so a busy neighbour or a throttled moment only lose rounds.
     ~10-20 ms of CPU on a current x86 core; at most ``max_seconds`` of wall time per part
     (past it, the best of the rounds so far, at least two)."""
-    cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
+    wall0 = time.perf_counter_ns()   # the wall time encloses the CPU time
+    cpu0 = time.thread_time_ns()
     burn(passes // 8)  # the first passes of a fresh process are slower
     loop_ns = _best_cpu_ns(functools.partial(burn, passes), rounds,
                            time.perf_counter() + max_seconds) / passes
     data = bytes(hash_bytes)
     byte_ns = _best_cpu_ns(lambda: hashlib.sha256(data).digest(), rounds,
                            time.perf_counter() + max_seconds) / hash_bytes
-    return Costs(loop_ns, byte_ns, time.thread_time_ns() - cpu0,
-                 time.perf_counter_ns() - wall0)
+    cpu_ns = time.thread_time_ns() - cpu0
+    return Costs(loop_ns, byte_ns, cpu_ns, time.perf_counter_ns() - wall0)
 
 
 @functools.cache
@@ -172,7 +173,8 @@ def burn(iterations: int, checkpoint: Callable[[], object] | None = None,
     call ``checkpoint`` every ``check_every`` passes and after the last."""
     if iterations < 0:
         raise ValueError("iterations must be >= 0")
-    cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
+    wall0 = time.perf_counter_ns()   # the wall time encloses the CPU time
+    cpu0 = time.thread_time_ns()
     left = calibration.loops(iterations) if calibration is not None else iterations
     while left > 0:
         n = check_every if left > check_every else left
@@ -212,7 +214,8 @@ def hash_burn(iterations: int, checkpoint: Callable[[], object] | None = None,
     left = round(iterations * cal.bytes_per_iteration)
     chunk = min(left, max(GIL_FREE_BYTES, round(check_every * cal.bytes_per_loop)))
     block = memoryview(_zeros(chunk))
-    cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
+    wall0 = time.perf_counter_ns()   # the wall time encloses the CPU time
+    cpu0 = time.thread_time_ns()
     while left > 0:
         n = chunk if left > chunk else left
         hashlib.sha256(block[:n]).digest()
