@@ -44,6 +44,9 @@ LINK = re.compile(r"\]\(([^)\s]+)")  # the target of [text](target) and ![alt](t
 MKDOCS_ENV = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
 PROGRAMS = {"http-timing": http_timing_main, "burn-service": burn_service_main,
             "cpu-quota": cpu_quota_main}
+# kubectl's plugin (kubectl throttle COMMAND): http-timing's commands under kubectl's name,
+# documented on http-timing's page
+ALIASES = {"kubectl-throttle": "http-timing"}
 
 
 def github_anchors(markdown: str) -> set[str]:
@@ -200,7 +203,7 @@ def console_scripts() -> set[str]:
 @pytest.mark.parametrize("program", sorted(PROGRAMS))
 def test_reference_lists_every_option(site: Path, program: str,
                                       capsys: pytest.CaptureFixture[str]) -> None:
-    assert console_scripts() == set(PROGRAMS)  # a new console script needs its reference page
+    assert console_scripts() == set(PROGRAMS) | set(ALIASES)  # a new one needs its page
     reference = (site / "reference" / f"{program}.html").read_text()
     text = page_text(site, f"reference/{program}")
     commands: list[list[str]] = [[]]

@@ -3,9 +3,14 @@ replay of what a group did (``client.analysis.passive``): no resize, no load.
 
     http-timing advise --passive --timeline FILE [--requests-from FILE] --p99 MS [--p90 MS]
     http-timing advise --passive --cgroup TARGET --duration S [--requests-from FILE] --p99 MS
+    http-timing advise --passive --k8s NS/KIND/NAME [--since DURATION] [--requests-from FILE]
+                       --p99 MS
 
 With ``--cgroup``, the group is recorded for ``--duration`` seconds first, as ``http-timing
-record`` does (``<data-dir>/<name>.cgroup.csv`` and ``.json``), touching nothing.
+record`` does (``<data-dir>/<name>.cgroup.csv`` and ``.json``), touching nothing. With
+``--k8s``, the window of the last ``--since`` that the node agent recorded for each of the
+workload's pods is fetched through the API server (``client.commands.cluster.pod_windows``,
+kept in ``<data-dir>``) and replayed per pod, pooled (``client.analysis.cluster``).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ __all__ = ["EXIT_NOT_MET", "command_advise_passive", "passive_problem"]
 
 EXIT_NOT_MET = 3   # as advise: no limit up to the ceiling met the target
 MS = 1_000_000
-LOAD_OPTIONS = ("url", "requests", "concurrency", "rate", "max_throttled", "k8s")
+LOAD_OPTIONS = ("url", "requests", "concurrency", "rate", "max_throttled")
 
 
 def passive_problem(opts: argparse.Namespace) -> str | None:
@@ -46,9 +51,15 @@ def passive_problem(opts: argparse.Namespace) -> str | None:
     if given:
         return (f"{', '.join(given)}: not with --passive (it sends no load and answers from a "
                 "recorded window by its requests' latency or its added delay)")
-    if (opts.timeline is None) == (opts.cgroup is None):
-        return ("--passive needs one of --timeline FILE (a recorded window) or --cgroup TARGET "
-                "--duration S (record it now)")
+    sources = [s for s in (opts.timeline, opts.cgroup, opts.k8s) if s is not None]
+    if len(sources) != 1:
+        return ("--passive needs one of --timeline FILE (a recorded window), --cgroup TARGET "
+                "--duration S (record it now) or --k8s NS/KIND/NAME (what the node agent "
+                "recorded)")
+    if opts.since is not None and opts.k8s is None:
+        return "--since goes with --passive --k8s NS/KIND/NAME (the node agent's window)"
+    if opts.k8s is not None and opts.duration is not None:
+        return "--duration goes with --passive --cgroup (--k8s reads what was recorded: --since)"
     if opts.cgroup is not None and opts.duration is None:
         return "--passive --cgroup needs --duration S: how long to record the group"
     if opts.timeline is not None and opts.duration is not None:
@@ -110,6 +121,8 @@ def command_advise_passive(opts: argparse.Namespace, argv: list[str],
                            target: LatencyTarget) -> int:
     if problem := passive_problem(opts):
         raise CliError(problem)
+    if opts.k8s is not None:
+        return _advise_k8s(opts, target)
     path = opts.timeline if opts.timeline is not None else _record(opts, argv)
     replayed = load_replay(path, opts.requests_from, opts.period_ms)
     recording, period_ns, demand = replayed.recording, replayed.period_ns, replayed.demand
@@ -131,5 +144,83 @@ def command_advise_passive(opts: argparse.Namespace, argv: list[str],
     if opts.json:
         print(json.dumps(json_ready(answer), indent=2))
     else:
+        print(format_passive(answer))
+    return EXIT_OK if advice.at is not None else EXIT_NOT_MET
+
+
+def _advise_k8s(opts: argparse.Namespace, target: LatencyTarget) -> int:
+    """``--k8s NS/KIND/NAME``: each recorded pod's window of the last ``--since``, replayed."""
+    from client.analysis.cluster import advise_pods, search_span
+    from client.commands.cluster import DEFAULT_SINCE_S, duration, pod_windows
+    from client.run.k8s_workloads import WorkloadError, parse_workload_ref, read_workload
+
+    try:
+        since = DEFAULT_SINCE_S if opts.since is None else duration(opts.since)
+    except argparse.ArgumentTypeError as exc:
+        raise CliError(f"--since {exc}") from None
+    try:
+        workload = read_workload(parse_workload_ref(opts.k8s))
+    except WorkloadError as exc:
+        raise CliError(str(exc)) from None
+    ref = workload.ref
+    if workload.limit_cpus is None:
+        raise CliError(f"{ref} has no CPU limit (a container of its pod template has no "
+                       "limits.cpu): nothing throttles it; give it a limit, or see its usage "
+                       "with http-timing cluster")
+    if not workload.pods:
+        raise CliError(f"{ref} has no pod now (scaled to 0?): nothing recorded to replay")
+    if not any(p.recorded for p in workload.pods):
+        raise CliError(f"no pod of {ref} is recorded: label them throttle-lab/record=true "
+                       "(the pod template's labels) for the node agent (k8s/recorder)")
+    got = pod_windows(workload, since, opts.data_dir)
+    if not got.windows:
+        raise CliError("; ".join(got.missing))
+    if opts.requests_from is not None and len(got.windows) > 1:
+        raise CliError(f"--requests-from with {ref}: it has {len(got.windows)} recorded pods "
+                       "and one file of requests cannot say which pod served each; without "
+                       "--requests-from the added delay is judged")
+    start, floor, ceiling = search_span(workload.limit_cpus, got.windows)
+    if opts.requests_from is not None:
+        replayed = load_replay(got.recordings[0].path, opts.requests_from, opts.period_ms)
+        burst_ns = round((opts.burst_ms or 0.0) * MS)
+
+        def replay_at(millicores: int | None) -> LimitRow:
+            cpus = None if millicores is None else millicores / 1000
+            (row,) = replay_limits(replayed.demand, [cpus], replayed.requests, burst_ns,
+                                   replayed.period_ns)
+            return row
+
+        advice = search(replay_at, target, start=start, floor=floor, ceiling=ceiling)
+        placed = replayed.placed
+    else:
+        advice = advise_pods(got.windows, workload.limit_cpus, target)
+        placed = None
+    first = got.recordings[0]
+    base = replay_answer(first, got.windows[0].demand, [], placed, opts.requests_from)
+    period_ms = got.windows[0].demand.period_ns / MS
+    answer = passive_answer(base, advice, period_ms, opts.requests_from is not None)
+    answer["timeline"] = ", ".join(str(r.path) for r in got.recordings)
+    answer["workload"] = {
+        "name": str(ref), "limit_cpus": workload.limit_cpus,
+        "request_cpus": workload.request_cpus, "since_s": since,
+        "pods": [{"pod": w.pod, "timeline": str(r.path), "seconds": w.demand.window_ns / 1e9,
+                  "start_epoch_s": None if w.start_epoch_ns is None else w.start_epoch_ns / 1e9,
+                  "periods": w.demand.recorded.nr_periods,
+                  "periods_throttled": w.demand.recorded.nr_throttled,
+                  "throttled_ms": w.demand.recorded.throttled_ns / MS,
+                  "source": "the pod's cpu.stat, as the node agent recorded it"}
+                 for w, r in zip(got.windows, got.recordings)],
+        "missing": got.missing,
+        "judged": "each pod's window replayed at the limit, pooled (a random instant at a "
+                  "random replica)" if len(got.windows) > 1 else "the pod's window replayed"}
+    if opts.json:
+        print(json.dumps(json_ready(answer), indent=2))
+    else:
+        pods = answer["workload"]["pods"]
+        print(f"{ref}: the last {since:g} s as the node agent recorded it; "
+              f"{len(pods)} pod(s): " + ", ".join(f"{p['pod']} ({p['seconds']:.0f} s)"
+                                                  for p in pods))
+        for line in got.missing:
+            print(f"left out: {line}")
         print(format_passive(answer))
     return EXIT_OK if advice.at is not None else EXIT_NOT_MET

@@ -1,0 +1,256 @@
+"""``cluster``: a row per workload from its pods' recorded windows (pure, no I/O).
+
+Each pod's window is replayed alone (``client.analysis.replay``): a limit applies to each pod,
+so a workload's replicas are judged per replica and pooled, as if a request arrived at a
+random instant at a random replica (each pod weighted by its window's length). A row says:
+
+- the limit and request of the pod template (summed over containers);
+- usage p95 (robusta-dev/krr's simple strategy: the 95th percentile of each pod's per-second
+  CPU, the largest over the pods) and VPA's rule (the recommender's 90th percentile of every
+  pod's per-second CPU pooled, + 15 %): ``client.analysis.advise_model.USAGE_RULES``;
+- what the kernel counted in the windows (periods, periods throttled, throttled time: the
+  timelines' ``cpu.stat``) and the added delay p99 now (the record's throttles,
+  ``client.data.attribution.throttle_events``, for a random arrival); none of it for a
+  workload with no limit ("no limit": nothing of it is throttling);
+- the smallest limit whose replay keeps the added delay's p99 (and p90) within the target
+  (``client.analysis.passive.search``) and that replay's figures;
+- a note when the pods' windows show the replica count moving (an HPA): predicted per
+  replica, each replica's recorded demand at the limit.
+
+Rows are sorted by what throttling costs now: the throttled time the kernel counted, then the
+added delay p99.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from client.analysis.advise import floor_millicores
+from client.analysis.advise_model import USAGE_RULES
+from client.analysis.advise_target import LatencyTarget
+from client.analysis.passive import PassiveAdvice, search
+from client.analysis.replay import Demand, LimitRow, Replayed, added_delay, demand_of, replay
+from client.data.attribution import CounterSample, throttle_events
+from cpuquota.account import CpuStat
+
+__all__ = ["CEILING_CPUS", "ClusterRow", "advise_pods", "PodWindow", "WorkloadLimits", "pod_window", "pooled",
+           "replica_note", "row_of", "search_span", "sort_rows", "usage_p95", "vpa_rule"]
+
+MS = 1_000_000
+CEILING_CPUS = 64        # the most a search tries, whatever the pods used
+KRR, VPA = (next(r for r in USAGE_RULES if r.key == key) for key in ("p95", "p90+15%"))
+
+
+@dataclass(frozen=True)
+class PodWindow:
+    """One pod's recorded window, ready to replay."""
+
+    pod: str
+    demand: Demand
+    limit_cpus: float | None             # the limit the record shows in force (first)
+    recorded: Replayed                   # the record's own throttles, as a replay's figures
+    usage_per_s: tuple[float, ...]       # CPUs used in each whole second of the window
+    start_epoch_ns: int | None           # the window on the wall clock (None: not known)
+    end_epoch_ns: int | None
+
+
+def _per_second(samples: Sequence[CounterSample]) -> tuple[float, ...]:
+    """CPUs used in each whole second from the first sample (usage interpolated at each
+    second's edges)."""
+    times = [s.t_ns for s in samples]
+    start, end = times[0], times[-1]
+
+    def usage_at(t: int) -> float:
+        i = min(max(1, bisect.bisect_left(times, t)), len(times) - 1)
+        a, b = samples[i - 1], samples[i]
+        if b.t_ns == a.t_ns:
+            return float(b.usage_ns)
+        return a.usage_ns + (b.usage_ns - a.usage_ns) * (t - a.t_ns) / (b.t_ns - a.t_ns)
+
+    edges = range(start, end + 1, 1_000_000_000)
+    marks = [usage_at(t) for t in edges]
+    return tuple(max(0.0, (b - a) / 1e9) for a, b in zip(marks, marks[1:]))
+
+
+def pod_window(pod: str, samples: Sequence[CounterSample], period_ns: int,
+               limits: Sequence[float | None], zero_epoch_ns: int | None) -> PodWindow:
+    """The pod's window (``ReplayError`` for one too short or idle, as ``demand_of``)."""
+    demand = demand_of(samples, period_ns)
+    limit = next((c for c in limits if c is not None), None)
+    stretches = tuple((e.start_ns, e.end_ns) for e in throttle_events(samples, period_ns)
+                      if e.end_ns > e.start_ns)
+    recorded = Replayed(limit, stretches, demand.recorded, (demand.start_ns, demand.end_ns))
+    epoch = (None, None) if zero_epoch_ns is None else (zero_epoch_ns + demand.start_ns,
+                                                        zero_epoch_ns + demand.end_ns)
+    return PodWindow(pod, demand, limit, recorded, _per_second(samples), *epoch)
+
+
+def pooled(replays: Sequence[Replayed]) -> Replayed:
+    """The replays of several pods' windows as one, end to end: a random instant of it is a
+    random replica at a random instant of its window."""
+    stretches: list[tuple[int, int]] = []
+    offset = 0
+    stats = CpuStat()
+    for r in replays:
+        lo, hi = r.window
+        stretches += [(s - lo + offset, e - lo + offset) for s, e in r.stretches]
+        offset += hi - lo
+        stats = CpuStat(stats.nr_periods + r.stats.nr_periods,
+                        stats.nr_throttled + r.stats.nr_throttled,
+                        stats.throttled_ns + r.stats.throttled_ns)
+    cpus = replays[0].cpus if replays else None
+    return Replayed(cpus, tuple(stretches), stats, (0, offset))
+
+
+def usage_p95(pods: Sequence[PodWindow]) -> float | None:
+    """krr's simple strategy: p95 of each pod's per-second CPU, the largest over the pods."""
+    values = [KRR.cpus(p.usage_per_s) for p in pods]
+    return max((v for v in values if v is not None), default=None)
+
+
+def vpa_rule(pods: Sequence[PodWindow]) -> float | None:
+    """VPA's recommender: p90 of every pod's per-second CPU pooled, + 15 %."""
+    return VPA.cpus([u for p in pods for u in p.usage_per_s])
+
+
+def search_span(limit_cpus: float | None, pods: Sequence[PodWindow]) -> tuple[int, int, int]:
+    """(start, floor, ceiling) millicores of the search: from the limit in force (else the
+    most CPU a pod used at once), up to 4 times the limit or the CPUs a pod used at once."""
+    period_ms = max(p.demand.period_ns for p in pods) / MS
+    floor = floor_millicores(period_ms)
+    cores = max(p.demand.cores for p in pods)
+    limit = None if limit_cpus is None else round(limit_cpus * 1000)
+    ceiling = min(CEILING_CPUS * 1000, max(cores * 1000, 4 * (limit or 0), 1000))
+    start = min(ceiling, max(floor, limit if limit else cores * 1000))
+    return start, floor, ceiling
+
+
+def replica_note(pods: Sequence[PodWindow], slack_ns: int = 2_000_000_000) -> str | None:
+    """"replicas moved" when the pods' windows do not all cover the same span (one started
+    or ended more than ``slack_ns`` inside the others'); None when they do, or when the
+    windows are not on the wall clock."""
+    spans = [(p.start_epoch_ns, p.end_epoch_ns) for p in pods]
+    known = [(s, e) for s, e in spans if s is not None and e is not None]
+    if len(known) < 2 or len(known) != len(spans):
+        return None
+    lo, hi = min(s for s, _ in known), max(e for _, e in known)
+    if all(s - lo <= slack_ns and hi - e <= slack_ns for s, e in known):
+        return None
+    instants = sorted({t for s, e in known for t in (s, e - 1)})
+    counts = [sum(1 for s, e in known if s <= t < e) for t in instants]
+    return (f"replicas moved in the window ({min(counts)} to {max(counts)} pods recorded at "
+            "once): predicted per replica, each replica's own recorded demand at the limit")
+
+
+@dataclass(frozen=True)
+class WorkloadLimits:
+    """What the pod template asks: the limit and the request (None: not every container
+    has one)."""
+
+    workload: str          # NS/kind/NAME
+    limit_cpus: float | None
+    request_cpus: float | None
+    replicas: int | None = None
+
+
+@dataclass(frozen=True)
+class ClusterRow:
+    """A workload's row (see the module's docstring)."""
+
+    workload: str
+    limit_cpus: float | None
+    request_cpus: float | None
+    pods: int                        # pods whose window was replayed
+    window_s: float                  # their windows summed
+    usage_p95_cpus: float | None
+    vpa_cpus: float | None
+    periods: int | None              # None: no limit (no throttling claim)
+    periods_throttled: int | None
+    throttled_ms: float | None
+    delay_p99_now_ms: float | None
+    recommended_cpus: float | None
+    predicted_delay_p99_ms: float | None
+    predicted_periods_throttled: int | None
+    notes: tuple[str, ...] = ()
+    missing: tuple[str, ...] = field(default=())   # pods with no window, one line each
+
+    @property
+    def cost(self) -> tuple[float, float]:
+        return (self.throttled_ms or 0.0, self.delay_p99_now_ms or 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload, "limit_cpus": self.limit_cpus,
+            "request_cpus": self.request_cpus, "pods": self.pods, "window_s": self.window_s,
+            "usage_p95_cpus": self.usage_p95_cpus, "vpa_cpus": self.vpa_cpus,
+            "periods": self.periods, "periods_throttled": self.periods_throttled,
+            "throttled_ms": self.throttled_ms, "added_delay_p99_now_ms": self.delay_p99_now_ms,
+            "recommended_cpus": self.recommended_cpus,
+            "predicted_added_delay_p99_ms": self.predicted_delay_p99_ms,
+            "predicted_periods_throttled": self.predicted_periods_throttled,
+            "notes": list(self.notes), "missing": list(self.missing),
+            "sources": {"periods": "the pods' cpu.stat, as the node agent recorded it",
+                        "added_delay": "for a request arriving at a random instant at a "
+                        "random replica", "usage_p95_cpus": KRR.words, "vpa_cpus": VPA.words,
+                        "recommended_cpus": "the smallest limit whose replay of the windows "
+                        "meets the target (cpuquota.account)"}}
+
+
+def advise_pods(pods: Sequence[PodWindow], limit_cpus: float | None,
+                target: LatencyTarget) -> PassiveAdvice:
+    """The smallest per-pod limit whose replay of every pod's window, pooled, meets
+    ``target`` by the added delay."""
+    cache: dict[int | None, LimitRow] = {}
+
+    def replay_at(millicores: int | None) -> LimitRow:
+        if millicores not in cache:
+            cpus = None if millicores is None else millicores / 1000
+            cache[millicores] = LimitRow(pooled([replay(p.demand, cpus) for p in pods]), None)
+        return cache[millicores]
+
+    start, floor, ceiling = search_span(limit_cpus, pods)
+    return search(replay_at, target, start=start, floor=floor, ceiling=ceiling)
+
+
+def row_of(workload: WorkloadLimits, pods: Sequence[PodWindow], target: LatencyTarget,
+           missing: Sequence[str] = ()) -> ClusterRow:
+    """The workload's row from its pods' windows (at least one)."""
+    notes: list[str] = []
+    limited = workload.limit_cpus is not None
+    now = pooled([p.recorded for p in pods])
+    if not limited:
+        notes.append("no limit: no throttling to count (the recommendation is the limit "
+                     "the windows would have met)")
+    if any(p.demand.throttled_wall_ns > 0 for p in pods):
+        share = sum(p.demand.throttled_wall_ns for p in pods) / sum(p.demand.window_ns
+                                                                    for p in pods)
+        notes.append(f"estimated: {100 * share:.0f} % of the windows was throttled "
+                     "(the demand the quota hid is taken from the throttled time)")
+    if (moved := replica_note(pods)) is not None:
+        notes.append(moved)
+    advice = advise_pods(pods, workload.limit_cpus, target)
+    at = advice.at
+    if at is None:
+        notes.append(f"no recommendation: {advice.reason}")
+    return ClusterRow(
+        workload.workload, workload.limit_cpus, workload.request_cpus, len(pods),
+        sum(p.demand.window_ns for p in pods) / 1e9, usage_p95(pods), vpa_rule(pods),
+        now.stats.nr_periods if limited else None,
+        now.stats.nr_throttled if limited else None,
+        now.stats.throttled_ns / MS if limited else None,
+        added_delay(now, 99) / MS if limited else None,
+        None if at is None or at.millicores is None else at.millicores / 1000,
+        None if at is None else at.row.delay_ms(99),
+        None if at is None else at.row.replayed.stats.nr_throttled,
+        tuple(notes), tuple(missing))
+
+
+def sort_rows(rows: Sequence[ClusterRow]) -> list[ClusterRow]:
+    """By what throttling costs now, the most first (throttled time, then the added delay
+    p99); workloads with no limit last; then by name."""
+    return sorted(rows, key=lambda r: (r.limit_cpus is None, -r.cost[0], -r.cost[1],
+                                       r.workload))
+

@@ -1,0 +1,160 @@
+"""``http-timing cluster``: every recorded workload of a cluster at a glance, from what the node
+agents recorded (``client.analysis.cluster``): no resize, no load.
+
+    http-timing cluster [-n NS | -A] [--since DURATION] [--p99 MS | --max-delay-ms MS]
+                        [--json | --csv] [--data-dir DIR]
+
+The workloads and their pods come from the API (``client.run.k8s_workloads``); each recorded
+pod's window of the last ``--since`` from its node's agent through the API server's
+``pods/proxy``, as ``import --timeline k8s:`` fetches it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from client.analysis.advise_target import LatencyTarget
+from client.analysis.cluster import (ClusterRow, PodWindow, WorkloadLimits, pod_window, row_of,
+                                     sort_rows)
+from client.analysis.replay import ReplayError
+from client.commands.common import EXIT_OK
+from client.commands.options import CliError, OneLineParser, number_above
+from client.data.jsonsafe import json_ready
+from client.render.cluster import format_cluster, format_cluster_csv
+from client.run.k8s_workloads import Workload, WorkloadError, fetch_windows, list_workloads
+from client.run.replay_input import Recording, read_recording
+
+__all__ = ["DEFAULT_DELAY_MS", "DEFAULT_SINCE_S", "PodWindows", "build_cluster_parser",
+           "command_cluster", "duration", "pod_windows"]
+
+DEFAULT_SINCE_S = 600.0
+DEFAULT_DELAY_MS = 10.0
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+
+
+def duration(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``1h``, ``1h30m`` -> seconds (argparse type)."""
+    match = _DURATION.match(text.strip())
+    if not text.strip() or match is None or not any(match.groups()):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a duration such as 90s, 10m, 1h")
+    h, m, s = (float(g) if g else 0.0 for g in match.groups())
+    seconds = 3600 * h + 60 * m + s
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the duration must be > 0")
+    return seconds
+
+
+def build_cluster_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="http-timing cluster",
+        description="A row per Deployment, StatefulSet and DaemonSet whose pods the node agent "
+        "records: limit and request, usage p95 (krr), VPA's rule, periods throttled, added "
+        "delay p99 now, and the smallest limit whose replay keeps that delay within the "
+        "target; sorted by what throttling costs now. Reads the API and the agents (through "
+        "the API server's pods/proxy); changes nothing.")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("-n", "--namespace", default="default", metavar="NS",
+                       help="the namespace to read (default: default)")
+    where.add_argument("-A", "--all-namespaces", action="store_true",
+                       help="every namespace")
+    parser.add_argument("--since", type=duration, default=DEFAULT_SINCE_S, metavar="DURATION",
+                        help="the window: the last DURATION (90s, 10m, 1h; default 10m)")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--max-delay-ms", type=number_above(0), metavar="MS",
+                        help="the target: the delay throttling adds to a request arriving at "
+                        f"a random instant, p99 at most MS (default {DEFAULT_DELAY_MS:g})")
+    target.add_argument("--p99", type=number_above(0), metavar="MS",
+                        help="the same target under advise's name (with no requests, advise "
+                        "--passive judges the added delay's p99 against --p99)")
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the rows as JSON")
+    out.add_argument("--csv", action="store_true", help="print the rows as CSV")
+    parser.add_argument("--data-dir", type=Path, metavar="DIR",
+                        help="keep the fetched windows there (<ns>_<pod>.cgroup.csv and .json; "
+                        "default: a temporary folder, removed)")
+    return parser
+
+
+@dataclass(frozen=True)
+class PodWindows:
+    """A workload's recorded windows: each replayable pod's, and one line per pod without."""
+
+    windows: list[PodWindow]
+    recordings: list[Recording]
+    missing: list[str]
+
+
+def pod_windows(workload: Workload, since_s: float, dest: Path) -> PodWindows:
+    """Fetch and read each recorded pod's window (a window the replay cannot use, e.g. too
+    short, is a line of ``missing``)."""
+    paths, missing = fetch_windows(workload, since_s, dest)
+    windows, recordings = [], []
+    for path in paths:
+        recording = read_recording(path)
+        pod = path.name.removesuffix(".cgroup.csv").split("_", 1)[-1]
+        try:
+            windows.append(pod_window(pod, recording.samples, recording.period_ns,
+                                      recording.limits, recording.zero_epoch_ns))
+            recordings.append(recording)
+        except ReplayError as exc:
+            missing.append(f"{workload.ref.namespace}/{pod}: {exc} ({path})")
+    return PodWindows(windows, recordings, missing)
+
+
+def _rows(workloads: list[Workload], since_s: float, dest: Path, target: LatencyTarget
+          ) -> tuple[list[ClusterRow], list[str]]:
+    rows, unrecorded = [], []
+    for workload in workloads:
+        if not any(p.recorded for p in workload.pods):
+            unrecorded.append(str(workload.ref))
+            continue
+        got = pod_windows(workload, since_s, dest)
+        limits = WorkloadLimits(str(workload.ref), workload.limit_cpus, workload.request_cpus,
+                                workload.replicas)
+        if not got.windows:
+            rows.append(ClusterRow(str(workload.ref), workload.limit_cpus,
+                                   workload.request_cpus, 0, 0.0, None, None, None, None, None,
+                                   None, None, None, None, ("no window to replay",),
+                                   tuple(got.missing)))
+            continue
+        rows.append(row_of(limits, got.windows, target, got.missing))
+    return sort_rows(rows), unrecorded
+
+
+def command_cluster(argv: list[str]) -> int:
+    opts = build_cluster_parser().parse_args(argv)
+    delay = opts.p99 if opts.p99 is not None else opts.max_delay_ms or DEFAULT_DELAY_MS
+    target = LatencyTarget(delay, None, None)
+    namespace = None if opts.all_namespaces else opts.namespace
+    where = "every namespace" if namespace is None else f"namespace {namespace}"
+    try:
+        workloads = list_workloads(namespace)
+    except WorkloadError as exc:
+        raise CliError(str(exc)) from None
+    if not any(p.recorded for w in workloads for p in w.pods):
+        raise CliError(f"no workload in {where} has a pod the node agent records: label its "
+                       "pods throttle-lab/record=true (and kubectl apply -k k8s/recorder)")
+    with tempfile.TemporaryDirectory(prefix="cluster-") as scratch:
+        dest = opts.data_dir if opts.data_dir is not None else Path(scratch)
+        rows, unrecorded = _rows(workloads, opts.since, dest, target)
+    header = (f"cluster: {where}, the last {opts.since:g} s; target: added delay p99 <= "
+              f"{delay:g} ms")
+    if opts.json:
+        print(json.dumps(json_ready({
+            "namespace": namespace, "since_s": opts.since,
+            "target": {"added_delay_p99_ms": delay}, "workloads": [r.to_dict() for r in rows],
+            "not_recorded": unrecorded}), indent=2))
+    elif opts.csv:
+        print(format_cluster_csv(rows), end="")
+    else:
+        print(format_cluster(rows, header))
+    if unrecorded:
+        print(f"{len(unrecorded)} workload(s) not recorded (no pod labelled "
+              f"throttle-lab/record=true): {', '.join(unrecorded)}", file=sys.stderr)
+    return EXIT_OK

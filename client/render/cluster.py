@@ -1,0 +1,66 @@
+"""``cluster``'s rows as a text table, CSV, or JSON-ready figures."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+
+from client.analysis.cluster import ClusterRow
+
+__all__ = ["CSV_COLUMNS", "format_cluster", "format_cluster_csv"]
+
+CSV_COLUMNS = ("workload", "limit_cpus", "request_cpus", "pods", "window_s", "usage_p95_cpus",
+               "vpa_cpus", "periods", "periods_throttled", "throttled_ms",
+               "added_delay_p99_now_ms", "recommended_cpus", "predicted_added_delay_p99_ms",
+               "predicted_periods_throttled", "notes")
+
+
+def _cpus(value: float | None, none: str = "-") -> str:
+    return none if value is None else f"{value:.3g}"
+
+
+def _ms(value: float | None, none: str = "-") -> str:
+    return none if value is None else f"{value:.1f}"
+
+
+def _throttled(row: ClusterRow) -> str:
+    if row.periods_throttled is None or row.periods is None:
+        return "no limit"
+    share = f" ({100 * row.periods_throttled / row.periods:.0f} %)" if row.periods else ""
+    return f"{row.periods_throttled}/{row.periods}{share}"
+
+
+def format_cluster(rows: Sequence[ClusterRow], header: str) -> str:
+    """The table, then each row's notes and the pods left out."""
+    table = [("WORKLOAD", "LIMIT", "REQUEST", "PODS", "P95(krr)", "VPA", "PERIODS THROTTLED",
+              "DELAY P99", "RECOMMENDED", "→ DELAY P99")]
+    for r in rows:
+        table.append((r.workload, _cpus(r.limit_cpus, "none"), _cpus(r.request_cpus, "none"),
+                      str(r.pods), _cpus(r.usage_p95_cpus), _cpus(r.vpa_cpus), _throttled(r),
+                      _ms(r.delay_p99_now_ms, "no limit"), _cpus(r.recommended_cpus),
+                      _ms(r.predicted_delay_p99_ms)))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = [header, ""]
+    lines += ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+              for row in table]
+    notes = [f"{r.workload}: {note}" for r in rows for note in (*r.notes, *r.missing)]
+    if notes:
+        lines += ["", *notes]
+    lines += ["", "LIMIT, REQUEST, P95, VPA, RECOMMENDED: CPUs per pod. PERIODS THROTTLED: the "
+              "kernel's counters in the windows. DELAY P99: ms a request arriving at a random "
+              "instant waits for the quota, now and (→) at the recommended limit (its replay)."]
+    return "\n".join(lines)
+
+
+def format_cluster_csv(rows: Sequence[ClusterRow]) -> str:
+    """One line per workload, the columns of :data:`CSV_COLUMNS` (empty: not known)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for r in rows:
+        d = r.to_dict()
+        d["notes"] = "; ".join((*r.notes, *r.missing))
+        writer.writerow(["" if d[c] is None else d[c] for c in CSV_COLUMNS])
+    return out.getvalue()

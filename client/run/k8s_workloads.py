@@ -1,0 +1,217 @@
+"""A cluster's workloads as ``cluster`` and ``advise --k8s ... --passive`` read them, with the
+official ``kubernetes`` client and the user's kubeconfig (``client.run.kube_api``): each
+Deployment, StatefulSet and DaemonSet, its CPU limit and request (the pod template's, summed
+over containers), and its pods by the owner chain (pod -> ReplicaSet -> Deployment; pod ->
+StatefulSet or DaemonSet). Each pod's recorded window comes from its node's agent through the
+API server's ``pods/proxy`` (``client.run.agent_timeline``).
+
+The user needs ``list`` on pods, replicasets, deployments, statefulsets and daemonsets in the
+namespaces read, and what ``import --timeline k8s:`` needs (k8s/recorder/user-rbac.yaml).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from client.run.agent_timeline import AgentTimelineError, PodRef, fetch_timeline
+from client.run.kube_api import KubeApi, KubeError, api_problem, REQUEST_TIMEOUT
+
+__all__ = ["KINDS", "RECORD_LABEL", "PodInfo", "Workload", "WorkloadError", "WorkloadRef",
+           "fetch_windows",
+           "fold_pods", "list_workloads", "parse_workload_ref", "read_workload", "workload_of"]
+
+KINDS = {"deployment": "Deployment", "deploy": "Deployment", "deployments": "Deployment",
+         "statefulset": "StatefulSet", "sts": "StatefulSet", "statefulsets": "StatefulSet",
+         "daemonset": "DaemonSet", "ds": "DaemonSet", "daemonsets": "DaemonSet"}
+RECORD_LABEL = ("throttle-lab/record", "true")   # the agent records pods with this label
+
+Obj = Mapping[str, Any]   # an API object as its JSON (camelCase keys)
+
+
+class WorkloadError(Exception):
+    """The workload or its pods cannot be read; one line saying why and what to do."""
+
+
+@dataclass(frozen=True)
+class WorkloadRef:
+    namespace: str
+    kind: str          # Deployment, StatefulSet, DaemonSet
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.kind.lower()}/{self.name}"
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    name: str
+    node: str
+    recorded: bool     # labelled for the agent (throttle-lab/record=true)
+    running: bool
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A workload, what its pod template asks, and its pods now."""
+
+    ref: WorkloadRef
+    limit_cpus: float | None     # summed over containers; None: a container without a limit
+    request_cpus: float | None
+    replicas: int | None         # spec.replicas (a DaemonSet: the pods it should run)
+    pods: tuple[PodInfo, ...]
+
+
+def parse_workload_ref(text: str) -> WorkloadRef:
+    """``NS/KIND/NAME`` (deployment, statefulset, daemonset and their short names)."""
+    parts = text.split("/")
+    if len(parts) != 3 or not all(parts) or parts[1].lower() not in KINDS:
+        raise WorkloadError(f"--k8s {text}: expected NAMESPACE/KIND/NAME, KIND one of "
+                            "deployment, statefulset, daemonset")
+    return WorkloadRef(parts[0], KINDS[parts[1].lower()], parts[2])
+
+
+def _cpu(quantity: Any) -> float | None:
+    from client.run.limiters.kubernetes import cpu_cores
+    return cpu_cores(quantity)
+
+
+def _template_cpus(workload: Obj, key: str) -> float | None:
+    """The pod template's ``resources.<key>.cpu`` summed over its containers; None when one
+    has none (then the pod's group has no quota of that size)."""
+    spec = (((workload.get("spec") or {}).get("template") or {}).get("spec") or {})
+    total = 0.0
+    for container in spec.get("containers") or []:
+        value = _cpu(((container.get("resources") or {}).get(key) or {}).get("cpu"))
+        if value is None:
+            return None
+        total += value
+    return total
+
+
+def workload_of(pod: Obj, replicaset_owner: Mapping[str, str]) -> tuple[str, str] | None:
+    """(kind, name) of the workload that owns ``pod``: its ReplicaSet's Deployment (from
+    ``replicaset_owner``: ReplicaSet name -> Deployment name), its StatefulSet or DaemonSet;
+    None for a pod of none of them."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        kind, name = ref.get("kind"), str(ref.get("name") or "")
+        if kind == "ReplicaSet" and name in replicaset_owner:
+            return "Deployment", replicaset_owner[name]
+        if kind in ("StatefulSet", "DaemonSet"):
+            return str(kind), name
+    return None
+
+
+def _pod_info(pod: Obj) -> PodInfo:
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    labels = meta.get("labels") or {}
+    return PodInfo(str(meta.get("name")), str(spec.get("nodeName") or ""),
+                   labels.get(RECORD_LABEL[0]) == RECORD_LABEL[1],
+                   status.get("phase") == "Running" and not meta.get("deletionTimestamp"))
+
+
+def fold_pods(workloads: Iterable[Obj], kinds: Iterable[str], replicasets: Iterable[Obj],
+              pods: Iterable[Obj]) -> list[Workload]:
+    """Each workload (``workloads`` and ``kinds`` side by side) with its pods, by the owner
+    chain; pure, on the API's JSON."""
+    owner = {}
+    for rs in replicasets:
+        meta = rs.get("metadata") or {}
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("kind") == "Deployment":
+                owner[str(meta.get("name"))] = str(ref.get("name"))
+    by_owner: dict[tuple[str, str, str], list[PodInfo]] = {}
+    for pod in pods:
+        found = workload_of(pod, owner)
+        if found is not None:
+            namespace = str((pod.get("metadata") or {}).get("namespace"))
+            by_owner.setdefault((namespace, *found), []).append(_pod_info(pod))
+    out = []
+    for obj, kind in zip(workloads, kinds):
+        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        status = obj.get("status") or {}
+        ref = WorkloadRef(str(meta.get("namespace")), kind, str(meta.get("name")))
+        replicas = (status.get("desiredNumberScheduled") if kind == "DaemonSet"
+                    else spec.get("replicas"))
+        out.append(Workload(ref, _template_cpus(obj, "limits"), _template_cpus(obj, "requests"),
+                            None if replicas is None else int(replicas),
+                            tuple(sorted(by_owner.get((ref.namespace, kind, ref.name), []),
+                                         key=lambda p: p.name))))
+    return out
+
+
+def _listed(api: KubeApi, what: str, namespace: str | None) -> list[Obj]:
+    """``list`` of pods, replicasets, deployments, statefulsets or daemonsets, as JSON."""
+    group = api.core if what == "pods" else api.apps
+    call = {"_request_timeout": REQUEST_TIMEOUT}
+    try:
+        if namespace is None:
+            listed = getattr(group, f"list_{_singular(what)}_for_all_namespaces")(**call)
+        else:
+            listed = getattr(group, f"list_namespaced_{_singular(what)}")(namespace, **call)
+    except Exception as exc:
+        raise WorkloadError(api_problem(exc, "list", what, namespace or "(all)", "",
+                                        api.server).replace(
+            "(the Role in k8s/advise-rbac.yaml grants what advise needs)",
+            "(cluster reads the workloads and their pods: list pods, replicasets, "
+            "deployments, statefulsets, daemonsets)")) from None
+    return list(api.to_json(listed).get("items") or [])
+
+
+def _singular(what: str) -> str:
+    return {"pods": "pod", "replicasets": "replica_set", "deployments": "deployment",
+            "statefulsets": "stateful_set", "daemonsets": "daemon_set"}[what]
+
+
+def _connect() -> KubeApi:
+    from client.run.kube_api import connect
+    try:
+        return connect()
+    except KubeError as exc:
+        raise WorkloadError(str(exc)) from None
+
+
+def list_workloads(namespace: str | None, api: KubeApi | None = None) -> list[Workload]:
+    """Every Deployment, StatefulSet and DaemonSet of ``namespace`` (None: all), with its
+    pods."""
+    api = api or _connect()
+    objs: list[Obj] = []
+    kinds: list[str] = []
+    for what, kind in (("deployments", "Deployment"), ("statefulsets", "StatefulSet"),
+                       ("daemonsets", "DaemonSet")):
+        found = _listed(api, what, namespace)
+        objs += found
+        kinds += [kind] * len(found)
+    return fold_pods(objs, kinds, _listed(api, "replicasets", namespace),
+                     _listed(api, "pods", namespace))
+
+
+def read_workload(ref: WorkloadRef, api: KubeApi | None = None) -> Workload:
+    """The one workload ``ref`` names; ``WorkloadError`` when there is none."""
+    found = [w for w in list_workloads(ref.namespace, api) if w.ref == ref]
+    if not found:
+        raise WorkloadError(f"no {ref.kind} {ref.namespace}/{ref.name} (kubectl get "
+                            f"{ref.kind.lower()} -n {ref.namespace})")
+    return found[0]
+
+
+def fetch_windows(workload: Workload, since_s: float, dest: Path, *,
+                  now: Callable[[], float] = time.time) -> tuple[list[Path], list[str]]:
+    """Each recorded pod's window of the last ``since_s`` seconds, from its node's agent,
+    into ``dest``: the timelines' paths, and one line per pod that has none (why)."""
+    end = now()
+    paths, missing = [], []
+    for pod in workload.pods:
+        if not pod.recorded:
+            missing.append(f"{workload.ref.namespace}/{pod.name}: not recorded (label it "
+                           f"{RECORD_LABEL[0]}={RECORD_LABEL[1]} for the node agent)")
+            continue
+        try:
+            paths.append(fetch_timeline(PodRef(workload.ref.namespace, pod.name), dest,
+                                        end - since_s, end))
+        except AgentTimelineError as exc:
+            missing.append(f"{workload.ref.namespace}/{pod.name}: {exc}")
+    return paths, missing

@@ -1,0 +1,201 @@
+"""``http-timing cluster`` and ``advise --passive --k8s``, the parts that need no cluster: the
+workloads folded from the API's JSON by the owner chain, a row's figures from the node agent's
+timelines (tests/data/cluster/, written by its make.py in the agent's format), the order of
+the rows, and bad input (one line, exit 2). The end-to-end run on the project's node is
+tests/test_cluster_kube.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from client.analysis.advise_target import LatencyTarget
+from client.analysis.cluster import (PodWindow, WorkloadLimits, pod_window, row_of,
+                                     sort_rows)
+from client.commands.cluster import duration
+from client.commands.kubectl_plugin import main as kubectl_throttle
+from client.data.timeline import read_timeline
+from client.render.cluster import CSV_COLUMNS, format_cluster, format_cluster_csv
+from client.run.k8s_workloads import WorkloadError, fold_pods, parse_workload_ref
+from client.run.replay_input import read_recording
+from tests.support import exit_code_and_errors
+
+DATA = Path(__file__).parent / "data" / "cluster"
+TARGET = LatencyTarget(10.0, None, None)   # the added delay's p99 at most 10 ms
+
+
+def window(name: str) -> PodWindow:
+    recording = read_recording(DATA / f"{name}.cgroup.csv")
+    return pod_window(name.split("_", 1)[1], recording.samples, recording.period_ns,
+                      recording.limits, recording.zero_epoch_ns)
+
+
+def counted(name: str) -> tuple[int, int, int]:
+    """The kernel's counters over the timeline: periods, periods throttled, throttled ns."""
+    first, *_, last = read_timeline(DATA / f"{name}.cgroup.csv")
+    return (last.nr_periods - first.nr_periods, last.nr_throttled - first.nr_throttled,
+            last.throttled_ns - first.throttled_ns)
+
+
+# ---- the workloads, by the owner chain --------------------------------------------------------
+
+def obj(kind: str, name: str, namespace: str = "shop", *, owner: tuple[str, str] | None = None,
+        cpu: list[str | None] | None = None, labels: dict[str, str] | None = None,
+        **status: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels or {}}
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner[0], "name": owner[1]}]
+    containers = [{"name": f"c{i}", "resources": {} if c is None else
+                   {"limits": {"cpu": c}, "requests": {"cpu": c}}}
+                  for i, c in enumerate(cpu or [])]
+    spec: dict[str, Any] = {"template": {"spec": {"containers": containers}}, "replicas": 2}
+    if kind == "Pod":
+        spec = {"nodeName": "node-1"}
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+RECORDED = {"throttle-lab/record": "true"}
+
+
+def test_pods_fold_into_their_workload_by_the_owner_chain() -> None:
+    workloads = [obj("Deployment", "web", cpu=["300m", "0.2"]),
+                 obj("StatefulSet", "cache", cpu=["1"]),
+                 obj("DaemonSet", "agent", cpu=["100m", None], desiredNumberScheduled=3)]
+    replicasets = [obj("ReplicaSet", "web-5d8f", owner=("Deployment", "web")),
+                   obj("ReplicaSet", "web-77aa", owner=("Deployment", "web"))]
+    pods = [obj("Pod", "web-5d8f-x", owner=("ReplicaSet", "web-5d8f"), labels=RECORDED,
+                phase="Running"),
+            obj("Pod", "web-77aa-y", owner=("ReplicaSet", "web-77aa"), phase="Running"),
+            obj("Pod", "web-5d8f-z", "other", owner=("ReplicaSet", "web-5d8f"), phase="Running"),
+            obj("Pod", "cache-0", owner=("StatefulSet", "cache"), phase="Pending"),
+            obj("Pod", "agent-q", owner=("DaemonSet", "agent"), phase="Running"),
+            obj("Pod", "job-1", owner=("Job", "job"), phase="Running")]
+    web, cache, agent = fold_pods(workloads, ["Deployment", "StatefulSet", "DaemonSet"],
+                                  replicasets, pods)
+    assert [p.name for p in web.pods] == ["web-5d8f-x", "web-77aa-y"]   # both ReplicaSets
+    assert [p.recorded for p in web.pods] == [True, False]  # only the labelled one is recorded
+    assert web.limit_cpus == pytest.approx(0.5) and web.replicas == 2   # summed over containers
+    assert [p.name for p in cache.pods] == ["cache-0"] and not cache.pods[0].running
+    assert agent.limit_cpus is None and agent.request_cpus is None   # a container without one
+    assert agent.replicas == 3 and [p.name for p in agent.pods] == ["agent-q"]
+    assert str(web.ref) == "shop/deployment/web"
+
+
+@pytest.mark.parametrize("text, kind", [("shop/deploy/web", "Deployment"),
+                                        ("shop/StatefulSet/db", "StatefulSet"),
+                                        ("shop/ds/agent", "DaemonSet")])
+def test_a_workload_is_named_namespace_kind_name(text: str, kind: str) -> None:
+    assert parse_workload_ref(text).kind == kind
+
+
+@pytest.mark.parametrize("text", ["shop/web", "shop/job/x", "shop//web", "a/b/c/d"])
+def test_other_names_are_refused_saying_the_form(text: str) -> None:
+    with pytest.raises(WorkloadError, match="expected NAMESPACE/KIND/NAME"):
+        parse_workload_ref(text)
+
+
+# ---- a row from the timelines -----------------------------------------------------------------
+
+def test_a_throttled_workload_counts_what_the_kernel_counted_in_its_pods() -> None:
+    pods = [window("shop_web-a"), window("shop_web-b")]
+    row = row_of(WorkloadLimits("shop/deployment/web", 0.5, 0.5), pods, TARGET)
+    a, b = counted("shop_web-a"), counted("shop_web-b")
+    assert (row.periods, row.periods_throttled) == (a[0] + b[0], a[1] + b[1])
+    assert row.throttled_ms == (a[2] + b[2]) / 1e6
+    assert row.pods == 2 and row.window_s == 20.0
+    assert row.delay_p99_now_ms is not None and row.delay_p99_now_ms > TARGET.p99_ms
+    assert row.recommended_cpus is not None and row.recommended_cpus > 0.5   # it needs more
+    assert row.predicted_delay_p99_ms is not None
+    assert row.predicted_delay_p99_ms <= TARGET.p99_ms   # the replay at the answer meets it
+    assert any(note.startswith("estimated: ") for note in row.notes)   # throttled: estimated
+
+
+def test_a_workload_with_no_limit_makes_no_throttling_claim() -> None:
+    row = row_of(WorkloadLimits("shop/statefulset/cache", None, None), [window("shop_cache-0")],
+                 TARGET)
+    assert row.periods is None and row.periods_throttled is None
+    assert row.throttled_ms is None and row.delay_p99_now_ms is None
+    assert any(note.startswith("no limit") for note in row.notes)
+    assert row.recommended_cpus is not None   # the limit its window would have met
+    assert "no limit" in format_cluster([row], "cluster")
+
+
+def test_usage_rules_read_each_pods_seconds() -> None:
+    row = row_of(WorkloadLimits("shop/deployment/worker", 1.0, None), [window("shop_worker-a")],
+                 TARGET)
+    assert row.usage_p95_cpus == pytest.approx(0.2)   # 20 ms of every 100 ms
+    assert row.vpa_cpus == pytest.approx(0.2 * 1.15)
+    assert row.periods_throttled == 0 and row.delay_p99_now_ms == 0.0
+
+
+def test_a_replica_count_that_moved_is_predicted_per_replica_and_says_so() -> None:
+    moved = row_of(WorkloadLimits("shop/deployment/api", 0.3, None),
+                   [window("shop_api-a"), window("shop_api-b")], TARGET)
+    assert any("replicas moved in the window (1 to 2 pods" in n and "per replica" in n
+               for n in moved.notes)
+    steady = row_of(WorkloadLimits("shop/deployment/web", 0.5, None),
+                    [window("shop_web-a"), window("shop_web-b")], TARGET)
+    assert not any("replicas moved" in n for n in steady.notes)
+
+
+def test_rows_are_sorted_by_what_throttling_costs_now_unlimited_last() -> None:
+    rows = [row_of(WorkloadLimits(name, cpus, None), [window(p) for p in pods], TARGET)
+            for name, cpus, pods in (
+                ("shop/statefulset/cache", None, ["shop_cache-0"]),
+                ("shop/deployment/worker", 1.0, ["shop_worker-a"]),
+                ("shop/deployment/web", 0.5, ["shop_web-a", "shop_web-b"]),
+                ("shop/deployment/api", 0.3, ["shop_api-a", "shop_api-b"]))]
+    ordered = sort_rows(rows)
+    costs = [r.throttled_ms for r in ordered[:-1]]
+    assert costs == sorted(costs, reverse=True)   # the most throttled time first
+    assert ordered[-1].workload == "shop/statefulset/cache"   # no limit: no cost to rank
+    csv = format_cluster_csv(ordered).splitlines()
+    assert csv[0].split(",") == list(CSV_COLUMNS) and len(csv) == 5
+    assert json.dumps(ordered[0].to_dict(), allow_nan=False)   # JSON as it is printed
+
+
+# ---- the command line -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, seconds", [("90", 90), ("90s", 90), ("10m", 600),
+                                           ("1h30m", 5400), ("1.5m", 90)])
+def test_since_takes_a_duration(text: str, seconds: float) -> None:
+    assert duration(text) == seconds
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["cluster", "--since", "soon"], "expected a duration such as 90s, 10m, 1h"),
+    (["cluster", "-n", "shop", "-A"], "not allowed with argument"),
+    (["cluster", "--p99", "5", "--max-delay-ms", "5"], "not allowed with argument"),
+    (["cluster"], "no kubeconfig"),
+    (["advise", "--passive", "--p99", "50", "--k8s", "shop/deploy/web", "--duration", "5"],
+     "--duration goes with --passive --cgroup"),
+    (["advise", "--passive", "--p99", "50", "--timeline", "t.cgroup.csv", "--since", "5m"],
+     "--since goes with --passive --k8s"),
+    (["advise", "--passive", "--p99", "50", "--k8s", "shop/job/x"],
+     "expected NAMESPACE/KIND/NAME"),
+    (["advise", "--passive", "--p99", "50", "--k8s", "shop/deploy/web", "--since", "x"],
+     "expected a duration"),
+    (["advise", "--passive", "--p99", "50", "--k8s", "shop/deploy/web"], "no kubeconfig"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv: list[str], expected: str, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    code, err = exit_code_and_errors(argv, tmp_path, monkeypatch, capsys)
+    assert code == 2 and expected in err, err
+    assert len(err.strip().splitlines()) == 1 + err.startswith("usage:"), err
+    assert not (tmp_path / "raw-data").exists()   # nothing fetched, nothing written
+
+
+def test_kubectl_throttle_runs_http_timings_commands(capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    assert kubectl_throttle(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("http-timing ")
+    with pytest.raises(SystemExit) as stopped:
+        kubectl_throttle([])   # no command: the help, listing cluster
+    assert stopped.value.code == 0
+    assert "  cluster   " in capsys.readouterr().out
