@@ -5,9 +5,10 @@ so a workload's replicas are judged per replica and pooled, as if a request arri
 random instant at a random replica (each pod weighted by its window's length). A row says:
 
 - the limit and request of the pod template (summed over containers);
-- usage p95 (robusta-dev/krr's simple strategy: the 95th percentile of each pod's per-second
-  CPU, the largest over the pods) and VPA's rule (the recommender's 90th percentile of every
-  pod's per-second CPU pooled, + 15 %): ``client.analysis.advise_model.USAGE_RULES``;
+- usage p95 (robusta-dev/krr's simple strategy: the 95th percentile of every pod's
+  per-second CPU pooled, as its ``calculate_cpu_proposal`` concatenates the pods' samples)
+  and VPA's rule (the recommender's 90th percentile of the same samples, + 15 %):
+  ``client.analysis.advise_model.USAGE_RULES``;
 - what the kernel counted in the windows (periods, periods throttled, throttled time: the
   timelines' ``cpu.stat``) and the added delay p99 now (the record's throttles,
   ``client.data.attribution.throttle_events``, for a random arrival); none of it for a
@@ -106,9 +107,8 @@ def pooled(replays: Sequence[Replayed]) -> Replayed:
 
 
 def usage_p95(pods: Sequence[PodWindow]) -> float | None:
-    """krr's simple strategy: p95 of each pod's per-second CPU, the largest over the pods."""
-    values = [KRR.cpus(p.usage_per_s) for p in pods]
-    return max((v for v in values if v is not None), default=None)
+    """krr's simple strategy: p95 of every pod's per-second CPU pooled."""
+    return KRR.cpus([u for p in pods for u in p.usage_per_s])
 
 
 def vpa_rule(pods: Sequence[PodWindow]) -> float | None:
