@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 
 from client.analysis.advise_target import LatencyTarget
-from client.analysis.cluster import (PodWindow, WorkloadLimits, pod_window, row_of,
-                                     sort_rows)
+from client.analysis.cluster import (PodWindow, WorkloadLimits, per_period, pod_window,
+                                     row_of, sort_rows)
 from client.commands.cluster import duration
 from client.commands.kubectl_plugin import main as kubectl_throttle
 from client.data.timeline import read_timeline
-from client.render.cluster import CSV_COLUMNS, format_cluster, format_cluster_csv
+from client.render.cluster import (CSV_COLUMNS, format_cluster, format_cluster_csv,
+                                   save_cluster_picture)
 from client.run.k8s_workloads import WorkloadError, fold_pods, parse_workload_ref
 from client.run.replay_input import read_recording
 from tests.support import exit_code_and_errors
@@ -199,3 +200,21 @@ def test_kubectl_throttle_runs_http_timings_commands(capsys: pytest.CaptureFixtu
         kubectl_throttle([])   # no command: the help, listing cluster
     assert stopped.value.code == 0
     assert "  cluster   " in capsys.readouterr().out
+
+
+# ---- the picture ------------------------------------------------------------------------------
+
+def test_per_period_keeps_the_records_usage_and_marks_its_throttles() -> None:
+    pod = window("shop_web-a")
+    starts, cpus, throttled = per_period(pod)
+    period_s = pod.demand.period_ns / 1e9
+    assert sum(cpus) * period_s == pytest.approx(pod.demand.usage_ns / 1e9)   # all CPU placed
+    assert starts == sorted(starts) and len(starts) == len(cpus) == len(throttled)
+    assert sum(throttled) >= counted("shop_web-a")[1] - 1   # each period the kernel counted
+
+
+def test_the_picture_shows_each_pod_against_both_limits(tmp_path: Path) -> None:
+    pods = [window("shop_web-a"), window("shop_web-b")]
+    row = row_of(WorkloadLimits("shop/deployment/web", 0.5, None), pods, TARGET)
+    out = save_cluster_picture(row, pods, tmp_path / "pictures" / "shop_deployment_web.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -37,7 +37,7 @@ from client.analysis.replay import Demand, LimitRow, Replayed, added_delay, dema
 from client.data.attribution import CounterSample, throttle_events
 from cpuquota.account import CpuStat
 
-__all__ = ["CEILING_CPUS", "ClusterRow", "advise_pods", "PodWindow", "WorkloadLimits", "pod_window", "pooled",
+__all__ = ["CEILING_CPUS", "ClusterRow", "advise_pods", "PodWindow", "WorkloadLimits", "per_period", "pod_window", "pooled",
            "replica_note", "row_of", "search_span", "sort_rows", "usage_p95", "vpa_rule"]
 
 MS = 1_000_000
@@ -87,6 +87,29 @@ def pod_window(pod: str, samples: Sequence[CounterSample], period_ns: int,
     epoch = (None, None) if zero_epoch_ns is None else (zero_epoch_ns + demand.start_ns,
                                                         zero_epoch_ns + demand.end_ns)
     return PodWindow(pod, demand, limit, recorded, _per_second(samples), *epoch)
+
+
+def per_period(window: PodWindow) -> tuple[list[float], list[float], list[bool]]:
+    """The window period by period on the record's grid: each period's start (s from the
+    window's start), the CPUs used in it (the record's usage), and whether the record was
+    throttled in it."""
+    demand = window.demand
+    period = demand.period_ns
+    first = demand.origin_ns
+    count = max(1, -(-(demand.end_ns - first) // period))
+    used = [0.0] * count
+    ends = (*demand.starts_ns[1:], demand.end_ns)
+    for s, e, u in zip(demand.starts_ns, ends, demand.used_ns):
+        if e > s:   # an interval's usage shared by the periods it overlaps
+            for k in range((s - first) // period, min(count, (e - 1 - first) // period + 1)):
+                lo, hi = max(s, first + k * period), min(e, first + (k + 1) * period)
+                used[k] += u * max(0, hi - lo) / (e - s)
+    throttled = [False] * count
+    for s, e in window.recorded.stretches:
+        for k in range(max(0, (s - first) // period), min(count, (e - 1 - first) // period + 1)):
+            throttled[k] = True
+    starts = [(first + k * period - demand.start_ns) / 1e9 for k in range(count)]
+    return starts, [u / period for u in used], throttled
 
 
 def pooled(replays: Sequence[Replayed]) -> Replayed:

@@ -2,7 +2,7 @@
 agents recorded (``client.analysis.cluster``): no resize, no load.
 
     http-timing cluster [-n NS | -A] [--since DURATION] [--p99 MS | --max-delay-ms MS]
-                        [--json | --csv] [--data-dir DIR]
+                        [--json | --csv] [--picture DIR] [--data-dir DIR]
 
 The workloads and their pods come from the API (``client.run.k8s_workloads``); each recorded
 pod's window of the last ``--since`` from its node's agent through the API server's
@@ -26,7 +26,7 @@ from client.analysis.replay import ReplayError
 from client.commands.common import EXIT_OK
 from client.commands.options import CliError, OneLineParser, number_above
 from client.data.jsonsafe import json_ready
-from client.render.cluster import format_cluster, format_cluster_csv
+from client.render.cluster import format_cluster, format_cluster_csv, save_cluster_picture
 from client.run.k8s_workloads import Workload, WorkloadError, fetch_windows, list_workloads
 from client.run.replay_input import Recording, read_recording
 
@@ -75,6 +75,10 @@ def build_cluster_parser() -> argparse.ArgumentParser:
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the rows as JSON")
     out.add_argument("--csv", action="store_true", help="print the rows as CSV")
+    parser.add_argument("--picture", type=Path, metavar="DIR",
+                        help="also draw each workload's picture there (<ns>_<kind>_<name>.png):"
+                        " CPU per period against the limit now and the recommended one, the "
+                        "throttled periods marked")
     parser.add_argument("--data-dir", type=Path, metavar="DIR",
                         help="keep the fetched windows there (<ns>_<pod>.cgroup.csv and .json; "
                         "default: a temporary folder, removed)")
@@ -107,8 +111,8 @@ def pod_windows(workload: Workload, since_s: float, dest: Path) -> PodWindows:
     return PodWindows(windows, recordings, missing)
 
 
-def _rows(workloads: list[Workload], since_s: float, dest: Path, target: LatencyTarget
-          ) -> tuple[list[ClusterRow], list[str]]:
+def _rows(workloads: list[Workload], since_s: float, dest: Path, target: LatencyTarget,
+          pictures: Path | None = None) -> tuple[list[ClusterRow], list[str]]:
     rows, unrecorded = [], []
     for workload in workloads:
         if not any(p.recorded for p in workload.pods):
@@ -124,6 +128,10 @@ def _rows(workloads: list[Workload], since_s: float, dest: Path, target: Latency
                                    tuple(got.missing)))
             continue
         rows.append(row_of(limits, got.windows, target, got.missing))
+        if pictures is not None:
+            ref = workload.ref
+            save_cluster_picture(rows[-1], got.windows, pictures /
+                                 f"{ref.namespace}_{ref.kind.lower()}_{ref.name}.png")
     return sort_rows(rows), unrecorded
 
 
@@ -142,7 +150,7 @@ def command_cluster(argv: list[str]) -> int:
                        "pods throttle-lab/record=true (and kubectl apply -k k8s/recorder)")
     with tempfile.TemporaryDirectory(prefix="cluster-") as scratch:
         dest = opts.data_dir if opts.data_dir is not None else Path(scratch)
-        rows, unrecorded = _rows(workloads, opts.since, dest, target)
+        rows, unrecorded = _rows(workloads, opts.since, dest, target, opts.picture)
     header = (f"cluster: {where}, the last {opts.since:g} s; target: added delay p99 <= "
               f"{delay:g} ms")
     if opts.json:

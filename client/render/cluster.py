@@ -5,10 +5,14 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Sequence
+from pathlib import Path
 
-from client.analysis.cluster import ClusterRow
+from client.analysis.cluster import ClusterRow, PodWindow, per_period
 
-__all__ = ["CSV_COLUMNS", "format_cluster", "format_cluster_csv"]
+__all__ = ["CSV_COLUMNS", "MAX_PODS_DRAWN", "format_cluster", "format_cluster_csv",
+           "save_cluster_picture"]
+
+MAX_PODS_DRAWN = 4
 
 CSV_COLUMNS = ("workload", "limit_cpus", "request_cpus", "pods", "window_s", "usage_p95_cpus",
                "vpa_cpus", "periods", "periods_throttled", "throttled_ms",
@@ -64,3 +68,37 @@ def format_cluster_csv(rows: Sequence[ClusterRow]) -> str:
         d["notes"] = "; ".join((*r.notes, *r.missing))
         writer.writerow(["" if d[c] is None else d[c] for c in CSV_COLUMNS])
     return out.getvalue()
+
+
+def save_cluster_picture(row: ClusterRow, windows: Sequence[PodWindow], out: Path) -> Path:
+    """A workload's picture: per pod (the first :data:`MAX_PODS_DRAWN`), the CPU it used in
+    each period against the limit now and the recommended one, the periods the record was
+    throttled in marked."""
+    from client.render.figures import pyplot, save_figure
+
+    plt = pyplot()
+    shown = list(windows[:MAX_PODS_DRAWN])
+    fig, axes = plt.subplots(len(shown), 1, figsize=(11, 2.6 * len(shown) + 0.6),
+                             squeeze=False)
+    for ax, window in zip(axes[:, 0], shown):
+        starts, cpus, throttled = per_period(window)
+        ax.step(starts, cpus, where="post", color="#1f77b4", linewidth=0.8,
+                label="CPU used per period")
+        marked = [(t, c) for t, c, hit in zip(starts, cpus, throttled) if hit]
+        if marked:
+            ax.plot(*zip(*marked), "v", color="#d62728", markersize=3,
+                    label="throttled in the record")
+        for cpus_at, words, style in ((row.limit_cpus, "limit now", "-"),
+                                      (row.recommended_cpus, "recommended", "--")):
+            if cpus_at is not None:
+                ax.axhline(cpus_at, color="#555555", linestyle=style, linewidth=1,
+                           label=f"{words}: {cpus_at:.3g} CPU")
+        ax.set_title(f"{row.workload}: pod {window.pod}", fontsize=9, loc="left")
+        ax.set_ylabel("CPUs")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7, loc="upper right")
+    axes[-1, 0].set_xlabel("seconds from the window's start (the record's periods)")
+    try:
+        return save_figure(fig, out)
+    finally:
+        plt.close(fig)
