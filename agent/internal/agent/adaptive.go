@@ -2,8 +2,6 @@ package agent
 
 import (
 	"math"
-
-	"github.com/throttle-lab/throttle-lab/agent/internal/timeline"
 )
 
 // Adaptive resolution. Reading a group costs the kernel a few µs a file (kernfs, seq_file),
@@ -100,8 +98,11 @@ func (a *Agent) nextTick(tick int64) int64 {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	now := timeline.Monotonic()
-	for _, w := range a.watched {
+	now := a.clock()
+	if len(a.started) > 0 {
+		return tick + 1
+	}
+	for _, w := range a.fast {
 		if w.pace.fastUntil > now {
 			return tick + 1
 		}

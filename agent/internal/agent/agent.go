@@ -7,10 +7,8 @@
 package agent
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"math"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -22,11 +20,6 @@ import (
 	"github.com/throttle-lab/throttle-lab/agent/internal/metrics"
 	"github.com/throttle-lab/throttle-lab/agent/internal/source"
 	"github.com/throttle-lab/throttle-lab/agent/internal/timeline"
-)
-
-const (
-	golden = 0.6180339887498949 // the tick dither sequence: frac(k * golden), as the Python sampler
-	dither = 0.8                // ... spread over 0.8 of a step
 )
 
 // Config of the loop.
@@ -51,6 +44,8 @@ type watched struct {
 	seg    *timeline.Segment
 	sample timeline.Sample
 	pace   pace // when it is read next (adaptive.go)
+	// the tick its segment started in (its first row, read then: the tick adds none)
+	startTick uint64
 }
 
 // Agent is the loop and its state.
@@ -64,11 +59,20 @@ type Agent struct {
 	newWant bool
 	wake    chan struct{} // a new set of wants: tick now (the loop may be asleep till an idle tick)
 
+	clock func() int64 // monotonic ns (timeline.Monotonic; a test's fake clock)
+
 	mu         sync.Mutex // the state below, shared with the metrics collector
 	watched    map[string]*watched
+	list       []*watched // the watched groups by key (rebuilt when listDirty)
+	listDirty  bool
+	fast       []*watched // the groups at the fast rate after the last tick (the rest wait for an idle tick)
+	started    []*watched // the groups started since the last record (at the fast rate: their first hold)
+	due        []*watched // this tick's groups with a row (reused)
+	dueNodes   []*node    // this tick's directories to read (reused)
 	nodes      map[string]*node
-	unresolved map[string]string // key -> why it is not watched (yet)
-	order      []*node           // the nodes, each group after the groups above it
+	limitFiles map[string]*cgroupfs.LimitFiles // the quota files of every group in a chain
+	unresolved map[string]string               // key -> why it is not watched (yet)
+	order      []*node                         // the nodes, each group after the groups above it
 	nodesDirty bool
 	ticks      uint64
 	late       uint64
@@ -80,8 +84,8 @@ type Agent struct {
 
 // New agent.
 func New(cfg Config, resolver *cgroupfs.Resolver, store *timeline.Store) *Agent {
-	return &Agent{cfg: cfg, resolver: resolver, store: store, watched: map[string]*watched{},
-		nodes: map[string]*node{}, unresolved: map[string]string{}, wake: make(chan struct{}, 1),
+	return &Agent{cfg: cfg, resolver: resolver, store: store, clock: timeline.Monotonic, watched: map[string]*watched{},
+		nodes: map[string]*node{}, limitFiles: map[string]*cgroupfs.LimitFiles{}, unresolved: map[string]string{}, wake: make(chan struct{}, 1),
 		reads: map[string]uint64{}}
 }
 
@@ -100,150 +104,6 @@ func (a *Agent) logf(format string, args ...any) {
 	if a.cfg.Log != nil {
 		fmt.Fprintf(a.cfg.Log, "throttle-agent: "+format+"\n", args...)
 	}
-}
-
-// Run ticks until ctx ends, then closes every timeline (its last rows written). Ticks are on
-// the Interval grid (dithered); when no group is at the fast rate the loop sleeps until the
-// next idle tick (every IdleInterval: all idle groups are read in the same wake-up) or until
-// the source brings new wants.
-func (a *Agent) Run(ctx context.Context) {
-	step := a.cfg.Interval.Nanoseconds()
-	origin := timeline.Monotonic()
-	timer := time.NewTimer(0)
-	<-timer.C
-	defer a.closeAll("interrupted", true)
-	dueAt := func(tick int64) int64 {
-		frac := math.Mod(float64(tick)*golden, 1.0)
-		return origin + tick*step + int64(math.Round((frac-0.5)*dither*float64(step)))
-	}
-	for tick := int64(1); ; {
-		if wait := dueAt(tick) - timeline.Monotonic(); wait > 0 {
-			timer.Reset(time.Duration(wait))
-			select {
-			case <-ctx.Done():
-				return
-			case <-timer.C:
-			case <-a.wake:
-				if !timer.Stop() {
-					<-timer.C
-				}
-				tick = max(1, (timeline.Monotonic()-origin)/step) // this slot, now
-			}
-		} else if ctx.Err() != nil {
-			return
-		}
-		a.Tick(time.Now(), tick)
-		if behind := timeline.Monotonic() - (origin + tick*step); behind > step {
-			tick += behind / step // late (a busy machine): skip ticks, never sample in a burst
-			a.mu.Lock()
-			a.late++
-			a.mu.Unlock()
-		}
-		tick = a.nextTick(tick)
-	}
-}
-
-// Tick is one round (tick: its index on the Interval grid): new wants, the due groups' reads
-// and rows; now and then the quota check, flush and prune.
-func (a *Agent) Tick(now time.Time, tick int64) {
-	a.wantMu.Lock()
-	wants, fresh := a.wants, a.newWant
-	a.newWant = false
-	a.wantMu.Unlock()
-
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.ticks++
-	check := now.Sub(a.lastCheck) >= a.cfg.CheckEvery
-	if fresh {
-		a.apply(wants)
-	} else if check && len(a.unresolved) > 0 {
-		a.wantMu.Lock()
-		wants = a.wants
-		a.wantMu.Unlock()
-		a.apply(wants)
-	}
-	if a.nodesDirty {
-		a.orderNodes()
-	}
-	idleTick, mono := a.isIdleTick(tick), timeline.Monotonic()
-	for _, w := range a.watched {
-		if w.pace.due(idleTick, mono) {
-			w.own.dueTick = a.ticks
-			for _, n := range w.levels {
-				n.dueTick = a.ticks
-			}
-		}
-	}
-	for _, n := range a.order {
-		if n.dueTick == a.ticks {
-			n.read(false, a.ticks)
-		}
-	}
-	var full []string
-	for key, w := range a.watched {
-		if failed := a.failedNode(w); failed != nil {
-			a.stop(key, w, fmt.Sprintf("stopped sampling %s: %v", failed.dir, failed.err))
-			a.unresolved[key] = "its group is gone"
-			continue
-		}
-		if w.own.dueTick != a.ticks {
-			continue
-		}
-		a.row(w)
-		a.reads[w.pace.rate()]++
-		w.pace.update(w, a.cfg.Hold.Nanoseconds(), max(a.cfg.Interval, a.cfg.IdleInterval/2).Nanoseconds(),
-			w.own.tNS)
-		if w.seg.Written() >= a.store.MaxSize-4096 {
-			full = append(full, key)
-		}
-	}
-	for _, key := range full {
-		a.rotate(key, a.watched[key], "the timeline reached its size limit")
-	}
-	if check {
-		a.lastCheck = now
-		a.checkQuotas()
-	}
-	if now.Sub(a.lastFlush) >= a.cfg.FlushEvery {
-		a.lastFlush = now
-		for _, w := range a.watched {
-			if err := w.seg.Flush(); err != nil {
-				a.logf("%s: %v", w.seg.CSVPath(), err)
-			}
-		}
-	}
-	if now.Sub(a.lastPrune) >= a.cfg.PruneEvery {
-		a.lastPrune = now
-		for _, name := range a.store.Prune(now) {
-			a.logf("retention: removed %s", name)
-		}
-	}
-}
-
-func (a *Agent) failedNode(w *watched) *node {
-	if w.own.err != nil {
-		return w.own
-	}
-	for _, n := range w.levels {
-		if n.err != nil {
-			return n
-		}
-	}
-	return nil
-}
-
-func (a *Agent) row(w *watched) {
-	first := w.levels[0]
-	s := &w.sample
-	s.TNS = first.tNS - w.seg.Meta.Agent.ZeroMono
-	s.UsageNS = w.own.usageNS
-	s.First = timeline.Counters{Periods: first.st.Periods, Throttled: first.st.Throttled, ThrottledNS: first.st.ThrottledNS}
-	s.Some, s.Full = w.own.some, w.own.full
-	for i, n := range w.levels[1:] {
-		s.Others[i] = timeline.Counters{Periods: n.st.Periods, Throttled: n.st.Throttled, ThrottledNS: n.st.ThrottledNS}
-	}
-	w.seg.Append(s)
 }
 
 // apply the source's set: start what is new or changed, stop what is gone.
@@ -357,6 +217,8 @@ func (a *Agent) start(want source.Want) error {
 		return err
 	}
 	a.watched[want.Key] = w
+	w.own.owners = append(w.own.owners, w)
+	a.listDirty = true
 	return nil
 }
 
@@ -378,10 +240,12 @@ func (a *Agent) openSegment(w *watched) error {
 	}
 	w.seg = seg
 	for _, n := range append([]*node{w.own}, w.levels...) {
-		n.read(true, a.ticks)
+		n.read(true, a.ticks, a.clock)
 	}
 	a.row(w) // the first sample, at the start
-	w.pace.start(w, a.cfg.Hold.Nanoseconds(), a.cfg.IdleInterval > 0, timeline.Monotonic())
+	w.startTick = a.ticks
+	w.pace.start(w, a.cfg.Hold.Nanoseconds(), a.cfg.IdleInterval > 0, a.clock())
+	a.started = append(a.started, w)
 	return nil
 }
 
@@ -390,7 +254,7 @@ func (a *Agent) acquire(dir string, version int) (*node, error) {
 		n.refs++
 		return n, nil
 	}
-	n, err := openNode(dir, version)
+	n, err := openNode(dir, version, a.clock())
 	if err != nil {
 		return nil, err
 	}
@@ -417,10 +281,17 @@ func (a *Agent) stop(key string, w *watched, reason string) {
 	if w.own.export != nil && w.own.refs == 1 {
 		w.own.export = nil // its series go with it
 	}
+	for i, o := range w.own.owners {
+		if o == w {
+			w.own.owners = append(w.own.owners[:i], w.own.owners[i+1:]...)
+			break
+		}
+	}
 	for _, n := range append([]*node{w.own}, w.levels...) {
 		a.release(n)
 	}
 	delete(a.watched, key)
+	a.listDirty = true
 }
 
 // rotate ends the segment and starts the next; the group's node (its wait histogram) stays.
@@ -438,8 +309,8 @@ func (a *Agent) rotate(key string, w *watched, reason string) {
 }
 
 // checkQuotas re-reads the quota files of every watched group and of the groups above it
-// (each directory once per round): a changed quota (an in-place resize) or set of levels
-// ends the segment and starts a new one with the new metadata.
+// (each directory once per round, from files kept open): a changed quota (an in-place resize)
+// or set of levels ends the segment and starts a new one with the new metadata.
 func (a *Agent) checkQuotas() {
 	limits := map[string]*cgroupfs.Level{} // directory -> its quota (nil: none), this round
 	var changed []string
@@ -447,6 +318,12 @@ func (a *Agent) checkQuotas() {
 		levels := cgroupfs.OrderLevels(a.quotaChain(w.target, limits))
 		if !reflect.DeepEqual(levelsMeta(levels), levelsMeta(w.target.Levels)) {
 			changed = append(changed, key)
+		}
+	}
+	for dir, files := range a.limitFiles {
+		if _, used := limits[dir]; !used {
+			files.Close()
+			delete(a.limitFiles, dir)
 		}
 	}
 	for _, key := range changed {
@@ -462,9 +339,7 @@ func (a *Agent) quotaChain(t cgroupfs.Target, limits map[string]*cgroupfs.Level)
 	for {
 		l, ok := limits[here]
 		if !ok {
-			if read, has := cgroupfs.ReadLimit(here, t.Version, group); has {
-				l = &read
-			}
+			l = a.readLimit(here, t.Version, group)
 			limits[here] = l
 		}
 		if l != nil {
@@ -481,6 +356,30 @@ func (a *Agent) quotaChain(t cgroupfs.Target, limits map[string]*cgroupfs.Level)
 			group = "/"
 		}
 	}
+}
+
+// readLimit is cgroupfs.ReadLimit from the directory's files kept open (nil: no quota); a
+// directory without them, or whose files can no longer be read, is opened again next round.
+func (a *Agent) readLimit(dir string, version int, group string) *cgroupfs.Level {
+	files, ok := a.limitFiles[dir]
+	if !ok {
+		opened, err := cgroupfs.OpenLimit(dir, version, group)
+		if err != nil {
+			return nil
+		}
+		files = opened
+		a.limitFiles[dir] = files
+	}
+	l, has, err := files.Read()
+	if err != nil {
+		files.Close()
+		delete(a.limitFiles, dir)
+		return nil
+	}
+	if !has {
+		return nil
+	}
+	return &l
 }
 
 func levelsMeta(levels []cgroupfs.Level) []map[string]any {
@@ -501,10 +400,15 @@ func (a *Agent) closeAll(reason string, interrupted bool) {
 		a.store.Closed(w.seg.Meta.Name)
 		delete(a.watched, key)
 	}
+	a.list, a.fast, a.started, a.listDirty = nil, nil, nil, false
 	for _, n := range a.nodes {
 		n.close()
 	}
 	a.nodes = map[string]*node{}
+	for _, files := range a.limitFiles {
+		files.Close()
+	}
+	a.limitFiles = map[string]*cgroupfs.LimitFiles{}
 }
 
 // orderNodes sorts the nodes so that a group comes after the groups above it, and links each
@@ -514,8 +418,14 @@ func (a *Agent) orderNodes() {
 	for _, n := range a.nodes {
 		a.order = append(a.order, n)
 	}
-	sort.Slice(a.order, func(i, j int) bool { return len(a.order[i].dir) < len(a.order[j].dir) })
+	sort.Slice(a.order, func(i, j int) bool {
+		if len(a.order[i].dir) != len(a.order[j].dir) {
+			return len(a.order[i].dir) < len(a.order[j].dir)
+		}
+		return a.order[i].dir < a.order[j].dir
+	})
 	for i, n := range a.order {
+		n.rank = i
 		n.usageParent = nil
 		for j := i - 1; j >= 0; j-- {
 			p := a.order[j]

@@ -5,7 +5,6 @@ import (
 
 	"github.com/throttle-lab/throttle-lab/agent/internal/cgroupfs"
 	"github.com/throttle-lab/throttle-lab/agent/internal/metrics"
-	"github.com/throttle-lab/throttle-lab/agent/internal/timeline"
 )
 
 // labels of an exported group: its pod (or static target) and its quota level.
@@ -41,19 +40,22 @@ type node struct {
 	lastChange  int64  // monotonic ns of the last reading whose usage differed
 	settleNS    int64  // after this long without usage, cpu.stat no longer moves
 
+	owners []*watched // the watched groups this is the own group of: a row each when it is read
+	rank   int        // its place in Agent.order (the groups above it come first)
+
 	export *labels // nil: read for a timeline only
 	quota  *cgroupfs.Level
 	waits  *metrics.Waits
 	coarse uint64 // the waits' periods observed more than one period after the last reading
 }
 
-func openNode(dir string, version int) (*node, error) {
+func openNode(dir string, version int, now int64) (*node, error) {
 	f, err := cgroupfs.OpenFile(filepath.Join(dir, "cpu.stat"), 1024)
 	if err != nil {
 		return nil, err
 	}
 	return &node{dir: dir, version: version, stat: f, some: -1, full: -1, parentSeen: -1,
-		lastChange: timeline.Monotonic(), settleNS: 3 * 100e6}, nil
+		lastChange: now, settleNS: 3 * 100e6}, nil
 }
 
 // needUsage makes the node read its usage from the target's source.
@@ -96,8 +98,9 @@ func (n *node) needPressure() {
 // groups below, a schedstat sum covers the subtree), so when the group above (read earlier in
 // the same tick: parents come first) has not moved since this one was last read, neither has
 // this one, and its usage is not read either. force: read all. tick: the round's number.
-func (n *node) read(force bool, tick uint64) {
-	now := timeline.Monotonic()
+// clock: the monotonic clock (timeline.Monotonic).
+func (n *node) read(force bool, tick uint64, clock func() int64) {
+	now := clock()
 	prevT := n.tNS
 	n.readTick = tick
 	p := n.usageParent
@@ -125,9 +128,9 @@ func (n *node) read(force bool, tick uint64) {
 			return
 		}
 	}
-	before := timeline.Monotonic()
+	before := clock()
 	raw, err := n.stat.Read()
-	after := timeline.Monotonic()
+	after := clock()
 	if err != nil {
 		n.err = err
 		return

@@ -390,3 +390,87 @@ func sameSet(a, b map[string]bool) bool {
 	}
 	return true
 }
+
+// LimitFiles are one group's quota files kept open: ReadLimit without the open and close of
+// each file (the agent's quota check reads every watched group's chain once a second; the
+// opens, path walks and closes were 40 % of its CPU for 100 pods).
+type LimitFiles struct {
+	dir, group           string
+	version              int
+	quota, period, burst *File // v2: quota is cpu.max, period nil
+}
+
+// OpenLimit opens the quota files of dir (an error: no quota file there, as ReadLimit's false).
+func OpenLimit(dir string, version int, group string) (*LimitFiles, error) {
+	l := &LimitFiles{dir: dir, group: group, version: version}
+	quota, burst := "cpu.max", "cpu.max.burst"
+	if version == 1 {
+		quota, burst = "cpu.cfs_quota_us", "cpu.cfs_burst_us"
+	}
+	var err error
+	if l.quota, err = OpenFile(filepath.Join(dir, quota), 64); err != nil {
+		return nil, err
+	}
+	if version == 1 {
+		if l.period, err = OpenFile(filepath.Join(dir, "cpu.cfs_period_us"), 64); err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
+	l.burst, _ = OpenFile(filepath.Join(dir, burst), 64) // nil: the kernel has no burst file
+	return l, nil
+}
+
+// Read is ReadLimit(dir, version, group) from the open files; err: a file can no longer be
+// read (the group was removed): open it again.
+func (l *LimitFiles) Read() (Level, bool, error) {
+	raw, err := l.quota.Read()
+	if err != nil {
+		return Level{}, false, err
+	}
+	var quota, period int64
+	if l.version == 1 {
+		q, err1 := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+		p, err2 := readOpen(l.period)
+		if err2 != nil {
+			return Level{}, false, err2
+		}
+		if err1 != nil || q < 0 || p <= 0 {
+			return Level{}, false, nil
+		}
+		quota, period = q, p
+	} else {
+		f := strings.Fields(string(raw))
+		if len(f) != 2 || f[0] == "max" {
+			return Level{}, false, nil
+		}
+		q, err1 := strconv.ParseInt(f[0], 10, 64)
+		p, err2 := strconv.ParseInt(f[1], 10, 64)
+		if err1 != nil || err2 != nil || p <= 0 {
+			return Level{}, false, nil
+		}
+		quota, period = q, p
+	}
+	level := Level{Dir: l.dir, Group: l.group, QuotaUS: quota, PeriodUS: period}
+	if l.burst != nil {
+		if b, err := readOpen(l.burst); err == nil {
+			level.BurstUS = &b
+		}
+	}
+	return level, true, nil
+}
+
+func readOpen(f *File) (int64, error) {
+	raw, err := f.Read()
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+}
+
+// Close the files.
+func (l *LimitFiles) Close() {
+	l.quota.Close()
+	l.period.Close()
+	l.burst.Close()
+}

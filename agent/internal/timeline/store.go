@@ -225,7 +225,7 @@ func (st *Store) resume(m Meta, id Identity, cgroup map[string]any, layout Layou
 		return nil, false
 	}
 	keep := int64(bytes.LastIndexByte(raw, '\n') + 1) // a row cut off by a kill goes
-	if keep >= st.MaxSize {
+	if st.full(keep) {                                // (not resumed: the agent would end it again at its next row)
 		return nil, false
 	}
 	if err := os.Truncate(path, keep); err != nil {
@@ -256,6 +256,12 @@ func sameCgroup(a, b map[string]any) bool {
 	}
 	return reflect.DeepEqual(norm(a), norm(b))
 }
+
+// Full: the segment has reached its size limit (less a headroom for the rows a tick adds):
+// the agent ends it and starts the next.
+func (st *Store) Full(s *Segment) bool { return st.full(s.Written()) }
+
+func (st *Store) full(written int64) bool { return written >= st.MaxSize-4096 }
 
 // Closed marks a segment as no longer written (retention may remove it).
 func (st *Store) Closed(name string) {
