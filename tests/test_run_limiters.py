@@ -142,3 +142,14 @@ def test_the_root_group_cannot_get_a_quota(tmp_path: Path) -> None:
     top = group.parent.parent
     with pytest.raises(LimiterError, match="root cgroup"):
         CgroupLimiter(resolve_cgroup(str(top), proc=proc))
+
+
+def test_a_kind_without_a_capability_says_what_it_lacks(tmp_path: Path) -> None:
+    group, proc = v1_tree(tmp_path)
+    target = replace(resolve_cgroup(str(group), proc=proc), spec="docker:web")
+    limiter = LIMITERS["docker"](target, ScriptedDocker(group), LimiterOptions())
+    assert limiter.ceiling() is None      # nothing above caps a container's limit
+    assert limiter.unchanged() is None    # nothing to say after the restore
+    with pytest.raises(LimiterError, match="--apply patches a Kubernetes Deployment; docker "
+                       "targets: see 'To keep it'"):
+        limiter.patch_deployment(Limit(0.5))

@@ -13,6 +13,7 @@
     http-timing advise|sweep ... --cgroup TARGET --url URL              ... on a running service
     http-timing record TARGET [--duration S] [--max-size BYTES]         a cgroup's timeline alone
     http-timing import FILE --timeline NAME.cgroup.csv [--format F]     another tool's requests
+    http-timing cluster [-n NS | -A] [--since DURATION]                 every recorded workload
 
     http-timing help [COMMAND]                                          every command, or one's options
 
@@ -47,11 +48,12 @@ COMMANDS: dict[str, str] = {
     "report": "client.commands.report:command_report",
     "predict": "client.commands.predict:command_predict",
     "compare": "client.commands.compare:command_compare",
-    "sweep": "client.commands.inplace_entry:sweep_entry",
+    "sweep": "client.commands.sweep:command_sweep",
     "watch": "client.commands.watch:command_watch",
-    "advise": "client.commands.inplace_entry:advise_entry",
+    "advise": "client.commands.advise:command_advise",
     "record": "client.commands.record:command_record",
     "import": "client.commands.import_:command_import",
+    "cluster": "client.commands.cluster:command_cluster",
 }
 
 
@@ -69,6 +71,7 @@ TASKS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     )),
     ("Choose a limit", (
         ("advise", "what is the smallest limit that meets a p99 (p90) target? real runs"),
+        ("cluster", "which workloads does throttling cost most, and what limit instead?"),
     )),
     ("Read and explain saved runs", (
         ("report", "which percentiles, and which requests were delayed by throttling?"),

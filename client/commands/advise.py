@@ -30,6 +30,17 @@ Each run is one ``client.run.measure`` (start, time, stop), saved like any other
 ``<pictures-dir>/<prefix>-advise.png`` (the picture), ``.md`` (the tables) and ``.json``
 (what ``--json`` prints; progress then goes to stderr). Every service is started on a free
 port and stopped by its pid or container id, also on Ctrl-C (exit 130: the runs so far stay).
+
+**A running service** (``--cgroup PATH|pid:PID|docker:NAME|k8s:NS/POD`` or ``--k8s
+NS/deployment/NAME``, with ``--url URL``): the same search, each run at a limit set in place
+(``client.run.inplace``) and in force before a request is sent; the profile runs without a
+limit where the target can run without one, else at the ceiling (the CPUs it may use, or the
+quota of a group above). The runs show what the group counted; the answer times 0.75 is run
+too (what 25 % less does), and the answer says how to keep it (``--keep``: leave it in force;
+``--apply``: patch the pod's Deployment). Whatever ends it (the answer, an error, Ctrl-C,
+SIGTERM) the group gets back the limit it had. Both kinds of service are one
+:class:`client.run.at_limit.AtLimit` to :class:`Advisor`; ``--passive`` answers from a
+recorded window instead (``client.commands.advise_passive``).
 """
 
 from __future__ import annotations
@@ -37,48 +48,53 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from client.analysis.advise import (MAIN_ROLES, SAVING, Advice, Alternative, UsageResult,
                                     alternative_guesses, conclude, floor_millicores,
                                     needs_repeat, next_millicores, shape, to_confirm,
                                     to_recheck, unmet_reason, unthrottled_miss, verdicts)
-from client.analysis.advise_target import pooled
-from client.analysis.advise_model import (ModelPoint, Profile, Shape, build_profile, model_curve,
+from client.analysis.advise_model import (ModelPoint, Profile, build_profile, model_curve,
                                           model_guess, profile_plan, usage_limits)
-from client.analysis.advise_target import LatencyTarget, Measured, measured
+from client.analysis.advise_target import LatencyTarget, Measured, measured, pooled
+from client.analysis.cgroup import CgroupReport
 from client.analysis.report import Report, build_report
 from client.commands.common import (EXIT_INTERRUPTED, EXIT_OK, add_load_arguments,
-                                    add_target_arguments, backend_from, check_folders,
-                                    plan_from,
+                                    add_target_arguments, check_folders, plan_from,
                                     show_stopped)
+from client.commands.inplace import add_inplace_arguments, at_limit_from, check_inplace_options
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.commands.options import number_at_least
-from client.commands.inplace import add_inplace_arguments, check_inplace_options
 from client.data.files import writing
 from client.data.request import DEFAULT_ITERATIONS
 from client.data.metadata import SweepInfo
 from client.data.naming import check_file_name, run_name, sweep_stem
 from client.render.advise import (format_advice, format_run, format_runs_table, limit_words,
                                   save_advice_figure)
+from client.render.inplace import format_evidence, format_less, format_verification
+from client.render.permanent import permanent_lines
 from client.render.progress import RunProgress
-from client.run.measure import Load, measure, target_spec
+from client.run.at_limit import RUN_ERRORS, AtLimit
+from client.run.inplace import InPlace, InPlaceError
+from client.run.limiters import LimiterError
 from client.run.plan import LoadPlan
 from client.run.record import RecordedRun, load_average
 from client.run.recorder import stop_on_terminate
-from client.run.targets import Backend, ServiceError
-from client.run.targets.service import free_port
 from client.run.usage import UsageSample
 from cpuquota.limit import Limit
 
-__all__ = ["EXIT_NOT_MET", "Advisor", "build_advise_parser", "command_advise", "target_from"]
+__all__ = ["EXIT_NOT_MET", "LESS", "Advisor", "build_advise_parser", "command_advise",
+           "target_from"]
 
 EXIT_NOT_MET = 3   # no limit up to the ceiling met the target
+LESS = 0.75        # on a running service: "what 25 % less does"
 
 
 def build_advise_parser() -> argparse.ArgumentParser:
@@ -126,6 +142,9 @@ def build_advise_parser() -> argparse.ArgumentParser:
                          help="with --passive: the window's requests (a run's CSV, a load "
                          "tool's file or an access log, as import reads them); without, the "
                          "added delay of a random arrival is judged")
+    passive.add_argument("--since", metavar="DURATION",
+                         help="with --passive --k8s NS/KIND/NAME: the window the node agent "
+                         "recorded, the last DURATION (90s, 10m, 1h; default 10m)")
     return parser
 
 
@@ -141,26 +160,15 @@ def target_from(opts: argparse.Namespace) -> LatencyTarget:
     return target
 
 
-def ceiling_for(backend: Backend, limit_of: Shape) -> tuple[int, str]:
-    """The largest limit to try (millicores) and its words: the machine's CPUs, else 1 CPU
-    when the backend cannot set more (the in-process throttle)."""
-    cpus = os.cpu_count() or 1
-    problem = ""
-    for millicores, words in ((cpus * 1000, f"the machine's {cpus} CPUs"),
-                              (1000, f"1 CPU (the most --backend {backend.name} can set)")):
-        try:
-            backend.check([limit_of(millicores)])
-            return millicores, words
-        except ValueError as exc:
-            problem = str(exc)
-    raise CliError(problem)
-
-
 def command_advise(argv: list[str]) -> int:
     opts = build_advise_parser().parse_args(argv)
-    check_inplace_options(opts)   # --cgroup: client.commands.advise_live (inplace_entry)
-    if opts.iterations is None:
-        opts.iterations = DEFAULT_ITERATIONS
+    if opts.passive:
+        from client.commands.advise_passive import command_advise_passive
+        return command_advise_passive(opts, argv, target_from(opts))
+    if opts.timeline is not None or opts.requests_from is not None:
+        raise CliError("--timeline and --requests-from go with --passive")
+    if not check_inplace_options(opts) and opts.iterations is None:
+        opts.iterations = DEFAULT_ITERATIONS   # burn-service's work per request
     started = datetime.now(timezone.utc)
     target = target_from(opts)
     plan = plan_from(opts)
@@ -168,42 +176,70 @@ def command_advise(argv: list[str]) -> int:
     prefix = started.strftime("%Y%m%d-%H%M%S") if opts.name is None else opts.name
     if problem := check_file_name(prefix, prefix=True):
         raise CliError(problem)
-    backend, why_not_kernel = backend_from(opts)
+    at, why_not_kernel = at_limit_from(opts, argv, "advise", plan, on_stopped=show_stopped)
+    if opts.apply and (at.inplace is None or not at.inplace.limiter.names.get("owner")):
+        spec = at.inplace.target.spec if at.inplace else at.description
+        raise CliError(f"--apply patches a Kubernetes Deployment: {spec} is not a pod of one "
+                       "(see 'To keep it' in the answer)")
     limit_of = shape(opts.period_ms, opts.burst_ms)
     floor = floor_millicores(opts.period_ms)
-    ceiling, ceiling_words = ceiling_for(backend, limit_of)
     try:
-        backend.check([limit_of(floor)])
+        ceiling, ceiling_words = at.ceiling(limit_of)
+        at.check([limit_of(floor)])
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    if problem := backend.problem():
+    if problem := at.problem():
         raise CliError(problem)
     out = sys.stderr if opts.json else sys.stdout
     with contextlib.redirect_stdout(out):
         if why_not_kernel:
             print(f"advise: in-process throttle (no kernel quota here: {why_not_kernel})")
-        advisor = Advisor(opts, plan, backend, target, prefix, started, argv,
+        advisor = Advisor(opts, plan, at, target, prefix, started, argv,
                           span=(floor, ceiling, ceiling_words))
         try:
-            with stop_on_terminate():
+            with stop_on_terminate(), at.holding():
                 advice = advisor.advise()
+                if opts.keep and at.inplace is not None and advice.recommended is not None:
+                    at.inplace.keep(advice.recommended)
         except KeyboardInterrupt:
             print(f"\nhttp-timing advise: interrupted after {len(advisor.runs)} run(s); every "
                   f"completed request is saved in {opts.data_dir}", file=sys.stderr)
             if advisor.runs:
                 print(format_runs_table(advisor.runs), end="", file=sys.stderr)
             return EXIT_INTERRUPTED
-        except ServiceError as exc:
-            raise CliError(f"{exc} (runs so far are saved in {opts.data_dir})") from None
-        files = save_answer(advice, opts.pictures_dir, sweep_stem(prefix, "advise"))
+        except InPlaceError as exc:   # the limit could not be put back
+            raise CliError(str(exc)) from None
+        if opts.apply and at.inplace is not None and advice.recommended is not None:
+            advisor.applied = apply_for_good(at.inplace, advice.recommended)
+        files = save_answer(advice, opts.pictures_dir, sweep_stem(prefix, "advise"),
+                            less=advisor.less)
+        answer = advisor.to_dict(advice)
+        files[-1].write_text(json.dumps(answer, indent=2, allow_nan=False) + "\n",
+                             encoding="utf-8")
+        words = advisor.words(advice)
+        if words:
+            with files[1].open("a", encoding="utf-8") as tables:
+                tables.write("\n" + words)
         if not opts.json:
             print()
             print(format_advice(advice), end="")
-            print(f"\n{len(advice.runs)} runs in {time.monotonic() - advisor.began:.0f} s; "
-                  f"raw data in {opts.data_dir}; " + ", ".join(map(str, files)))
+            print(words, end="")
+            print(f"\n{len(advice.runs) + (1 if advisor.less else 0)} runs in "
+                  f"{time.monotonic() - advisor.began:.0f} s; raw data in {opts.data_dir}; "
+                  + ", ".join(map(str, files)))
     if opts.json:
-        print(json.dumps(advice.to_dict(), indent=2, allow_nan=False))
+        print(json.dumps(answer, indent=2, allow_nan=False))
     return EXIT_OK if advice.recommended is not None else EXIT_NOT_MET
+
+
+def apply_for_good(inplace: InPlace, limit: Limit) -> str:
+    """``--apply``: the answer into the pod's Deployment (after the pod got its limit back)."""
+    try:
+        done = inplace.limiter.patch_deployment(limit)
+    except LimiterError as exc:
+        raise CliError(str(exc)) from None
+    print(f"in place: {done}", flush=True)
+    return done
 
 
 def save_answer(advice: Advice, folder: Path, stem: str, *,
@@ -223,24 +259,28 @@ def save_answer(advice: Advice, folder: Path, stem: str, *,
 
 
 class Advisor:
-    """One advice: the runs it starts, records and stops, in the order of the module's steps."""
+    """One advice: its runs, each at a limit of ``at``, in the order of the module's steps;
+    on a running service also what 25 % less did and what its group counted in each run."""
 
-    def __init__(self, opts: argparse.Namespace, plan: LoadPlan, backend: Backend,
+    def __init__(self, opts: argparse.Namespace, plan: LoadPlan, at: AtLimit,
                  target: LatencyTarget, prefix: str, started: datetime, argv: list[str], *,
                  span: tuple[int, int, str]) -> None:
-        self.opts, self.plan, self.backend, self.target = opts, plan, backend, target
+        self.opts, self.plan, self.at, self.target = opts, plan, at, target
         self.prefix, self.started, self.argv = prefix, started, list(argv)
         self.floor, self.ceiling, self.ceiling_words = span
         self.shape = shape(opts.period_ms, opts.burst_ms)
         self.runs: list[Measured] = []
         self.names: set[str] = set()
         self.began = time.monotonic()
-        self.sampled_warmup = opts.warmup   # warm-up requests the usage samples include
-        self.load = f"{plan.describe()}, iterations={opts.iterations}"
-        self.sent = Load(plan, opts.iterations, opts.timeout, opts.warmup)
+        # warm-up requests the usage samples include (a group's timeline starts after them)
+        self.sampled_warmup = opts.warmup if at.inplace is None else 0
+        self.load = f"{plan.describe()}, {at.sends}"
+        self.evidence: dict[str, CgroupReport | None] = {}   # a running service's group
+        self.less: Measured | None = None
+        self.applied: str | None = None       # --apply: what was patched
 
     def advise(self) -> Advice:
-        print(f"advise: {self.backend.description}; {self.load}; target "
+        print(f"advise: {self.at.description}; {self.load}; target "
               f"{self.target.describe()}; limits from {self.floor / 1000:g} CPU up to "
               f"{self.ceiling_words}", flush=True)
         if (load := load_average()) is not None:
@@ -272,9 +312,15 @@ class Advisor:
             alternatives = self.alternatives(profile, at.limit, guess)
         low = max(self.floor, min([r.millicores or start for r in main] + [start]) // 4)
         curve = model_curve(profile, self.target, self.shape, low, self.ceiling)
-        return Advice(self.target, self.backend.description, self.load, profile, guess,
-                      tuple(self.runs), at, below, self.floor, self.ceiling, reason, usage,
-                      alternatives, tuple(curve))
+        advice = Advice(self.target, self.at.description, self.load, profile, guess,
+                        tuple(self.runs), at, below, self.floor, self.ceiling, reason, usage,
+                        alternatives, tuple(curve))
+        if self.at.inplace is not None and at is not None and at.limit is not None:
+            millicores = math.floor(at.limit.millicores * LESS)
+            if millicores >= self.floor:
+                print(f"\nadvise: {LESS:g} x the answer: what 25 % less does", flush=True)
+                self.less = pooled(self.judge(self.shape(millicores), "less"), self.target)
+        return advice
 
     # -- the steps -----------------------------------------------------------------------
 
@@ -293,6 +339,12 @@ class Advisor:
               f"{profile.overhead_ms:.1f} ms of each request outside the service{usage}",
               flush=True)
         self.check_profile(profile, report)
+        pods = self.at.instances
+        if pods > 1 and profile.usage:   # the usage rules set a limit per pod
+            profile = replace(profile, usage=tuple(u / pods for u in profile.usage))
+            print(f"profile: {sum(profile.usage) / len(profile.usage):.2f} CPU per second for "
+                  f"the mean pod (the {pods} pods' usage summed / {pods}): what the usage "
+                  "rules read", flush=True)
         return profile
 
     def check_profile(self, profile: Profile, report: Report) -> None:
@@ -361,7 +413,7 @@ class Advisor:
 
     def possible(self, limit: Limit) -> bool:
         try:
-            self.backend.check([limit])
+            self.at.check([limit])
         except ValueError:
             return False
         return True
@@ -384,6 +436,8 @@ class Advisor:
         self.runs.append(row)
         print(format_run(len(self.runs), row) + (" (run again: the first was narrow)"
                                                   if again else ""), flush=True)
+        if self.at.inplace is not None:
+            print("    " + format_evidence(self.evidence.get(row.name)), flush=True)
 
     def name_for(self, limit: Limit | None, role: str) -> str:
         name = run_name(self.prefix, "advise", limit)
@@ -401,22 +455,75 @@ class Advisor:
     def record(self, limit: Limit | None, role: str, *, sample: bool = False,
                plan: LoadPlan | None = None
                ) -> tuple[RecordedRun, Report, list[UsageSample], str | None]:
-        """Start the service under ``limit``, time it (scraping its usage when ``sample``),
-        stop it by its id whatever happens (``measure``); a Ctrl-C ends the advice once the
-        files are complete."""
+        """One run at ``limit`` (sampling the usage when ``sample``): a started service is
+        stopped by its id whatever happens; a Ctrl-C ends the advice once the files are
+        complete. Without a limit where none can be taken away: at the ceiling."""
         name = self.name_for(limit, role)
-        service = self.backend.target(limit, free_port(), index=len(self.runs) + 1)
-        print(f"\n{name}: {' '.join(service.argv)}", flush=True)
-        load = self.sent if plan is None else replace(self.sent, plan=plan)
-        sweep = SweepInfo(sweep_stem(self.prefix, "advise"), self.backend.name,
+        applied, how = limit, limit_words(limit)
+        inplace = self.at.inplace
+        if limit is None and not self.at.can_remove:   # all the CPUs it may have
+            applied = self.shape(self.ceiling)
+            kind = inplace.limiter.kind if inplace is not None else self.at.name
+            how = (f"{limit_words(applied)}, {self.ceiling_words} ({kind} cannot take a limit "
+                   "away)")
+        plan = plan or self.plan
+        sweep = SweepInfo(sweep_stem(self.prefix, "advise"), self.at.name,
                           limit.cpus if limit else 0, self.started.isoformat())
-        measured = measure(
-            lambda started: target_spec(started, load, name=name, data_dir=self.opts.data_dir,
-                                        command=["http-timing", "advise", *self.argv],
-                                        sweep=sweep),
-            target=service, progress=RunProgress(load.plan.requests, limit_words(limit)),
-            sample_usage=sample, on_stopped=show_stopped)
+        try:
+            measured = self.at.measure(
+                applied, name=name, plan=plan, data_dir=self.opts.data_dir, sweep=sweep,
+                index=len(self.runs) + 1, sample_usage=sample,
+                progress=RunProgress(plan.requests, limit_words(applied)),
+                on_target=lambda words: print(
+                    f"\n{name}: {words}" + (f" at {how}" if inplace is not None else ""),
+                    flush=True))
+        except RUN_ERRORS as exc:
+            raise CliError(f"{exc} (runs so far are saved in {self.opts.data_dir})") from None
         if measured.interrupted:
             raise KeyboardInterrupt
-        return (measured.recorded, build_report(measured.run), measured.usage,
-                measured.usage_counter)
+        report = build_report(measured.run)
+        self.evidence[name] = report.cgroup
+        return measured.recorded, report, measured.usage, measured.usage_counter
+
+    # -- the answer --------------------------------------------------------------------------
+
+    def to_dict(self, advice: Advice) -> dict[str, Any]:
+        """The JSON of the answer; on a running service with what was done to it."""
+        out = advice.to_dict()
+        inplace = self.at.inplace
+        if inplace is None:
+            return out
+        rec = advice.recommended
+        out["inplace"] = {
+            "target": inplace.target.spec, "kind": inplace.limiter.kind,
+            "set_by": inplace.limiter.description,
+            "original": _limit_dict(inplace.original),
+            "left_at": _limit_dict(inplace.restore_to),
+            "unchanged": inplace.unchanged,
+            "applied": self.applied,
+            "less_25": self.less.to_dict() if self.less else None,
+            "cgroup": {name: (report.to_dict() if report else None)
+                       for name, report in self.evidence.items()},
+            "permanent": permanent_lines(inplace.limiter.kind, inplace.limiter.names,
+                                         rec) if rec else []}
+        return out
+
+    def words(self, advice: Advice) -> str:
+        """What is printed after ``format_advice`` on a running service: the verification,
+        25 % less, for good ("" for burn-service started by the command)."""
+        inplace = self.at.inplace
+        if inplace is None:
+            return ""
+        lines = ["", format_verification(advice, self.runs, self.evidence), ""]
+        if advice.recommended is not None:
+            lines.append(format_less(advice, self.less, LESS))
+            lines.append("")
+            lines.append("To keep it:")
+            lines += ["  " + line for line in permanent_lines(
+                inplace.limiter.kind, inplace.limiter.names, advice.recommended)]
+        return "\n".join(lines) + "\n"
+
+
+def _limit_dict(limit: Limit | None) -> dict[str, Any] | None:
+    return None if limit is None else {"cpus": limit.cpus, "quota_us": limit.quota_us,
+                                       "period_us": limit.period_us, "burst_us": limit.burst_us}

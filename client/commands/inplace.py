@@ -1,26 +1,30 @@
 """The options of ``advise``/``sweep`` on a running service (``--cgroup TARGET --url URL``):
 which group, what each run sends (curl's ``-X -H -d``, ``--targets``, TLS), and the safety
-catches (``--allow-new-limit``, ``--keep``); and the :class:`client.run.inplace.InPlace` they
-make."""
+catches (``--allow-new-limit``, ``--keep``); and the service at a limit the options name
+(:func:`at_limit_from`: a :class:`client.run.inplace.InPlace`, or burn-service started by a
+backend)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
+from client.commands.common import backend_from
 from client.commands.options import CliError, number_above
 from client.data.request import RequestError, redact_command
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
+from client.run.at_limit import AtLimit, StartedService
 from client.run.http import TlsError, tls_verify
-from client.run.inplace import InPlace, InPlaceError, describe_limit
+from client.run.inplace import InPlace, InPlaceError
 from client.run.limiters import LimiterError, LimiterOptions
+from client.run.measure import Load, Started
 from client.run.plan import LoadPlan
 from client.run.record import RunSpec
 from client.run.request_flags import requests_from_flags
 
-__all__ = ["InPlaceBackend", "add_inplace_arguments", "check_inplace_options", "inplace_from",
-           "k8s_targets", "request_words", "with_container"]
+__all__ = ["add_inplace_arguments", "at_limit_from", "check_inplace_options", "inplace_from",
+           "k8s_targets", "started_from", "with_container"]
 
 
 def add_inplace_arguments(parser: argparse.ArgumentParser, *, keep: bool) -> None:
@@ -73,9 +77,9 @@ def add_inplace_arguments(parser: argparse.ArgumentParser, *, keep: bool) -> Non
                            "answer at the end (this rolls out new pods)")
 
 
-def check_inplace_options(opts: argparse.Namespace, *, live: bool = False) -> None:
-    """``--url`` and the request flags only go with ``--cgroup`` here; ``live`` False: the
-    command that starts burn-service itself, which cannot take ``--cgroup``."""
+def check_inplace_options(opts: argparse.Namespace) -> bool:
+    """Whether the options name a running service (``--cgroup``, ``--k8s``); ``--url`` and
+    the request flags only go with one, and it needs ``--url`` (or ``--targets``)."""
     given = [flag for flag, value in (("--url", opts.url), ("-X", opts.method),
                                       ("-d", opts.data), ("--targets", opts.targets),
                                       ("-H", opts.header or None), ("--cacert", opts.cacert),
@@ -87,22 +91,45 @@ def check_inplace_options(opts: argparse.Namespace, *, live: bool = False) -> No
              if value is not None]
     if opts.k8s is not None and opts.cgroup is not None:
         raise CliError("--k8s NS/deployment/NAME and --cgroup TARGET: give one of them")
-    if opts.cgroup is None and opts.k8s is None and given:
-        raise CliError(f"{given[0]} goes with --cgroup TARGET (a running service); without it "
-                       "the command starts burn-service itself")
+    if opts.cgroup is None and opts.k8s is None:
+        if given:
+            raise CliError(f"{given[0]} goes with --cgroup TARGET (a running service); without "
+                           "it the command starts burn-service itself")
+        return False
     flag = "--cgroup TARGET" if opts.k8s is None else "--k8s NS/deployment/NAME"
-    if (opts.cgroup is not None or opts.k8s is not None) and not live:
-        raise CliError(f"{flag} is run by http-timing's advise/sweep entry "
-                       "(client.commands.inplace_entry)")
-    if (opts.cgroup is not None or opts.k8s is not None) and opts.url is None and \
-            opts.targets is None:
+    if opts.url is None and opts.targets is None:
         raise CliError(f"{flag} needs --url URL (or --targets FILE): what to time")
+    return True
+
+
+def at_limit_from(opts: argparse.Namespace, argv: list[str], command: str, plan: LoadPlan, *,
+                  on_started: Callable[[Started, float], None] | None = None,
+                  on_stopped: Callable[[str], None] | None = None
+                  ) -> tuple[AtLimit, str | None]:
+    """The service at a limit the options name: the running one changed in place, or
+    burn-service started by ``--backend`` (``started_from``); and, for ``auto``, why not the
+    kernel's quota. Bad input is a one-line ``CliError``."""
+    if check_inplace_options(opts):
+        return inplace_from(opts, argv, command), None
+    return started_from(opts, argv, command, plan, on_started=on_started,
+                        on_stopped=on_stopped)
+
+
+def started_from(opts: argparse.Namespace, argv: list[str], command: str, plan: LoadPlan, *,
+                 on_started: Callable[[Started, float], None] | None = None,
+                 on_stopped: Callable[[str], None] | None = None
+                 ) -> tuple[StartedService, str | None]:
+    """burn-service started by ``--backend`` for each run of ``plan`` (the hooks show each
+    service started and stopped), and why not the kernel's quota for ``auto``."""
+    backend, why_not_kernel = backend_from(opts)
+    load = Load(plan, opts.iterations, opts.timeout, opts.warmup)
+    return StartedService(backend, load, ("http-timing", command, *argv),
+                          on_started=on_started, on_stopped=on_stopped), why_not_kernel
 
 
 def inplace_from(opts: argparse.Namespace, argv: list[str], command: str) -> InPlace:
     """The running service the options name, the limit it has now, the request each run
     sends; bad input is a one-line ``CliError``."""
-    check_inplace_options(opts, live=True)
     try:
         asked = requests_from_flags(opts.url, default_url="", method=opts.method,
                                     headers=opts.header, data=opts.data, targets=opts.targets,
@@ -160,31 +187,3 @@ def with_container(spec: str, opts: argparse.Namespace) -> str:
         raise CliError(f"--container {opts.container} and a container in --cgroup {spec}: "
                        "give one of them")
     return f"{spec}/{opts.container}"
-
-
-def request_words(inplace: InPlace) -> str:
-    spec = inplace.template
-    if spec.targets:
-        return f"{len(spec.targets)} targets round-robin"
-    request = spec.request
-    return f"{request.method if request else 'GET'} {spec.url}"
-
-
-class InPlaceBackend:
-    """What ``Advisor`` asks of a backend, for a running service: its words and ``check``."""
-
-    name = "inplace"
-
-    def __init__(self, inplace: InPlace) -> None:
-        self.inplace = inplace
-        self.description = (f"{inplace.target.spec} in place ({inplace.limiter.kind}; was "
-                            f"{describe_limit(inplace.original)})")
-
-    def problem(self) -> str | None:
-        return None
-
-    def check(self, limits: Any) -> None:
-        try:
-            self.inplace.check(list(limits))
-        except LimiterError as exc:
-            raise ValueError(str(exc)) from None

@@ -4,9 +4,13 @@
                       [--requests N] [--iterations N] [--rate R --duration D | --concurrency C]
                       [--period-ms P] [--burst-ms B] [--name PREFIX] [--image IMAGE]
 
-A loop over targets (``client.run.targets``: one backend, one limit each), each measured by
-``client.run.measure``: started on a free port, timed once ``/healthz`` answers, and stopped
-by its pid or container id (also on Ctrl-C/SIGTERM or a failure).
+A loop over limits, each run by one :class:`client.run.at_limit.AtLimit`: burn-service started
+by a backend (``client.run.targets``) on a free port, timed once ``/healthz`` answers, and
+stopped by its pid or container id (also on Ctrl-C/SIGTERM or a failure); or, with
+``--cgroup TARGET --url URL`` (``--k8s``), the user's running service, each limit set in place
+and read back before its run, which samples the group as ``--cgroup`` does (files named
+``<prefix>-inplace-<cpus>``), and the limit it had put back at the end, on an error, Ctrl-C or
+SIGTERM.
 
 Files: ``<data-dir>/<prefix>-<backend>-<cpus>.csv/.json`` and ``<pictures-dir>/<same>.png``
 per limit, then the comparison picture ``<pictures-dir>/<prefix>-<backend>-sweep.png`` with its
@@ -22,7 +26,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -30,11 +34,11 @@ from client.analysis.replicas import replica_row
 from client.analysis.report import build_report
 from client.analysis.throughput import throughput_row
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
-                                    add_load_arguments, add_target_arguments, backend_from,
-                                    check_folders, draw_result, plan_from, show_healthy,
-                                    show_result,
+                                    add_load_arguments, add_target_arguments, check_folders,
+                                    draw_result, plan_from, show_healthy, show_result,
                                     show_stopped)
-from client.commands.inplace import add_inplace_arguments, check_inplace_options
+from client.commands.inplace import (add_inplace_arguments, check_inplace_options,
+                                     inplace_from, started_from)
 from client.commands.options import CliError, OneLineParser, parse_counts, parse_limits
 from client.data.files import Run, writing
 from client.data.metadata import LoadMode, SweepInfo
@@ -42,15 +46,14 @@ from client.data.naming import check_file_name, limit_text, run_name, sweep_stem
 from client.data.readers.legacy import format_line
 from client.data.request import DEFAULT_ITERATIONS
 from client.render.compare import save_comparison
+from client.render.inplace import format_evidence
 from client.render.progress import RunProgress, StartProgress
 from client.render.tables import format_replicas_table, format_table, format_throughput_table
-from client.run.measure import Load, Measurement, measure, target_spec
+from client.run.at_limit import RUN_ERRORS, AtLimit, StartedService
+from client.run.measure import Measurement
 from client.run.plan import LoadPlan
 from client.run.record import load_average
 from client.run.recorder import stop_on_terminate
-from client.run.targets import Backend, ServiceError, Target
-from client.run.targets.replicas import ReplicaSet
-from client.run.targets.service import free_port
 from cpuquota.limit import Limit, LimitError
 
 __all__ = ["build_sweep_parser", "command_sweep"]
@@ -88,42 +91,52 @@ def build_sweep_parser() -> argparse.ArgumentParser:
 
 def command_sweep(argv: list[str]) -> int:
     opts = build_sweep_parser().parse_args(argv)
-    check_inplace_options(opts)   # --cgroup: client.commands.sweep_live (inplace_entry)
-    if opts.iterations is None:
-        opts.iterations = DEFAULT_ITERATIONS
+    live = check_inplace_options(opts)
+    if live and opts.replicas:
+        raise CliError("--replicas starts services of its own: it does not go with --cgroup")
+    if not live and opts.iterations is None:
+        opts.iterations = DEFAULT_ITERATIONS   # burn-service's work per request
     started = datetime.now(timezone.utc)
     plan = plan_from(opts)
     check_folders(opts, tables=True)
     prefix = "sweep-" + started.strftime("%Y%m%d-%H%M%S") if opts.name is None else opts.name
     if problem := check_file_name(prefix, prefix=True):
         raise CliError(problem)
-    backend, why_not_kernel = backend_from(opts)
-    steps = (replica_steps(opts, backend, prefix) if opts.replicas
-             else limit_steps(opts, backend, prefix))
+    service: StartedService | None = None   # burn-service started by the command
+    at: AtLimit
+    if live:
+        at, why_not_kernel = inplace_from(opts, argv, "sweep"), None
+    else:
+        service, why_not_kernel = started_from(opts, argv, "sweep", plan,
+                                               on_started=show_healthy, on_stopped=show_stopped)
+        at = service
+    steps = (replica_steps(opts, at, prefix) if opts.replicas
+             else limit_steps(opts, at, prefix))
     try:
-        backend.check([step.limit for step in steps])
+        at.check([step.limit for step in steps])
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    if problem := backend.problem():
+    if problem := at.problem():
         raise CliError(problem)
     if why_not_kernel:
         print(f"sweep: in-process throttle (no kernel quota here: {why_not_kernel})")
-    print(f"sweep: {backend.description}; {', '.join(step.label for step in steps)}; "
-          f"{plan.describe()}, iterations={opts.iterations}", flush=True)
+    print(f"sweep: {at.description}; {', '.join(step.label for step in steps)}; "
+          f"{plan.describe()}, {at.sends}", flush=True)
     if (load := load_average()) is not None:
         print(f"sweep: load average {load[0]:.1f} on {os.cpu_count()} CPUs (a busy machine "
               "slows every run, limited or not)", flush=True)
-    sweep = Sweep(opts, plan, backend, prefix, started, argv)
+    sweep = Sweep(opts, plan, at, prefix, started, service)
     try:
         with stop_on_terminate():
-            runs = sweep.run_all(steps)
-            compare_and_report(runs, opts, plan, backend, prefix)
+            with at.holding():
+                runs = sweep.run_all(steps)
+            compare_and_report(runs, opts, plan, at, prefix)
     except KeyboardInterrupt:
         print(f"\nhttp-timing sweep: interrupted; {len(sweep.runs)} of {len(steps)} "
               f"{'steps' if opts.replicas else 'limits'} done, every completed request is "
               f"saved in {opts.data_dir}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except ServiceError as exc:
+    except RUN_ERRORS as exc:
         raise CliError(f"{exc} (runs so far are saved in {opts.data_dir})") from None
     failed = any(r.metadata.summary and r.metadata.summary.errors for r in runs)
     return EXIT_FAILED_REQUESTS if failed else EXIT_OK
@@ -139,13 +152,13 @@ class Step:
     replicas: int = 0     # 0: one plain service (not a replica set)
 
 
-def limit_steps(opts: argparse.Namespace, backend: Backend, prefix: str) -> list[Step]:
+def limit_steps(opts: argparse.Namespace, at: AtLimit, prefix: str) -> list[Step]:
     limits = parse_limits(opts.cpus, period_ms=opts.period_ms, burst_ms=opts.burst_ms)
-    return [Step(limit_text(limit), run_name(prefix, backend.name, limit), limit)
+    return [Step(limit_text(limit), run_name(prefix, at.name, limit), limit)
             for limit in limits]
 
 
-def replica_steps(opts: argparse.Namespace, backend: Backend, prefix: str) -> list[Step]:
+def replica_steps(opts: argparse.Namespace, at: AtLimit, prefix: str) -> list[Step]:
     """``--replicas 1,4 --cpus 0.4``: 1 x 0.4 CPU, then 4 x 0.1 CPU."""
     counts = parse_counts(opts.replicas)
     totals = parse_limits(opts.cpus, period_ms=opts.period_ms, burst_ms=opts.burst_ms)
@@ -161,58 +174,56 @@ def replica_steps(opts: argparse.Namespace, backend: Backend, prefix: str) -> li
             except LimitError as exc:
                 raise CliError(f"--replicas {count}: {exc}") from None
         steps.append(Step(f"{count} x {limit_text(each)}",
-                          f"{sweep_stem(prefix, backend.name)}-replicas-{count}", each, count))
+                          f"{sweep_stem(prefix, at.name)}-replicas-{count}", each, count))
     return steps
 
 
 class Sweep:
-    """One sweep: a target per limit, each started, recorded and stopped in turn (``measure``)."""
+    """One sweep: a run at each step's limit in turn (``AtLimit.measure``)."""
 
-    def __init__(self, opts: argparse.Namespace, plan: LoadPlan, backend: Backend, prefix: str,
-                 started: datetime, argv: Sequence[str]) -> None:
-        self.opts, self.plan, self.backend = opts, plan, backend
-        self.prefix, self.started, self.argv = prefix, started, list(argv)
-        self.load = Load(plan, opts.iterations, opts.timeout, opts.warmup)
+    def __init__(self, opts: argparse.Namespace, plan: LoadPlan, at: AtLimit, prefix: str,
+                 started: datetime, service: StartedService | None = None) -> None:
+        self.opts, self.plan, self.at, self.service = opts, plan, at, service
+        self.prefix, self.started = prefix, started
         self.runs: list[Run] = []
 
     def run_all(self, steps: Sequence[Step]) -> list[Run]:
         for index, step in enumerate(steps, start=1):
-            target = self.target(step, index)
-            print(f"\n[{index}/{len(steps)}] {step.label}: {' '.join(target.argv)}", flush=True)
-            self.runs.append(self.record(target, step))
+            self.runs.append(self.record(step, index, len(steps)))
         return self.runs
 
-    def target(self, step: Step, index: int) -> Target | ReplicaSet:
-        if not step.replicas:
-            return self.backend.target(step.limit, free_port(), index=index)
-        return ReplicaSet(self.backend, step.limit, step.replicas,
-                          on_started=StartProgress(step.replicas, step.label).advance)
+    def at_step(self, step: Step) -> AtLimit:
+        """The service of a step: N replicas of the limit each for ``--replicas``."""
+        if not step.replicas or self.service is None:
+            return self.at
+        return replace(self.service, replicas=step.replicas,
+                       on_replica=StartProgress(step.replicas, step.label).advance)
 
-    def record(self, target: Target | ReplicaSet, step: Step) -> Run:
-        """Time the target like ``http-timing run`` does: CSV row per request, metadata,
+    def record(self, step: Step, index: int, steps: int) -> Run:
+        """Time the step like ``http-timing run`` does: CSV row per request, metadata,
         picture; a Ctrl-C stops the sweep once the run's files are complete."""
         opts = self.opts
-        sweep = SweepInfo(sweep_stem(self.prefix, self.backend.name) + "-sweep",
-                          self.backend.name, step.limit.cpus if step.limit else 0,
-                          self.started.isoformat())
+        sweep = SweepInfo(sweep_stem(self.prefix, self.at.name) + "-sweep", self.at.name,
+                          step.limit.cpus if step.limit else 0, self.started.isoformat())
         observers = ([lambda record: print(format_line(record), flush=True)]
                      if opts.show_requests else [])
-        measured = measure(
-            lambda started: target_spec(started, self.load, name=step.name,
-                                        data_dir=opts.data_dir, sweep=sweep,
-                                        command=["http-timing", "sweep", *self.argv]),
-            target=target, progress=RunProgress(self.plan.requests, step.label),
-            observers=observers, on_started=show_healthy, on_recorded=self.show,
-            on_stopped=show_stopped)
+        measured = self.at_step(step).measure(
+            step.limit, name=step.name, plan=self.plan, data_dir=opts.data_dir, sweep=sweep,
+            index=index, progress=RunProgress(self.plan.requests, step.label),
+            observers=observers, on_recorded=self.show,
+            on_target=lambda words: print(f"\n[{index}/{steps}] {step.label}: {words}",
+                                          flush=True))
         if measured.interrupted:
             raise KeyboardInterrupt
         return measured.run
 
     def show(self, measured: Measurement) -> None:
-        """The run's lines and picture (before its target is stopped, as always)."""
+        """The run's lines and picture (before a started service is stopped, as always)."""
         recorded = measured.recorded
         report = build_report(recorded.run)
         show_result(recorded, report)
+        if self.at.inplace is not None:
+            print(format_evidence(report.cgroup), flush=True)
         if recorded.outcome.stop_reason:
             print(f"http-timing sweep: {recorded.outcome.stop_reason}: "
                   f"{recorded.run.records[-1].error}", file=sys.stderr)
@@ -221,9 +232,9 @@ class Sweep:
 
 
 def compare_and_report(runs: Sequence[Run], opts: argparse.Namespace, plan: LoadPlan,
-                       backend: Backend, prefix: str) -> None:
-    stem = sweep_stem(prefix, backend.name) + "-sweep"
-    title = f"{backend.description}: {plan.describe()}" + (
+                       at: AtLimit, prefix: str) -> None:
+    stem = sweep_stem(prefix, at.name) + "-sweep"
+    title = f"{at.description}: {plan.describe()}" + (
         f", iterations={opts.iterations}" if opts.iterations is not None else "")
     picture, table, rows = save_comparison(runs, opts.pictures_dir / f"{stem}.png", title,
                                            draw=not opts.no_plot)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import cast
@@ -36,6 +36,7 @@ from client.run.measure import Measurement, Progress, measure
 from client.run.plan import LoadPlan
 from client.run.record import RunSpec
 from client.run.usage import UsageSample
+from cpuquota.cgroupfs import available_cpus
 from cpuquota.limit import Limit
 
 __all__ = ["InPlace", "InPlaceError", "describe_limit", "timeline_usage"]
@@ -54,7 +55,9 @@ def describe_limit(limit: Limit | None) -> str:
 
 @dataclass
 class InPlace:
-    """A running service whose CPU limit is changed in place, and how each run is timed."""
+    """A running service whose CPU limit is changed in place, and how each run is timed: a
+    :class:`client.run.at_limit.AtLimit`."""
+
 
     target: CgroupTarget          # as resolved when we came
     limiter: Limiter
@@ -128,12 +131,62 @@ class InPlace:
                                f"be put back: {exc}") from None
         return cls(target, limiter, original, template, None, run, pod_specs=tuple(pod_specs))
 
+    # -- what it is (``AtLimit``) --------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return "inplace"
+
+    @property
+    def description(self) -> str:
+        return (f"{self.target.spec} in place ({self.limiter.kind}; was "
+                f"{describe_limit(self.original)})")
+
+    @property
+    def sends(self) -> str:
+        if self.template.targets:
+            return f"{len(self.template.targets)} targets round-robin"
+        request = self.template.request
+        return f"{request.method if request else 'GET'} {self.template.url}"
+
+    @property
+    def can_remove(self) -> bool:
+        return self.limiter.can_remove
+
+    @property
+    def instances(self) -> int:
+        return max(1, len(self.pod_specs))
+
+    @property
+    def inplace(self) -> InPlace:
+        return self
+
+    def problem(self) -> str | None:
+        return None
+
+    def ceiling(self, shape: Callable[[int], Limit]) -> tuple[int, str]:
+        """The CPUs this machine lets the service use, or the quota of a group above it,
+        whichever is less; ``ValueError`` when the limiter cannot set it."""
+        cpus = available_cpus()
+        millicores, words = cpus * 1000, f"the machine's {cpus} CPUs"
+        above = self.limiter.ceiling()
+        if above is not None and above.millicores < millicores:
+            millicores, words = above.millicores, f"the {above.cpus:g} CPU quota above the group"
+        self.check([shape(millicores)])
+        return millicores, words
+
+    def holding(self) -> AbstractContextManager[InPlace]:
+        return self.restoring()
+
     # -- changing the limit ------------------------------------------------------------
 
     def check(self, limits: Sequence[Limit | None]) -> None:
-        """``LimiterError`` for the first limit this target cannot be given."""
+        """``ValueError`` (one line) for the first limit this target cannot be given."""
         for limit in limits:
-            self.limiter.check(limit)
+            try:
+                self.limiter.check(limit)
+            except LimiterError as exc:
+                raise ValueError(str(exc)) from None
 
     def apply(self, limit: Limit | None) -> None:
         """Set ``limit`` and wait until the quota file reads it back."""
@@ -161,8 +214,7 @@ class InPlace:
 
     def _unchanged(self) -> str | None:
         """What the limiter says stayed as it was (a pod: restart count, container id)."""
-        unchanged = getattr(self.limiter, "unchanged", None)
-        return unchanged() if unchanged is not None else None
+        return self.limiter.unchanged()
 
     @contextmanager
     def restoring(self, say: Callable[[str], None] = print) -> Iterator[InPlace]:
@@ -201,16 +253,24 @@ class InPlace:
             raise InPlaceError(str(exc)) from None
 
     def measure(self, limit: Limit | None, *, name: str, plan: LoadPlan, data_dir: Path,
-                command: Sequence[str], sweep: SweepInfo | None = None,
+                sweep: SweepInfo | None = None, index: int = 1,
                 progress: Progress | None = None,
                 observers: Sequence[Callable[[RequestRecord], None]] = (),
+                sample_usage: bool = False, on_target: Callable[[str], None] | None = None,
                 on_recorded: Callable[[Measurement], None] | None = None) -> Measurement:
-        """Set ``limit``, then time one run of the template's requests with the group sampled."""
+        """Set ``limit``, then time one run of the template's requests with the group
+        sampled; ``sample_usage``: the group's usage per second, from its timeline."""
+        if on_target is not None:
+            on_target(self.target.spec)
         self.apply(limit)
-        spec = replace(self.template, name=name, plan=plan, data_dir=data_dir,
-                       command=list(command), sweep=sweep, cgroup=self.resolve(),
-                       note_load_average=True)
-        return measure(spec, progress=progress, observers=observers, on_recorded=on_recorded)
+        spec = replace(self.template, name=name, plan=plan, data_dir=data_dir, sweep=sweep,
+                       cgroup=self.resolve(), note_load_average=True)
+        measured = measure(spec, progress=progress, observers=observers,
+                           on_recorded=on_recorded)
+        if sample_usage and (usage := timeline_usage(measured.run.timeline)):
+            measured.usage = usage
+            measured.usage_counter = f"the group's {self.target.usage_source.kind}"
+        return measured
 
 
 def timeline_usage(timeline: Sequence[CgroupSample] | None) -> list[UsageSample]:

@@ -25,41 +25,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from client.run.cgroup_lookup import CommandRunner, run_command
 from client.run.cgroup_target import CgroupTarget
-from client.run.limiters.base import LimiterError, quota_file_problem, read_quota, wait_for_quota
+from client.run.limiters.base import (Limiter, LimiterError, quota_file_problem, read_quota,
+                                      wait_for_quota)
 from client.run.limiters.cgroupfs import CgroupLimiter
 from client.run.limiters.docker import DockerLimiter
 from client.run.kube_api import REQUEST_TIMEOUT
-from cpuquota.limit import Limit
-
 __all__ = ["LIMITERS", "Limiter", "LimiterError", "LimiterOptions", "limiter_for", "quota_file_problem",
            "read_quota", "wait_for_quota"]
-
-
-class Limiter(Protocol):
-    kind: str           # "cgroup", "docker", "k8s"
-    description: str    # what is written, e.g. "the quota file /sys/fs/cgroup/cpu/x"
-    can_remove: bool    # whether the target may run without any limit (apply(None))
-    # what names the target, for the words that make a limit permanent
-    # (``client.render.permanent.permanent_lines``): {"directory", "version", "group"} or
-    # {"name"}
-    names: dict[str, Any]
-
-    def read(self) -> Limit | None:
-        """The limit in force now, as the quota file shows it (None: no quota)."""
-
-    def check(self, limit: Limit | None) -> None:
-        """``LimiterError`` (one line) for a limit this kind of target cannot be given."""
-
-    def apply(self, limit: Limit | None) -> None:
-        """Set ``limit`` (None: none); return once the quota file reads it back."""
-
-    def restore_hint(self, limit: Limit | None) -> str:
-        """The command that puts ``limit`` back by hand (printed before anything is changed)."""
-
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import errno
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import Any
 
 from cpuquota.cgroupfs import read_cpu_limit
 from cpuquota.limit import Limit, LimitError
 
-__all__ = ["LimiterError", "burst_file", "quota_file", "quota_file_problem", "read_quota",
+__all__ = ["Limiter", "LimiterError", "burst_file", "quota_file", "quota_file_problem", "read_quota",
            "same_limit", "wait_for_quota", "write_quota"]
 
 SOURCE = "cgroup"
@@ -23,6 +25,52 @@ SOURCE = "cgroup"
 
 class LimiterError(RuntimeError):
     """A limit that cannot be set, read or put back; the message says why, in one line."""
+
+
+class Limiter(ABC):
+    """How one kind of running service gets its CPU limit changed in place.
+
+    ``read``, ``check``, ``apply`` and ``restore_hint`` are each kind's own; ``ceiling``,
+    ``unchanged`` and ``patch_deployment`` are capabilities a kind may have, declared here
+    with what a kind without them says."""
+
+    kind: str           # "cgroup", "docker", "k8s"
+    description: str    # what is written, e.g. "the quota file /sys/fs/cgroup/cpu/x"
+    can_remove: bool    # whether the target may run without any limit (apply(None))
+    # what names the target, for the words that make a limit permanent
+    # (``client.render.permanent.permanent_lines``): {"directory", "version", "group"} or
+    # {"name"}
+    names: dict[str, Any]
+
+    @abstractmethod
+    def read(self) -> Limit | None:
+        """The limit in force now, as the quota file shows it (None: no quota)."""
+
+    @abstractmethod
+    def check(self, limit: Limit | None) -> None:
+        """``LimiterError`` (one line) for a limit this kind of target cannot be given."""
+
+    @abstractmethod
+    def apply(self, limit: Limit | None) -> None:
+        """Set ``limit`` (None: none); return once the quota file reads it back."""
+
+    @abstractmethod
+    def restore_hint(self, limit: Limit | None) -> str:
+        """The command that puts ``limit`` back by hand (printed before anything is changed)."""
+
+    def ceiling(self) -> Limit | None:
+        """The tightest limit above the one written, which caps it (None: none)."""
+        return None
+
+    def unchanged(self) -> str | None:
+        """After the restore: what stayed as it was (a pod's restarts, container id)."""
+        return None
+
+    def patch_deployment(self, limit: Limit) -> str:
+        """``--apply``: make ``limit`` permanent where the target has a Deployment; what was
+        done, in one line (``LimiterError`` where it has none)."""
+        raise LimiterError(f"--apply patches a Kubernetes Deployment; {self.kind} targets: see "
+                           "'To keep it' in the answer")
 
 
 def quota_file(directory: Path, version: int) -> Path:

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from client.run.cgroup_target import CgroupTarget
-from client.run.limiters.base import (LimiterError, burst_file, quota_file, read_quota,
+from client.run.limiters.base import (Limiter, LimiterError, burst_file, quota_file, read_quota,
                                       wait_for_quota, write_quota)
 from cpuquota.limit import Limit
 
 __all__ = ["CgroupLimiter"]
 
 
-class CgroupLimiter:
+class CgroupLimiter(Limiter):
     kind = "cgroup"
     can_remove = True
 

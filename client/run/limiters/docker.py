@@ -15,13 +15,13 @@ from typing import Any
 
 from client.run.cgroup_lookup import CommandRunner
 from client.run.cgroup_target import CgroupTarget
-from client.run.limiters.base import LimiterError, read_quota, wait_for_quota
+from client.run.limiters.base import Limiter, LimiterError, read_quota, wait_for_quota
 from cpuquota.limit import Limit
 
 __all__ = ["DockerLimiter"]
 
 
-class DockerLimiter:
+class DockerLimiter(Limiter):
     kind = "docker"
     can_remove = False
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from client.run.cgroup_target import CgroupTarget
 from client.run.kube_api import api_problem
-from client.run.limiters.base import LimiterError, read_quota, wait_for_quota
+from client.run.limiters.base import Limiter, LimiterError, read_quota, wait_for_quota
 from cpuquota.limit import Limit
 
 __all__ = ["KubernetesLimiter", "container_name", "cpu_cores", "cpu_quantity", "deployment_pods",
@@ -172,7 +172,7 @@ def identity(pod: Pod, container: str) -> tuple[int, str]:
     return int(status.get("restartCount") or 0), str(status.get("containerID") or "")
 
 
-class KubernetesLimiter:
+class KubernetesLimiter(Limiter):
     """Set a pod's container's cpu limit with ``pods/resize``; see the module docstring.
 
     ``api``: a ``kubernetes.client.CoreV1Api`` (or anything with ``read_namespaced_pod`` and

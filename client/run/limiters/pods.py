@@ -16,14 +16,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from client.run.limiters.base import LimiterError, same_limit
+from client.run.limiters.base import Limiter, LimiterError, same_limit
 from client.run.limiters.kubernetes import KubernetesLimiter
 from cpuquota.limit import Limit
 
 __all__ = ["PodsLimiter"]
 
 
-class PodsLimiter:
+class PodsLimiter(Limiter):
     """The pods of ``deployment`` (``NS/NAME``), each with its own limiter, set alike."""
 
     kind = "k8s"
