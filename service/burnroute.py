@@ -33,7 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.burn import DEFAULT_ITERATIONS, BurnResult, Calibration, burn, burn_parallel
 from cpuquota.cgroupfs import CpuStatReader
 from service.throttle import Throttle
-from service.timing import work_timing
+from service.timing import kernel_reading, work_timing
 from service.workers import WorkerPool
 
 __all__ = ["BURN_PATH", "INLINE_ITERATIONS", "ITERATIONS_KEY", "BurnAnswer", "BurnLane",
@@ -74,7 +74,7 @@ class BurnWork:
 
     def __call__(self, iterations: int, threads: int = 1) -> BurnAnswer:
         kernel, throttle = self._kernel, self._throttle
-        before = kernel.sample() if kernel is not None else None
+        before = kernel_reading(kernel)
         if throttle.enabled:
             with throttle.start() as work:  # may wait first (cfs) or at the end (boundary)
                 pause = work.checkpoint

@@ -33,7 +33,7 @@ from service.pi import (
     gap_series,
     summarize_pauses,
 )
-from service.timing import work_timing
+from service.timing import kernel_reading, work_timing
 
 __all__ = [
     "DEFAULT_COUNTER",
@@ -232,7 +232,7 @@ def register_pages(app: FastAPI) -> None:
                           description="pi series iterations; each one is timed")
 
     def run(counter: int) -> tuple[PiResult, int | None, dict[str, str]]:
-        before = kernel.sample() if kernel is not None else None
+        before = kernel_reading(kernel)
         with throttle.start() as work:  # the pi loop is the work: cfs pauses it mid-loop
             result = compute_pi(counter, checkpoint=work.checkpoint if throttle.pauses_work
                                 else None)

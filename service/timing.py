@@ -14,7 +14,10 @@ from collections.abc import Mapping
 from cpuquota.cgroupfs import CpuStatReader
 from cpuquota.account import CpuStat
 
-__all__ = ["format_server_timing", "kernel_throttling", "work_timing"]
+__all__ = ["format_server_timing", "kernel_reading", "kernel_throttling", "work_timing"]
+
+# What the kernel counted while the work ran when cpu.stat did not change at all
+NOTHING_COUNTED = ', kernel-throttled;dur=0.000;desc="periods=0"'
 
 
 def format_server_timing(metrics: Mapping[str, float | tuple[float, str]]) -> str:
@@ -39,16 +42,45 @@ def kernel_throttling(probe: CpuStatReader | None,
     return {"kernel-throttled": (delta.throttled_ns / 1e6, f"periods={delta.nr_throttled}")}
 
 
+def kernel_reading(probe: CpuStatReader | None) -> bytes | None:
+    """``cpu.stat`` as the kernel wrote it, just before a piece of work (None: no probe, or
+    unreadable): parsed only if it changed by the end of the work (:func:`work_timing`)."""
+    if probe is None:
+        return None
+    try:
+        return probe.read_bytes()
+    except OSError:
+        return None
+
+
 def work_timing(wall_ns: int, cpu_ns: int, paused_ns: int | None,
-                probe: CpuStatReader | None, before: CpuStat | None) -> str:
+                probe: CpuStatReader | None, before: bytes | None) -> str:
     """The header of one piece of work: ``paused_ns`` is None when the in-process throttle is
-    off; ``before`` is ``probe.sample()`` taken just before the work (None: no kernel metric).
-    The same text as :func:`format_server_timing`, written out: it is on every burn's path."""
+    off; ``before`` is :func:`kernel_reading` taken just before the work (None: no kernel
+    metric). The same text as :func:`format_server_timing`, written out: it is on every
+    burn's path, right after the burn, when every line of Python costs several times more
+    (cold caches): so ``cpu.stat`` is parsed only when its bytes changed."""
     header = f"burn;dur={wall_ns / 1e6:.3f}, cpu;dur={cpu_ns / 1e6:.3f}"
     if paused_ns is not None:
         header += f", throttle;dur={paused_ns / 1e6:.3f}"
-    after = probe.sample() if probe is not None and before is not None else None
-    if after is not None and before is not None:
-        header += (f", kernel-throttled;dur={(after.throttled_ns - before.throttled_ns) / 1e6:.3f}"
-                   f';desc="periods={after.nr_throttled - before.nr_throttled}"')
+    if probe is not None and before is not None:
+        header += _kernel_throttled(probe, before)
     return header
+
+
+def _kernel_throttled(probe: CpuStatReader, before: bytes) -> str:
+    """``, kernel-throttled;...`` since ``before``; empty when cpu.stat cannot be read."""
+    try:
+        raw = probe.read_bytes()
+    except OSError:
+        return ""
+    if raw == before:  # no period ended, nothing throttled (no quota, or a short piece)
+        return NOTHING_COUNTED
+    try:
+        after, first = probe.parse(raw), probe.parse(before)
+    except ValueError:
+        return ""
+    if after is None or first is None:
+        return ""
+    return (f", kernel-throttled;dur={(after.throttled_ns - first.throttled_ns) / 1e6:.3f}"
+            f';desc="periods={after.nr_throttled - first.nr_throttled}"')

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import httpx
@@ -30,6 +31,18 @@ def test_each_app_has_its_own_registry() -> None:
     first.state.metrics.observe_burn(2_000_000_000)
     assert b"throttle_lab_burn_cpu_seconds_total 2.0" in first.state.metrics.render()
     assert b"throttle_lab_burn_cpu_seconds_total 0.0" in second.state.metrics.render()
+
+
+def test_burns_on_many_threads_add_up_to_the_last_nanosecond() -> None:
+    metrics = ServiceMetrics()
+    workers = [threading.Thread(target=lambda: [metrics.observe_burn(1_000_000)
+                                                for _ in range(2000)]) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    metrics.observe_burn(-5)  # a clock that went back adds nothing
+    assert samples(metrics.render().decode())[("throttle_lab_burn_cpu_seconds_total", ())] == 8.0
 
 
 def test_requests_latency_and_burn_cpu_per_route() -> None:
