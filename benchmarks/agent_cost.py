@@ -1,17 +1,22 @@
 """What the node agent (agent/, Go) costs: its CPU and memory with 10, 50 and 100 pods.
 
     sudo .venv/bin/python -m benchmarks.agent_cost [--pods 10 50 100] [--seconds 30]
-                                                   [--interval 10ms]
+                                                   [--interval 10ms] [--throttled 5]
+                                                   [--repeat 3] [--agent-flag=--hold=1s ...]
 
 Stand-ins for pods on this host (no kubelet): per pod, a v1 group with a 0.2-CPU quota (the
 pod's) and a child group with the same quota (its container's), both idle, each with a cpuacct
 twin, as the kubelet makes them on a cgroup v1 node. The agent runs with its static source on
 both groups of every pod (what its Kubernetes source asks for a one-container pod: the pod's
 timeline and the container's, the pod group read once per tick for both), at ``--interval``
-(default http-timing record's 10 ms). The agent runs in a cpuacct group of its own; its CPU is
-that group's ``cpuacct.usage`` over ``--seconds`` after a 3 s warm-up (cross-checked with
-``/proc/PID/stat``), its memory ``VmRSS`` at the end and ``VmHWM`` (peak). Every group and the
-agent are removed/stopped by the benchmark. Prints a table; the goal is <= 1 % of one CPU and
+(default http-timing record's 10 ms). ``--throttled N``: N of the pods have a shell spinning
+in their container's group, throttled every period (a node where 5 of 100 pods throttle). The
+agent runs in a cpuacct group of its own; its CPU is that group's ``cpuacct.usage`` over
+``--seconds``, after an 8 s warm-up (start-up and the new groups' first ``--hold``), cross-checked
+with ``/proc/PID/stat``; its memory ``VmRSS`` at the end and ``VmHWM`` (peak); its rows a
+second at each rate from its ``/metrics`` (``throttle_lab_agent_rows_total``). ``--repeat``
+runs each row again (the machine is shared: the agent's CPU time grows with the load). Every
+group, burner and the agent are removed/stopped. Prints a table; the goal is <= 1 % of one CPU and
 <= 64 MiB for 100 pods. Needs Linux, root, Go and the v1 cpu and cpuacct hierarchies.
 """
 
@@ -29,7 +34,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.support import ROOT, describe_load, run_main
+from benchmarks.support import ROOT, describe_load, keep_record, run_main, scrape
 
 CPU = Path("/sys/fs/cgroup/cpu")
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
@@ -69,6 +74,13 @@ def make_pods(top: str, count: int) -> list[tuple[str, Path]]:
     return targets
 
 
+def burn_in(group: str) -> subprocess.Popen[bytes]:
+    """A shell spinning in ``group`` (its cpu and cpuacct twins): throttled every period."""
+    procs = " ".join(str(h / group / "cgroup.procs") for h in (CPU, CPUACCT))
+    return subprocess.Popen(["sh", "-c", f"for f in {procs}; do echo $$ > $f; done; "
+                             "while :; do :; done"])
+
+
 def remove_tree(root: Path) -> None:
     if root.exists():
         for here, _dirs, _files in sorted(os.walk(root), key=lambda w: -len(w[0])):
@@ -93,42 +105,58 @@ def status_kib(pid: int, key: str) -> int:
     return 0
 
 
-def measure(binary: Path, pods: int, seconds: float, interval: str) -> dict[str, float]:
+def rows(base: str) -> dict[str, float]:
+    metrics = scrape(base)
+    return {rate: metrics.get(f"throttle_lab_agent_rows_total{{rate={rate}}}", 0.0)
+            for rate in ("fast", "idle")}
+
+
+def measure(binary: Path, pods: int, seconds: float, interval: str, throttled: int = 0,
+            flags: Sequence[str] = ()) -> dict[str, float]:
     top = f"throttle-lab-bench-agent-{os.getpid()}"
     own = CPUACCT / f"{top}-agent"
     proc: subprocess.Popen[bytes] | None = None
+    burners: list[subprocess.Popen[bytes]] = []
     try:
         targets = make_pods(top, pods)
+        burners = [burn_in(f"{top}/pod{i}/c") for i in range(min(throttled, pods))]
         own.mkdir()
         with tempfile.TemporaryDirectory() as tmp:
             listing = Path(tmp, "targets")
             listing.write_text("".join(f"{name} {path}\n" for name, path in targets))
+            base = f"http://127.0.0.1:{free_port()}"
             proc = subprocess.Popen(
                 ["sh", "-c", f'echo $$ > {own}/cgroup.procs && exec "$@"', "sh", str(binary),
                  "--source", "static", "--targets", str(listing), "--timelines",
-                 str(Path(tmp, "timelines")), "--listen", f"127.0.0.1:{free_port()}",
-                 "--interval", interval], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            time.sleep(3.0)   # start-up, every group resolved, files open
+                 str(Path(tmp, "timelines")), "--listen", base.split("//")[1],
+                 "--interval", interval, *flags],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            time.sleep(8.0)   # start-up (files open) and the first --hold (5 s) over
             if proc.poll() is not None:
                 raise SystemExit(f"the agent stopped: {proc.stderr.read().decode()[-500:]}"
                                  if proc.stderr else "the agent stopped")
+            rows0 = rows(base)
             usage0, cpu0, t0 = int((own / "cpuacct.usage").read_text()), proc_cpu_s(proc.pid), \
                 time.monotonic()
             time.sleep(seconds)
             usage1, cpu1, t1 = int((own / "cpuacct.usage").read_text()), proc_cpu_s(proc.pid), \
                 time.monotonic()
+            rows1 = rows(base)
             rss, hwm = status_kib(proc.pid, "VmRSS"), status_kib(proc.pid, "VmHWM")
             timelines = len(list(Path(tmp, "timelines").glob("*.cgroup.csv")))
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
-            return {"pods": pods, "timelines": timelines,
+            return {"pods": pods, "throttled": len(burners), "timelines": timelines,
+                    "fast_rows_s": (rows1["fast"] - rows0["fast"]) / (t1 - t0),
+                    "idle_rows_s": (rows1["idle"] - rows0["idle"]) / (t1 - t0),
                     "cpu_percent": 100 * (usage1 - usage0) / 1e9 / (t1 - t0),
                     "stat_percent": 100 * (cpu1 - cpu0) / (t1 - t0),
                     "rss_mib": rss / 1024, "hwm_mib": hwm / 1024}
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        for p in [*burners, *([proc] if proc is not None else [])]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         for hierarchy in (CPU, CPUACCT):
             remove_tree(hierarchy / top)
         if own.exists():
@@ -140,27 +168,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, nargs="+", default=[10, 50, 100])
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--interval", default="10ms", help="the agent's --interval (Go syntax)")
+    parser.add_argument("--throttled", type=int, default=0,
+                        help="pods whose container burns CPU (throttled every period)")
+    parser.add_argument("--agent-flag", action="append", default=[], metavar="FLAG",
+                        help="a further flag for the agent (repeatable), e.g. --idle-interval=0")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per row (the machine is busy)")
     args = parser.parse_args(argv)
     if os.geteuid() != 0 or not (CPU / "cpu.cfs_quota_us").exists() or \
             not (CPUACCT / "cpuacct.usage").exists():
         raise SystemExit("needs root and the cgroup v1 cpu and cpuacct hierarchies")
     binary = build_agent()
     print(f"### throttle-agent: its own CPU and memory, every {args.interval}, "
-          f"{args.seconds:g} s per row")
+          f"{args.seconds:g} s per run, {args.throttled} throttled pods"
+          + (f", agent flags {' '.join(args.agent_flag)}" if args.agent_flag else ""))
     print(f"({describe_load('before')}; {time.strftime('%Y-%m-%d %H:%M %Z')}, "
           f"{os.uname().nodename}, Linux {os.uname().release})\n")
-    print("| pods | timelines | agent CPU (% of one CPU, cpuacct) | (/proc/PID/stat) "
-          "| RSS MiB | peak RSS MiB | goal met |")
-    print("|---|---|---|---|---|---|---|")
+    print("| pods | throttled pods | timelines | fast rows/s | idle rows/s "
+          "| agent CPU (% of one CPU, cpuacct) | (/proc/PID/stat) | RSS MiB | peak RSS MiB "
+          "| goal met |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    results = []
     for pods in args.pods:
-        r = measure(binary, pods, args.seconds, args.interval)
-        met = ("yes" if r["cpu_percent"] <= GOAL_CPU_PERCENT and r["hwm_mib"] <= GOAL_RSS_MIB
-               else "no")
-        print(f"| {pods} | {r['timelines']:.0f} | {r['cpu_percent']:.2f} | "
-              f"{r['stat_percent']:.2f} | {r['rss_mib']:.1f} | {r['hwm_mib']:.1f} | {met} |",
-              flush=True)
+        for _ in range(args.repeat):
+            r = measure(binary, pods, args.seconds, args.interval, args.throttled,
+                        args.agent_flag)
+            results.append(r)
+            met = ("yes" if r["cpu_percent"] <= GOAL_CPU_PERCENT
+                   and r["hwm_mib"] <= GOAL_RSS_MIB else "no")
+            print(f"| {pods} | {r['throttled']:.0f} | {r['timelines']:.0f} | "
+                  f"{r['fast_rows_s']:.0f} | {r['idle_rows_s']:.0f} | {r['cpu_percent']:.2f} | "
+                  f"{r['stat_percent']:.2f} | {r['rss_mib']:.1f} | {r['hwm_mib']:.1f} | {met} |",
+                  flush=True)
     print(f"\n({describe_load('after')}; goal: <= {GOAL_CPU_PERCENT:g} % of one CPU and "
           f"<= {GOAL_RSS_MIB:g} MiB for 100 pods)")
+    keep_record("agent_cost", {"interval": args.interval, "throttled": args.throttled,
+                               "agent_flags": args.agent_flag, "runs": results})
     return 0
 
 

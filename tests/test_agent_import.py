@@ -21,10 +21,11 @@ pytestmark = pytest.mark.root
 
 
 @pytest.mark.parametrize(("interval", "idle"), [("10ms", False), ("50ms", False),
-                                                ("10ms", True)])
+                                                ("100ms", False), ("10ms", True)])
 def test_the_agents_timeline_marks_the_throttled_requests(tmp_path: Path, interval: str,
                                                           idle: bool) -> None:
-    """At the default 10 ms and at 50 ms (half the kernel's period: five times cheaper); and
+    """At the default 10 ms, at 50 ms (half the kernel's period: five times cheaper) and at
+    100 ms (one row a period: per-period resolution, the cheapest that still has it); and
     with the load starting while the group is read at the idle rate (1 s: the first second of
     throttling is seen as one interval, then the agent reads it every 10 ms)."""
     require_kernel_quota(1)
