@@ -101,3 +101,49 @@ func TestMountinfo(t *testing.T) {
 		t.Fatal("map")
 	}
 }
+
+// The quota files kept open say what ReadLimit says, each time they are read again.
+func TestLimitFilesReadAsReadLimit(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "cpu.cfs_quota_us"), "20000\n")
+	write(t, filepath.Join(dir, "cpu.cfs_period_us"), "100000\n")
+	write(t, filepath.Join(dir, "cpu.cfs_burst_us"), "0\n")
+	files, err := OpenLimit(dir, 1, "/pod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer files.Close()
+	for _, quota := range []string{"20000", "50000", "-1", "30000"} {
+		write(t, filepath.Join(dir, "cpu.cfs_quota_us"), quota+"\n")
+		got, ok, err := files.Read()
+		want, wantOK := ReadLimit(dir, 1, "/pod")
+		if err != nil || ok != wantOK || (ok && (got.QuotaUS != want.QuotaUS || got.PeriodUS != want.PeriodUS ||
+			*got.BurstUS != *want.BurstUS || got.Group != want.Group)) {
+			t.Fatalf("quota %s: %+v %v %v, ReadLimit %+v %v", quota, got, ok, err, want, wantOK)
+		}
+	}
+	write(t, filepath.Join(dir, "cpu.cfs_quota_us"), "") // a removed group's file reads empty
+	if _, _, err := files.Read(); err == nil {
+		t.Fatal("a file that can no longer be read is an error (the agent opens it again)")
+	}
+	if _, err := OpenLimit(t.TempDir(), 1, "/"); err == nil {
+		t.Fatal("a directory without a quota file has no limit files")
+	}
+}
+
+func TestLimitFilesReadCPUMax(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "cpu.max"), "max 100000\n")
+	files, err := OpenLimit(dir, 2, "/pod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer files.Close()
+	if _, ok, err := files.Read(); ok || err != nil {
+		t.Fatal("max: no quota")
+	}
+	write(t, filepath.Join(dir, "cpu.max"), "20000 50000\n")
+	if l, ok, err := files.Read(); !ok || err != nil || l.QuotaUS != 20000 || l.PeriodUS != 50000 || l.BurstUS != nil {
+		t.Fatalf("a quota written in place is read: %+v %v %v", l, ok, err)
+	}
+}
