@@ -14,8 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.support import BURNER, BurningGroup, burner_in
-from benchmarks.support import burner_in_group as unshielded_burner_in_group
+from benchmarks.support import BURNER, BurningGroup, burner_in, burner_in_group
 from cpuquota.cgroupfs import locate_cpu_controller
 from service.cgroup import empty_group, remove_group
 
@@ -26,18 +25,6 @@ __all__ = ["BURNER", "V1_STAT", "V2_STAT", "BurningGroup", "ProcFigures", "burne
 V1_STAT = "nr_periods 31\nnr_throttled 30\nthrottled_time 2071000000\nnr_bursts 0\nburst_time 0\n"
 V2_STAT = ("usage_usec 900000\nuser_usec 880000\nsystem_usec 20000\nnr_periods 31\n"
            "nr_throttled 30\nthrottled_usec 2071000\nnr_bursts 0\nburst_usec 0\n")
-
-
-@contextmanager
-def burner_in_group(cpus: float = 0.2, shape: str = "connection") -> Iterator[BurningGroup]:
-    """``benchmarks.support.burner_in_group``, its group's weight raised
-    (``tests.support.shield_from_neighbours``): the quota, not a busy machine, is what holds
-    it back."""
-    from tests.support import shield_from_neighbours
-
-    with unshielded_burner_in_group(cpus, shape) as burner:
-        shield_from_neighbours(burner.group)
-        yield burner
 
 
 def v1_group(directory: Path, quota_us: int = 30000, period_us: int = 100000,

@@ -25,7 +25,7 @@ if TYPE_CHECKING:   # imported where a server is run: FastAPI is ~14 s of the v2
 
 __all__ = ["BIN", "GUEST_START_S", "HIERARCHIES", "ROOT", "check_split_by_quota", "free_port", "http_timing",
            "http_timing_here", "in_v2_guest", "require", "require_kernel_quota", "running_service",
-           "service_process", "shield_from_neighbours", "stop_by_pid", "wait_for_rows", "wait_healthy"]
+           "service_process", "stop_by_pid", "wait_for_rows", "wait_healthy"]
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the venv's bin: burn-service, http-timing, ...
@@ -62,17 +62,6 @@ def require_kernel_quota(version: int | None = None) -> None:
 # ``require_kernel_quota``.
 HIERARCHIES = pytest.mark.parametrize("cgroup_version", [
     pytest.param(1, id="v1"), pytest.param(2, id="v2", marks=pytest.mark.cgroup2)])
-
-
-def shield_from_neighbours(group: Path) -> None:
-    """The machine is shared: raise the group's *weight* (cpu.shares, not the quota) so other
-    people's load cannot hide the quota by starving what runs in it below it (nor be read as
-    throttling). The group is the test's own and goes with it. Docker's default weight is
-    1024; the quota works the same at any weight."""
-    if (group / "cpu.shares").exists():
-        (group / "cpu.shares").write_text("102400")     # v1; default 1024
-    else:
-        (group / "cpu.weight").write_text("10000")      # v2; default 100, the largest
 
 
 def stop_by_pid(proc: subprocess.Popen[Any], first: int = signal.SIGTERM,
@@ -228,8 +217,8 @@ def in_v2_guest() -> bool:
 
 def http_timing(*args: str, cwd: Path, timeout: float = 180,
                 prefix: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
-    """The ``http-timing`` console script, as a user runs it, in ``cwd`` (after ``prefix``,
-    e.g. ``nice -n -10``). Past ``timeout`` (or when the test is stopped meanwhile) it gets
+    """The ``http-timing`` console script, as a user runs it, in ``cwd`` (after ``prefix``, a
+    command that runs it). Past ``timeout`` (or when the test is stopped meanwhile) it gets
     SIGTERM, so the services it started are stopped by their pids too, then SIGKILL
     (``stop_by_pid``); then ``TimeoutExpired``. In the v2 guest it runs in this process
     (:func:`http_timing_here`)."""

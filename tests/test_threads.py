@@ -158,16 +158,14 @@ def schedstat(pid: int) -> dict[str, int]:
 
 @pytest.mark.root
 def test_the_shares_are_the_kernels_per_thread_counters(tmp_path: Path) -> None:
-    """A service with named threads in a group of 0.3 CPU: two pool threads burn each request,
+    """A service with named threads in a group of 0.1 CPU: two pool threads burn each request,
     a thread outside the request path burns while one is in flight; the CPU the report gives
     each name is what the threads' schedstat counters, read here before and after, say."""
     require_kernel_quota(1)
     from benchmarks.support import serve_in_group
-    from tests.support import shield_from_neighbours
 
     server = [sys.executable, str(ROOT / "tests" / "named_threads_server.py")]
-    with serve_in_group(server, 0.3) as s:
-        shield_from_neighbours(s.group)
+    with serve_in_group(server, 0.1) as s:
         before = schedstat(s.pid)
         result = http_timing("--url", s.base_url + "/burn?ms=8", "--iterations", "0",
                              "--requests", "60", "--concurrency", "2", "--cgroup", str(s.group),

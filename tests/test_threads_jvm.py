@@ -1,7 +1,8 @@
 """Who spent the quota in a real JVM: Debian's Tomcat, started here on loopback in a group of
-0.3 CPU, serves a JSP page (the Jasper compiler and the JIT at work). ``report`` names its
-thread groups, and the CPU it gives each name is what the threads' own schedstat counters,
-read by the test at the run's start and end, say."""
+0.1 CPU (far below the share even a busy machine leaves it), serves a JSP page (the Jasper
+compiler and the JIT at work). ``report`` names its thread groups, and the CPU it gives each
+name is what the threads' own schedstat counters, read by the test at the run's start and
+end, say."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from tests.support import BIN, free_port, http_timing, require, require_kernel_q
 
 pytestmark = pytest.mark.root
 
-CPUS = 0.3
+CPUS = 0.1
 CATALINA = Path("/usr/share/tomcat10/bin/catalina.sh")
 EXAMPLES = Path("/usr/share/tomcat10-examples/examples")
 PAGE = "/examples/jsp/jsp2/el/basic-arithmetic.jsp"
@@ -67,7 +68,6 @@ def tomcat_in_group(where: Path, cpus: float) -> Iterator[Tomcat]:
     ready once its examples answer; stopped by its pid and the group removed, also on failure."""
     from cpuquota.limit import Limit
     from service.cgroup import create_group, empty_group, remove_group
-    from tests.support import shield_from_neighbours
 
     port = free_port()
     base = catalina_base(where, port)
@@ -76,13 +76,12 @@ def tomcat_in_group(where: Path, cpus: float) -> Iterator[Tomcat]:
     group = create_group(Limit(cpus))
     proc: subprocess.Popen[bytes] | None = None
     try:
-        shield_from_neighbours(group)
         with open(where / "catalina.out", "wb") as out:
             proc = subprocess.Popen(["sh", "-c", f'echo $$ > "{group}/cgroup.procs" && exec '
                                      f'"{CATALINA}" run'], env=env, stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 300   # a JVM at 0.3 CPU starts in seconds, more when busy
+        deadline = time.monotonic() + 300   # a JVM at 0.1 CPU starts in tens of seconds
         while True:
             assert proc.poll() is None, (where / "catalina.out").read_text()[-2000:]
             try:
