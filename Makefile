@@ -26,8 +26,9 @@ venv: $(BIN)/.installed
 demo: $(BIN)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
 
+# three plain pytest runs: the guest's (-m guest) beside the host's, then the node's (-m node)
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	PYTHON=$(BIN)/python bash scripts/test.sh $(PYTEST_ARGS)
 
 # the documentation site (mkdocs.yml, docs/; README.md is its home page) into site/, after
 # the reference pages' generated parts (options, HTTP API) are written from the code

@@ -31,9 +31,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(trylast=True)   # after -k and -m: only the tests that will run count
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``cgroup2`` run only in the cgroup v2 guest (the host mounts the cpu
-    controller on v1), and only they run there: the rest is deselected on each side. On the
-    host, the node for the Kubernetes tests and the guest start now, beside the first tests
-    (tests/kube.py, tests/guest.py)."""
+    controller on v1), and only they run there: the rest is deselected on each side. Nothing
+    is reordered: ``make test`` runs the rigs' tests as pytest runs of their own (scripts/test.sh)."""
     in_guest = os.environ.get(GUEST_ENV) == "cgroup2"
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
@@ -42,16 +41,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
-    if not in_guest:
-        from tests.guest import start_early
-        from tests.kube import start_node_early
-
-        start_early(config, items)        # the guest's test last; it looks for idle CPUs
-        start_node_early(config, items)   # then the node (busy a while), its tests before it
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """In the v2 guest: say that the tests begin (tests/guest.py renices the guest then)."""
+    """In the v2 guest: say that the tests begin (when, for the guest's summary)."""
     from tests.guest import STARTED_ENV
 
     marker = os.environ.get(STARTED_ENV)
@@ -70,14 +63,6 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             terminalreporter.write_line(line)
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    from tests.guest import stop_early
-    from tests.kube import stop_node_early
-
-    stop_early(session.config)
-    stop_node_early(session.config)
-
-
 ORIGINAL_0_3 = ("26 Status code 200 time 5207306\n31 Status code 200 time 5064695\n"
                 "36 Status code 200 time 4997000\n41 Status code 200 time 4951787\n"
                 "154 Status code 200 time 69835568\n257 Status code 200 time 69930524\n"
@@ -87,9 +72,9 @@ ORIGINAL_0_3 = ("26 Status code 200 time 5207306\n31 Status code 200 time 506469
 @pytest.fixture(scope="session")
 def kube_node(request: pytest.FixtureRequest) -> Iterator[Any]:
     """The single-node cluster (kubenode), one per session: tests/kube.py."""
-    from tests.kube import EARLY_NODE, node_session
+    from tests.kube import node_session
 
-    yield from node_session(request.config.stash.get(EARLY_NODE, None))
+    yield from node_session()
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import tempfile
-import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -27,36 +25,17 @@ import pytest
 
 from tests.support import BIN, ROOT
 
-__all__ = ["ALONE_NICE", "EARLY", "EARLY_NICE", "START_NICE", "STARTED_ENV", "LATE", "SUMMARY", "FILES_ENV", "boot_early", "cpu_times", "spare_cpus", "GUEST_ENV", "SELECT_ENV", "GUEST_TEST", "GuestRun", "GuestSession", "guest_kernel",
-           "guest_test_files", "missing_for_guest", "precompile", "run_guest_pytest", "start_early",
-           "stop_early", "summary_lines"]
+__all__ = ["FILES_ENV", "GUEST_ENV", "GUEST_TEST", "GuestRun", "GuestSession", "SELECT_ENV",
+           "STARTED_ENV", "SUMMARY", "guest_kernel", "guest_test_files", "missing_for_guest",
+           "precompile", "run_guest_pytest", "summary_lines"]
 
 GUEST_ENV = "THROTTLE_LAB_GUEST"   # tests/conftest.py: "cgroup2" selects the marked tests
 GUEST_TEST = "test_cgroup2_tests_pass_in_a_v2_guest"   # tests/test_guest_cgroup2.py
-# The guest's priority once it has the machine (the host's tests are done, or it runs alone):
-# its tests time things inside a quota on two vCPUs emulated by TCG, and another process on the
-# machine (a build, a busy loop) can take the vCPUs' CPU away mid-request, so that a burn the
-# guest's kernel never throttled still waits. The guest is the test's own machine: like
-# tests.support.shield_from_neighbours for a group on the host, it gets a higher weight
-# (nice -10: 9548 against nice 0's 1024; not the quotas inside it, which are the kernel's).
-ALONE_NICE = -10
-# the guest started at collection time, niced, to run beside the host's tests (start_early)
-EARLY: pytest.StashKey[GuestSession] = pytest.StashKey()
-# The early guest's priority while it boots and its pytest starts (imports and collection at
-# TCG's speed, no test of its own timing anything yet), and once its tests run. At nice 19 from
-# the boot, its start would share the busiest part of the host's run at a weight of 15 against
-# 1024, and its tests would begin late; at nice 0 its boot, pytest's start and collection take
-# under a minute (docs/benchmarks.md, "The cgroup v2 guest").
-START_NICE = 0
-EARLY_NICE = 19
-# written by the guest's pytest (tests/conftest.py) once its tests are collected: the host then
-# renices the guest to EARLY_NICE
+# written by the guest's pytest (tests/conftest.py) once its tests are collected: when the
+# guest's tests began, for the summary
 STARTED_ENV = "THROTTLE_LAB_GUEST_STARTED"
-# from its boot: beside a busy machine the niced guest gets little CPU until the host's tests
-# are done (then it runs at ALONE_NICE), so the host test waits for it up to this deadline
-EARLY_TIMEOUT_S = float(os.environ.get("THROTTLE_LAB_GUEST_EARLY_TIMEOUT", "3600"))
 # only these test files in the guest (space-separated, relative to the checkout): one file's
-# guest tests take minutes instead of the whole ~20 (docs/developing.md)
+# guest tests take minutes instead of the whole run (docs/developing.md)
 FILES_ENV = "THROTTLE_LAB_GUEST_FILES"
 # pytest's -k in the guest (THROTTLE_LAB_GUEST_K="usage and request")
 SELECT_ENV = "THROTTLE_LAB_GUEST_K"
@@ -185,11 +164,10 @@ def _results(junit: Path) -> tuple[list[str], list[str], list[str]]:
 
 class GuestSession:
     """One guest booting and running ``pytest -m cgroup2 FILES`` in the background (vng and
-    its qemu in a session of their own, at ``nice`` so that the host's own tests, which time
-    things, keep the CPUs when they want them); :meth:`wait` collects the results."""
+    its qemu in a session of their own); :meth:`wait` collects the results."""
 
-    def __init__(self, share: Path, files: list[Path], timeout: float = 480.0, cpus: int = 2,
-                 memory: str = "2G", nice: int = 0) -> None:
+    def __init__(self, share: Path, files: list[Path], timeout: float = 900.0, cpus: int = 2,
+                 memory: str = "2G") -> None:
         kernel = guest_kernel()
         assert kernel is not None
         precompile(files)
@@ -200,36 +178,11 @@ class GuestSession:
         argv = [str(BIN / "vng"), "--run", str(kernel), "--force-9p", "--disable-kvm",
                 "--cpus", str(cpus), "--memory", memory, "--user", "root",
                 f"--rwdir={share}", "--exec", command]
-        if nice:
-            argv = ["nice", "-n", str(nice), *argv]
         env = {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
         self.start, self.start_wall = time.monotonic(), time.time()
         self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      errors="replace", start_new_session=True)
-        if nice:   # a new session is a new autogroup, whose weight nice alone does not lower
-            _nice_autogroup(self.proc.pid, nice)
-        self._alone = threading.Event()
-        self._renicing = threading.Lock()   # unnice's renice is the last one
-
-    def nice_when_started(self, nice: int) -> None:
-        """Wait for the guest's pytest to say its tests begin (``share/started``), then renice
-        the guest to ``nice`` (unless the host's tests are done by then: :meth:`unnice`)."""
-        while self.proc.poll() is None and not self._alone.is_set():
-            if (self.share / "started").exists():
-                with self._renicing:
-                    if not self._alone.is_set():
-                        _renice_session(self.proc.pid, nice)
-                return
-            time.sleep(0.5)
-
-    def unnice(self) -> None:
-        """To ``ALONE_NICE``, every thread of the guest's session (qemu's vCPU threads
-        included) and its autogroup: the host's tests are done, and a niced guest would now
-        lose the CPUs to any other work on the machine."""
-        with self._renicing:
-            self._alone.set()
-            _renice_session(self.proc.pid, ALONE_NICE)
 
     def wait(self) -> GuestRun:
         """Until the guest is done or ``timeout`` seconds after it started (then killed)."""
@@ -264,43 +217,12 @@ class GuestSession:
             self.proc.wait()
 
 
-def _nice_autogroup(pid: int, nice: int) -> None:
-    """With ``sched_autogroup`` on, the scheduler shares the CPUs between sessions first, so a
-    niced process in a session of its own still gets its full share: nice its autogroup."""
-    try:
-        Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
-    except OSError:   # no autogroup in this kernel, or not ours to change
-        pass
-
-
-def _renice_session(sid: int, nice: int) -> None:
-    """``nice`` for every thread of every process in session ``sid`` and its autogroup; a
-    process or thread that ends meanwhile is passed over."""
-    for proc_dir in Path("/proc").iterdir():
-        if not proc_dir.name.isdigit():
-            continue
-        try:
-            if os.getsid(int(proc_dir.name)) != sid:
-                continue
-            threads = [int(t.name) for t in (proc_dir / "task").iterdir()]
-        except OSError:   # gone, or not ours to look at
-            continue
-        for tid in threads:
-            try:
-                os.setpriority(os.PRIO_PROCESS, tid, nice)
-            except OSError:
-                pass
-    _nice_autogroup(sid, nice)
-
-
 def run_guest_pytest(share: Path, files: list[Path], timeout: float = 480.0,
                      cpus: int = 2, memory: str = "2G") -> GuestRun:
     """Boot one guest, run ``pytest -m cgroup2 FILES`` inside and collect the results."""
-    return GuestSession(share, files, timeout, cpus, memory, nice=ALONE_NICE).wait()
+    return GuestSession(share, files, timeout, cpus, memory).wait()
 
 
-# booted late (after the host's tests): why, for the guest test to say and to wait longer
-LATE: pytest.StashKey[str] = pytest.StashKey()
 # the guest's own time and slowest tests, for the session's summary (tests/conftest.py)
 SUMMARY: pytest.StashKey[list[str]] = pytest.StashKey()
 
@@ -317,66 +239,3 @@ def summary_lines(run: GuestRun) -> list[str]:
         block = text[text.index("slowest"):].splitlines()[1:]
         lines += [line for line in block if re.match(r"\s*[0-9.]+s (call|setup|teardown) ", line)]
     return lines
-
-
-def cpu_times(stat: Path = Path("/proc/stat")) -> tuple[int, int]:
-    """(all, idle) clock ticks of all CPUs so far, from /proc/stat's ``cpu`` line (idle counts
-    ``idle`` and ``iowait``)."""
-    fields = [int(v) for v in stat.read_text().split("\n", 1)[0].split()[1:]]
-    return sum(fields[:8]), fields[3] + fields[4]   # user..steal; guest time is within user
-
-
-def spare_cpus(seconds: float = 1.0, stat: Path = Path("/proc/stat")) -> float:
-    """How many CPUs the rest of the machine left idle over ``seconds`` while this process
-    slept."""
-    all_before, idle_before = cpu_times(stat)
-    time.sleep(seconds)
-    all_after, idle_after = cpu_times(stat)
-    cpus = os.cpu_count() or 1
-    return cpus * (idle_after - idle_before) / max(all_after - all_before, 1)
-
-
-def boot_early(spare: float, cpus: int) -> bool:
-    """Whether to boot the guest beside the host's tests: only when nothing else holds a CPU
-    (all but half a CPU idle). Beside another busy process the niced guest gets next to nothing
-    while the host's tests run, and its tests' bounded waits (a service's start, half a run)
-    run out in wall-clock time it never had. After the host's tests, at ALONE_NICE, the same
-    tests have the time they need even with the other process still running."""
-    return spare >= cpus - 0.5
-
-
-def start_early(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a run of the whole suite (the guest test and others): put the guest test last and
-    boot the guest now, at nice 19, so it runs its tests on the CPU the host's tests leave
-    idle (they mostly wait on services and sockets) instead of after them; the guest test
-    then only collects the results. Alone, or where the guest cannot boot, nothing is done
-    here (the test boots it itself, or says why it cannot); beside another busy process
-    (:func:`boot_early`) the test boots it after the host's tests, with the same deadline."""
-    guest = [item for item in items if item.name == GUEST_TEST]
-    if not guest or len(items) == len(guest) or missing_for_guest() is not None \
-            or os.geteuid() != 0:
-        return
-    try:
-        files = guest_test_files()
-    except ValueError:   # a wrong THROTTLE_LAB_GUEST_FILES: the guest test says so itself
-        return
-    items[:] = [item for item in items if item.name != GUEST_TEST] + guest
-    cpus = os.cpu_count() or 1
-    spare = spare_cpus()
-    if not boot_early(spare, cpus):
-        config.stash[LATE] = (f"booted after the host's tests: {spare:.1f} of {cpus} CPUs "
-                              "were idle at the start (another process is busy)")
-        return
-    share = Path(tempfile.mkdtemp(prefix="throttle-lab-guest-"))
-    session = GuestSession(share, files, EARLY_TIMEOUT_S, nice=START_NICE)
-    threading.Thread(target=session.nice_when_started, args=(EARLY_NICE,), daemon=True,
-                     name="guest-nice").start()
-    config.stash[EARLY] = session
-
-
-def stop_early(config: pytest.Config) -> None:
-    """At the session's end: the early guest killed if it still runs, its share removed."""
-    session = config.stash.get(EARLY, None)
-    if session is not None:
-        session.stop()
-        shutil.rmtree(session.share, ignore_errors=True)

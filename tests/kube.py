@@ -11,25 +11,22 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 import yaml
 
 from client.run.limiters.kubernetes import cpu_cores
 from cpuquota.limit import Limit
 from kubenode import files, host, node
 from kubenode.config import CGROUP_ROOT, NODE_NAME, VETH_HOST, layout
-from tests.guest import GUEST_TEST
 from tests.support import ROOT, require
 
-__all__ = ["BEFORE", "EARLY_NODE", "EarlyNode", "HostView", "host_view", "missing_node_tools",
-           "node_session", "require_node_tools", "start_node_early", "stop_node_early", "iptables_lines",
+__all__ = ["BEFORE", "HostView", "host_view", "missing_node_tools",
+           "node_session", "require_node_tools", "iptables_lines",
            "wait_for", "NODE_PATHS", "namespace_gone", "namespaced_overlay", "pods_namespace",
            "shipped_limit"]
 
@@ -147,91 +144,18 @@ def wait_for(what: str, ready, timeout: float, interval: float = 1.0):  # type: 
         time.sleep(interval)
 
 
-@dataclass
-class EarlyNode:
-    """``python -m kubenode up`` started at collection time, beside the first tests."""
-    proc: subprocess.Popen[bytes]
-    log: Path
-    before: HostView      # the host before it
-    started: float
-    used: bool = False    # the fixture took it over (and takes it down)
-
-
-EARLY_NODE: pytest.StashKey[EarlyNode] = pytest.StashKey()
-FIXTURE = "kube_node"
-
-
-def start_node_early(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a session with tests on the node and others: move the node's tests to the end
-    (keeping their order) and bring the node up now, in a process of its own, while the
-    others run; the fixture then waits for it (its start is hidden behind the other tests:
-    docs/benchmarks.md, "CI time"). Nothing is done where the node cannot come up (the fixture
-    says why), or when a node is up already (the fixture reuses it and leaves it up)."""
-    on_node = [item for item in items if FIXTURE in getattr(item, "fixturenames", ())]
-    if not on_node or len(on_node) == len(items) or missing_node_tools() is not None:
-        return
-    lay = layout()
-    if node.Node(lay, lambda _: None).holder is not None:   # up, or half up: the fixture's
-        return
-    last = [item for item in items if item.name == GUEST_TEST]   # the guest's stays last
-    items[:] = [item for item in items if item not in on_node and item not in last] + on_node + last
-    before = host_view()
-    log = Path(tempfile.mkstemp(prefix="throttle-lab-node-", suffix=".log")[1])
-    with log.open("wb") as out:   # its own session: a Ctrl-C of the tests lets it finish
-        proc = subprocess.Popen([sys.executable, "-m", "kubenode", "up"], cwd=ROOT,
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    config.stash[EARLY_NODE] = EarlyNode(proc, log, before, time.monotonic())
-
-
 def _log(msg: str) -> None:
     print(f"[kubenode] {msg}", flush=True)
 
 
-def _wait_early(early: EarlyNode) -> str:
-    """Until the early ``up`` ends; its output. A failed one fails the test that needed it."""
-    try:
-        early.proc.wait(timeout=3600)   # a first build of Kubernetes takes ~26 min here
-    finally:
-        text = early.log.read_text(errors="replace")
-        early.log.unlink(missing_ok=True)
-    assert early.proc.returncode == 0, f"python -m kubenode up failed:\n{text[-3000:]}"
-    return text
-
-
-def stop_node_early(config: pytest.Config) -> None:
-    """At the session's end: a node started early that no test took over is taken down."""
-    early = config.stash.get(EARLY_NODE, None)
-    if early is None or early.used:
-        return
-    early.used = True
-    early.proc.wait()
-    early.log.unlink(missing_ok=True)
-    node.down(layout(), log=_log)
-
-
-def node_session(early: EarlyNode | None = None) -> Iterator[node.Node]:
-    """Bring the node up (or reuse one that is up, or take over the one started early: see
-    :func:`start_node_early`), yield it, take it down if it was started in this session and
-    check that the host looks as before."""
+def node_session() -> Iterator[node.Node]:
+    """Bring the node up (or reuse one that is up), yield it, take it down if it was started
+    in this session and check that the host looks as before."""
     require_node_tools()
     lay = layout()
-    if early is not None:
-        early.used = True
-        t0 = time.monotonic()
-        try:
-            output = _wait_early(early)
-        except BaseException:   # failed or interrupted: what it started goes, as after a test
-            node.down(lay, log=_log)
-            raise
-        print(f"[kubenode] started at collection: up {time.monotonic() - early.started:.1f} s "
-              f"after it began, {time.monotonic() - t0:.1f} s waited for here\n{output}",
-              flush=True)
-        reused, before = False, early.before
-    else:
-        probe = node.Node(lay, lambda _: None)
-        reused = node.reusable(probe)   # up, or up but for add-ons that up() updates in place
-        before = host_view()
+    probe = node.Node(lay, lambda _: None)
+    reused = node.reusable(probe)   # up, or up but for add-ons that up() updates in place
+    before = host_view()
     BEFORE.clear()
     BEFORE.append(before)
     t0 = time.monotonic()

@@ -48,7 +48,7 @@ from tests.kube import pods_namespace, shipped_limit, wait_for
 from tests.recorder_support import cpu_stat, kubectl_json, user_kubeconfig
 from tests.support import ROOT, http_timing
 
-pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
 NS = "tl-ingresslog-test"
 HOST = f"limited.{NS}.localhost"

@@ -32,7 +32,7 @@ from tests.kube import pods_namespace, wait_for
 from tests.recorder_support import RECORDER_NS, cpu_stat, kubectl_json, user_kubeconfig
 from tests.support import ROOT, free_port, http_timing, require, stop_by_pid
 
-pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
 NS = "tl-agent-test"
 CPU = Path("/sys/fs/cgroup/cpu")

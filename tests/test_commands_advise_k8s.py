@@ -42,6 +42,8 @@ from kubenode import node as kubenode
 from tests.kube import namespace_gone, namespaced_overlay, shipped_limit, wait_for
 from tests.support import BIN, ROOT, stop_by_pid
 
+pytestmark = pytest.mark.node
+
 NS = "tl-advise-test"
 RBAC = ROOT / "k8s" / "advise-rbac.yaml"
 NICE = ["nice", "-n", "-10"]

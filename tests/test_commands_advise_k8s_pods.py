@@ -40,6 +40,8 @@ from tests.support import BIN, ROOT, stop_by_pid
 from tests.test_commands_advise_k8s import (BUSY, CPU, NICE, Proxy, _has_service_image,
                                             kubeconfig_through, timed)
 
+pytestmark = pytest.mark.node
+
 NS = "tl-multipod-test"
 HOST = f"limited.{NS}.localhost"
 PATH = "/cpuBurnFlow?iterations=5000"

@@ -3,9 +3,9 @@
 resize does to the pod's and the container's groups), and ``http-timing --cgroup`` timing it.
 The timeline holds both quotas, ``report`` names both with the requests sent under each,
 ``report --predict`` models each part under its own quota, the marks still add up to the
-group's ``cpu.stat``, and ``watch`` shows the change live (on v1: in the v2 guest a third Python
-process, ~15 s of imports under TCG beside the service's and the run's, for what the run's own
-timeline shows there too: both quotas read from ``cpu.max`` by the same sampler)."""
+group's ``cpu.stat``, and ``watch`` shows the change live. On cgroup v1: the quota is read by
+the same sampler on v2 (``cpu.max``, tests/test_commands_run_cgroup.py's v2 case in the guest),
+and a quota written in place on v2 is ``sweep --cgroup``'s (tests/test_commands_advise_live.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ import pytest
 
 from client.data.files import read_run
 from client.data.timeline import read_timeline, timeline_path
-from tests.support import (BIN, GUEST_START_S, HIERARCHIES, check_split_by_quota, http_timing,
-                           require_kernel_quota, service_process)
+from tests.support import (BIN, check_split_by_quota, http_timing, require_kernel_quota,
+                           service_process)
 
 pytestmark = pytest.mark.root
 
@@ -29,27 +29,20 @@ ITERATIONS = 50_000    # ~27 ms of CPU here: throttled at 0.2 CPU (20 ms a perio
 PERIOD_US = 100_000
 
 
-def _set_quota(group: Path, version: int, quota_us: int) -> None:
-    if version == 1:
-        (group / "cpu.cfs_quota_us").write_text(f"{quota_us}\n")
-    else:
-        (group / "cpu.max").write_text(f"{quota_us} {PERIOD_US}\n")
+def _set_quota(group: Path, quota_us: int) -> None:
+    (group / "cpu.cfs_quota_us").write_text(f"{quota_us}\n")
 
 
-@pytest.mark.timeout(3 * GUEST_START_S)   # bounds only: a start, half the run, the rest
-@HIERARCHIES
-def test_a_quota_raised_mid_run(tmp_path: Path, cgroup_version: int) -> None:
-    require_kernel_quota(cgroup_version)
-    # the v2 guest (TCG) is ~15x slower: fewer, smaller requests; burn-service starts in its
-    # group at 1 CPU (its imports take ~17 s of CPU there), then the group gets 0.2
-    requests, iterations = (60, ITERATIONS) if cgroup_version == 1 else (24, ITERATIONS // 5)
-    with service_process(["--cpus", "1"], timeout=60 if cgroup_version == 1 else GUEST_START_S) as (
-            base, _proc):
+def test_a_quota_raised_mid_run(tmp_path: Path) -> None:
+    require_kernel_quota(1)
+    requests = 60
+    # burn-service starts in its group at 1 CPU, then the group gets 0.2
+    with service_process(["--cpus", "1"], timeout=60) as (base, _proc):
         group = Path(httpx.get(base + "/limits", timeout=60).json()["cgroup"]["path"])
-        _set_quota(group, cgroup_version, 20_000)
+        _set_quota(group, 20_000)
         watch = subprocess.Popen([str(BIN / "http-timing"), "watch", str(group), "--json",
                                   "--interval", "0.5"], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True) if cgroup_version == 1 else None
+                                 stderr=subprocess.PIPE, text=True)
         csv_path = tmp_path / "raw-data" / "resize.csv"
         raised = threading.Event()
         ended = threading.Event()
@@ -59,25 +52,23 @@ def test_a_quota_raised_mid_run(tmp_path: Path, cgroup_version: int) -> None:
             while not ended.is_set():
                 done = (len(csv_path.read_text().splitlines()) - 1 if csv_path.exists() else 0)
                 if done >= requests // 2:
-                    _set_quota(group, cgroup_version, 50_000)
+                    _set_quota(group, 50_000)
                     raised.set()
                     return
                 time.sleep(0.02)
 
         raiser = threading.Thread(target=raise_at_half, daemon=True)
         raiser.start()
-        try:   # in the v2 guest http_timing runs in this process (a CLI's start there is
-            # ~15-30 s of imports under TCG); on the host it is the console script
-            result = http_timing("--url", f"{base}/cpuBurnFlow", "--iterations", str(iterations),
+        try:
+            result = http_timing("--url", f"{base}/cpuBurnFlow", "--iterations", str(ITERATIONS),
                                  "--requests", str(requests), "--warmup", "0", "--cgroup",
                                  str(group), "--name", "resize", "--quiet", "--no-plot",
                                  cwd=tmp_path, timeout=600)
         finally:
             ended.set()
             raiser.join(timeout=10)
-            if watch is not None:
-                watch.terminate()
-                watched, _ = watch.communicate(timeout=20)
+            watch.terminate()
+            watched, _ = watch.communicate(timeout=20)
         assert result.returncode == 0, result.stderr
         assert raised.is_set(), "the run ended before half its requests were written"
     timeline = read_timeline(timeline_path(csv_path))
@@ -114,7 +105,5 @@ def test_a_quota_raised_mid_run(tmp_path: Path, cgroup_version: int) -> None:
     for part, (start_s, end_s) in zip(by_quota, [(p["from_s"], p["to_s"]) for p in parts]):
         assert part["span"]["from_s"] == start_s and part["span"]["to_s"] == end_s
 
-    if watch is None:
-        return
     seen = [json.loads(line)["quota_cpus"] for line in watched.splitlines() if line.strip()]
     assert seen[0] == 0.2 and seen[-1] == 0.5 and set(seen) == {0.2, 0.5}, seen

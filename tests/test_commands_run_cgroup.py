@@ -13,7 +13,7 @@ import pytest
 
 from client.data.files import read_run
 from client.data.timeline import read_timeline, timeline_path
-from tests.support import HIERARCHIES, http_timing, require_kernel_quota, usage_error
+from tests.support import http_timing, require_kernel_quota, usage_error
 
 MS = 1_000_000
 QUOTA_CPUS = 0.1
@@ -96,7 +96,10 @@ def test_a_service_in_the_root_group_gets_no_throttling_claim(tmp_path: Path) ->
                and r.cgroup_held_ns is None for r in run.records)
     assert any(r.server_throttle_ns for r in run.records)   # the in-process throttle paused
     data = json.loads(http_timing("report", "raw-data/r.csv", "--json", cwd=tmp_path).stdout)
-    assert data["throttled_source"] == "server counters"   # the service's own, by name
+    # the service's own counters, by name (with the latency too when a busy machine made some
+    # requests slow); never the root group's
+    assert data["throttled_source"].startswith("server counters"), data["throttled_source"]
+    assert "cgroup" not in data["throttled_source"], data["throttled_source"]
     assert any("no CPU limit on it or above" in note for note in data["notes"])
     assert not any("no CPU limit was in force" in note for note in data["notes"])   # its own was
     text = http_timing("report", "raw-data/r.csv", cwd=tmp_path).stdout
@@ -106,10 +109,13 @@ def test_a_service_in_the_root_group_gets_no_throttling_claim(tmp_path: Path) ->
 
 
 @pytest.mark.root
-@HIERARCHIES
-@pytest.mark.parametrize(("by", "load"), [
-    ("path", ["--requests", "120"]),
-    ("pid", ["--concurrency", "4", "--requests", "160"]),
+@pytest.mark.parametrize(("by", "load", "cgroup_version"), [
+    pytest.param("path", ["--requests", "120"], 1, id="path-v1"),
+    pytest.param("pid", ["--concurrency", "4", "--requests", "160"], 1, id="pid-v1"),
+    # on v2 (the guest): pid: resolves through /proc/PID/cgroup's "0::" line, and the counters
+    # are cpu.stat's *_usec; by path it is the same reader
+    pytest.param("pid", ["--concurrency", "4", "--requests", "160"], 2, id="pid-v2",
+                 marks=pytest.mark.cgroup2),
 ])
 def test_any_service_in_a_quota_group(tmp_path: Path, by: str, load: list[str],
                                       cgroup_version: int) -> None:

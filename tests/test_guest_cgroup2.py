@@ -4,9 +4,10 @@
 The host mounts the cpu controller on cgroup v1, so the marked tests are deselected here
 (tests/conftest.py) and only they run in the guest. On a laptop without qemu, a kernel or
 root this skips with the reason; under CI=true a guest that cannot boot fails.
-Run it alone: ``.venv/bin/python -m pytest -q tests/test_guest_cgroup2.py``; only some files
-in the guest: ``THROTTLE_LAB_GUEST_FILES="tests/test_usage_any_shape.py"`` (and pytest's ``-k``
-in the guest: ``THROTTLE_LAB_GUEST_K``).
+Marked ``guest``: ``pytest -m guest`` runs it alone (``make test`` does, beside the host's
+tests: scripts/test.sh); only some files in the guest:
+``THROTTLE_LAB_GUEST_FILES="tests/test_usage_any_shape.py"`` (and pytest's ``-k`` in the guest:
+``THROTTLE_LAB_GUEST_K``).
 """
 
 from __future__ import annotations
@@ -17,21 +18,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.guest import (EARLY, EARLY_TIMEOUT_S, LATE, SUMMARY, guest_test_files,
-                         missing_for_guest, run_guest_pytest, summary_lines)
+from tests.guest import (SUMMARY, guest_test_files, missing_for_guest, run_guest_pytest,
+                         summary_lines)
 from tests.support import require
 
 # the whole guest step (boot + tests), see docs/developing.md for measurements; a slower machine sets more
-BOOT_AND_RUN_S = float(os.environ.get("THROTTLE_LAB_GUEST_TIMEOUT", "900"))
+BOOT_AND_RUN_S = float(os.environ.get("THROTTLE_LAB_GUEST_TIMEOUT", "1500"))
 
 
 def _tail(text: str, lines: int = 40) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-# booted early (beside the suite), the guest has its own deadline from its boot
-# (EARLY_TIMEOUT_S): the test waits for it that long at most, however long the host's took
-@pytest.mark.timeout(max(BOOT_AND_RUN_S, EARLY_TIMEOUT_S) + 60)
+@pytest.mark.guest
+@pytest.mark.timeout(BOOT_AND_RUN_S + 60)
 def test_cgroup2_tests_pass_in_a_v2_guest(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     require(sys.platform.startswith("linux"), "the cgroup v2 guest needs Linux and qemu")
     require(os.geteuid() == 0, "booting the guest's kernel from /boot needs root here")
@@ -39,14 +39,7 @@ def test_cgroup2_tests_pass_in_a_v2_guest(tmp_path: Path, request: pytest.Fixtur
     require(missing is None, f"cannot boot the cgroup v2 guest: {missing}")
     files = guest_test_files()
     assert files, "no test is marked cgroup2"
-    early = request.config.stash.get(EARLY, None)   # booted beside the suite (tests/guest.py)
-    if early is not None:   # the host's tests are done: the guest may have the CPUs now
-        early.unnice()
-    late = request.config.stash.get(LATE, None)     # the machine was busy: booted now
-    if late is not None:
-        print(late)
-    run = early.wait() if early is not None else run_guest_pytest(
-        tmp_path / "share", files, timeout=EARLY_TIMEOUT_S if late is not None else BOOT_AND_RUN_S)
+    run = run_guest_pytest(tmp_path / "share", files, timeout=BOOT_AND_RUN_S)
     request.config.stash[SUMMARY] = summary_lines(run)
     print(f"guest: {run.seconds:.0f} s, {len(run.passed)} passed, {len(run.failed)} failed, "
           f"{len(run.skipped)} skipped in {len(files)} files")

@@ -1,11 +1,8 @@
-"""The guest runner's choices (tests/guest.py), without booting it: which files run inside and
-the command that runs them. Apart from tests/test_guest_cgroup2.py, so that the guest test run
-alone is the only test of its session (tests/guest.py's start_early leaves it be then)."""
+"""The guest runner's choices (tests/guest.py), without booting it: which files run inside, the
+command that runs them and the summary of its run."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import pytest
 
@@ -27,19 +24,6 @@ def test_the_guest_runs_only_the_files_named() -> None:
     command = _guest_command(ROOT / "share", one, "true", "usage and fork")
     assert "PYTHONUNBUFFERED=1" in command and "faulthandler_timeout=" in command
     assert command.count("tests/test_") == 1 and "-k 'usage and fork'" in command
-
-
-def test_the_guest_boots_early_only_with_the_cpus_idle(tmp_path: Path) -> None:
-    """/proc/stat's cpu line read as (all, idle + iowait) ticks; the guest boots beside the
-    host's tests only when all but half a CPU are idle (a busy loop holds one of two)."""
-    from tests.guest import boot_early, cpu_times, spare_cpus
-
-    stat = tmp_path / "stat"
-    stat.write_text("cpu  100 5 50 800 20 3 2 10 0 0\ncpu0 50 2 25 400 10 1 1 5 0 0\n")
-    assert cpu_times(stat) == (990, 820)
-    assert boot_early(2.0, 2) and boot_early(1.6, 2)
-    assert not boot_early(1.0, 2) and not boot_early(0.3, 2)
-    assert 0.0 <= spare_cpus(0.2) <= (os.cpu_count() or 1) + 0.01   # the real file reads
 
 
 def test_the_summary_is_the_guests_time_and_its_slowest_tests() -> None:

@@ -34,7 +34,7 @@ from kubenode.traefik import INGRESS_CLASS, WEB_PORT, access_log
 from tests.kube import pods_namespace, shipped_limit, wait_for
 from tests.support import BIN, ROOT, check_split_by_quota, http_timing, stop_by_pid
 
-pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
 NAMESPACE = "tl-cgroup-test"
 CPU = Path("/sys/fs/cgroup/cpu")

@@ -28,7 +28,7 @@ from kubenode.traefik import WEB_PORT
 from tests.kube import BEFORE, NODE_PATHS, host_view, iptables_lines, shipped_limit, wait_for
 from tests.support import ROOT
 
-pytestmark = [pytest.mark.kube, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.node, pytest.mark.timeout(2400)]
 
 QUOTA_NS = "tl-kube-test"
 CPU = Path("/sys/fs/cgroup/cpu")

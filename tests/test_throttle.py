@@ -415,11 +415,13 @@ def test_boundary_mode_through_the_app() -> None:
             text = c.get("/metrics").text
     waits = [timing_ms("throttle", t) for t in timings]
     # 10 ms per 100 ms and six burns of ~8 ms: a request that spends it waits for the next
-    # cycle (how long: the fake-clock tests), and the waits the requests carried are the ones
-    # the throttle counted
+    # cycle (how long: the fake-clock tests). The throttle counts each wait from its start to
+    # the cycle's refill; a request carries the time it slept, which is at least that (a busy
+    # machine wakes it later, never earlier): the count is within the waits the requests carried
     assert max(waits) > 0, waits
     counted = re.search(r"^throttle_lab_inprocess_throttled_seconds_total (\S+)$", text, re.M)
-    assert counted is not None and sum(waits) / 1000 <= float(counted.group(1)) + 0.001, waits
+    assert counted is not None and 0 < float(counted.group(1)), text
+    assert float(counted.group(1)) <= sum(waits) / 1000 + len(waits) * 1e-6, waits   # µs rounding
     # (that no request is paused inside its burn: test_boundary_mode_never_pauses_inside_a_request)
 
 
