@@ -23,7 +23,12 @@ from client.data.threads import ENDED, ThreadReading, fold_name
 from client.run.process_usage import (RESCAN_EVERY, group_directories, group_members,
                                       parse_proc_stat, process_cpu_clock)
 
-__all__ = ["ThreadUsage"]
+__all__ = ["MAX_THREADS", "ThreadUsage"]
+
+# Threads followed at once (two open files each): a group as big as a whole machine (the root
+# group, a node's kubepods) would otherwise take every file descriptor the process may have.
+# Past it, a new thread's CPU is counted with its process's ended threads.
+MAX_THREADS = 400
 
 
 @dataclass
@@ -65,6 +70,7 @@ class ThreadUsage:
         self._cpu: dict[str, int] = {}
         self._total = 0
         self._reads = 0
+        self._followed = 0   # threads with open files
         self._scan()
 
     def _scan(self) -> None:
@@ -80,13 +86,17 @@ class ThreadUsage:
         members = group_members(self._groups)
         for pid in self._processes.keys() - members:
             for thread in self._processes.pop(pid).threads.values():
-                _close(thread)
+                self._drop(thread)
         if 0 in members:   # the kernel lists a process of another PID namespace as 0
             self._note("some of the group's processes are in another PID namespace: their "
                        "threads cannot be seen from here")
         for pid in sorted(members - {0}):
             self._read_process(pid, first)
         return ThreadReading(t_ns, self._total, dict(self._cpu))
+
+    def _drop(self, thread: _Thread) -> None:
+        _close(thread)
+        self._followed -= 1
 
     def _note(self, problem: str) -> None:
         if self.problem is None:
@@ -116,22 +126,29 @@ class ThreadUsage:
             return
         gone = process.threads.keys() - tids
         for tid in gone:
-            _close(process.threads.pop(tid))
+            self._drop(process.threads.pop(tid))
         live = 0
+        skipped = False   # threads not followed (MAX_THREADS): counted as ended ones are
         for tid in tids:
             thread = process.threads.get(tid)
             born = thread is None
             if thread is None:
+                if self._followed >= MAX_THREADS:
+                    skipped = True
+                    self._note(f"the group has more than {MAX_THREADS} threads: the others' CPU "
+                               "is counted by process name")
+                    continue
                 thread = self._open(base / "task" / str(tid))
                 if thread is None:
                     continue
                 process.threads[tid] = thread
+                self._followed += 1
             try:
                 ns = self._cpu_ns(thread)
                 name = fold_name(os.pread(thread.comm_fd, 64, 0).decode("utf-8", "replace")
                                  .rstrip("\n"))
             except (OSError, ValueError):   # ended since it was listed: its CPU is the process's
-                _close(process.threads.pop(tid))
+                self._drop(process.threads.pop(tid))
                 gone.add(tid)
                 continue
             used = ns if born and not first else ns - thread.ns
@@ -141,7 +158,7 @@ class ThreadUsage:
                 self._add(name, max(used, 0))
         total = self._process_ns(pid)
         before = 0 if new else process.total_ns
-        if total is not None and before is not None and (gone or new) and not first:
+        if total is not None and before is not None and (gone or new or skipped) and not first:
             # what the process used beyond its live threads: threads that ended meanwhile
             self._add(fold_name(process.comm) + ENDED, max(0, total - before - live))
         if total is not None:
@@ -192,3 +209,4 @@ class ThreadUsage:
             for thread in process.threads.values():
                 _close(thread)
         self._processes.clear()
+        self._followed = 0

@@ -70,8 +70,9 @@ def encode_get(url: str, headers: dict[str, str]) -> tuple[str, int, bytes]:
 def _idle_connection_closed(sock: socket.socket) -> bool:
     """Whether a kept-alive connection has something to read before we asked: the server
     closed it (EOF) or sent something unasked. Either way it cannot carry a request."""
-    readable, _, _ = select.select([sock], [], [], 0)
-    return bool(readable)
+    poller = select.poll()   # not select(): it refuses a descriptor past 1023 (FD_SETSIZE)
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _error_name(exc: BaseException, connecting: bool) -> str:
