@@ -1,0 +1,129 @@
+"""``cluster`` and ``advise --passive --k8s`` on the project's node (marker ``kube``): a
+Deployment of one labelled pod limited to 100m, recorded by the session's node agent
+(k8s/recorder/), sequential requests of ~30 ms of CPU sent to it from the host. Its row and the
+passive answer count the periods the pod group's own ``cpu.stat`` counted over the load, and
+no more than it counted since the pod began; nothing is resized (the quota file is as
+before)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from kubenode import node as kubenode
+from kubenode import project_images
+from kubenode.config import CGROUP_ROOT
+from tests.kube import pods_namespace, wait_for
+from tests.recorder_support import cpu_stat, kubectl_json
+from tests.support import http_timing
+
+pytestmark = [pytest.mark.node, pytest.mark.timeout(600)]
+
+NS = "tl-cluster-test"
+CPU = Path("/sys/fs/cgroup/cpu")
+ITERATIONS = 30000     # ~30 ms of CPU each: three 10 ms quotas
+REQUESTS = 12
+WORKLOAD = f"{NS}/deployment/busy"
+
+
+def deployment() -> str:
+    labels = {"app": "busy", "throttle-lab/record": "true"}
+    return json.dumps({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "busy", "namespace": NS},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "busy"}},
+                 "template": {"metadata": {"labels": labels}, "spec": {
+                     "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": False,
+                     "containers": [{
+                         "name": "main", "image": project_images.SERVICE_IMAGE,
+                         "imagePullPolicy": "Never",
+                         "resources": {"requests": {"cpu": "100m", "memory": "32Mi"},
+                                       "limits": {"cpu": "100m", "memory": "256Mi"}}}]}}}})
+
+
+@dataclass
+class Loaded:
+    env: dict[str, str]
+    group: Path
+    before: dict[str, int]     # the pod group's cpu.stat around the load
+    after: dict[str, int]
+
+
+@pytest.fixture(scope="module")
+def loaded(kube_node: kubenode.Node, node_recorder: dict[str, Any]) -> Iterator[Loaded]:
+    with pods_namespace(kube_node, NS):
+        kube_node.kubectl("apply", "-f", "-", input=deployment())
+        kube_node.kubectl("-n", NS, "rollout", "status", "deployment/busy", "--timeout=180s",
+                          timeout=200)
+        (pod,) = kubectl_json(kube_node, "-n", NS, "get", "pods", "-l", "app=busy")["items"]
+        (group,) = list((CPU / CGROUP_ROOT).rglob(f"pod{pod['metadata']['uid']}"))
+        base = f"http://{pod['status']['podIP']}:7800"
+        wait_for("the service in the pod", lambda: _healthy(base), 60, interval=0.5)
+        url = f"{base}/cpuBurnFlow?iterations={ITERATIONS}"
+        with httpx.Client(timeout=30) as client:
+            client.get(url)   # the first request's imports are not the load's
+            time.sleep(0.5)
+            before = cpu_stat(group)
+            for _ in range(REQUESTS):
+                client.get(url)
+        time.sleep(2)   # the last throttle ends; the agent flushes its rows
+        after = cpu_stat(group)
+        assert after["nr_throttled"] - before["nr_throttled"] >= REQUESTS, (before, after)
+        env = dict(os.environ, KUBECONFIG=str(kube_node.lay.kubeconfig))
+        yield Loaded(env, group, before, after)
+
+
+def _healthy(base: str) -> bool:
+    try:
+        return httpx.get(base + "/healthz", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture
+def as_user(loaded: Loaded, monkeypatch: pytest.MonkeyPatch) -> Loaded:
+    """The node's kubeconfig for http-timing, as a user sets it."""
+    monkeypatch.setenv("KUBECONFIG", loaded.env["KUBECONFIG"])
+    return loaded
+
+
+def test_the_row_counts_what_the_pods_cpu_stat_counted(as_user: Loaded, tmp_path: Path
+                                                        ) -> None:
+    loaded = as_user
+    result = http_timing("cluster", "-n", NS, "--since", "3m", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)["workloads"]
+    assert row["workload"] == WORKLOAD and row["limit_cpus"] == 0.1 and row["pods"] == 1
+    load = loaded.after["nr_throttled"] - loaded.before["nr_throttled"]
+    assert load <= row["periods_throttled"] <= loaded.after["nr_throttled"]   # the kernel's
+    load_ms = (loaded.after["throttled_time"] - loaded.before["throttled_time"]) / 1e6
+    assert load_ms <= row["throttled_ms"] <= loaded.after["throttled_time"] / 1e6
+    assert row["added_delay_p99_now_ms"] is not None and row["recommended_cpus"] is not None
+    table = http_timing("cluster", "-A", "--since", "3m", cwd=tmp_path)
+    assert table.returncode == 0 and WORKLOAD in table.stdout, table.stderr
+    assert (loaded.group / "cpu.cfs_quota_us").read_text().strip() == "10000"   # untouched
+
+
+def test_passive_advise_answers_from_the_recorded_window(as_user: Loaded, tmp_path: Path
+                                                         ) -> None:
+    loaded = as_user
+    result = http_timing("advise", "--passive", "--k8s", WORKLOAD, "--p99", "50", "--since",
+                         "3m", "--json", cwd=tmp_path)
+    assert result.returncode in (0, 3), result.stderr
+    data = json.loads(result.stdout)
+    (pod,) = data["workload"]["pods"]
+    load = loaded.after["nr_throttled"] - loaded.before["nr_throttled"]
+    assert load <= pod["periods_throttled"] <= loaded.after["nr_throttled"]
+    assert data["passive"] is True and data["replays"]
+    if data["recommended"] is not None:
+        assert data["predicted"]["at_recommended"]["met"]
+    assert (tmp_path / pod["timeline"]).exists()   # the fetched window is kept in the data dir
+    assert (loaded.group / "cpu.cfs_quota_us").read_text().strip() == "10000"   # no resize
