@@ -434,10 +434,13 @@ def test_burn_service_at_0_1_cpu_stalls_and_counts(cgroup_version: int,
     data = {"latency": latency.round(1).tolist(), "throttled_ms": throttled_ms.round(1).tolist(),
             "periods": periods.tolist()}
     # a stalled request waits out the rest of its period: some time, no more than a period per
-    # throttled period, as the kernel counts both. How long (near period - quota when the
-    # quota ran out early; less when it was spent late, as on a busy machine) is
-    # benchmarks/kernel_quota.py's "kernel-throttled ms"
-    assert 0 < wait and np.median(throttled_ms[stalled] / periods[stalled]) < 100, (wait, data)
+    # throttled period on each CPU (the kernel adds up the throttled time of every CPU's run
+    # queue of the group). How long (near period - quota when the quota ran out early; less
+    # when it was spent late, as on a busy machine) is benchmarks/kernel_quota.py's
+    # "kernel-throttled ms"
+    cpus = os.cpu_count() or 1
+    assert 0 < wait and np.median(throttled_ms[stalled] / periods[stalled]) <= 100 * cpus, (
+        wait, data)
     for name in ("container_cpu_cfs_periods_total", "container_cpu_cfs_throttled_periods_total",
                  "container_cpu_cfs_throttled_seconds_total"):
         assert _metric(metrics_after, name) > _metric(metrics_before, name), name
