@@ -35,9 +35,10 @@ from client.data.timeline import read_timeline
 from client.run.cgroup_lookup import find_pod_directory
 from kubenode import node as kubenode
 from kubenode.traefik import INGRESS_CLASS, WEB_PORT
+from tests.advise_support import advice, check_counted_by_the_group
 from tests.kube import namespace_gone, namespaced_overlay, shipped_limit, wait_for
 from tests.support import BIN, ROOT, stop_by_pid
-from tests.test_commands_advise_k8s import (BUSY, CPU, NICE, Proxy, _has_service_image,
+from tests.test_commands_advise_k8s import (CPU, Proxy, _has_service_image,
                                             kubeconfig_through, timed)
 
 pytestmark = pytest.mark.node
@@ -185,28 +186,22 @@ def test_advise_resizes_every_pod_alike_and_puts_them_back(deployed: Deployed,
     ran_before = {name: periods(g) for name, g in groups.items()}
     args = ["advise", "--k8s", f"{NS}/deployment/limited", "--url", deployed.base + PATH,
             "-H", f"Host: {HOST}", "--p99", "80", "--requests", "40", "--profile-seconds", "2",
-            "--json"]
+            "--name", "m", "--json"]
     began = time.monotonic()
     containers = {p["metadata"]["name"]: pod_group(p) / p["status"]["containerStatuses"][0][
         "containerID"].split("://")[1] for p in pods}
-    for _ in range(3):
-        counted_before = [counters(g) for g in containers.values()]
-        watch = QuotaWatch(groups)
-        try:
-            result = timed(deployed, *args, cwd=tmp_path, timeout=600)  # type: ignore[arg-type]
-        finally:
-            seen = watch.close()
-        print(result.stderr[-6000:])
-        assert deployed.state() == before           # each time: resources, restarts, ids
-        if result.returncode == 2 and BUSY in result.stderr:
-            continue
-        break
+    counted_before = [counters(g) for g in containers.values()]
+    watch = QuotaWatch(groups)
+    try:
+        result = timed(deployed, *args, cwd=tmp_path, timeout=600)
+    finally:
+        seen = watch.close()
     counted_after = [counters(g) for g in containers.values()]
+    print(result.stderr[-6000:])
     print(f"advise on 2 pods: {time.monotonic() - began:.0f} s; quotas seen {seen}")
-    assert result.returncode == 0, result.stderr[-2000:]
-    answer = json.loads(result.stdout)
-    assert answer["recommended"] is not None
-    # every pod went through the same limits, and is back at the shipped limit
+    assert deployed.state() == before               # resources, restarts, container ids
+    # every pod went through the same limits (at least the profile's, at all the CPUs), and
+    # is back at the shipped limit, whichever the outcome
     first, second = seen.values()
     assert first == second and len(first) >= 3 and first[0] == first[-1] == LIMIT.quota_us, seen
     for group in groups.values():
@@ -214,6 +209,9 @@ def test_advise_resizes_every_pod_alike_and_puts_them_back(deployed: Deployed,
     # the load reached both pods (Traefik spread it): each group ran periods of its quota
     for name, group in groups.items():
         assert periods(group) > ran_before[name] + 10, name
+    answer = advice(result, tmp_path, "m")
+    if answer is None:
+        return      # refused after the profile (checked): the pods missed 80 ms at 2 CPUs
     inplace = answer["inplace"]
     assert inplace["target"] == f"k8s:{NS}/deployment/limited"
     assert inplace["original"]["quota_us"] == inplace["left_at"]["quota_us"] == LIMIT.quota_us
@@ -224,16 +222,14 @@ def test_advise_resizes_every_pod_alike_and_puts_them_back(deployed: Deployed,
     hint = next(line for line in result.stderr.splitlines() if "put it back with:" in line)
     for name in groups:
         assert f"kubectl patch pod {name} -n {NS} --subresource resize" in hint
-    # each run: what the two pods' groups counted, at the pods' limit summed
+    # each run: what the two pods' groups counted (their timeline's cpu.stat changes), at the
+    # pods' limit summed
+    check_counted_by_the_group(answer, tmp_path, "m", quota_scale=2)
     counted = inplace["cgroup"]
     limited = [r for r in answer["runs"] if r["role"] != "profile"]
     assert limited
     for run in limited:
-        for name in run["name"].split(" + "):
-            assert counted[name]["quota_cpus"] == pytest.approx(2 * run["cpus"])
-            assert counted[name]["nr_periods"] > 0
-    assert any(counted[name]["nr_throttled"] > 0 and counted[name]["throttled_requests"] > 0
-               for name in counted if counted[name] is not None)
+        assert counted[run["name"]]["nr_periods"] > 0
     # what the runs say is within what the kernel counted in the two containers' groups (the
     # quota in force's) over the whole advise, and each run summed both of them
     for k in (0, 1):     # nr_periods, nr_throttled
@@ -241,7 +237,7 @@ def test_advise_resizes_every_pod_alike_and_puts_them_back(deployed: Deployed,
         said = sum(report[("nr_periods", "nr_throttled")[k]] for report in counted.values()
                    if report is not None)
         print(f"{('nr_periods', 'nr_throttled')[k]}: runs {said}, kernel {grown}")
-        assert 0 < said <= grown
+        assert said <= grown and (said > 0 or k == 1)
     first_run = limited[0]["name"].split(" + ")[0]
     meta = json.loads((tmp_path / "raw-data" / f"{first_run}.json").read_text())
     assert sorted(p["levels"][0]["path"] for p in meta["cgroup"]["pods"]) == \
@@ -254,7 +250,7 @@ def test_sigterm_mid_sweep_puts_every_pod_back(deployed: Deployed, tmp_path: Pat
     the two pods' sum, at their quota summed."""
     before = deployed.state()
     groups = [pod_group(p) for p in deployed.pods()]
-    proc = subprocess.Popen([*NICE, str(BIN / "http-timing"), "sweep", "--k8s",
+    proc = subprocess.Popen([str(BIN / "http-timing"), "sweep", "--k8s",
                              f"{NS}/deployment/limited", "--url", deployed.base + PATH, "-H",
                              f"Host: {HOST}", "--cpus", "0.7", "--concurrency", "2",
                              "--requests", "2000"],
@@ -292,7 +288,7 @@ def test_a_lost_api_server_leaves_one_kubectl_line_per_pod(deployed: Deployed,
     host, port = config["clusters"][0]["cluster"]["server"].removeprefix("https://").split(":")
     proxy = Proxy((host, int(port)))
     kubeconfig = kubeconfig_through(deployed.node, f"https://127.0.0.1:{proxy.port}", tmp_path)
-    proc = subprocess.Popen([*NICE, str(BIN / "http-timing"), "sweep", "--k8s",
+    proc = subprocess.Popen([str(BIN / "http-timing"), "sweep", "--k8s",
                              f"{NS}/deployment/limited", "--url", deployed.base + PATH, "-H",
                              f"Host: {HOST}", "--cpus", "0.5,0.4", "--requests", "2000"],
                             cwd=tmp_path, env=dict(deployed.env, KUBECONFIG=str(kubeconfig)),
