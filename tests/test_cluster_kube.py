@@ -1,9 +1,9 @@
-"""``cluster`` and ``advise --passive --k8s`` on the project's node (marker ``kube``): a
+"""``cluster`` and ``advise --passive --k8s`` on the project's node (marker ``node``): a
 Deployment of one labelled pod limited to 100m, recorded by the session's node agent
 (k8s/recorder/), sequential requests of ~30 ms of CPU sent to it from the host. Its row and the
 passive answer count the periods the pod group's own ``cpu.stat`` counted over the load, and
 no more than it counted since the pod began; nothing is resized (the quota file is as
-before)."""
+before). http-timing runs as a user who holds only the roles of k8s/recorder/user-rbac.yaml."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from kubenode import node as kubenode
 from kubenode import project_images
 from kubenode.config import CGROUP_ROOT
 from tests.kube import pods_namespace, wait_for
-from tests.recorder_support import cpu_stat, kubectl_json
+from tests.recorder_support import cpu_stat, kubectl_json, user_kubeconfig
 from tests.support import http_timing
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(600)]
@@ -58,7 +58,8 @@ class Loaded:
 
 
 @pytest.fixture(scope="module")
-def loaded(kube_node: kubenode.Node, node_recorder: dict[str, Any]) -> Iterator[Loaded]:
+def loaded(kube_node: kubenode.Node, node_recorder: dict[str, Any],
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
     with pods_namespace(kube_node, NS):
         kube_node.kubectl("apply", "-f", "-", input=deployment())
         kube_node.kubectl("-n", NS, "rollout", "status", "deployment/busy", "--timeout=180s",
@@ -77,8 +78,17 @@ def loaded(kube_node: kubenode.Node, node_recorder: dict[str, Any]) -> Iterator[
         time.sleep(2)   # the last throttle ends; the agent flushes its rows
         after = cpu_stat(group)
         assert after["nr_throttled"] - before["nr_throttled"] >= REQUESTS, (before, after)
-        env = dict(os.environ, KUBECONFIG=str(kube_node.lay.kubeconfig))
-        yield Loaded(env, group, before, after)
+        # a user with the roles of k8s/recorder/user-rbac.yaml, the workloads' cluster-wide
+        kubeconfig = user_kubeconfig(kube_node, tmp_path_factory.mktemp("user") / "config", NS)
+        binding = f"{NS}-workloads"
+        kube_node.kubectl("create", "clusterrolebinding", binding,
+                          "--clusterrole=throttle-lab-workload-reader",
+                          f"--serviceaccount={NS}:timeline-user")
+        try:
+            yield Loaded(dict(os.environ, KUBECONFIG=str(kubeconfig)), group, before, after)
+        finally:
+            kube_node.kubectl("delete", "clusterrolebinding", binding, "--ignore-not-found",
+                              check=False)
 
 
 def _healthy(base: str) -> bool:
@@ -90,7 +100,7 @@ def _healthy(base: str) -> bool:
 
 @pytest.fixture
 def as_user(loaded: Loaded, monkeypatch: pytest.MonkeyPatch) -> Loaded:
-    """The node's kubeconfig for http-timing, as a user sets it."""
+    """The user's kubeconfig for http-timing, as a user sets it."""
     monkeypatch.setenv("KUBECONFIG", loaded.env["KUBECONFIG"])
     return loaded
 

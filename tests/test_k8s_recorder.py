@@ -97,9 +97,10 @@ def test_both_deployments_carry_the_label_the_agent_selects_on(docs: list[dict[s
 
 
 def test_the_users_rbac_reaches_the_agents_through_the_proxy_and_no_further() -> None:
-    """k8s/recorder/user-rbac.yaml (what import --timeline k8s:NS/POD needs), strictly valid:
-    list pods and get pods/proxy in the recorder's namespace, get pods elsewhere; nothing
-    else (its use on the real node: tests/test_agent_node.py)."""
+    """k8s/recorder/user-rbac.yaml (what import --timeline k8s:NS/POD, cluster and advise
+    --passive --k8s need), strictly valid: list pods and get pods/proxy in the recorder's
+    namespace, get pods elsewhere, list the workloads; nothing else (its use on the real node:
+    tests/test_agent_node.py, tests/test_cluster_kube.py)."""
     docs = [d for d in yaml.safe_load_all((RECORDER / "user-rbac.yaml").read_text()) if d]
     for d in docs:
         kubernetes_validate.validate(d, K8S_VERSION, strict=True)
@@ -107,8 +108,15 @@ def test_the_users_rbac_reaches_the_agents_through_the_proxy_and_no_further() ->
     assert role["metadata"]["namespace"] == "throttle-lab-recorder"
     assert sorted((r["resources"][0], tuple(r["verbs"])) for r in role["rules"]) == [
         ("pods", ("list",)), ("pods/proxy", ("get",))]
-    cluster = next(d for d in docs if d["kind"] == "ClusterRole")
-    assert [(r["resources"], r["verbs"]) for r in cluster["rules"]] == [(["pods"], ["get"])]
+    cluster = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    assert [(r["resources"], r["verbs"]) for r in cluster["throttle-lab-pod-reader"]["rules"]] \
+        == [(["pods"], ["get"])]
+    # cluster and advise --passive --k8s: list the workloads and their pods, read nothing else
+    workloads = cluster["throttle-lab-workload-reader"]["rules"]
+    assert all(r["verbs"] == ["list"] for r in workloads), workloads
+    assert sorted(res for r in workloads for res in r["resources"]) == [
+        "daemonsets", "deployments", "pods", "replicasets", "statefulsets"]
+    assert set(cluster) == {"throttle-lab-pod-reader", "throttle-lab-workload-reader"}
     assert "user-rbac.yaml" not in (RECORDER / "kustomization.yaml").read_text()
 
 
