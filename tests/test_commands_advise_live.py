@@ -13,6 +13,7 @@ too. Whichever outcome a run reaches, the test checks what holds for it
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -268,7 +269,7 @@ def test_advise_a_running_container_in_place(tmp_path: Path) -> None:
         if base is None:
             from tests.support import require
             require(False, "no local base image (needs root and debootstrap)")
-        name = f"throttle-lab-live-{tmp_path.name[-8:]}"
+        name = f"throttle-lab-live-{os.getpid()}"   # not a name an earlier run left
         container = docker("run", "--detach", "--name", name, "--cpus", "0.5",
                            "--network", "host", "--volume",
                            f"{BURNER}:/burner.py:ro", str(base), "python3", "/burner.py",

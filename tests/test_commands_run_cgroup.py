@@ -7,6 +7,7 @@ service, so the quota, not the machine, is what holds it back."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -167,7 +168,7 @@ def test_a_docker_container_by_name(tmp_path: Path) -> None:
 
     with docker_engine():
         image = project_image().image
-        name = f"throttle-lab-cgroup-{tmp_path.name[-8:]}"
+        name = f"throttle-lab-cgroup-{os.getpid()}"   # not a name an earlier run left
         # 0.1 CPU: far below the share even a busy machine leaves a container
         started = docker("run", "--detach", "--name", name, "--cpus", str(QUOTA_CPUS),
                          "--publish", "127.0.0.1::7800", image, "--log-level", "warning")
