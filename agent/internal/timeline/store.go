@@ -3,7 +3,9 @@ package timeline
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -190,17 +192,30 @@ func (st *Store) Open(id Identity, base string, cgroup map[string]any, layout La
 	zero := Monotonic()
 	epoch, spread := Anchor(zero)
 	id.ZeroMono = zero
-	name := fmt.Sprintf("%s_%s", base, time.Unix(0, epoch).UTC().Format("20060102-150405.000"))
-	name = strings.ReplaceAll(name, ".", "")
+	stamp := fmt.Sprintf("%s_%s", base, time.Unix(0, epoch).UTC().Format("20060102-150405.000"))
+	stamp = strings.ReplaceAll(stamp, ".", "")
 	seg := &Segment{dir: st.Dir, Layout: layout, Meta: Meta{
-		Name: name, Clock: Clock{epoch, spread, "CLOCK_MONOTONIC", "ns since zero"},
+		Name: stamp, Clock: Clock{epoch, spread, "CLOCK_MONOTONIC", "ns since zero"},
 		Cgroup: cgroup, Tool: Tool, Version: st.Version, Host: st.Host,
 		StartedAt: time.Unix(0, epoch).UTC().Format(time.RFC3339Nano), IntervalS: st.IntervalS,
 		MaxSize: st.MaxSize, Command: st.Command, Agent: id}}
-	f, err := os.OpenFile(seg.CSVPath(), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
+	// a key's next segment may start in the same millisecond as the one before it (a quota
+	// changed right after a rotation): then the name gets -2, -3, ...
+	var f *os.File
+	for n := 1; ; n++ {
+		if n > 1 {
+			seg.Meta.Name = fmt.Sprintf("%s-%d", stamp, n)
+		}
+		var err error
+		f, err = os.OpenFile(seg.CSVPath(), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) || n >= 100 {
+			return nil, err
+		}
 	}
+	name := seg.Meta.Name
 	header := Header(layout.Pressure, layout.Levels)
 	if _, err := f.WriteString(header); err != nil {
 		f.Close()

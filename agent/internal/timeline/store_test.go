@@ -125,3 +125,22 @@ func TestPruneByAgeAndTotal(t *testing.T) {
 		t.Fatalf("total: %v", got)
 	}
 }
+
+// Segments of one key started within the same millisecond get names of their own.
+func TestSegmentsStartedInOneMillisecondDoNotCollide(t *testing.T) {
+	st := newStore(t, t.TempDir())
+	id := Identity{Key: "web", Pod: "web"}
+	names := map[string]bool{}
+	for quota := 10000; quota < 10010; quota++ { // a new quota each: never a resume
+		seg, err := st.Open(id, "web", map[string]any{"path": "/x", "quota_us": quota,
+			"levels": []any{}}, Layout{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if names[seg.Meta.Name] {
+			t.Fatalf("%s twice", seg.Meta.Name)
+		}
+		names[seg.Meta.Name] = true
+		seg.Close("the group's quota changed", false)
+	}
+}
