@@ -26,7 +26,7 @@ venv: $(BIN)/.installed
 demo: $(BIN)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh
 
-# three plain pytest runs: the guest's (-m guest) beside the host's, then the node's (-m node)
+# three plain pytest runs at once: -m guest, -m 'node or docker' and the host's others
 test: $(BIN)/.installed
 	PYTHON=$(BIN)/python bash scripts/test.sh $(PYTEST_ARGS)
 

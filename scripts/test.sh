@@ -1,34 +1,41 @@
 #!/usr/bin/env bash
-# `make test`: every test this machine permits, as three plain pytest runs.
+# `make test`: every test this machine permits, as three plain pytest runs at once.
 #
-#   pytest -m guest                       the cgroup v2 guest: boots a v2 kernel under qemu and
-#                                         runs the tests marked cgroup2 inside (tests/guest.py)
-#   pytest -m "not guest and not node"    the host's tests
-#   pytest -m node                        the tests on the project's Kubernetes node (its
-#                                         fixture brings the node up and takes it down)
+#   pytest -m guest                                   the cgroup v2 guest: boots a v2 kernel
+#                                                     under qemu and runs the tests marked
+#                                                     cgroup2 inside (tests/guest.py)
+#   pytest -m "node or docker"                        the tests on the project's Kubernetes
+#                                                     node (its fixture brings it up and takes
+#                                                     it down) and the Docker engine's: one
+#                                                     process for the engine they share
+#   pytest -m "not guest and not node and not docker" the host's other tests
 #
-# The guest's run goes on in the background from the start (it is the longest, and it mostly
-# waits for its emulated CPUs); the host's run and then the node's run in the foreground. The
-# guest's output is printed when it ends. Arguments go to all three (`make test
-# PYTEST_ARGS=--durations=30`); a run that selects nothing (pytest's status 5) is not a failure.
-# The status is 0 when all three passed, else the first failed run's.
+# The first two run in the background from the start (they mostly wait: for the emulated
+# CPUs, for the kubelet and the pods), the host's in the foreground; their outputs are printed
+# after it, each whole. Arguments go to all three (`make test PYTEST_ARGS=--durations=30`); a
+# run that selects nothing (pytest's status 5) is not a failure. The status is 0 when all
+# three passed, else the first failed run's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-.venv/bin/python}
-guest_log=$(mktemp -t throttle-lab-guest.XXXXXX)
-guest_pid=""
+logs=$(mktemp -d -t throttle-lab-test.XXXXXX)
+pids=()
 
 finish() {
-    if [ -n "$guest_pid" ] && kill -0 "$guest_pid" 2> /dev/null; then
-        kill -INT "$guest_pid" 2> /dev/null   # pytest stops qemu on Ctrl-C (tests/guest.py)
-        wait "$guest_pid" 2> /dev/null
-    fi
-    rm -f "$guest_log"
+    for pid in "${pids[@]}"; do
+        if kill -0 "$pid" 2> /dev/null; then
+            kill -INT "$pid" 2> /dev/null   # pytest stops qemu and the node on Ctrl-C
+            wait "$pid" 2> /dev/null
+        fi
+    done
+    rm -rf "$logs"
 }
 trap finish EXIT
 
-"$python" -m pytest -m guest "$@" > "$guest_log" 2>&1 &
-guest_pid=$!
+"$python" -m pytest -m guest "$@" > "$logs/guest" 2>&1 &
+pids+=($!)
+"$python" -m pytest -m "node or docker" "$@" > "$logs/node" 2>&1 &
+pids+=($!)
 
 status=0
 keep() {   # the first failure's status; 5 (nothing selected) is none
@@ -37,16 +44,17 @@ keep() {   # the first failure's status; 5 (nothing selected) is none
     fi
 }
 
-echo "== pytest -m 'not guest and not node' (the guest's run goes on beside it: pytest -m guest)"
-"$python" -m pytest -m "not guest and not node" "$@"
+echo "== pytest -m 'not guest and not node and not docker' (beside it: pytest -m guest, pytest -m 'node or docker')"
+"$python" -m pytest -m "not guest and not node and not docker" "$@"
 keep $?
-echo "== pytest -m node"
-"$python" -m pytest -m node "$@"
-keep $?
-wait "$guest_pid"
+wait "${pids[1]}"
+node_status=$?
+echo "== pytest -m 'node or docker' (started with the host's run)"
+cat "$logs/node"
+keep $node_status
+wait "${pids[0]}"
 guest_status=$?
-guest_pid=""
 echo "== pytest -m guest (started with the host's run)"
-cat "$guest_log"
+cat "$logs/guest"
 keep $guest_status
 exit $status
