@@ -11,18 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from client.analysis.advise_target import LatencyTarget
 from client.analysis.cluster import (PodWindow, WorkloadLimits, per_period, pod_window,
                                      row_of, sort_rows)
 from client.commands.cluster import duration
+from client.commands import main as http_timing
 from client.commands.kubectl_plugin import main as kubectl_throttle
 from client.data.timeline import read_timeline
 from client.render.cluster import (CSV_COLUMNS, format_cluster, format_cluster_csv,
                                    save_cluster_picture)
 from client.run.k8s_workloads import WorkloadError, fold_pods, parse_workload_ref
+from client.run.kube_api import context_namespace, current_namespace
 from client.run.replay_input import read_recording
-from tests.support import exit_code_and_errors
+from tests.support import exit_code_and_errors, free_port
 
 DATA = Path(__file__).parent / "data" / "cluster"
 TARGET = LatencyTarget(10.0, None, None)   # the added delay's p99 at most 10 ms
@@ -195,11 +198,87 @@ def test_bad_input_is_one_line_and_exit_2(argv: list[str], expected: str, tmp_pa
 def test_kubectl_throttle_runs_http_timings_commands(capsys: pytest.CaptureFixture[str]
                                                      ) -> None:
     assert kubectl_throttle(["--version"]) == 0
-    assert capsys.readouterr().out.startswith("http-timing ")
+    assert capsys.readouterr().out.startswith("http-timing ")   # the program's version
     with pytest.raises(SystemExit) as stopped:
         kubectl_throttle([])   # no command: the help, listing cluster
     assert stopped.value.code == 0
     assert "  cluster   " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["help"], ["cluster", "--help"],
+                                  ["help", "advise"], ["help", "run"]])
+def test_kubectl_throttles_help_names_it_as_it_is_called(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        kubectl_throttle(argv)
+    assert stopped.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: kubectl throttle")
+    assert "usage: http-timing" not in out and "(see http-timing" not in out
+    with pytest.raises(SystemExit):
+        http_timing(argv)   # http-timing itself is named as before
+    assert capsys.readouterr().out.startswith("usage: http-timing")
+
+
+def test_kubectl_throttles_mistakes_name_it_too(capsys: pytest.CaptureFixture[str]) -> None:
+    assert kubectl_throttle(["clustr"]) == 2
+    assert capsys.readouterr().err == ("kubectl throttle: 'clustr' is not a command; did you "
+                                       "mean 'cluster'? (see kubectl throttle --help)\n")
+    with pytest.raises(SystemExit) as stopped:
+        kubectl_throttle(["cluster", "--since", "soon"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.startswith("kubectl throttle cluster: argument --since")
+
+
+# ---- the namespace without -n: the kubeconfig's, as kubectl ---------------------------------
+
+def kubeconfig(current: str | None, contexts: dict[str, str | None],
+               server: str = "https://127.0.0.1:1") -> dict[str, Any]:
+    """A kubeconfig whose contexts (name -> namespace, None: none) share one cluster."""
+    doc: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": name, "context": {"cluster": "c", "user": "u",
+                                                **({"namespace": ns} if ns else {})}}
+                     for name, ns in contexts.items()]}
+    if current is not None:
+        doc["current-context"] = current
+    return doc
+
+
+@pytest.mark.parametrize("docs, context, namespace", [
+    ([kubeconfig("prod", {"prod": "shop", "dev": "sandbox"})], None, "shop"),
+    ([kubeconfig("prod", {"prod": "shop", "dev": "sandbox"})], "dev", "sandbox"),
+    ([kubeconfig("prod", {"prod": None})], None, "default"),   # the context names none
+    ([kubeconfig(None, {"prod": "shop"})], None, "default"),   # no current context
+    ([kubeconfig(None, {}), kubeconfig("dev", {"dev": "sandbox"})], None, "sandbox"),
+    ([kubeconfig("prod", {"prod": "shop"}), kubeconfig("dev", {"prod": "other"})], None,
+     "shop"),   # merged as kubectl merges $KUBECONFIG: the first file to set a key wins
+])
+def test_without_n_the_namespace_is_the_current_contexts(
+        docs: list[dict[str, Any]], context: str | None, namespace: str) -> None:
+    assert context_namespace(docs, context) == namespace
+
+
+def test_cluster_reads_the_kubeconfigs_namespace_when_not_told_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    server = f"https://127.0.0.1:{free_port()}"   # nothing listens: the list is refused
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text(yaml.safe_dump(kubeconfig(None, {}, server)))
+    second.write_text(yaml.safe_dump(kubeconfig("prod", {"prod": "shop"}, server)))
+    monkeypatch.setenv("KUBECONFIG", f"{first}:{second}")
+    assert current_namespace() == "shop"
+    code, err = exit_code_and_errors(["cluster"], tmp_path, monkeypatch, capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"lost the API server at {server}: list deployments shop/" in err
+    code, err = exit_code_and_errors(["cluster", "-n", "web"], tmp_path, monkeypatch, capsys)
+    assert code == 2 and "list deployments web/" in err   # -n still wins
+    first.write_text("clusters: [")
+    code, err = exit_code_and_errors(["cluster"], tmp_path, monkeypatch, capsys)
+    assert code == 2 and err.startswith(f"http-timing: {first}: the kubeconfig cannot be read")
+    assert len(err.splitlines()) == 1, err
 
 
 # ---- the picture ------------------------------------------------------------------------------

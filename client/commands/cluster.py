@@ -28,6 +28,7 @@ from client.commands.options import CliError, OneLineParser, number_above
 from client.data.jsonsafe import json_ready
 from client.render.cluster import format_cluster, format_cluster_csv, save_cluster_picture
 from client.run.k8s_workloads import Workload, WorkloadError, fetch_windows, list_workloads
+from client.run.kube_api import KubeError, current_namespace
 from client.run.replay_input import Recording, read_recording
 
 __all__ = ["DEFAULT_DELAY_MS", "DEFAULT_SINCE_S", "PodWindows", "build_cluster_parser",
@@ -59,8 +60,9 @@ def build_cluster_parser() -> argparse.ArgumentParser:
         "target; sorted by what throttling costs now. Reads the API and the agents (through "
         "the API server's pods/proxy); changes nothing.")
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("-n", "--namespace", default="default", metavar="NS",
-                       help="the namespace to read (default: default)")
+    where.add_argument("-n", "--namespace", metavar="NS",
+                       help="the namespace to read (default: the kubeconfig's current "
+                       "context's, as kubectl; default if it names none)")
     where.add_argument("-A", "--all-namespaces", action="store_true",
                        help="every namespace")
     parser.add_argument("--since", type=duration, default=DEFAULT_SINCE_S, metavar="DURATION",
@@ -139,11 +141,11 @@ def command_cluster(argv: list[str]) -> int:
     opts = build_cluster_parser().parse_args(argv)
     delay = opts.p99 if opts.p99 is not None else opts.max_delay_ms or DEFAULT_DELAY_MS
     target = LatencyTarget(delay, None, None)
-    namespace = None if opts.all_namespaces else opts.namespace
-    where = "every namespace" if namespace is None else f"namespace {namespace}"
     try:
+        namespace = None if opts.all_namespaces else opts.namespace or current_namespace()
+        where = "every namespace" if namespace is None else f"namespace {namespace}"
         workloads = list_workloads(namespace)
-    except WorkloadError as exc:
+    except (WorkloadError, KubeError) as exc:
         raise CliError(str(exc)) from None
     if not any(p.recorded for w in workloads for p in w.pods):
         raise CliError(f"no workload in {where} has a pod the node agent records: label its "

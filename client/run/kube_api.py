@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KubeApi", "KubeError", "REQUEST_TIMEOUT", "api_problem", "connect"]
+__all__ = ["KubeApi", "KubeError", "REQUEST_TIMEOUT", "api_problem", "connect",
+           "context_namespace", "current_namespace"]
 
 REQUEST_TIMEOUT = 10.0   # seconds, each call (connect and read)
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 class KubeError(RuntimeError):
@@ -45,6 +47,40 @@ def _kubeconfig_files() -> list[Path]:
     env = os.environ.get("KUBECONFIG")
     names = [p for p in env.split(os.pathsep) if p] if env else ["~/.kube/config"]
     return [Path(p).expanduser() for p in names if Path(p).expanduser().exists()]
+
+
+def context_namespace(kubeconfigs: list[Any], context: str | None = None) -> str:
+    """The namespace kubectl uses without ``-n``: the current context's (``context`` another),
+    "default" when it has none; ``kubeconfigs`` are the parsed files in ``$KUBECONFIG``'s order,
+    merged as kubectl merges them (the first file to set a key wins)."""
+    docs = [d for d in kubeconfigs if isinstance(d, dict)]
+    name = context or next((d["current-context"] for d in docs if d.get("current-context")), None)
+    for doc in docs:
+        for entry in doc.get("contexts") or []:
+            if isinstance(entry, dict) and entry.get("name") == name:
+                return str((entry.get("context") or {}).get("namespace") or "default")
+    return "default"
+
+
+def current_namespace(context: str | None = None) -> str:
+    """:func:`context_namespace` of the kubeconfig files kubectl would read; inside a pod
+    without one, the pod's own namespace (as kubectl does); ``KubeError`` for a file that is
+    not YAML."""
+    import yaml  # type: ignore[import-untyped]
+
+    files = _kubeconfig_files()
+    if not files:
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and SERVICE_ACCOUNT_NAMESPACE.exists():
+            return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
+        return "default"
+    docs = []
+    for path in files:
+        try:
+            docs.append(yaml.safe_load(path.read_text()))
+        except (OSError, yaml.YAMLError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+            raise KubeError(f"{path}: the kubeconfig cannot be read: {reason}") from None
+    return context_namespace(docs, context)
 
 
 def connect(context: str | None = None) -> KubeApi:
