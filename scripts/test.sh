@@ -8,7 +8,10 @@
 #                                                     node (its fixture brings it up and takes
 #                                                     it down) and the Docker engine's: one
 #                                                     process for the engine they share
-#   pytest -m "not guest and not node and not docker" the host's other tests
+#   pytest -m "not guest and not node and not docker" the host's other tests, in three
+#     -n 3 --dist loadfile                            worker processes (pytest-xdist), a test
+#                                                     file to a worker: most of them wait on a
+#                                                     quota or a server, not on a CPU
 #
 # The first two run in the background from the start (they mostly wait: for the emulated
 # CPUs, for the kubelet and the pods), the host's in the foreground; their outputs are printed
@@ -44,8 +47,9 @@ keep() {   # the first failure's status; 5 (nothing selected) is none
     fi
 }
 
-echo "== pytest -m 'not guest and not node and not docker' (beside it: pytest -m guest, pytest -m 'node or docker')"
-"$python" -m pytest -m "not guest and not node and not docker" "$@"
+workers=${PYTEST_WORKERS:-3}
+echo "== pytest -m 'not guest and not node and not docker' -n $workers (beside it: pytest -m guest, pytest -m 'node or docker')"
+"$python" -m pytest -m "not guest and not node and not docker" -n "$workers" --dist loadfile "$@"
 keep $?
 wait "${pids[1]}"
 node_status=$?

@@ -88,7 +88,7 @@ CLOSED = f"http://127.0.0.1:{free_port()}/"   # nothing listens there
                                                           "write in it"),
     (["sweep", "--backend", "inprocess", "--cpus", "1", "--no-plot"],   # its tables go there
      "--pictures-dir pictures: cannot write in it"),
-])
+], ids=lambda value: value.replace(CLOSED, "CLOSED") if isinstance(value, str) else None)
 def test_each_mistake_is_one_line_exit_2_and_nothing_is_lost(
         here: Path, args: list[str], message: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
