@@ -7,6 +7,7 @@ its CPU is in the run's metadata. Bad ``--live`` input is one line. The real gro
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import time
 from pathlib import Path
@@ -36,6 +37,7 @@ def test_a_run_watched_live_from_start_to_end(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     with service_process(["--cpu-limit", "10"]) as (base, _service):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.Popen(
             [str(BIN / "http-timing"), "--url", base + "/cpuBurnFlow", "--requests", "150",
              "--name", "l", "--quiet", "--live", str(port)],
@@ -49,9 +51,11 @@ def test_a_run_watched_live_from_start_to_end(tmp_path: Path) -> None:
                     mid = frame
                 last = frame
             out, err = proc.communicate(timeout=60)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)   # the run's, reaped
         finally:
             stop_by_pid(proc)
     assert proc.returncode == 0, err
+    run_cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     assert f"live page of the run: {url}" in err
     assert mid is not None, "no frame while the run went"
     assert last is not None and "end" in last
@@ -63,7 +67,8 @@ def test_a_run_watched_live_from_start_to_end(tmp_path: Path) -> None:
         httpx.get(url, timeout=5)
     live = json.loads((tmp_path / "raw-data" / "l.json").read_text())["live"]
     assert live["url"] == url and live["viewers"] == 1 and live["frames_sent"] >= 2
-    assert 0 < live["server_cpu_s"] < 10 and live["frames_dropped"] == 0
+    # the page's server is one thread of the run's process: its CPU is part of the process's
+    assert 0 < live["server_cpu_s"] <= run_cpu_s + 0.01 and live["frames_dropped"] == 0
 
 
 @pytest.mark.parametrize(("argv", "message"), [
