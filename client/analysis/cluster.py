@@ -199,6 +199,8 @@ class ClusterRow:
     predicted_periods_throttled: int | None
     notes: tuple[str, ...] = ()
     missing: tuple[str, ...] = field(default=())   # pods with no window, one line each
+    wait_p99_ms: float | None = None     # a throttled period's wait, p99 (the agent's histogram)
+    sources: tuple[tuple[str, str], ...] = ()     # figure -> its source, beyond the defaults
 
     @property
     def cost(self) -> tuple[float, float]:
@@ -214,12 +216,13 @@ class ClusterRow:
             "recommended_cpus": self.recommended_cpus,
             "predicted_added_delay_p99_ms": self.predicted_delay_p99_ms,
             "predicted_periods_throttled": self.predicted_periods_throttled,
+            "throttled_period_wait_p99_ms": self.wait_p99_ms,
             "notes": list(self.notes), "missing": list(self.missing),
             "sources": {"periods": "the pods' cpu.stat, as the node agent recorded it",
                         "added_delay": "for a request arriving at a random instant at a "
                         "random replica", "usage_p95_cpus": KRR.words, "vpa_cpus": VPA.words,
                         "recommended_cpus": "the smallest limit whose replay of the windows "
-                        "meets the target (cpuquota.account)"}}
+                        "meets the target (cpuquota.account)", **dict(self.sources)}}
 
 
 def advise_pods(pods: Sequence[PodWindow], limit_cpus: float | None,

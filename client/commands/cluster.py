@@ -3,10 +3,13 @@ agents recorded (``client.analysis.cluster``): no resize, no load.
 
     http-timing cluster [-n NS | -A] [--since DURATION] [--p99 MS | --max-delay-ms MS]
                         [--json | --csv] [--picture DIR] [--data-dir DIR]
+                        [--prometheus URL | k8s:NS/SERVICE[:PORT]]
 
 The workloads and their pods come from the API (``client.run.k8s_workloads``); each recorded
 pod's window of the last ``--since`` from its node's agent through the API server's
-``pods/proxy``, as ``import --timeline k8s:`` fetches it.
+``pods/proxy``, as ``import --timeline k8s:`` fetches it. With ``--prometheus``, the agent's
+counters as Prometheus kept them instead (``client.analysis.cluster_prometheus``): longer
+windows, without what needs each period.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import json
 import re
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from client.analysis.advise_target import LatencyTarget
 from client.analysis.cluster import (ClusterRow, PodWindow, WorkloadLimits, pod_window, row_of,
                                      sort_rows)
+from client.analysis.cluster_prometheus import by_pod, prometheus_row
 from client.analysis.replay import ReplayError
 from client.commands.common import EXIT_OK
 from client.commands.options import CliError, OneLineParser, number_above
@@ -29,6 +34,7 @@ from client.data.jsonsafe import json_ready
 from client.render.cluster import format_cluster, format_cluster_csv, save_cluster_picture
 from client.run.k8s_workloads import Workload, WorkloadError, fetch_windows, list_workloads
 from client.run.kube_api import KubeError, current_namespace
+from client.run.prometheus import Prometheus, PrometheusError, agent_series, open_prometheus
 from client.run.replay_input import Recording, read_recording
 
 __all__ = ["DEFAULT_DELAY_MS", "DEFAULT_SINCE_S", "PodWindows", "build_cluster_parser",
@@ -81,6 +87,13 @@ def build_cluster_parser() -> argparse.ArgumentParser:
                         help="also draw each workload's picture there (<ns>_<kind>_<name>.png):"
                         " CPU per period against the limit now and the recommended one, the "
                         "throttled periods marked")
+    parser.add_argument("--prometheus", metavar="URL|k8s:NS/SERVICE[:PORT]",
+                        help="read the node agent's counters from this Prometheus instead "
+                        "(a URL, or a service through the API server's proxy, as krr): for a "
+                        "--since longer than the agents keep; gives periods, periods "
+                        "throttled, throttled time, usage p95, VPA's rule and the wait "
+                        "histogram's p99, not the added delay or a recommended limit (they "
+                        "need each period)")
     parser.add_argument("--data-dir", type=Path, metavar="DIR",
                         help="keep the fetched windows there (<ns>_<pod>.cgroup.csv and .json; "
                         "default: a temporary folder, removed)")
@@ -137,10 +150,36 @@ def _rows(workloads: list[Workload], since_s: float, dest: Path, target: Latency
     return sort_rows(rows), unrecorded
 
 
+def _prometheus_rows(prometheus: Prometheus, workloads: list[Workload], namespace: str | None,
+                     since_s: float) -> tuple[list[ClusterRow], list[str]]:
+    matchers = 'level="pod"' + ("" if namespace is None else f',namespace="{namespace}"')
+    found = by_pod(agent_series(prometheus, matchers, since_s, time.time()))
+    rows, unrecorded = [], []
+    for workload in workloads:
+        if not any(p.recorded for p in workload.pods):
+            unrecorded.append(str(workload.ref))
+            continue
+        limits = WorkloadLimits(str(workload.ref), workload.limit_cpus, workload.request_cpus,
+                                workload.replicas)
+        rows.append(prometheus_row(limits, workload.ref.namespace,
+                                   [p.name for p in workload.pods], found))
+    return sort_rows(rows), unrecorded
+
+
 def command_cluster(argv: list[str]) -> int:
     opts = build_cluster_parser().parse_args(argv)
     delay = opts.p99 if opts.p99 is not None else opts.max_delay_ms or DEFAULT_DELAY_MS
     target = LatencyTarget(delay, None, None)
+    prometheus = None
+    if opts.prometheus is not None:
+        if opts.picture is not None:
+            raise CliError("--picture draws each period, which Prometheus does not keep: "
+                           "drop --prometheus (a --since within the agents' windows)")
+        try:
+            prometheus = open_prometheus(opts.prometheus)
+            prometheus.check()   # before the API: an unreachable one is said at once
+        except PrometheusError as exc:
+            raise CliError(str(exc)) from None
     try:
         namespace = None if opts.all_namespaces else opts.namespace or current_namespace()
         where = "every namespace" if namespace is None else f"namespace {namespace}"
@@ -150,14 +189,23 @@ def command_cluster(argv: list[str]) -> int:
     if not any(p.recorded for w in workloads for p in w.pods):
         raise CliError(f"no workload in {where} has a pod the node agent records: label its "
                        "pods throttle-lab/record=true (and kubectl apply -k k8s/recorder)")
-    with tempfile.TemporaryDirectory(prefix="cluster-") as scratch:
-        dest = opts.data_dir if opts.data_dir is not None else Path(scratch)
-        rows, unrecorded = _rows(workloads, opts.since, dest, target, opts.picture)
-    header = (f"cluster: {where}, the last {opts.since:g} s; target: added delay p99 <= "
-              f"{delay:g} ms")
+    if prometheus is not None:
+        try:
+            rows, unrecorded = _prometheus_rows(prometheus, workloads, namespace, opts.since)
+        except PrometheusError as exc:
+            raise CliError(str(exc)) from None
+        source = f" from Prometheus at {prometheus.where}"
+    else:
+        with tempfile.TemporaryDirectory(prefix="cluster-") as scratch:
+            dest = opts.data_dir if opts.data_dir is not None else Path(scratch)
+            rows, unrecorded = _rows(workloads, opts.since, dest, target, opts.picture)
+        source = " from the node agents"
+    header = f"cluster: {where}, the last {opts.since:g} s{source}" + (
+        "" if prometheus is not None else f"; target: added delay p99 <= {delay:g} ms")
     if opts.json:
         print(json.dumps(json_ready({
             "namespace": namespace, "since_s": opts.since,
+            "source": source.removeprefix(" from "),
             "target": {"added_delay_p99_ms": delay}, "workloads": [r.to_dict() for r in rows],
             "not_recorded": unrecorded}), indent=2))
     elif opts.csv:

@@ -30,7 +30,7 @@ def _ms(value: float | None, none: str = "-") -> str:
 
 def _throttled(row: ClusterRow) -> str:
     if row.periods_throttled is None or row.periods is None:
-        return "no limit"
+        return "no limit" if row.limit_cpus is None else "-"
     share = f" ({100 * row.periods_throttled / row.periods:.0f} %)" if row.periods else ""
     return f"{row.periods_throttled}/{row.periods}{share}"
 
@@ -42,7 +42,7 @@ def format_cluster(rows: Sequence[ClusterRow], header: str) -> str:
     for r in rows:
         table.append((r.workload, _cpus(r.limit_cpus, "none"), _cpus(r.request_cpus, "none"),
                       str(r.pods), _cpus(r.usage_p95_cpus), _cpus(r.vpa_cpus), _throttled(r),
-                      _ms(r.delay_p99_now_ms, "no limit"), _cpus(r.recommended_cpus),
+                      _ms(r.delay_p99_now_ms, "no limit" if r.limit_cpus is None else "-"), _cpus(r.recommended_cpus),
                       _ms(r.predicted_delay_p99_ms)))
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     lines = [header, ""]

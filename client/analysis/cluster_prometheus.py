@@ -1,0 +1,137 @@
+"""``cluster --prometheus``: a workload's row from the node agent's counters as Prometheus kept
+them (pure, no I/O; the samples come from ``client.run.prometheus``).
+
+Prometheus keeps the agent's counters for as long as it retains them, so a row can cover
+days; but only at its scrapes. What that gives exactly:
+
+- periods, periods throttled, throttled time: each pod's counter at the last scrape in the
+  window less the first (a counter reset, e.g. the group made anew, adds what followed it);
+- usage p95 (krr's simple strategy) and VPA's rule, on the usage counter's rate between
+  consecutive scrapes, every pod's pooled (krr's rule with its step at the scrape interval);
+- a throttled period's wait p99, from the increase of the agent's wait histogram's buckets
+  (interpolated within a bucket as ``histogram_quantile`` does).
+
+What needs each period (the added delay for a random arrival, the replay at another limit:
+the recommended limit and its predicted delay) is left out and the row says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from client.analysis.cluster import KRR, VPA, ClusterRow, WorkloadLimits
+from client.run.prometheus import Series
+
+__all__ = ["LEFT_OUT", "NOT_IN_PROMETHEUS", "PodSeries", "SOURCES", "bucket_quantile",
+           "by_pod", "increase", "prometheus_row", "rates"]
+
+PodSeries = Mapping[str, Sequence[Series]]   # a key of prometheus.AGENT_METRICS -> series
+LEFT_OUT = ("added delay p99 now, the recommended limit and its predicted delay: left out, "
+            "they need per-period data, which Prometheus does not keep (the agents' "
+            "windows do: a --since within them, without --prometheus)")
+NOT_IN_PROMETHEUS = "not in Prometheus"
+SOURCES = (
+    ("periods", "the node agent's cpu.stat counters in Prometheus: each pod's last scrape in "
+     "the window less its first"),
+    ("usage_p95_cpus", f"{KRR.words}, on the rate of the agent's usage counter between "
+     "consecutive scrapes in Prometheus"),
+    ("vpa_cpus", f"{VPA.words}, on the same rates"),
+    ("throttled_period_wait_p99_ms", "the agent's wait histogram in Prometheus: its buckets' "
+     "increase over the window"),
+    ("added_delay", LEFT_OUT), ("recommended_cpus", LEFT_OUT),
+)
+
+
+def increase(samples: Sequence[tuple[float, float]]) -> float:
+    """The counter's increase from its first sample to its last; after a reset (a value
+    below the one before), the new value counts from zero."""
+    total = 0.0
+    for (_, a), (_, b) in zip(samples, samples[1:]):
+        total += b - a if b >= a else b
+    return total
+
+
+def rates(samples: Sequence[tuple[float, float]]) -> list[float]:
+    """The counter's rate (per second) between each two consecutive samples."""
+    return [((b - a) if b >= a else b) / (tb - ta)
+            for (ta, a), (tb, b) in zip(samples, samples[1:]) if tb > ta]
+
+
+def bucket_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
+    """The ``q`` quantile of a histogram's cumulative buckets (upper bound -> count), as
+    Prometheus's ``histogram_quantile``: linear within the bucket holding it; the highest
+    finite bound when it falls in +Inf; None with no observation."""
+    bounds = sorted(buckets)
+    if not bounds or buckets[bounds[-1]] <= 0:
+        return None
+    rank = q * buckets[bounds[-1]]
+    lower, below = 0.0, 0.0
+    for le in bounds:
+        count = buckets[le]
+        if count >= rank:
+            if le == float("inf"):
+                return lower
+            if count == below:
+                return le
+            return lower + (le - lower) * (rank - below) / (count - below)
+        lower, below = le, count
+    return lower
+
+
+def by_pod(found: Mapping[str, Sequence[Series]]) -> dict[tuple[str, str], dict[str, list[Series]]]:
+    """Series of every metric (a key of ``AGENT_METRICS`` -> series) by (namespace, pod)."""
+    out: dict[tuple[str, str], dict[str, list[Series]]] = {}
+    for key, series in found.items():
+        for s in series:
+            pod = (s.labels.get("namespace", ""), s.labels.get("pod", ""))
+            out.setdefault(pod, {}).setdefault(key, []).append(s)
+    return out
+
+
+def _summed(pods: Sequence[PodSeries], key: str) -> float:
+    return sum(increase(s.samples) for p in pods for s in p.get(key, ()))
+
+
+def prometheus_row(workload: WorkloadLimits, namespace: str, pod_names: Sequence[str],
+                   found: Mapping[tuple[str, str], PodSeries]) -> ClusterRow:
+    """The workload's row from its pods' series (``found`` by (namespace, pod)); a pod
+    without any is a line of ``missing``, a workload without any says "not in Prometheus"."""
+    pods = [found[(namespace, p)] for p in pod_names if (namespace, p) in found]
+    missing = tuple(f"{namespace}/{p}: {NOT_IN_PROMETHEUS} (no series of the node agent's "
+                    "counters in the window)" for p in pod_names if (namespace, p) not in found)
+    if not pods:
+        return ClusterRow(workload.workload, workload.limit_cpus, workload.request_cpus, 0,
+                          0.0, None, None, None, None, None, None, None, None, None,
+                          (f"{NOT_IN_PROMETHEUS}: no series of the node agent's counters for "
+                           "its pods in the window (is the agent scraped? "
+                           "k8s/recorder/prometheus.yml)",), missing, sources=SOURCES)
+    spans = [max(t for t, _ in s.samples) - min(t for t, _ in s.samples)
+             for p in pods for s in p.get("periods", ())[:1] if s.samples]
+    usage = [r for p in pods for s in p.get("usage_seconds", ()) for r in rates(s.samples)]
+    buckets: dict[float, float] = {}
+    for p in pods:
+        for s in p.get("wait_bucket", ()):
+            le = float(s.labels.get("le", "+Inf"))
+            buckets[le] = buckets.get(le, 0.0) + increase(s.samples)
+    limited = workload.limit_cpus is not None
+    throttled = round(_summed(pods, "throttled_periods"))
+    wait = bucket_quantile(0.99, buckets) if limited and throttled else None
+    notes = [LEFT_OUT]
+    if not limited:
+        notes.insert(0, "no limit: no throttling to count")
+    if wait is not None:
+        observed = round(buckets.get(float("inf"), 0.0))
+        coarse = round(_summed(pods, "coarse_periods"))
+        notes.append(f"a throttled period waited p99 {1000 * wait:.1f} ms (the agent's wait "
+                     f"histogram: {observed} periods"
+                     + (f", {coarse} of them read at the idle rate: their wait is their "
+                        "interval's average)" if coarse else ")"))
+    return ClusterRow(
+        workload.workload, workload.limit_cpus, workload.request_cpus, len(pods), sum(spans),
+        KRR.cpus(usage), VPA.cpus(usage),
+        round(_summed(pods, "periods")) if limited else None,
+        throttled if limited else None,
+        1000 * _summed(pods, "throttled_seconds") if limited else None,
+        None, None, None, None, tuple(notes), missing,
+        wait_p99_ms=None if wait is None else 1000 * wait, sources=SOURCES)
+

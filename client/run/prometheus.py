@@ -1,0 +1,165 @@
+"""Prometheus's HTTP API as ``cluster --prometheus`` reads it: the raw samples the node agent's
+counters left there (an instant query of a range selector, ``/api/v1/query``), so a figure is
+what the agent said at two scrapes, not an extrapolated ``increase()``.
+
+Prometheus is reached at a URL (``http://HOST:9090``) or, as robusta-dev/krr reaches it,
+through the API server's service proxy: ``k8s:NAMESPACE/SERVICE[:PORT]`` is
+``/api/v1/namespaces/NAMESPACE/services/SERVICE:PORT/proxy`` with the kubeconfig's
+credentials (``get services/proxy`` in that namespace). Every failure is one line
+(:class:`PrometheusError`): unreachable (the address and the reason), a query refused
+(Prometheus's own error text).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["AGENT_METRICS", "Prometheus", "PrometheusError", "Series", "agent_series",
+           "open_prometheus", "parse_target"]
+
+TIMEOUT = 30.0   # seconds, each query
+# the node agent's per-group counters cluster reads (agent/internal/agent/collect.go)
+AGENT_METRICS = {
+    "periods": "throttle_lab_cpu_cfs_periods_total",
+    "throttled_periods": "throttle_lab_cpu_cfs_throttled_periods_total",
+    "throttled_seconds": "throttle_lab_cpu_cfs_throttled_seconds_total",
+    "usage_seconds": "throttle_lab_cpu_usage_seconds_total",
+    "wait_bucket": "throttle_lab_cpu_cfs_throttled_period_wait_seconds_bucket",
+    "coarse_periods": "throttle_lab_cpu_cfs_throttled_periods_coarse_total",
+}
+
+Get = Callable[[str, Mapping[str, str]], tuple[int, bytes]]   # (path, params) -> status, body
+
+
+class PrometheusError(Exception):
+    """Prometheus cannot be reached or refused a query; one line saying which."""
+
+
+@dataclass(frozen=True)
+class Series:
+    """One series: its labels and its samples (unix seconds, value), oldest first."""
+
+    labels: Mapping[str, str]
+    samples: tuple[tuple[float, float], ...]
+
+
+def parse_target(text: str) -> tuple[str, str, str] | str:
+    """``k8s:NS/SERVICE[:PORT]`` -> (NS, SERVICE, PORT) (PORT "" when not given), a URL as
+    is; ``PrometheusError`` for anything else."""
+    if text.startswith("k8s:"):
+        where, _, port = text[4:].partition(":")
+        ns, _, service = where.partition("/")
+        if ns and service and "/" not in service and (not port or port.isalnum()):
+            return ns, service, port
+    elif text.startswith(("http://", "https://")) and len(text.split("://", 1)[1]) > 0:
+        return text.rstrip("/")
+    raise PrometheusError(f"--prometheus {text}: expected a URL (http://HOST:9090) or "
+                          "k8s:NAMESPACE/SERVICE[:PORT] (through the API server's proxy)")
+
+
+class Prometheus:
+    """Queries to one Prometheus; ``where`` names it in every error."""
+
+    def __init__(self, where: str, get: Get) -> None:
+        self.where = where
+        self._get = get
+
+    def _answer(self, params: Mapping[str, str]) -> Any:
+        status, body = self._get("/api/v1/query", params)
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict) or "status" not in answer:
+            text = " ".join(body[:200].decode("utf-8", "replace").split())
+            raise PrometheusError(f"Prometheus at {self.where}: not Prometheus's API (HTTP "
+                                  f"{status}: {text or 'empty'})")
+        if answer["status"] != "success":
+            raise PrometheusError(f"Prometheus at {self.where} refused the query "
+                                  f"{params.get('query')}: {answer.get('error') or status}")
+        return answer.get("data") or {}
+
+    def check(self) -> None:
+        """One query (``1``): ``PrometheusError`` when it does not answer."""
+        self._answer({"query": "1"})
+
+    def samples(self, selector: str, range_s: float, at: float) -> list[Series]:
+        """Every series of ``selector``'s raw samples in the ``range_s`` seconds to ``at``."""
+        data = self._answer({"query": f"{selector}[{max(1, round(range_s))}s]",
+                             "time": f"{at:.3f}"})
+        if data.get("resultType") != "matrix":
+            raise PrometheusError(f"Prometheus at {self.where}: expected a matrix for "
+                                  f"{selector}, got {data.get('resultType')}")
+        return [Series(dict(r.get("metric") or {}),
+                       tuple((float(t), float(v)) for t, v in r.get("values") or []))
+                for r in data.get("result") or []]
+
+
+def _httpx_get(base: str, timeout: float) -> Get:
+    import httpx
+
+    def get(path: str, params: Mapping[str, str]) -> tuple[int, bytes]:
+        try:
+            response = httpx.get(base + path, params=dict(params), timeout=timeout)
+        except httpx.HTTPError as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise PrometheusError(f"Prometheus at {base} unreachable: {reason}") from None
+        return response.status_code, response.content
+    return get
+
+
+def _proxy_get(ns: str, service: str, port: str, timeout: float) -> tuple[str, Get]:
+    from client.run.kube_api import KubeError, api_problem, connect
+
+    try:
+        api = connect()
+    except KubeError as exc:
+        raise PrometheusError(str(exc)) from None
+    name = f"{service}:{port}" if port else service
+    base = f"/api/v1/namespaces/{ns}/services/{name}/proxy"
+    where = f"{api.server}{base}"
+
+    def get(path: str, params: Mapping[str, str]) -> tuple[int, bytes]:
+        try:
+            response = api.core.api_client.call_api(
+                base + path, "GET", query_params=list(params.items()),
+                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
+                _preload_content=False, _return_http_data_only=True,
+                _request_timeout=timeout)
+        except Exception as exc:
+            status = getattr(exc, "status", None)
+            body = getattr(exc, "body", None)
+            if status in (400, 422) and body:   # Prometheus's own refusal, proxied
+                return int(status), body if isinstance(body, bytes) else str(body).encode()
+            if status in (401, 403, 404):
+                raise PrometheusError(api_problem(exc, "get", "services/proxy", ns, name,
+                                                  api.server).replace(
+                    " (the Role in k8s/advise-rbac.yaml grants what advise needs)", "")
+                ) from None
+            reason = (f"HTTP {status} {getattr(exc, 'reason', '')}".strip() if status
+                      else " ".join(str(getattr(exc, "reason", None) or exc).split())[:160])
+            raise PrometheusError(f"Prometheus at {where} unreachable: {reason}") from None
+        return int(response.status), bytes(response.data)
+    return where, get
+
+
+def open_prometheus(target: str, timeout: float = TIMEOUT) -> Prometheus:
+    """The Prometheus ``--prometheus`` names (a URL or ``k8s:NS/SERVICE[:PORT]``); nothing
+    is asked of it yet."""
+    parsed = parse_target(target)
+    if isinstance(parsed, str):
+        return Prometheus(parsed, _httpx_get(parsed, timeout))
+    where, get = _proxy_get(*parsed, timeout)
+    return Prometheus(where, get)
+
+
+def agent_series(prometheus: Prometheus, matchers: str, since_s: float, at: float
+                 ) -> dict[str, list[Series]]:
+    """Each of :data:`AGENT_METRICS`' series matching ``matchers`` (PromQL label matchers,
+    e.g. ``level="pod",namespace="shop"``): their raw samples in the ``since_s`` seconds to
+    ``at``, by the metric's key."""
+    return {key: prometheus.samples(f"{name}{{{matchers}}}", since_s, at)
+            for key, name in AGENT_METRICS.items()}

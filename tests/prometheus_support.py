@@ -1,0 +1,126 @@
+"""For tests/test_cluster_prometheus.py and tests/data/prometheus/make.py: Debian's Prometheus
+on loopback (its own data directory, a free port, every second) scraping the node agent run on
+the host against v1 groups with a quota (tests/agent_support.py); stopped by its pid."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import yaml
+
+from tests.agent_support import quota_groups, running_agent
+from tests.support import free_port, require, stop_by_pid
+
+BURN = "sh -c 'while :; do :; done'"
+
+
+@contextmanager
+def prometheus_scraping(work: Path, target: str) -> Iterator[str]:
+    """Prometheus scraping ``target`` (HOST:PORT, /metrics) every second, as the shipped
+    job does (honor_labels); yields its base URL once it is ready."""
+    binary = shutil.which("prometheus")
+    require(binary is not None, "prometheus is not installed (scripts/install-system-deps.sh)")
+    assert binary is not None
+    work.mkdir(parents=True, exist_ok=True)
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+              "scrape_configs": [{"job_name": "throttle-lab-recorder", "honor_labels": True,
+                                  "static_configs": [{"targets": [target]}]}]}
+    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    with open(work / "log", "wb") as log:
+        proc = subprocess.Popen([binary, f"--config.file={work / 'prometheus.yml'}",
+                                 f"--storage.tsdb.path={work / 'data'}",
+                                 f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=subprocess.DEVNULL, stderr=log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (work / "log").read_text()[-2000:]
+            try:
+                if httpx.get(base + "/-/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "prometheus did not become ready"
+            time.sleep(0.2)
+        yield base
+    finally:
+        stop_by_pid(proc)
+
+
+def last_scraped(base: str, selector: str) -> float | None:
+    """The newest value Prometheus holds for ``selector`` (one series), None if none."""
+    body = httpx.get(base + "/api/v1/query", params={"query": selector}, timeout=10).json()
+    result = body["data"]["result"]
+    return float(result[0]["value"][1]) if result else None
+
+
+def wait_scraped(base: str, selector: str, value: float, timeout: float = 60.0) -> None:
+    """Until Prometheus's newest sample of ``selector`` is ``value``."""
+    deadline = time.monotonic() + timeout
+    while last_scraped(base, selector) != value:
+        assert time.monotonic() < deadline, f"prometheus never scraped {selector} = {value}"
+        time.sleep(0.2)
+
+
+def quiet(stat: Callable[[], dict[str, int]], periods: int = 3,
+          period_s: float = 0.1) -> dict[str, int]:
+    """The group's cpu.stat once it has stopped moving."""
+    last = stat()
+    while True:
+        time.sleep(periods * period_s)
+        now = stat()
+        if now == last:
+            return now
+        last = now
+
+
+@dataclass(frozen=True)
+class Scraped:
+    """A group throttled while the agent exported it and Prometheus scraped the agent: the
+    kernel's counters before the burn and after it, each scraped by Prometheus."""
+
+    base: str              # Prometheus
+    agent: str             # the agent's base URL
+    start: float           # unix seconds, before Prometheus's first sample of the group
+    before: dict[str, int]     # cpu.stat, quiet, as Prometheus first holds it
+    after: dict[str, int]      # cpu.stat, quiet after the burn, as Prometheus last holds it
+    usage_ns: tuple[int, int]  # cpuacct.usage before and after
+
+
+@contextmanager
+def scraped_agent(work: Path, throttled: int = 8) -> Iterator[Scraped]:
+    """``busy`` (0.2 CPU) throttled ``throttled`` times and ``idle`` (never run), exported
+    by the agent (level "group", namespace "") and scraped by Prometheus; all stopped and
+    the groups removed at the end."""
+    with quota_groups("prometheus", 2) as (busy, idle), \
+            running_agent(work, {"busy": busy.cpu, "idle": idle.cpu}) as agent, \
+            prometheus_scraping(work / "prometheus", agent.base.removeprefix("http://")) as base:
+        start = time.time()
+        sel = '{pod="busy",level="group"}'
+        before, usage_before = quiet(busy.cpu_stat), busy.usage_ns()
+        wait_scraped(base, f"throttle_lab_cpu_cfs_periods_total{sel}", before["nr_periods"])
+        burner = subprocess.Popen(busy.join_command(BURN))
+        try:
+            deadline = time.monotonic() + 60
+            while busy.cpu_stat()["nr_throttled"] < throttled:
+                assert time.monotonic() < deadline, f"{throttled} throttled periods"
+                time.sleep(0.05)
+        finally:
+            burner.kill()
+            burner.wait()
+        after, usage_after = quiet(busy.cpu_stat), busy.usage_ns()
+        for name, value in (("throttle_lab_cpu_cfs_periods_total", after["nr_periods"]),
+                            ("throttle_lab_cpu_cfs_throttled_period_wait_seconds_count",
+                             after["nr_throttled"]),
+                            ("throttle_lab_cpu_usage_seconds_total", usage_after / 1e9)):
+            wait_scraped(base, name + sel, value)
+        yield Scraped(base, agent.base, start, before, after, (usage_before, usage_after))
