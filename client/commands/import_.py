@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from datetime import datetime, timezone
 from collections.abc import Callable
 from pathlib import Path
 
@@ -209,11 +210,26 @@ def _import(opts: argparse.Namespace, argv: list[str], name: str, imported: Impo
     spec = ImportSpec(opts.file, timeline_file, name, opts.data_dir, opts.offset, opts.start,
                       ("http-timing", "import", *argv), source)
     run = build_imported(spec, imported, records, timeline, meta, zero)
+    if run.records and run.outside == len(run.records):
+        raise _no_overlap(opts.file, run.records, timeline, zero, source or str(timeline_file))
     save_imported(spec, run)
     estimate = (_check(records, timeline, period_ns, -CHECK_WINDOW_NS, CHECK_WINDOW_NS)
                 if placeable(imported, period_ns) else None)
     _print(run, imported, spec, estimate)
     return 0
+
+
+def _no_overlap(path: Path, records: list[RequestRecord], timeline: list[CgroupSample],
+                zero: int, source: str) -> CliError:
+    """The error for a file none of whose requests lies inside the timeline."""
+    def utc(t_ns: int) -> str:
+        return datetime.fromtimestamp((zero + t_ns) / 1e9, timezone.utc).strftime(
+            "%Y-%m-%d %H:%M:%S")
+    first, last = min(r.start_ns for r in records), max(r.end_ns for r in records)
+    return CliError(f"{path}: none of its {len(records)} requests lies inside the timeline "
+                    f"{source} (requests {utc(first)} to {utc(last)} UTC, timeline "
+                    f"{utc(timeline[0].t_ns)} to {utc(timeline[-1].t_ns)}): nothing to mark "
+                    "(the service's timeline of another time? --offset moves the requests)")
 
 
 def _print(run: ImportedRun, imported: Imported, spec: ImportSpec,

@@ -74,7 +74,7 @@ class ReplicaInfo:
 _END_KEYS = ("ended_at", "completed", "interrupted", "stop_reason", "summary")
 # keys written only when set
 _OPTIONAL_KEYS = ("sweep", "service", "load_average", "replicas", "cgroup", "live", "request",
-                  "targets", "client_fell_behind", "client_pace", "ok_status")
+                  "targets", "client_fell_behind", "client_pace", "ok_status", "clock")
 # fields about the file, not in it
 _BOOKKEEPING = frozenset({"extra", "absent", "present"})
 
@@ -127,6 +127,9 @@ class RunMetadata:
     client_pace: dict[str, Any] | None = None
     # the statuses counted as successes, e.g. "200-399" (client.data.status; older runs: 2xx)
     ok_status: str | None = None
+    # where the requests' clock (start_ns 0) is on the wall clock: zero_epoch_ns and
+    # zero_uncertainty_ns (client.data.timeline_meta.TimelineClock); absent in older runs
+    clock: dict[str, Any] | None = None
     # what this version does not know, kept as read
     extra: dict[str, Any] = field(default_factory=dict)
     # known keys a file (of an older version) did not have: not written back
@@ -323,7 +326,7 @@ def _typed(name: str, value: Any, default: Any) -> Any:
             else None
     if name == "client_fell_behind":
         return value if isinstance(value, bool) else None
-    if name in ("limits", "service", "cgroup", "live", "request", "client_pace"):
+    if name in ("limits", "service", "cgroup", "live", "request", "client_pace", "clock"):
         return dict(value) if isinstance(value, Mapping) else None
     if name == "command":
         return list(value) if isinstance(value, list) else []

@@ -19,7 +19,7 @@ from typing import Any
 
 from client import __version__
 from client.data.files import rewrite_rows, write_metadata
-from client.data.imports import EPOCH, Imported
+from client.data.imports import EPOCH, Imported, ImportedRequest
 from client.data.metadata import LoadMode, RunMetadata, watched_without_limit
 from client.data.record import RawDataError, RequestRecord
 from client.data.summary import summarize
@@ -73,8 +73,18 @@ def place_requests(imported: Imported, zero_epoch_ns: int, start_epoch_ns: int |
     else:
         base = start_epoch_ns - zero_epoch_ns
     ordered = sorted(imported.requests, key=lambda r: r.start_ns)
-    return [RequestRecord(seq, r.start_ns + base + offset_ns, r.latency_ns, r.status, r.error)
-            for seq, r in enumerate(ordered)]
+    return [_placed(seq, r, base + offset_ns) for seq, r in enumerate(ordered)]
+
+
+def _placed(seq: int, request: ImportedRequest, shift_ns: int) -> RequestRecord:
+    """The request as a record on the timeline's clock (http-timing's own row kept whole, its
+    scheduled send moved with it)."""
+    if (kept := request.kept) is not None:
+        return replace(kept, seq=seq, start_ns=request.start_ns + shift_ns,
+                       scheduled_ns=None if kept.scheduled_ns is None else
+                       kept.scheduled_ns - kept.start_ns + request.start_ns + shift_ns)
+    return RequestRecord(seq, request.start_ns + shift_ns, request.latency_ns, request.status,
+                         request.error)
 
 
 def max_overlap(records: list[RequestRecord]) -> int:

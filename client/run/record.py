@@ -16,7 +16,7 @@ import os
 import platform
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from client.run.modes import time_plan
 from client.run.observer import RunObserver
 from client.run.plan import LoadPlan
 from client.run.recorder import RunOutcome, files_first, stop_on_terminate
+from client.run.timeline_record import anchor_clock
 
 __all__ = ["RecordedRun", "RunSpec", "load_average", "note_pace", "record_run"]
 
@@ -162,6 +163,13 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
         metadata.cgroup["usage"] = attached.sampler.usage   # the sampler keeps it up to date
     if watcher is not None:
         watcher.run_started(metadata, attached.sampler.samples if attached else None)
+
+    def on_start(run_start_ns: int) -> None:
+        """At the run's first instant: where its clock is on the wall clock (``import``
+        places its requests on a recorded timeline by it), then the group's sampler."""
+        metadata.clock = asdict(anchor_clock(run_start_ns))
+        if attached is not None:
+            attached.start(run_start_ns)
     try:
         with stop_on_terminate():
             if spec.replica_urls:
@@ -174,7 +182,7 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
             time_plan(spec.sent, spec.plan, on_record, label="target" if spec.targets else "replica",
                       new_connection=spec.new_connection,
                       timeout=spec.timeout, max_consecutive_failures=spec.max_failures,
-                      outcome=outcome, on_start=attached.start if attached else None,
+                      outcome=outcome, on_start=on_start,
                       wrap=attached.probe if attached and spec.plan.sequential else None,
                       verify=spec.verify, ok_status=spec.ok_status)
     except KeyboardInterrupt:

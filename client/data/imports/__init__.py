@@ -13,6 +13,7 @@ from client.data.imports.base import (EPOCH, RELATIVE, ImportedRequest, Imported
                                       ImportFileError, read_bytes)
 from client.data.imports.envoy import EnvoyDefault, EnvoyJson
 from client.data.imports.hey import HeyCsv
+from client.data.imports.http_timing import HttpTimingRun
 from client.data.imports.jmeter import JMeterCsv
 from client.data.imports.k6 import K6Csv, K6Json
 from client.data.imports.locust import LocustCsv
@@ -41,7 +42,7 @@ class Importer(Protocol):
 IMPORTERS: dict[str, Importer] = {i.name: i for i in (
     VegetaCsv(), VegetaJson(), K6Json(), K6Csv(), HeyCsv(), OhaCsv(), OhaSqlite(),
     JMeterCsv(), LocustCsv(), TraefikClf(), TraefikJson(), NginxTiming(), EnvoyDefault(),
-    EnvoyJson())}
+    EnvoyJson(), HttpTimingRun())}
 
 
 def recognise(path: Path) -> Importer:

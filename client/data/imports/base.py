@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NoReturn
 
-from client.data.record import RawDataError
+from client.data.record import RawDataError, RequestRecord
 
 __all__ = ["EPOCH", "RELATIVE", "ImportFileError", "Imported", "ImportedRequest", "bad_line",
            "table_rows",
@@ -38,6 +38,7 @@ class ImportedRequest:
     status: int            # 0: no answer (transport error)
     error: str = ""
     upstream: str = ""     # the server that answered it (a proxy's log: "10.42.0.7:8000")
+    kept: RequestRecord | None = None   # http-timing's own row, kept whole (start on its clock)
 
 
 @dataclass
