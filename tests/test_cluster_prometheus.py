@@ -7,6 +7,7 @@ input: one line, exit 2."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterator, Mapping
@@ -14,16 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from client.analysis.cluster import WorkloadLimits
-from client.analysis.cluster_prometheus import (LEFT_OUT, NOT_IN_PROMETHEUS, bucket_quantile,
-                                                by_pod, increase, prometheus_row, rates)
+from client.analysis.advise_target import LatencyTarget
+from client.analysis.cluster import WorkloadLimits, pod_window, row_of
+from client.analysis.cluster_prometheus import (FROM_AGENTS, LEFT_OUT, NOT_IN_PROMETHEUS,
+                                                bucket_quantile, by_pod, combined, covers,
+                                                increase, prometheus_row, rates)
 from client.render.cluster import format_cluster, format_cluster_csv
+from client.run.replay_input import read_recording
 from client.run.prometheus import (AGENT_METRICS, Prometheus, PrometheusError, agent_series,
                                    open_prometheus)
 from tests.prometheus_support import Scraped, scraped_agent
 from tests.support import exit_code_and_errors, free_port
 
 DATA = Path(__file__).parent / "data" / "prometheus"
+CLUSTER_DATA = Path(__file__).parent / "data" / "cluster"   # the agent's timelines
 BUSY = WorkloadLimits("static/deployment/busy", 0.2, 0.2)
 
 
@@ -83,6 +88,30 @@ def test_what_needs_each_period_is_left_out_with_the_reason() -> None:
                              ["none-1"], found)
     assert nothing.notes[0].startswith(NOT_IN_PROMETHEUS) and nothing.periods is None
     assert len(format_cluster_csv([row, nothing]).splitlines()) == 3   # the others still print
+
+
+def test_the_agents_windows_give_what_needs_each_period_when_they_cover_it() -> None:
+    counted = json.loads((DATA / "counted.json").read_text())
+    found = by_pod(agent_series(recorded_prometheus(), 'level="group"', counted["since_s"],
+                                counted["at"]))
+    first = min(t for s in found[("", "busy")]["periods"] for t, _ in s.samples)
+    recording = read_recording(CLUSTER_DATA / "shop_web-a.cgroup.csv")
+    window = dataclasses.replace(
+        pod_window("busy", recording.samples, recording.period_ns, recording.limits, 0),
+        start_epoch_ns=int(first * 1e9))
+    assert covers([window], "", ["busy", "gone"], found) is None
+    late = dataclasses.replace(window, start_epoch_ns=int((first + 30) * 1e9))
+    assert covers([late], "", ["busy"], found) == (
+        "the agents' window of /busy starts 30 s after Prometheus's first sample of it")
+    assert covers([], "", ["busy"], found) == "the agents have no window of /busy"
+    agents = row_of(BUSY, [window], LatencyTarget(10.0))
+    row = combined(prometheus_row(BUSY, "", ["busy"], found), agents)
+    assert row.periods_throttled == counted["after"]["nr_throttled"]   # Prometheus's
+    assert (row.recommended_cpus, row.delay_p99_now_ms) == (agents.recommended_cpus,
+                                                            agents.delay_p99_now_ms)
+    sources = row.to_dict()["sources"]
+    assert sources["recommended_cpus"] == sources["added_delay"] == FROM_AGENTS
+    assert "Prometheus" in sources["periods"] and LEFT_OUT not in row.notes
 
 
 # ---- a real Prometheus scraping the real agent -------------------------------------------------

@@ -12,18 +12,22 @@ days; but only at its scrapes. What that gives exactly:
   (interpolated within a bucket as ``histogram_quantile`` does).
 
 What needs each period (the added delay for a random arrival, the replay at another limit:
-the recommended limit and its predicted delay) is left out and the row says why.
+the recommended limit and its predicted delay) is left out and the row says why; or, when
+the agents' per-period windows cover what Prometheus saw of each pod, taken from them
+(:func:`combined`), each figure naming its source.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
-from client.analysis.cluster import KRR, VPA, ClusterRow, WorkloadLimits
+from client.analysis.cluster import KRR, VPA, ClusterRow, PodWindow, WorkloadLimits
 from client.run.prometheus import Series
 
-__all__ = ["LEFT_OUT", "NOT_IN_PROMETHEUS", "PodSeries", "SOURCES", "bucket_quantile",
-           "by_pod", "increase", "prometheus_row", "rates"]
+__all__ = ["FROM_AGENTS", "LEFT_OUT", "NOT_IN_PROMETHEUS", "PodSeries", "SOURCES",
+           "bucket_quantile", "by_pod", "combined", "covers", "increase", "prometheus_row",
+           "rates"]
 
 PodSeries = Mapping[str, Sequence[Series]]   # a key of prometheus.AGENT_METRICS -> series
 LEFT_OUT = ("added delay p99 now, the recommended limit and its predicted delay: left out, "
@@ -135,3 +139,44 @@ def prometheus_row(workload: WorkloadLimits, namespace: str, pod_names: Sequence
         None, None, None, None, tuple(notes), missing,
         wait_p99_ms=None if wait is None else 1000 * wait, sources=SOURCES)
 
+
+
+FROM_AGENTS = ("the agents' per-period windows (through pods/proxy), which cover what "
+               "Prometheus saw of each pod: the record's throttles, and the replay at the limit")
+
+
+def covers(windows: Sequence[PodWindow], namespace: str, pod_names: Sequence[str],
+           found: Mapping[tuple[str, str], PodSeries], slack_s: float = 5.0) -> str | None:
+    """None when each of the pods Prometheus saw has an agent window from its first sample
+    there (within ``slack_s``), else why not (one line)."""
+    by_name = {w.pod: w for w in windows}
+    for pod in pod_names:
+        ns, series = namespace, found.get((namespace, pod), {})
+        if not series.get("periods"):
+            continue
+        first = min(s.samples[0][0] for s in series["periods"] if s.samples)
+        window = by_name.get(pod)
+        if window is None or window.start_epoch_ns is None:
+            return f"the agents have no window of {ns}/{pod}"
+        if window.start_epoch_ns / 1e9 > first + slack_s:
+            late = window.start_epoch_ns / 1e9 - first
+            return (f"the agents' window of {ns}/{pod} starts {late:.0f} s after Prometheus's "
+                    "first sample of it")
+    return None
+
+
+def combined(prometheus: ClusterRow, agents: ClusterRow) -> ClusterRow:
+    """``prometheus``'s row with what needs each period from ``agents`` (the same workload's
+    row from the agents' windows): the added delay now, the recommended limit and its
+    predicted delay; the sources say which came from where."""
+    notes = tuple(n for n in prometheus.notes if n != LEFT_OUT) + tuple(
+        n for n in agents.notes if n.startswith(("estimated: ", "replicas moved",
+                                                 "no recommendation")))
+    sources = tuple((k, v) for k, v in prometheus.sources
+                    if k not in ("added_delay", "recommended_cpus"))
+    return dataclasses.replace(
+        prometheus, delay_p99_now_ms=agents.delay_p99_now_ms,
+        recommended_cpus=agents.recommended_cpus,
+        predicted_delay_p99_ms=agents.predicted_delay_p99_ms,
+        predicted_periods_throttled=agents.predicted_periods_throttled, notes=notes,
+        sources=(*sources, ("added_delay", FROM_AGENTS), ("recommended_cpus", FROM_AGENTS)))

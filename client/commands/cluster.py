@@ -15,6 +15,7 @@ windows, without what needs each period.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -26,7 +27,7 @@ from pathlib import Path
 from client.analysis.advise_target import LatencyTarget
 from client.analysis.cluster import (ClusterRow, PodWindow, WorkloadLimits, pod_window, row_of,
                                      sort_rows)
-from client.analysis.cluster_prometheus import by_pod, prometheus_row
+from client.analysis.cluster_prometheus import by_pod, combined, covers, prometheus_row
 from client.analysis.replay import ReplayError
 from client.commands.common import EXIT_OK
 from client.commands.options import CliError, OneLineParser, number_above
@@ -37,11 +38,12 @@ from client.run.kube_api import KubeError, current_namespace
 from client.run.prometheus import Prometheus, PrometheusError, agent_series, open_prometheus
 from client.run.replay_input import Recording, read_recording
 
-__all__ = ["DEFAULT_DELAY_MS", "DEFAULT_SINCE_S", "PodWindows", "build_cluster_parser",
-           "command_cluster", "duration", "pod_windows"]
+__all__ = ["AGENT_WINDOWS_S", "DEFAULT_DELAY_MS", "DEFAULT_SINCE_S", "PodWindows",
+           "build_cluster_parser", "command_cluster", "duration", "pod_windows"]
 
 DEFAULT_SINCE_S = 600.0
 DEFAULT_DELAY_MS = 10.0
+AGENT_WINDOWS_S = 3600.0   # --prometheus: the agents' windows are asked for up to this --since
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
 
 
@@ -92,8 +94,9 @@ def build_cluster_parser() -> argparse.ArgumentParser:
                         "(a URL, or a service through the API server's proxy, as krr): for a "
                         "--since longer than the agents keep; gives periods, periods "
                         "throttled, throttled time, usage p95, VPA's rule and the wait "
-                        "histogram's p99, not the added delay or a recommended limit (they "
-                        "need each period)")
+                        "histogram's p99; the added delay and a recommended limit need each "
+                        "period: from the agents' windows when --since is at most "
+                        f"{AGENT_WINDOWS_S / 3600:g}h and they cover it, else left out")
     parser.add_argument("--data-dir", type=Path, metavar="DIR",
                         help="keep the fetched windows there (<ns>_<pod>.cgroup.csv and .json; "
                         "default: a temporary folder, removed)")
@@ -151,7 +154,10 @@ def _rows(workloads: list[Workload], since_s: float, dest: Path, target: Latency
 
 
 def _prometheus_rows(prometheus: Prometheus, workloads: list[Workload], namespace: str | None,
-                     since_s: float) -> tuple[list[ClusterRow], list[str]]:
+                     since_s: float, dest: Path, target: LatencyTarget
+                     ) -> tuple[list[ClusterRow], list[str]]:
+    """Each recorded workload's row from Prometheus; within :data:`AGENT_WINDOWS_S`, what
+    needs each period from the agents' windows when they cover what Prometheus saw."""
     matchers = 'level="pod"' + ("" if namespace is None else f',namespace="{namespace}"')
     found = by_pod(agent_series(prometheus, matchers, since_s, time.time()))
     rows, unrecorded = [], []
@@ -161,8 +167,19 @@ def _prometheus_rows(prometheus: Prometheus, workloads: list[Workload], namespac
             continue
         limits = WorkloadLimits(str(workload.ref), workload.limit_cpus, workload.request_cpus,
                                 workload.replicas)
-        rows.append(prometheus_row(limits, workload.ref.namespace,
-                                   [p.name for p in workload.pods], found))
+        row = prometheus_row(limits, workload.ref.namespace, [p.name for p in workload.pods],
+                             found)
+        if since_s <= AGENT_WINDOWS_S and row.pods:
+            got = pod_windows(workload, since_s, dest)
+            short = (covers(got.windows, workload.ref.namespace,
+                                   [p.name for p in workload.pods], found) if got.windows
+                     else "no window" + (f" ({got.missing[0]})" if got.missing else ""))
+            if short is None:
+                row = combined(row, row_of(limits, got.windows, target))
+            else:
+                row = dataclasses.replace(row, notes=(*row.notes, f"not from the agents: "
+                                                      f"{short}"))
+        rows.append(row)
     return sort_rows(rows), unrecorded
 
 
@@ -189,19 +206,21 @@ def command_cluster(argv: list[str]) -> int:
     if not any(p.recorded for w in workloads for p in w.pods):
         raise CliError(f"no workload in {where} has a pod the node agent records: label its "
                        "pods throttle-lab/record=true (and kubectl apply -k k8s/recorder)")
-    if prometheus is not None:
-        try:
-            rows, unrecorded = _prometheus_rows(prometheus, workloads, namespace, opts.since)
-        except PrometheusError as exc:
-            raise CliError(str(exc)) from None
-        source = f" from Prometheus at {prometheus.where}"
-    else:
-        with tempfile.TemporaryDirectory(prefix="cluster-") as scratch:
-            dest = opts.data_dir if opts.data_dir is not None else Path(scratch)
+    with tempfile.TemporaryDirectory(prefix="cluster-") as scratch:
+        dest = opts.data_dir if opts.data_dir is not None else Path(scratch)
+        if prometheus is not None:
+            try:
+                rows, unrecorded = _prometheus_rows(prometheus, workloads, namespace,
+                                                    opts.since, dest, target)
+            except PrometheusError as exc:
+                raise CliError(str(exc)) from None
+            source = f" from Prometheus at {prometheus.where}"
+        else:
             rows, unrecorded = _rows(workloads, opts.since, dest, target, opts.picture)
-        source = " from the node agents"
+            source = " from the node agents"
     header = f"cluster: {where}, the last {opts.since:g} s{source}" + (
-        "" if prometheus is not None else f"; target: added delay p99 <= {delay:g} ms")
+        f"; target: added delay p99 <= {delay:g} ms"
+        if any(r.recommended_cpus is not None for r in rows) or prometheus is None else "")
     if opts.json:
         print(json.dumps(json_ready({
             "namespace": namespace, "since_s": opts.since,
