@@ -21,7 +21,7 @@ from pathlib import Path
 
 from benchmarks.records import ENV, PAGE, RESULTS, latest, write_page
 
-__all__ = ["CHOSEN", "main", "run_one"]
+__all__ = ["CHOSEN", "NODE", "main", "run_one"]
 
 # what ``make bench`` runs, with the arguments it gives each (root and this host only)
 CHOSEN: dict[str, tuple[str, ...]] = {
@@ -36,6 +36,9 @@ CHOSEN: dict[str, tuple[str, ...]] = {
     "thread_sampling": (),
     "replay_accuracy": (),
 }
+# run by name only: they use the project's Kubernetes node (under its lock, as docs/benchmarks.md
+# says: ``flock /tmp/kube.lock timeout 1200 ...``)
+NODE: tuple[str, ...] = ("agent_cost_node", "passive_vs_live")
 PACKAGE = Path(__file__).resolve().parent
 
 
@@ -74,7 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = known()
     if opts.list:
         for name in names:
-            print(f"{name}{'  (make bench)' if name in CHOSEN else ''}")
+            note = "  (make bench)" if name in CHOSEN else "  (the node)" if name in NODE else ""
+            print(f"{name}{note}")
         return 0
     unknown = [n for n in opts.names if n not in names]
     if unknown:

@@ -1,0 +1,393 @@
+"""``advise --passive`` against the live ``advise`` on the project's node, and the replay's
+predicted p99 against a live run at two limits (issue 46's benchmark).
+
+    sudo .venv/bin/python -m benchmarks.passive_vs_live [--shapes sequential c4 bursts]
+                                                        [--limit 100m] [--p99 30 60 60]
+                                                        [--requests 80] [--rate 8]
+
+On the project's node (brought up if it is down, and taken down again at the end; one that is
+up is reused and left up), with the node agent's DaemonSet (k8s/recorder/, at its default
+interval; deployed here if it does not run, removed at the end), ``k8s/``'s limited Deployment
+and its Service in a namespace of their own (``tl-passive-bench``, deleted at the end; its
+``limits.cpu`` is ``--limit``, the demo's 100m by default). Per load shape (``sequential``: one
+request after another; ``c4``: a closed loop of 4; ``bursts``: an open loop at ``--rate`` whose
+targets are ``--burst-size`` heavy requests in every ``--burst-every``), the load sent from
+the host to the pod's IP:
+
+1. the load, while the agent records the pod; its run file kept;
+2. ``advise --passive --k8s NS/deployment/limited --p99 T --requests-from <that run> --since``
+   (the window of the load): the answer A_passive and its predicted p99 there and 25 % lower;
+3. ``advise --k8s ... --p99 T`` with the same load: A_live (it resizes the pod in place and
+   puts the limit back);
+4. ``sweep --k8s ... --cpus A`` and ``--cpus`` 25 % lower, the same load (each resize put
+   back by sweep), A the passive answer (without one, the live answer): the measured p99 at
+   both, against the replay's prediction there (``predict --timeline <the fetched window>
+   --requests-from <the run>``: the numbers ``advise --passive`` judged by).
+
+Prints one row per shape, and writes the record (``benchmarks/records.py``; set
+``BENCH_RECORDS=benchmarks/results`` or run it through ``python -m benchmarks``). Needs root
+and the node's tools (scripts/install-system-deps.sh); run it under the node's lock (``flock /tmp/kube.lock``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks.support import HTTP_TIMING, ROOT, keep_record, loadavg, run_main
+from client.data.files import read_run
+from client.data.summary import percentile
+
+__all__ = ["NAMESPACE", "SHAPES", "main"]
+
+NAMESPACE = "tl-passive-bench"
+WORKLOAD = f"{NAMESPACE}/deployment/limited"
+SHAPES = ("sequential", "c4", "bursts")
+GOAL = 0.25   # issue 46: within 25 %
+LESS = 0.75   # the second limit checked: 25 % below the first (as advise --passive shows)
+
+
+def log(msg: str) -> None:
+    print(f"[passive_vs_live] {msg}", file=sys.stderr, flush=True)
+
+
+def limit_patch(limit: str) -> str:
+    """A kustomize patch setting the limited Deployment's CPU request and limit."""
+    return f"""  - patch: |-
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata:
+        name: limited
+      spec:
+        template:
+          spec:
+            containers:
+              - name: burn-service
+                resources:
+                  requests:
+                    cpu: {limit}
+                  limits:
+                    cpu: {limit}
+"""
+
+
+@contextmanager
+def the_node() -> Iterator[Any]:
+    """The node up (reused, or brought up and taken down at the end)."""
+    from kubenode import node
+    from kubenode.config import layout
+
+    lay = layout()
+    reused = node.reusable(node.Node(lay, lambda _: None))
+    up = node.up(lay, log)
+    try:
+        yield up
+    finally:
+        if not reused:
+            node.down(lay, log)
+
+
+@contextmanager
+def the_recorder(n: Any, work: Path) -> Iterator[None]:
+    """The node agent's DaemonSet running (deployed here if absent, then removed)."""
+    from kubenode import project_images, recorder
+    from kubenode import node as kubenode
+    from kubenode.images import ctr_images
+
+    if "docker.io/library/" + project_images.SERVICE_IMAGE not in ctr_images(
+            n.containerd_address):
+        kubenode.load_project_images(n.lay, log, ROOT)
+    ns = recorder.RECORDER_NAMESPACE
+    running = n.kubectl("-n", ns, "get", "daemonset", "recorder", check=False).returncode == 0
+    overlay = work / "recorder-overlay"
+    if not running:
+        recorder.deploy_recorder(n, ROOT, overlay, log)
+    try:
+        yield
+    finally:
+        if not running:
+            n.kubectl("delete", "-k", str(overlay), "--ignore-not-found", "--wait=true",
+                      "--timeout=120s", check=False, timeout=150)
+
+
+def overlay(directory: Path, limit: str) -> Path:
+    """A kustomize overlay of ``k8s/`` in :data:`NAMESPACE`: the limited Deployment (its CPU
+    request and limit ``limit``) and the Services; the Job, the limitless Deployment and the
+    Ingresses deleted."""
+    directory.mkdir(parents=True, exist_ok=True)
+    deletions = "".join(f"""  - patch: |-
+      $patch: delete
+      apiVersion: {api}
+      kind: {kind}
+      metadata:
+        name: {name}
+""" for api, kind, name in (("batch/v1", "Job", "http-timing"),
+                            ("apps/v1", "Deployment", "limitless")))
+    (directory / "kustomization.yaml").write_text(f"""apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: {NAMESPACE}
+resources:
+  - {os.path.relpath(ROOT / "k8s", directory)}
+patches:
+{deletions}  - target:
+      kind: Ingress
+    patch: |-
+      $patch: delete
+      apiVersion: networking.k8s.io/v1
+      kind: Ingress
+      metadata:
+        name: any
+{limit_patch(limit)}""")
+    return directory
+
+
+@contextmanager
+def the_deployment(n: Any, work: Path, limit: str) -> Iterator[str]:
+    """k8s/'s limited Deployment and Services in :data:`NAMESPACE` at ``limit``; yields the
+    pod's base URL. The namespace is deleted at the end."""
+    deadline = time.monotonic() + 300
+    while "Terminating" in n.kubectl("get", "namespace", NAMESPACE, check=False).stdout:
+        if time.monotonic() > deadline:   # an earlier run's, still going
+            raise SystemExit(f"namespace {NAMESPACE} still Terminating after 5 min")
+        time.sleep(2)
+    n.kubectl("apply", "-k", str(overlay(work / "overlay", limit)), timeout=120)
+    try:
+        n.kubectl("-n", NAMESPACE, "rollout", "status", "deployment/limited",
+                  "--timeout=300s", timeout=320)
+        pods = json.loads(n.kubectl("-n", NAMESPACE, "get", "pods", "-l",
+                                    "app.kubernetes.io/component=limited", "-o",
+                                    "json").stdout)["items"]
+        (pod,) = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        base = f"http://{pod['status']['podIP']}:7800"
+        deadline = time.monotonic() + 60
+        while not _healthy(base):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the pod at {base} did not answer /healthz in 60 s")
+            time.sleep(0.5)
+        yield base
+    finally:
+        n.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=300s",
+                  check=False, timeout=320)
+
+
+def _healthy(base: str) -> bool:
+    try:
+        return httpx.get(base + "/healthz", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def load_args(shape: str, base: str, opts: argparse.Namespace, work: Path) -> list[str]:
+    """The client's options for one load shape (the same for every command)."""
+    url = f"{base}/cpuBurnFlow?iterations={opts.iterations}"
+    common = ["--requests", str(opts.requests), "--warmup", "2"]
+    if shape == "sequential":
+        return ["--url", url, *common]
+    if shape == "c4":
+        return ["--url", url, "--concurrency", "4", *common]
+    heavy = f"{base}/cpuBurnFlow?iterations={opts.burst_iterations}"
+    targets = work / "bursts.targets"
+    targets.write_text("\n".join(f"GET {heavy if i < opts.burst_size else url}\n"
+                                 for i in range(opts.burst_every)))
+    return ["--targets", str(targets), "--rate", f"{opts.rate:g}", *common]
+
+
+def http_timing(args: Sequence[str], cwd: Path, env: dict[str, str],
+                ok: tuple[int, ...] = (0,), timeout: float = 600) -> str:
+    """``http-timing ARGS`` as a user runs it; its standard output."""
+    done = subprocess.run([str(HTTP_TIMING), *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    if done.returncode not in ok:
+        raise SystemExit(f"http-timing {' '.join(args[:3])} failed ({done.returncode}): "
+                         f"{done.stderr.strip()[-600:]}")
+    return done.stdout
+
+
+def p99_of(csv: Path) -> float:
+    run = read_run(csv)
+    return percentile([r.latency_ns / 1e6 for r in run.records if not r.error], 99)
+
+
+def one_csv(directory: Path) -> Path:
+    (csv,) = [p for p in directory.glob("*.csv") if not p.name.endswith(".cgroup.csv")]
+    return csv
+
+
+def error(predicted: float | None, measured: float | None) -> float | None:
+    if predicted is None or not measured:
+        return None
+    return predicted / measured - 1
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:+.0f} %"
+
+
+def ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
+def run_shape(shape: str, target: float, base: str, opts: argparse.Namespace, work: Path,
+              env: dict[str, str]) -> dict[str, Any]:
+    """Steps 1-4 for one shape; its row."""
+    out = work / shape
+    out.mkdir()
+    load = load_args(shape, base, opts, out)
+    # 1. the load, recorded by the agent
+    started = time.monotonic()
+    http_timing([*load, "--name", "recorded", "--data-dir", str(out / "recorded"),
+                 "--no-plot", "--quiet"], out, env)
+    run = out / "recorded" / "recorded.csv"
+    time.sleep(opts.flush)   # the agent writes the last periods' rows
+    since = math.ceil(time.monotonic() - started) + 2
+    # 2. the passive answer
+    passive = json.loads(http_timing(
+        ["advise", "--passive", "--k8s", WORKLOAD, "--p99", f"{target:g}", "--requests-from",
+         str(run), "--since", f"{since}s", "--data-dir", str(out / "passive"), "--json"],
+        out, env, ok=(0, 3)))
+    (out / "passive.json").write_text(json.dumps(passive, indent=1))
+    a_passive = (passive.get("recommended") or {}).get("cpus")
+    log(f"{shape}: passive {a_passive} CPU ({passive.get('reason') or 'met'})")
+    # 3. the live answer
+    live = json.loads(http_timing(
+        ["advise", "--k8s", WORKLOAD, *load, "--p99", f"{target:g}", "--profile-seconds",
+         f"{opts.profile_seconds:g}", "--max-runs", str(opts.max_runs), "--no-alternatives",
+         "--name", "live", "--data-dir", str(out / "live"), "--pictures-dir",
+         str(out / "pictures"), "--json"], out, env, ok=(0, 3), timeout=1000))
+    (out / "live.json").write_text(json.dumps(live, indent=1))
+    a_live = (live.get("recommended") or {}).get("cpus")
+    log(f"{shape}: live {a_live} CPU")
+    # 4. at the passive answer and 25 % below it (without one: the live answer's), the
+    # replay's prediction (predict on the same window and requests) against a live run
+    checked = a_passive or a_live
+    limits = [] if checked is None else [checked, round(checked * LESS, 3)]
+    predicted: list[float | None] = [None] * len(limits)
+    if limits:
+        replay = json.loads(http_timing(
+            ["predict", "--timeline", str(passive["timeline"]).split(", ")[0],
+             "--requests-from", str(run), "--cpus", ",".join(f"{c:g}" for c in limits),
+             "--json"], out, env))
+        predicted = [row.get("p99_ms") for row in replay["limits"]]
+    checks = []
+    for i, (cpus, guess) in enumerate(zip(limits, predicted)):
+        data = out / f"sweep-{i}"
+        http_timing(["sweep", "--k8s", WORKLOAD, *load, "--cpus", f"{cpus:g}", "--name",
+                     f"at-{i}", "--data-dir", str(data), "--pictures-dir",
+                     str(out / "pictures"), "--no-plot"], out, env, timeout=600)
+        seen = p99_of(one_csv(data))
+        checks.append({"cpus": cpus, "predicted_p99_ms": guess, "measured_p99_ms": seen,
+                       "error": error(guess, seen)})
+    demand = passive.get("demand") or {}
+    recorded = passive.get("requests") or {}
+    return {"shape": shape, "target_p99_ms": target, "since_s": since,
+            "a_passive": a_passive, "a_live": a_live,
+            "ratio": a_passive / a_live if a_passive and a_live else None,
+            "passive_reason": passive.get("reason"), "live_reason": live.get("reason"),
+            "checked_at": "passive" if a_passive else "live" if a_live else None,
+            "recorded_p99_ms": (recorded.get("measured") or {}).get("p99_ms"),
+            "recorded_requests": recorded.get("count"),
+            "throttled_fraction": demand.get("throttled_fraction"),
+            "demand_exact": demand.get("exact"), "demand_says": demand.get("says"),
+            "checks": checks, "live_runs": len(live.get("runs") or []),
+            "load_average": loadavg(), "kept": str(out)}
+
+
+def row_line(r: dict[str, Any]) -> str:
+    def cpus(v: float | None) -> str:
+        return "none" if v is None else f"{v:.3g}"
+
+    ratio = "–" if r["ratio"] is None else f"{r['ratio']:.2f}"
+    hidden = "–" if r["throttled_fraction"] is None else f"{100 * r['throttled_fraction']:.0f} %"
+    checks = [f"{cpus(c['cpus'])}: {ms(c['predicted_p99_ms'])} / {ms(c['measured_p99_ms'])} "
+              f"({pct(c['error'])})" for c in r["checks"]]
+    checks += ["–"] * (2 - len(checks))
+    return (f"| {r['shape']} | {r['target_p99_ms']:g} | {hidden} | {cpus(r['a_passive'])} | "
+            f"{cpus(r['a_live'])} | {ratio} | {r['checked_at'] or '–'} | {checks[0]} | "
+            f"{checks[1]} | {r['load_average']} |")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
+    parser.add_argument("--p99", type=float, nargs="+", default=[30.0, 60.0, 60.0],
+                        help="the target per shape, ms, in --shapes' order (default 30 60 60)")
+    parser.add_argument("--limit", default="100m",
+                        help="the Deployment's limits.cpu while the load is recorded (default "
+                             "100m, the demo's)")
+    parser.add_argument("--iterations", type=int, default=5000,
+                        help="burn iterations per request (~1 us of CPU each; default 5000)")
+    parser.add_argument("--requests", type=int, default=80, help="requests per run")
+    parser.add_argument("--rate", type=float, default=8.0,
+                        help="the bursts shape's open-loop rate, requests/s (default 8)")
+    parser.add_argument("--burst-every", type=int, default=10,
+                        help="the bursts shape: targets in one round (default 10)")
+    parser.add_argument("--burst-size", type=int, default=3,
+                        help="the bursts shape: heavy targets at the start of each round "
+                             "(default 3)")
+    parser.add_argument("--burst-iterations", type=int, default=15000,
+                        help="a heavy target's iterations (default 15000)")
+    parser.add_argument("--profile-seconds", type=float, default=3.0,
+                        help="live advise's --profile-seconds (default 3)")
+    parser.add_argument("--max-runs", type=int, default=10,
+                        help="live advise's --max-runs (default 10)")
+    parser.add_argument("--flush", type=float, default=3.0,
+                        help="seconds to wait after a load for the agent's rows (default 3)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the runs are kept (default: a new temporary folder)")
+    opts = parser.parse_args(argv)
+    if len(opts.p99) == 1:
+        opts.p99 = opts.p99 * len(opts.shapes)
+    if len(opts.p99) != len(opts.shapes):
+        parser.error(f"--p99: one target, or one per shape ({len(opts.shapes)})")
+    if os.geteuid() != 0:
+        parser.error("the node needs root")
+    if not Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists():
+        raise SystemExit("the node's pods are read in the v1 cpu hierarchy: "
+                         "/sys/fs/cgroup/cpu/cpu.cfs_quota_us is missing")
+    work = opts.out or Path(tempfile.mkdtemp(prefix="passive-vs-live-"))
+    work.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    with the_node() as n, the_recorder(n, work), \
+            the_deployment(n, work, opts.limit) as base:
+        env = dict(os.environ, KUBECONFIG=str(n.lay.kubeconfig),
+                   PATH=f"{n.lay.kube_bin}{os.pathsep}{os.environ['PATH']}")
+        print(f"### advise --passive against advise on the node: {WORKLOAD} recorded at "
+              f"{opts.limit}, {opts.requests} requests a run of ~{opts.iterations / 1000:g} ms "
+              f"of CPU (bursts: {opts.burst_size} of {opts.burst_every} at "
+              f"~{opts.burst_iterations / 1000:g} ms, {opts.rate:g}/s); runs kept in {work}; "
+              f"load average before {loadavg()}, {os.cpu_count()} CPUs\n")
+        print("| shape | p99 target ms | recorded window throttled (demand hidden) "
+              "| A_passive CPU | A_live CPU | passive / live | checked at | at A: predicted / "
+              "measured p99 ms (error) | at 25 % less: predicted / measured p99 ms (error) "
+              "| load average |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for shape, target in zip(opts.shapes, opts.p99):
+            row = run_shape(shape, target, base, opts, work, env)
+            rows.append(row)
+            print(row_line(row), flush=True)
+    within = [r["shape"] for r in rows if r["ratio"] is not None
+              and abs(r["ratio"] - 1) <= GOAL and r["checks"][0]["error"] is not None
+              and abs(r["checks"][0]["error"]) <= GOAL]
+    print(f"\n(load average after {loadavg()}; goal: A_passive within {100 * GOAL:g} % of "
+          f"A_live and the predicted p99 at A_passive within {100 * GOAL:g} % of the measured: "
+          f"{', '.join(within) or 'no shape'} met it)")
+    keep_record("passive_vs_live", {"limit": opts.limit, "iterations": opts.iterations,
+                                    "requests": opts.requests, "rate": opts.rate,
+                                    "rows": rows, "within_goal": within})
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
