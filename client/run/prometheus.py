@@ -112,7 +112,7 @@ def _httpx_get(base: str, timeout: float) -> Get:
 
 
 def _proxy_get(ns: str, service: str, port: str, timeout: float) -> tuple[str, Get]:
-    from client.run.kube_api import KubeError, api_problem, connect
+    from client.run.kube_api import KubeError, connect
 
     try:
         api = connect()
@@ -121,29 +121,41 @@ def _proxy_get(ns: str, service: str, port: str, timeout: float) -> tuple[str, G
     name = f"{service}:{port}" if port else service
     base = f"/api/v1/namespaces/{ns}/services/{name}/proxy"
     where = f"{api.server}{base}"
+    client = api.core.api_client
 
     def get(path: str, params: Mapping[str, str]) -> tuple[int, bytes]:
         try:
-            response = api.core.api_client.call_api(
-                base + path, "GET", query_params=list(params.items()),
-                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"],
-                _preload_content=False, _return_http_data_only=True,
-                _request_timeout=timeout)
-        except Exception as exc:
-            status = getattr(exc, "status", None)
-            body = getattr(exc, "body", None)
-            if status in (400, 422) and body:   # Prometheus's own refusal, proxied
-                return int(status), body if isinstance(body, bytes) else str(body).encode()
-            if status in (401, 403, 404):
-                raise PrometheusError(api_problem(exc, "get", "services/proxy", ns, name,
-                                                  api.server).replace(
-                    " (the Role in k8s/advise-rbac.yaml grants what advise needs)", "")
-                ) from None
-            reason = (f"HTTP {status} {getattr(exc, 'reason', '')}".strip() if status
-                      else " ".join(str(getattr(exc, "reason", None) or exc).split())[:160])
-            raise PrometheusError(f"Prometheus at {where} unreachable: {reason}") from None
-        return int(response.status), bytes(response.data)
+            method, url, headers, body, post = client.param_serialize(
+                "GET", base + path, query_params=list(params.items()),
+                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+            response = client.call_api(method, url, header_params=headers, body=body,
+                                       post_params=post, _request_timeout=timeout)
+            response.read()
+        except Exception as exc:   # urllib3's errors, or the client's ApiException around them
+            reason = " ".join(str(getattr(exc, "reason", None) or exc).split())
+            raise PrometheusError(f"Prometheus at {where} unreachable: "
+                                  f"{reason.split('>: ')[-1][:160]}") from None
+        status, data = int(response.status), bytes(response.data or b"")
+        if status < 300 or status in (400, 422):   # 400, 422: Prometheus's refusal, proxied
+            return status, data
+        said = _said(data)
+        if status == 403:
+            raise PrometheusError(f"no permission: get services/proxy in namespace {ns} "
+                                  f"(Prometheus through the API server's proxy): {said}")
+        if status == 401:
+            raise PrometheusError(f"the API server at {api.server} does not accept the "
+                                  "credentials")
+        raise PrometheusError(f"Prometheus at {where} unreachable: HTTP {status}: {said}")
     return where, get
+
+
+def _said(body: bytes) -> str:
+    """The ``message`` of the API server's Status, else the body's start, one line."""
+    try:
+        message = json.loads(body).get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return " ".join(str(message or body[:200].decode("utf-8", "replace")).split())
 
 
 def open_prometheus(target: str, timeout: float = TIMEOUT) -> Prometheus:
