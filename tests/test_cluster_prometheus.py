@@ -19,7 +19,7 @@ from client.analysis.advise_target import LatencyTarget
 from client.analysis.cluster import WorkloadLimits, pod_window, row_of
 from client.analysis.cluster_prometheus import (FROM_AGENTS, LEFT_OUT, NOT_IN_PROMETHEUS,
                                                 bucket_quantile, by_pod, combined, covers,
-                                                increase, prometheus_row, rates)
+                                                departed_pods, increase, prometheus_row, rates)
 from client.render.cluster import format_cluster, format_cluster_csv
 from client.run.replay_input import read_recording
 from client.run.prometheus import (AGENT_METRICS, Prometheus, PrometheusError, agent_series,
@@ -112,6 +112,22 @@ def test_the_agents_windows_give_what_needs_each_period_when_they_cover_it() -> 
     sources = row.to_dict()["sources"]
     assert sources["recommended_cpus"] == sources["added_delay"] == FROM_AGENTS
     assert "Prometheus" in sources["periods"] and LEFT_OUT not in row.notes
+
+
+def test_pods_that_left_are_counted_by_the_names_their_controller_gave_them() -> None:
+    found = {("shop", name): {} for name in (
+        "web-5d8f9c7b6-x2k4q",          # a Deployment's pod that left
+        "web-api-7b9d5c4f8-q2w4r",      # web-api's, not web's
+        "agent-x7z2k",                  # a DaemonSet's
+        "db-0", "db-1",                 # a StatefulSet's: db-0 is listed now
+        "web-6c9d8f7b5-lm2n4")}         # listed now
+    found[("other", "web-5d8f9c7b6-aaaaa")] = {}   # another namespace
+    workloads = [("shop", "Deployment", "web"), ("shop", "Deployment", "web-api"),
+                 ("shop", "DaemonSet", "agent"), ("shop", "StatefulSet", "db")]
+    web, web_api, agent, db = departed_pods(workloads, [("shop", "db-0"),
+                                                        ("shop", "web-6c9d8f7b5-lm2n4")], found)
+    assert web == ["web-5d8f9c7b6-x2k4q"] and web_api == ["web-api-7b9d5c4f8-q2w4r"]
+    assert agent == ["agent-x7z2k"] and db == ["db-1"]
 
 
 # ---- a real Prometheus scraping the real agent -------------------------------------------------

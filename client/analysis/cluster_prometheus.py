@@ -20,14 +20,15 @@ the agents' per-period windows cover what Prometheus saw of each pod, taken from
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 
 from client.analysis.cluster import KRR, VPA, ClusterRow, PodWindow, WorkloadLimits
 from client.run.prometheus import Series
 
 __all__ = ["FROM_AGENTS", "LEFT_OUT", "NOT_IN_PROMETHEUS", "PodSeries", "SOURCES",
-           "bucket_quantile", "by_pod", "combined", "covers", "increase", "prometheus_row",
-           "rates"]
+           "bucket_quantile", "by_pod", "combined", "covers", "departed_pods", "increase",
+           "prometheus_row", "rates"]
 
 PodSeries = Mapping[str, Sequence[Series]]   # a key of prometheus.AGENT_METRICS -> series
 LEFT_OUT = ("added delay p99 now, the recommended limit and its predicted delay: left out, "
@@ -92,15 +93,41 @@ def by_pod(found: Mapping[str, Sequence[Series]]) -> dict[tuple[str, str], dict[
     return out
 
 
+_SAFE = "[bcdfghjklmnpqrstvwxz2456789]"   # the alphabet of generated names (rand.SafeEncodeString)
+_NAMES = {"Deployment": rf"-{_SAFE}{{1,10}}-{_SAFE}{{5}}",   # NAME-<template hash>-<5>
+          "DaemonSet": rf"-{_SAFE}{{5}}", "StatefulSet": r"-\d+"}
+
+
+def departed_pods(workloads: Sequence[tuple[str, str, str]], current: Sequence[tuple[str, str]],
+                  found: Mapping[tuple[str, str], PodSeries]) -> list[list[str]]:
+    """For each workload (namespace, kind, name), the pods Prometheus saw that the API lists
+    no more (``current``: every pod listed now), by the names their controller gives them;
+    a name two workloads could have given is neither's."""
+    now = set(current)
+    claims: dict[tuple[str, str], list[int]] = {}
+    for i, (ns, kind, name) in enumerate(workloads):
+        pattern = re.compile(re.escape(name) + _NAMES[kind])
+        for key in found:
+            if key[0] == ns and key not in now and pattern.fullmatch(key[1]):
+                claims.setdefault(key, []).append(i)
+    out: list[list[str]] = [[] for _ in workloads]
+    for (ns, pod), owners in sorted(claims.items()):
+        if len(owners) == 1:
+            out[owners[0]].append(pod)
+    return out
+
+
 def _summed(pods: Sequence[PodSeries], key: str) -> float:
     return sum(increase(s.samples) for p in pods for s in p.get(key, ()))
 
 
 def prometheus_row(workload: WorkloadLimits, namespace: str, pod_names: Sequence[str],
-                   found: Mapping[tuple[str, str], PodSeries]) -> ClusterRow:
-    """The workload's row from its pods' series (``found`` by (namespace, pod)); a pod
-    without any is a line of ``missing``, a workload without any says "not in Prometheus"."""
-    pods = [found[(namespace, p)] for p in pod_names if (namespace, p) in found]
+                   found: Mapping[tuple[str, str], PodSeries],
+                   departed: Sequence[str] = ()) -> ClusterRow:
+    """The workload's row from its pods' series (``found`` by (namespace, pod)), the pods
+    listed now and those that left in the window (``departed``); a pod listed now without
+    any is a line of ``missing``, a workload without any says "not in Prometheus"."""
+    pods = [found[(namespace, p)] for p in (*pod_names, *departed) if (namespace, p) in found]
     missing = tuple(f"{namespace}/{p}: {NOT_IN_PROMETHEUS} (no series of the node agent's "
                     "counters in the window)" for p in pod_names if (namespace, p) not in found)
     if not pods:
@@ -121,6 +148,10 @@ def prometheus_row(workload: WorkloadLimits, namespace: str, pod_names: Sequence
     throttled = round(_summed(pods, "throttled_periods"))
     wait = bucket_quantile(0.99, buckets) if limited and throttled else None
     notes = [LEFT_OUT]
+    if departed:
+        names = ", ".join(departed[:3]) + (", ..." if len(departed) > 3 else "")
+        notes.append(f"{len(departed)} pod(s) that left in the window counted too, by their "
+                     f"names in Prometheus: {names}")
     if not limited:
         notes.insert(0, "no limit: no throttling to count")
     if wait is not None:

@@ -27,13 +27,15 @@ from pathlib import Path
 from client.analysis.advise_target import LatencyTarget
 from client.analysis.cluster import (ClusterRow, PodWindow, WorkloadLimits, pod_window, row_of,
                                      sort_rows)
-from client.analysis.cluster_prometheus import by_pod, combined, covers, prometheus_row
+from client.analysis.cluster_prometheus import (by_pod, combined, covers, departed_pods,
+                                                prometheus_row)
 from client.analysis.replay import ReplayError
 from client.commands.common import EXIT_OK
 from client.commands.options import CliError, OneLineParser, number_above
 from client.data.jsonsafe import json_ready
 from client.render.cluster import format_cluster, format_cluster_csv, save_cluster_picture
-from client.run.k8s_workloads import Workload, WorkloadError, fetch_windows, list_workloads
+from client.run.k8s_workloads import (RECORD_LABEL, Workload, WorkloadError, fetch_windows,
+                                      list_workloads)
 from client.run.kube_api import KubeError, current_namespace
 from client.run.prometheus import Prometheus, PrometheusError, agent_series, open_prometheus
 from client.run.replay_input import Recording, read_recording
@@ -160,15 +162,22 @@ def _prometheus_rows(prometheus: Prometheus, workloads: list[Workload], namespac
     needs each period from the agents' windows when they cover what Prometheus saw."""
     matchers = 'level="pod"' + ("" if namespace is None else f',namespace="{namespace}"')
     found = by_pod(agent_series(prometheus, matchers, since_s, time.time()))
+    departed = departed_pods([(w.ref.namespace, w.ref.kind, w.ref.name) for w in workloads],
+                             [(w.ref.namespace, p.name) for w in workloads for p in w.pods],
+                             found)
     rows, unrecorded = [], []
-    for workload in workloads:
-        if not any(p.recorded for p in workload.pods):
+    for workload, gone in zip(workloads, departed):
+        if not any(p.recorded for p in workload.pods) and not gone:
             unrecorded.append(str(workload.ref))
             continue
         limits = WorkloadLimits(str(workload.ref), workload.limit_cpus, workload.request_cpus,
                                 workload.replicas)
-        row = prometheus_row(limits, workload.ref.namespace, [p.name for p in workload.pods],
-                             found)
+        row = prometheus_row(limits, workload.ref.namespace,
+                             [p.name for p in workload.pods if p.recorded], found, gone)
+        unlabelled = tuple(f"{workload.ref.namespace}/{p.name}: not recorded (label it "
+                           f"{RECORD_LABEL[0]}={RECORD_LABEL[1]} for the node agent)"
+                           for p in workload.pods if not p.recorded)
+        row = dataclasses.replace(row, missing=(*row.missing, *unlabelled))
         if since_s <= AGENT_WINDOWS_S and row.pods:
             got = pod_windows(workload, since_s, dest)
             short = (covers(got.windows, workload.ref.namespace,
