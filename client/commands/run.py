@@ -32,7 +32,10 @@ from client.data.status import DEFAULT_OK_STATUS, StatusRule, StatusRuleError
 from client.render.live import LivePage
 from client.render.progress import RunProgress
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
+from client.run.agent_marks import mark_through_agent
+from client.run.agent_timeline import AgentLink, AgentTimelineError, agent_link
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
+from client.run.pod_reach import locate
 from client.data.request import RequestError, redact_command
 from client.run.http import TlsError, tls_verify
 from client.run.measure import measure
@@ -131,13 +134,28 @@ def cgroup_target(spec: str | None, pod_uid: str | None) -> CgroupTarget | None:
         raise CliError(str(exc)) from None
 
 
+def run_cgroup(spec: str | None, pod_uid: str | None) -> CgroupTarget | AgentLink | None:
+    """A run's ``--cgroup``: the group's files here, or for a pod whose group is not on this
+    machine, the way to its node's agent (its timeline marks the run once it is over)."""
+    if spec is None or not spec.startswith("k8s:"):
+        return cgroup_target(spec, pod_uid)
+    try:
+        found = locate(spec, lambda s: resolve_cgroup(s, pod_uid=pod_uid))
+        return found if isinstance(found, CgroupTarget) else agent_link(found)
+    except CgroupTargetError as exc:
+        raise CliError(str(exc)) from None
+    except AgentTimelineError as exc:
+        raise CliError(f"--cgroup {spec}: {exc}") from None
+
+
 def throttling_line(report: Report, cgroup: Mapping[str, Any] | None) -> str | None:
     """The last line of a ``--cgroup`` run: what the group's counters say over the run
     (None: no group watched, or no timeline)."""
     c, d = report.cgroup, report.detection
     if cgroup is None or c is None or c.samples < 2:
         return None
-    where = f"throttling in {cgroup.get('spec') or cgroup.get('path')}"
+    where = f"throttling in {cgroup.get('spec') or cgroup.get('path')}" + (
+        f" ({cgroup['source']})" if cgroup.get("source") else "")
     known = c.usage_unknown is None
     used = f"CPU used {c.usage_cpus_mean:.2f}" if known else \
         f"CPU used: not known ({c.usage_unknown})"
@@ -195,6 +213,7 @@ def command_run(argv: list[str]) -> int:
         verify = tls_verify(opts.cacert, opts.insecure)
     except TlsError as exc:
         raise CliError(str(exc)) from None
+    watched = run_cgroup(opts.cgroup, opts.pod_uid)
     spec = RunSpec(url=url, plan=plan, name=name, data_dir=opts.data_dir,
                    iterations=asked.iterations,
                    command=["http-timing", *redact_command(argv, opts.redact)],
@@ -202,7 +221,7 @@ def command_run(argv: list[str]) -> int:
                    max_failures=opts.max_failures, ask_limits=asked.burn_service,
                    request=asked.request if asked.custom and not asked.targets else None,
                    targets=asked.targets, redact=frozenset(opts.redact),
-                   cgroup=cgroup_target(opts.cgroup, opts.pod_uid),
+                   cgroup=watched if isinstance(watched, CgroupTarget) else None,
                    cgroup_interval=opts.cgroup_interval, verify=verify, ok_status=ok_status)
     with live_page(opts) as live:   # its options' errors first (a usage error)
         for target_url in dict.fromkeys([url, *(t.url for t in asked.targets)]):
@@ -216,6 +235,12 @@ def command_run(argv: list[str]) -> int:
         recorded = measure(spec, progress=RunProgress(plan.requests, name),
                            observers=[LinePrinter(opts.quiet)], started=started,
                            watcher=live).recorded
+        if isinstance(watched, AgentLink):
+            try:
+                recorded.run = mark_through_agent(watched, recorded.run)
+            except AgentTimelineError as exc:
+                print(f"http-timing: --cgroup {watched.ref}: {exc}: the run is kept unmarked",
+                      file=sys.stderr)
         return finish(recorded, opts, live)
 
 

@@ -17,18 +17,26 @@ from typing import Any
 
 from client.run.kube_api import KubeError, connect
 
-__all__ = ["RECORDER_NAMESPACE", "RECORDER_LABEL", "AGENT_PORT", "AgentTimelineError",
-           "PodRef", "parse_pod_ref", "fetch_timeline"]
+__all__ = ["RECORDER_NAMESPACE", "RECORDER_LABEL", "AGENT_PORT", "READER_ROLE", "AgentLink",
+           "AgentTimelineError", "NoTimeline", "PodRef", "agent_link", "parse_pod_ref",
+           "fetch_timeline"]
 
 RECORDER_NAMESPACE = "throttle-lab-recorder"     # k8s/recorder/namespace.yaml
 RECORDER_LABEL = "app.kubernetes.io/name=throttle-lab-recorder"
 AGENT_PORT = 9742                                # the DaemonSet's containerPort "metrics"
 PREFIX = "k8s:"
+READER_ROLE = ("the Role throttle-lab-timeline-reader in k8s/recorder/user-rbac.yaml grants it "
+               "(kubectl -n throttle-lab-recorder create rolebinding ... "
+               "--role=throttle-lab-timeline-reader --user=YOU)")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 class AgentTimelineError(Exception):
     """The timeline cannot be had; the message says why and what to do."""
+
+
+class NoTimeline(AgentTimelineError):
+    """The agent has no rows of the pod in that window (or no timeline of it at all)."""
 
 
 @dataclass(frozen=True)
@@ -74,13 +82,28 @@ def _agent_on(api: Any, node: str, namespace: str) -> str:
         pods = api.list_namespaced_pod(namespace, label_selector=RECORDER_LABEL,
                                        field_selector=f"spec.nodeName={node}").items
     except ApiException as exc:
+        if getattr(exc, "status", None) == 403:
+            raise AgentTimelineError(f"not allowed to list the node agents in {namespace} "
+                                     f"({_reason(exc)}): {READER_ROLE}") from None
         raise AgentTimelineError(f"cannot list the recorder's pods in {namespace}: "
                                  f"{_reason(exc)}") from None
     running = [p for p in pods if p.status.phase == "Running" and p.status.pod_ip]
     if not running:
         raise AgentTimelineError(f"no running node agent on node {node} (namespace {namespace}, "
                                  f"label {RECORDER_LABEL}): kubectl apply -k k8s/recorder")
-    return str(running[0].metadata.name)
+    ready = [p for p in running if _ready(p)]
+    if not ready:
+        name = running[0].metadata.name
+        raise AgentTimelineError(f"the node agent {namespace}/{name} on node {node} is not "
+                                 f"ready: kubectl -n {namespace} describe pod {name}")
+    return str(ready[0].metadata.name)
+
+
+def _ready(pod: Any) -> bool:
+    """Whether the pod's Ready condition is True (no conditions reported: taken as ready)."""
+    conditions = getattr(pod.status, "conditions", None) or []
+    states = [c.status for c in conditions if getattr(c, "type", None) == "Ready"]
+    return not states or states[0] == "True"
 
 
 def _request(api: Any, namespace: str, agent: str, query: dict[str, str]) -> tuple[int, str]:
@@ -124,25 +147,58 @@ def _get(api: Any, namespace: str, agent: str, query: dict[str, str]) -> str:
     if status == 403:
         raise AgentTimelineError(
             f"not allowed to reach the agent {namespace}/{agent} through the API server "
-            f"({_message(body)}): the user needs 'get' on pods/proxy in {namespace} "
-            "(k8s/recorder/user-rbac.yaml)")
+            f"({_message(body)}): the user needs 'get' on pods/proxy in {namespace}: "
+            f"{READER_ROLE}")
     if status == 404:
-        raise AgentTimelineError(f"the agent {namespace}/{agent} has no timeline for "
+        raise NoTimeline(f"the agent {namespace}/{agent} has no timeline for "
                                  f"{query.get('namespace')}/{query.get('pod')} in that window "
                                  f"({_message(body)}): is the pod labelled "
                                  "throttle-lab/record=true?")
+    if status in (502, 503):
+        raise AgentTimelineError(f"the agent {namespace}/{agent} does not answer through the "
+                                 f"API server's proxy ({status}: {_message(body)}): is it ready?")
     if status != 200:
         raise AgentTimelineError(f"the agent {namespace}/{agent} answered {status}: "
                                  f"{_message(body)}")
     return body
 
 
-def fetch_timeline(ref: PodRef, dest_dir: Path, from_s: float | None = None,
-                   to_s: float | None = None, *,
-                   recorder_namespace: str = RECORDER_NAMESPACE) -> Path:
-    """Write the window [from_s, to_s] (Unix seconds; None: open) of the pod's timeline, as
-    the agent serves it, to ``dest_dir/<ns>_<pod>[_<container>].cgroup.csv`` and its ``.json``;
-    return the CSV's path."""
+@dataclass(frozen=True)
+class AgentLink:
+    """The way to a pod's timeline: the API, the pod's node and that node's agent pod."""
+
+    api: Any
+    ref: PodRef
+    node: str
+    namespace: str      # the recorder's
+    agent: str          # the agent's pod
+
+    def window(self, dest_dir: Path, from_s: float | None = None,
+               to_s: float | None = None) -> Path:
+        """Write the window [from_s, to_s] (Unix seconds; None: open) of the pod's timeline,
+        as the agent serves it, to ``dest_dir/<ns>_<pod>[_<container>].cgroup.csv`` and its
+        ``.json``; return the CSV's path."""
+        ref = self.ref
+        query = {"namespace": ref.namespace, "pod": ref.pod}
+        if ref.container:
+            query["container"] = ref.container
+        if from_s is not None:
+            query["from"] = f"{from_s:.6f}"
+        if to_s is not None:
+            query["to"] = f"{to_s:.6f}"
+        csv = _get(self.api, self.namespace, self.agent, {**query, "format": "csv"})
+        meta = _get(self.api, self.namespace, self.agent, {**query, "format": "json"})
+        stem = "_".join(p for p in (ref.namespace, ref.pod, ref.container) if p)
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        path = dest_dir / f"{stem}.cgroup.csv"
+        path.write_text(csv)
+        path.with_name(f"{stem}.json").write_text(meta)
+        return path
+
+
+def agent_link(ref: PodRef, *, recorder_namespace: str = RECORDER_NAMESPACE) -> AgentLink:
+    """The pod's node and that node's ready agent, asked of the API (``AgentTimelineError``,
+    one line, when there is none)."""
     from kubernetes.client.exceptions import ApiException
     api = _api()
     try:
@@ -152,19 +208,12 @@ def fetch_timeline(ref: PodRef, dest_dir: Path, from_s: float | None = None,
     node = pod.spec.node_name
     if not node:
         raise AgentTimelineError(f"{ref}: not scheduled on a node yet")
-    agent = _agent_on(api, node, recorder_namespace)
-    query = {"namespace": ref.namespace, "pod": ref.pod}
-    if ref.container:
-        query["container"] = ref.container
-    if from_s is not None:
-        query["from"] = f"{from_s:.6f}"
-    if to_s is not None:
-        query["to"] = f"{to_s:.6f}"
-    csv = _get(api, recorder_namespace, agent, {**query, "format": "csv"})
-    meta = _get(api, recorder_namespace, agent, {**query, "format": "json"})
-    stem = "_".join(p for p in (ref.namespace, ref.pod, ref.container) if p)
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    path = dest_dir / f"{stem}.cgroup.csv"
-    path.write_text(csv)
-    path.with_name(f"{stem}.json").write_text(meta)
-    return path
+    return AgentLink(api, ref, str(node), recorder_namespace,
+                     _agent_on(api, node, recorder_namespace))
+
+
+def fetch_timeline(ref: PodRef, dest_dir: Path, from_s: float | None = None,
+                   to_s: float | None = None, *,
+                   recorder_namespace: str = RECORDER_NAMESPACE) -> Path:
+    """:meth:`AgentLink.window` of the pod's agent, found once."""
+    return agent_link(ref, recorder_namespace=recorder_namespace).window(dest_dir, from_s, to_s)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CommandResult", "CommandRunner", "LookupFailed", "docker_container_pid",
+__all__ = ["CommandResult", "CommandRunner", "KubectlMissing", "LookupFailed", "docker_container_pid",
            "find_pod_directory", "kubernetes_pod", "parse_k8s_spec", "run_command"]
 
 KUBEPODS_DEPTH = 3       # how deep below a hierarchy's root the kubepods group may be
@@ -41,6 +41,10 @@ _MONITORS = ("crio-conmon-",)   # a runtime's sibling group named by the same co
 
 class LookupFailed(ValueError):
     """docker/kubectl or the hierarchy could not say where the group is (one line)."""
+
+
+class KubectlMissing(LookupFailed):
+    """No kubectl on this machine (then a pod's group is not looked for here)."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,8 @@ def _kubectl_failure(result: CommandResult, namespace: str, pod: str, container:
     hint = (" (or give the pod's uid with --pod-uid UID)" if pod_uid is None else
             " (or give the container id instead of its name: k8s:NS/POD/<id>)")
     if result.returncode == 127:
-        return f"kubectl: command not found (k8s:NS/POD asks kubectl for the pod){hint}"
+        raise KubectlMissing(f"kubectl: command not found (k8s:NS/POD asks kubectl for the "
+                             f"pod){hint}")
     if "notfound" in lowered.replace(" ", "") or " not found" in lowered:
         return f"no pod {pod} in namespace {namespace} (kubectl: {line})"
     if "forbidden" in lowered or "unauthorized" in lowered:

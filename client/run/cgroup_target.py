@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from client.run.cgroup_lookup import (CommandRunner, LookupFailed, docker_container_pid,
+from client.run.cgroup_lookup import (CommandRunner, KubectlMissing, LookupFailed,
+                                      docker_container_pid,
                                       find_pod_directory, kubernetes_pod, parse_k8s_spec,
                                       run_command)
 from cpuquota.cgroupfs import (CpuLimit, Mount, cpu_mounts, find_cpu_controller, is_cpu_mount,
@@ -48,7 +49,7 @@ from cpuquota.cgroupfs import (CpuLimit, Mount, cpu_mounts, find_cpu_controller,
                                quota_levels)
 from cpuquota.limit import Limit, LimitError
 
-__all__ = ["USAGE_KINDS", "USAGE_RESOLUTION_NS", "CgroupTarget", "CgroupTargetError", "QuotaLevel", "UsageSource",
+__all__ = ["USAGE_KINDS", "USAGE_RESOLUTION_NS", "CgroupTarget", "CgroupTargetError", "NotHere", "QuotaLevel", "UsageSource",
            "combine_pods", "resolve_cgroup"]
 
 # "schedstat" (the live threads' schedstat summed) is only read back from old runs: it lost
@@ -60,6 +61,11 @@ USAGE_RESOLUTION_NS = {"cpu.stat": 1000, "cpuacct": 1, "proc": 1, "schedstat": 1
 
 class CgroupTargetError(ValueError):
     """A ``--cgroup`` target that cannot be watched; the message says why, in one line."""
+
+
+class NotHere(CgroupTargetError):
+    """A pod whose group is not on this machine (or this machine cannot look: no kubectl, no
+    cgroup file system): its node's agent may be asked instead (``client.run.pod_reach``)."""
 
 
 @dataclass(frozen=True)
@@ -217,7 +223,12 @@ def resolve_cgroup(spec: str, *, pod_uid: str | None = None, proc: Path = Path("
     ``proc`` is the proc file system to read (``proc/self/mountinfo`` says where the cgroup
     hierarchies are mounted, so fixture trees work); ``run`` runs ``docker``/``kubectl``."""
     spec = spec.strip()
-    mountinfo = _read_mountinfo(proc)
+    try:
+        mountinfo = _read_mountinfo(proc)
+    except CgroupTargetError as exc:
+        if spec.startswith(("k8s:", "kubernetes:")):
+            raise NotHere(str(exc)) from None
+        raise
     mounts = parse_mountinfo(mountinfo)
     try:
         if spec.startswith("pid:"):
@@ -234,6 +245,8 @@ def resolve_cgroup(spec: str, *, pod_uid: str | None = None, proc: Path = Path("
             raise CgroupTargetError(f"--cgroup {spec!r}: TARGET is a cgroup directory, pid:PID, "
                                     "docker:NAME or k8s:NAMESPACE/POD[/CONTAINER]")
         return _from_directory(spec, Path(spec), proc, mounts)
+    except KubectlMissing as exc:
+        raise NotHere(str(exc)) from None
     except LookupFailed as exc:
         raise CgroupTargetError(str(exc)) from None
 
@@ -318,7 +331,7 @@ def _from_k8s(spec: str, pod_uid: str | None, proc: Path, mounts: list[Mount],
     if errors:
         raise CgroupTargetError(errors[0])
     where = ", ".join(m.mount_point for m in cpu_mounts(mounts)) or "no cpu hierarchy mounted"
-    raise CgroupTargetError(f"no cgroup for pod {namespace}/{pod} (uid {uid}) under kubepods "
+    raise NotHere(f"no cgroup for pod {namespace}/{pod} (uid {uid}) under kubepods "
                             f"in {where}: is this the pod's node? (kubectl get pod -o wide)")
 
 
