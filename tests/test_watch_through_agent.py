@@ -82,3 +82,57 @@ def test_a_row_already_shown_is_not_shown_again() -> None:
     assert next_interval(samples[10], samples[:11]) is None   # the window repeats the last row
     assert next_interval(samples[10], samples[10:20]) == (samples[10], samples[19])
     assert next_interval(None, samples[:1]) is None             # one row: no interval yet
+
+
+class CapturedAgent:
+    """Stands for the agent's ``/timeline`` through the API: serves a capture in its format."""
+
+    ref, namespace, agent, node = PodRef("shop", "web-a"), "throttle-lab-recorder", "a-1", "n2"
+
+    def window(self, into: Path, from_s: float | None, to_s: float | None) -> Path:
+        for suffix in (".cgroup.csv", ".json"):
+            (into / f"shop_web-a{suffix}").write_bytes((DATA / f"shop_web-a{suffix}").read_bytes())
+        return into / "shop_web-a.cgroup.csv"
+
+
+def test_a_run_is_marked_from_the_agents_timeline_on_its_own_clock(tmp_path: Path) -> None:
+    from client.data.files import read_run
+    from client.run.agent_marks import mark_through_agent
+
+    zero = json.loads((DATA / "shop_web-a.json").read_text())["clock"]["zero_epoch_ns"]
+    ms = 1_000_000
+    (tmp_path / "far.csv").write_text("seq,start_ns,latency_ns,status,error\n" + "".join(
+        f"{i},{i * 100 * ms},{90 * ms},200,\n" for i in range(10)))
+    (tmp_path / "far.json").write_text(json.dumps({   # the run began 2 s into the capture
+        "name": "far", "clock": {"zero_epoch_ns": zero + 2000 * ms, "zero_uncertainty_ns": 1}}))
+    run = mark_through_agent(CapturedAgent(), read_run(tmp_path / "far.csv"))  # type: ignore[arg-type]
+    kept = read_run(tmp_path / "far.csv")
+    assert kept.records == run.records and kept.timeline == run.timeline
+    assert kept.timeline is not None and kept.timeline[0].t_ns == -2000 * ms   # the run's clock
+    assert kept.metadata.cgroup is not None
+    assert kept.metadata.cgroup["source"] == ("the node agent throttle-lab-recorder/a-1 on node "
+                                              "n2, through the API server's proxy")
+    assert kept.metadata.cgroup["spec"] == "k8s:shop/web-a"
+    assert kept.metadata.cgroup["outside_timeline"] == 0
+    assert all(r.cgroup_nr_throttled is not None for r in kept.records)
+    assert sum(r.cgroup_nr_throttled or 0 for r in kept.records) > 0   # it throttles each period
+    assert kept.metadata.limit is not None and kept.metadata.limit.cpus == pytest.approx(0.5)
+
+
+def test_through_the_api_without_a_kubeconfig_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.support import usage_error
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    monkeypatch.setenv(THROUGH_API_ENV, "1")
+    line = usage_error(["--url", "http://127.0.0.1:9/x", "--cgroup", "k8s:shop/web-a",
+                        "--requests", "1"], tmp_path, monkeypatch, capsys)
+    assert line.startswith("http-timing: --cgroup k8s:shop/web-a: ") and "kubeconfig" in line
+    assert not (tmp_path / "raw-data").exists()   # nothing sent, nothing written
+    monkeypatch.chdir(tmp_path)
+    from client.commands import main
+
+    assert main(["watch", "k8s:shop/web-a", "--count", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("http-timing watch: k8s:shop/web-a: ")
