@@ -25,7 +25,8 @@ from client.run.importing import mark_imported
 __all__ = ["WAIT_S", "mark_through_agent", "shift_timeline_text"]
 
 WAIT_S = 10.0        # how long to wait for the agent's rows to pass the run's end
-MARGIN_NS = 1_000_000_000   # the window fetched reaches this far beyond the run's requests
+MARGIN_NS = 3_000_000_000   # the window fetched begins this far before the first request
+# (an idle pod's rows are a second apart: one before the run is in it)
 
 
 def shift_timeline_text(text: str, shift_ns: int) -> str:
@@ -67,7 +68,7 @@ def mark_through_agent(link: AgentLink, run: Run) -> Run:
     first = zero + min(r.start_ns for r in run.records)
     last = zero + max(r.end_ns for r in run.records)
     with tempfile.TemporaryDirectory(prefix="http-timing-agent-") as tmp:
-        path, meta, _ = _fetch(link, Path(tmp), first - MARGIN_NS, last + MARGIN_NS)
+        path, meta, _ = _fetch(link, Path(tmp), first - MARGIN_NS, last)
         assert meta.clock is not None
         text = shift_timeline_text(path.read_text(), meta.clock.zero_epoch_ns - zero)
     kept = timeline_path(run.path)
