@@ -225,6 +225,19 @@ def one_csv(directory: Path) -> Path:
     return csv
 
 
+def advise_runs(directory: Path) -> dict[float, list[float]]:
+    """The p99 of each limited run live advise kept (``<name>-advise-<cpus>[-N].csv``), by
+    limit."""
+    out: dict[float, list[float]] = {}
+    for csv in sorted(directory.glob("*-advise-*.csv")):
+        if csv.name.endswith((".cgroup.csv", ".threads.csv")):
+            continue
+        cpus = csv.stem.rsplit("-advise-", 1)[1].split("-")[0]
+        if cpus != "none":
+            out.setdefault(float(cpus), []).append(p99_of(csv))
+    return dict(sorted(out.items()))
+
+
 def error(predicted: float | None, measured: float | None) -> float | None:
     if predicted is None or not measured:
         return None
@@ -281,6 +294,16 @@ def run_shape(shape: str, target: float, base: str, opts: argparse.Namespace, wo
              "--json"], out, env))
         predicted = [row.get("p99_ms") for row in replay["limits"]]
     checks = []
+    live_runs = advise_runs(out / "live")
+    at_runs = []
+    if live_runs:   # the replay at each limit live advise ran, against its run(s) there
+        replay = json.loads(http_timing(
+            ["predict", "--timeline", str(passive["timeline"]).split(", ")[0],
+             "--requests-from", str(run), "--cpus", ",".join(f"{c:g}" for c in live_runs),
+             "--json"], out, env))
+        at_runs = [{"cpus": cpus, "predicted_p99_ms": row.get("p99_ms"),
+                    "measured_p99_ms": seen}
+                   for (cpus, seen), row in zip(live_runs.items(), replay["limits"])]
     for i, (cpus, guess) in enumerate(zip(limits, predicted)):
         data = out / f"sweep-{i}"
         http_timing(["sweep", "--k8s", WORKLOAD, *load, "--cpus", f"{cpus:g}", "--name",
@@ -301,6 +324,7 @@ def run_shape(shape: str, target: float, base: str, opts: argparse.Namespace, wo
             "throttled_fraction": demand.get("throttled_fraction"),
             "demand_exact": demand.get("exact"), "demand_says": demand.get("says"),
             "checks": checks, "live_runs": len(live.get("runs") or []),
+            "replay_at_advise_runs": at_runs,
             "load_average": loadavg(), "kept": str(out)}
 
 
@@ -377,6 +401,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             row = run_shape(shape, target, base, opts, work, env)
             rows.append(row)
             print(row_line(row), flush=True)
+    print("\nThe replay at every limit live advise ran, against its run(s) there "
+          "(p99 ms, predicted / measured):\n")
+    for r in rows:
+        print(f"- {r['shape']}: " + "; ".join(
+            f"{c['cpus']:g}: {ms(c['predicted_p99_ms'])} / "
+            + ", ".join(f"{m:.1f}" for m in c["measured_p99_ms"])
+            for c in r["replay_at_advise_runs"]))
     within = [r["shape"] for r in rows if r["ratio"] is not None
               and abs(r["ratio"] - 1) <= GOAL and r["checks"][0]["error"] is not None
               and abs(r["checks"][0]["error"]) <= GOAL]
