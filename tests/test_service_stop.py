@@ -155,8 +155,9 @@ def test_a_second_ctrl_c_during_the_shutdown_ends_it_at_once_and_cleanly() -> No
 @pytest.mark.parametrize("moment", ["started", "group made", "idle"])
 def test_burn_service_under_a_kernel_quota_stops_and_removes_its_group(sig: int,
                                                                         moment: str) -> None:
-    """``group made``: the service's own python is about to start, or starting (the signal
-    is forwarded to it and waits, blocked, for its handler)."""
+    """``started``: its handler just in; the group may be made already or not yet (a race
+    the test does not fix). ``group made``: the service's own python is about to start, or
+    starting (the signal is forwarded to it and waits, blocked, for its handler)."""
     require_kernel_quota()
     port = free_port()
     with _started("burn-service", "--port", str(port), "--cpus", "0.3") as proc:
@@ -167,7 +168,7 @@ def test_burn_service_under_a_kernel_quota_stops_and_removes_its_group(sig: int,
             wait_healthy(f"http://127.0.0.1:{port}", proc=proc)  # type: ignore[arg-type]
         made = _groups_of(proc.pid)
         _stopped(proc, sig)
-    assert len(made) == (0 if moment == "started" else 1)
+    assert len(made) == 1 or moment == "started" and made == []
     assert _groups_of(proc.pid) == [] and not any(g.exists() for g in made)
 
 
