@@ -136,3 +136,41 @@ def test_through_the_api_without_a_kubeconfig_is_one_line(
     assert main(["watch", "k8s:shop/web-a", "--count", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("http-timing watch: k8s:shop/web-a: ")
+
+
+def agent_pod(name: str, phase: str, ready: str | None) -> object:
+    """An agent pod as the API lists it (the fields read: phase, IP, Ready condition)."""
+    from types import SimpleNamespace
+
+    conditions = [] if ready is None else [SimpleNamespace(type="Ready", status=ready)]
+    return SimpleNamespace(metadata=SimpleNamespace(name=name), status=SimpleNamespace(
+        phase=phase, pod_ip="10.42.1.5" if phase == "Running" else None, conditions=conditions))
+
+
+class Listed:
+    """The API's answer to listing the recorder's pods on one node."""
+
+    def __init__(self, *pods: object) -> None:
+        self.pods = list(pods)
+
+    def list_namespaced_pod(self, namespace: str, **_selectors: str) -> object:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(items=self.pods)
+
+
+@pytest.mark.parametrize("pods, said", [
+    ((), "no running node agent on node n2 (namespace throttle-lab-recorder"),
+    ((agent_pod("a-1", "Pending", None),), "no running node agent on node n2"),
+    ((agent_pod("a-1", "Running", "False"),),
+     "the node agent throttle-lab-recorder/a-1 on node n2 is not ready: kubectl -n "
+     "throttle-lab-recorder describe pod a-1"),
+])
+def test_a_node_without_a_ready_agent_is_one_line(pods: tuple[object, ...], said: str) -> None:
+    from client.run.agent_timeline import AgentTimelineError, _agent_on
+
+    with pytest.raises(AgentTimelineError) as info:
+        _agent_on(Listed(*pods), "n2", "throttle-lab-recorder")
+    assert str(info.value).startswith(said) and "\n" not in str(info.value)
+    ready = agent_pod("a-2", "Running", "True")
+    assert _agent_on(Listed(*pods, ready), "n2", "throttle-lab-recorder") == "a-2"
