@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from kubenode import build, node
-from kubenode.config import layout
+from kubenode.config import MAX_NODES, layout
 
 __all__ = ["main"]
 
@@ -17,17 +17,23 @@ def main(argv: list[str] | None = None) -> int:
                                                  "in namespaces of its own.")
     parser.add_argument("command", choices=("up", "down", "status", "build", "images",
                                                  "recorder"))
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="up: node 1 and this many minus one joined to it (default 1)")
     args = parser.parse_args(argv)
     lay = layout()
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    if not 1 <= args.nodes <= MAX_NODES:
+        log(f"kubenode: --nodes {args.nodes}: a cluster here has 1 to {MAX_NODES} nodes")
+        return 2
+
     try:
         if args.command == "build":
             build.build_all(lay, log)
         elif args.command == "up":
-            node.up(lay, log)
+            node.up(lay, log, nodes=args.nodes)
             print(node.shell_exports(lay), end="")
             log("stop it with: make kube-down")
         elif args.command == "down":

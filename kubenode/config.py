@@ -8,7 +8,7 @@ from pathlib import Path
 __all__ = ["KUBE_VERSION", "COREDNS_VERSION", "TRAEFIK_VERSION", "KUBE_BINARIES", "Layout",
            "layout", "HOST_ADDR", "NODE_ADDR", "VETH_HOST", "VETH_NODE", "POD_CIDR",
            "SERVICE_CIDR", "CLUSTER_CIDR", "API_SERVICE_IP", "DNS_SERVICE_IP", "NODE_NAME",
-           "CGROUP_ROOT", "API_PORT"]
+           "CGROUP_ROOT", "API_PORT", "MAX_NODES", "LINK_CIDR", "Member", "member"]
 
 KUBE_VERSION = "v1.33.13"
 COREDNS_VERSION = "v1.15.0"
@@ -30,6 +30,64 @@ API_PORT = 6443
 NODE_NAME = "throttle-lab-node"
 # The kubelet's cgroupRoot: the pods' groups live under /<root>/kubepods/... in every hierarchy.
 CGROUP_ROOT = "tlnode"
+
+# More nodes (``make kube-node NODES=2``): node i >= 2 is a kubelet joined to node 1's control
+# plane. Its link is a veth pair between node 1's network namespace and its own, in
+# 10.250.0.<4(i-1)>/30 (node 1's end .<4(i-1)+1>, its own .<4(i-1)+2>): node 1 routes between
+# the nodes, so the host's forwarding and iptables stay as they are.
+MAX_NODES = 8
+LINK_CIDR = "10.250.0.0/24"    # every node's link: node 1's to the host, the others' to node 1
+
+
+@dataclass(frozen=True)
+class Member:
+    """One node of the cluster: node 1 holds the control plane, each one a kubelet."""
+
+    index: int
+
+    @property
+    def control_plane(self) -> bool:
+        return self.index == 1
+
+    @property
+    def name(self) -> str:
+        return NODE_NAME if self.index == 1 else f"{NODE_NAME}-{self.index}"
+
+    @property
+    def addr(self) -> str:
+        return NODE_ADDR if self.index == 1 else f"10.250.0.{4 * (self.index - 1) + 2}"
+
+    @property
+    def gateway(self) -> str:
+        """The other end of the node's link: the host for node 1, node 1 for the others."""
+        return HOST_ADDR if self.index == 1 else f"10.250.0.{4 * (self.index - 1) + 1}"
+
+    @property
+    def link_outer(self) -> str:
+        """The link's end on the host (node 1) or in node 1's namespace (the others)."""
+        return VETH_HOST if self.index == 1 else f"tlnode{self.index}-h"
+
+    @property
+    def link_inner(self) -> str:
+        return VETH_NODE if self.index == 1 else f"tlnode{self.index}-n"
+
+    @property
+    def pod_cidr(self) -> str:
+        return f"10.244.{self.index - 1}.0/24"
+
+    @property
+    def cgroup_root(self) -> str:
+        return CGROUP_ROOT if self.index == 1 else f"{CGROUP_ROOT}{self.index}"
+
+    def home(self, lay: "Layout") -> Path:
+        """The node's state directory: the layout's (node 1), or ``node-<i>`` in it."""
+        return lay.state if self.index == 1 else lay.state / f"node-{self.index}"
+
+
+def member(index: int) -> Member:
+    if not 1 <= index <= MAX_NODES:
+        raise ValueError(f"a node's index is 1 to {MAX_NODES}, not {index}")
+    return Member(index)
 
 
 @dataclass(frozen=True)

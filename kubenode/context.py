@@ -1,5 +1,6 @@
 """The node as the steps see it: its places, its processes, and how to ask it things (kubectl,
-commands in its namespaces, listening sockets read from /proc)."""
+commands in its namespaces, listening sockets read from /proc). Each node of the cluster
+(node 1, or one joined to it) is a :class:`Node` with its :class:`~kubenode.config.Member`."""
 from __future__ import annotations
 
 import subprocess
@@ -9,10 +10,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from kubenode import host
-from kubenode.config import NODE_NAME, Layout
+from kubenode.config import MAX_NODES, Layout, Member, member
 from kubenode.proc import read_pidfile, run, start_daemon, stop_pidfile
 
-__all__ = ["Node", "BIND_MOUNTS", "Log"]
+__all__ = ["Node", "BIND_MOUNTS", "Log", "containerd_addresses"]
 
 Log = Callable[[str], None]
 
@@ -32,10 +33,19 @@ class Node:
     lay: Layout
     log: Log = print
     timings: dict[str, float] = field(default_factory=dict)
+    member: Member = field(default_factory=lambda: member(1))
 
     # --- places ---------------------------------------------------------------------------
+    @property
+    def home(self) -> Path:
+        return self.member.home(self.lay)
+
     def p(self, *parts: str) -> Path:
-        return self.lay.path(*parts)
+        return self.home.joinpath(*parts)
+
+    def other(self, index: int) -> "Node":
+        """Node ``index`` of the same cluster (node 1: the control plane's)."""
+        return Node(self.lay, self.log, member=member(index))
 
     @property
     def pidfile_holder(self) -> Path:
@@ -48,7 +58,7 @@ class Node:
     def need_holder(self) -> int:
         pid = self.holder
         if pid is None:
-            raise RuntimeError("the node's holder process is not running")
+            raise RuntimeError(f"{self.member.name}'s holder process is not running")
         return pid
 
     @property
@@ -124,7 +134,7 @@ class Node:
     def node_ready(self) -> bool:
         if not self.api_ready():
             return False
-        out = self.kubectl("get", "node", NODE_NAME, "-o",
+        out = self.kubectl("get", "node", self.member.name, "-o",
                            'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
                            check=False).stdout
         return out.strip() == "True"
@@ -137,3 +147,9 @@ class Node:
                            check=False).stdout.strip()
         ready, _, want = out.partition("/")
         return bool(ready) and ready == want
+
+
+def containerd_addresses(lay: Layout) -> list[str]:
+    """The socket of every node's containerd that runs (node 1's first): where images go."""
+    nodes = [Node(lay, member=member(i)) for i in range(1, MAX_NODES + 1)]
+    return [n.containerd_address for n in nodes if n.daemon_alive("containerd")]

@@ -1,7 +1,7 @@
 """The node's daemons' command lines (each started inside the node's namespaces)."""
 from __future__ import annotations
 
-from kubenode.config import API_PORT, NODE_ADDR, NODE_NAME, SERVICE_CIDR
+from kubenode.config import API_PORT, NODE_ADDR, SERVICE_CIDR
 from kubenode.context import Node
 
 __all__ = ["containerd_cmd", "etcd_cmd", "apiserver_cmd", "controller_manager_cmd",
@@ -66,9 +66,9 @@ def scheduler_cmd(n: Node) -> list[str]:
 def kubelet_cmd(n: Node) -> list[str]:
     return [n.bin("kubelet"), "--config", str(n.p("kubelet.json")),
             "--kubeconfig", str(n.p("kubelet.kubeconfig")),
-            "--hostname-override", NODE_NAME, "--node-ip", NODE_ADDR]
+            "--hostname-override", n.member.name, "--node-ip", n.member.addr]
 
 
 def proxy_cmd(n: Node) -> list[str]:
     return [n.bin("kube-proxy"), "--config", str(n.p("kube-proxy.json")),
-            "--hostname-override", NODE_NAME]
+            "--hostname-override", n.member.name]

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from kubenode.config import (API_PORT, CGROUP_ROOT, CLUSTER_CIDR, DNS_SERVICE_IP, NODE_ADDR,
-                             POD_CIDR, Layout)
+from kubenode.config import (API_PORT, CLUSTER_CIDR, DNS_SERVICE_IP, NODE_ADDR, POD_CIDR, Layout,
+                             Member, member)
 
 __all__ = ["kubeconfig", "containerd_toml", "kubelet_config", "kube_proxy_config", "cni_conflist",
            "KUBELET_SYSCTLS", "PAUSE_IMAGE", "COREDNS_IMAGE", "TRAEFIK_IMAGE"]
@@ -27,9 +27,13 @@ KUBELET_SYSCTLS = {
 }
 
 
-def kubeconfig(lay: Layout, user: str, *, server: str | None = None) -> str:
-    """A kubeconfig for one of the node's client certificates (``pki/<user>.crt``)."""
-    pki = lay.path("pki")
+FIRST = member(1)
+
+
+def kubeconfig(lay: Layout, user: str, *, server: str | None = None, m: Member = FIRST) -> str:
+    """A kubeconfig for one of the node's client certificates (``pki/<user>.crt``); every
+    node's talks to node 1's API server."""
+    pki = m.home(lay) / "pki"
     doc = {
         "apiVersion": "v1", "kind": "Config",
         "clusters": [{"name": "throttle-lab", "cluster": {
@@ -44,12 +48,12 @@ def kubeconfig(lay: Layout, user: str, *, server: str | None = None) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-def containerd_toml(lay: Layout) -> str:
+def containerd_toml(lay: Layout, m: Member = FIRST) -> str:
     """containerd of the node's own: root, state and socket under the state directory;
     runc via io.containerd.runc.v2 (containerd 1.6's CRI needs the runtime named); cgroupfs;
     ``restrict_oom_score_adj`` (no CAP_SYS_RESOURCE in a sandbox: the pause container's -998
     would be refused)."""
-    base = lay.path("containerd")
+    base = m.home(lay) / "containerd"
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
 root = "{base / 'root'}"
@@ -78,12 +82,13 @@ state = "{base / 'state'}"
 
 [{cri}.cni]
   bin_dir = "/usr/lib/cni"
-  conf_dir = "{lay.path('cni', 'net.d')}"
+  conf_dir = "{m.home(lay) / 'cni' / 'net.d'}"
 """
 
 
-def kubelet_config(lay: Layout) -> str:
-    pki = lay.path("pki")
+def kubelet_config(lay: Layout, m: Member = FIRST) -> str:
+    home = m.home(lay)
+    pki = home / "pki"
     doc = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
         "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
@@ -91,17 +96,17 @@ def kubelet_config(lay: Layout) -> str:
         "authorization": {"mode": "Webhook"},
         "tlsCertFile": str(pki / "kubelet-serving.crt"),
         "tlsPrivateKeyFile": str(pki / "kubelet-serving.key"),
-        "address": NODE_ADDR,
+        "address": m.addr,
         "cgroupDriver": "cgroupfs",
-        "cgroupRoot": f"/{CGROUP_ROOT}",
+        "cgroupRoot": f"/{m.cgroup_root}",
         "cgroupsPerQOS": True,
-        "containerRuntimeEndpoint": f"unix://{lay.path('containerd', 'containerd.sock')}",
+        "containerRuntimeEndpoint": f"unix://{home / 'containerd' / 'containerd.sock'}",
         "clusterDNS": [DNS_SERVICE_IP],
         "clusterDomain": "cluster.local",
-        "resolvConf": str(lay.path("resolv.conf")),
+        "resolvConf": str(home / "resolv.conf"),
         "failSwapOn": False,
         "protectKernelDefaults": False,
-        "podCIDR": POD_CIDR,
+        "podCIDR": m.pod_cidr,
         # 100 idle pods for the agent's cost benchmark beside the demo and system pods (the
         # pod range, a /24, holds 253 addresses)
         "maxPods": 150,
@@ -116,10 +121,10 @@ def kubelet_config(lay: Layout) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-def kube_proxy_config(lay: Layout) -> str:
+def kube_proxy_config(lay: Layout, m: Member = FIRST) -> str:
     doc = {
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
-        "clientConnection": {"kubeconfig": str(lay.path("kube-proxy.kubeconfig"))},
+        "clientConnection": {"kubeconfig": str(m.home(lay) / "kube-proxy.kubeconfig")},
         "mode": "iptables",
         "clusterCIDR": CLUSTER_CIDR,
         # 0: leave nf_conntrack_max alone (global, and not writable from the node's namespace).
@@ -131,13 +136,13 @@ def kube_proxy_config(lay: Layout) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-def cni_conflist() -> str:
+def cni_conflist(pod_cidr: str = POD_CIDR) -> str:
     doc = {
         "cniVersion": "0.4.0", "name": "throttle-lab",
         "plugins": [
             {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False,
              "hairpinMode": True,
-             "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR}]],
+             "ipam": {"type": "host-local", "ranges": [[{"subnet": pod_cidr}]],
                       "routes": [{"dst": "0.0.0.0/0"}]}},
             {"type": "portmap", "capabilities": {"portMappings": True}},
         ],

@@ -27,8 +27,8 @@ def cgroup_mounts() -> list[tuple[str, Path]]:
     return out
 
 
-def cgroup_root_paths() -> list[Path]:
-    return [mount / CGROUP_ROOT for _, mount in cgroup_mounts()]
+def cgroup_root_paths(root: str = CGROUP_ROOT) -> list[Path]:
+    return [mount / root for _, mount in cgroup_mounts()]
 
 
 # The cgroup root's CPU weight (v1 cpu.shares; the default is 1024): the host is shared and
@@ -38,8 +38,8 @@ def cgroup_root_paths() -> list[Path]:
 NODE_CPU_SHARES = 102400
 
 
-def cgroup_root_ready() -> bool:
-    return all((mount / CGROUP_ROOT).is_dir() and _shares_ok(mount / CGROUP_ROOT)
+def cgroup_root_ready(root: str = CGROUP_ROOT) -> bool:
+    return all((mount / root).is_dir() and _shares_ok(mount / root)
                for fstype, mount in cgroup_mounts() if fstype == "cgroup")
 
 
@@ -48,14 +48,14 @@ def _shares_ok(group: Path) -> bool:
     return not shares.exists() or shares.read_text().strip() == str(NODE_CPU_SHARES)
 
 
-def make_cgroup_root() -> None:
+def make_cgroup_root(root: str = CGROUP_ROOT) -> None:
     """The kubelet's cgroupRoot must exist in every v1 hierarchy before it starts; in cpuset
     it needs the parent's cpus and mems (a new cpuset group starts empty); in cpu it gets the
     node's weight (``NODE_CPU_SHARES``). Safe on a running node: it only adds what is missing."""
     for fstype, mount in cgroup_mounts():
         if fstype != "cgroup":
             continue
-        group = mount / CGROUP_ROOT
+        group = mount / root
         group.mkdir(exist_ok=True)
         for name in ("cpuset.cpus", "cpuset.mems"):
             if (group / name).exists() and not (group / name).read_text().strip():
@@ -69,11 +69,11 @@ def _groups_below(root: Path) -> list[Path]:
     return [Path(dirpath) for dirpath, _, _ in os.walk(root, topdown=False)]
 
 
-def cgroup_root_procs() -> list[int]:
+def cgroup_root_procs(root: str = CGROUP_ROOT) -> list[int]:
     """Every pid in any group under the cgroup root (the pods' processes)."""
     pids: set[int] = set()
-    for root in cgroup_root_paths():
-        for group in _groups_below(root):
+    for top in cgroup_root_paths(root):
+        for group in _groups_below(top):
             try:
                 pids.update(int(p) for p in (group / "cgroup.procs").read_text().split())
             except OSError:
@@ -81,11 +81,11 @@ def cgroup_root_procs() -> list[int]:
     return sorted(pids)
 
 
-def remove_cgroup_root() -> None:
+def remove_cgroup_root(root: str = CGROUP_ROOT) -> None:
     """rmdir the cgroup root and every group below it, deepest first, in every hierarchy."""
     failed = []
-    for root in cgroup_root_paths():
-        for group in _groups_below(root):
+    for top in cgroup_root_paths(root):
+        for group in _groups_below(top):
             try:
                 group.rmdir()
             except FileNotFoundError:

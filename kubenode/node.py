@@ -4,6 +4,11 @@
 call :func:`up` and :func:`down` here. ``up`` reuses a node whose every step checks out, cleans a
 half-started one first, then runs the steps; ``down`` runs every undo (reverse order), stopping
 each process by its pid, and removes what the node made on the host.
+
+``up(nodes=2)`` (``make kube-node NODES=2``) joins more nodes to node 1's control plane: each
+with its own holder (network and mount namespaces), containerd, kubelet, kube-proxy and cgroup
+root, its steps :func:`steps` of its index (node 1's own step functions, on that node). ``down``
+takes the joined nodes down first, then node 1.
 """
 from __future__ import annotations
 
@@ -19,15 +24,15 @@ from typing import Callable, Iterator, Sequence
 
 from kubenode import build, daemons, files, host, images, pki
 from kubenode.addons import coredns_manifests
-from kubenode.config import (HOST_ADDR, NODE_ADDR, POD_CIDR, SERVICE_CIDR, VETH_HOST, VETH_NODE,
-                             Layout, layout)
-from kubenode.context import BIND_MOUNTS, Log, Node
+from kubenode.config import (CLUSTER_CIDR, HOST_ADDR, LINK_CIDR, MAX_NODES, NODE_ADDR, POD_CIDR,
+                             SERVICE_CIDR, VETH_HOST, VETH_NODE, Layout, layout, member)
+from kubenode.context import BIND_MOUNTS, Log, Node, containerd_addresses
 from kubenode.proc import ns_inode, pids_in_namespace, read_pidfile, run, start_daemon, stop_pid
 from kubenode.steps import Step, pending, run_down, run_up, updatable
 from kubenode.traefik import MANIFEST_ANNOTATION, manifest_digest, traefik_manifests
 
-__all__ = ["Node", "STEPS", "up", "down", "status", "shell_exports", "is_up", "reusable",
-           "leftovers",
+__all__ = ["Node", "STEPS", "JOINING_STEPS", "steps", "up", "down", "status", "shell_exports",
+           "is_up", "reusable", "leftovers", "joined", "leave",
            "load_project_images", "status_json", "traefik_log_dir"]
 
 # --- the steps ----------------------------------------------------------------------------
@@ -48,22 +53,24 @@ def _state_do(n: Node) -> None:
 
 
 def _state_undo(n: Node) -> None:
-    if not n.lay.state.exists():
+    if not n.home.exists():
         return
     if host.holder_pid(n.pidfile_holder) is not None:
         raise RuntimeError("the holder still runs; state directory kept")
-    shutil.rmtree(n.lay.state)
+    shutil.rmtree(n.home)
 
 
 KUBECONFIGS = ("admin", "kubelet", "controller-manager", "scheduler", "kube-proxy")
 
 
 def _config_files(n: Node) -> dict[Path, str]:
-    out = {n.p(f"{user}.kubeconfig"): files.kubeconfig(n.lay, user) for user in KUBECONFIGS}
-    out[n.p("containerd", "config.toml")] = files.containerd_toml(n.lay)
-    out[n.p("kubelet.json")] = files.kubelet_config(n.lay)
-    out[n.p("kube-proxy.json")] = files.kube_proxy_config(n.lay)
-    out[n.p("cni", "net.d", "10-throttle-lab.conflist")] = files.cni_conflist()
+    m = n.member
+    users = KUBECONFIGS if m.control_plane else ("kubelet", "kube-proxy")
+    out = {n.p(f"{user}.kubeconfig"): files.kubeconfig(n.lay, user, m=m) for user in users}
+    out[n.p("containerd", "config.toml")] = files.containerd_toml(n.lay, m)
+    out[n.p("kubelet.json")] = files.kubelet_config(n.lay, m)
+    out[n.p("kube-proxy.json")] = files.kube_proxy_config(n.lay, m)
+    out[n.p("cni", "net.d", "10-throttle-lab.conflist")] = files.cni_conflist(m.pod_cidr)
     out[n.p("resolv.conf")] = "# the throttle-lab node has no upstream resolver\n"
     for key, value in files.KUBELET_SYSCTLS.items():
         out[n.p("sysctl", key.replace("/", "."))] = value + "\n"
@@ -164,6 +171,8 @@ def _mounts_ok(n: Node) -> bool:
                 for src, target in BIND_MOUNTS.items())
     sysctls = all(_same_file(root / "proc/sys" / key, n.p("sysctl", key.replace("/", ".")))
                   for key in files.KUBELET_SYSCTLS)
+    if not n.member.control_plane:
+        return binds and sysctls
     try:  # etcd's tmpfs: another device than the directory below it
         etcd = (root / str(n.p("etcd")).lstrip("/")).stat().st_dev != n.p("etcd").stat().st_dev
     except OSError:
@@ -174,12 +183,15 @@ def _mounts_ok(n: Node) -> bool:
 def _mounts_do(n: Node) -> None:
     """Inside the node's mount namespace only: the bind mounts over the hard-coded paths, a
     file with the kubelet's own value over each global sysctl it would write (the host's
-    values are never touched), and a tmpfs for etcd's data (fsync on a busy disk is slow)."""
+    values are never touched), and on node 1 a tmpfs for etcd's data (fsync on a busy disk is
+    slow)."""
     for src, target in BIND_MOUNTS.items():
         n.ns("mount", "--bind", str(n.p(src)), target)
     for key in files.KUBELET_SYSCTLS:
         n.ns("mount", "--bind", str(n.p("sysctl", key.replace("/", "."))), f"/proc/sys/{key}")
-    n.ns("mount", "-t", "tmpfs", "-o", "size=1g,mode=0700", "tmpfs-tlnode-etcd", str(n.p("etcd")))
+    if n.member.control_plane:
+        n.ns("mount", "-t", "tmpfs", "-o", "size=1g,mode=0700", "tmpfs-tlnode-etcd",
+             str(n.p("etcd")))
 
 
 def _network_ok(n: Node) -> bool:
@@ -217,6 +229,57 @@ def _network_undo(n: Node) -> None:
         run(["ip", "link", "del", VETH_HOST])
 
 
+def _link_ok(n: Node) -> bool:
+    """A joined node's link to node 1, its addresses and the routes through node 1."""
+    m, first = n.member, n.other(1)
+    if n.holder is None or first.holder is None:
+        return False
+    outer = first.ns("ip", "-o", "-4", "addr", "show", "dev", m.link_outer, check=False).stdout
+    to_pods = first.ns("ip", "-4", "route", "show", m.pod_cidr, check=False).stdout
+    inner = n.ns("ip", "-o", "-4", "addr", "show", "dev", m.link_inner, check=False).stdout
+    to_cluster = n.ns("ip", "-4", "route", "show", CLUSTER_CIDR, check=False).stdout
+    from_host = run(["ip", "-4", "route", "show", m.pod_cidr], check=False).stdout
+    return (f"{m.gateway}/30" in outer and f"via {m.addr}" in to_pods
+            and f"{m.addr}/30" in inner and f"via {m.gateway}" in to_cluster
+            and f"via {NODE_ADDR}" in from_host)
+
+
+def _link_do(n: Node) -> None:
+    """A veth pair between node 1's network namespace and this node's: node 1 routes. Node 1:
+    this node's pod range via its address. This node: the other nodes' pods, the links (node
+    1's address, the API server's; the host) via node 1, the ClusterIP range on its link (as
+    node 1's). The host: this node's pod range via node 1, as node 1's own. Forwarding on in
+    both namespaces (their own sysctl, not the host's)."""
+    m, first = n.member, n.other(1)
+    holder, first_holder = n.need_holder(), first.need_holder()
+    run(["ip", "link", "add", m.link_outer, "type", "veth", "peer", "name", m.link_inner])
+    run(["ip", "link", "set", m.link_outer, "netns", str(first_holder)])
+    run(["ip", "link", "set", m.link_inner, "netns", str(holder)])
+    first.ns("ip", "addr", "add", f"{m.gateway}/30", "dev", m.link_outer)
+    first.ns("ip", "link", "set", m.link_outer, "up")
+    first.ns("sysctl", "-qw", "net.ipv4.ip_forward=1")
+    first.ns("ip", "route", "replace", m.pod_cidr, "via", m.addr, "dev", m.link_outer)
+    n.ns("ip", "link", "set", "lo", "up")
+    n.ns("ip", "addr", "add", f"{m.addr}/30", "dev", m.link_inner)
+    n.ns("ip", "link", "set", m.link_inner, "up")
+    n.ns("sysctl", "-qw", "net.ipv4.ip_forward=1")
+    n.ns("ip", "route", "add", CLUSTER_CIDR, "via", m.gateway, "dev", m.link_inner)
+    n.ns("ip", "route", "add", LINK_CIDR, "via", m.gateway, "dev", m.link_inner)
+    n.ns("ip", "route", "add", SERVICE_CIDR, "dev", m.link_inner)
+    run(["ip", "route", "replace", m.pod_cidr, "via", NODE_ADDR, "dev", VETH_HOST])
+
+
+def _link_undo(n: Node) -> None:
+    """The host's route, then the pair from node 1's end (its routes go with it; this node's
+    end would go with its holder anyway)."""
+    m, first = n.member, n.other(1)
+    if run(["ip", "-4", "route", "show", m.pod_cidr], check=False).stdout.strip():
+        run(["ip", "route", "del", m.pod_cidr])
+    if first.holder is not None and first.ns("ip", "link", "show", m.link_outer,
+                                             check=False).returncode == 0:
+        first.ns("ip", "link", "del", m.link_outer)
+
+
 def _daemon_step(name: str, cmd: Callable[[Node], Sequence[str]], ready: Callable[[Node], bool],
                  timeout: float, undo: Callable[[Node], None] | None = None) -> Step[Node]:
     def do(n: Node) -> None:
@@ -237,7 +300,7 @@ def _containerd_ready(n: Node) -> bool:
 def _kill_pods(n: Node) -> None:
     """SIGKILL every process in the node's cgroup root (the pods), until none is left."""
     deadline = time.monotonic() + 30
-    while pids := host.cgroup_root_procs():
+    while pids := host.cgroup_root_procs(n.member.cgroup_root):
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -333,12 +396,26 @@ def _traefik_do(n: Node) -> None:
 
 def _cgroup_root_undo(n: Node) -> None:
     _kill_pods(n)
-    host.remove_cgroup_root()
+    host.remove_cgroup_root(n.member.cgroup_root)
 
 
 def _ready(port: int) -> Callable[[Node], bool]:
     return lambda n: n.listening(port)
 
+
+# The steps every node has (node 1's, and each joined node's on that node).
+STATE = Step("state directory", _state_ok, _state_do, _state_undo)
+CONFIGS = Step("config files", _configs_ok, _configs_do)
+CGROUP_ROOT_STEP = Step("cgroup root", lambda n: host.cgroup_root_ready(n.member.cgroup_root),
+                        lambda n: host.make_cgroup_root(n.member.cgroup_root), _cgroup_root_undo,
+                        update=True)
+HOLDER = Step("holder", lambda n: n.holder is not None, _holder_do, _holder_undo)
+MOUNTS = Step("mounts", _mounts_ok, _mounts_do)
+CONTAINERD = _daemon_step("containerd", daemons.containerd_cmd, _containerd_ready, 60,
+                          _containerd_undo)
+SYSTEM_IMAGES = Step("system images", _system_images_ok, _system_images_do)
+KUBELET = _daemon_step("kubelet", daemons.kubelet_cmd, Node.node_ready, 180, _kubelet_undo)
+KUBE_PROXY = _daemon_step("kube-proxy", daemons.proxy_cmd, _ready(10256), 60)
 
 STEPS: list[Step[Node]] = [
     Step("build kubernetes", check=lambda n: (n.lay.kube_bin / ".complete").exists(),
@@ -349,28 +426,50 @@ STEPS: list[Step[Node]] = [
          do=lambda n: None if build.build_pause(n.lay, n.log) else None),
     Step("build traefik", check=lambda n: (n.lay.traefik_bin.parent / ".complete").exists(),
          do=lambda n: None if build.build_traefik(n.lay, n.log) else None),
-    Step("state directory", _state_ok, _state_do, _state_undo),
+    STATE,
     Step("certificates", lambda n: pki.pki_complete(n.p("pki")),
          lambda n: pki.make_pki(n.p("pki"))),
-    Step("config files", _configs_ok, _configs_do),
-    Step("cgroup root", lambda n: host.cgroup_root_ready(), lambda n: host.make_cgroup_root(),
-         _cgroup_root_undo, update=True),
+    CONFIGS,
+    CGROUP_ROOT_STEP,
     Step("mount points", _mountpoints_ok, _mountpoints_do, _mountpoints_undo),
-    Step("holder", lambda n: n.holder is not None, _holder_do, _holder_undo),
-    Step("mounts", _mounts_ok, _mounts_do),
+    HOLDER,
+    MOUNTS,
     Step("network", _network_ok, _network_do, _network_undo),
-    _daemon_step("containerd", daemons.containerd_cmd, _containerd_ready, 60, _containerd_undo),
-    Step("system images", _system_images_ok, _system_images_do),
+    CONTAINERD,
+    SYSTEM_IMAGES,
     _daemon_step("etcd", daemons.etcd_cmd, _ready(2379), 60),
     _daemon_step("kube-apiserver", daemons.apiserver_cmd, Node.api_ready, 180),
     _daemon_step("kube-controller-manager", daemons.controller_manager_cmd, _ready(10257), 120),
     _daemon_step("kube-scheduler", daemons.scheduler_cmd, _ready(10259), 120),
-    _daemon_step("kubelet", daemons.kubelet_cmd, Node.node_ready, 180, _kubelet_undo),
-    _daemon_step("kube-proxy", daemons.proxy_cmd, _ready(10256), 60),
+    KUBELET,
+    KUBE_PROXY,
     Step("coredns", lambda n: n.deployment_ready("kube-system", "coredns"), _coredns_do,
          update=True),
     Step("traefik", _traefik_ok, _traefik_do, update=True),
 ]
+
+# A node joined to node 1: node 1 built everything and made the mount points; its certificates
+# are signed by node 1's CA; its link goes to node 1's namespace.
+JOINING_STEPS: list[Step[Node]] = [
+    STATE,
+    Step("certificates", lambda n: pki.pki_complete(n.p("pki"), pki.joining_certs(n.member),
+                                                    ca=False),
+         lambda n: pki.join_pki(n.other(1).p("pki"), n.p("pki"), pki.joining_certs(n.member))),
+    CONFIGS,
+    CGROUP_ROOT_STEP,
+    HOLDER,
+    MOUNTS,
+    Step("link to node 1", _link_ok, _link_do, _link_undo),
+    CONTAINERD,
+    SYSTEM_IMAGES,
+    KUBELET,
+    KUBE_PROXY,
+]
+
+
+def steps(index: int) -> list[Step[Node]]:
+    """Node ``index``'s steps: node 1's make the cluster, the others' join it."""
+    return STEPS if member(index).control_plane else JOINING_STEPS
 
 
 # --- the commands -------------------------------------------------------------------------
@@ -386,16 +485,30 @@ def reusable(node: Node) -> bool:
 
 
 def leftovers(node: Node) -> list[str]:
-    """What of a node exists on the host (empty: nothing; the builds do not count)."""
+    """What of a node exists on the host (empty: nothing; the builds do not count); for node 1,
+    of every node joined to it too."""
+    m = node.member
     out = []
-    if node.lay.state.exists():
-        out.append(f"state directory {node.lay.state}")
+    if node.home.exists():
+        out.append(f"state directory {node.home}")
     if node.holder is not None:
-        out.append(f"holder pid {node.holder}")
-    if run(["ip", "link", "show", VETH_HOST], check=False).returncode == 0:
+        out.append(f"{m.name}'s holder pid {node.holder}")
+    if m.control_plane and run(["ip", "link", "show", VETH_HOST], check=False).returncode == 0:
         out.append(f"link {VETH_HOST}")
-    out += [f"cgroup {p}" for p in host.cgroup_root_paths() if p.exists()]
+    if not m.control_plane and run(["ip", "-4", "route", "show", m.pod_cidr],
+                                   check=False).stdout.strip():
+        out.append(f"route {m.pod_cidr}")
+    out += [f"cgroup {p}" for p in host.cgroup_root_paths(m.cgroup_root) if p.exists()]
+    if m.control_plane:
+        for index in range(2, MAX_NODES + 1):
+            out += leftovers(node.other(index))
     return out
+
+
+def joined(lay: Layout) -> list[Node]:
+    """The nodes joined to node 1 of which anything is on the host, in the order they joined."""
+    first = Node(lay, lambda _: None)
+    return [n for n in (first.other(i) for i in range(2, MAX_NODES + 1)) if leftovers(n)]
 
 
 def shell_exports(lay: Layout) -> str:
@@ -412,11 +525,32 @@ def _locked(lay: Layout) -> Iterator[None]:
         yield
 
 
-def up(lay: Layout | None = None, log: Log = print) -> Node:
+def up(lay: Layout | None = None, log: Log = print, nodes: int = 1) -> Node:
+    """Node 1 up, and nodes 2 to ``nodes`` joined to it; return node 1. Nodes already joined
+    beyond ``nodes`` are left as they are (``down`` takes them down)."""
+    if not 1 <= nodes <= MAX_NODES:
+        raise ValueError(f"nodes: 1 to {MAX_NODES}, not {nodes}")
     node = Node(lay or layout(), log)
     _require_root()
     with _locked(node.lay):
-        return _up(node, log)
+        _up(node, log)
+        for index in range(2, nodes + 1):
+            _join(node.other(index), log)
+        return node
+
+
+def _join(node: Node, log: Log) -> None:
+    name = node.member.name
+    if not pending(JOINING_STEPS, node):
+        log(f"{name} already up: reused")
+        return
+    if leftovers(node):
+        log(f"a half-started {name} is here: cleaning it first")
+        run_down(JOINING_STEPS, node, log)
+    log(f"{name} joins {node.other(1).member.name}")
+    t0 = time.monotonic()
+    node.timings = run_up(JOINING_STEPS, node, log)
+    log(f"{name} up in {time.monotonic() - t0:.1f} s")
 
 
 def _up(node: Node, log: Log) -> Node:
@@ -444,8 +578,30 @@ def down(lay: Layout | None = None, log: Log = print) -> dict[str, float]:
         return _down(node, log)
 
 
+def leave(lay: Layout | None = None, index: int = 2, log: Log = print) -> None:
+    """Node ``index`` (not 1) down, node 1 and the others left running."""
+    node = Node(lay or layout(), log).other(index)
+    if node.member.control_plane:
+        raise ValueError("node 1 holds the control plane: down takes it down with the rest")
+    _require_root()
+    with _locked(node.lay):
+        run_down(JOINING_STEPS, node, log)
+        # its Node object too: the API server would keep a NotReady node, and its pods
+        node.kubectl("delete", "node", node.member.name, "--ignore-not-found", "--wait=false",
+                     check=False)
+        left = leftovers(node)
+        if left:
+            raise RuntimeError(f"after {node.member.name} left, still here: " + ", ".join(left))
+
+
 def _down(node: Node, log: Log) -> dict[str, float]:
     t0 = time.monotonic()
+    for other in reversed(joined(node.lay)):
+        log(f"{other.member.name} down")
+        try:
+            run_down(JOINING_STEPS, other, log)
+        except RuntimeError as exc:   # node 1 goes down all the same; leftovers() names it
+            log(str(exc))
     seconds = run_down(STEPS, node, log)
     seconds["total"] = time.monotonic() - t0
     slow = {name: s for name, s in seconds.items() if s >= 1.0 and name != "total"}
@@ -464,13 +620,17 @@ def status(lay: Layout | None = None) -> dict[str, object]:
     for pidfile in sorted(node.p("pids").glob("*.pid")) if node.p("pids").is_dir() else []:
         found = read_pidfile(pidfile)
         pids[pidfile.stem] = found[0] if found else None
+    others = {n.member.name: {"up": not pending(JOINING_STEPS, n),
+                              "pending": pending(JOINING_STEPS, n)}
+              for n in joined(node.lay)}
     return {"up": not todo, "pending": todo, "pids": pids, "leftovers": leftovers(node),
-            "kubeconfig": str(node.lay.kubeconfig)}
+            "kubeconfig": str(node.lay.kubeconfig), "joined": others}
 
 
 def load_project_images(lay: Layout | None = None, log: Log = print,
                         root: Path | None = None) -> dict[str, float]:
-    """Build the project's service and client images and import them into the running node."""
+    """Build the project's service and client images and import them into the running node
+    (into each node's containerd)."""
     from kubenode import project_images
 
     node = Node(lay or layout(), log)
@@ -485,7 +645,8 @@ def load_project_images(lay: Layout | None = None, log: Log = print,
             with project_images.docker_engine(log):
                 seconds = project_images.build_project_images(root, log)
                 t0 = time.monotonic()
-                project_images.import_images(node.containerd_address, tags, log)
+                for address in containerd_addresses(node.lay):
+                    project_images.import_images(address, tags, log)
                 seconds["import"] = time.monotonic() - t0
                 return seconds
         except RuntimeError:

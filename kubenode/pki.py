@@ -1,14 +1,17 @@
 """The node's certificates, made with openssl: one CA, a certificate per component, the
-service-account key pair. EC P-256 keys (fast to make, accepted by every component)."""
+service-account key pair. EC P-256 keys (fast to make, accepted by every component). A node
+that joins node 1 gets its kubelet's and kube-proxy's certificates signed by node 1's CA."""
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubenode.config import API_SERVICE_IP, NODE_ADDR, NODE_NAME
+from kubenode.config import API_SERVICE_IP, NODE_ADDR, Member, member
 from kubenode.proc import run
 
-__all__ = ["Cert", "CERTS", "make_pki", "pki_complete"]
+__all__ = ["Cert", "CERTS", "kubelet_certs", "joining_certs", "make_pki", "join_pki",
+           "pki_complete"]
 
 DAYS = "30"
 
@@ -21,6 +24,15 @@ class Cert:
     server: bool = False
 
 
+def kubelet_certs(m: Member) -> tuple[Cert, Cert]:
+    """A node's kubelet: its client certificate (the Node authorizer's name) and its serving one."""
+    return (Cert("kubelet", f"/O=system:nodes/CN=system:node:{m.name}"),
+            Cert("kubelet-serving", f"/CN={m.name}", (f"DNS:{m.name}", f"IP:{m.addr}"),
+                 server=True))
+
+
+KUBE_PROXY_CERT = Cert("kube-proxy", "/CN=system:kube-proxy")
+
 CERTS = (
     Cert("apiserver", "/CN=kube-apiserver",
          ("DNS:kubernetes", "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
@@ -28,13 +40,15 @@ CERTS = (
           f"IP:{NODE_ADDR}", f"IP:{API_SERVICE_IP}"), server=True),
     Cert("apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client"),
     Cert("admin", "/O=system:masters/CN=throttle-lab-admin"),
-    Cert("kubelet", f"/O=system:nodes/CN=system:node:{NODE_NAME}"),
-    Cert("kubelet-serving", f"/CN={NODE_NAME}", (f"DNS:{NODE_NAME}", f"IP:{NODE_ADDR}"),
-         server=True),
+    *kubelet_certs(member(1)),
     Cert("controller-manager", "/CN=system:kube-controller-manager"),
     Cert("scheduler", "/CN=system:kube-scheduler"),
-    Cert("kube-proxy", "/CN=system:kube-proxy"),
+    KUBE_PROXY_CERT,
 )
+
+
+def joining_certs(m: Member) -> tuple[Cert, ...]:
+    return (*kubelet_certs(m), KUBE_PROXY_CERT)
 
 
 def _key(path: Path) -> None:
@@ -42,9 +56,10 @@ def _key(path: Path) -> None:
          "-out", str(path)])
 
 
-def pki_complete(pki: Path) -> bool:
-    names = ["ca.crt", "ca.key", "sa.key", "sa.pub"]
-    names += [f"{c.name}.{ext}" for c in CERTS for ext in ("crt", "key")]
+def pki_complete(pki: Path, certs: tuple[Cert, ...] = CERTS, *, ca: bool = True) -> bool:
+    """Every file there: with ``ca``, the CA's key and the service-account pair too."""
+    names = ["ca.crt", *(["ca.key", "sa.key", "sa.pub"] if ca else [])]
+    names += [f"{c.name}.{ext}" for c in certs for ext in ("crt", "key")]
     return all((pki / n).exists() for n in names)
 
 
@@ -57,17 +72,31 @@ def make_pki(pki: Path) -> None:
     _key(pki / "sa.key")
     run(["openssl", "pkey", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub")])
     for cert in CERTS:
-        key, csr, crt = (pki / f"{cert.name}.{ext}" for ext in ("key", "csr", "crt"))
-        _key(key)
-        run(["openssl", "req", "-new", "-key", str(key), "-subj", cert.subject, "-out", str(csr)])
-        ext = pki / f"{cert.name}.ext"
-        lines = ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment",
-                 "extendedKeyUsage=" + ("serverAuth" if cert.server else "clientAuth")]
-        if cert.sans:
-            lines.append("subjectAltName=" + ",".join(cert.sans))
-        ext.write_text("\n".join(lines) + "\n")
-        run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"), "-CAkey",
-             str(pki / "ca.key"), "-CAcreateserial", "-days", DAYS, "-extfile", str(ext),
-             "-out", str(crt)])
-        csr.unlink()
-        ext.unlink()
+        _sign(pki, pki, cert)
+
+
+def join_pki(ca: Path, pki: Path, certs: tuple[Cert, ...]) -> None:
+    """``certs`` in ``pki``, signed by the CA in ``ca`` (node 1's); its certificate copied, its
+    key not."""
+    pki.mkdir(parents=True, exist_ok=True)
+    pki.chmod(0o700)
+    shutil.copyfile(ca / "ca.crt", pki / "ca.crt")
+    for cert in certs:
+        _sign(ca, pki, cert)
+
+
+def _sign(ca: Path, pki: Path, cert: Cert) -> None:
+    key, csr, crt = (pki / f"{cert.name}.{ext}" for ext in ("key", "csr", "crt"))
+    _key(key)
+    run(["openssl", "req", "-new", "-key", str(key), "-subj", cert.subject, "-out", str(csr)])
+    ext = pki / f"{cert.name}.ext"
+    lines = ["basicConstraints=CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment",
+             "extendedKeyUsage=" + ("serverAuth" if cert.server else "clientAuth")]
+    if cert.sans:
+        lines.append("subjectAltName=" + ",".join(cert.sans))
+    ext.write_text("\n".join(lines) + "\n")
+    run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca / "ca.crt"), "-CAkey",
+         str(ca / "ca.key"), "-CAcreateserial", "-days", DAYS, "-extfile", str(ext),
+         "-out", str(crt)])
+    csr.unlink()
+    ext.unlink()

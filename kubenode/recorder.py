@@ -16,7 +16,7 @@ from typing import Callable
 
 from kubenode.build import go_binary
 from kubenode.config import Layout
-from kubenode.context import Node
+from kubenode.context import Node, containerd_addresses
 from kubenode.proc import run
 
 __all__ = ["AGENT_IMAGE", "RECORDER_NAMESPACE", "agent_tag", "build_agent", "build_agent_image",
@@ -121,7 +121,8 @@ def deploy_recorder(node: Node, root: Path, overlay_dir: Path, log: Log = print)
         raise RuntimeError("the node is not up (make kube-node)")
     with project_images.docker_engine(log):
         tag = build_agent_image(node.lay, root, log)
-        project_images.import_images(node.containerd_address, [tag], log)
+        for address in containerd_addresses(node.lay):   # every node's: a pod on each
+            project_images.import_images(address, [tag], log)
     write_recorder_overlay(overlay_dir, root, tag, node.lay.state / "recorder-timelines")
     node.kubectl("apply", "-k", str(overlay_dir))
     node.kubectl("-n", RECORDER_NAMESPACE, "rollout", "status", "daemonset/recorder",
