@@ -11,11 +11,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ENV_PREFIX", "Settings", "SettingsError", "env_name", "option_fields"]
+__all__ = ["ENV_PREFIX", "Settings", "SettingsError", "env_name", "is_service_link",
+           "option_fields"]
 
 ENV_PREFIX = "BURN_SERVICE_"
 
@@ -94,7 +96,7 @@ class Settings:
         values: dict[str, Any] = {}
         for f in option_fields():
             raw = environ.get(env_name(f.name))
-            if raw is not None and raw != "":
+            if raw is not None and raw != "" and not is_service_link(raw):
                 values[f.name] = _convert(f, raw, source=env_name(f.name))
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)
@@ -133,6 +135,15 @@ class Settings:
                 continue
             out[env_name(f.name)] = str(value).lower() if isinstance(value, bool) else str(value)
         return out
+
+
+_SERVICE_LINK = re.compile(r"(?:tcp|udp|sctp)://[^\s/]+:\d+")
+
+
+def is_service_link(raw: str) -> bool:
+    """``tcp://10.96.0.7:80``: what Kubernetes puts in ``BURN_SERVICE_PORT`` for a Service
+    named ``burn-service`` (its docker-link variables), never a setting: ignored."""
+    return _SERVICE_LINK.fullmatch(raw.strip()) is not None
 
 
 def option_fields() -> tuple[dataclasses.Field[Any], ...]:

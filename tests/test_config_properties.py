@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -89,3 +90,15 @@ def test_non_finite_numbers_are_refused_by_name() -> None:
                 assert name.replace("_", "-") in str(exc) or env_name(name) in str(exc)
             else:
                 raise AssertionError(f"{name}={raw} was accepted")
+
+
+def test_a_kubernetes_service_link_is_not_a_setting() -> None:
+    """A Service named burn-service makes Kubernetes set BURN_SERVICE_PORT=tcp://IP:PORT in
+    every pod of its namespace: the service keeps its own port, a real port still counts."""
+    links = {"BURN_SERVICE_PORT": "tcp://10.96.0.7:80",
+             "BURN_SERVICE_PORT_80_TCP": "tcp://10.96.0.7:80",
+             "BURN_SERVICE_SERVICE_HOST": "10.96.0.7", "BURN_SERVICE_SERVICE_PORT": "80"}
+    assert Settings.from_env(links) == Settings.from_env({})
+    assert Settings.from_env({**links, "BURN_SERVICE_PORT": "7801"}).port == 7801
+    with pytest.raises(SettingsError, match="BURN_SERVICE_PORT must be int"):
+        Settings.from_env({"BURN_SERVICE_PORT": "http://example:80/"})
