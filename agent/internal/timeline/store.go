@@ -26,6 +26,7 @@ type Identity struct {
 	Pod       string `json:"pod"`
 	Container string `json:"container"`
 	PodUID    string `json:"pod_uid,omitempty"`
+	Node      string `json:"node,omitempty"` // the writing agent's node (Store.Node)
 	BootID    string `json:"boot_id"`
 	ZeroMono  int64  `json:"zero_monotonic_ns"`
 }
@@ -136,8 +137,12 @@ type Store struct {
 	Version   string
 	IntervalS float64
 	Command   []string
-	mu        sync.Mutex
-	open      map[string]bool // names of the segments being written
+	// Node names the agent's node. Two nodes' agents may share one directory (nodes on one
+	// machine, or a shared volume): each then lists, resumes, answers from and prunes only
+	// the segments its own node's agent wrote, and its MaxTotal counts only those.
+	Node string
+	mu   sync.Mutex
+	open map[string]bool // names of the segments being written
 }
 
 // NewStore makes the directory.
@@ -148,8 +153,22 @@ func NewStore(dir string) (*Store, error) {
 	return &Store{Dir: dir, open: map[string]bool{}}, nil
 }
 
-// ReadMetas reads every segment's metadata written by the agent in the directory.
+// ReadMetas reads the metadata of every segment this node's agent wrote in the directory.
 func (st *Store) ReadMetas() []Meta {
+	var out []Meta
+	for _, m := range st.readAllMetas() {
+		if st.mine(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// mine: the segment was written by this node's agent (any segment when the store has no node).
+func (st *Store) mine(m Meta) bool { return st.Node == "" || m.Agent.Node == st.Node }
+
+// readAllMetas reads every agent-written segment's metadata in the directory, any node's.
+func (st *Store) readAllMetas() []Meta {
 	paths, _ := filepath.Glob(filepath.Join(st.Dir, "*.json"))
 	var out []Meta
 	for _, p := range paths {
@@ -176,7 +195,7 @@ func (st *Store) ReadMetas() []Meta {
 func (st *Store) Open(id Identity, base string, cgroup map[string]any, layout Layout) (*Segment, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	id.BootID = BootID()
+	id.BootID, id.Node = BootID(), st.Node
 	metas := st.ReadMetas()
 	for i := len(metas) - 1; i >= 0; i-- {
 		m := metas[i]
@@ -286,7 +305,8 @@ func (st *Store) Closed(name string) {
 }
 
 // Prune removes closed segments older than MaxAge, then the oldest closed ones while all
-// segments together exceed MaxTotal. It returns the names removed.
+// segments together exceed MaxTotal. Another node's agent's segments are neither counted nor
+// removed (it may be writing them). It returns the names removed.
 func (st *Store) Prune(now time.Time) []string {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -295,15 +315,24 @@ func (st *Store) Prune(now time.Time) []string {
 		size  int64
 		mtime time.Time
 	}
+	others := map[string]bool{}
+	for _, m := range st.readAllMetas() {
+		if !st.mine(m) {
+			others[m.Name] = true
+		}
+	}
 	paths, _ := filepath.Glob(filepath.Join(st.Dir, "*.cgroup.csv"))
 	var segs []seg
 	var total int64
 	for _, p := range paths {
+		name := strings.TrimSuffix(filepath.Base(p), ".cgroup.csv")
+		if others[name] {
+			continue
+		}
 		info, err := os.Stat(p)
 		if err != nil {
 			continue
 		}
-		name := strings.TrimSuffix(filepath.Base(p), ".cgroup.csv")
 		segs = append(segs, seg{name, info.Size(), info.ModTime()})
 		total += info.Size()
 	}

@@ -144,3 +144,50 @@ func TestSegmentsStartedInOneMillisecondDoNotCollide(t *testing.T) {
 		seg.Close("the group's quota changed", false)
 	}
 }
+
+// Two nodes' agents in one directory (nodes on one machine): each lists and resumes only its
+// own node's segments, and its retention never removes the other's, open or closed.
+func TestTwoNodesAgentsShareADirectoryWithoutTouchingEachOthersSegments(t *testing.T) {
+	dir := t.TempDir()
+	first, second := newStore(t, dir), newStore(t, dir)
+	first.Node, second.Node = "node-1", "node-2"
+	second.MaxTotal = 1 // every closed segment of its own is over the bound
+	mine, err := first.Open(Identity{Key: "ns/a", Namespace: "ns", Pod: "a"}, "ns_a", cg, Layout{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine.Append(&Sample{TNS: 10, UsageNS: 1})
+	mine.Flush() // open, being written by node 1's agent
+	closed, _ := first.Open(Identity{Key: "ns/c", Namespace: "ns", Pod: "c"}, "ns_c", cg, Layout{})
+	closed.Close("pod gone", false)
+	first.Closed(closed.Meta.Name)
+	theirs, _ := second.Open(Identity{Key: "ns/b", Namespace: "ns", Pod: "b"}, "ns_b", cg, Layout{})
+	theirs.Close("pod gone", false)
+	second.Closed(theirs.Meta.Name)
+
+	if removed := second.Prune(time.Now()); len(removed) != 1 || removed[0] != theirs.Meta.Name {
+		t.Fatalf("node 2's agent removed %v, not only its own closed segment", removed)
+	}
+	for _, seg := range []*Segment{mine, closed} {
+		if _, err := os.Stat(seg.CSVPath()); err != nil {
+			t.Fatalf("node 1's segment %s removed by node 2's agent", seg.Meta.Name)
+		}
+	}
+	var keys []string
+	for _, m := range first.ReadMetas() {
+		keys = append(keys, m.Agent.Key+"@"+m.Agent.Node)
+	}
+	if strings.Join(keys, " ") != "ns/a@node-1 ns/c@node-1" && strings.Join(keys, " ") != "ns/c@node-1 ns/a@node-1" {
+		t.Fatalf("node 1's agent lists %v", keys)
+	}
+	if metas := second.ReadMetas(); len(metas) != 0 {
+		t.Fatalf("node 2's agent lists node 1's segments: %v", metas)
+	}
+	// node 2's agent recording a pod of node 1's name starts its own segment, never resumes node 1's
+	again, _ := second.Open(Identity{Key: "ns/a", Namespace: "ns", Pod: "a"}, "ns_a", cg, Layout{})
+	if again.Meta.Name == mine.Meta.Name {
+		t.Fatal("node 2's agent resumed node 1's segment")
+	}
+	again.Close("done", false)
+	mine.Close("done", false)
+}
