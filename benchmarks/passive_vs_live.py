@@ -221,7 +221,8 @@ def p99_of(csv: Path) -> float:
 
 
 def one_csv(directory: Path) -> Path:
-    (csv,) = [p for p in directory.glob("*.csv") if not p.name.endswith(".cgroup.csv")]
+    (csv,) = [p for p in directory.glob("*.csv")
+              if not p.name.endswith((".cgroup.csv", ".threads.csv"))]
     return csv
 
 
