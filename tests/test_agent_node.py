@@ -30,7 +30,7 @@ from kubenode.config import CGROUP_ROOT
 from tests.import_support import write_documented
 from tests.kube import pods_namespace, wait_for
 from tests.recorder_support import RECORDER_NS, cpu_stat, kubectl_json, user_kubeconfig
-from tests.support import ROOT, free_port, http_timing, require, stop_by_pid
+from tests.support import BIN, ROOT, free_port, http_timing, require, stop_by_pid
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
@@ -304,3 +304,67 @@ def test_import_marks_the_requests_with_the_pods_timeline_through_the_api_proxy(
                           "--name", "k8s2", cwd=tmp_path)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+
+
+def test_a_run_and_watch_read_a_pod_through_its_agent_as_from_another_machine(
+        kube_node: kubenode.Node, agent: Recorder, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--cgroup k8s:`` and ``watch k8s:`` with only the user's kubeconfig, made to go
+    through the agent (HTTP_TIMING_THROUGH_API=1, as for a pod on another node): what they
+    say is what the pod group's cpu.stat counted across them."""
+    from client.run.pod_reach import THROUGH_API_ENV
+
+    info = start_pod(kube_node, "far", project_images.SERVICE_IMAGE, LABEL)
+    group = pod_group(info)
+    url = f"http://{info['status']['podIP']}:7800/cpuBurnFlow?iterations={ITERATIONS}"
+    wait_for("the far pod in /metrics", lambda: 'pod="far"' in agent.metrics(), 60)
+    wait_for("the service in the pod", lambda: _answers(url), 60, interval=0.5)
+    time.sleep(0.5)
+    monkeypatch.setenv("KUBECONFIG", str(user_kubeconfig(kube_node, tmp_path / "user.kc", NS)))
+    monkeypatch.setenv(THROUGH_API_ENV, "1")
+    before = cpu_stat(group)
+    out = http_timing("--url", url, "--requests", "8", "--cgroup", f"k8s:{NS}/far", "--name",
+                      "far", "--no-plot", "--quiet", cwd=tmp_path)
+    after = cpu_stat(group)
+    assert out.returncode == 0, out.stderr
+    run = read_run(tmp_path / "raw-data" / "far.csv")
+    assert run.metadata.cgroup is not None and run.timeline is not None
+    assert run.metadata.cgroup["source"].startswith(f"the node agent {RECORDER_NS}/")
+    assert all(r.cgroup_nr_throttled is not None for r in run.records)
+    first = max((s for s in run.timeline if s.t_ns <= min(r.start_ns for r in run.records)),
+                key=lambda s: s.t_ns)
+    last = min((s for s in run.timeline if s.t_ns >= max(r.end_ns for r in run.records)),
+               key=lambda s: s.t_ns)
+    assert after["nr_throttled"] > before["nr_throttled"]   # the quota bit
+    assert last.nr_throttled - first.nr_throttled == after["nr_throttled"] - before["nr_throttled"]
+    assert last.throttled_ns - first.throttled_ns == (after["throttled_time"]
+                                                      - before["throttled_time"])
+    assert f"throttling in k8s:{NS}/far (the node agent" in out.stdout
+
+    time.sleep(1.5)   # the pod idle again
+    before = cpu_stat(group)
+    watch = subprocess.Popen([str(BIN / "http-timing"), "watch",
+                              f"k8s:{NS}/far", "--count", "3", "--json"], cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with httpx.Client(timeout=30) as client:
+            while watch.poll() is None:   # load until its last line: its lines hold throttles
+                client.get(url)
+        lines, err = watch.communicate(timeout=60)
+    finally:
+        stop_by_pid(watch)
+    time.sleep(0.5)
+    after = cpu_stat(group)
+    assert watch.returncode == 0, err
+    rows = [json.loads(line) for line in lines.splitlines()]
+    assert len(rows) == 3 and all(r["usage_counter"].startswith("cpu.stat, read by the node "
+                                                                "agent") for r in rows)
+    assert sum(r["nr_throttled"] for r in rows) <= after["nr_throttled"] - before["nr_throttled"]
+    assert sum(r["nr_throttled"] for r in rows) > 0
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=30).status_code == 200
+    except httpx.HTTPError:
+        return False
