@@ -99,7 +99,8 @@ def test_both_deployments_carry_the_label_the_agent_selects_on(docs: list[dict[s
 def test_the_users_rbac_reaches_the_agents_through_the_proxy_and_no_further() -> None:
     """k8s/recorder/user-rbac.yaml (what import --timeline k8s:NS/POD, cluster and advise
     --passive --k8s need), strictly valid: list pods and get pods/proxy in the recorder's
-    namespace, get pods elsewhere, list the workloads; nothing else (its use on the real node:
+    namespace, get pods elsewhere, list the workloads, get services/proxy where Prometheus
+    runs; nothing else (its use on the real node:
     tests/test_agent_node.py, tests/test_cluster_kube.py)."""
     docs = [d for d in yaml.safe_load_all((RECORDER / "user-rbac.yaml").read_text()) if d]
     for d in docs:
@@ -116,7 +117,12 @@ def test_the_users_rbac_reaches_the_agents_through_the_proxy_and_no_further() ->
     assert all(r["verbs"] == ["list"] for r in workloads), workloads
     assert sorted(res for r in workloads for res in r["resources"]) == [
         "daemonsets", "deployments", "pods", "replicasets", "statefulsets"]
-    assert set(cluster) == {"throttle-lab-pod-reader", "throttle-lab-workload-reader"}
+    # cluster --prometheus k8s:NS/SERVICE: get services/proxy, bound in Prometheus's namespace
+    assert [(r["resources"], r["verbs"])
+            for r in cluster["throttle-lab-prometheus-reader"]["rules"]] == [
+        (["services/proxy"], ["get"])]
+    assert set(cluster) == {"throttle-lab-pod-reader", "throttle-lab-workload-reader",
+                            "throttle-lab-prometheus-reader"}
     assert "user-rbac.yaml" not in (RECORDER / "kustomization.yaml").read_text()
 
 
