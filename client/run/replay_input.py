@@ -13,6 +13,7 @@ from pathlib import Path
 from client.data.attribution import held
 from client.data.files import read_run
 from client.data.imports import read_results
+from client.data.imports.http_timing import run_zero_epoch_ns
 from client.data.readers import HEAD_BYTES, READERS
 from client.data.record import RawDataError, RequestRecord
 from client.data.timeline import CgroupSample, read_timeline, timeline_path
@@ -116,18 +117,21 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def _run_records(path: Path, recording: Recording) -> tuple[list[RequestRecord], str]:
+    """A run's requests on the recording's clock: by the run's clock zero (its JSON's
+    ``clock.zero_epoch_ns``, which ``import`` uses too); an older run without one by its
+    ``started_at``, taken before its warm-up, and the answer says so."""
     run = read_run(path)
     if _same_file(timeline_path(run.path), recording.path):
         return run.records, "on the run's own timeline (one clock)"
-    started = _epoch(run.metadata.started_at)
-    if started is None or recording.zero_epoch_ns is None:
+    zero, how = run_zero_epoch_ns(run.metadata)
+    if zero is None or recording.zero_epoch_ns is None:
         raise RawDataError(f"{path}: cannot place its requests on {recording.path}: "
                            "the run or the timeline does not say when it started")
-    base = started - recording.zero_epoch_ns
+    if not recording.zero_exact:
+        how += "; the timeline's zero by its started_at (before its warm-up)"
+    base = zero - recording.zero_epoch_ns
     return ([RequestRecord(r.seq, r.start_ns + base, r.latency_ns, r.status, r.error)
-             for r in run.records],
-            "by the run's start time (started_at, taken before its warm-up: "
-            "± tens of ms)")
+             for r in run.records], how)
 
 
 def _imported_records(path: Path, recording: Recording) -> tuple[list[RequestRecord], str]:
