@@ -56,8 +56,9 @@ lint: $(BIN)/.installed
 # A single-node Kubernetes cluster on this host, in namespaces of its own (needs root; kubenode/).
 # kube-node builds or reuses the pinned Kubernetes in /var/cache/throttle-lab, brings the node up
 # (or reuses it) and prints the two `export` lines a shell needs; kube-down removes all of it.
-# NODES=2 joins a second node (its own namespaces, containerd, kubelet) to the first's control plane.
-NODES ?= 1
+# NODES=2, the default (what the node tests use), joins a second node (its own namespaces,
+# containerd, kubelet) to the first's control plane; NODES=1 brings up the first alone.
+NODES ?= 2
 kube-node: $(BIN)/.installed
 	$(BIN)/python -m kubenode up --nodes $(NODES)
 

@@ -71,7 +71,7 @@ ORIGINAL_0_3 = ("26 Status code 200 time 5207306\n31 Status code 200 time 506469
 
 @pytest.fixture(scope="session")
 def kube_node(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """The single-node cluster (kubenode), one per session: tests/kube.py."""
+    """The two-node cluster (kubenode), one per session, node 1 yielded: tests/kube.py."""
     from tests.kube import node_session
 
     yield from node_session()

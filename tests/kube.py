@@ -1,9 +1,14 @@
-"""The single-node cluster for the tests: one node per session (kubenode.node, the module
-``make kube-node`` calls), and what the host looks like before, during and after it.
+"""The cluster for the tests: two nodes per session (kubenode.node, the module
+``make kube-node NODES=2`` calls), and what the host looks like before, during and after it.
 
-A node that was already up when the session started is reused and left up; one started here is
-taken down at the end, and the host must then look as it did before (checked in the fixture's
-teardown: a difference is an error of the session).
+Node 2 carries the taint :data:`SECOND_NODE_TAINT` for the session: a pod lands there only when
+it tolerates it (the recorder's DaemonSet does, and the two-node modules' pods), so the modules
+that read a pod's files under node 1's cgroup root find their pods there.
+
+A cluster that was already up when the session started is reused and left up (node 2 joined to
+it if it was not, the taint taken off again); one started here is taken down at the end, and
+the host must then look as it did before (checked in the fixture's teardown: a difference is an
+error of the session).
 """
 from __future__ import annotations
 
@@ -22,11 +27,12 @@ import yaml
 from client.run.limiters.kubernetes import cpu_cores
 from cpuquota.limit import Limit
 from kubenode import files, host, node
-from kubenode.config import CGROUP_ROOT, NODE_NAME, VETH_HOST, layout
+from kubenode.config import NODE_NAME, VETH_HOST, layout, member
+from kubenode.steps import pending
 from tests.support import ROOT, require
 
-__all__ = ["BEFORE", "HostView", "host_view", "missing_node_tools",
-           "node_session", "require_node_tools", "iptables_lines",
+__all__ = ["BEFORE", "HostView", "host_view", "missing_node_tools", "NODES", "SECOND_NODE_TAINT",
+           "node_session", "require_node_tools", "iptables_lines", "toleration",
            "wait_for", "NODE_PATHS", "namespace_gone", "namespaced_overlay", "pods_namespace",
            "shipped_limit"]
 
@@ -35,6 +41,10 @@ TOOLS = ("etcd", "containerd", "runc", "ctr", "conntrack", "iptables", "unshare"
 # Paths a node without its bind mounts would leave on the host.
 NODE_PATHS = ("/var/lib/kubelet", "/var/lib/cni", "/run/netns", "/run/containerd",
               "/var/log/pods", "/var/log/containers")
+# The session's nodes: the tests put workloads on both (issue 47).
+NODES = 2
+# Node 2's taint in a test session: only pods that tolerate it land there (the module docstring).
+SECOND_NODE_TAINT = "throttle-lab.test/second-node"
 # Host sysctls the kubelet or kube-proxy would write if the node were not in namespaces of its own.
 HOST_SYSCTLS = [*files.KUBELET_SYSCTLS, "net/ipv4/ip_forward", "net/ipv4/conf/all/route_localnet",
                 "net/netfilter/nf_conntrack_max"]
@@ -111,8 +121,9 @@ def host_view() -> HostView:
     watched = (str(lay.state), *NODE_PATHS)
     mounts = tuple(line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
                    if line.split()[4].startswith(watched))
+    roots = [member(i).cgroup_root for i in range(1, NODES + 1)]
     groups = tuple(str(mount / name) for _, mount in host.cgroup_mounts()
-                   for name in (CGROUP_ROOT, "kubepods") if (mount / name).exists())
+                   for name in (*roots, "kubepods") if (mount / name).exists())
     links = tuple(name for name in os.listdir("/sys/class/net")
                   if name in (VETH_HOST, "cni0") or name.startswith("tlnode"))
     paths = tuple(p for p in NODE_PATHS if Path(p).exists())
@@ -144,27 +155,42 @@ def wait_for(what: str, ready, timeout: float, interval: float = 1.0):  # type: 
         time.sleep(interval)
 
 
+def toleration() -> dict[str, str]:
+    """The toleration a pod spec lists to be placed on node 2 in a test session."""
+    return {"key": SECOND_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}
+
+
 def _log(msg: str) -> None:
     print(f"[kubenode] {msg}", flush=True)
 
 
 def node_session() -> Iterator[node.Node]:
-    """Bring the node up (or reuse one that is up), yield it, take it down if it was started
+    """Bring the two nodes up (or reuse them), yield node 1, take them down if they were started
     in this session and check that the host looks as before."""
     require_node_tools()
     lay = layout()
     probe = node.Node(lay, lambda _: None)
     reused = node.reusable(probe)   # up, or up but for add-ons that up() updates in place
+    joined = reused and bool(pending(node.steps(2), probe.other(2)))
     before = host_view()
     BEFORE.clear()
     BEFORE.append(before)
     t0 = time.monotonic()
-    the_node = node.up(lay, log=_log)
-    print(f"[kubenode] node {'reused' if reused else 'up'} in {time.monotonic() - t0:.1f} s "
-          f"({NODE_NAME})", flush=True)
+    the_node = node.up(lay, log=_log, nodes=NODES)
+    second = member(2).name
+    wait_for(f"{second} registered", lambda: the_node.kubectl(
+        "get", "node", second, check=False).returncode == 0, 120)
+    the_node.kubectl("taint", "node", second, f"{SECOND_NODE_TAINT}=tests:NoSchedule",
+                     "--overwrite")
+    print(f"[kubenode] {NODES} nodes {'reused' if reused else 'up'} in "
+          f"{time.monotonic() - t0:.1f} s ({NODE_NAME}, {second})", flush=True)
     try:
         yield the_node
     finally:
+        if reused and joined:   # node 2 joined here: it leaves, node 1 stays as it was
+            node.leave(lay, 2, log=_log)
+        elif reused:
+            the_node.kubectl("taint", "node", second, f"{SECOND_NODE_TAINT}-", check=False)
         if not reused:
             t0 = time.monotonic()
             node.down(lay, log=_log)

@@ -17,6 +17,8 @@ import yaml
 
 from kubenode import node as kubenode
 from kubenode import project_images, recorder
+from kubenode.config import NODE_NAME
+from kubenode.context import containerd_addresses
 from kubenode.images import ctr_images
 from tests.support import ROOT
 
@@ -41,15 +43,16 @@ def recorder_up(node: kubenode.Node, overlay: Path) -> Iterator[dict[str, Any]]:
     agent's running pod (its JSON). Afterwards the recorder, the user RBAC and the timelines
     are deleted (the recorder waited for: it writes the timelines until it ends)."""
     lay = node.lay
-    if "docker.io/library/" + project_images.SERVICE_IMAGE not in ctr_images(
-            node.containerd_address):
+    if any("docker.io/library/" + project_images.SERVICE_IMAGE not in ctr_images(address)
+           for address in containerd_addresses(lay)):   # each node's
         kubenode.load_project_images(lay, print, ROOT)
     try:
         tag = recorder.deploy_recorder(node, ROOT, overlay, print)
         pods = kubectl_json(node, "-n", RECORDER_NS, "get", "pods", "-l",
                             "app.kubernetes.io/name=throttle-lab-recorder")["items"]
         running = [p for p in pods if p["status"].get("phase") == "Running"
-                   and p["metadata"].get("deletionTimestamp") is None]
+                   and p["metadata"].get("deletionTimestamp") is None
+                   and p["spec"].get("nodeName") == NODE_NAME]   # node 1's: its pods are there
         assert len(running) == 1, [p["metadata"]["name"] for p in pods]
         assert running[0]["spec"]["containers"][0]["image"] == tag
         yield running[0]

@@ -1,21 +1,12 @@
-"""Two nodes (``make kube-node NODES=2``): a second kubelet joined to the first's control plane,
-with its own namespaces, containerd and cgroup root. A Deployment of two burn-service replicas
-spreads one pod to each node; each pod's group is under its own node's cgroup root with the
-limit's quota; a pod on node 1 reaches the pod on node 2 by its IP; a ClusterIP Service answers
-each pod from both; the recorder's DaemonSet has a Ready pod on each node. Node 2 is taken
-down again if this module brought it up, and nothing of it is left on the host.
-
-Not in ``make test``: CI needs one node, and scripts/test.sh runs every ``node`` test. So the
-test is defined only when ``THROTTLE_LAB_NODES=2`` asks for it (not skipped: under CI=true a
-skip fails) and carries the ``two_nodes`` marker:
-
-    THROTTLE_LAB_NODES=2 .venv/bin/python -m pytest -m two_nodes tests/test_kube_two_nodes.py
-"""
+"""Two nodes (``make kube-node NODES=2``, the session's cluster: tests/kube.py): a second
+kubelet joined to the first's control plane, with its own namespaces, containerd and cgroup
+root. A Deployment of two burn-service replicas spreads one pod to each node; each pod's group
+is under its own node's cgroup root with the limit's quota; a pod on node 1 reaches the pod on
+node 2 by its IP; a ClusterIP Service answers each pod from both; the recorder's DaemonSet has a
+Ready pod on each node."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,11 +15,9 @@ import pytest
 from kubenode import node as kubenode
 from kubenode import recorder
 from kubenode.config import member
-from kubenode.steps import pending
-from tests.kube import namespace_gone, shipped_limit, wait_for
-from tests.support import ROOT
+from tests.kube import pods_namespace, shipped_limit, toleration, wait_for
 
-pytestmark = [pytest.mark.node, pytest.mark.two_nodes, pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
 NAMESPACE = "tl-two-nodes"
 CPU = Path("/sys/fs/cgroup/cpu")
@@ -42,6 +31,7 @@ def _deployment(replicas: int) -> list[dict]:  # type: ignore[type-arg]
         "terminationGracePeriodSeconds": 0,
         # no BURN_PORT=tcp://... from a Service's links: burn-service reads BURN_* settings
         "enableServiceLinks": False,
+        "tolerations": [toleration()],   # node 2's in a test session (tests/kube.py)
         # one pod on each node: a second one on a node would make the skew 2
         "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
                                        "whenUnsatisfiable": "DoNotSchedule",
@@ -65,32 +55,11 @@ def _deployment(replicas: int) -> list[dict]:  # type: ignore[type-arg]
 
 
 @pytest.fixture(scope="module")
-def two_nodes(kube_node: kubenode.Node, tmp_path_factory: pytest.TempPathFactory,
+def two_nodes(kube_node: kubenode.Node, node_recorder: dict,  # type: ignore[type-arg]
               ) -> Iterator[kubenode.Node]:
-    """Node 2 joined to the session's node (or reused), the project's images and the recorder
-    in both; node 2 taken down at the end if it was started here."""
-    second = kube_node.other(2)
-    started = bool(pending(kubenode.steps(2), second))
-    kubenode.up(kube_node.lay, print, nodes=2)
-    try:
-        kubenode.load_project_images(kube_node.lay, print, ROOT)
-        overlay = tmp_path_factory.mktemp("recorder-overlay")
-        recorder.deploy_recorder(kube_node, ROOT, overlay, print)
-        namespace_gone(kube_node, NAMESPACE)
-        kube_node.kubectl("create", "namespace", NAMESPACE, check=False)
+    """The session's two nodes, the recorder on both, and this module's namespace."""
+    with pods_namespace(kube_node, NAMESPACE):
         yield kube_node
-    finally:
-        kube_node.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
-        if started:
-            kubenode.leave(kube_node.lay, 2, print)
-            assert kubenode.leftovers(second) == []
-            assert not (CPU / SECOND.cgroup_root).exists()
-            links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True,
-                                   check=True).stdout
-            assert SECOND.link_outer not in links and SECOND.link_inner not in links
-            routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True,
-                                    check=True).stdout
-            assert SECOND.pod_cidr not in routes
 
 
 def _pods(n: kubenode.Node) -> dict[str, dict]:  # type: ignore[type-arg]
@@ -172,7 +141,3 @@ def test_two_nodes_run_a_pod_each_reach_each_other_and_share_services(
             f"{name} {sum(f'pod{uid}' in g for g in groups)}" for name, uid in uids.items()))
         assert seen == {FIRST.name, SECOND.name}, (pod, groups)
 
-
-# Collected only when asked for (the module's docstring says why).
-if os.environ.get("THROTTLE_LAB_NODES") != "2":
-    del test_two_nodes_run_a_pod_each_reach_each_other_and_share_services
