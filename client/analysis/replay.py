@@ -31,6 +31,14 @@ be under :data:`CLOSED_GAP_NS`) sends each one when the one before it in its lan
 as the load did, so a throttled record is not replayed as one long backlog; an open loop (an
 access log, a rate) keeps the recorded times. At the recorded limit it gives
 each request its recorded latency, within a period.
+
+Coarse rows (:attr:`Demand.coarse`: half a period apart or more, the node agent's 100 ms):
+a throttle's time is exact per row, but not where in its row it lay, so the stretches miss
+part of a request's hold and that part would run at every limit. There a request a throttle
+may have held (:func:`held_at_most`) runs its share of the rows' CPU, on one CPU; at the
+recorded limit the quota model holds it again. The shares are by overlap with the rows, so a
+request's CPU is its rows' CPU spread over the requests in them: the replay's percentiles
+are still within a period of the record's there, single requests not always.
 """
 
 from __future__ import annotations
@@ -47,7 +55,8 @@ from client.data.attribution import CounterSample, period_phase, throttle_events
 from cpuquota.account import CpuStat, QuotaAccount
 
 __all__ = ["MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "Demand", "Job", "LimitRow", "Load",
-           "ReplayError", "Replayed", "Request", "added_delay", "demand_of", "load_of",
+           "ReplayError", "Replayed", "Request", "added_delay", "demand_of", "held_at_most",
+           "load_of",
            "predicted_latency", "replay", "replay_limits", "replay_load"]
 
 MIN_WINDOW_NS = 1_000_000_000   # under a second, a replay says nothing worth reading
@@ -76,6 +85,15 @@ class Demand:
     hidden_ns: float                # the part of the demand estimated from throttled time
     throttled_wall_ns: int          # the recorded throttled stretches, wall time
     used_ns: tuple[float, ...] = ()  # CPU the group used in each interval (the record's)
+    # each throttle as the rows bound it: (earliest start, latest end, longest wall length):
+    # its throttled time (exact per row) laid anywhere in the row interval it ended in
+    throttles: tuple[tuple[int, int, int], ...] = ()
+    resolution_ns: int = 0           # the rows' median interval
+
+    @property
+    def coarse(self) -> bool:
+        """Rows half a period apart or more: where a throttle lay in its row is not known."""
+        return 2 * self.resolution_ns >= self.period_ns
 
     @property
     def start_ns(self) -> int:
@@ -145,8 +163,31 @@ def demand_of(timeline: Sequence[CounterSample], period_ns: int) -> Demand:
     recorded = CpuStat(last.nr_periods - first.nr_periods, last.nr_throttled - first.nr_throttled,
                        last.throttled_ns - first.throttled_ns)
     used = tuple(float(max(0, b.usage_ns - a.usage_ns)) for a, b in zip(timeline, timeline[1:]))
+    steps = sorted(e - s for s, e in zip(starts, ends))
     return Demand(tuple(starts), end, tuple(wanted), period_ns, origin, cores, recorded, usage,
-                  hidden, walls, used)
+                  hidden, walls, used, _throttle_bounds(timeline, period_ns),
+                  steps[len(steps) // 2])
+
+
+def _throttle_bounds(timeline: Sequence[CounterSample],
+                     period_ns: int) -> tuple[tuple[int, int, int], ...]:
+    """Each growth of the throttled time as the rows bound it: it ended in its row interval
+    and lasted at most that time (all of it on one CPU) and its periods."""
+    out = []
+    for a, b in zip(timeline, timeline[1:]):
+        grown = b.throttled_ns - a.throttled_ns
+        if grown > 0:
+            longest = min(grown, max(1, b.nr_throttled - a.nr_throttled) * period_ns)
+            out.append((a.t_ns - longest, b.t_ns, longest))
+    return tuple(out)
+
+
+def held_at_most(demand: Demand, start_ns: int, end_ns: int) -> int:
+    """The most wall time the record's throttles can have held ``[start_ns, end_ns]``: each
+    one at most its length, where its row allows it."""
+    total = sum(min(longest, min(end_ns, hi) - max(start_ns, lo))
+                for lo, hi, longest in demand.throttles if lo < end_ns and hi > start_ns)
+    return max(0, min(end_ns - start_ns, total))
 
 
 def _spread(wanted: list[float], starts: list[int], ends: list[int], lo: int, hi: int,
@@ -353,9 +394,22 @@ def load_of(demand: Demand, requests: Sequence[Request]) -> Load:
     jobs = []
     for r, mine, after, gap in zip(reqs, spans, follows, gaps):
         cpu = sum(demand.used_ns[k] * overlap / covered[k] for k, overlap in mine)
-        jobs.append(Job(r.start_ns, max(0, r.latency_ns - r.held_ns), cpu,
+        jobs.append(Job(r.start_ns, _unheld(demand, r, cpu), cpu,
                         after if closed else None, gap if closed else 0))
     return Load(tuple(jobs), lanes, tuple(background))
+
+
+def _unheld(demand: Demand, r: Request, cpu_ns: float) -> int:
+    """A request's wall time not held by throttling: its latency less the recorded hold.
+
+    On coarse rows (:attr:`Demand.coarse`) the hold's place in its row is not known, and the
+    part of it the stretches miss would run at every limit: a request a throttle may have
+    held (:func:`held_at_most`) is taken as its CPU, work run on one CPU, never more than
+    its latency less the estimated hold."""
+    wall = max(0, r.latency_ns - r.held_ns)
+    if not demand.coarse or held_at_most(demand, r.start_ns, r.start_ns + r.latency_ns) <= 0:
+        return wall
+    return min(wall, math.ceil(cpu_ns))
 
 
 def replay_load(demand: Demand, load: Load, cpus: float | None, burst_ns: int = 0,

@@ -30,9 +30,14 @@ MS = 1_000_000
 def _says(demand: Demand) -> str:
     if demand.throttled_wall_ns <= 0:
         return "exact in the model's terms (the record was not throttled)"
-    return (f"estimated: {100 * demand.throttled_fraction:.0f} % of the window was throttled in "
-            f"the record ({demand.hidden_ns / MS:.0f} ms of CPU the group wanted then is taken "
-            "from the throttled time)")
+    said = (f"estimated: {100 * demand.throttled_fraction:.0f} % of the window was throttled "
+            f"in the record ({demand.hidden_ns / MS:.0f} ms of CPU the group wanted then is "
+            "taken from the throttled time)")
+    if demand.coarse:
+        said += (f"; its rows are {demand.resolution_ns / MS:.0f} ms apart (periods of "
+                 f"{demand.period_ns / MS:g} ms), so where each throttle lay in its row is not "
+                 "known: a request a throttle may have held runs its share of the rows' CPU")
+    return said
 
 
 def requests_of(placed: Placed) -> list[Request]:
@@ -91,6 +96,7 @@ def replay_answer(recording: Recording, demand: Demand, rows: list[LimitRow],
         "demand": {"exact": demand.throttled_wall_ns <= 0,
                    "throttled_fraction": demand.throttled_fraction,
                    "estimated_ms": demand.hidden_ns / MS, "cores": demand.cores,
+                   "rows_ms": demand.resolution_ns / MS, "coarse_rows": demand.coarse,
                    "says": _says(demand)},
         "requests": None if placed is None or requests_file is None else {
             "file": str(requests_file), "count": len(placed.records),
