@@ -180,11 +180,13 @@ def test_the_c_burn_lets_another_thread_run_python_while_it_burns() -> None:
 
 
 def test_a_parallel_burn_burns_its_iterations_on_each_of_its_threads() -> None:
-    """``threads=T``: T distinct threads (this one and T-1 of the pool), each hashing the
-    iterations' bytes (as many chunks as a one-thread burn) on its own clock, and the sum is
-    the burn's ``cpu_ns``: no less than what the three threads' own clocks counted from their
-    first chunk to their last. What three threads' CPU is against one thread's moves with the
-    machine (two vCPUs that are siblings of a host core each pay more a byte): not asserted."""
+    """``threads=T``: this thread and T-1 tasks of the pool, each hashing the iterations'
+    bytes (as many chunks as a one-thread burn) on its own clock, and the sum is the burn's
+    ``cpu_ns``: no less than what the threads' own clocks counted from their first chunk to
+    their last. Which pool thread runs which task is the pool's (on a busy machine one worker
+    may take both before the second has started). What three burns' CPU is against one's
+    moves with the machine (two vCPUs that are siblings of a host core each pay more a byte):
+    not asserted."""
     from concurrent.futures import ThreadPoolExecutor
 
     cal = Calibration(measured())
@@ -207,13 +209,16 @@ def test_a_parallel_burn_burns_its_iterations_on_each_of_its_threads() -> None:
         with pytest.raises(ValueError, match="threads must be >= 1"):
             burn_parallel(1, 0, pool.submit)
     assert one.threads == 1 and three.threads == 3 and three.iterations == 20000
-    assert list(alone) == [threading.get_ident()] and alone[threading.get_ident()] > 1
-    # this thread and two helpers, each the whole burn's chunks
-    assert len(chunks) == 3 and threading.get_ident() in chunks, chunks
-    assert set(chunks.values()) == set(alone.values()), (chunks, alone)
-    # the three threads' own clocks, first chunk to last, are inside the burn's CPU
+    main = threading.get_ident()
+    assert list(alone) == [main] and alone[main] > 1
+    # this thread one burn's chunks, the pool's threads two more between them
+    per_burn = alone[main]
+    assert chunks[main] == per_burn, (chunks, alone)
+    assert sum(chunks.values()) == 3 * per_burn, (chunks, alone)
+    assert all(n % per_burn == 0 for n in chunks.values()) and 2 <= len(chunks) <= 3, chunks
+    # the threads' own clocks, first chunk to last, are inside the burn's CPU
     counted = sum(ticks[-1] - ticks[0] for ticks in clocks.values())
-    assert len(clocks) == 3 and 0 < counted <= three.cpu_ns, (counted, three)
+    assert 0 < counted <= three.cpu_ns, (counted, three)
     assert one.cpu_ns > 0
 
 
