@@ -42,7 +42,8 @@ def _head(answer: dict[str, Any]) -> list[str]:
         lines.append(f"requests: {requests['count']} from {requests['file']}, placed "
                      f"{requests['placed']}" + (f" ({', '.join(left)}: left out)" if left else ""))
         measured = requests["measured"]
-        lines.append(f"replayed as a {requests['loop']}; measured in the record: p50 "
+        lines.append(f"replayed as {'an' if requests['loop'].startswith('open') else 'a'} "
+                     f"{requests['loop']}; measured in the record: p50 "
                      f"{_ms(measured['p50_ms'])} ms, p90 {_ms(measured['p90_ms'])} ms, p99 "
                      f"{_ms(measured['p99_ms'])} ms")
     else:
