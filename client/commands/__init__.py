@@ -70,7 +70,8 @@ TASKS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         ("record", "what did the kernel count while another tool sent the load?"),
     )),
     ("Choose a limit", (
-        ("advise", "what is the smallest limit that meets a p99 (p90) target? real runs"),
+        ("advise", "what is the smallest limit that meets a p99 (p90) target? real runs "
+                   "(--passive: a replay)"),
         ("cluster", "which workloads does throttling cost most, and what limit instead?"),
     )),
     ("Read and explain saved runs", (
