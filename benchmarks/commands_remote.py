@@ -44,7 +44,8 @@ from typing import Any
 import httpx
 import yaml
 
-from benchmarks.support import HTTP_TIMING, ROOT, describe_load, keep_record, run_main
+from benchmarks.support import (HTTP_TIMING, ROOT, describe_load, keep_record,
+                                recorder_on_every_node, run_main)
 
 __all__ = ["NAMESPACE", "main"]
 
@@ -74,29 +75,6 @@ def deployment() -> str:
     return json.dumps(doc)
 
 
-@contextmanager
-def the_recorder(n: Any, work: Path) -> Iterator[None]:
-    """The project's images in every node, and the agent's DaemonSet running (deployed here if
-    absent, then removed)."""
-    from kubenode import node as kubenode
-    from kubenode import project_images, recorder
-    from kubenode.context import containerd_addresses
-    from kubenode.images import ctr_images
-
-    if any("docker.io/library/" + project_images.SERVICE_IMAGE not in ctr_images(address)
-           for address in containerd_addresses(n.lay)):
-        kubenode.load_project_images(n.lay, log, ROOT)
-    ns = recorder.RECORDER_NAMESPACE
-    running = n.kubectl("-n", ns, "get", "daemonset", "recorder", check=False).returncode == 0
-    overlay = work / "recorder-overlay"
-    if not running:
-        recorder.deploy_recorder(n, ROOT, overlay, log)
-    try:
-        yield
-    finally:
-        if not running:
-            n.kubectl("delete", "-k", str(overlay), "--ignore-not-found", "--wait=true",
-                      "--timeout=120s", check=False, timeout=150)
 
 
 def _answers(url: str) -> bool:
@@ -301,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"the nodes are not up ({lay.state}: python -m kubenode up --nodes 2)")
     work = Path(tempfile.mkdtemp(prefix="commands-remote-"))
     env = dict(os.environ, PATH=f"{lay.kube_bin}{os.pathsep}{os.environ['PATH']}")
-    with the_recorder(n, work), the_pods(n) as pods:
+    with recorder_on_every_node(n, work, log), the_pods(n) as pods:
         env["KUBECONFIG"] = str(user_kubeconfig(n, work / "user.kubeconfig"))
         try:
             with light_load([p["url"] for p in pods]):

@@ -46,7 +46,8 @@ from typing import Any
 
 import httpx
 
-from benchmarks.support import HTTP_TIMING, ROOT, keep_record, loadavg, run_main
+from benchmarks.support import (HTTP_TIMING, ROOT, keep_record, loadavg,
+                                recorder_on_every_node, run_main)
 from client.data.files import read_run
 from client.data.summary import percentile
 
@@ -99,27 +100,6 @@ def the_node() -> Iterator[Any]:
             node.down(lay, log)
 
 
-@contextmanager
-def the_recorder(n: Any, work: Path) -> Iterator[None]:
-    """The node agent's DaemonSet running (deployed here if absent, then removed)."""
-    from kubenode import project_images, recorder
-    from kubenode import node as kubenode
-    from kubenode.images import ctr_images
-
-    if "docker.io/library/" + project_images.SERVICE_IMAGE not in ctr_images(
-            n.containerd_address):
-        kubenode.load_project_images(n.lay, log, ROOT)
-    ns = recorder.RECORDER_NAMESPACE
-    running = n.kubectl("-n", ns, "get", "daemonset", "recorder", check=False).returncode == 0
-    overlay = work / "recorder-overlay"
-    if not running:
-        recorder.deploy_recorder(n, ROOT, overlay, log)
-    try:
-        yield
-    finally:
-        if not running:
-            n.kubectl("delete", "-k", str(overlay), "--ignore-not-found", "--wait=true",
-                      "--timeout=120s", check=False, timeout=150)
 
 
 def overlay(directory: Path, limit: str) -> Path:
@@ -384,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = opts.out or Path(tempfile.mkdtemp(prefix="passive-vs-live-"))
     work.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
-    with the_node() as n, the_recorder(n, work), \
+    with the_node() as n, recorder_on_every_node(n, work, log), \
             the_deployment(n, work, opts.limit) as base:
         env = dict(os.environ, KUBECONFIG=str(n.lay.kubeconfig),
                    PATH=f"{n.lay.kube_bin}{os.pathsep}{os.environ['PATH']}")

@@ -48,6 +48,7 @@ from cpuquota.limit import Limit
 from service.cgroup import create_group, empty_group, move_pid, remove_group
 
 __all__ = ["BIN", "BURNER", "HTTP_TIMING", "NODE_BURNER", "ROOT", "WRK_MISSING", "BurningGroup",
+           "recorder_on_every_node",
            "WrkResult", "burn_service", "burner_in", "burner_in_group", "calibrate",
            "describe_load", "exit_on_sigterm", "free_port", "get", "http_server", "keep_record",
            "loadavg",
@@ -256,6 +257,31 @@ def node_in_group(cpus: float) -> Iterator[BurningGroup]:
         raise SystemExit("node is not installed")
     with serve_in_group([node, str(NODE_BURNER), "0"], cpus) as server:
         yield server
+
+
+@contextmanager
+def recorder_on_every_node(n: Any, work: Path, log: Callable[[str], None]) -> Iterator[None]:
+    """The project's images in every node of the project's cluster, and the node agent's
+    DaemonSet running (deployed here if absent, then removed)."""
+    from kubenode import node as kubenode
+    from kubenode import project_images, recorder
+    from kubenode.context import containerd_addresses
+    from kubenode.images import ctr_images
+
+    if any("docker.io/library/" + project_images.SERVICE_IMAGE not in ctr_images(address)
+           for address in containerd_addresses(n.lay)):
+        kubenode.load_project_images(n.lay, log, ROOT)
+    ns = recorder.RECORDER_NAMESPACE
+    running = n.kubectl("-n", ns, "get", "daemonset", "recorder", check=False).returncode == 0
+    overlay = work / "recorder-overlay"
+    if not running:
+        recorder.deploy_recorder(n, ROOT, overlay, log)
+    try:
+        yield
+    finally:
+        if not running:
+            n.kubectl("delete", "-k", str(overlay), "--ignore-not-found", "--wait=true",
+                      "--timeout=120s", check=False, timeout=150)
 
 
 def union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import yaml
@@ -25,13 +26,21 @@ BURN = "sh -c 'while :; do :; done'"
 def prometheus_scraping(work: Path, target: str) -> Iterator[str]:
     """Prometheus scraping ``target`` (HOST:PORT, /metrics) every second, as the shipped
     job does (honor_labels); yields its base URL once it is ready."""
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+              "scrape_configs": [{"job_name": "throttle-lab-recorder", "honor_labels": True,
+                                  "static_configs": [{"targets": [target]}]}]}
+    with prometheus_running(work, config) as base:
+        yield base
+
+
+@contextmanager
+def prometheus_running(work: Path, config: dict[str, Any]) -> Iterator[str]:
+    """Debian's Prometheus with ``config`` on loopback (a free port, its data in ``work``);
+    yields its base URL once it is ready; stopped by its pid."""
     binary = shutil.which("prometheus")
     require(binary is not None, "prometheus is not installed (scripts/install-system-deps.sh)")
     assert binary is not None
     work.mkdir(parents=True, exist_ok=True)
-    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-              "scrape_configs": [{"job_name": "throttle-lab-recorder", "honor_labels": True,
-                                  "static_configs": [{"targets": [target]}]}]}
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     with open(work / "log", "wb") as log:

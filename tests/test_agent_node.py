@@ -11,7 +11,6 @@ k8s/recorder/user-rbac.yaml marks the requests in agreement with cpu.stat."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -29,8 +28,9 @@ from kubenode import project_images
 from kubenode.config import CGROUP_ROOT
 from tests.import_support import write_documented
 from tests.kube import pods_namespace, wait_for
+from tests.prometheus_support import prometheus_running
 from tests.recorder_support import RECORDER_NS, cpu_stat, kubectl_json, user_kubeconfig
-from tests.support import BIN, ROOT, free_port, http_timing, require, stop_by_pid
+from tests.support import BIN, ROOT, http_timing, stop_by_pid
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
@@ -176,35 +176,14 @@ def prometheus(kube_node: kubenode.Node, agent: Recorder,
     data directory; stopped by its pid. Debian builds Prometheus without the Kubernetes
     service discovery, so the job's kubernetes_sd_configs (and the relabelling of its meta
     labels) give way to the agent pod's address as the API reports it."""
-    binary = shutil.which("prometheus")
-    require(binary is not None, "prometheus is not installed (scripts/install-system-deps.sh)")
-    assert binary is not None
-    work = tmp_path_factory.mktemp("prometheus")
     config = yaml.safe_load((ROOT / "k8s" / "recorder" / "prometheus.yml").read_text())
     config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     config["rule_files"] = [str(ROOT / "k8s" / "recorder" / "rules.yaml")]
     (job,) = config["scrape_configs"]
     del job["kubernetes_sd_configs"], job["relabel_configs"]
     job["static_configs"] = [{"targets": [f"{agent.ip}:9742"]}]
-    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    with open(work / "log", "wb") as log:
-        proc = subprocess.Popen([binary, f"--config.file={work / 'prometheus.yml'}",
-                                 f"--storage.tsdb.path={work / 'data'}",
-                                 f"--web.listen-address=127.0.0.1:{port}"],
-                                stdout=subprocess.DEVNULL, stderr=log)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        def ready() -> bool:
-            assert proc.poll() is None, (work / "log").read_text()[-2000:]
-            try:
-                return httpx.get(base + "/-/ready", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-        wait_for("prometheus ready", ready, 60, interval=0.5)
+    with prometheus_running(tmp_path_factory.mktemp("prometheus"), config) as base:
         yield base
-    finally:
-        stop_by_pid(proc)
 
 
 def query(base: str, expr: str, at: float | None = None) -> list[Any]:
