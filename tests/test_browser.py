@@ -68,11 +68,11 @@ def only_own_requests(page: Any, base: str) -> list[str]:
 
 
 def test_pi_page_shows_throttle_pauses_highlighted(page: Any, tmp_path: Path) -> None:
-    with service_process(["--cpu-limit", "10"]) as (base, _proc):
+    with service_process(["--cpu-limit", "5"]) as (base, _proc):
         urls = only_own_requests(page, base)
         # 300000 terms: tens of ms of CPU on a current x86 core, more elsewhere: always several
-        # 10 ms budgets, so a pause whatever the phase of the cycle it starts in (a third of
-        # that is near 15 ms: work that straddles a cycle's end could fit unpaused)
+        # 5 ms budgets, so a pause whatever the phase of the cycle it starts in; 5 % is below
+        # the share even a busy machine leaves the service
         response = page.goto(base + "/pi?counter=300000", timeout=60_000)
         assert response is not None and response.status == 200
 
@@ -80,7 +80,7 @@ def test_pi_page_shows_throttle_pauses_highlighted(page: Any, tmp_path: Path) ->
         match = re.fullmatch(r"(\d+) pauses?, ([\d.,]+) ms of ([\d.,]+) ms", summary.strip())
         assert match, summary
         pauses = int(match.group(1))
-        assert pauses >= 1  # 10% CPU: the work is paused ~90 ms in every 100 ms period
+        assert pauses >= 1  # 5 % CPU: the work is paused ~95 ms in every 100 ms period
 
         rows = page.locator("#gaps tbody tr")
         assert rows.count() >= 2
@@ -106,7 +106,7 @@ def test_pi_page_shows_throttle_pauses_highlighted(page: Any, tmp_path: Path) ->
         assert hot_bg != plain_bg
         assert page.locator("#gap-chart circle.pause").count() >= 1
         headline = page.locator("#limit-headline").inner_text()
-        assert "in-process throttle: 10% of one CPU per 100 ms cycle (cfs mode)" in headline
+        assert "in-process throttle: 5% of one CPU per 100 ms cycle (cfs mode)" in headline
 
         screenshot(page, "pi-page.png", tmp_path)
     assert urls and all(u.startswith(base + "/") for u in urls), urls

@@ -21,13 +21,13 @@ def test_compare_prints_the_table_and_saves_picture_and_markdown(runs: Path) -> 
     lines = result.stdout.splitlines()
     assert lines[0].split()[:3] == ["run", "limit", "requests"]
     assert [line.split()[0] for line in lines[1:4]] == ["free", "throttled", "graph-30"]
-    assert lines[1].split()[1] == "none" and "0.3 CPU (in-process)" in lines[2]
+    assert lines[1].split()[1] == "none" and "0.05 CPU (in-process)" in lines[2]
     # a text capture has no counters: its share is of slow requests, from latency alone
     assert lines[3].split()[1] == "unknown" and lines[3].endswith("33 % slow")
     assert lines[4] == f"picture: {Path('cmp/all.png')}, table: {Path('cmp/all.md')}"
     assert (runs / "cmp" / "all.png").read_bytes()[:4] == b"\x89PNG"
     md = (runs / "cmp" / "all.md").read_text()
-    assert "| graph-30 | unknown | 6 |" in md and "| throttled | 0.3 CPU (in-process) | 60 |" in md
+    assert "| graph-30 | unknown | 6 |" in md and "| throttled | 0.05 CPU (in-process) | 60 |" in md
 
 
 def test_without_o_the_picture_is_named_after_its_runs_and_never_overwrites(

@@ -36,7 +36,7 @@ def wait_serving(url: str, proc: subprocess.Popen[str], timeout: float = 30) -> 
 def test_a_run_watched_live_from_start_to_end(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
-    with service_process(["--cpu-limit", "10"]) as (base, _service):
+    with service_process(["--cpu-limit", "5"]) as (base, _service):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.Popen(
             [str(BIN / "http-timing"), "--url", base + "/cpuBurnFlow", "--requests", "150",

@@ -77,7 +77,7 @@ def test_a_service_in_the_root_group_gets_no_throttling_claim(tmp_path: Path) ->
     cgroup figure, and its pauses are credited to the service's own counters."""
     from tests.support import require, service_process
 
-    with service_process(["--cpu-limit", "30"]) as (base, proc):
+    with service_process(["--cpu-limit", "5"]) as (base, proc):
         groups = Path(f"/proc/{proc.pid}/cgroup").read_text(encoding="ascii")
         require(any(line.split(":")[1].split(",").count("cpu") and line.endswith(":/")
                     for line in groups.splitlines()), "the service's cpu group is not the root")
@@ -104,7 +104,7 @@ def test_a_service_in_the_root_group_gets_no_throttling_claim(tmp_path: Path) ->
     assert any("no CPU limit on it or above" in note for note in data["notes"])
     assert not any("no CPU limit was in force" in note for note in data["notes"])   # its own was
     text = http_timing("report", "raw-data/r.csv", cwd=tmp_path).stdout
-    assert f"limit: cgroup {target}: no CPU limit; the service's own: in-process 30 %" in text
+    assert f"limit: cgroup {target}: no CPU limit; the service's own: in-process 5 %" in text
     assert result.stdout.strip().splitlines()[-1].startswith(
         f"throttling in {target}: no CPU limit on this group: no throttling counted; CPU used ")
 
