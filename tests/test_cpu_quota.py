@@ -485,10 +485,12 @@ def test_burn_service_at_0_1_cpu_is_quantised_in_periods(iteration_us: float | N
     periods_counted = (after - before).nr_periods
     assert burns_ms <= 10 * (periods_counted + 1) + carry_ms, (burns_ms, periods_counted)
     assert wall_ms >= 100 * ((burns_ms - carry_ms) / 10 - 2), (wall_ms, burns_ms, latency)
-    # the header counts throttling during the burn only; the burn alone needs more than the
-    # quota, so nearly every burn is throttled at least once
+    # the header counts throttling during the burn only, read from the same cpu.stat: the burns'
+    # periods throttled are some of the run's. The burns need 30 periods' quota, so some were
+    # throttled; which ones depends on the runtime each CPU carried (a busy machine's
+    # migrations), so no share of them is asserted.
     _, periods = _kernel_throttling(timings)
-    assert (periods > 0).mean() >= 0.8, periods
+    assert 0 < periods.sum() <= (after - before).nr_throttled, (periods, after - before)
 
 
 @pytest.mark.root
