@@ -38,6 +38,7 @@ type node struct {
 	dueTick     uint64 // a due group uses this node in this tick: read it
 	parentSeen  int64  // usageParent's usage when this node was last read (-1: not known)
 	lastChange  int64  // monotonic ns of the last reading whose usage differed
+	statAt      int64  // monotonic ns of the last cpu.stat read
 	settleNS    int64  // after this long without usage, cpu.stat no longer moves
 
 	owners []*watched // the watched groups this is the own group of: a row each when it is read
@@ -111,7 +112,9 @@ func (n *node) read(force bool, tick uint64, clock func() int64) {
 	parentSame := !force && parentNow >= 0 && parentNow == n.parentSeen && n.hasStat
 	n.parentSeen = parentNow
 	// (not with PSI: a task can wait for a CPU without running)
-	settled := !force && n.usageSrc != "" && n.pressure == nil && n.hasStat && now-n.lastChange > n.settleNS
+	// settled once cpu.stat was read settleNS after the last change: a late tick (a busy
+	// machine) still reads the counters the timer added after it once before eliding
+	settled := !force && n.usageSrc != "" && n.pressure == nil && n.hasStat && n.statAt-n.lastChange > n.settleNS
 	if parentSame && settled {
 		n.tNS, n.usageSame = now, true
 		return
@@ -135,7 +138,7 @@ func (n *node) read(force bool, tick uint64, clock func() int64) {
 		n.err = err
 		return
 	}
-	n.tNS = before + (after-before)/2
+	n.tNS, n.statAt = before+(after-before)/2, now
 	n.st, n.hasStat = cgroupfs.ParseCPUStat(raw, n.version)
 	if n.usageSrc == "cpu.stat" {
 		n.usageNS = n.st.UsageNS
