@@ -100,8 +100,8 @@ def test_the_users_rbac_reaches_the_agents_through_the_proxy_and_no_further() ->
     """k8s/recorder/user-rbac.yaml (what import --timeline k8s:NS/POD, cluster and advise
     --passive --k8s need), strictly valid: list pods and get pods/proxy in the recorder's
     namespace, get pods elsewhere, list the workloads, get services/proxy where Prometheus
-    runs; nothing else (its use on the real node:
-    tests/test_agent_node.py, tests/test_cluster_kube.py)."""
+    runs, patch pods/resize where a pod is advised on live; nothing else (its use on the real
+    node: tests/test_agent_node.py, tests/test_cluster_kube.py)."""
     docs = [d for d in yaml.safe_load_all((RECORDER / "user-rbac.yaml").read_text()) if d]
     for d in docs:
         kubernetes_validate.validate(d, K8S_VERSION, strict=True)
@@ -121,8 +121,13 @@ def test_the_users_rbac_reaches_the_agents_through_the_proxy_and_no_further() ->
     assert [(r["resources"], r["verbs"])
             for r in cluster["throttle-lab-prometheus-reader"]["rules"]] == [
         (["services/proxy"], ["get"])]
+    # the live advise/sweep on a pod through its node's agent: patch pods/resize, bound in
+    # the pod's namespace
+    assert [(r["resources"], r["verbs"])
+            for r in cluster["throttle-lab-pod-resizer"]["rules"]] == [
+        (["pods/resize"], ["patch"])]
     assert set(cluster) == {"throttle-lab-pod-reader", "throttle-lab-workload-reader",
-                            "throttle-lab-prometheus-reader"}
+                            "throttle-lab-prometheus-reader", "throttle-lab-pod-resizer"}
     assert "user-rbac.yaml" not in (RECORDER / "kustomization.yaml").read_text()
 
 

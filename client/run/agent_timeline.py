@@ -195,6 +195,26 @@ class AgentLink:
         path.with_name(f"{stem}.json").write_text(meta)
         return path
 
+    def metadata(self, from_s: float | None = None, to_s: float | None = None) -> dict[str, Any]:
+        """The metadata alone of the window [from_s, to_s] (the group, the quota its rows are
+        counted under, the clock, ``samples``); ``NoTimeline`` when it has no row."""
+        query = {"namespace": self.ref.namespace, "pod": self.ref.pod, "format": "json"}
+        if self.ref.container:
+            query["container"] = self.ref.container
+        if from_s is not None:
+            query["from"] = f"{from_s:.6f}"
+        if to_s is not None:
+            query["to"] = f"{to_s:.6f}"
+        try:
+            meta = json.loads(_get(self.api, self.namespace, self.agent, query))
+        except ValueError:
+            raise AgentTimelineError(f"the agent {self.namespace}/{self.agent} sent metadata "
+                                     "that is not JSON") from None
+        if not isinstance(meta, dict):
+            raise AgentTimelineError(f"the agent {self.namespace}/{self.agent} sent metadata "
+                                     "that is not a JSON object")
+        return meta
+
 
 def agent_link(ref: PodRef, *, recorder_namespace: str = RECORDER_NAMESPACE) -> AgentLink:
     """The pod's node and that node's ready agent, asked of the API (``AgentTimelineError``,

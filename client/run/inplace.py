@@ -8,6 +8,14 @@ re-resolves the group (so its quota levels are the new ones) and times one run w
 sampled as ``--cgroup`` does (each request marked with the throttling it met, the timeline in
 ``<name>.cgroup.csv``).
 
+**A pod on another node** (its group is not on this machine, or ``HTTP_TIMING_THROUGH_API=1``:
+``client.run.pod_reach``) is changed the same way from a kubeconfig alone: resized with
+pods/resize, in force once its status and its node's agent say so
+(``client.run.limiters.kubernetes.through_agent``), and each run marked afterwards from the
+agent's timeline of the run's window, as a run's ``--cgroup k8s:`` is
+(``client.run.agent_marks``). Where a run's throttling is read is the :class:`Watched` seam:
+:class:`GroupHere` or :class:`PodThroughAgent`.
+
 **Nothing is left at a limit nobody asked for**: :meth:`InPlace.restoring` is the ``with``
 block around every change: when it is left, by the end, an error, Ctrl-C or SIGTERM (the
 callers run inside ``stop_on_terminate``), the group gets back ``original`` (or the answer
@@ -23,23 +31,28 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import cast
+from typing import Protocol, cast
 
+from client.data.files import Run
 from client.data.metadata import SweepInfo
 from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample
+from client.run.agent_marks import mark_through_agent
+from client.run.agent_timeline import AgentLink, AgentTimelineError, agent_link
 from client.run.cgroup_lookup import CommandRunner, run_command
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, combine_pods, resolve_cgroup
 from client.run.limiters import Limiter, LimiterError, LimiterOptions, limiter_for
 from client.run.limiters.base import same_limit
 from client.run.measure import Measurement, Progress, measure
 from client.run.plan import LoadPlan
+from client.run.pod_reach import locate
 from client.run.record import RunSpec
 from client.run.usage import UsageSample
 from cpuquota.cgroupfs import available_cpus
 from cpuquota.limit import Limit
 
-__all__ = ["InPlace", "InPlaceError", "describe_limit", "timeline_usage"]
+__all__ = ["GroupHere", "InPlace", "InPlaceError", "PodThroughAgent", "Watched",
+           "describe_limit", "timeline_usage"]
 
 
 class InPlaceError(RuntimeError):
@@ -53,24 +66,102 @@ def describe_limit(limit: Limit | None) -> str:
     return f"{limit.cpus:g} CPU ({limit.quota_us}/{limit.period_us} µs{extra})"
 
 
+class Watched(Protocol):
+    """Where each run's throttling is read: the group's files here, sampled during the run
+    (:class:`GroupHere`), or a pod's node's agent, asked once the run is over
+    (:class:`PodThroughAgent`)."""
+
+    @property
+    def spec(self) -> str:
+        """The target as the user gave it (``--cgroup``'s)."""
+
+    @property
+    def usage_counter(self) -> str:
+        """Where a run's per-second usage comes from, in a few words."""
+
+    def sampled(self) -> CgroupTarget | None:
+        """The group to sample during the next run (None: none here)."""
+
+    def marked(self, run: Run) -> Run:
+        """The run with its requests marked by the throttling they met, as recorded."""
+
+
+@dataclass(frozen=True)
+class GroupHere:
+    """The group's files on this machine (several pods: the sum over their groups)."""
+
+    target: CgroupTarget          # as resolved when we came
+    pod_uid: str | None = None
+    run: CommandRunner = run_command
+    # several pods resized alike (``open_pods``): each pod's ``--cgroup`` spec; the target
+    # is the sum over their groups (``combine_pods``)
+    pod_specs: tuple[str, ...] = ()
+
+    @property
+    def spec(self) -> str:
+        return self.target.spec
+
+    @property
+    def usage_counter(self) -> str:
+        return f"the group's {self.target.usage_source.kind}"
+
+    def sampled(self) -> CgroupTarget:
+        """The group as it is now (the quota levels after a change; several pods: the sum)."""
+        try:
+            if self.pod_specs:
+                return combine_pods(self.target.spec, [resolve_cgroup(spec, run=self.run)
+                                                       for spec in self.pod_specs])
+            return resolve_cgroup(self.target.spec, pod_uid=self.pod_uid, run=self.run)
+        except CgroupTargetError as exc:
+            raise InPlaceError(str(exc)) from None
+
+    def marked(self, run: Run) -> Run:
+        return run   # sampled as it ran
+
+
+@dataclass(frozen=True)
+class PodThroughAgent:
+    """A pod whose group is not on this machine: its node's agent's timeline of each run's
+    window, through the API server's proxy."""
+
+    link: AgentLink
+
+    @property
+    def spec(self) -> str:
+        return str(self.link.ref)
+
+    @property
+    def usage_counter(self) -> str:
+        link = self.link
+        return (f"the pod's usage from the node agent {link.namespace}/{link.agent} on node "
+                f"{link.node}")
+
+    def sampled(self) -> None:
+        return None
+
+    def marked(self, run: Run) -> Run:
+        if not run.records:
+            return run
+        try:
+            return mark_through_agent(self.link, run)
+        except AgentTimelineError as exc:
+            raise InPlaceError(f"{self.spec}: the run's throttling could not be read: "
+                               f"{exc}") from None
+
+
 @dataclass
 class InPlace:
     """A running service whose CPU limit is changed in place, and how each run is timed: a
     :class:`client.run.at_limit.AtLimit`."""
 
-
-    target: CgroupTarget          # as resolved when we came
+    target: Watched               # where each run's throttling is read
     limiter: Limiter
     original: Limit | None        # the limit in force when we came
     template: RunSpec             # what every run sends (name, plan and cgroup set per run)
-    pod_uid: str | None = None
-    run: CommandRunner = run_command
+    pods: int = 1                 # the pods resized alike
     restore_to: Limit | None = field(init=False)
     # after the restore: what the limiter says did not change (a pod's restarts, container id)
     unchanged: str | None = field(init=False, default=None)
-    # several pods resized alike (``open_pods``): each pod's ``--cgroup`` spec; the target
-    # is the sum over their groups (``combine_pods``)
-    pod_specs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.restore_to = self.original
@@ -82,11 +173,21 @@ class InPlace:
         """Resolve ``--cgroup spec``, find its limiter, read the limit in force; one-line
         ``InPlaceError`` for a target that cannot be changed as asked."""
         try:
-            target = resolve_cgroup(spec, pod_uid=pod_uid, run=run)
-            limiter = limiter_for(target, run, options)
+            found = locate(spec, lambda s: resolve_cgroup(s, pod_uid=pod_uid, run=run))
+            if isinstance(found, CgroupTarget):
+                target: Watched = GroupHere(found, pod_uid, run)
+                limiter = limiter_for(found, run, options)
+            else:
+                from client.run.limiters.kubernetes import through_agent
+
+                link = agent_link(found)
+                target = PodThroughAgent(link)
+                limiter = through_agent(link, allow_restart=options.allow_restart)
             original = limiter.read()
         except (CgroupTargetError, LimiterError) as exc:
             raise InPlaceError(str(exc)) from None
+        except AgentTimelineError as exc:
+            raise InPlaceError(f"--cgroup {spec}: {exc}") from None
         if original is None and not allow_new_limit:
             raise InPlaceError(f"--cgroup {spec} has no CPU limit now ({limiter.description}); "
                                "--allow-new-limit lets the runs set one (it is taken away "
@@ -99,7 +200,7 @@ class InPlace:
         except LimiterError as exc:
             raise InPlaceError(f"--cgroup {spec}: its limit now, {describe_limit(original)}, "
                                f"could not be put back: {exc}") from None
-        return cls(target, limiter, original, template, pod_uid, run)
+        return cls(target, limiter, original, template)
 
     @classmethod
     def open_pods(cls, spec: str, pod_specs: Sequence[str], template: RunSpec, *,
@@ -112,7 +213,14 @@ class InPlace:
         from client.run.limiters.pods import PodsLimiter
 
         try:
-            targets = [resolve_cgroup(pod, run=run) for pod in pod_specs]
+            found = [locate(pod, lambda s: resolve_cgroup(s, run=run)) for pod in pod_specs]
+            targets = [t for t in found if isinstance(t, CgroupTarget)]
+            if len(targets) < len(found):
+                away = next(str(t) for t in found if not isinstance(t, CgroupTarget))
+                raise InPlaceError(
+                    f"{spec}: pod {away} is not on this machine, and the throttling of "
+                    "several pods through their nodes' agents is not summed: advise one pod "
+                    f"with --cgroup {away} --url ITS_ADDRESS")
             limiters = [limiter_for(target, run, options) for target in targets]
             limiter = PodsLimiter(spec.split(":", 1)[-1].replace("/deployment/", "/"),
                                   [cast(KubernetesLimiter, lim) for lim in limiters])
@@ -129,7 +237,8 @@ class InPlace:
         except LimiterError as exc:
             raise InPlaceError(f"{spec}: its limit now, {describe_limit(original)}, could not "
                                f"be put back: {exc}") from None
-        return cls(target, limiter, original, template, None, run, pod_specs=tuple(pod_specs))
+        return cls(GroupHere(target, None, run, tuple(pod_specs)), limiter, original, template,
+                   len(pod_specs))
 
     # -- what it is (``AtLimit``) --------------------------------------------------------
 
@@ -155,7 +264,7 @@ class InPlace:
 
     @property
     def instances(self) -> int:
-        return max(1, len(self.pod_specs))
+        return self.pods
 
     @property
     def inplace(self) -> InPlace:
@@ -242,34 +351,29 @@ class InPlace:
 
     # -- one run -----------------------------------------------------------------------
 
-    def resolve(self) -> CgroupTarget:
-        """The group as it is now (the quota levels after a change; several pods: the sum)."""
-        try:
-            if self.pod_specs:
-                return combine_pods(self.target.spec, [resolve_cgroup(spec, run=self.run)
-                                                       for spec in self.pod_specs])
-            return resolve_cgroup(self.target.spec, pod_uid=self.pod_uid, run=self.run)
-        except CgroupTargetError as exc:
-            raise InPlaceError(str(exc)) from None
-
     def measure(self, limit: Limit | None, *, name: str, plan: LoadPlan, data_dir: Path,
                 sweep: SweepInfo | None = None, index: int = 1,
                 progress: Progress | None = None,
                 observers: Sequence[Callable[[RequestRecord], None]] = (),
                 sample_usage: bool = False, on_target: Callable[[str], None] | None = None,
                 on_recorded: Callable[[Measurement], None] | None = None) -> Measurement:
-        """Set ``limit``, then time one run of the template's requests with the group
-        sampled; ``sample_usage``: the group's usage per second, from its timeline."""
+        """Set ``limit``, then time one run of the template's requests with its throttling
+        read where :attr:`target` says (sampled here, or the agent's timeline once it is
+        over); ``sample_usage``: the group's usage per second, from that timeline."""
         if on_target is not None:
             on_target(self.target.spec)
         self.apply(limit)
         spec = replace(self.template, name=name, plan=plan, data_dir=data_dir, sweep=sweep,
-                       cgroup=self.resolve(), note_load_average=True)
-        measured = measure(spec, progress=progress, observers=observers,
-                           on_recorded=on_recorded)
+                       cgroup=self.target.sampled(), note_load_average=True)
+        measured = measure(spec, progress=progress, observers=observers)
+        if measured.interrupted:
+            return measured   # kept as recorded: Ctrl-C does not wait for the agent
+        measured.recorded.run = self.target.marked(measured.run)
         if sample_usage and (usage := timeline_usage(measured.run.timeline)):
             measured.usage = usage
-            measured.usage_counter = f"the group's {self.target.usage_source.kind}"
+            measured.usage_counter = self.target.usage_counter
+        if on_recorded is not None:
+            on_recorded(measured)
         return measured
 
 

@@ -12,7 +12,8 @@ Registered as ``k8s`` in ``client.run.limiters.LIMITERS`` (``--cgroup k8s:NS/POD
   limit to change (adding one changes its QoS class: the API refuses that).
 - **In force**: the pod's ``status.containerStatuses[].resources.limits.cpu`` says the new
   limit and the container's quota file (the node's cgroup, as ``--cgroup k8s:`` resolves it)
-  reads it back. A resize the kubelet reports ``Infeasible``, or still ``Deferred`` at the
+  reads it back; for a pod on another node, its node's agent counts the pod's rows under the
+  new quota (``client.run.limiters.quota_source``: :func:`through_agent`). A resize the kubelet reports ``Infeasible``, or still ``Deferred`` at the
   timeout (the ``PodResizePending`` condition), ends with one line saying why.
 - **Refused**: a container whose ``resizePolicy`` for cpu is ``RestartContainer`` (unless
   ``--allow-restart``); a period other than 100 ms (the kubelet's, node-wide); a burst; "no
@@ -28,17 +29,23 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
-from pathlib import Path
 from typing import Any
 
+from client.run.agent_timeline import AgentLink
 from client.run.cgroup_target import CgroupTarget
 from client.run.kube_api import api_problem
-from client.run.limiters.base import Limiter, LimiterError, read_quota, wait_for_quota
+from client.run.limiters.base import Limiter, LimiterError
+from client.run.limiters.quota_source import AgentQuota, GroupFiles, QuotaSource
 from cpuquota.limit import Limit
 
 __all__ = ["KubernetesLimiter", "container_name", "cpu_cores", "cpu_quantity", "deployment_pods",
            "find_deployment_pods", "identity", "parse_workload", "resize_body", "resize_state",
-           "restarts_on_resize"]
+           "restarts_on_resize", "through_agent"]
+
+# a user who reaches the pod through its node's agent holds the roles of this file
+USER_RBAC = ("the ClusterRole throttle-lab-pod-resizer in k8s/recorder/user-rbac.yaml grants "
+             "it (kubectl -n NAMESPACE create rolebinding ... "
+             "--clusterrole=throttle-lab-pod-resizer --user=YOU)")
 
 Pod = Mapping[str, Any]   # a pod as the API's JSON (camelCase keys)
 
@@ -177,22 +184,28 @@ class KubernetesLimiter(Limiter):
 
     ``api``: a ``kubernetes.client.CoreV1Api`` (or anything with ``read_namespaced_pod`` and
     ``patch_namespaced_pod_resize``); ``to_json``: the API object as JSON (the client's
-    ``api_client.sanitize_for_serialization``)."""
+    ``api_client.sanitize_for_serialization``). ``quota``: where the quota is read back
+    (default: ``target``'s files here); ``rbac``: the role a refused resize names (default:
+    k8s/advise-rbac.yaml's)."""
 
     kind = "k8s"
     can_remove = False
 
-    def __init__(self, target: CgroupTarget, api: Any, namespace: str, pod: str,
+    def __init__(self, target: CgroupTarget | None, api: Any, namespace: str, pod: str,
                  container: str | None, *, to_json: Callable[[Any], Pod] | None = None,
                  timeout: float = 60.0, allow_restart: bool = False, server: str = "",
-                 request_timeout: float | None = None, apps: Any = None) -> None:
-        self.target, self.api, self.apps = target, api, apps
+                 request_timeout: float | None = None, apps: Any = None,
+                 quota: QuotaSource | None = None, rbac: str = "") -> None:
+        if quota is None:
+            if target is None:
+                raise ValueError("KubernetesLimiter: a target or a quota source")
+            quota = GroupFiles(target.directory, target.version)
+        self.quota, self.rbac, self.api, self.apps = quota, rbac, api, apps
         self.namespace, self.pod = namespace, pod
         self.to_json = to_json or api.api_client.sanitize_for_serialization
         self.timeout, self.allow_restart, self.server = timeout, allow_restart, server
         self.call: dict[str, Any] = ({} if request_timeout is None else
                                      {"_request_timeout": request_timeout})
-        self.directory: Path = target.directory
         first = self.read_pod()
         self.container = container_name(first, container)
         if restarts_on_resize(first, self.container) and not allow_restart:
@@ -219,10 +232,10 @@ class KubernetesLimiter(Limiter):
                                                              **self.call))
         except Exception as exc:   # the client's ApiException, a lost connection
             raise LimiterError(_api_problem(exc, "get", "pods", self.namespace, self.pod,
-                                            self.server)) from None
+                                            self.server, self.rbac)) from None
 
     def read(self) -> Limit | None:
-        return read_quota(self.directory, self.target.version)
+        return self.quota.read()
 
     def check(self, limit: Limit | None) -> None:
         if limit is None:
@@ -242,7 +255,7 @@ class KubernetesLimiter(Limiter):
             self.api.patch_namespaced_pod_resize(self.pod, self.namespace, body, **self.call)
         except Exception as exc:
             raise LimiterError(_api_problem(exc, "patch", "pods/resize", self.namespace,
-                                            self.pod, self.server)) from None
+                                            self.pod, self.server, self.rbac)) from None
         deadline = time.monotonic() + self.timeout
         while True:
             pod = self.read_pod()
@@ -260,8 +273,7 @@ class KubernetesLimiter(Limiter):
         if not self.allow_restart and identity(pod, self.container) != self.before:
             raise LimiterError(f"container {self.container} of {self.namespace}/{self.pod} "
                                "restarted or was replaced during the resize")
-        wait_for_quota(self.directory, self.target.version, Limit(limit.cpus, 100.0, 0.0),
-                       timeout=10.0)
+        self.quota.wait_for(Limit(limit.cpus, 100.0, 0.0), timeout=15.0)
 
     def unchanged(self) -> str:
         """What the restore says of the container: its restart count and id as when we came
@@ -357,5 +369,25 @@ def _owner(pod: Pod) -> str | None:
 
 
 def _api_problem(exc: Exception, verb: str, resource: str, namespace: str, pod: str,
-                 server: str = "") -> str:
+                 server: str = "", rbac: str = "") -> str:
+    """``api_problem``'s line; a refusal names ``rbac`` where given (the user's roles)."""
+    if rbac and getattr(exc, "status", None) == 403:
+        return f"no permission: {verb} {resource} in namespace {namespace}: {rbac}"
     return api_problem(exc, verb, resource, namespace, pod, server)
+
+
+def through_agent(link: AgentLink, *, allow_restart: bool = False) -> KubernetesLimiter:
+    """The limiter of a pod whose group is not on this machine: resized with pods/resize,
+    the quota read back from its node's agent (``link``); a refusal names the user's roles
+    (k8s/recorder/user-rbac.yaml)."""
+    from client.run.kube_api import REQUEST_TIMEOUT, KubeError, connect
+
+    try:
+        api = connect()
+    except KubeError as exc:
+        raise LimiterError(str(exc)) from None
+    ref = link.ref
+    return KubernetesLimiter(None, api.core, ref.namespace, ref.pod, ref.container or None,
+                             to_json=api.to_json, allow_restart=allow_restart,
+                             server=api.server, request_timeout=REQUEST_TIMEOUT, apps=api.apps,
+                             quota=AgentQuota(link), rbac=USER_RBAC)
