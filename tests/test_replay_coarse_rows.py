@@ -1,17 +1,19 @@
 """The replay on the node agent's rows (a row about a period: where each throttle lay in its
 row is not known) and the runs they recorded (tests/data/node_replay/README.md): what is
-exact there. Every ns of the rows' CPU goes to one request or the background; a request runs
-its share of the CPU, never longer than its latency less its recorded hold, and all of that
-when no throttle could have held it; a higher limit never predicts slower percentiles; at the
-recorded limit the percentiles come back within a period."""
+exact there. Every ns of the rows' CPU goes to one request or the background, by the
+requests' own CPU (the server's, in the run) when the run has it, else by overlap; a request
+runs its CPU, never longer than its latency, and all of its unheld latency when no throttle
+could have held it; a higher limit never predicts slower percentiles; at the recorded limit
+the percentiles come back within a period."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from client.analysis.replay import Demand, held_at_most, load_of, replay_limits
+from client.analysis.replay import Demand, Request, held_at_most, load_of, replay_limits
 from client.commands.predict_replay import Replayed, load_replay
 
 DATA = Path(__file__).parent / "data" / "node_replay"
@@ -31,24 +33,48 @@ def test_the_agents_rows_are_coarse_and_the_answer_says_so(shape: str) -> None:
     assert sum(longest for _lo, _hi, longest in demand.throttles) <= demand.recorded.throttled_ns
 
 
+def without_server_cpu(requests: list[Request]) -> list[Request]:
+    """The requests as an access log gives them: no CPU of their own."""
+    return [dataclasses.replace(q, cpu_ns=None) for q in requests]
+
+
+@pytest.mark.parametrize("own", [True, False], ids=["own CPU", "overlap"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_every_ns_of_the_rows_cpu_goes_to_a_request_or_the_background(shape: str) -> None:
+def test_every_ns_of_the_rows_cpu_goes_to_a_request_or_the_background(shape: str,
+                                                                      own: bool) -> None:
     r = replayed(shape)
     assert r.requests is not None
-    load = load_of(r.demand, r.requests)
+    load = load_of(r.demand, r.requests if own else without_server_cpu(r.requests))
     cpu = sum(j.cpu_ns for j in load.jobs) + sum(load.background_ns)
     assert cpu == pytest.approx(r.demand.usage_ns)
+    cores = r.demand.cores
+    for q, job in zip(sorted(r.requests, key=lambda q: q.start_ns), load.jobs):
+        assert job.cpu_ns <= q.latency_ns * cores   # never more than it could have run
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_with_the_servers_cpu_each_request_runs_its_own_times_one_ratio(shape: str) -> None:
+    r = replayed(shape)
+    assert r.requests is not None and all(q.cpu_ns for q in r.requests)  # the run's column
+    load = load_of(r.demand, r.requests)
+    requests = sorted(r.requests, key=lambda q: q.start_ns)
+    ratios = {round(job.cpu_ns / q.cpu_ns, 6) for q, job in zip(requests, load.jobs)
+              if q.cpu_ns and job.cpu_ns < q.latency_ns * r.demand.cores}
+    assert len(ratios) == 1   # what the group ran around the requests, over what they ran
+    assert min(ratios) >= 1   # the server's CPU is part of the group's
 
 
 def may_be_held(demand: Demand, start_ns: int, latency_ns: int) -> bool:
     return held_at_most(demand, start_ns, start_ns + latency_ns) > 0
 
 
+@pytest.mark.parametrize("own", [True, False], ids=["own CPU", "overlap"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_a_request_runs_its_cpu_unless_no_throttle_could_have_held_it(shape: str) -> None:
+def test_a_request_runs_its_cpu_unless_no_throttle_could_have_held_it(shape: str,
+                                                                      own: bool) -> None:
     r = replayed(shape)
     assert r.requests is not None
-    load = load_of(r.demand, r.requests)
+    load = load_of(r.demand, r.requests if own else without_server_cpu(r.requests))
     requests = sorted(r.requests, key=lambda q: q.start_ns)
     held = [q for q in requests if may_be_held(r.demand, q.start_ns, q.latency_ns)]
     assert held   # the load was throttled at 100m
@@ -56,15 +82,19 @@ def test_a_request_runs_its_cpu_unless_no_throttle_could_have_held_it(shape: str
         unheld = q.latency_ns - q.held_ns
         assert 0 <= q.held_ns <= held_at_most(r.demand, q.start_ns, q.start_ns + q.latency_ns)
         if q in held:
-            assert job.wall_ns == min(unheld, -(-job.cpu_ns // 1))   # its CPU, on one CPU
+            # its CPU, on one CPU: the hold's place in its row is not known
+            assert job.wall_ns == min(q.latency_ns, -(-job.cpu_ns // 1))
         else:
             assert job.wall_ns == unheld   # all of it: no throttle reached it
 
 
+@pytest.mark.parametrize("own", [True, False], ids=["own CPU", "overlap"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_a_higher_limit_never_predicts_slower_percentiles(shape: str) -> None:
+def test_a_higher_limit_never_predicts_slower_percentiles(shape: str, own: bool) -> None:
     r = replayed(shape)
-    rows = replay_limits(r.demand, [0.1, 0.2, 0.4, 0.8, 1.6, None], r.requests)
+    assert r.requests is not None
+    rows = replay_limits(r.demand, [0.1, 0.2, 0.4, 0.8, 1.6, None],
+                         r.requests if own else without_server_cpu(r.requests))
     for q in (50, 99):
         latencies = [row.latency_ms(q) for row in rows]
         assert latencies == sorted(latencies, reverse=True), (q, latencies)

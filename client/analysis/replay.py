@@ -32,13 +32,21 @@ as the load did, so a throttled record is not replayed as one long backlog; an o
 access log, a rate) keeps the recorded times. At the recorded limit it gives
 each request its recorded latency, within a period.
 
+A request's CPU is the rows' CPU shared among the requests in them: by each one's own CPU
+(``Request.cpu_ns``, the server's ``Server-Timing``, when every request has one) spread over
+its latency, else by overlap; never more than its latency on the group's CPUs.
+
 Coarse rows (:attr:`Demand.coarse`: half a period apart or more, the node agent's 100 ms):
-a throttle's time is exact per row, but not where in its row it lay, so the stretches miss
-part of a request's hold and that part would run at every limit. There a request a throttle
-may have held (:func:`held_at_most`) runs its share of the rows' CPU, on one CPU; at the
-recorded limit the quota model holds it again. The shares are by overlap with the rows, so a
-request's CPU is its rows' CPU spread over the requests in them: the replay's percentiles
-are still within a period of the record's there, single requests not always.
+a throttle's time is exact per row, but not where in its row it lay, so the recorded hold
+may lie on the wrong request and the stretches miss part of a request's hold (that part
+would run at every limit). There a request a throttle may have held (:func:`held_at_most`)
+runs its CPU, on one CPU, at most its latency; at the recorded limit the quota model holds
+it again. A row holds several requests, so sharing it by overlap gives a long-held request
+the CPU of the short ones beside it (a closed loop then reads slow even unthrottled): with
+the requests' own CPU each one is its own times the group's CPU over theirs in the window
+(the server and its runtime around the request), and without it the shares stay by overlap:
+the percentiles are within a period of the record's at the recorded limit, single requests
+not always.
 """
 
 from __future__ import annotations
@@ -318,6 +326,7 @@ class Request:
     start_ns: int
     latency_ns: int
     held_ns: int
+    cpu_ns: int | None = None   # its CPU as the server measured it (Server-Timing), if known
 
 
 @dataclass(frozen=True)
@@ -369,8 +378,11 @@ def _lanes(reqs: Sequence[Request]) -> tuple[list[int | None], list[int]]:
 
 def load_of(demand: Demand, requests: Sequence[Request]) -> Load:
     """The requests (sorted by start) as work: each one's CPU is the group's usage while it
-    ran, an interval's usage shared among the requests overlapping it by overlap; usage that
-    overlaps no request is background."""
+    ran, an interval's usage shared among the requests overlapping it (by each one's own CPU
+    spread over its latency when every request has one, else by overlap); usage that overlaps
+    no request is background. On coarse rows with the requests' own CPU, each one is its own
+    CPU times the group's over the requests' (:func:`_own_shares`). No request is given more
+    CPU than its latency on the group's CPUs: the rest is background where it lay."""
     reqs = sorted(requests, key=lambda r: r.start_ns)
     follows, gaps = _lanes(reqs)
     sent_after = sorted(g for f, g in zip(follows, gaps) if f is not None)
@@ -378,8 +390,9 @@ def load_of(demand: Demand, requests: Sequence[Request]) -> Load:
     closed = not sent_after or sent_after[int(0.9 * (len(sent_after) - 1))] <= CLOSED_GAP_NS
     lanes = sum(1 for f in follows if f is None) if closed else 0
     starts, ends = demand.starts_ns, (*demand.starts_ns[1:], demand.end_ns)
-    covered = [0] * len(starts)
-    spans: list[list[tuple[int, int]]] = []
+    own = bool(reqs) and all(r.cpu_ns for r in reqs)
+    weight = [0.0] * len(starts)
+    spans: list[list[tuple[int, float]]] = []   # (row, the request's weight there)
     for r in reqs:
         lo, hi, mine = r.start_ns, r.start_ns + r.latency_ns, []
         for k in range(max(0, bisect.bisect_right(starts, lo) - 1), len(starts)):
@@ -387,29 +400,53 @@ def load_of(demand: Demand, requests: Sequence[Request]) -> Load:
                 break
             overlap = min(hi, ends[k]) - max(lo, starts[k])
             if overlap > 0:
-                covered[k] += overlap
-                mine.append((k, overlap))
+                w = (r.cpu_ns or 0) * overlap / r.latency_ns if own else float(overlap)
+                weight[k] += w
+                mine.append((k, w))
         spans.append(mine)
-    background = [0.0 if covered[k] else used for k, used in enumerate(demand.used_ns)]
+    background = [0.0 if weight[k] else used for k, used in enumerate(demand.used_ns)]
+    shares = [[(k, demand.used_ns[k] * w / weight[k]) for k, w in mine] for mine in spans]
+    if own and demand.coarse:
+        shares = _own_shares(reqs, spans, sum(u for u, w in zip(demand.used_ns, weight) if w))
     jobs = []
-    for r, mine, after, gap in zip(reqs, spans, follows, gaps):
-        cpu = sum(demand.used_ns[k] * overlap / covered[k] for k, overlap in mine)
+    for r, mine, after, gap in zip(reqs, shares, follows, gaps):
+        cpu = sum(c for _k, c in mine)
+        most = r.latency_ns * demand.cores
+        if cpu > most:   # more than it could have run: the rest was the group's own
+            for k, c in mine:
+                background[k] += c * (1 - most / cpu)
+            cpu = float(most)
         jobs.append(Job(r.start_ns, _unheld(demand, r, cpu), cpu,
                         after if closed else None, gap if closed else 0))
     return Load(tuple(jobs), lanes, tuple(background))
 
 
+def _own_shares(reqs: Sequence[Request], spans: Sequence[Sequence[tuple[int, float]]],
+                ran_ns: float) -> list[list[tuple[int, float]]]:
+    """Each request's CPU on coarse rows: its own (``cpu_ns``, the server's) times the CPU the
+    rows overlapping the requests show over the requests' own, laid where it ran as its
+    weight lies. A row holds several requests and a throttle's place in it is not known, so
+    a row shared among them by weight gives one request another's CPU; the ratio (what the
+    group runs around a request: the server, its runtime) is the window's."""
+    scale = ran_ns / sum(r.cpu_ns or 0 for r in reqs)
+    out = []
+    for r, mine in zip(reqs, spans):
+        total = sum(w for _k, w in mine)
+        out.append([(k, (r.cpu_ns or 0) * scale * w / total) for k, w in mine])
+    return out
+
+
 def _unheld(demand: Demand, r: Request, cpu_ns: float) -> int:
     """A request's wall time not held by throttling: its latency less the recorded hold.
 
-    On coarse rows (:attr:`Demand.coarse`) the hold's place in its row is not known, and the
-    part of it the stretches miss would run at every limit: a request a throttle may have
-    held (:func:`held_at_most`) is taken as its CPU, work run on one CPU, never more than
-    its latency less the estimated hold."""
-    wall = max(0, r.latency_ns - r.held_ns)
+    On coarse rows (:attr:`Demand.coarse`) the hold's place in its row is not known (the
+    hold laid on a row's middle can cover a request that ran all along), and the part of it
+    the stretches miss would run at every limit: a request a throttle may have held
+    (:func:`held_at_most`) is taken as its CPU, work run on one CPU, never more than its
+    latency."""
     if not demand.coarse or held_at_most(demand, r.start_ns, r.start_ns + r.latency_ns) <= 0:
-        return wall
-    return min(wall, math.ceil(cpu_ns))
+        return max(0, r.latency_ns - r.held_ns)
+    return min(r.latency_ns, math.ceil(cpu_ns))
 
 
 def replay_load(demand: Demand, load: Load, cpus: float | None, burst_ns: int = 0,

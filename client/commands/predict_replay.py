@@ -36,13 +36,16 @@ def _says(demand: Demand) -> str:
     if demand.coarse:
         said += (f"; its rows are {demand.resolution_ns / MS:.0f} ms apart (periods of "
                  f"{demand.period_ns / MS:g} ms), so where each throttle lay in its row is not "
-                 "known: a request a throttle may have held runs its share of the rows' CPU")
+                 "known: a request a throttle may have held runs its CPU (the server's own, "
+                 "scaled to the rows', when the requests carry it; else its share of the rows' "
+                 "by overlap)")
     return said
 
 
 def requests_of(placed: Placed) -> list[Request]:
     """The placed requests as the replay takes them."""
-    return [Request(r.start_ns, r.latency_ns, h) for r, h in zip(placed.records, placed.held_ns)]
+    return [Request(r.start_ns, r.latency_ns, h, r.server_cpu_ns)
+            for r, h in zip(placed.records, placed.held_ns)]
 
 
 def _loop(demand: Demand, placed: Placed) -> str:

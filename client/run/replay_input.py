@@ -6,7 +6,7 @@ placed on the timeline's clock. Every problem is a one-line ``RawDataError`` nam
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -130,8 +130,7 @@ def _run_records(path: Path, recording: Recording) -> tuple[list[RequestRecord],
     if not recording.zero_exact:
         how += "; the timeline's zero by its started_at (before its warm-up)"
     base = zero - recording.zero_epoch_ns
-    return ([RequestRecord(r.seq, r.start_ns + base, r.latency_ns, r.status, r.error)
-             for r in run.records], how)
+    return [replace(r, start_ns=r.start_ns + base) for r in run.records], how
 
 
 def _imported_records(path: Path, recording: Recording) -> tuple[list[RequestRecord], str]:
