@@ -27,6 +27,11 @@ the host to the pod's IP:
 Prints one row per shape, and writes the record (``benchmarks/records.py``; set
 ``BENCH_RECORDS=benchmarks/results`` or run it through ``python -m benchmarks``). Needs root
 and the node's tools (scripts/install-system-deps.sh); run it under the node's lock (``flock /tmp/kube.lock``).
+
+``--replay-kept DIR`` (no node, no root): the runs an earlier run kept in ``DIR`` (its
+``--out``) replayed again with the replay as it is now: per shape, the fetched window and the
+recorded run replayed at every limit live advise and sweep measured there, against those runs'
+p99 and CPU a request; how a change to the replay does against the same live runs.
 """
 
 from __future__ import annotations
@@ -200,22 +205,30 @@ def p99_of(csv: Path) -> float:
     return percentile([r.latency_ns / 1e6 for r in run.records if not r.error], 99)
 
 
+def cpu_of(csv: Path) -> float | None:
+    """The mean CPU of a request, ms, as the server measured it (Server-Timing): the replay
+    takes the record's; a run at another time on a shared machine may burn more or less."""
+    cpus = [r.server_cpu_ns for r in read_run(csv).records if not r.error]
+    known = [c for c in cpus if c]
+    return sum(known) / len(known) / 1e6 if known and len(known) == len(cpus) else None
+
+
 def one_csv(directory: Path) -> Path:
     (csv,) = [p for p in directory.glob("*.csv")
               if not p.name.endswith((".cgroup.csv", ".threads.csv"))]
     return csv
 
 
-def advise_runs(directory: Path) -> dict[float, list[float]]:
-    """The p99 of each limited run live advise kept (``<name>-advise-<cpus>[-N].csv``), by
-    limit."""
-    out: dict[float, list[float]] = {}
+def advise_runs(directory: Path) -> dict[float, list[tuple[float, float | None]]]:
+    """The p99 and the mean CPU of a request of each limited run live advise kept
+    (``<name>-advise-<cpus>[-N].csv``), by limit."""
+    out: dict[float, list[tuple[float, float | None]]] = {}
     for csv in sorted(directory.glob("*-advise-*.csv")):
         if csv.name.endswith((".cgroup.csv", ".threads.csv")):
             continue
         cpus = csv.stem.rsplit("-advise-", 1)[1].split("-")[0]
         if cpus != "none":
-            out.setdefault(float(cpus), []).append(p99_of(csv))
+            out.setdefault(float(cpus), []).append((p99_of(csv), cpu_of(csv)))
     return dict(sorted(out.items()))
 
 
@@ -223,6 +236,11 @@ def error(predicted: float | None, measured: float | None) -> float | None:
     if predicted is None or not measured:
         return None
     return predicted / measured - 1
+
+
+def times(cpu_ms: float | None, recorded_ms: float | None) -> str:
+    """A run's CPU per request against the record's (the replay's), e.g. ``x1.08``."""
+    return "–" if not cpu_ms or not recorded_ms else f"x{cpu_ms / recorded_ms:.2f}"
 
 
 def pct(value: float | None) -> str:
@@ -283,7 +301,8 @@ def run_shape(shape: str, target: float, base: str, opts: argparse.Namespace, wo
              "--requests-from", str(run), "--cpus", ",".join(f"{c:g}" for c in live_runs),
              "--json"], out, env))
         at_runs = [{"cpus": cpus, "predicted_p99_ms": row.get("p99_ms"),
-                    "measured_p99_ms": seen}
+                    "measured_p99_ms": [p99 for p99, _ in seen],
+                    "cpu_ms": [cpu for _, cpu in seen]}
                    for (cpus, seen), row in zip(live_runs.items(), replay["limits"])]
     for i, (cpus, guess) in enumerate(zip(limits, predicted)):
         data = out / f"sweep-{i}"
@@ -292,7 +311,7 @@ def run_shape(shape: str, target: float, base: str, opts: argparse.Namespace, wo
                      str(out / "pictures"), "--no-plot"], out, env, timeout=600)
         seen = p99_of(one_csv(data))
         checks.append({"cpus": cpus, "predicted_p99_ms": guess, "measured_p99_ms": seen,
-                       "error": error(guess, seen)})
+                       "error": error(guess, seen), "cpu_ms": cpu_of(one_csv(data))})
     demand = passive.get("demand") or {}
     recorded = passive.get("requests") or {}
     return {"shape": shape, "target_p99_ms": target, "since_s": since,
@@ -301,6 +320,7 @@ def run_shape(shape: str, target: float, base: str, opts: argparse.Namespace, wo
             "passive_reason": passive.get("reason"), "live_reason": live.get("reason"),
             "checked_at": "passive" if a_passive else "live" if a_live else None,
             "recorded_p99_ms": (recorded.get("measured") or {}).get("p99_ms"),
+            "recorded_cpu_ms": cpu_of(run),
             "recorded_requests": recorded.get("count"),
             "throttled_fraction": demand.get("throttled_fraction"),
             "demand_exact": demand.get("exact"), "demand_says": demand.get("says"),
@@ -316,11 +336,71 @@ def row_line(r: dict[str, Any]) -> str:
     ratio = "–" if r["ratio"] is None else f"{r['ratio']:.2f}"
     hidden = "–" if r["throttled_fraction"] is None else f"{100 * r['throttled_fraction']:.0f} %"
     checks = [f"{cpus(c['cpus'])}: {ms(c['predicted_p99_ms'])} / {ms(c['measured_p99_ms'])} "
-              f"({pct(c['error'])})" for c in r["checks"]]
+              f"({pct(c['error'])}; CPU {times(c.get('cpu_ms'), r.get('recorded_cpu_ms'))})"
+              for c in r["checks"]]
     checks += ["–"] * (2 - len(checks))
     return (f"| {r['shape']} | {r['target_p99_ms']:g} | {hidden} | {cpus(r['a_passive'])} | "
             f"{cpus(r['a_live'])} | {ratio} | {r['checked_at'] or '–'} | {checks[0]} | "
             f"{checks[1]} | {r['load_average']} |")
+
+
+def kept_runs(directory: Path) -> dict[float, list[Path]]:
+    """The runs live advise and sweep kept in one shape's folder, by limit."""
+    out: dict[float, list[Path]] = {}
+    for csv in sorted([*directory.glob("live/*-advise-*.csv"),
+                       *directory.glob("sweep-*/*-inplace-*.csv")]):
+        if csv.name.endswith((".cgroup.csv", ".threads.csv")):
+            continue
+        stem = csv.stem   # <name>-advise-<cpus>[-N], <name>-inplace-<cpus>
+        cpus = (stem.rsplit("-advise-", 1)[1].split("-")[0] if "-advise-" in stem
+                else stem.rsplit("-", 1)[1])
+        if cpus != "none":
+            out.setdefault(float(cpus), []).append(csv)
+    return dict(sorted(out.items()))
+
+
+def replay_kept(work: Path) -> int:
+    """``--replay-kept``: each shape's kept window and run replayed at every limit its live
+    runs measured (see the module's docstring)."""
+    from client.analysis.replay import replay_limits
+    from client.commands.predict_replay import load_replay
+
+    print(f"### The replay (commit {git_head()}) against the live runs kept in {work}\n")
+    print("| shape | limit CPU | predicted p99 ms | measured p99 ms (CPU a request / the "
+          "record's) | error |")
+    print("|---|---|---|---|---|")
+    errors: dict[str, list[float]] = {}
+    for shape in SHAPES:
+        out = work / shape
+        windows = sorted((out / "passive").glob("*.cgroup.csv"))
+        run = out / "recorded" / "recorded.csv"
+        runs = kept_runs(out)
+        if not windows or not run.exists() or not runs:
+            continue
+        replayed = load_replay(windows[0], run, None)
+        rows = replay_limits(replayed.demand, list(runs), replayed.requests, 0,
+                             replayed.period_ns)
+        recorded = cpu_of(run)
+        for (cpus, csvs), row in zip(runs.items(), rows):
+            seen = [(p99_of(csv), cpu_of(csv)) for csv in csvs]
+            mean = sum(p99 for p99, _ in seen) / len(seen)
+            guess = row.latency_ms(99)
+            errors.setdefault(shape, []).append(abs(guess / mean - 1))
+            print(f"| {shape} | {cpus:g} | {guess:.1f} | " + ", ".join(
+                f"{p99:.1f} ({times(cpu, recorded)})" for p99, cpu in seen)
+                + f" | {pct(error(guess, mean))} |")
+    print()
+    for shape, found in errors.items():
+        within = sum(1 for e in found if e <= GOAL)
+        print(f"- {shape}: mean |error| {100 * sum(found) / len(found):.0f} %, within "
+              f"{100 * GOAL:g} % at {within} of {len(found)} limits")
+    return 0
+
+
+def git_head() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True)
+    return done.stdout.strip() or "?"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -351,7 +431,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="seconds to wait after a load for the agent's rows (default 3)")
     parser.add_argument("--out", type=Path, default=None,
                         help="where the runs are kept (default: a new temporary folder)")
+    parser.add_argument("--replay-kept", type=Path, default=None, metavar="DIR",
+                        help="no node: replay the runs an earlier run kept in DIR (its --out) "
+                             "against its live runs")
     opts = parser.parse_args(argv)
+    if opts.replay_kept is not None:
+        if not opts.replay_kept.is_dir():
+            parser.error(f"--replay-kept {opts.replay_kept}: not a folder of kept runs")
+        return replay_kept(opts.replay_kept)
     if len(opts.p99) == 1:
         opts.p99 = opts.p99 * len(opts.shapes)
     if len(opts.p99) != len(opts.shapes):
@@ -375,20 +462,21 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"load average before {loadavg()}, {os.cpu_count()} CPUs\n")
         print("| shape | p99 target ms | recorded window throttled (demand hidden) "
               "| A_passive CPU | A_live CPU | passive / live | checked at | at A: predicted / "
-              "measured p99 ms (error) | at 25 % less: predicted / measured p99 ms (error) "
-              "| load average |")
+              "measured p99 ms (error; CPU a request / the record's) | at 25 % less: predicted "
+              "/ measured p99 ms (error; CPU) | load average |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         for shape, target in zip(opts.shapes, opts.p99):
             row = run_shape(shape, target, base, opts, work, env)
             rows.append(row)
             print(row_line(row), flush=True)
     print("\nThe replay at every limit live advise ran, against its run(s) there "
-          "(p99 ms, predicted / measured):\n")
+          "(p99 ms, predicted / measured, and each run's CPU a request / the record's):\n")
     for r in rows:
-        print(f"- {r['shape']}: " + "; ".join(
-            f"{c['cpus']:g}: {ms(c['predicted_p99_ms'])} / "
-            + ", ".join(f"{m:.1f}" for m in c["measured_p99_ms"])
-            for c in r["replay_at_advise_runs"]))
+        print(f"- {r['shape']} (the record: {ms(r['recorded_cpu_ms'])} ms a request): "
+              + "; ".join(f"{c['cpus']:g}: {ms(c['predicted_p99_ms'])} / " + ", ".join(
+                  f"{m:.1f} ({times(cpu, r['recorded_cpu_ms'])})"
+                  for m, cpu in zip(c["measured_p99_ms"], c["cpu_ms"]))
+                  for c in r["replay_at_advise_runs"]))
     within = [r["shape"] for r in rows if r["ratio"] is not None
               and abs(r["ratio"] - 1) <= GOAL and r["checks"][0]["error"] is not None
               and abs(r["checks"][0]["error"]) <= GOAL]
