@@ -1,7 +1,8 @@
 """A pod on another node, resized from a kubeconfig alone: the resize is in force once the pod's
 status says the new limit AND its node's agent counts the pod's rows under the new quota
 (``client.run.limiters.quota_source``); the agent's words and a refused resize are one line
-each, naming what to do. A scripted API and a scripted agent; the same on the real two-node
+each, naming what to do; a run's rows from the agent are those across its requests. A scripted
+API and a scripted agent; the same on the real two-node
 cluster: tests/test_two_nodes_commands.py."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from client.run.agent_marks import across
 from client.run.agent_timeline import AgentLink, NoTimeline, PodRef
 from client.run.limiters import LimiterError
 from client.run.limiters.base import same_limit
@@ -100,3 +102,11 @@ def test_no_right_to_resize_names_the_users_role(tmp_path: Path) -> None:
         "no permission: patch pods/resize in namespace shop: the ClusterRole "
         "throttle-lab-pod-resizer in k8s/recorder/user-rbac.yaml grants it (kubectl -n "
         "NAMESPACE create rolebinding ... --clusterrole=throttle-lab-pod-resizer --user=YOU)")
+
+
+def test_a_runs_rows_from_the_agent_are_those_across_its_requests() -> None:
+    timeline = "t_ns,usage_ns\n0,1\n500,2\n1000,3\n1500,4\n2000,5\n"
+    # a run right after another: the other's tail (0..500) is not the run's
+    assert across(timeline, 1100, 1600) == "t_ns,usage_ns\n1000,3\n1500,4\n2000,5\n"
+    assert across(timeline, 1000, 1500) == "t_ns,usage_ns\n1000,3\n1500,4\n"
+    assert across(timeline, -5, 9000) == timeline   # no row beyond: all of them

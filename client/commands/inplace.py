@@ -34,7 +34,8 @@ def add_inplace_arguments(parser: argparse.ArgumentParser, *, keep: bool) -> Non
                        help="the running service's group: a cgroup directory, pid:PID, "
                        "docker:NAME_OR_ID or k8s:NAMESPACE/POD; each run sets the limit there "
                        "(the quota file; docker update --cpus; the pod's resize subresource) "
-                       "and reads the group's throttling (needs root)")
+                       "and reads the group's throttling (needs root; a pod on another node: "
+                       "through its node's agent, with a kubeconfig alone)")
     group.add_argument("--k8s", metavar="NS/deployment/NAME",
                        help="instead of --cgroup: the running pods of a Kubernetes Deployment "
                        "(each resized alike in place with pods/resize, their groups sampled "

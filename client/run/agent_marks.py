@@ -2,7 +2,9 @@
 is over, the pod's timeline for the run's window is fetched from its node's agent through the
 API server's proxy (``client.run.agent_timeline``) and the requests are marked as ``import``
 marks them (``client.run.importing.mark_imported``). The timeline is kept as the run's
-``<name>.cgroup.csv`` on the run's own clock; the metadata's ``cgroup`` is the agent's, with
+``<name>.cgroup.csv`` on the run's own clock, from the last row at or before the first request
+to the first at or after the last answer (:func:`across`: a run right after another, as
+advise's, does not count the other's tail); the metadata's ``cgroup`` is the agent's, with
 ``source`` naming the agent and the node.
 
 The agent writes its rows every 500 ms: the fetch waits (at most ``WAIT_S``) for a row past
@@ -22,7 +24,7 @@ from client.data.timeline_meta import TimelineMetadata, read_timeline_metadata, 
 from client.run.agent_timeline import AgentLink, AgentTimelineError
 from client.run.importing import mark_imported
 
-__all__ = ["WAIT_S", "mark_through_agent", "shift_timeline_text"]
+__all__ = ["WAIT_S", "across", "mark_through_agent", "shift_timeline_text"]
 
 WAIT_S = 10.0        # how long to wait for the agent's rows to pass the run's end
 MARGIN_NS = 3_000_000_000   # the window fetched begins this far before the first request
@@ -38,6 +40,17 @@ def shift_timeline_text(text: str, shift_ns: int) -> str:
             t, _, rest = line.partition(",")
             out.append(f"{int(t) + shift_ns},{rest}")
     return "\n".join(out) + "\n"
+
+
+def across(text: str, first_ns: int, last_ns: int) -> str:
+    """A timeline CSV cut to the rows across [first_ns, last_ns] (its own clock): from the last
+    row at or before ``first_ns`` to the first at or after ``last_ns`` (from its first row,
+    to its last, where there is no such row)."""
+    lines = text.splitlines()
+    rows = [(int(line.partition(",")[0]), line) for line in lines[1:] if line.strip()]
+    start = max((i for i, (t, _) in enumerate(rows) if t <= first_ns), default=0)
+    end = min((i for i, (t, _) in enumerate(rows) if t >= last_ns), default=len(rows) - 1)
+    return "\n".join(lines[:1] + [line for _, line in rows[start:end + 1]]) + "\n"
 
 
 def _fetch(link: AgentLink, into: Path, lo_ns: int, hi_ns: int
@@ -70,7 +83,8 @@ def mark_through_agent(link: AgentLink, run: Run) -> Run:
     with tempfile.TemporaryDirectory(prefix="http-timing-agent-") as tmp:
         path, meta, _ = _fetch(link, Path(tmp), first - MARGIN_NS, last)
         assert meta.clock is not None
-        text = shift_timeline_text(path.read_text(), meta.clock.zero_epoch_ns - zero)
+        text = across(shift_timeline_text(path.read_text(), meta.clock.zero_epoch_ns - zero),
+                      first - zero, last - zero)
     kept = timeline_path(run.path)
     try:
         kept.write_text(text)
