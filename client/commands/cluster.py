@@ -34,8 +34,8 @@ from client.commands.common import EXIT_OK
 from client.commands.options import CliError, OneLineParser, number_above
 from client.data.jsonsafe import json_ready
 from client.render.cluster import format_cluster, format_cluster_csv, save_cluster_picture
-from client.run.k8s_workloads import (RECORD_LABEL, Workload, WorkloadError, fetch_windows,
-                                      list_workloads)
+from client.run.k8s_workloads import (RECORD_LABEL, Fetched, Workload, WorkloadError,
+                                      fetch_all_windows, fetch_windows, list_workloads)
 from client.run.kube_api import KubeError, current_namespace
 from client.run.prometheus import Prometheus, PrometheusError, agent_series, open_prometheus
 from client.run.replay_input import Recording, read_recording
@@ -114,10 +114,12 @@ class PodWindows:
     missing: list[str]
 
 
-def pod_windows(workload: Workload, since_s: float, dest: Path) -> PodWindows:
-    """Fetch and read each recorded pod's window (a window the replay cannot use, e.g. too
-    short, is a line of ``missing``)."""
-    paths, missing = fetch_windows(workload, since_s, dest)
+def pod_windows(workload: Workload, since_s: float, dest: Path,
+                fetched: Fetched | None = None) -> PodWindows:
+    """Fetch (unless ``fetched`` already is) and read each recorded pod's window (a window the
+    replay cannot use, e.g. too short, is a line of ``missing``)."""
+    paths, missing = fetched if fetched is not None else fetch_windows(workload, since_s, dest)
+    missing = list(missing)
     windows, recordings = [], []
     for path in paths:
         recording = read_recording(path)
@@ -134,11 +136,13 @@ def pod_windows(workload: Workload, since_s: float, dest: Path) -> PodWindows:
 def _rows(workloads: list[Workload], since_s: float, dest: Path, target: LatencyTarget,
           pictures: Path | None = None) -> tuple[list[ClusterRow], list[str]]:
     rows, unrecorded = [], []
+    fetched = fetch_all_windows([w for w in workloads if any(p.recorded for p in w.pods)],
+                                since_s, dest)
     for workload in workloads:
         if not any(p.recorded for p in workload.pods):
             unrecorded.append(str(workload.ref))
             continue
-        got = pod_windows(workload, since_s, dest)
+        got = pod_windows(workload, since_s, dest, fetched[workload.ref])
         limits = WorkloadLimits(str(workload.ref), workload.limit_cpus, workload.request_cpus,
                                 workload.replicas)
         if not got.windows:
@@ -166,6 +170,8 @@ def _prometheus_rows(prometheus: Prometheus, workloads: list[Workload], namespac
                              [(w.ref.namespace, p.name) for w in workloads for p in w.pods],
                              found)
     rows, unrecorded = [], []
+    fetched = {} if since_s > AGENT_WINDOWS_S else fetch_all_windows(
+        [w for w in workloads if any(p.recorded for p in w.pods)], since_s, dest)
     for workload, gone in zip(workloads, departed):
         if not any(p.recorded for p in workload.pods) and not gone:
             unrecorded.append(str(workload.ref))
@@ -178,8 +184,8 @@ def _prometheus_rows(prometheus: Prometheus, workloads: list[Workload], namespac
                            f"{RECORD_LABEL[0]}={RECORD_LABEL[1]} for the node agent)"
                            for p in workload.pods if not p.recorded)
         row = dataclasses.replace(row, missing=(*row.missing, *unlabelled))
-        if since_s <= AGENT_WINDOWS_S and row.pods:
-            got = pod_windows(workload, since_s, dest)
+        if workload.ref in fetched and row.pods:
+            got = pod_windows(workload, since_s, dest, fetched[workload.ref])
             short = (covers(got.windows, workload.ref.namespace,
                                    [p.name for p in workload.pods], found) if got.windows
                      else "no window" + (f" ({got.missing[0]})" if got.missing else ""))

@@ -3,7 +3,8 @@ official ``kubernetes`` client and the user's kubeconfig (``client.run.kube_api`
 Deployment, StatefulSet and DaemonSet, its CPU limit and request (the pod template's, summed
 over containers), and its pods by the owner chain (pod -> ReplicaSet -> Deployment; pod ->
 StatefulSet or DaemonSet). Each pod's recorded window comes from its node's agent through the
-API server's ``pods/proxy`` (``client.run.agent_timeline``).
+API server's ``pods/proxy`` (``client.run.agent_timeline``): each node's agent found once, a
+few windows fetched at a time.
 
 The user needs ``list`` on pods, replicasets, deployments, statefulsets and daemonsets in the
 namespaces read, and what ``import --timeline k8s:`` needs (k8s/recorder/user-rbac.yaml).
@@ -11,23 +12,26 @@ namespaces read, and what ``import --timeline k8s:`` needs (k8s/recorder/user-rb
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from client.run.agent_timeline import AgentTimelineError, PodRef, fetch_timeline
+from client.run.agent_timeline import AgentLink, AgentTimelineError, PodRef, agent_link
 from client.run.kube_api import KubeApi, KubeError, api_problem, REQUEST_TIMEOUT
 
-__all__ = ["KINDS", "RECORD_LABEL", "PodInfo", "Workload", "WorkloadError", "WorkloadRef",
-           "fetch_windows",
+__all__ = ["FETCH_WORKERS", "KINDS", "RECORD_LABEL", "Fetched", "PodInfo", "Workload",
+           "WorkloadError", "WorkloadRef", "fetch_all_windows", "fetch_windows",
            "fold_pods", "list_workloads", "parse_workload_ref", "read_workload", "workload_of"]
 
 KINDS = {"deployment": "Deployment", "deploy": "Deployment", "deployments": "Deployment",
          "statefulset": "StatefulSet", "sts": "StatefulSet", "statefulsets": "StatefulSet",
          "daemonset": "DaemonSet", "ds": "DaemonSet", "daemonsets": "DaemonSet"}
 RECORD_LABEL = ("throttle-lab/record", "true")   # the agent records pods with this label
+FETCH_WORKERS = 8   # windows fetched at a time through the API server
 
 Obj = Mapping[str, Any]   # an API object as its JSON (camelCase keys)
 
@@ -198,20 +202,67 @@ def read_workload(ref: WorkloadRef, api: KubeApi | None = None) -> Workload:
     return found[0]
 
 
+# a workload's windows' paths, and one line per recorded pod without one (why)
+Fetched = tuple[list[Path], list[str]]
+
+
 def fetch_windows(workload: Workload, since_s: float, dest: Path, *,
-                  now: Callable[[], float] = time.time) -> tuple[list[Path], list[str]]:
+                  now: Callable[[], float] = time.time) -> Fetched:
     """Each recorded pod's window of the last ``since_s`` seconds, from its node's agent,
     into ``dest``: the timelines' paths, and one line per pod that has none (why)."""
+    return fetch_all_windows([workload], since_s, dest, now=now)[workload.ref]
+
+
+def _links(pods: Iterable[tuple[str, PodRef]]) -> dict[PodRef, AgentLink | AgentTimelineError]:
+    """Each pod's way to its agent, the API asked once per node (``node`` as the pod list
+    says): the first pod of a node finds the node's agent, the others reuse it."""
+    by_node: dict[str, AgentLink] = {}
+    out: dict[PodRef, AgentLink | AgentTimelineError] = {}
+    for node, ref in pods:
+        link = by_node.get(node) if node else None
+        if link is None:
+            try:
+                link = agent_link(ref)
+            except AgentTimelineError as exc:
+                out[ref] = exc
+                continue
+            by_node[link.node] = link
+        out[ref] = dataclasses.replace(link, ref=ref)
+    return out
+
+
+def fetch_all_windows(workloads: Sequence[Workload], since_s: float, dest: Path, *,
+                      now: Callable[[], float] = time.time,
+                      workers: int = FETCH_WORKERS) -> dict[WorkloadRef, Fetched]:
+    """:func:`fetch_windows` of each workload, over one window's end: each node's agent found
+    once, and up to ``workers`` windows fetched at a time through the API server."""
     end = now()
-    paths, missing = [], []
-    for pod in workload.pods:
-        if not pod.recorded:
-            missing.append(f"{workload.ref.namespace}/{pod.name}: not recorded (label it "
-                           f"{RECORD_LABEL[0]}={RECORD_LABEL[1]} for the node agent)")
-            continue
+    wanted = [(w, p) for w in workloads for p in w.pods if p.recorded]
+    links = _links((p.node, PodRef(w.ref.namespace, p.name)) for w, p in wanted)
+
+    def fetch(ref: PodRef) -> Path | AgentTimelineError:
+        link = links[ref]
+        if isinstance(link, AgentTimelineError):
+            return link
         try:
-            paths.append(fetch_timeline(PodRef(workload.ref.namespace, pod.name), dest,
-                                        end - since_s, end))
+            return link.window(dest, end - since_s, end)
         except AgentTimelineError as exc:
-            missing.append(f"{workload.ref.namespace}/{pod.name}: {exc}")
-    return paths, missing
+            return exc
+
+    refs = [PodRef(w.ref.namespace, p.name) for w, p in wanted]
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(refs)))) as pool:
+        got = dict(zip(refs, pool.map(fetch, refs)))
+    out: dict[WorkloadRef, Fetched] = {}
+    for workload in workloads:
+        paths, missing = out.setdefault(workload.ref, ([], []))
+        for pod in workload.pods:
+            if not pod.recorded:
+                missing.append(f"{workload.ref.namespace}/{pod.name}: not recorded (label it "
+                               f"{RECORD_LABEL[0]}={RECORD_LABEL[1]} for the node agent)")
+                continue
+            found = got[PodRef(workload.ref.namespace, pod.name)]
+            if isinstance(found, Path):
+                paths.append(found)
+            else:
+                missing.append(f"{workload.ref.namespace}/{pod.name}: {found}")
+    return out
