@@ -3,9 +3,10 @@ with one pod on each of the session's two nodes, loaded once so both are throttl
 command that reads a pod from a kubeconfig alone, run from the host as a user who holds only
 the roles of k8s/recorder/user-rbac.yaml and made to go through each pod's node's agent
 (HTTP_TIMING_THROUGH_API=1, as from a laptop): a run's ``--cgroup k8s:``, ``watch k8s:``,
-``import RUN --timeline k8s:``, ``cluster`` and ``advise --passive --k8s``. What each says of a
-pod is what that pod's own group's ``cpu.stat`` on its own node counted over the same window:
-the pods are idle before and after the load, so the counters only move inside it."""
+``import RUN --timeline k8s:``, ``cluster``, ``advise --passive --k8s`` and the live ``advise
+--cgroup k8s:`` (the pod resized, put back). What each says of a pod is what that pod's own
+group's ``cpu.stat`` on its own node counted over the same window: the pods are idle before
+and after the load, so the counters only move inside it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import math
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ from client.data.files import read_run
 from client.run.pod_reach import THROUGH_API_ENV
 from kubenode import node as kubenode
 from kubenode.config import member
+from tests.advise_support import advice, check_counted_by_the_group
 from tests.kube import pods_namespace, toleration, wait_for
 from tests.recorder_support import RECORDER_NS, cpu_stat, kubectl_json, user_kubeconfig
 from tests.support import BIN, ROOT, stop_by_pid
@@ -257,3 +260,71 @@ def test_passive_advise_counts_each_pods_own_cpu_stat(loaded: Loaded) -> None:
         assert answered[pod.name]["throttled_ms"] == pytest.approx(
             pod.delta("throttled_time") / 1e6, abs=1e-3)
         assert (pod.group / "cpu.cfs_quota_us").read_text().strip() == "10000"   # no resize
+
+
+class Sampler:
+    """The group's cpu.stat every 20 ms, each read with the wall clock's ns, in a thread."""
+
+    def __init__(self, group: Path) -> None:
+        self.group, self.reads = group, [(time.time_ns(), cpu_stat(group))]
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+
+    def _read(self) -> None:
+        while not self.stopped.wait(0.02):
+            self.reads.append((time.time_ns(), cpu_stat(self.group)))
+
+    def __enter__(self) -> Sampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
+
+    def delta(self, key: str, from_ns: int, to_ns: int) -> int:
+        """The counter's change from the last read at or before ``from_ns`` to the first at
+        or after ``to_ns``."""
+        start = max((r for r in self.reads if r[0] <= from_ns), key=lambda r: r[0])
+        end = min((r for r in self.reads if r[0] >= to_ns), key=lambda r: r[0])
+        return end[1][key] - start[1][key]
+
+
+def test_live_advise_resizes_the_pod_of_node_2_and_counts_its_own_cpu_stat(
+        loaded: Loaded, kube_node: kubenode.Node) -> None:
+    """Live ``advise --cgroup k8s:NS/POD`` of the pod on node 2, as the user: each candidate
+    set with pods/resize, each run's periods throttled what that pod's cpu.stat on node 2
+    counted over the run, the answer one of the limits tried and as its runs say, and the
+    pod's spec and quota file as they were at the end."""
+    pod = next(p for p in loaded.pods if p.node == NODES[1].name)
+    kube_node.kubectl("-n", NS, "create", "rolebinding", f"{NS}-resize",
+                      "--clusterrole=throttle-lab-pod-resizer",
+                      f"--serviceaccount={NS}:timeline-user", check=False)
+
+    def spec() -> Any:
+        return kubectl_json(kube_node, "-n", NS, "get", "pod", pod.name)["spec"]["containers"]
+
+    before = spec(), (pod.group / "cpu.cfs_quota_us").read_bytes()
+    with Sampler(pod.group) as sampler:
+        result = _as_user(loaded, "advise", "--cgroup", f"k8s:{NS}/{pod.name}", "--url",
+                          pod.url, "--p99", "300", "--requests", "6", "--profile-seconds", "1",
+                          "--max-runs", "3", "--no-alternatives", "--name", "live", "--json")
+        time.sleep(0.5)   # a read after the last run's end
+    print(result.stderr[-4000:])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (spec(), (pod.group / "cpu.cfs_quota_us").read_bytes()) == before   # put back
+    answer = advice(result, loaded.data, "live")
+    assert answer is not None
+    check_counted_by_the_group(answer, loaded.data, "live")
+    assert answer["recommended"]["cpus"] in {r["cpus"] for r in answer["runs"]}
+    counted = answer["inplace"]["cgroup"]
+    for name, report in counted.items():
+        run = read_run(loaded.data / "raw-data" / f"{name}.csv")
+        assert run.metadata.cgroup is not None and pod.node in run.metadata.cgroup["source"]
+        zero = (run.metadata.clock or {})["zero_epoch_ns"]
+        first = zero + min(r.start_ns for r in run.records)
+        last = zero + max(r.end_ns for r in run.records)
+        periods = sampler.delta("nr_throttled", first, last + 300_000_000)
+        assert report["nr_throttled"] == periods, (name, report)
+        assert _across(loaded.data / "raw-data" / f"{name}.csv") == (
+            periods, sampler.delta("throttled_time", first, last + 300_000_000)), name

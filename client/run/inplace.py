@@ -308,7 +308,11 @@ class InPlace:
     def restore(self) -> str:
         """Put ``restore_to`` back (Ctrl-C and SIGTERM ignored meanwhile); what was done."""
         with _ignoring_signals():
-            if same_limit(self.limiter.read(), self.restore_to):
+            try:
+                settled = same_limit(self.limiter.read(), self.restore_to)
+            except LimiterError:
+                settled = False   # not readable now (the agent?): set it again all the same
+            if settled:
                 if self.restore_to is self.original:
                     self.unchanged = self._unchanged()
                     return (f"the limit is as it was: {describe_limit(self.restore_to)}"
