@@ -200,17 +200,11 @@ def test_a_run_from_the_host_marks_what_the_pod_s_groups_counted(
     assert least == most_ns
     assert 0.8 * least <= sum(m or 0 for m in marks_ns) <= 1.05 * most_union
     assert most_n * 0.75 <= sum(m or 0 for m in marks_n) <= sum(n for n, _, _ in counted)
-    others = [r for r in run.records if not r.cgroup_nr_throttled]
     assert marked
-    if others:   # the marked ones are the slow ones
-        slow = sorted(r.latency_ns for r in marked)[len(marked) // 2]
-        fast = sorted(r.latency_ns for r in others)[len(others) // 2]
-        assert slow > 3 * fast or slow - fast > 40 * MS, (slow, fast)
-    else:   # every request stopped: back to back, only when each cost close to a whole quota
-        # as it ran (the container's CPU over the run, the kernel's count, HTTP included; at
-        # 0.7 of a quota about one request in three still fits in what a period has left)
-        per_request = (timeline[-1].usage_ns - timeline[0].usage_ns) / len(run.records)
-        assert per_request >= 0.7 * LIMIT.quota_ns, (per_request, LIMIT)
+    # the wall time a request was held: never more than it took, and some where the kernel
+    # counted periods throttled inside it
+    assert all(0 <= (r.cgroup_held_ns or 0) <= r.latency_ns for r in run.records)
+    assert any(r.cgroup_held_ns for r in marked)
 
     report = http_timing("report", str(csv), cwd=tmp_path)
     assert report.returncode == 0, report.stderr
