@@ -432,7 +432,7 @@ def _own_shares(reqs: Sequence[Request], spans: Sequence[Sequence[tuple[int, flo
     out = []
     for r, mine in zip(reqs, spans):
         total = sum(w for _k, w in mine)
-        out.append([(k, (r.cpu_ns or 0) * scale * w / total) for k, w in mine])
+        out.append([(k, (r.cpu_ns or 0) * scale * w / total) for k, w in mine] if total else [])
     return out
 
 
