@@ -123,21 +123,21 @@ def the_pods(n: Any) -> Iterator[list[dict[str, str]]]:
         n.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False, timeout=60)
 
 
-def user_kubeconfig(n: Any, path: Path) -> Path:
-    """A kubeconfig for a service account of NAMESPACE that holds only the roles of
+def user_kubeconfig(n: Any, path: Path, namespace: str = NAMESPACE) -> Path:
+    """A kubeconfig for a service account of ``namespace`` that holds only the roles of
     k8s/recorder/user-rbac.yaml (as its comment says), and reads the workloads."""
     from kubenode.recorder import RECORDER_NAMESPACE
 
     n.kubectl("apply", "-f", str(USER_RBAC))
-    account = f"--serviceaccount={NAMESPACE}:timeline-user"
-    n.kubectl("-n", NAMESPACE, "create", "serviceaccount", "timeline-user", check=False)
-    n.kubectl("-n", RECORDER_NAMESPACE, "create", "rolebinding", f"{NAMESPACE}-timelines",
+    account = f"--serviceaccount={namespace}:timeline-user"
+    n.kubectl("-n", namespace, "create", "serviceaccount", "timeline-user", check=False)
+    n.kubectl("-n", RECORDER_NAMESPACE, "create", "rolebinding", f"{namespace}-timelines",
               "--role=throttle-lab-timeline-reader", account, check=False)
-    n.kubectl("-n", NAMESPACE, "create", "rolebinding", f"{NAMESPACE}-pods",
+    n.kubectl("-n", namespace, "create", "rolebinding", f"{namespace}-pods",
               "--clusterrole=throttle-lab-pod-reader", account, check=False)
-    n.kubectl("create", "clusterrolebinding", f"{NAMESPACE}-workloads",
+    n.kubectl("create", "clusterrolebinding", f"{namespace}-workloads",
               "--clusterrole=throttle-lab-workload-reader", account, check=False)
-    token = n.kubectl("-n", NAMESPACE, "create", "token", "timeline-user").stdout.strip()
+    token = n.kubectl("-n", namespace, "create", "token", "timeline-user").stdout.strip()
     cluster = yaml.safe_load(n.lay.kubeconfig.read_text())["clusters"][0]
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "clusters": [cluster],
