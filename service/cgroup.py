@@ -22,7 +22,7 @@ from cpuquota.cgroupfs import (CgroupError, CpuController, locate_cpu_controller
                                read_words)
 from cpuquota.limit import Limit
 
-__all__ = ["GROUP_PREFIX", "create_group", "empty_group", "move_pid", "remove_group",
+__all__ = ["GROUP_PREFIX", "create_group", "empty_group", "lift_quota", "move_pid", "remove_group",
            "set_quota", "unique_group_name"]
 
 GROUP_PREFIX = "throttle-lab"
@@ -140,6 +140,19 @@ def set_quota(directory: Path, version: int, limit: Limit) -> None:
             _write(burst_file, str(limit.burst_us))
     except OSError as exc:
         raise _explain(exc, f"set the quota in {directory}") from None
+
+
+def lift_quota(directory: str | Path, version: int) -> None:
+    """Take the quota off a group that is being emptied, so that what is dying in it is not
+    throttled while it exits (best effort: a group already gone has none)."""
+    d = Path(directory)
+    try:
+        if version == 1:
+            _write(d / "cpu.cfs_quota_us", "-1")
+        else:
+            _write(d / "cpu.max", "max")
+    except OSError:
+        pass
 
 
 def move_pid(directory: str | Path, pid: int) -> None:

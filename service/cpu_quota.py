@@ -35,7 +35,7 @@ from pathlib import Path
 
 from cpuquota.cgroupfs import CgroupError, locate_cpu_controller, read_cpu_stat
 from service import __version__
-from service.cgroup import create_group, empty_group, remove_group, set_quota
+from service.cgroup import create_group, empty_group, lift_quota, remove_group, set_quota
 from cpuquota.limit import Limit, kernel_limit
 from cpuquota.account import CpuStat
 from service.stop import STOP_SIGNALS, until_stopped
@@ -56,6 +56,9 @@ FORWARDED_SIGNALS = tuple(getattr(signal, name)   # SIGHUP and SIGQUIT are POSIX
                           if hasattr(signal, name))
 # like env(1) and timeout(1): 125 our failure, 126 not executable, 127 not found
 EXIT_SETUP_FAILED = 125
+# what is left in the group after the command ends dies within this (unthrottled: it can be
+# slow to exit only when the machine is)
+REMOVE_TIMEOUT_S = 30.0
 PR_SET_PDEATHSIG = 1
 SI_KERNEL = 0x80
 
@@ -175,8 +178,9 @@ def run_under_quota(command: Sequence[str], limit: Limit, *,
                 stat = read_cpu_stat(directory, controller.version)
             except (OSError, ValueError):
                 stat = None
+            lift_quota(directory, controller.version)   # read: nothing dying is throttled
             leftovers = empty_group(directory)
-            removed = remove_group(directory)
+            removed = remove_group(directory, timeout=REMOVE_TIMEOUT_S)
             _drain(waited)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)

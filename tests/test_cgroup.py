@@ -16,7 +16,8 @@ from cpuquota.cgroupfs import (CgroupError, CpuController, CpuLimit, CpuStatRead
                                map_group_path, parse_cfs_value, parse_cpu_max, parse_cpu_stat,
                                parse_mountinfo, parse_pressure, parse_proc_cgroup, quota_levels,
                                read_cpu_limit, read_cpu_stat)
-from service.cgroup import create_group, empty_group, move_pid, remove_group, unique_group_name
+from service.cgroup import (create_group, empty_group, lift_quota, move_pid, remove_group,
+                            unique_group_name)
 from cpuquota.limit import Limit
 from cpuquota.account import CpuStat
 from tests.support import HIERARCHIES, require, require_kernel_quota
@@ -326,6 +327,23 @@ def test_real_group_limits_counts_and_is_removed(cgroup_version: int) -> None:
             busy.wait()
         removed = remove_group(group)
     assert removed and not group.exists()
+
+
+@pytest.mark.root
+@HIERARCHIES
+def test_a_group_being_emptied_has_its_quota_lifted(cgroup_version: int) -> None:
+    """What dies in a group as a command ends is not throttled while it exits (cpu-quota and
+    burn-service lift the quota after reading cpu.stat, before emptying the group)."""
+    require_kernel_quota(cgroup_version)
+    group = create_group(Limit(0.1))
+    try:
+        version = locate_cpu_controller().version
+        assert read_cpu_limit(group, version).quota_us == 10000
+        lift_quota(group, version)
+        assert read_cpu_limit(group, version).quota_us is None
+    finally:
+        assert remove_group(group)
+    lift_quota(group, version)   # a group already gone: nothing to lift, no error
 
 
 @pytest.mark.root
