@@ -106,14 +106,13 @@ def timed_cluster(args: Sequence[str], env: dict[str, str]) -> dict[str, Any]:
 
 def profile(args: Sequence[str], env: dict[str, str], path: Path, top: int = 25) -> None:
     """``http-timing ARGS`` once under cProfile into ``path``; prints the top by own time and
-    by cumulative time."""
+    by cumulative time to stderr (not the record's table)."""
     path = path.resolve()   # run elsewhere than the checkout: ``-m`` puts the cwd on sys.path
     subprocess.run([sys.executable, "-m", "cProfile", "-o", str(path), str(HTTP_TIMING), *args],
                    env=env, cwd=path.parent, stdout=subprocess.DEVNULL, check=False)
     for order in ("tottime", "cumulative"):
-        print(f"\n#### cProfile of cluster -n NS, by {order}\n\n```text", flush=True)
-        pstats.Stats(str(path), stream=sys.stdout).sort_stats(order).print_stats(top)
-        print("```", flush=True)
+        print(f"\ncProfile of cluster -n NS, by {order}:", file=sys.stderr, flush=True)
+        pstats.Stats(str(path), stream=sys.stderr).sort_stats(order).print_stats(top)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -181,7 +180,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log(f"repeat {i + 1} of {opts.repeats} done")
             if opts.profile is not None:
                 profile([*commands["cluster -n NS"], *tail], env, opts.profile)
-                print()
         finally:
             n.kubectl("delete", "clusterrolebinding", f"{NAMESPACE}-workloads",
                       "--ignore-not-found", check=False)
