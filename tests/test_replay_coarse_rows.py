@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from client.analysis.replay import Demand, Request, held_at_most, load_of, replay_limits
+from client.analysis.replay import (Demand, Request, demand_of, held_at_most, load_of,
+                                    replay_limits)
 from client.commands.predict_replay import Replayed, load_replay
+from client.data.timeline import CgroupSample
 
 DATA = Path(__file__).parent / "data" / "node_replay"
 SHAPES = ["sequential", "c4", "bursts"]
@@ -110,3 +112,21 @@ def test_at_the_recorded_limit_the_percentiles_come_back_within_a_period(shape: 
     recorded = sorted(q.latency_ns for q in r.placed.records)
     assert abs(row.latency_ms(50) * 1e6 - recorded[len(recorded) // 2]) < PERIOD_NS
     assert row.replayed.stats.nr_throttled > 0   # the quota model holds it again
+
+
+def test_a_throttle_counted_before_its_time_may_have_held_the_requests_in_its_row() -> None:
+    # rows 70 ms apart at 0.1 CPU: in 420-490 ms the kernel counts a period throttled, and
+    # the throttled time it lasted comes only with the row after the next
+    rows, usage, throttled, counted = [], 0, 0, 0
+    for i in range(20):
+        t = i * 70_000_000
+        counted += i == 7
+        throttled += 80_000_000 if i == 9 else 0
+        rows.append(CgroupSample(t, usage, i, counted, throttled))
+        usage += 7_000_000
+    demand = demand_of(rows, PERIOD_NS)
+    assert demand.coarse
+    assert held_at_most(demand, 440_000_000, 480_000_000) == 40_000_000   # all of it
+    uncounted = dataclasses.replace(demand, counted=())
+    assert held_at_most(uncounted, 440_000_000, 480_000_000) == 0   # by the time alone
+    assert held_at_most(demand, 1_200_000_000, 1_240_000_000) == 0        # nothing counted

@@ -97,6 +97,9 @@ class Demand:
     # its throttled time (exact per row) laid anywhere in the row interval it ended in
     throttles: tuple[tuple[int, int, int], ...] = ()
     resolution_ns: int = 0           # the rows' median interval
+    # periods throttled the kernel counted in a row whose throttled time did not grow (it
+    # comes with a later row): (the row's start less those periods, its end, those periods)
+    counted: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def coarse(self) -> bool:
@@ -174,7 +177,7 @@ def demand_of(timeline: Sequence[CounterSample], period_ns: int) -> Demand:
     steps = sorted(e - s for s, e in zip(starts, ends))
     return Demand(tuple(starts), end, tuple(wanted), period_ns, origin, cores, recorded, usage,
                   hidden, walls, used, _throttle_bounds(timeline, period_ns),
-                  steps[len(steps) // 2])
+                  steps[len(steps) // 2], _counted_bounds(timeline, period_ns))
 
 
 def _throttle_bounds(timeline: Sequence[CounterSample],
@@ -190,11 +193,26 @@ def _throttle_bounds(timeline: Sequence[CounterSample],
     return tuple(out)
 
 
+def _counted_bounds(timeline: Sequence[CounterSample],
+                    period_ns: int) -> tuple[tuple[int, int, int], ...]:
+    """Each row in which ``nr_throttled`` grew and the throttled time did not: a throttle
+    the kernel counted there held the group for at most those periods, before its row's
+    end (its time is added when a throttle ends, and sometimes rows later)."""
+    out = []
+    for a, b in zip(timeline, timeline[1:]):
+        periods = b.nr_throttled - a.nr_throttled
+        if periods > 0 and b.throttled_ns == a.throttled_ns:
+            out.append((a.t_ns - periods * period_ns, b.t_ns, periods * period_ns))
+    return tuple(out)
+
+
 def held_at_most(demand: Demand, start_ns: int, end_ns: int) -> int:
     """The most wall time the record's throttles can have held ``[start_ns, end_ns]``: each
-    one at most its length, where its row allows it."""
+    one at most its length (a throttle counted with no time yet: its periods), where its row
+    allows it."""
     total = sum(min(longest, min(end_ns, hi) - max(start_ns, lo))
-                for lo, hi, longest in demand.throttles if lo < end_ns and hi > start_ns)
+                for lo, hi, longest in (*demand.throttles, *demand.counted)
+                if lo < end_ns and hi > start_ns)
     return max(0, min(end_ns - start_ns, total))
 
 
