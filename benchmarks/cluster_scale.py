@@ -132,15 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     if os.geteuid() != 0:
         parser.error("the node needs root")
-    from kubenode import node as kubenode
-    from kubenode.config import layout
-
-    lay = layout()
-    n = kubenode.Node(lay, lambda _: None)
-    if not kubenode.is_up(n):
-        raise SystemExit(f"the nodes are not up ({lay.state}: python -m kubenode up --nodes 2)")
-    work = Path(tempfile.mkdtemp(prefix="cluster-scale-"))
-    env = dict(os.environ, PATH=f"{lay.kube_bin}{os.pathsep}{os.environ['PATH']}")
+    n, work, env = commands_remote.nodes_up("cluster-scale-")
     nodes = n.kubectl("get", "nodes", "-o", "jsonpath={.items[*].metadata.name}").stdout.split()
     busy = [f"{NAMESPACE}/deployment/busy-{i:03d}" for i in range(opts.busy)]
     commands = {"cluster -n NS": ["cluster", "-n", NAMESPACE],

@@ -47,7 +47,7 @@ import yaml
 from benchmarks.support import (HTTP_TIMING, ROOT, describe_load, keep_record,
                                 recorder_on_every_node, run_main)
 
-__all__ = ["NAMESPACE", "main"]
+__all__ = ["NAMESPACE", "main", "nodes_up"]
 
 NAMESPACE = "tl-remote-bench"
 WORKLOAD = f"{NAMESPACE}/deployment/limited"
@@ -259,6 +259,20 @@ def measure(pods: list[dict[str, str]], opts: argparse.Namespace, work: Path,
     return out
 
 
+def nodes_up(prefix: str) -> tuple[Any, Path, dict[str, str]]:
+    """The running nodes (node 1's handle), a scratch directory named ``prefix...`` and an
+    environment with the nodes' kubectl first on PATH; exits in one line when they are down."""
+    from kubenode import node as kubenode
+    from kubenode.config import layout
+
+    lay = layout()
+    n = kubenode.Node(lay, lambda _: None)
+    if not kubenode.is_up(n):
+        raise SystemExit(f"the nodes are not up ({lay.state}: python -m kubenode up --nodes 2)")
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    return n, work, dict(os.environ, PATH=f"{lay.kube_bin}{os.pathsep}{os.environ['PATH']}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="runs of each command (median)")
@@ -269,16 +283,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     if os.geteuid() != 0:
         parser.error("the node needs root")
-    from kubenode import node as kubenode
-    from kubenode.config import layout
     from kubenode.recorder import RECORDER_NAMESPACE
 
-    lay = layout()
-    n = kubenode.Node(lay, lambda _: None)
-    if not kubenode.is_up(n):
-        raise SystemExit(f"the nodes are not up ({lay.state}: python -m kubenode up --nodes 2)")
-    work = Path(tempfile.mkdtemp(prefix="commands-remote-"))
-    env = dict(os.environ, PATH=f"{lay.kube_bin}{os.pathsep}{os.environ['PATH']}")
+    n, work, env = nodes_up("commands-remote-")
     with recorder_on_every_node(n, work, log), the_pods(n) as pods:
         env["KUBECONFIG"] = str(user_kubeconfig(n, work / "user.kubeconfig"))
         try:

@@ -21,17 +21,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from client.run.limiters.kubernetes import cpu_cores
 from cpuquota.limit import Limit
-from kubenode import files, host, node
+from kubenode import files, host, node, project_images
 from kubenode.config import NODE_NAME, VETH_HOST, layout, member
 from kubenode.steps import pending
 from tests.support import ROOT, require
 
-__all__ = ["BEFORE", "HostView", "host_view", "missing_node_tools", "NODES", "SECOND_NODE_TAINT",
+__all__ = ["BEFORE", "HostView", "busy_deployment", "host_view", "missing_node_tools", "NODES", "SECOND_NODE_TAINT",
            "node_session", "require_node_tools", "iptables_lines", "toleration",
            "wait_for", "NODE_PATHS", "namespace_gone", "namespaced_overlay", "pods_namespace",
            "shipped_limit"]
@@ -253,3 +254,20 @@ resources:
 patches:
 {entries}{patches}""")
     return directory
+
+
+def busy_deployment(namespace: str) -> dict[str, Any]:
+    """A Deployment ``busy`` of one pod the recorder records (labelled), the project's service
+    image limited to 100m."""
+    labels = {"app": "busy", "throttle-lab/record": "true"}
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "busy", "namespace": namespace},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "busy"}},
+                 "template": {"metadata": {"labels": labels}, "spec": {
+                     "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": False,
+                     "containers": [{
+                         "name": "main", "image": project_images.SERVICE_IMAGE,
+                         "imagePullPolicy": "Never",
+                         "resources": {"requests": {"cpu": "100m", "memory": "32Mi"},
+                                       "limits": {"cpu": "100m", "memory": "256Mi"}}}]}}}}

@@ -19,9 +19,8 @@ import httpx
 import pytest
 
 from kubenode import node as kubenode
-from kubenode import project_images
 from kubenode.config import CGROUP_ROOT
-from tests.kube import pods_namespace, wait_for
+from tests.kube import busy_deployment, pods_namespace, wait_for
 from tests.recorder_support import cpu_stat, kubectl_json, user_kubeconfig
 from tests.support import http_timing
 
@@ -32,21 +31,6 @@ CPU = Path("/sys/fs/cgroup/cpu")
 ITERATIONS = 30000     # ~30 ms of CPU each: three 10 ms quotas
 REQUESTS = 12
 WORKLOAD = f"{NS}/deployment/busy"
-
-
-def deployment() -> str:
-    labels = {"app": "busy", "throttle-lab/record": "true"}
-    return json.dumps({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "busy", "namespace": NS},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "busy"}},
-                 "template": {"metadata": {"labels": labels}, "spec": {
-                     "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": False,
-                     "containers": [{
-                         "name": "main", "image": project_images.SERVICE_IMAGE,
-                         "imagePullPolicy": "Never",
-                         "resources": {"requests": {"cpu": "100m", "memory": "32Mi"},
-                                       "limits": {"cpu": "100m", "memory": "256Mi"}}}]}}}})
 
 
 @dataclass
@@ -61,7 +45,7 @@ class Loaded:
 def loaded(kube_node: kubenode.Node, node_recorder: dict[str, Any],
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:
     with pods_namespace(kube_node, NS):
-        kube_node.kubectl("apply", "-f", "-", input=deployment())
+        kube_node.kubectl("apply", "-f", "-", input=json.dumps(busy_deployment(NS)))
         kube_node.kubectl("-n", NS, "rollout", "status", "deployment/busy", "--timeout=180s",
                           timeout=200)
         (pod,) = kubectl_json(kube_node, "-n", NS, "get", "pods", "-l", "app=busy")["items"]

@@ -26,7 +26,7 @@ import yaml
 from kubenode import node as kubenode
 from kubenode import project_images
 from kubenode.config import CGROUP_ROOT
-from tests.kube import pods_namespace, wait_for
+from tests.kube import busy_deployment, pods_namespace, wait_for
 from tests.prometheus_support import last_scraped, quiet
 from tests.recorder_support import cpu_stat, kubectl_json, user_kubeconfig
 from tests.support import http_timing
@@ -40,21 +40,6 @@ REQUESTS = 6
 WORKLOAD = f"{NS}/deployment/busy"
 AGENT_PORT = 9742      # the DaemonSet's containerPort "metrics"
 IN_POD = "/opt/prometheus/prometheus"
-
-
-def busy() -> dict[str, Any]:
-    labels = {"app": "busy", "throttle-lab/record": "true"}
-    return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "busy", "namespace": NS},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "busy"}},
-                 "template": {"metadata": {"labels": labels}, "spec": {
-                     "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": False,
-                     "containers": [{
-                         "name": "main", "image": project_images.SERVICE_IMAGE,
-                         "imagePullPolicy": "Never",
-                         "resources": {"requests": {"cpu": "100m", "memory": "32Mi"},
-                                       "limits": {"cpu": "100m", "memory": "256Mi"}}}]}}}}
 
 
 def prometheus(agent: str) -> list[dict[str, Any]]:
@@ -129,7 +114,7 @@ def scraped(kube_node: kubenode.Node, node_recorder: dict[str, Any],
     with pods_namespace(kube_node, NS):
         agent = f"{node_recorder['status']['podIP']}:{AGENT_PORT}"
         items = [dict(item, metadata={**item["metadata"], "namespace": NS})
-                 for item in [busy(), *prometheus(agent)]]
+                 for item in [busy_deployment(NS), *prometheus(agent)]]
         kube_node.kubectl("apply", "-f", "-", input=json.dumps(
             {"apiVersion": "v1", "kind": "List", "items": items}))
         kube_node.kubectl("-n", NS, "rollout", "status", "deployment/busy", "--timeout=180s",
