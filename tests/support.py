@@ -138,7 +138,9 @@ def running_service(settings: Settings | None = None, *, app: ASGIApp | None = N
 @contextmanager
 def service_process(args: Sequence[str] = (), env: Mapping[str, str] | None = None,
                     timeout: float = 30.0) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """``burn-service ARGS`` as a real subprocess on a free port; stopped by its pid at the end."""
+    """``burn-service ARGS`` as a real subprocess on a free port; stopped by its pid at the end
+    (SIGTERM, then SIGKILL after as long as a start may take, at least 15 s: a service that
+    stops under its quota on a slow machine, the v2 guest's TCG, needs it)."""
     port = free_port()
     full_env = {**os.environ, **(env or {})}
     proc = subprocess.Popen([str(BIN / "burn-service"), "--port", str(port),
@@ -149,7 +151,7 @@ def service_process(args: Sequence[str] = (), env: Mapping[str, str] | None = No
         wait_healthy(base, timeout=timeout, proc=proc)
         yield base, proc
     finally:
-        stop_process(proc, timeout=15)
+        stop_process(proc, timeout=max(15.0, timeout))
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
