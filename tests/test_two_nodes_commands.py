@@ -4,9 +4,10 @@ command that reads a pod from a kubeconfig alone, run from the host as a user wh
 the roles of k8s/recorder/user-rbac.yaml and made to go through each pod's node's agent
 (HTTP_TIMING_THROUGH_API=1, as from a laptop): a run's ``--cgroup k8s:``, ``watch k8s:``,
 ``import RUN --timeline k8s:``, ``cluster``, ``advise --passive --k8s`` and the live ``advise
---cgroup k8s:`` (the pod resized, put back). What each says of a pod is what that pod's own
-group's ``cpu.stat`` on its own node counted over the same window: the pods are idle before
-and after the load, so the counters only move inside it."""
+--k8s NS/deployment/limited`` (both pods resized alike, put back). What each says of a pod is
+what that pod's own group's ``cpu.stat`` on its own node counted over the same window (of the
+Deployment: the two pods' sum): the pods are idle before and after the load, so the counters
+only move inside it."""
 
 from __future__ import annotations
 
@@ -290,41 +291,50 @@ class Sampler:
         return end[1][key] - start[1][key]
 
 
-def test_live_advise_resizes_the_pod_of_node_2_and_counts_its_own_cpu_stat(
+def test_live_advise_resizes_both_pods_and_counts_the_sum_of_their_own_cpu_stat(
         loaded: Loaded, kube_node: kubenode.Node) -> None:
-    """Live ``advise --cgroup k8s:NS/POD`` of the pod on node 2, as the user: each candidate
-    set with pods/resize, each run's periods throttled what that pod's cpu.stat on node 2
-    counted over the run, the answer one of the limits tried and as its runs say, and the
-    pod's spec and quota file as they were at the end."""
-    pod = next(p for p in loaded.pods if p.node == NODES[1].name)
+    """Live ``advise --k8s NS/deployment/limited`` as the user, the requests sent round-robin
+    to the two pods (``--targets``: each pod's address, as the host reaches them): each
+    candidate set on both pods with pods/resize, each run's periods throttled and throttled
+    time the sum of what each pod's cpu.stat on its own node counted over the run, the answer
+    one of the limits tried and as its runs say, and both pods' specs and quota files as they
+    were at the end."""
     kube_node.kubectl("-n", NS, "create", "rolebinding", f"{NS}-resize",
                       "--clusterrole=throttle-lab-pod-resizer",
                       f"--serviceaccount={NS}:timeline-user", check=False)
 
-    def spec() -> Any:
-        return kubectl_json(kube_node, "-n", NS, "get", "pod", pod.name)["spec"]["containers"]
+    def state() -> Any:
+        return [(kubectl_json(kube_node, "-n", NS, "get", "pod", pod.name)["spec"]["containers"],
+                 (pod.group / "cpu.cfs_quota_us").read_bytes()) for pod in loaded.pods]
 
-    before = spec(), (pod.group / "cpu.cfs_quota_us").read_bytes()
-    with Sampler(pod.group) as sampler:
-        result = _as_user(loaded, "advise", "--cgroup", f"k8s:{NS}/{pod.name}", "--url",
-                          pod.url, "--p99", "300", "--requests", "6", "--profile-seconds", "1",
+    targets = loaded.data / "both-pods.txt"
+    targets.write_text("".join(f"GET {pod.url}\n\n" for pod in loaded.pods))
+    before = state()
+    with Sampler(loaded.pods[0].group) as first, Sampler(loaded.pods[1].group) as second:
+        result = _as_user(loaded, "advise", "--k8s", WORKLOAD, "--targets", str(targets),
+                          "--p99", "300", "--requests", "6", "--profile-seconds", "1",
                           "--max-runs", "3", "--no-alternatives", "--name", "live", "--json")
         time.sleep(0.5)   # a read after the last run's end
     print(result.stderr[-4000:])
     assert result.returncode == 0, result.stderr[-3000:]
-    assert (spec(), (pod.group / "cpu.cfs_quota_us").read_bytes()) == before   # put back
+    assert state() == before   # put back
     answer = advice(result, loaded.data, "live")
     assert answer is not None
-    check_counted_by_the_group(answer, loaded.data, "live")
+    check_counted_by_the_group(answer, loaded.data, "live", quota_scale=2)
     assert answer["recommended"]["cpus"] in {r["cpus"] for r in answer["runs"]}
     counted = answer["inplace"]["cgroup"]
+    assert counted
     for name, report in counted.items():
         run = read_run(loaded.data / "raw-data" / f"{name}.csv")
-        assert run.metadata.cgroup is not None and pod.node in run.metadata.cgroup["source"]
+        assert run.metadata.cgroup is not None
+        assert all(pod.node in run.metadata.cgroup["source"] for pod in loaded.pods)
         zero = (run.metadata.clock or {})["zero_epoch_ns"]
-        first = zero + min(r.start_ns for r in run.records)
-        last = zero + max(r.end_ns for r in run.records)
-        periods = sampler.delta("nr_throttled", first, last + 300_000_000)
-        assert report["nr_throttled"] == periods, (name, report)
+        start = zero + min(r.start_ns for r in run.records)
+        end = zero + max(r.end_ns for r in run.records) + 300_000_000
+
+        def summed(key: str) -> int:
+            return sum(s.delta(key, start, end) for s in (first, second))
+
+        assert report["nr_throttled"] == summed("nr_throttled"), (name, report)
         assert _across(loaded.data / "raw-data" / f"{name}.csv") == (
-            periods, sampler.delta("throttled_time", first, last + 300_000_000)), name
+            summed("nr_throttled"), summed("throttled_time")), name

@@ -14,7 +14,9 @@ pods/resize, in force once its status and its node's agent say so
 (``client.run.limiters.kubernetes.through_agent``), and each run marked afterwards from the
 agent's timeline of the run's window, as a run's ``--cgroup k8s:`` is
 (``client.run.agent_marks``). Where a run's throttling is read is the :class:`Watched` seam:
-:class:`GroupHere` or :class:`PodThroughAgent`.
+:class:`GroupHere` or :class:`PodThroughAgent`. A Deployment's pods (:meth:`InPlace.open_pods`)
+with one of them not here are each resized through their own node's agent and each run marked
+from the sum of their timelines (:class:`PodsThroughAgents`).
 
 **Nothing is left at a limit nobody asked for**: :meth:`InPlace.restoring` is the ``with``
 block around every change: when it is left, by the end, an error, Ctrl-C or SIGTERM (the
@@ -37,8 +39,9 @@ from client.data.files import Run
 from client.data.metadata import SweepInfo
 from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample
-from client.run.agent_marks import mark_through_agent
-from client.run.agent_timeline import AgentLink, AgentTimelineError, agent_link
+from client.run.agent_marks import mark_through_agent, mark_through_agents
+from client.run.agent_timeline import (AgentLink, AgentTimelineError, PodRef, agent_link,
+                                       parse_pod_ref)
 from client.run.cgroup_lookup import CommandRunner, run_command
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, combine_pods, resolve_cgroup
 from client.run.limiters import Limiter, LimiterError, LimiterOptions, limiter_for
@@ -51,8 +54,8 @@ from client.run.usage import UsageSample
 from cpuquota.cgroupfs import available_cpus
 from cpuquota.limit import Limit
 
-__all__ = ["GroupHere", "InPlace", "InPlaceError", "PodThroughAgent", "Watched",
-           "describe_limit", "timeline_usage"]
+__all__ = ["GroupHere", "InPlace", "InPlaceError", "PodThroughAgent", "PodsThroughAgents",
+           "Watched", "describe_limit", "timeline_usage"]
 
 
 class InPlaceError(RuntimeError):
@@ -149,6 +152,38 @@ class PodThroughAgent:
                                f"{exc}") from None
 
 
+@dataclass(frozen=True)
+class PodsThroughAgents:
+    """Several pods resized alike (a Deployment's), one of them or more not on this machine:
+    each pod's node's agent's timeline of each run's window, summed into one
+    (``client.run.agent_marks.mark_through_agents``)."""
+
+    workload: str                  # ``k8s:NS/deployment/NAME``
+    links: tuple[AgentLink, ...]
+
+    @property
+    def spec(self) -> str:
+        return self.workload
+
+    @property
+    def usage_counter(self) -> str:
+        agents = ", ".join(f"{link.namespace}/{link.agent} on node {link.node}"
+                           for link in self.links)
+        return f"the {len(self.links)} pods' usage summed, from the node agents {agents}"
+
+    def sampled(self) -> None:
+        return None
+
+    def marked(self, run: Run) -> Run:
+        if not run.records:
+            return run
+        try:
+            return mark_through_agents(self.workload, self.links, run)
+        except AgentTimelineError as exc:
+            raise InPlaceError(f"{self.spec}: the run's throttling could not be read: "
+                               f"{exc}") from None
+
+
 @dataclass
 class InPlace:
     """A running service whose CPU limit is changed in place, and how each run is timed: a
@@ -209,25 +244,29 @@ class InPlace:
         """A Deployment's running pods (``spec``: ``k8s:NS/deployment/NAME``; ``pod_specs``:
         ``k8s:NS/POD[/CONTAINER]`` each), resized alike, their groups sampled as one sum;
         one-line ``InPlaceError`` as :meth:`open`."""
-        from client.run.limiters.kubernetes import KubernetesLimiter
+        from client.run.limiters.kubernetes import KubernetesLimiter, through_agent
         from client.run.limiters.pods import PodsLimiter
 
+        deployment = spec.split(":", 1)[-1].replace("/deployment/", "/")
+        watched: Watched
         try:
             found = [locate(pod, lambda s: resolve_cgroup(s, run=run)) for pod in pod_specs]
             targets = [t for t in found if isinstance(t, CgroupTarget)]
-            if len(targets) < len(found):
-                away = next(str(t) for t in found if not isinstance(t, CgroupTarget))
-                raise InPlaceError(
-                    f"{spec}: pod {away} is not on this machine, and the throttling of "
-                    "several pods through their nodes' agents is not summed: advise one pod "
-                    f"with --cgroup {away} --url ITS_ADDRESS")
-            limiters = [limiter_for(target, run, options) for target in targets]
-            limiter = PodsLimiter(spec.split(":", 1)[-1].replace("/deployment/", "/"),
-                                  [cast(KubernetesLimiter, lim) for lim in limiters])
-            target = combine_pods(spec, targets)
+            if len(targets) == len(found):
+                limiters = [cast(KubernetesLimiter, limiter_for(target, run, options))
+                            for target in targets]
+                watched = GroupHere(combine_pods(spec, targets), None, run, tuple(pod_specs))
+            else:   # a pod not here: every pod through its node's agent, summed
+                links = tuple(agent_link(_pod_ref(pod)) for pod in pod_specs)
+                limiters = [through_agent(link, allow_restart=options.allow_restart)
+                            for link in links]
+                watched = PodsThroughAgents(spec, links)
+            limiter = PodsLimiter(deployment, limiters)
             original = limiter.read()
         except (CgroupTargetError, LimiterError) as exc:
             raise InPlaceError(str(exc)) from None
+        except AgentTimelineError as exc:
+            raise InPlaceError(f"{spec}: {exc}") from None
         if original is None:
             raise InPlaceError(f"{spec}: the pods have no CPU limit now ({limiter.description})"
                                "; a pod's limit cannot be taken away again afterwards: give "
@@ -237,8 +276,7 @@ class InPlace:
         except LimiterError as exc:
             raise InPlaceError(f"{spec}: its limit now, {describe_limit(original)}, could not "
                                f"be put back: {exc}") from None
-        return cls(GroupHere(target, None, run, tuple(pod_specs)), limiter, original, template,
-                   len(pod_specs))
+        return cls(watched, limiter, original, template, len(pod_specs))
 
     # -- what it is (``AtLimit``) --------------------------------------------------------
 
@@ -379,6 +417,17 @@ class InPlace:
         if on_recorded is not None:
             on_recorded(measured)
         return measured
+
+
+def _pod_ref(spec: str) -> PodRef:
+    """``k8s:NS/POD[/CONTAINER]`` as the agents know it (``CgroupTargetError`` if it is not)."""
+    try:
+        ref = parse_pod_ref(spec)
+    except ValueError as exc:
+        raise CgroupTargetError(str(exc)) from None
+    if ref is None:
+        raise CgroupTargetError(f"{spec}: not a pod")
+    return ref
 
 
 def timeline_usage(timeline: Sequence[CgroupSample] | None) -> list[UsageSample]:

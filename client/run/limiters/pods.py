@@ -7,6 +7,8 @@ the same :class:`client.run.limiters.Limiter` interface.
   resize fails ends it (the restore then puts every pod back).
 - **read** is the limit every pod's quota file shows; when they differ (a restore cut short)
   it is None, so the restore sets them all again.
+- a pod on another node (``client.run.limiters.kubernetes.through_agent``) has its quota read
+  back from its own node's agent; the description names each agent.
 - **restore_hint** is one ``kubectl patch ... --subresource resize`` per pod; **unchanged**
   says each pod's restart count and container id.
 """
@@ -18,6 +20,7 @@ from typing import Any
 
 from client.run.limiters.base import Limiter, LimiterError, same_limit
 from client.run.limiters.kubernetes import KubernetesLimiter
+from client.run.limiters.quota_source import AgentQuota
 from cpuquota.limit import Limit
 
 __all__ = ["PodsLimiter"]
@@ -43,6 +46,9 @@ class PodsLimiter(Limiter):
         pods = [limiter.pod for limiter in self.limiters]
         self.description = (f"pods/resize of the {len(pods)} pods of deployment {deployment} "
                             f"({', '.join(pods)}), container {first.container}")
+        agents = [lim.quota.where for lim in self.limiters if isinstance(lim.quota, AgentQuota)]
+        if agents:   # pods on other nodes: each quota read back from its node's agent
+            self.description += f", each quota read back from {', '.join(agents)}"
         self.names: dict[str, Any] = {**first.names, "pods": pods}
 
     def read(self) -> Limit | None:
