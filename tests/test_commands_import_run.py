@@ -51,16 +51,19 @@ def test_a_run_without_cgroup_is_marked_from_the_recorded_timeline(tmp_path: Pat
     assert [r.latency_ns for r in marked.records] == [r.latency_ns for r in laptop.records]
     assert all(r.cgroup_nr_throttled is not None for r in marked.records)
     assert all(r.cgroup_nr_throttled is None for r in laptop.records)   # it had no --cgroup
-    # the timeline across the run says what the group's cpu.stat says across it
+    # the timeline across the run is the group's cpu.stat, read by the recorder between the
+    # test's reads before and after the run: some of what those counted, the quota bit in it
+    # (after the last answer the service may still work, and be throttled: the client
+    # closing its connection as it exits)
     assert marked.timeline is not None
     first = min(r.start_ns for r in marked.records)
     last = max(r.end_ns for r in marked.records)
     start = max((s for s in marked.timeline if s.t_ns <= first), key=lambda s: s.t_ns)
     end = min((s for s in marked.timeline if s.t_ns >= last), key=lambda s: s.t_ns)
-    assert after["nr_throttled"] > before["nr_throttled"]   # the quota bit
-    assert end.nr_throttled - start.nr_throttled == after["nr_throttled"] - before["nr_throttled"]
-    assert end.throttled_ns - start.throttled_ns == (after["throttled_time"]
-                                                     - before["throttled_time"])
+    assert 0 < end.nr_throttled - start.nr_throttled <= (after["nr_throttled"]
+                                                         - before["nr_throttled"])
+    assert 0 < end.throttled_ns - start.throttled_ns <= (after["throttled_time"]
+                                                         - before["throttled_time"])
     assert any(r.cgroup_nr_throttled for r in marked.records)   # the requests it held
     report = http_timing("report", "raw-data/marked.csv", "--json", cwd=tmp_path)
     assert report.returncode == 0, report.stderr

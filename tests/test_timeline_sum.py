@@ -9,7 +9,7 @@ import random
 from bisect import bisect_right
 
 from client.data.timeline import CgroupSample
-from client.run.timeline_sum import sum_timelines
+from client.run.timeline_sum import sum_timelines, whole_past
 
 MS = 1_000_000
 
@@ -68,6 +68,23 @@ def test_the_sums_last_row_counts_every_pods_last_row_once() -> None:
     assert counters(last) == tuple(sum(counters(pod[-1])[i] for pod in PODS) for i in range(4))
     assert counters(first) == tuple(sum(counters(at(pod, first.t_ns))[i] for pod in PODS)
                                     for i in range(4))
+
+
+def test_past_a_runs_end_the_sum_is_read_once_every_pod_has_a_row_past_it() -> None:
+    """Each pod cut at its first row past the run's end (as the agents' timelines are): the
+    sum's first row at or after the end counts every pod up to that row, not a pod's row
+    from before the end."""
+    a, b = pod_rows(0, 100, 12, 8), pod_rows(30, 100, 12, 9)   # rows at 0, 100, ... / 30, 130, ...
+    end = 1_050 * MS                                           # a's row past it: 1100; b's: 1130
+    cut = [rows[:next(k for k, r in enumerate(rows) if r.t_ns >= end) + 1] for rows in (a, b)]
+    summed = whole_past(sum_timelines(cut), end)
+    after = min((s for s in summed if s.t_ns >= end), key=lambda s: s.t_ns)
+    assert after.t_ns == 1_130 * MS
+    assert counters(after) == tuple(x + y for x, y in zip(counters(cut[0][-1]),
+                                                          counters(cut[1][-1])))
+    assert [s.t_ns for s in summed if s.t_ns <= end] == [
+        s.t_ns for s in sum_timelines(cut) if s.t_ns <= end]   # before the end: as summed
+    assert whole_past([], end) == []
 
 
 def test_two_pods_read_at_the_same_instants_add_row_by_row() -> None:

@@ -30,7 +30,7 @@ from client.data.timeline import (CgroupSample, read_timeline, timeline_columns,
 from client.data.timeline_meta import TimelineMetadata, read_timeline_metadata, timeline_meta_path
 from client.run.agent_timeline import AgentLink, AgentTimelineError
 from client.run.importing import mark_imported
-from client.run.timeline_sum import sum_timelines
+from client.run.timeline_sum import sum_timelines, whole_past
 
 __all__ = ["WAIT_S", "across", "mark_through_agent", "mark_through_agents",
            "shift_timeline_text", "summed_cgroup"]
@@ -169,7 +169,8 @@ def mark_through_agents(spec: str, links: Sequence[AgentLink], run: Run) -> Run:
             cut.write_text(text)
             timelines.append(read_timeline(cut))
             metas.append(meta)
-    summed = sum_timelines(timelines)
+    end = max(r.end_ns for r in run.records)   # on the run's clock, as the rows are
+    summed = whole_past(sum_timelines(timelines), end)
     if not summed:
         raise AgentTimelineError(f"{spec}: a pod's agent has no row across the run")
     header = timeline_columns(False, len(summed[0].levels), bool(summed[0].quotas))

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from client.data.timeline import CgroupSample, QuotaSetting
 
-__all__ = ["sum_timelines"]
+__all__ = ["sum_timelines", "whole_past"]
 
 
 def sum_timelines(timelines: Sequence[Sequence[CgroupSample]]) -> list[CgroupSample]:
@@ -51,3 +51,14 @@ def _added(t_ns: int, now: list[CgroupSample]) -> CgroupSample:
     return CgroupSample(t_ns, sum(s.usage_ns for s in now), sum(s.nr_periods for s in now),
                         sum(s.nr_throttled for s in now), sum(s.throttled_ns for s in now),
                         None, None, levels, tuple(quotas))
+
+
+def whole_past(summed: Sequence[CgroupSample], t_ns: int) -> list[CgroupSample]:
+    """The sum without its rows after ``t_ns`` but the last: cut across a run (each pod's
+    timeline to its first row at or after the run's end), a row of the sum past ``t_ns`` is
+    whole only once every pod's row past it has come, and that is the last row. Read "from
+    the first row at or after the run's end", the sum then counts every pod up to its row
+    past the end, as each pod's own timeline does."""
+    if not summed:
+        return []
+    return [s for s in summed[:-1] if s.t_ns <= t_ns] + [summed[-1]]
