@@ -37,6 +37,7 @@ NS = "tl-prometheus-test"
 CPU = Path("/sys/fs/cgroup/cpu")
 ITERATIONS = 30000     # ~30 ms of CPU a request: three 100m quotas
 REQUESTS = 6
+QUIET_BEFORE_LOAD_S = 15
 WORKLOAD = f"{NS}/deployment/busy"
 AGENT_PORT = 9742      # the DaemonSet's containerPort "metrics"
 IN_POD = "/opt/prometheus/prometheus"
@@ -136,7 +137,11 @@ def scraped(kube_node: kubenode.Node, node_recorder: dict[str, Any],
                 prom, "throttle_lab_cpu_cfs_throttled_periods_total" + sel,
                 before["nr_throttled"]), 60, 0.2)
             start = time.time()
-            time.sleep(5)   # samples of ``before`` in the window, however late cluster asks
+            # the test's cluster asks for the window from ``start`` to its own now: it starts
+            # later than the test computes --since (by its start and its API calls, seconds
+            # on a busy machine), so its window begins after ``start``; it must still begin
+            # before the load, with samples of ``before`` in it
+            time.sleep(QUIET_BEFORE_LOAD_S)
             for _ in range(REQUESTS):
                 client.get(url)
         after = quiet(lambda: throttling(group))
