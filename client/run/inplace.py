@@ -40,15 +40,14 @@ from client.data.metadata import SweepInfo
 from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample
 from client.run.agent_marks import mark_through_agent, mark_through_agents
-from client.run.agent_timeline import (AgentLink, AgentTimelineError, PodRef, agent_link,
-                                       parse_pod_ref)
+from client.run.agent_timeline import AgentLink, AgentTimelineError, agent_link
 from client.run.cgroup_lookup import CommandRunner, run_command
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, combine_pods, resolve_cgroup
 from client.run.limiters import Limiter, LimiterError, LimiterOptions, limiter_for
 from client.run.limiters.base import same_limit
 from client.run.measure import Measurement, Progress, measure
 from client.run.plan import LoadPlan
-from client.run.pod_reach import locate
+from client.run.pod_reach import locate, pod_ref
 from client.run.record import RunSpec
 from client.run.usage import UsageSample
 from cpuquota.cgroupfs import available_cpus
@@ -257,7 +256,7 @@ class InPlace:
                             for target in targets]
                 watched = GroupHere(combine_pods(spec, targets), None, run, tuple(pod_specs))
             else:   # a pod not here: every pod through its node's agent, summed
-                links = tuple(agent_link(_pod_ref(pod)) for pod in pod_specs)
+                links = tuple(agent_link(pod_ref(pod)) for pod in pod_specs)
                 limiters = [through_agent(link, allow_restart=options.allow_restart)
                             for link in links]
                 watched = PodsThroughAgents(spec, links)
@@ -417,17 +416,6 @@ class InPlace:
         if on_recorded is not None:
             on_recorded(measured)
         return measured
-
-
-def _pod_ref(spec: str) -> PodRef:
-    """``k8s:NS/POD[/CONTAINER]`` as the agents know it (``CgroupTargetError`` if it is not)."""
-    try:
-        ref = parse_pod_ref(spec)
-    except ValueError as exc:
-        raise CgroupTargetError(str(exc)) from None
-    if ref is None:
-        raise CgroupTargetError(f"{spec}: not a pod")
-    return ref
 
 
 def timeline_usage(timeline: Sequence[CgroupSample] | None) -> list[UsageSample]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from client.run.agent_timeline import PodRef, parse_pod_ref
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, NotHere
 
-__all__ = ["THROUGH_API_ENV", "Reach", "forced_through_api", "locate", "reach"]
+__all__ = ["THROUGH_API_ENV", "Reach", "forced_through_api", "locate", "pod_ref", "reach"]
 
 THROUGH_API_ENV = "HTTP_TIMING_THROUGH_API"
 
@@ -64,6 +64,11 @@ def locate(spec: str, resolve: Callable[[str], CgroupTarget],
     if not reach(spec, local, forced).agent:
         assert local is not None
         raise local
+    return pod_ref(spec)
+
+
+def pod_ref(spec: str) -> PodRef:
+    """``k8s:NS/POD[/CONTAINER]`` as the agents know it (``CgroupTargetError`` if it is not)."""
     try:
         ref = parse_pod_ref(spec)
     except ValueError as exc:
