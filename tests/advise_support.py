@@ -80,9 +80,10 @@ def _pool(runs: list[dict[str, Any]], cpus: float) -> list[dict[str, Any]]:
 
 def check_agrees_with_its_runs(answer: dict[str, Any], cwd: Path, said: str) -> None:
     """The answer is what its recorded runs say: the recommended limit's runs met the target
-    (the mean of their judged p99), the next lower limit tried missed it (else the answer is
-    the smallest limit tried), every miss of the search was the quota's (requests over the
-    target it delayed) or failed requests; with none met, the largest limit tried missed."""
+    (no request over it delayed by throttling, or the mean of their judged p99 within it),
+    the next lower limit tried missed it (else the answer is the smallest limit tried), every
+    miss of the search was the quota's (requests over the target it delayed) or failed
+    requests; with none met, the largest limit tried missed."""
     p99 = answer["target"]["p99_ms"]
     target = LatencyTarget(p99, answer["target"]["p90_ms"], answer["target"]["max_throttled"])
     runs = answer["runs"]
@@ -109,7 +110,9 @@ def check_agrees_with_its_runs(answer: dict[str, Any], cwd: Path, said: str) -> 
     pool = _pool(runs, rec["cpus"])
     assert at["cpus"] == rec["cpus"] and at["met"] is True and not at["missed"], at
     assert at["name"] == " + ".join(r["name"] for r in pool) and at["runs"] == len(pool), at
-    assert at["judged_p99_ms"] <= p99, at
+    # met: throttling pushed no request past the target, or the judged p99 is within it
+    # (LatencyTarget.judge); a busy machine may slow every request, throttled or not
+    assert at["throttled_over_target"] == 0 or at["judged_p99_ms"] <= p99, at
     assert at["judged_p99_ms"] == pytest.approx(sum(r["judged_p99_ms"] for r in pool)
                                                 / len(pool)), (at, pool)
     assert at["runs"] >= 2 or "--max-runs" in said, at   # confirmed, unless runs ran out

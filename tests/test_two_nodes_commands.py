@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from client.data.files import read_run
+from client.data.timeline import CgroupSample
 from client.run.pod_reach import THROUGH_API_ENV
 from kubenode import node as kubenode
 from kubenode.config import member
@@ -61,6 +62,43 @@ def deployment() -> str:
     return json.dumps(doc)
 
 
+class Sampler:
+    """The group's cpu.stat every 20 ms, each read with the wall clock's ns, in a thread."""
+
+    def __init__(self, group: Path) -> None:
+        self.group, self.reads = group, [(time.time_ns(), cpu_stat(group))]
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+
+    def _read(self) -> None:
+        while not self.stopped.wait(0.02):
+            self.reads.append((time.time_ns(), cpu_stat(self.group)))
+
+    def __enter__(self) -> Sampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
+
+    def delta(self, key: str, from_ns: int, to_ns: int) -> int:
+        """The counter's change from the last read at or before ``from_ns`` to the first at
+        or after ``to_ns`` (or the last read): at least all it counted between the two."""
+        start = max((r for r in self.reads if r[0] <= from_ns), key=lambda r: r[0],
+                    default=self.reads[0])
+        end = min((r for r in self.reads if r[0] >= to_ns), key=lambda r: r[0],
+                  default=self.reads[-1])
+        return end[1][key] - start[1][key]
+
+    def inside(self, key: str, from_ns: int, to_ns: int) -> int:
+        """The counter's change from the first read at or after ``from_ns`` to the last at or
+        before ``to_ns``: at most what it counted between the two."""
+        start = min((r for r in self.reads if r[0] >= from_ns), key=lambda r: r[0])
+        end = max((r for r in self.reads if r[0] <= to_ns), key=lambda r: r[0])
+        return max(0, end[1][key] - start[1][key])
+
+
 @dataclass
 class Pod:
     name: str
@@ -70,6 +108,7 @@ class Pod:
     before: dict[str, int]
     after: dict[str, int]
     watch: list[dict[str, Any]]   # watch k8s:NS/POD's lines after its first (the load's)
+    sampled: Sampler | None = None   # its cpu.stat every 20 ms through the runs
 
     def delta(self, key: str) -> int:
         return self.after[key] - self.before[key]
@@ -159,6 +198,7 @@ def loaded(kube_node: kubenode.Node, node_recorder: dict[str, Any],
             assert all(firsts), [w.stderr.read() for w in watches if w.stderr]   # each polling
             for pod in pods:
                 pod.before = cpu_stat(pod.group)
+                pod.sampled = Sampler(pod.group).__enter__()
             runs = [subprocess.Popen([str(BIN / "http-timing"), "--url", pod.url, "--requests",
                                       str(REQUESTS), "--cgroup", f"k8s:{NS}/{pod.name}",
                                       "--name", pod.name, "--no-plot", "--quiet"], cwd=data,
@@ -170,6 +210,8 @@ def loaded(kube_node: kubenode.Node, node_recorder: dict[str, Any],
                 assert f"throttling in k8s:{NS}/{pod.name} (the node agent" in out, out
             time.sleep(1)   # the last throttle ends at the next period's boundary
             for pod in pods:
+                if pod.sampled:
+                    pod.sampled.__exit__()
                 pod.after = cpu_stat(pod.group)
                 assert pod.delta("nr_throttled") >= REQUESTS, (pod.before, pod.after)
             time.sleep(3)   # the watches' next polls bring the agent's rows past the load
@@ -182,6 +224,9 @@ def loaded(kube_node: kubenode.Node, node_recorder: dict[str, Any],
                 print(f"{pod.node}: {pod.name} {pod.delta('nr_throttled')} periods throttled, "
                       f"{pod.delta('throttled_time') / 1e6:.1f} ms throttled (cpu.stat)")
         finally:
+            for pod in pods:
+                if pod.sampled:
+                    pod.sampled.__exit__()
             for w in watches:
                 stop_by_pid(w)
         try:
@@ -198,16 +243,45 @@ def _as_user(loaded: Loaded, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=180)
 
 
-def _across(run_path: Path) -> tuple[int, int]:
-    """The run's timeline across its requests: periods throttled and throttled ns, from the
-    last row at or before the first request's start to the first at or after the last's end."""
+def _rows(run_path: Path) -> tuple[CgroupSample, CgroupSample]:
+    """The run's timeline rows its figures are taken between: the last at or before the
+    first request's start and the first at or after the last one's end."""
     run = read_run(run_path)
     assert run.timeline is not None
     start = max((s for s in run.timeline if s.t_ns <= min(r.start_ns for r in run.records)),
                 key=lambda s: s.t_ns)
     end = min((s for s in run.timeline if s.t_ns >= max(r.end_ns for r in run.records)),
               key=lambda s: s.t_ns)
+    return start, end
+
+
+def _across(run_path: Path) -> tuple[int, int]:
+    """The run's timeline across its requests: periods throttled and throttled ns."""
+    start, end = _rows(run_path)
     return end.nr_throttled - start.nr_throttled, end.throttled_ns - start.throttled_ns
+
+
+AGENT_SKEW_NS = 250_000_000   # an agent's row is stamped before its tick reads the groups
+
+
+def _check_counted_by_its_pod(run_path: Path, pod: Pod) -> None:
+    """The run's figures are its pod's cpu.stat between the run's two rows: at least what
+    the pod's cpu.stat counted between the first request's start and the last one's end, at
+    most what it counted from just before the first row to just after the second. (Not the
+    whole load's change: the service may finish a request's work after its answer, and a
+    quota running out then is throttled after the run.)"""
+    assert pod.sampled is not None
+    run = read_run(run_path)
+    zero = (run.metadata.clock or {})["zero_epoch_ns"]
+    first = zero + min(r.start_ns for r in run.records)
+    last = zero + max(r.end_ns for r in run.records)
+    start, end = _rows(run_path)
+    for key, tool in zip(("nr_throttled", "throttled_time"), _across(run_path)):
+        least = pod.sampled.inside(key, first, last)
+        most = pod.sampled.delta(key, zero + start.t_ns - AGENT_SKEW_NS,
+                                 zero + end.t_ns + AGENT_SKEW_NS)
+        assert least <= tool <= most <= pod.delta(key), (pod.name, key, least, tool, most)
+    assert _across(run_path)[0] > 0   # the run was throttled
 
 
 def test_each_pods_run_counts_its_own_pods_cpu_stat(loaded: Loaded) -> None:
@@ -217,8 +291,7 @@ def test_each_pods_run_counts_its_own_pods_cpu_stat(loaded: Loaded) -> None:
         source = run.metadata.cgroup["source"]
         assert source.startswith(f"the node agent {RECORDER_NS}/") and pod.node in source
         assert all(r.cgroup_nr_throttled is not None for r in run.records)
-        assert _across(loaded.data / "raw-data" / f"{pod.name}.csv") == (
-            pod.delta("nr_throttled"), pod.delta("throttled_time")), pod
+        _check_counted_by_its_pod(loaded.data / "raw-data" / f"{pod.name}.csv", pod)
 
 
 def test_each_pods_watch_adds_up_to_its_own_pods_cpu_stat(loaded: Loaded) -> None:
@@ -237,7 +310,8 @@ def test_import_marks_each_pods_run_from_its_own_nodes_agent(loaded: Loaded) -> 
         assert result.returncode == 0, result.stderr
         marked = loaded.data / "raw-data" / f"{pod.name}-imported.csv"
         assert read_run(marked).metadata.extra["imported"]["outside_timeline"] == 0
-        assert _across(marked) == (pod.delta("nr_throttled"), pod.delta("throttled_time")), pod
+        assert _across(marked) == _across(loaded.data / "raw-data" / f"{pod.name}.csv"), pod
+        _check_counted_by_its_pod(marked, pod)
 
 
 def test_cluster_counts_both_pods_own_cpu_stat(loaded: Loaded) -> None:
@@ -261,43 +335,6 @@ def test_passive_advise_counts_each_pods_own_cpu_stat(loaded: Loaded) -> None:
         assert answered[pod.name]["throttled_ms"] == pytest.approx(
             pod.delta("throttled_time") / 1e6, abs=1e-3)
         assert (pod.group / "cpu.cfs_quota_us").read_text().strip() == "10000"   # no resize
-
-
-class Sampler:
-    """The group's cpu.stat every 20 ms, each read with the wall clock's ns, in a thread."""
-
-    def __init__(self, group: Path) -> None:
-        self.group, self.reads = group, [(time.time_ns(), cpu_stat(group))]
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._read, daemon=True)
-
-    def _read(self) -> None:
-        while not self.stopped.wait(0.02):
-            self.reads.append((time.time_ns(), cpu_stat(self.group)))
-
-    def __enter__(self) -> Sampler:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stopped.set()
-        self.thread.join(timeout=5)
-
-    def delta(self, key: str, from_ns: int, to_ns: int) -> int:
-        """The counter's change from the last read at or before ``from_ns`` to the first at
-        or after ``to_ns`` (or the last read): at least all it counted between the two."""
-        start = max((r for r in self.reads if r[0] <= from_ns), key=lambda r: r[0],
-                    default=self.reads[0])
-        end = min((r for r in self.reads if r[0] >= to_ns), key=lambda r: r[0],
-                  default=self.reads[-1])
-        return end[1][key] - start[1][key]
-
-    def inside(self, key: str, from_ns: int, to_ns: int) -> int:
-        """The counter's change from the first read at or after ``from_ns`` to the last at or
-        before ``to_ns``: at most what it counted between the two."""
-        start = min((r for r in self.reads if r[0] >= from_ns), key=lambda r: r[0])
-        end = max((r for r in self.reads if r[0] <= to_ns), key=lambda r: r[0])
-        return max(0, end[1][key] - start[1][key])
 
 
 def test_live_advise_resizes_both_pods_and_counts_the_sum_of_their_own_cpu_stat(
