@@ -12,11 +12,14 @@ from typing import Any
 
 import pytest
 
+from client.analysis.advise import shape
 from client.run.agent_marks import across
 from client.run.agent_timeline import AgentLink, NoTimeline, PodRef
+from client.run.inplace import InPlace
 from client.run.limiters import LimiterError
 from client.run.limiters.base import same_limit
 from client.run.limiters.kubernetes import USER_RBAC, KubernetesLimiter
+from client.run.limiters.pods import PodsLimiter
 from client.run.limiters.quota_source import AgentQuota, limit_of
 from cpuquota.limit import Limit
 from tests.test_run_limiters_kubernetes import ScriptedApi, pod
@@ -28,8 +31,9 @@ class Agent:
     """The agent's metadata of its latest rows: the quota file as it read it ``lag`` polls
     ago (it re-reads the quota once a second); ``rows=False``: no row in the window."""
 
-    def __init__(self, quota_file: Path, lag: int = 0, rows: bool = True) -> None:
-        self.quota_file, self.lag, self.rows = quota_file, lag, rows
+    def __init__(self, quota_file: Path, lag: int = 0, rows: bool = True,
+                 cpus: int | None = None) -> None:
+        self.quota_file, self.lag, self.rows, self.cpus = quota_file, lag, rows, cpus
         self.seen: list[int] = []
 
     def __call__(self, since: float) -> dict[str, Any]:
@@ -37,12 +41,17 @@ class Agent:
             raise NoTimeline("the agent has no timeline for shop/api-1 in that window")
         self.seen.append(int(self.quota_file.read_text()))
         quota = self.seen[max(0, len(self.seen) - 1 - self.lag)]
-        return {"cgroup": {"quota_us": quota, "period_us": 100000, "burst_us": None}}
+        meta: dict[str, Any] = {"cgroup": {"quota_us": quota, "period_us": 100000,
+                                           "burst_us": None}}
+        if self.cpus is not None:
+            meta["host_cpus"] = self.cpus
+        return meta
 
 
-def through_agent(tmp_path: Path, agent: Agent, api: ScriptedApi) -> KubernetesLimiter:
-    return KubernetesLimiter(None, api, "shop", "api-1", "app", to_json=lambda obj: obj,
-                             timeout=2, quota=AgentQuota(LINK, agent), rbac=USER_RBAC)
+def through_agent(tmp_path: Path, agent: Agent, api: ScriptedApi,
+                  link: AgentLink = LINK) -> KubernetesLimiter:
+    return KubernetesLimiter(None, api, "shop", link.ref.pod, "app", to_json=lambda obj: obj,
+                             timeout=2, quota=AgentQuota(link, agent), rbac=USER_RBAC)
 
 
 def test_the_agents_metadata_names_the_quota_as_the_files_do() -> None:
@@ -110,3 +119,28 @@ def test_a_runs_rows_from_the_agent_are_those_across_its_requests() -> None:
     assert across(timeline, 1100, 1600) == "t_ns,usage_ns\n1000,3\n1500,4\n2000,5\n"
     assert across(timeline, 1000, 1500) == "t_ns,usage_ns\n1000,3\n1500,4\n"
     assert across(timeline, -5, 9000) == timeline   # no row beyond: all of them
+
+
+def test_a_pod_on_another_node_is_tried_up_to_that_nodes_cpus(tmp_path: Path) -> None:
+    """The largest limit worth trying is the pod's node's CPU count, as its agent says; an
+    agent that does not say leaves this machine's."""
+    (tmp_path / "cpu.cfs_quota_us").write_text("50000")
+    there = through_agent(tmp_path, Agent(tmp_path / "cpu.cfs_quota_us", cpus=16),
+                          ScriptedApi(pod(), tmp_path))
+    assert there.node_cpus() == (16, "node node-2's 16 CPUs")
+    at = InPlace(None, there, Limit(0.5), None)  # type: ignore[arg-type]  # only the limiter
+    assert at.ceiling(shape(100, 0)) == (16000, "node node-2's 16 CPUs")
+    older = through_agent(tmp_path, Agent(tmp_path / "cpu.cfs_quota_us"),
+                          ScriptedApi(pod(), tmp_path))
+    assert older.node_cpus() is None
+
+
+def test_a_deployments_pods_are_tried_up_to_their_smallest_nodes_cpus(tmp_path: Path
+                                                                       ) -> None:
+    (tmp_path / "cpu.cfs_quota_us").write_text("50000")
+    big, small = (through_agent(tmp_path, Agent(tmp_path / "cpu.cfs_quota_us", cpus=cpus),
+                                ScriptedApi(pod(), tmp_path),
+                                AgentLink(None, PodRef("shop", "api-1"), node,
+                                          "throttle-lab-recorder", f"agent-{node}"))
+                  for cpus, node in ((16, "node-2"), (4, "node-3")))
+    assert PodsLimiter("shop/api", [big, small]).node_cpus() == (4, "node node-3's 4 CPUs")

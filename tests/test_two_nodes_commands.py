@@ -364,6 +364,10 @@ def test_live_advise_resizes_both_pods_and_counts_the_sum_of_their_own_cpu_stat(
     print(result.stderr[-4000:])
     assert result.returncode == 0, result.stderr[-3000:]
     assert state() == before   # put back
+    # the largest limit tried: the pods' nodes' CPUs as their agents say (the nodes share
+    # this machine's CPUs, each its own agent)
+    assert "up to node throttle-lab-node" in result.stdout + result.stderr
+    assert f"'s {os.cpu_count()} CPUs" in result.stdout + result.stderr
     answer = advice(result, loaded.data, "live")
     assert answer is not None
     check_counted_by_the_group(answer, loaded.data, "live", quota_scale=2)

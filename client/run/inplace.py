@@ -311,10 +311,14 @@ class InPlace:
         return None
 
     def ceiling(self, shape: Callable[[int], Limit]) -> tuple[int, str]:
-        """The CPUs this machine lets the service use, or the quota of a group above it,
-        whichever is less; ``ValueError`` when the limiter cannot set it."""
-        cpus = available_cpus()
-        millicores, words = cpus * 1000, f"the machine's {cpus} CPUs"
+        """The CPUs the service's machine lets it use (a pod on another node: that node's,
+        as its agent says), or the quota of a group above it, whichever is less;
+        ``ValueError`` when the limiter cannot set it."""
+        there = self.limiter.node_cpus()
+        if there is None:
+            cpus = available_cpus()
+            there = cpus, f"the machine's {cpus} CPUs"
+        millicores, words = there[0] * 1000, there[1]
         above = self.limiter.ceiling()
         if above is not None and above.millicores < millicores:
             millicores, words = above.millicores, f"the {above.cpus:g} CPU quota above the group"

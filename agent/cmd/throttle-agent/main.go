@@ -138,7 +138,7 @@ func run() error {
 	host, _ := os.Hostname()
 	store.MaxSize, store.MaxTotal, store.MaxAge = *maxSize, *maxTotal, *maxAge
 	store.Host, store.Version, store.IntervalS, store.Command = host, Version, interval.Seconds(), os.Args
-	store.Node = *node
+	store.Node, store.HostCPUs = *node, runtime.NumCPU()
 	a := agent.New(agent.Config{Interval: *interval, IdleInterval: *idleInterval, Hold: *hold, FlushEvery: 500 * time.Millisecond,
 		CheckEvery: *checkEvery, PruneEvery: time.Minute, Proc: *proc, Log: os.Stderr}, resolver, store)
 	reg := prometheus.NewRegistry()

@@ -39,6 +39,7 @@ type Meta struct {
 	Tool        string         `json:"tool"`
 	Version     string         `json:"version"`
 	Host        string         `json:"host"`
+	HostCPUs    int            `json:"host_cpus,omitempty"` // the CPUs the node's groups may use
 	StartedAt   string         `json:"started_at"`
 	EndedAt     *string        `json:"ended_at"`
 	IntervalS   float64        `json:"interval_s"`
@@ -134,6 +135,7 @@ type Store struct {
 	MaxTotal  int64         // all segments together (the oldest closed ones go first)
 	MaxAge    time.Duration // a closed segment older than this goes
 	Host      string
+	HostCPUs  int // the node's CPUs: the largest limit worth trying there (0: not known)
 	Version   string
 	IntervalS float64
 	Command   []string
@@ -215,7 +217,7 @@ func (st *Store) Open(id Identity, base string, cgroup map[string]any, layout La
 	stamp = strings.ReplaceAll(stamp, ".", "")
 	seg := &Segment{dir: st.Dir, Layout: layout, Meta: Meta{
 		Name: stamp, Clock: Clock{epoch, spread, "CLOCK_MONOTONIC", "ns since zero"},
-		Cgroup: cgroup, Tool: Tool, Version: st.Version, Host: st.Host,
+		Cgroup: cgroup, Tool: Tool, Version: st.Version, Host: st.Host, HostCPUs: st.HostCPUs,
 		StartedAt: time.Unix(0, epoch).UTC().Format(time.RFC3339Nano), IntervalS: st.IntervalS,
 		MaxSize: st.MaxSize, Command: st.Command, Agent: id}}
 	// a key's next segment may start in the same millisecond as the one before it (a quota
@@ -271,7 +273,7 @@ func (st *Store) resume(m Meta, id Identity, cgroup map[string]any, layout Layou
 	}
 	rows := int64(bytes.Count(raw[:keep], []byte("\n")) - 1)
 	m.EndedAt, m.StopReason, m.Samples, m.Interrupted = nil, nil, nil, false
-	m.Command, m.IntervalS, m.MaxSize = st.Command, st.IntervalS, st.MaxSize
+	m.Command, m.IntervalS, m.MaxSize, m.HostCPUs = st.Command, st.IntervalS, st.MaxSize, st.HostCPUs
 	seg := &Segment{Meta: m, Layout: layout, dir: st.Dir, file: f, written: keep, samples: rows}
 	if writeMeta(seg.MetaPath(), &seg.Meta) != nil {
 		f.Close()

@@ -191,3 +191,33 @@ func TestTwoNodesAgentsShareADirectoryWithoutTouchingEachOthersSegments(t *testi
 	again.Close("done", false)
 	mine.Close("done", false)
 }
+
+// Every segment's metadata names the node's CPUs (the largest limit worth trying there), a
+// resumed one too: an agent restarted on a resized node says its new count.
+func TestSegmentsNameTheNodesCPUs(t *testing.T) {
+	dir := t.TempDir()
+	st := newStore(t, dir)
+	st.HostCPUs = 4
+	id := Identity{Key: "web", Pod: "web"}
+	seg, err := st.Open(id, "web", cg, Layout{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seg.Append(&Sample{TNS: 10, UsageNS: 1})
+	seg.Flush() // then killed: the next agent resumes it
+	raw, err := os.ReadFile(seg.MetaPath())
+	if err != nil || !strings.Contains(string(raw), `"host_cpus": 4`) {
+		t.Fatalf("%s: %v", raw, err)
+	}
+	again := newStore(t, dir)
+	again.HostCPUs = 8
+	resumed, err := again.Open(id, "web", cg, Layout{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resumed.Close("done", false)
+	raw, _ = os.ReadFile(resumed.MetaPath())
+	if resumed.Meta.Name != seg.Meta.Name || !strings.Contains(string(raw), `"host_cpus": 8`) {
+		t.Fatalf("%s resumed as %s: %s", seg.Meta.Name, resumed.Meta.Name, raw)
+	}
+}

@@ -31,7 +31,7 @@ class Limiter(ABC):
     """How one kind of running service gets its CPU limit changed in place.
 
     ``read``, ``check``, ``apply`` and ``restore_hint`` are each kind's own; ``ceiling``,
-    ``unchanged`` and ``patch_deployment`` are capabilities a kind may have, declared here
+    ``node_cpus``, ``unchanged`` and ``patch_deployment`` are capabilities a kind may have, declared here
     with what a kind without them says."""
 
     kind: str           # "cgroup", "docker", "k8s"
@@ -60,6 +60,11 @@ class Limiter(ABC):
 
     def ceiling(self) -> Limit | None:
         """The tightest limit above the one written, which caps it (None: none)."""
+        return None
+
+    def node_cpus(self) -> tuple[int, str] | None:
+        """The CPUs of the machine the service runs on and their words, where that is not
+        this one (None: this machine's)."""
         return None
 
     def unchanged(self) -> str | None:

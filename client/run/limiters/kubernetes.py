@@ -237,6 +237,13 @@ class KubernetesLimiter(Limiter):
     def read(self) -> Limit | None:
         return self.quota.read()
 
+    def node_cpus(self) -> tuple[int, str] | None:
+        """A pod on another node: that node's CPUs, as its agent says."""
+        if not isinstance(self.quota, AgentQuota):
+            return None
+        cpus = self.quota.node_cpus()
+        return None if cpus is None else (cpus, f"node {self.quota.link.node}'s {cpus} CPUs")
+
     def check(self, limit: Limit | None) -> None:
         if limit is None:
             raise LimiterError("a pod's cpu limit cannot be taken away in place (its QoS class "

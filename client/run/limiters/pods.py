@@ -21,6 +21,7 @@ from typing import Any
 from client.run.limiters.base import Limiter, LimiterError, same_limit
 from client.run.limiters.kubernetes import KubernetesLimiter
 from client.run.limiters.quota_source import AgentQuota
+from cpuquota.cgroupfs import available_cpus
 from cpuquota.limit import Limit
 
 __all__ = ["PodsLimiter"]
@@ -54,6 +55,18 @@ class PodsLimiter(Limiter):
     def read(self) -> Limit | None:
         limits = [limiter.read() for limiter in self.limiters]
         return limits[0] if all(same_limit(limit, limits[0]) for limit in limits) else None
+
+    def node_cpus(self) -> tuple[int, str] | None:
+        """Pods on other nodes: the fewest CPUs of the pods' machines (a limit is the same on
+        every pod)."""
+        each = [lim.node_cpus() for lim in self.limiters]
+        found = [cpus for cpus in each if cpus is not None]
+        if not found:
+            return None
+        if len(found) < len(each):   # some pods on this machine
+            here = available_cpus()
+            found.append((here, f"the machine's {here} CPUs"))
+        return min(found, key=lambda cpus: cpus[0])
 
     def check(self, limit: Limit | None) -> None:
         for limiter in self.limiters:

@@ -107,6 +107,12 @@ class AgentQuota:
                                f"last {RECENT_S:g} s: is the agent recording it?")
         return limit_of(meta.get("cgroup"))
 
+    def node_cpus(self) -> int | None:
+        """The CPUs of the pod's node, as its agent says (None: an agent that does not)."""
+        meta = self._latest()
+        cpus = None if meta is None else meta.get("host_cpus")
+        return cpus if isinstance(cpus, int) and cpus > 0 else None
+
     def wait_for(self, limit: Limit | None, timeout: float) -> Limit | None:
         deadline = time.monotonic() + timeout
         while True:
