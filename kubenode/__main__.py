@@ -1,5 +1,7 @@
 """``python -m kubenode up|down|status|build|images|recorder``: the node on this host (needs
-root); ``recorder`` runs k8s/recorder (the node agent) on it with the agent image built here."""
+root); ``build`` builds what a start would (the programs, the project's and the agent's images)
+without a node; ``recorder`` runs k8s/recorder (the node agent) on it with the agent image
+built here."""
 from __future__ import annotations
 
 import argparse
@@ -30,8 +32,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     try:
-        if args.command == "build":
+        if args.command == "build":   # everything a node's start would build, no node
             build.build_all(lay, log)
+            seconds = node.build_project_images(lay, log)
+            log("images built: " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()))
         elif args.command == "up":
             node.up(lay, log, nodes=args.nodes)
             print(node.shell_exports(lay), end="")

@@ -627,6 +627,21 @@ def status(lay: Layout | None = None) -> dict[str, object]:
             "kubeconfig": str(node.lay.kubeconfig), "joined": others}
 
 
+def build_project_images(lay: Layout, log: Log = print,
+                         root: Path | None = None) -> dict[str, float]:
+    """Build the project's service and client images and the agent's image (no node): what
+    a start then finds in Docker's cache; return the seconds of each part."""
+    from kubenode import project_images, recorder
+
+    root = root or Path(__file__).resolve().parent.parent
+    with project_images.docker_engine(log):
+        seconds = project_images.build_project_images(root, log)
+        t0 = time.monotonic()
+        recorder.build_agent_image(lay, root, log)
+        seconds["agent"] = time.monotonic() - t0
+    return seconds
+
+
 def load_project_images(lay: Layout | None = None, log: Log = print,
                         root: Path | None = None) -> dict[str, float]:
     """Build the project's service and client images and import them into the running node
