@@ -34,7 +34,11 @@ each request its recorded latency, within a period.
 
 A request's CPU is the rows' CPU shared among the requests in them: by each one's own CPU
 (``Request.cpu_ns``, the server's ``Server-Timing``, when every request has one) spread over
-its latency, else by overlap; never more than its latency on the group's CPUs.
+its latency, else by overlap; never more than its latency on the group's CPUs. The group's
+own work (its runtime, probes: what the window's rows with no request show, CPU per wall
+time) runs at that rate in the rows with requests too, as background: a throttled record
+stretches the same requests over many more periods, and that work is not theirs (shared
+among them, it made each request's CPU grow with the record's length).
 
 Coarse rows (:attr:`Demand.coarse`: half a period apart or more, the node agent's 100 ms):
 a throttle's time is exact per row, but not where in its row it lay, so the recorded hold
@@ -398,7 +402,8 @@ def load_of(demand: Demand, requests: Sequence[Request]) -> Load:
     """The requests (sorted by start) as work: each one's CPU is the group's usage while it
     ran, an interval's usage shared among the requests overlapping it (by each one's own CPU
     spread over its latency when every request has one, else by overlap); usage that overlaps
-    no request is background. On coarse rows with the requests' own CPU, each one is its own
+    no request is background, and so is that usage's rate (CPU per wall time,
+    :func:`_idle_rate`) in the rows with requests. On coarse rows with the requests' own CPU, each one is its own
     CPU times the group's over the requests' (:func:`_own_shares`). No request is given more
     CPU than its latency on the group's CPUs: the rest is background where it lay."""
     reqs = sorted(requests, key=lambda r: r.start_ns)
@@ -422,10 +427,13 @@ def load_of(demand: Demand, requests: Sequence[Request]) -> Load:
                 weight[k] += w
                 mine.append((k, w))
         spans.append(mine)
-    background = [0.0 if weight[k] else used for k, used in enumerate(demand.used_ns)]
-    shares = [[(k, demand.used_ns[k] * w / weight[k]) for k, w in mine] for mine in spans]
+    rate = _idle_rate(demand, weight)
+    background = [min(used, rate * (ends[k] - starts[k])) if weight[k] else used
+                  for k, used in enumerate(demand.used_ns)]
+    ran = [used - bg for used, bg in zip(demand.used_ns, background)]
+    shares = [[(k, ran[k] * w / weight[k]) for k, w in mine] for mine in spans]
     if own and demand.coarse:
-        shares = _own_shares(reqs, spans, sum(u for u, w in zip(demand.used_ns, weight) if w))
+        shares = _own_shares(reqs, spans, sum(u for u, w in zip(ran, weight) if w))
     jobs = []
     for r, mine, after, gap in zip(reqs, shares, follows, gaps):
         cpu = sum(c for _k, c in mine)
@@ -439,13 +447,24 @@ def load_of(demand: Demand, requests: Sequence[Request]) -> Load:
     return Load(tuple(jobs), lanes, tuple(background))
 
 
+def _idle_rate(demand: Demand, weight: Sequence[float]) -> float:
+    """The group's CPU per ns of wall time in the window's rows that overlap no request (0
+    without such rows): its own work, which runs beside the requests at the same rate."""
+    ends = (*demand.starts_ns[1:], demand.end_ns)
+    idle = [(e - s, u) for s, e, u, w in zip(demand.starts_ns, ends, demand.used_ns, weight)
+            if not w and e > s]
+    wall = sum(d for d, _u in idle)
+    return sum(u for _d, u in idle) / wall if wall else 0.0
+
+
 def _own_shares(reqs: Sequence[Request], spans: Sequence[Sequence[tuple[int, float]]],
                 ran_ns: float) -> list[list[tuple[int, float]]]:
     """Each request's CPU on coarse rows: its own (``cpu_ns``, the server's) times the CPU the
     rows overlapping the requests show over the requests' own, laid where it ran as its
     weight lies. A row holds several requests and a throttle's place in it is not known, so
     a row shared among them by weight gives one request another's CPU; the ratio (what the
-    group runs around a request: the server, its runtime) is the window's."""
+    group runs around a request: the server, its runtime; ``ran_ns`` is the rows' CPU less
+    the group's own steady work) is the window's."""
     scale = ran_ns / sum(r.cpu_ns or 0 for r in reqs)
     out = []
     for r, mine in zip(reqs, spans):
