@@ -105,8 +105,13 @@ def test_a_service_in_the_root_group_gets_no_throttling_claim(tmp_path: Path) ->
     assert not any("no CPU limit was in force" in note for note in data["notes"])   # its own was
     text = http_timing("report", "raw-data/r.csv", cwd=tmp_path).stdout
     assert f"limit: cgroup {target}: no CPU limit; the service's own: in-process 5 %" in text
-    assert result.stdout.strip().splitlines()[-1].startswith(
-        f"throttling in {target}: no CPU limit on this group: no throttling counted; CPU used ")
+    # the CPU used, or why it is not known (the root group's processes: one that came and
+    # went between two samples is counted by no one; a busy machine has many)
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"throttling in {target}: no CPU limit on this group: no throttling "
+                           "counted; CPU used"), last
+    assert last.startswith(f"throttling in {target}: no CPU limit on this group: no throttling "
+                           "counted; CPU used ") or ": not known (" in last, last
 
 
 @pytest.mark.root

@@ -6,6 +6,7 @@ real API server and kubelet: tests/test_commands_advise_k8s.py."""
 from __future__ import annotations
 
 import copy
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,57 @@ def test_a_resize_in_force_once_status_and_quota_file_say_so(tmp_path: Path) -> 
     assert "--subresource resize" in limits.restore_hint(Limit(0.5))
     with pytest.raises(LimiterError, match="taken away"):
         limits.check(None)
+
+
+class LateStatusApi(ScriptedApi):
+    """A kubelet that acted on a resize to 700m (the quota file says 70000) but has not
+    posted it: the status still says 500m, so a resize back to 500m reads as done at once.
+    Then, on its own time, it acts on 500m (the quota file) with the 700m status posted
+    meanwhile; the 500m status comes with the read after one that showed 700m."""
+
+    def __init__(self, document: dict[str, Any], quota_dir: Path) -> None:
+        super().__init__(document, quota_dir)
+        self.seen: list[str] = []
+        self.acted = threading.Event()
+
+    def _status(self, cpu: str) -> None:
+        self.document["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"] = cpu
+
+    def _act(self) -> None:
+        self._status("700m")
+        (self.quota_dir / "cpu.cfs_quota_us").write_text("50000")
+        self.acted.set()
+
+    def read_namespaced_pod(self, name: str, namespace: str, **_: Any) -> dict[str, Any]:
+        if self.acted.is_set() and self.seen[-1:] == ["700m"]:
+            self._status("500m")
+        self.seen.append(self.document["status"]["containerStatuses"][0]["resources"][
+            "limits"]["cpu"])
+        return copy.deepcopy(self.document)
+
+    def patch_namespaced_pod_resize(self, name: str, namespace: str,
+                                    body: dict[str, Any], **_: Any) -> None:
+        self.patches.append(body)
+        threading.Timer(0.3, self._act).start()
+
+
+def test_a_restore_waits_for_the_status_posted_after_the_quota(tmp_path: Path) -> None:
+    """The status read before the quota is acted on may be stale: once the quota file shows
+    the limit, the status must show it again before the limit is in force."""
+    api = LateStatusApi(pod(), tmp_path)
+    limits = limiter(tmp_path, api)
+    (api.quota_dir / "cpu.cfs_quota_us").write_text("70000")   # 700m acted on, not posted
+    limits.apply(Limit(0.5))
+    assert api.acted.is_set() and "700m" in api.seen and api.seen[-1] == "500m"
+    assert api.document["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"] \
+        == "500m"
+
+
+def test_a_resize_in_progress_is_not_in_force() -> None:
+    document = pod()
+    document["status"]["conditions"] = [{"type": "PodResizeInProgress", "status": "True"}]
+    assert resize_state(document, "app") == (0.5, "InProgress: the kubelet is acting on a "
+                                                   "resize")
 
 
 def test_an_infeasible_resize_is_one_line(tmp_path: Path) -> None:

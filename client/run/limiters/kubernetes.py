@@ -160,13 +160,17 @@ def _guaranteed(container: Mapping[str, Any]) -> bool:
 
 
 def resize_state(pod: Pod, container: str) -> tuple[float | None, str | None]:
-    """(the cpu limit the kubelet reports applied, why a resize waits: ``Infeasible: ...`` or
-    ``Deferred: ...``, else None)."""
+    """(the cpu limit the kubelet reports applied, why a resize waits: ``Infeasible: ...``,
+    ``Deferred: ...`` or ``InProgress: ...``, else None)."""
     status = _container(pod, container, "status")
     applied = cpu_cores(((status.get("resources") or {}).get("limits") or {}).get("cpu"))
     for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodResizePending" and condition.get("status") == "True":
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "PodResizePending":
             return applied, f"{condition.get('reason')}: {condition.get('message') or ''}".strip()
+        if condition.get("type") == "PodResizeInProgress":
+            return applied, "InProgress: the kubelet is acting on a resize"
     resize = (pod.get("status") or {}).get("resize")   # before 1.33: a status field
     if resize in ("Infeasible", "Deferred"):
         return applied, str(resize)
@@ -264,13 +268,24 @@ class KubernetesLimiter(Limiter):
             raise LimiterError(_api_problem(exc, "patch", "pods/resize", self.namespace,
                                             self.pod, self.server, self.rbac)) from None
         deadline = time.monotonic() + self.timeout
+        self._await_status(limit, deadline)
+        self.quota.wait_for(Limit(limit.cpus, 100.0, 0.0), timeout=15.0)
+        # the kubelet posts its status after it acts: a status read before it had posted
+        # an earlier resize (still at this limit) may be posted later; the quota now shows
+        # this resize acted on, so the status must show it again, after that one
+        self._await_status(limit, deadline)
+
+    def _await_status(self, limit: Limit, deadline: float) -> None:
+        """Until the pod's status shows ``limit`` applied with no resize pending or in
+        progress; ``LimiterError`` when infeasible, past ``deadline`` or restarted."""
         while True:
             pod = self.read_pod()
             applied, pending = resize_state(pod, self.container)
             if pending is not None and pending.startswith("Infeasible"):
                 raise LimiterError(f"the kubelet cannot resize {self.namespace}/{self.pod} to "
                                    f"{cpu_quantity(limit)}: {pending}")
-            if applied is not None and round(applied * 1000) == limit.millicores:
+            if pending is None and applied is not None and \
+                    round(applied * 1000) == limit.millicores:
                 break
             if time.monotonic() >= deadline:
                 raise LimiterError(f"the resize of {self.namespace}/{self.pod} to "
@@ -280,7 +295,6 @@ class KubernetesLimiter(Limiter):
         if not self.allow_restart and identity(pod, self.container) != self.before:
             raise LimiterError(f"container {self.container} of {self.namespace}/{self.pod} "
                                "restarted or was replaced during the resize")
-        self.quota.wait_for(Limit(limit.cpus, 100.0, 0.0), timeout=15.0)
 
     def unchanged(self) -> str:
         """What the restore says of the container: its restart count and id as when we came
