@@ -56,8 +56,10 @@ def check_refused(result: subprocess.CompletedProcess[str], cwd: Path, name: str
     assert [x for x in lines if x.startswith("http-timing:")] == [line]
     profile = read_run(cwd / "raw-data" / f"{name}-advise-none.csv")
     assert profile.records
+    # the runs: files beside a run (its group's timeline, its threads) are not runs
     assert sorted(p.name for p in (cwd / "raw-data").glob("*.csv")
-                  if not p.name.endswith(".cgroup.csv")) == [f"{name}-advise-none.csv"]
+                  if not p.name.endswith((".cgroup.csv", ".threads.csv"))) == [
+        f"{name}-advise-none.csv"], sorted(p.name for p in (cwd / "raw-data").iterdir())
     assert not list((cwd / "pictures").glob(f"{name}-advise*"))
 
 
