@@ -49,12 +49,16 @@ QUIET_S = 6            # the counters stand still this long before the load: the
 
 
 def deployment() -> str:
-    """k8s/deployment-limited.yaml in NS, two replicas, one on each node."""
+    """k8s/deployment-limited.yaml in NS, two replicas, one on each node, no probes."""
     doc = yaml.safe_load((ROOT / "k8s" / "deployment-limited.yaml").read_text())
     doc["metadata"]["namespace"] = NS
     doc["spec"]["replicas"] = 2
     spec = doc["spec"]["template"]["spec"]
     spec["containers"][0]["imagePullPolicy"] = "Never"   # imported into each node's containerd
+    # no probes: the kubelet's requests every 5 s throttle an idle 100m pod on a busy
+    # machine, and the windows must begin while both pods are idle
+    for probe in ("readinessProbe", "livenessProbe"):
+        spec["containers"][0].pop(probe, None)
     spec["tolerations"] = [toleration()]
     spec["topologySpreadConstraints"] = [{
         "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
