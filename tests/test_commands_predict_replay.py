@@ -89,7 +89,12 @@ def test_at_the_recorded_limit_the_replay_gives_the_kernels_counts_and_the_runs_
     (replayed,) = data["limits"]
     assert abs(replayed["periods_throttled"] - recorded) <= 2, (replayed, recorded)
     assert data["requests"]["count"] >= 8
-    assert data["requests"]["loop"].startswith("closed loop")   # one after another
+    # one after another: a closed loop when nearly every gap the client left between two
+    # requests was under 10 ms (a busy machine's client may leave more: then each request is
+    # replayed at its recorded time, as from an access log); either way the same record
+    assert data["requests"]["loop"] in (
+        "closed loop: one at a time, each sent its recorded gap after the one before it ended",
+        "open loop: each sent at its recorded time"), data["requests"]["loop"]
     measured = data["requests"]["measured"]
     for q in ("p50_ms", "p99_ms"):   # the replay of a record at its own limit is the record
         assert abs(replayed[q] - measured[q]) <= 100, (q, replayed, measured)
