@@ -22,8 +22,9 @@ from tests.guest import (SUMMARY, guest_test_files, missing_for_guest, run_guest
                          summary_lines)
 from tests.support import require
 
-# the whole guest step (boot + tests), see docs/developing.md for measurements; a slower machine sets more
-BOOT_AND_RUN_S = float(os.environ.get("THROTTLE_LAB_GUEST_TIMEOUT", "1500"))
+# the whole guest step (boot + tests), a hang guard: under qemu's emulation beside the host's
+# tests it took 1,150-1,500 s on a 2-core Xeon VM (docs/benchmarks.md, CI time); CI has 90 min
+BOOT_AND_RUN_S = float(os.environ.get("THROTTLE_LAB_GUEST_TIMEOUT", "2700"))
 
 
 def _tail(text: str, lines: int = 40) -> str:
