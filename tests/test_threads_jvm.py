@@ -64,16 +64,18 @@ def catalina_base(where: Path, port: int) -> Path:
 
 @contextmanager
 def tomcat_in_group(where: Path, cpus: float) -> Iterator[Tomcat]:
-    """Tomcat (``catalina.sh run``) in a new group of ``cpus`` from its first instruction,
-    ready once its examples answer; stopped by its pid and the group removed, also on failure."""
+    """Tomcat (``catalina.sh run``) in a new group from its first instruction, started with no
+    quota (at 0.1 CPU a slow machine took over 300 s) and given ``cpus`` once its examples
+    answer; stopped by its pid and the group removed, also on failure."""
+    from cpuquota.cgroupfs import locate_cpu_controller
     from cpuquota.limit import Limit
-    from service.cgroup import create_group, empty_group, remove_group
+    from service.cgroup import create_group, empty_group, remove_group, set_quota
 
     port = free_port()
     base = catalina_base(where, port)
     env = dict(os.environ, CATALINA_HOME=str(CATALINA.parent.parent), CATALINA_BASE=str(base),
                CATALINA_TMPDIR=str(base / "temp"))
-    group = create_group(Limit(cpus))
+    group = create_group(None)
     proc: subprocess.Popen[bytes] | None = None
     try:
         with open(where / "catalina.out", "wb") as out:
@@ -81,7 +83,7 @@ def tomcat_in_group(where: Path, cpus: float) -> Iterator[Tomcat]:
                                      f'"{CATALINA}" run'], env=env, stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 300   # a JVM at 0.1 CPU starts in tens of seconds
+        deadline = time.monotonic() + 300   # a JVM with no quota starts in seconds
         while True:
             assert proc.poll() is None, (where / "catalina.out").read_text()[-2000:]
             try:
@@ -91,6 +93,7 @@ def tomcat_in_group(where: Path, cpus: float) -> Iterator[Tomcat]:
                 pass
             assert time.monotonic() < deadline, "Tomcat did not answer"
             time.sleep(0.2)
+        set_quota(group, locate_cpu_controller().version, Limit(cpus))
         yield Tomcat(url, proc.pid, group)
     finally:
         if proc is not None:
