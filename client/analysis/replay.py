@@ -403,9 +403,10 @@ def load_of(demand: Demand, requests: Sequence[Request]) -> Load:
     ran, an interval's usage shared among the requests overlapping it (by each one's own CPU
     spread over its latency when every request has one, else by overlap); usage that overlaps
     no request is background, and so is that usage's rate (CPU per wall time,
-    :func:`_idle_rate`) in the rows with requests. On coarse rows with the requests' own CPU, each one is its own
-    CPU times the group's over the requests' (:func:`_own_shares`). No request is given more
-    CPU than its latency on the group's CPUs: the rest is background where it lay."""
+    :func:`_idle_rate`) in the rows with requests. On coarse rows with the requests' own CPU,
+    each one is its own CPU times the group's over the requests' (:func:`_own_shares`). No
+    request is given more CPU than its latency on the group's CPUs: the rest is background
+    where it lay."""
     reqs = sorted(requests, key=lambda r: r.start_ns)
     follows, gaps = _lanes(reqs)
     sent_after = sorted(g for f, g in zip(follows, gaps) if f is not None)

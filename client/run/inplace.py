@@ -44,13 +44,12 @@ from client.run.agent_timeline import AgentLink, AgentTimelineError, agent_link
 from client.run.cgroup_lookup import CommandRunner, run_command
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, combine_pods, resolve_cgroup
 from client.run.limiters import Limiter, LimiterError, LimiterOptions, limiter_for
-from client.run.limiters.base import same_limit
+from client.run.limiters.base import machine_cpus, same_limit
 from client.run.measure import Measurement, Progress, measure
 from client.run.plan import LoadPlan
 from client.run.pod_reach import locate, pod_ref
 from client.run.record import RunSpec
 from client.run.usage import UsageSample
-from cpuquota.cgroupfs import available_cpus
 from cpuquota.limit import Limit
 
 __all__ = ["GroupHere", "InPlace", "InPlaceError", "PodThroughAgent", "PodsThroughAgents",
@@ -314,11 +313,8 @@ class InPlace:
         """The CPUs the service's machine lets it use (a pod on another node: that node's,
         as its agent says), or the quota of a group above it, whichever is less;
         ``ValueError`` when the limiter cannot set it."""
-        there = self.limiter.node_cpus()
-        if there is None:
-            cpus = available_cpus()
-            there = cpus, f"the machine's {cpus} CPUs"
-        millicores, words = there[0] * 1000, there[1]
+        cpus, words = self.limiter.node_cpus() or machine_cpus()
+        millicores = cpus * 1000
         above = self.limiter.ceiling()
         if above is not None and above.millicores < millicores:
             millicores, words = above.millicores, f"the {above.cpus:g} CPU quota above the group"

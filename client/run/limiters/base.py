@@ -14,10 +14,10 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
-from cpuquota.cgroupfs import read_cpu_limit
+from cpuquota.cgroupfs import available_cpus, read_cpu_limit
 from cpuquota.limit import Limit, LimitError
 
-__all__ = ["Limiter", "LimiterError", "burst_file", "quota_file", "quota_file_problem", "read_quota",
+__all__ = ["Limiter", "LimiterError", "burst_file", "machine_cpus", "quota_file", "quota_file_problem", "read_quota",
            "same_limit", "wait_for_quota", "write_quota"]
 
 SOURCE = "cgroup"
@@ -31,8 +31,8 @@ class Limiter(ABC):
     """How one kind of running service gets its CPU limit changed in place.
 
     ``read``, ``check``, ``apply`` and ``restore_hint`` are each kind's own; ``ceiling``,
-    ``node_cpus``, ``unchanged`` and ``patch_deployment`` are capabilities a kind may have, declared here
-    with what a kind without them says."""
+    ``node_cpus``, ``unchanged`` and ``patch_deployment`` are capabilities a kind may have,
+    declared here with what a kind without them says."""
 
     kind: str           # "cgroup", "docker", "k8s"
     description: str    # what is written, e.g. "the quota file /sys/fs/cgroup/cpu/x"
@@ -64,7 +64,7 @@ class Limiter(ABC):
 
     def node_cpus(self) -> tuple[int, str] | None:
         """The CPUs of the machine the service runs on and their words, where that is not
-        this one (None: this machine's)."""
+        this one (None: this machine's, :func:`machine_cpus`)."""
         return None
 
     def unchanged(self) -> str | None:
@@ -76,6 +76,12 @@ class Limiter(ABC):
         done, in one line (``LimiterError`` where it has none)."""
         raise LimiterError(f"--apply patches a Kubernetes Deployment; {self.kind} targets: see "
                            "'To keep it' in the answer")
+
+
+def machine_cpus() -> tuple[int, str]:
+    """The CPUs this machine lets a service use, and their words."""
+    cpus = available_cpus()
+    return cpus, f"the machine's {cpus} CPUs"
 
 
 def quota_file(directory: Path, version: int) -> Path:

@@ -243,10 +243,7 @@ class KubernetesLimiter(Limiter):
 
     def node_cpus(self) -> tuple[int, str] | None:
         """A pod on another node: that node's CPUs, as its agent says."""
-        if not isinstance(self.quota, AgentQuota):
-            return None
-        cpus = self.quota.node_cpus()
-        return None if cpus is None else (cpus, f"node {self.quota.link.node}'s {cpus} CPUs")
+        return self.quota.node_cpus()
 
     def check(self, limit: Limit | None) -> None:
         if limit is None:

@@ -18,10 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from client.run.limiters.base import Limiter, LimiterError, same_limit
+from client.run.limiters.base import Limiter, LimiterError, machine_cpus, same_limit
 from client.run.limiters.kubernetes import KubernetesLimiter
 from client.run.limiters.quota_source import AgentQuota
-from cpuquota.cgroupfs import available_cpus
 from cpuquota.limit import Limit
 
 __all__ = ["PodsLimiter"]
@@ -64,8 +63,7 @@ class PodsLimiter(Limiter):
         if not found:
             return None
         if len(found) < len(each):   # some pods on this machine
-            here = available_cpus()
-            found.append((here, f"the machine's {here} CPUs"))
+            found.append(machine_cpus())
         return min(found, key=lambda cpus: cpus[0])
 
     def check(self, limit: Limit | None) -> None:

@@ -39,6 +39,10 @@ class QuotaSource(Protocol):
         """Return once ``limit`` is in force (what was read); ``LimiterError`` if not within
         ``timeout`` seconds."""
 
+    def node_cpus(self) -> tuple[int, str] | None:
+        """The CPUs of the group's machine and their words, where it is not this one (None:
+        this machine's, or not known)."""
+
 
 @dataclass(frozen=True)
 class GroupFiles:
@@ -53,6 +57,9 @@ class GroupFiles:
 
     def read(self) -> Limit | None:
         return read_quota(self.directory, self.version)
+
+    def node_cpus(self) -> tuple[int, str] | None:
+        return None   # the files are this machine's
 
     def wait_for(self, limit: Limit | None, timeout: float) -> Limit | None:
         return wait_for_quota(self.directory, self.version, limit, timeout=timeout)
@@ -107,11 +114,13 @@ class AgentQuota:
                                f"last {RECENT_S:g} s: is the agent recording it?")
         return limit_of(meta.get("cgroup"))
 
-    def node_cpus(self) -> int | None:
+    def node_cpus(self) -> tuple[int, str] | None:
         """The CPUs of the pod's node, as its agent says (None: an agent that does not)."""
         meta = self._latest()
         cpus = None if meta is None else meta.get("host_cpus")
-        return cpus if isinstance(cpus, int) and cpus > 0 else None
+        if not isinstance(cpus, int) or cpus <= 0:
+            return None
+        return cpus, f"node {self.link.node}'s {cpus} CPUs"
 
     def wait_for(self, limit: Limit | None, timeout: float) -> Limit | None:
         deadline = time.monotonic() + timeout
