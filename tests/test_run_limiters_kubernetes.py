@@ -146,8 +146,11 @@ class LateStatusApi(ScriptedApi):
         self.document["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"] = cpu
 
     def _act(self) -> None:
+        """On the timer's thread; the quota file changes at once, as a kernel file does."""
         self._status("700m")
-        (self.quota_dir / "cpu.cfs_quota_us").write_text("50000")
+        staged = self.quota_dir / "cpu.cfs_quota_us.new"
+        staged.write_text("50000")
+        staged.replace(self.quota_dir / "cpu.cfs_quota_us")
         self.acted.set()
 
     def read_namespaced_pod(self, name: str, namespace: str, **_: Any) -> dict[str, Any]:
