@@ -44,8 +44,9 @@ from client.run.measure import measure
 from client.run.record import RunSpec
 from client.run.targets import BACKENDS, Service, ServiceError, TargetOptions
 from client.run.targets.service import ProcessService, free_port, stop_process
+from cpuquota.cgroupfs import locate_cpu_controller
 from cpuquota.limit import Limit
-from service.cgroup import create_group, empty_group, move_pid, remove_group
+from service.cgroup import create_group, empty_group, move_pid, remove_group, set_quota
 
 __all__ = ["BIN", "BURNER", "HTTP_TIMING", "NODE_BURNER", "ROOT", "WRK_MISSING", "BurningGroup",
            "recorder_on_every_node",
@@ -196,12 +197,15 @@ class BurningGroup:
 
 @contextmanager
 def serve_in_group(command: Sequence[str], cpus: float) -> Iterator[BurningGroup]:
-    """``command`` (a server that prints ``port N`` once it listens) in a new cgroup with a
-    ``cpus`` quota; stopped by its pid and the group removed by its path at the end, also on
-    failure."""
-    group = create_group(Limit(cpus))
+    """``command`` (a server that prints ``port N`` once it listens) in a new cgroup, given a
+    ``cpus`` quota once it listens (its start-up is not what is measured, and at a small quota
+    on a slow CPU, such as the v2 guest's emulated one, it takes a minute); stopped by its pid
+    and the group removed by its path at the end, also on failure."""
+    controller = locate_cpu_controller()
+    group = create_group(None, controller)
     try:
         with serve_in(group, command) as server:
+            set_quota(group, controller.version, Limit(cpus))
             yield server
     finally:
         empty_group(group)

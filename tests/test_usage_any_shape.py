@@ -123,7 +123,7 @@ def test_v2_usage_of_any_shape_is_usage_usec(tmp_path: Path, shape: str) -> None
     idle rate, measured here, over that time, and two requests' share (the reachability
     check's connection before, the last request's end after)."""
     require_kernel_quota(2)
-    requests = 24
+    requests = 12
     with burner_in_group(QUOTA_CPUS, shape) as service:
         for _ in range(2):   # the server's code paths run once before: TCG translates code
             assert get(service.base_url, "/burn?ms=1", timeout=120)[0] == 200   # on first use
