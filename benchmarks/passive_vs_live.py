@@ -379,7 +379,7 @@ def replay_kept(work: Path) -> int:
             continue
         replayed = load_replay(windows[0], run, None)
         rows = replay_limits(replayed.demand, list(runs), replayed.requests, 0,
-                             replayed.period_ns)
+                             replayed.period_ns, replayed.closed)
         recorded = cpu_of(run)
         for (cpus, csvs), row in zip(runs.items(), rows):
             seen = [(p99_of(csv), cpu_of(csv)) for csv in csvs]

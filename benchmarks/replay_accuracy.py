@@ -12,8 +12,9 @@ requests of ``GET /burn?ms=MS``; ``predict --timeline --requests-from`` replays 
 the recorded limit and at each ``--at``; then the group's quota is set to each ``--at`` and the
 same load is measured there. Prints, per load and limit, predicted and measured p50/p99 and
 periods throttled (measured: the group's cpu.stat over the run), the p99 error, and the load
-average. At the recorded limit the replay is an identity (the tests pin it); elsewhere it is a
-prediction, and this is how good it is.
+average. At the recorded limit the model's replay is an identity on a fake clock (the tests pin
+it there); on a real service, and at other limits, it is a prediction, and this is how good
+it is.
 """
 
 from __future__ import annotations

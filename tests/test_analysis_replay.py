@@ -175,3 +175,22 @@ def test_two_clients_each_sending_when_its_last_ended_are_a_closed_loop_of_two()
     first_two = [j for j in load.jobs if j.follows is None]
     assert [j.arrival_ns for j in first_two] == [0, 15 * MS]   # each client's first is sent
     assert {j.gap_ns for j in load.jobs if j.follows is not None} == {MS}   # the rest follow
+
+
+def test_a_closed_loop_the_file_names_is_one_even_when_its_gaps_are_long() -> None:
+    """A busy client sends its next request 50 ms after the last ended: read from the gaps
+    that is an open loop; the run's own plan (one at a time) makes it one lane all the same,
+    and an open loop the plan names keeps every request at its time."""
+    timeline, requests = sequential(0.3, 20, count=20, gap_ms=50)
+    demand = demand_of(timeline, PERIOD)
+    assert not load_of(demand, requests).closed
+    named = load_of(demand, requests, closed=True)
+    assert named.closed and named.lanes == 1
+    assert [j.gap_ns for j in named.jobs[1:]] and all(j.follows is not None
+                                                      for j in named.jobs[1:])
+    assert not load_of(demand, requests, closed=False).closed
+    tight, = replay_limits(demand, [0.1], requests, closed=True)
+    loose, = replay_limits(demand, [0.1], requests, closed=False)
+    # an open loop at 0.1 CPU piles up behind the quota; the closed one sends each after the last
+    assert tight.latencies_ns is not None and loose.latencies_ns is not None
+    assert max(tight.latencies_ns) <= max(loose.latencies_ns)

@@ -26,8 +26,9 @@ arriving at a uniformly random instant of the window).
 With the recorded requests, :func:`replay_load` runs the requests themselves instead: each one
 its unthrottled wall time and the CPU the timeline shows it used, the group's other CPU as
 background. A closed loop (a load tool's clients: each sends its next request as soon as its
-last one ended; the requests are split into the fewest such lanes, and nearly every gap must
-be under :data:`CLOSED_GAP_NS`) sends each one when the one before it in its lane has ended,
+last one ended; the requests are split into the fewest such lanes; an http-timing run's own
+plan says whether it was one, else nearly every gap must be under :data:`CLOSED_GAP_NS`, which
+a busy client's gaps can pass) sends each one when the one before it in its lane has ended,
 as the load did, so a throttled record is not replayed as one long backlog; an open loop (an
 access log, a rate) keeps the recorded times. At the recorded limit it gives
 each request its recorded latency, within a period.
@@ -398,7 +399,7 @@ def _lanes(reqs: Sequence[Request]) -> tuple[list[int | None], list[int]]:
     return follows, gaps
 
 
-def load_of(demand: Demand, requests: Sequence[Request]) -> Load:
+def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = None) -> Load:
     """The requests (sorted by start) as work: each one's CPU is the group's usage while it
     ran, an interval's usage shared among the requests overlapping it (by each one's own CPU
     spread over its latency when every request has one, else by overlap); usage that overlaps
@@ -406,12 +407,14 @@ def load_of(demand: Demand, requests: Sequence[Request]) -> Load:
     :func:`_idle_rate`) in the rows with requests. On coarse rows with the requests' own CPU,
     each one is its own CPU times the group's over the requests' (:func:`_own_shares`). No
     request is given more CPU than its latency on the group's CPUs: the rest is background
-    where it lay."""
+    where it lay. ``closed``: whether the requests were sent in a closed loop, when their
+    file says (None: read from their gaps)."""
     reqs = sorted(requests, key=lambda r: r.start_ns)
     follows, gaps = _lanes(reqs)
-    sent_after = sorted(g for f, g in zip(follows, gaps) if f is not None)
-    # a closed loop sends the next request as soon as one ends: nearly all its gaps are short
-    closed = not sent_after or sent_after[int(0.9 * (len(sent_after) - 1))] <= CLOSED_GAP_NS
+    if closed is None:   # the file does not say: a closed loop sends the next request as soon
+        # as one ends, so nearly all its gaps are short
+        sent_after = sorted(g for f, g in zip(follows, gaps) if f is not None)
+        closed = not sent_after or sent_after[int(0.9 * (len(sent_after) - 1))] <= CLOSED_GAP_NS
     lanes = sum(1 for f in follows if f is None) if closed else 0
     starts, ends = demand.starts_ns, (*demand.starts_ns[1:], demand.end_ns)
     own = bool(reqs) and all(r.cpu_ns for r in reqs)
@@ -588,9 +591,11 @@ class LimitRow:
 
 def replay_limits(demand: Demand, limits: Sequence[float | None],
                   requests: Sequence[Request] | None = None, burst_ns: int = 0,
-                  period_ns: int | None = None) -> list[LimitRow]:
-    """Each limit replayed, with the requests' predicted latencies when they are given."""
+                  period_ns: int | None = None, closed: bool | None = None) -> list[LimitRow]:
+    """Each limit replayed, with the requests' predicted latencies when they are given
+    (``closed``: sent in a closed loop or not, when the requests' file says; see
+    :func:`load_of`)."""
     if requests is None:
         return [LimitRow(replay(demand, cpus, burst_ns, period_ns), None) for cpus in limits]
-    load = load_of(demand, requests)
+    load = load_of(demand, requests, closed)
     return [LimitRow(*replay_load(demand, load, cpus, burst_ns, period_ns)) for cpus in limits]

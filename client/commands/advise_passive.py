@@ -131,7 +131,7 @@ def command_advise_passive(opts: argparse.Namespace, argv: list[str],
 
     def replay_at(millicores: int | None) -> LimitRow:
         cpus = None if millicores is None else millicores / 1000
-        (row,) = replay_limits(demand, [cpus], requests, burst_ns, period_ns)
+        (row,) = replay_limits(demand, [cpus], requests, burst_ns, period_ns, replayed.closed)
         return row
 
     recorded = [c for c in recording.limits if c is not None]
@@ -187,7 +187,7 @@ def _advise_k8s(opts: argparse.Namespace, target: LatencyTarget) -> int:
         def replay_at(millicores: int | None) -> LimitRow:
             cpus = None if millicores is None else millicores / 1000
             (row,) = replay_limits(replayed.demand, [cpus], replayed.requests, burst_ns,
-                                   replayed.period_ns)
+                                   replayed.period_ns, replayed.closed)
             return row
 
         advice = search(replay_at, target, start=start, floor=floor, ceiling=ceiling)

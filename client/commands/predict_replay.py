@@ -49,11 +49,13 @@ def requests_of(placed: Placed) -> list[Request]:
 
 
 def _loop(demand: Demand, placed: Placed) -> str:
-    lanes = load_of(demand, requests_of(placed)).lanes
+    lanes = load_of(demand, requests_of(placed), placed.closed).lanes
+    how = ("as the run's plan says" if placed.closed is not None else
+           "read from the gaps between them")
     if lanes:
         return (f"closed loop: {'one' if lanes == 1 else lanes} at a time, each sent its "
-                "recorded gap after the one before it ended")
-    return "open loop: each sent at its recorded time"
+                f"recorded gap after the one before it ended ({how})")
+    return f"open loop: each sent at its recorded time ({how})"
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,11 @@ class Replayed:
     demand: Demand
     placed: Placed | None          # the requests as placed on the timeline (None: none given)
     requests: list[Request] | None
+
+    @property
+    def closed(self) -> bool | None:
+        """Whether the requests were sent in a closed loop, when their file says."""
+        return None if self.placed is None else self.placed.closed
 
 
 def load_replay(timeline: Path, requests_from: Path | None,
@@ -123,7 +130,7 @@ def command_replay(opts: argparse.Namespace, parser: argparse.ArgumentParser) ->
     rows = replay_limits(replayed.demand,
                          [None if limit is None else limit.cpus for limit in limits],
                          replayed.requests, round((opts.burst_ms or 0.0) * MS),
-                         replayed.period_ns)
+                         replayed.period_ns, replayed.closed)
     answer = replay_answer(replayed.recording, replayed.demand, rows, replayed.placed,
                            opts.requests_from)
     if opts.json:

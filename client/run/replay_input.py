@@ -12,6 +12,7 @@ from pathlib import Path
 
 from client.data.attribution import held
 from client.data.files import read_run
+from client.data.metadata import LoadMode, RunMetadata
 from client.data.imports import read_results
 from client.data.imports.http_timing import run_zero_epoch_ns
 from client.data.readers import HEAD_BYTES, READERS
@@ -21,7 +22,8 @@ from client.data.timeline_meta import (TimelineMetadata, read_timeline_metadata,
                                        timeline_meta_path)
 from client.run.importing import place_requests
 
-__all__ = ["DEFAULT_PERIOD_NS", "Placed", "Recording", "read_recording", "read_requests"]
+__all__ = ["DEFAULT_PERIOD_NS", "Placed", "Recording", "read_recording", "read_requests",
+           "sent_closed"]
 
 DEFAULT_PERIOD_NS = 100_000_000   # the kernel's default period, when the record does not say
 
@@ -50,6 +52,9 @@ class Placed:
     outside: int          # successful requests not wholly inside the window, left out
     failed: int           # requests that failed, left out
     how: str
+    # how they were sent when the file says (an http-timing run's own plan): True a closed
+    # loop (one or C at a time), False an open loop (--rate); None: read from their gaps
+    closed: bool | None = None
 
 
 def _limits(samples: list[CgroupSample], meta: TimelineMetadata | None
@@ -116,13 +121,25 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _run_records(path: Path, recording: Recording) -> tuple[list[RequestRecord], str]:
+def sent_closed(meta: RunMetadata) -> bool | None:
+    """Whether an http-timing run sent its requests in a closed loop (its plan: one or
+    ``--concurrency`` C at a time) or an open one (``--rate``); None when the file does not
+    say (an imported run's mode is a guess from its overlaps, a capture has none)."""
+    if not meta.present or meta.tool != "http-timing":
+        return None
+    return meta.mode is not LoadMode.OPEN_LOOP
+
+
+def _run_records(path: Path, recording: Recording
+                 ) -> tuple[list[RequestRecord], str, bool | None]:
     """A run's requests on the recording's clock: by the run's clock zero (its JSON's
     ``clock.zero_epoch_ns``, which ``import`` uses too); an older run without one by its
-    ``started_at``, taken before its warm-up, and the answer says so."""
+    ``started_at``, taken before its warm-up, and the answer says so. And how they were sent
+    (:func:`sent_closed`)."""
     run = read_run(path)
+    closed = sent_closed(run.metadata)
     if _same_file(timeline_path(run.path), recording.path):
-        return run.records, "on the run's own timeline (one clock)"
+        return run.records, "on the run's own timeline (one clock)", closed
     zero, how = run_zero_epoch_ns(run.metadata)
     if zero is None or recording.zero_epoch_ns is None:
         raise RawDataError(f"{path}: cannot place its requests on {recording.path}: "
@@ -130,7 +147,7 @@ def _run_records(path: Path, recording: Recording) -> tuple[list[RequestRecord],
     if not recording.zero_exact:
         how += "; the timeline's zero by its started_at (before its warm-up)"
     base = zero - recording.zero_epoch_ns
-    return [replace(r, start_ns=r.start_ns + base) for r in run.records], how
+    return [replace(r, start_ns=r.start_ns + base) for r in run.records], how, closed
 
 
 def _imported_records(path: Path, recording: Recording) -> tuple[list[RequestRecord], str]:
@@ -154,8 +171,9 @@ def read_requests(path: Path, recording: Recording) -> Placed:
         raise RawDataError(f"{path}: no such file")
     if path.is_dir():
         raise RawDataError(f"{path}: is a directory, not a file of requests")
+    closed: bool | None = None
     if _is_run_file(path):
-        records, how = _run_records(path, recording)
+        records, how, closed = _run_records(path, recording)
     else:
         records, how = _imported_records(path, recording)
     first, last = recording.samples[0].t_ns, recording.samples[-1].t_ns
@@ -166,4 +184,4 @@ def read_requests(path: Path, recording: Recording) -> Placed:
                            f"timeline's window ({recording.path}; placed {how})")
     walls = held([(r.start_ns, r.start_ns + r.latency_ns) for r in inside],
                  [recording.samples], [recording.period_ns])
-    return Placed(inside, walls, len(ok) - len(inside), len(records) - len(ok), how)
+    return Placed(inside, walls, len(ok) - len(inside), len(records) - len(ok), how, closed)
