@@ -129,9 +129,15 @@ class GuestRun:
     tests_began: float | None = None   # seconds from the boot to its first test (collected)
 
 
+# installed pytest plugins (their entry points) no test marked cgroup2 uses
+GUEST_UNUSED_PLUGINS = ("locust", "xdist", "xdist.looponfail", "platformdirs", "anyio")
+
+
 def _guest_command(share: Path, files: list[Path], ci: str, select: str = "") -> str:
     pytest = [str(BIN / "python"), "-m", "pytest", "-p", "no:cacheprovider",
               "-p", "no:hypothesispytest", "-m", "cgroup2",   # read-only tree: no caches
+              # plugins the guest's tests do not use: each is imports at TCG's speed
+              *[arg for plugin in GUEST_UNUSED_PLUGINS for arg in ("-p", f"no:{plugin}")],
               "-v", "-rA", "--durations=25", "--timeout=900",   # slow beside the host's tests
               "-o", f"faulthandler_timeout={STACKS_AFTER_S}",    # where a slow test is
               f"--junitxml={share / 'junit.xml'}",
