@@ -64,7 +64,11 @@ def test_the_pods_groups_are_summed_level_by_level(tmp_path: Path) -> None:
     with CgroupSampler(target, csv_path, interval=0.005) as sampler:
         sampler.start()
         (pod_dirs[1] / "cpu.max").write_text("50000 100000\n")
-        time.sleep(0.05)
+        # the second sample from now was read after the write, however busy the machine
+        taken = len(sampler.samples)
+        deadline = time.monotonic() + 60
+        while len(sampler.samples) < taken + 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
     assert read_timeline(csv_path) == sampler.samples
     assert sampler.samples[-1].quotas[0] == (70000, 100000)
 
