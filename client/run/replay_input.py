@@ -12,9 +12,9 @@ from pathlib import Path
 
 from client.data.attribution import held
 from client.data.files import read_run
-from client.data.metadata import LoadMode, RunMetadata
 from client.data.imports import read_results
 from client.data.imports.http_timing import run_zero_epoch_ns
+from client.data.metadata import LoadMode, RunMetadata
 from client.data.readers import HEAD_BYTES, READERS
 from client.data.record import RawDataError, RequestRecord
 from client.data.timeline import CgroupSample, read_timeline, timeline_path
