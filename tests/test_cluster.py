@@ -16,7 +16,7 @@ import yaml
 from client.analysis.advise_target import LatencyTarget
 from client.analysis.cluster import (PodWindow, WorkloadLimits, per_period, pod_window,
                                      row_of, sort_rows)
-from client.commands.cluster import duration
+from client.commands.cluster import duration, instant
 from client.commands import main as http_timing
 from client.commands.kubectl_plugin import main as kubectl_throttle
 from client.data.timeline import read_timeline
@@ -164,13 +164,27 @@ def test_rows_are_sorted_by_what_throttling_costs_now_unlimited_last() -> None:
 # ---- the command line -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, seconds", [("90", 90), ("90s", 90), ("10m", 600),
-                                           ("1h30m", 5400), ("1.5m", 90)])
+                                           ("1h30m", 5400), ("1.5m", 90), ("7d", 604800),
+                                           ("1d12h", 129600)])
 def test_since_takes_a_duration(text: str, seconds: float) -> None:
     assert duration(text) == seconds
 
 
+@pytest.mark.parametrize("text, seconds", [("1795874400", 1795874400),
+                                           ("1795874400.5", 1795874400.5),
+                                           ("2026-11-28T14:00:00Z", 1795874400),
+                                           ("2026-11-28T15:00:00+01:00", 1795874400)])
+def test_until_takes_unix_seconds_or_a_zoned_iso_time(text: str, seconds: float) -> None:
+    assert instant(text) == seconds
+
+
 @pytest.mark.parametrize("argv, expected", [
-    (["cluster", "--since", "soon"], "expected a duration such as 90s, 10m, 1h"),
+    (["cluster", "--since", "soon"], "expected a duration such as 90s, 10m, 1h, 7d"),
+    (["cluster", "--until", "2026-11-28T14:00:00"], "an ISO 8601 time with its zone"),
+    (["cluster", "--until", "nan"], "expected unix seconds or an ISO 8601 time"),
+    (["cluster", "--until", "1795874400"], "--until goes with --prometheus"),
+    (["cluster", "--prometheus", "http://127.0.0.1:9", "--until", "4102444800"],
+     "--until 2100-01-01T00:00:00+00:00 is in the future"),
     (["cluster", "-n", "shop", "-A"], "not allowed with argument"),
     (["cluster", "--p99", "5", "--max-delay-ms", "5"], "not allowed with argument"),
     (["cluster"], "no kubeconfig"),

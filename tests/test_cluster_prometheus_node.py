@@ -81,6 +81,8 @@ def prometheus(agent: str) -> list[dict[str, Any]]:
 class Scraped:
     kubeconfig: Path
     start: float               # unix seconds: Prometheus holds ``before``, the load not begun
+    load: float                # unix seconds: the load begins
+    until: float               # unix seconds: Prometheus holds ``after``
     before: dict[str, int]     # the pod group's throttling, quiet, around the load
     after: dict[str, int]
 
@@ -137,11 +139,8 @@ def scraped(kube_node: kubenode.Node, node_recorder: dict[str, Any],
                 prom, "throttle_lab_cpu_cfs_throttled_periods_total" + sel,
                 before["nr_throttled"]), 60, 0.2)
             start = time.time()
-            # the test's cluster asks for the window from ``start`` to its own now: it starts
-            # later than the test computes --since (by its start and its API calls, seconds
-            # on a busy machine), so its window begins after ``start``; it must still begin
-            # before the load, with samples of ``before`` in it
-            time.sleep(QUIET_BEFORE_LOAD_S)
+            time.sleep(QUIET_BEFORE_LOAD_S)   # the window begins in here (the test's --until)
+            load = time.time()
             for _ in range(REQUESTS):
                 client.get(url)
         after = quiet(lambda: throttling(group))
@@ -152,22 +151,27 @@ def scraped(kube_node: kubenode.Node, node_recorder: dict[str, Any],
                              after["throttled_time"] / 1e9)):
             wait_for(f"Prometheus holding {name}", lambda: _holds(prom, name + sel, value),
                      60, 0.2)
+        until = time.time()
         kubeconfig = user_kubeconfig(kube_node, tmp_path_factory.mktemp("user") / "config", NS)
         account = f"--serviceaccount={NS}:timeline-user"
         for role in ("throttle-lab-workload-reader", "throttle-lab-prometheus-reader"):
             kube_node.kubectl("-n", NS, "create", "rolebinding", role, f"--clusterrole={role}",
                               account)
-        yield Scraped(kubeconfig, start, before, after)
+        yield Scraped(kubeconfig, start, load, until, before, after)
 
 
 def test_the_rows_periods_throttled_are_what_cpu_stat_counted_between_the_scrapes(
         scraped: Scraped, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(scraped.kubeconfig))
-    since = math.floor(time.time() - scraped.start)   # from a sample of ``before`` on
+    # the window: from the middle of the quiet before the load (Prometheus's samples there
+    # are ``before``) to a time Prometheus held ``after``, however long the command takes
+    since = round(scraped.until - (scraped.start + scraped.load) / 2)
     result = http_timing("cluster", "-n", NS, "--prometheus", f"k8s:{NS}/prometheus",
-                         "--since", f"{since}s", "--json", cwd=tmp_path)
+                         "--since", f"{since}s", "--until", f"{scraped.until:.3f}", "--json",
+                         cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
+    assert (data["since_s"], data["until"]) == (since, pytest.approx(scraped.until, abs=1e-3))
     assert f"/api/v1/namespaces/{NS}/services/prometheus/proxy" in data["source"]
     (row,) = data["workloads"]
     assert row["workload"] == WORKLOAD and row["limit_cpus"] == 0.1

@@ -3,13 +3,13 @@ agents recorded (``client.analysis.cluster``): no resize, no load.
 
     http-timing cluster [-n NS | -A] [--since DURATION] [--p99 MS | --max-delay-ms MS]
                         [--json | --csv] [--picture DIR] [--data-dir DIR]
-                        [--prometheus URL | k8s:NS/SERVICE[:PORT]]
+                        [--prometheus URL | k8s:NS/SERVICE[:PORT] [--until TIME]]
 
 The workloads and their pods come from the API (``client.run.k8s_workloads``); each recorded
 pod's window of the last ``--since`` from its node's agent through the API server's
 ``pods/proxy``, as ``import --timeline k8s:`` fetches it. With ``--prometheus``, the agent's
 counters as Prometheus kept them instead (``client.analysis.cluster_prometheus``): longer
-windows, without what needs each period.
+windows, without what needs each period, ending now or at ``--until``.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import re
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from client.analysis.advise_target import LatencyTarget
@@ -41,24 +43,50 @@ from client.run.prometheus import Prometheus, PrometheusError, agent_series, ope
 from client.run.replay_input import Recording, read_recording
 
 __all__ = ["AGENT_WINDOWS_S", "DEFAULT_DELAY_MS", "DEFAULT_SINCE_S", "PodWindows",
-           "build_cluster_parser", "command_cluster", "duration", "pod_windows"]
+           "build_cluster_parser", "command_cluster", "duration", "instant", "pod_windows"]
 
 DEFAULT_SINCE_S = 600.0
 DEFAULT_DELAY_MS = 10.0
 AGENT_WINDOWS_S = 3600.0   # --prometheus: the agents' windows are asked for up to this --since
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?"
+                       r"(?:(\d+(?:\.\d+)?)s?)?$")
 
 
 def duration(text: str) -> float:
-    """``90``, ``90s``, ``10m``, ``1h``, ``1h30m`` -> seconds (argparse type)."""
+    """``90``, ``90s``, ``10m``, ``1h``, ``1h30m``, ``7d`` -> seconds (argparse type)."""
     match = _DURATION.match(text.strip())
     if not text.strip() or match is None or not any(match.groups()):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a duration such as 90s, 10m, 1h")
-    h, m, s = (float(g) if g else 0.0 for g in match.groups())
-    seconds = 3600 * h + 60 * m + s
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a duration such as 90s, 10m, 1h, "
+                                         "7d")
+    d, h, m, s = (float(g) if g else 0.0 for g in match.groups())
+    seconds = 86400 * d + 3600 * h + 60 * m + s
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: the duration must be > 0")
     return seconds
+
+
+def instant(text: str) -> float:
+    """Unix seconds, or an ISO 8601 time with its zone (``2026-11-28T14:00:00Z``) -> unix
+    seconds (argparse type)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(seconds) and seconds > 0:
+            return seconds
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected unix seconds or an ISO 8601 time "
+                                         "with its zone, such as 2026-11-28T14:00:00Z")
+    return moment.timestamp()
+
+
+def _when(unix_s: float) -> str:
+    return datetime.fromtimestamp(unix_s, timezone.utc).isoformat(timespec="seconds")
 
 
 def build_cluster_parser() -> argparse.ArgumentParser:
@@ -76,7 +104,7 @@ def build_cluster_parser() -> argparse.ArgumentParser:
     where.add_argument("-A", "--all-namespaces", action="store_true",
                        help="every namespace")
     parser.add_argument("--since", type=duration, default=DEFAULT_SINCE_S, metavar="DURATION",
-                        help="the window: the last DURATION (90s, 10m, 1h; default 10m)")
+                        help="the window: the last DURATION (90s, 10m, 1h, 7d; default 10m)")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--max-delay-ms", type=number_above(0), metavar="MS",
                         help="the target: the delay throttling adds to a request arriving at "
@@ -99,6 +127,10 @@ def build_cluster_parser() -> argparse.ArgumentParser:
                         "histogram's p99; the added delay and a recommended limit need each "
                         "period: from the agents' windows when --since is at most "
                         f"{AGENT_WINDOWS_S / 3600:g}h and they cover it, else left out")
+    parser.add_argument("--until", type=instant, metavar="TIME",
+                        help="with --prometheus: the window ends at TIME (unix seconds, or ISO "
+                        "8601 with its zone: 2026-11-28T14:00:00Z) instead of now, e.g. the "
+                        "--since before an incident's end; what needs each period is left out")
     parser.add_argument("--data-dir", type=Path, metavar="DIR",
                         help="keep the fetched windows there (<ns>_<pod>.cgroup.csv and .json; "
                         "default: a temporary folder, removed)")
@@ -160,17 +192,19 @@ def _rows(workloads: list[Workload], since_s: float, dest: Path, target: Latency
 
 
 def _prometheus_rows(prometheus: Prometheus, workloads: list[Workload], namespace: str | None,
-                     since_s: float, dest: Path, target: LatencyTarget
+                     since_s: float, until: float | None, dest: Path, target: LatencyTarget
                      ) -> tuple[list[ClusterRow], list[str]]:
-    """Each recorded workload's row from Prometheus; within :data:`AGENT_WINDOWS_S`, what
-    needs each period from the agents' windows when they cover what Prometheus saw."""
+    """Each recorded workload's row from Prometheus in the ``since_s`` to ``until`` (None:
+    now); a window to now within :data:`AGENT_WINDOWS_S` takes what needs each period from
+    the agents' windows when they cover what Prometheus saw."""
     matchers = 'level="pod"' + ("" if namespace is None else f',namespace="{namespace}"')
-    found = by_pod(agent_series(prometheus, matchers, since_s, time.time()))
+    found = by_pod(agent_series(prometheus, matchers, since_s,
+                                time.time() if until is None else until))
     departed = departed_pods([(w.ref.namespace, w.ref.kind, w.ref.name) for w in workloads],
                              [(w.ref.namespace, p.name) for w in workloads for p in w.pods],
                              found)
     rows, unrecorded = [], []
-    fetched = {} if since_s > AGENT_WINDOWS_S else fetch_all_windows(
+    fetched = {} if since_s > AGENT_WINDOWS_S or until is not None else fetch_all_windows(
         [w for w in workloads if any(p.recorded for p in w.pods)], since_s, dest)
     for workload, gone in zip(workloads, departed):
         if not any(p.recorded for p in workload.pods) and not gone:
@@ -203,6 +237,11 @@ def command_cluster(argv: list[str]) -> int:
     delay = opts.p99 if opts.p99 is not None else opts.max_delay_ms or DEFAULT_DELAY_MS
     target = LatencyTarget(delay, None, None)
     prometheus = None
+    if opts.until is not None and opts.prometheus is None:
+        raise CliError("--until goes with --prometheus: the node agents keep their last "
+                       f"{AGENT_WINDOWS_S / 3600:g}h, to now")
+    if opts.until is not None and opts.until > time.time():
+        raise CliError(f"--until {_when(opts.until)} is in the future")
     if opts.prometheus is not None:
         if opts.picture is not None:
             raise CliError("--picture draws each period, which Prometheus does not keep: "
@@ -226,19 +265,21 @@ def command_cluster(argv: list[str]) -> int:
         if prometheus is not None:
             try:
                 rows, unrecorded = _prometheus_rows(prometheus, workloads, namespace,
-                                                    opts.since, dest, target)
+                                                    opts.since, opts.until, dest, target)
             except PrometheusError as exc:
                 raise CliError(str(exc)) from None
             source = f" from Prometheus at {prometheus.where}"
         else:
             rows, unrecorded = _rows(workloads, opts.since, dest, target, opts.picture)
             source = " from the node agents"
-    header = f"cluster: {where}, the last {opts.since:g} s{source}" + (
+    window = (f"the last {opts.since:g} s" if opts.until is None
+              else f"the {opts.since:g} s to {_when(opts.until)}")
+    header = f"cluster: {where}, {window}{source}" + (
         f"; target: added delay p99 <= {delay:g} ms"
         if any(r.recommended_cpus is not None for r in rows) or prometheus is None else "")
     if opts.json:
         print(json.dumps(json_ready({
-            "namespace": namespace, "since_s": opts.since,
+            "namespace": namespace, "since_s": opts.since, "until": opts.until,
             "source": source.removeprefix(" from "),
             "target": {"added_delay_p99_ms": delay}, "workloads": [r.to_dict() for r in rows],
             "not_recorded": unrecorded}), indent=2))
