@@ -8,6 +8,7 @@ before). http-timing runs as a user who holds only the roles of k8s/recorder/use
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -37,8 +38,13 @@ WORKLOAD = f"{NS}/deployment/busy"
 class Loaded:
     env: dict[str, str]
     group: Path
+    start: float               # unix seconds: just before ``before`` was read
     before: dict[str, int]     # the pod group's cpu.stat around the load
     after: dict[str, int]
+
+    def since(self) -> str:
+        """A ``--since`` whose window holds the whole load, however long the tests took."""
+        return f"{math.ceil(time.time() - self.start) + 5}s"
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +62,7 @@ def loaded(kube_node: kubenode.Node, node_recorder: dict[str, Any],
         with httpx.Client(timeout=30) as client:
             client.get(url)   # the first request's imports are not the load's
             time.sleep(0.5)
+            start = time.time()
             before = cpu_stat(group)
             for _ in range(REQUESTS):
                 client.get(url)
@@ -69,7 +76,8 @@ def loaded(kube_node: kubenode.Node, node_recorder: dict[str, Any],
                           "--clusterrole=throttle-lab-workload-reader",
                           f"--serviceaccount={NS}:timeline-user")
         try:
-            yield Loaded(dict(os.environ, KUBECONFIG=str(kubeconfig)), group, before, after)
+            yield Loaded(dict(os.environ, KUBECONFIG=str(kubeconfig)), group, start, before,
+                         after)
         finally:
             kube_node.kubectl("delete", "clusterrolebinding", binding, "--ignore-not-found",
                               check=False)
@@ -92,7 +100,7 @@ def as_user(loaded: Loaded, monkeypatch: pytest.MonkeyPatch) -> Loaded:
 def test_the_row_counts_what_the_pods_cpu_stat_counted(as_user: Loaded, tmp_path: Path
                                                         ) -> None:
     loaded = as_user
-    result = http_timing("cluster", "-n", NS, "--since", "3m", "--json", cwd=tmp_path)
+    result = http_timing("cluster", "-n", NS, "--since", loaded.since(), "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     (row,) = json.loads(result.stdout)["workloads"]
     assert row["workload"] == WORKLOAD and row["limit_cpus"] == 0.1 and row["pods"] == 1
@@ -101,7 +109,7 @@ def test_the_row_counts_what_the_pods_cpu_stat_counted(as_user: Loaded, tmp_path
     load_ms = (loaded.after["throttled_time"] - loaded.before["throttled_time"]) / 1e6
     assert load_ms <= row["throttled_ms"] <= loaded.after["throttled_time"] / 1e6
     assert row["added_delay_p99_now_ms"] is not None and row["recommended_cpus"] is not None
-    table = http_timing("cluster", "-A", "--since", "3m", cwd=tmp_path)
+    table = http_timing("cluster", "-A", "--since", loaded.since(), cwd=tmp_path)
     assert table.returncode == 0 and WORKLOAD in table.stdout, table.stderr
     assert (loaded.group / "cpu.cfs_quota_us").read_text().strip() == "10000"   # untouched
 
@@ -110,7 +118,7 @@ def test_passive_advise_answers_from_the_recorded_window(as_user: Loaded, tmp_pa
                                                          ) -> None:
     loaded = as_user
     result = http_timing("advise", "--passive", "--k8s", WORKLOAD, "--p99", "50", "--since",
-                         "3m", "--json", cwd=tmp_path)
+                         loaded.since(), "--json", cwd=tmp_path)
     assert result.returncode in (0, 3), result.stderr
     data = json.loads(result.stdout)
     (pod,) = data["workload"]["pods"]
