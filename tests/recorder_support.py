@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 from kubenode import node as kubenode
@@ -22,7 +23,8 @@ from kubenode.context import containerd_addresses
 from kubenode.images import ctr_images
 from tests.support import ROOT
 
-__all__ = ["RECORDER_NS", "cpu_stat", "kubectl_json", "recorder_up", "user_kubeconfig"]
+__all__ = ["RECORDER_NS", "cpu_stat", "exported_throttled", "kubectl_json", "recorder_up",
+           "throttling", "user_kubeconfig"]
 
 RECORDER_NS = recorder.RECORDER_NAMESPACE
 USER_RBAC = ROOT / "k8s" / "recorder" / "user-rbac.yaml"
@@ -35,6 +37,27 @@ def kubectl_json(node: kubenode.Node, *args: str) -> Any:
 def cpu_stat(group: Path) -> dict[str, int]:
     return {k: int(v) for k, v in (line.split() for line in
                                    (group / "cpu.stat").read_text().splitlines())}
+
+
+def throttling(group: Path) -> dict[str, int]:
+    """The group's periods throttled and throttled time: what stops moving once it is idle
+    (an idle service still wakes, so its periods and usage move)."""
+    stat = cpu_stat(group)
+    return {"nr_throttled": stat["nr_throttled"], "throttled_time": stat["throttled_time"]}
+
+
+def exported_throttled(agent_ip: str, pod: str) -> int | None:
+    """The periods throttled the agent at ``agent_ip`` last read for ``pod``'s group, as its
+    /metrics exports them (None: it does not record the pod, or cannot be reached)."""
+    name = "throttle_lab_cpu_cfs_throttled_periods_total{"
+    try:
+        text = httpx.get(f"http://{agent_ip}:9742/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(name) and 'level="pod"' in line and f'pod="{pod}"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    return None
 
 
 @contextmanager

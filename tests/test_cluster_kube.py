@@ -22,7 +22,9 @@ import pytest
 from kubenode import node as kubenode
 from kubenode.config import CGROUP_ROOT
 from tests.kube import busy_deployment, pods_namespace, wait_for
-from tests.recorder_support import cpu_stat, kubectl_json, user_kubeconfig
+from tests.prometheus_support import quiet
+from tests.recorder_support import (cpu_stat, exported_throttled, kubectl_json, throttling,
+                                    user_kubeconfig)
 from tests.support import http_timing
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(600)]
@@ -38,7 +40,7 @@ WORKLOAD = f"{NS}/deployment/busy"
 class Loaded:
     env: dict[str, str]
     group: Path
-    start: float               # unix seconds: just before ``before`` was read
+    start: float               # unix seconds: the agent holds ``before``, the load not begun
     before: dict[str, int]     # the pod group's cpu.stat around the load
     after: dict[str, int]
 
@@ -59,11 +61,15 @@ def loaded(kube_node: kubenode.Node, node_recorder: dict[str, Any],
         base = f"http://{pod['status']['podIP']}:7800"
         wait_for("the service in the pod", lambda: _healthy(base), 60, interval=0.5)
         url = f"{base}/cpuBurnFlow?iterations={ITERATIONS}"
+        name, agent = pod["metadata"]["name"], node_recorder["status"]["podIP"]
         with httpx.Client(timeout=30) as client:
             client.get(url)   # the first request's imports are not the load's
-            time.sleep(0.5)
+            before = quiet(lambda: throttling(group))
+            # the agent records the pod from before the load (it finds a new pod through the
+            # API: on a slow machine after the load's first requests)
+            wait_for("the agent holding the idle pod's periods throttled", lambda:
+                     exported_throttled(agent, name) == before["nr_throttled"], 60, 0.2)
             start = time.time()
-            before = cpu_stat(group)
             for _ in range(REQUESTS):
                 client.get(url)
         time.sleep(2)   # the last throttle ends; the agent flushes its rows
@@ -100,12 +106,13 @@ def as_user(loaded: Loaded, monkeypatch: pytest.MonkeyPatch) -> Loaded:
 def test_the_row_counts_what_the_pods_cpu_stat_counted(as_user: Loaded, tmp_path: Path
                                                         ) -> None:
     loaded = as_user
-    result = http_timing("cluster", "-n", NS, "--since", loaded.since(), "--json", cwd=tmp_path)
+    result = http_timing("cluster", "-n", NS, "--since", loaded.since(), "--json", "--data-dir",
+                         str(tmp_path / "windows"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     (row,) = json.loads(result.stdout)["workloads"]
     assert row["workload"] == WORKLOAD and row["limit_cpus"] == 0.1 and row["pods"] == 1
     load = loaded.after["nr_throttled"] - loaded.before["nr_throttled"]
-    assert load <= row["periods_throttled"] <= loaded.after["nr_throttled"]   # the kernel's
+    assert load <= row["periods_throttled"] <= loaded.after["nr_throttled"], row   # the kernel's
     load_ms = (loaded.after["throttled_time"] - loaded.before["throttled_time"]) / 1e6
     assert load_ms <= row["throttled_ms"] <= loaded.after["throttled_time"] / 1e6
     assert row["added_delay_p99_now_ms"] is not None and row["recommended_cpus"] is not None

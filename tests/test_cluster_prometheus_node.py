@@ -28,7 +28,7 @@ from kubenode import project_images
 from kubenode.config import CGROUP_ROOT
 from tests.kube import busy_deployment, pods_namespace, wait_for
 from tests.prometheus_support import last_scraped, quiet
-from tests.recorder_support import cpu_stat, kubectl_json, user_kubeconfig
+from tests.recorder_support import kubectl_json, throttling, user_kubeconfig
 from tests.support import http_timing
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(600)]
@@ -100,13 +100,6 @@ def _holds(base: str, selector: str, value: float) -> bool:
     except (httpx.HTTPError, KeyError, ValueError):
         return False
     return held is not None and math.isclose(held, value, rel_tol=1e-12, abs_tol=1e-9)
-
-
-def throttling(group: Path) -> dict[str, int]:
-    """The group's periods throttled and throttled time (an idle service still wakes, so its
-    periods move)."""
-    stat = cpu_stat(group)
-    return {"nr_throttled": stat["nr_throttled"], "throttled_time": stat["throttled_time"]}
 
 
 @pytest.fixture(scope="module")
