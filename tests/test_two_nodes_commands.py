@@ -186,7 +186,11 @@ def loaded(kube_node: kubenode.Node, node_recorder: dict[str, Any],
                     f"http://{x['status']['podIP']}:7800/cpuBurnFlow?iterations={ITERATIONS}",
                     {}, {}, []) for x in items]
         for pod in pods:
-            wait_for(f"the service in {pod.name}", lambda: _answers(pod.url), 60, interval=0.5)
+            health = pod.url.split("/cpuBurnFlow", 1)[0] + "/healthz"
+            wait_for(f"the service in {pod.name}", lambda: _answers(health), 60, interval=0.5)
+            # its first burn pays the service's first-call work at 100m: its answer awaited,
+            # not retried (each retry's burn would queue behind it)
+            assert httpx.get(pod.url, timeout=httpx.Timeout(None, connect=10)).status_code == 200
         _quiet([p.group for p in pods])
         quiet_from = time.time() - QUIET_S
 
