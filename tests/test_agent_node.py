@@ -301,8 +301,8 @@ def test_a_run_and_watch_read_a_pod_through_its_agent_as_from_another_machine(
     wait_for("the service in the pod", lambda: _answers(url), 60, interval=0.5)
     monkeypatch.setenv("KUBECONFIG", str(user_kubeconfig(kube_node, tmp_path / "user.kc", NS)))
     monkeypatch.setenv(THROUGH_API_ENV, "1")
-    # the pod idle and the agent holding its counters: from here to the first request the
-    # agent's samples are these
+    # the pod idle and the agent holding its counters, so that the run's timeline has a
+    # sample from before its first request
     before = quiet(lambda: throttling(group))
     wait_for("the agent holding the idle pod's periods throttled", lambda: exported_throttled(
         agent.ip, "far") == before["nr_throttled"], 60, interval=0.2)
