@@ -7,6 +7,7 @@ tests/test_cluster_kube.py."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +17,17 @@ import yaml
 from client.analysis.advise_target import LatencyTarget
 from client.analysis.cluster import (PodWindow, WorkloadLimits, per_period, pod_window,
                                      row_of, sort_rows)
-from client.commands.cluster import duration, instant
 from client.commands import main as http_timing
+from client.commands.cluster import agents_keep
 from client.commands.kubectl_plugin import main as kubectl_throttle
+from client.commands.options import duration, instant
 from client.data.timeline import read_timeline
 from client.render.cluster import (CSV_COLUMNS, format_cluster, format_cluster_csv,
                                    save_cluster_picture)
-from client.run.k8s_workloads import WorkloadError, fold_pods, parse_workload_ref
+from client.run import k8s_workloads
+from client.run.agent_timeline import AgentLink, PodRef
+from client.run.k8s_workloads import (WorkloadError, fetch_all_windows, fold_pods,
+                                      parse_workload_ref)
 from client.run.kube_api import context_namespace, current_namespace
 from client.run.replay_input import read_recording
 from tests.support import exit_code_and_errors, free_port
@@ -86,6 +91,54 @@ def test_pods_fold_into_their_workload_by_the_owner_chain() -> None:
     assert agent.limit_cpus is None and agent.request_cpus is None   # a container without one
     assert agent.replicas == 3 and [p.name for p in agent.pods] == ["agent-q"]
     assert str(web.ref) == "shop/deployment/web"
+
+
+@dataclass(frozen=True)
+class AskedLink(AgentLink):
+    """A node agent's link that writes nothing and keeps each window it is asked for."""
+
+    asked: list[tuple[str, float | None, float | None]] = field(default_factory=list)
+
+    def window(self, dest_dir: Path, from_s: float | None = None,
+               to_s: float | None = None) -> Path:
+        self.asked.append((self.ref.pod, from_s, to_s))
+        return dest_dir / f"{self.ref.namespace}_{self.ref.pod}.cgroup.csv"
+
+
+@pytest.mark.parametrize("until, window", [(None, (400.0, 1000.0)), (700.0, (100.0, 700.0))])
+def test_each_recorded_pod_is_asked_for_the_window_since_to_until(
+        until: float | None, window: tuple[float, float], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--since 600`` asks each recorded pod's agent for the 600 s to ``--until``, or to now
+    (the clock says 1000) without it; the agent of a node is found once."""
+    asked: list[tuple[str, float | None, float | None]] = []
+    found: list[str] = []
+
+    def link(ref: PodRef) -> AskedLink:
+        found.append(ref.pod)
+        return AskedLink(None, ref, "node-1", "throttle-lab-recorder", "agent-x", asked)
+
+    monkeypatch.setattr(k8s_workloads, "agent_link", link)
+    web, = fold_pods([obj("Deployment", "web", cpu=["300m"])], ["Deployment"],
+                     [obj("ReplicaSet", "web-5d", owner=("Deployment", "web"))],
+                     [obj("Pod", f"web-{i}", owner=("ReplicaSet", "web-5d"), labels=RECORDED,
+                          phase="Running") for i in "ab"] +
+                     [obj("Pod", "web-c", owner=("ReplicaSet", "web-5d"), phase="Running")])
+    fetched = fetch_all_windows([web], 600.0, tmp_path, until=until, now=lambda: 1000.0)
+    assert sorted(asked) == [("web-a", *window), ("web-b", *window)]   # web-c: not recorded
+    assert len(found) == 1   # both pods on node-1: its agent found once
+    paths, missing = fetched[web.ref]
+    assert [p.name for p in paths] == ["shop_web-a.cgroup.csv", "shop_web-b.cgroup.csv"]
+    assert missing == ["shop/web-c: not recorded (label it throttle-lab/record=true for the "
+                       "node agent)"]
+
+
+@pytest.mark.parametrize("since, until, kept", [(3600, None, True), (3601, None, False),
+                                               (600, 7000, True), (600, 6999, False)])
+def test_the_agents_are_asked_for_a_window_that_begins_within_their_hour(
+        since: float, until: float | None, kept: bool) -> None:
+    """Now 10,000: a window is the agents' when it begins at 6,400 or later."""
+    assert agents_keep(since, until, now=10_000) is kept
 
 
 @pytest.mark.parametrize("text, kind", [("shop/deploy/web", "Deployment"),
@@ -182,7 +235,10 @@ def test_until_takes_unix_seconds_or_a_zoned_iso_time(text: str, seconds: float)
     (["cluster", "--since", "soon"], "expected a duration such as 90s, 10m, 1h, 7d"),
     (["cluster", "--until", "2026-11-28T14:00:00"], "an ISO 8601 time with its zone"),
     (["cluster", "--until", "nan"], "expected unix seconds or an ISO 8601 time"),
-    (["cluster", "--until", "1795874400"], "--until goes with --prometheus"),
+    (["cluster", "--until", "1795874400"],
+     "the window of --since 600 s to --until 2026-11-28T14:00:00+00:00 begins more than 1h "
+     "ago, before what the node agents are asked for: add --prometheus URL"),
+    (["cluster", "--until", "4102444800"], "--until 2100-01-01T00:00:00+00:00 is in the future"),
     (["cluster", "--prometheus", "http://127.0.0.1:9", "--until", "4102444800"],
      "--until 2100-01-01T00:00:00+00:00 is in the future"),
     (["cluster", "-n", "shop", "-A"], "not allowed with argument"),
@@ -194,8 +250,12 @@ def test_until_takes_unix_seconds_or_a_zoned_iso_time(text: str, seconds: float)
      "--since goes with --passive --k8s"),
     (["advise", "--passive", "--p99", "50", "--k8s", "shop/job/x"],
      "expected NAMESPACE/KIND/NAME"),
+    (["advise", "--passive", "--p99", "50", "--timeline", "t.cgroup.csv", "--until", "1"],
+     "--until goes with --passive --k8s"),
     (["advise", "--passive", "--p99", "50", "--k8s", "shop/deploy/web", "--since", "x"],
      "expected a duration"),
+    (["advise", "--passive", "--p99", "50", "--k8s", "shop/deploy/web", "--until",
+      "2100-01-01T00:00:00Z"], "--until 2100-01-01T00:00:00+00:00 is in the future"),
     (["advise", "--passive", "--p99", "50", "--k8s", "shop/deploy/web"], "no kubeconfig"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv: list[str], expected: str, tmp_path: Path,

@@ -23,6 +23,7 @@ import httpx
 import pytest
 import yaml
 
+from client.analysis.cluster_prometheus import FROM_AGENTS
 from kubenode import node as kubenode
 from kubenode import project_images
 from kubenode.config import CGROUP_ROOT
@@ -174,3 +175,5 @@ def test_the_rows_periods_throttled_are_what_cpu_stat_counted_between_the_scrape
         (after["throttled_time"] - before["throttled_time"]) / 1e6, abs=1e-3)
     assert row["periods"] >= row["periods_throttled"]
     assert row["pods"] == 1 and row["missing"] == []
+    # the window begins within the agents' hour: what needs each period is from their windows
+    assert row["sources"]["added_delay"] == FROM_AGENTS, row["notes"]

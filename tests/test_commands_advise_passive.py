@@ -81,11 +81,17 @@ def test_refusals_are_one_line_and_exit_2(argv: list[str], expected: str, tmp_pa
     assert not (tmp_path / "raw-data").exists()   # nothing recorded
 
 
-def test_the_replay_options_go_with_passive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("argv, named", [
+    (["--timeline", "t.cgroup.csv"], "--timeline"),
+    (["--requests-from", "r.csv", "--since", "5m"], "--requests-from, --since"),
+    (["--until", "2026-11-28T14:00:00Z"], "--until")])
+def test_the_replay_options_go_with_passive(argv: list[str], named: str, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = exit_code_and_errors(["advise", "--p99", "50", "--timeline", "t.cgroup.csv"],
-                                     tmp_path, monkeypatch, capsys)
-    assert code == 2 and "go with --passive" in err and len(err.strip().splitlines()) == 1
+    code, err = exit_code_and_errors(["advise", "--p99", "50", *argv], tmp_path, monkeypatch,
+                                     capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{named}: with --passive only (a recorded window)" in err
 
 
 @pytest.mark.root

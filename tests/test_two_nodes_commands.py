@@ -123,11 +123,13 @@ class Loaded:
     pods: list[Pod]
     data: Path           # the runs' directory
     quiet_from: float    # Unix s: no pod throttled from then until the load
+    until: float         # Unix s: after the load's last throttle (each pod's ``after``)
 
-    def since(self) -> str:
-        """A --since for a command started now whose window begins in the quiet seconds
-        before the load (its start-up may take a few of them)."""
-        return f"{math.floor(time.time() - self.quiet_from) - 1}s"
+    def window(self) -> list[str]:
+        """``--since`` and ``--until`` for the window from the quiet seconds before the load
+        to just after it: what the pods' cpu.stat counted from ``before`` to ``after``."""
+        return ["--since", f"{math.floor(self.until - self.quiet_from) - 1}s",
+                "--until", f"{self.until:.3f}"]
 
 
 def _group(pod: dict[str, Any]) -> Path:
@@ -222,6 +224,7 @@ def loaded(kube_node: kubenode.Node, node_recorder: dict[str, Any],
                     pod.sampled.__exit__()
                 pod.after = cpu_stat(pod.group)
                 assert pod.delta("nr_throttled") >= REQUESTS, (pod.before, pod.after)
+            until = time.time()
             time.sleep(3)   # the watches' next polls bring the agent's rows past the load
             for pod, w, first in zip(pods, watches, firsts):
                 w.send_signal(signal.SIGINT)   # Ctrl-C
@@ -238,7 +241,7 @@ def loaded(kube_node: kubenode.Node, node_recorder: dict[str, Any],
             for w in watches:
                 stop_by_pid(w)
         try:
-            yield Loaded(pods, data, quiet_from)
+            yield Loaded(pods, data, quiet_from, until)
         finally:
             kube_node.kubectl("delete", "clusterrolebinding", binding, "--ignore-not-found",
                               check=False)
@@ -323,9 +326,11 @@ def test_import_marks_each_pods_run_from_its_own_nodes_agent(loaded: Loaded) -> 
 
 
 def test_cluster_counts_both_pods_own_cpu_stat(loaded: Loaded) -> None:
-    result = _as_user(loaded, "cluster", "-n", NS, "--since", loaded.since(), "--json")
+    result = _as_user(loaded, "cluster", "-n", NS, *loaded.window(), "--json")
     assert result.returncode == 0, result.stderr
-    (row,) = json.loads(result.stdout)["workloads"]
+    answer = json.loads(result.stdout)
+    assert answer["until"] == pytest.approx(loaded.until, abs=1e-3)
+    (row,) = answer["workloads"]
     assert row["workload"] == WORKLOAD and row["pods"] == 2
     assert row["periods_throttled"] == sum(p.delta("nr_throttled") for p in loaded.pods)
     assert row["throttled_ms"] == pytest.approx(
@@ -334,9 +339,11 @@ def test_cluster_counts_both_pods_own_cpu_stat(loaded: Loaded) -> None:
 
 def test_passive_advise_counts_each_pods_own_cpu_stat(loaded: Loaded) -> None:
     result = _as_user(loaded, "advise", "--passive", "--k8s", WORKLOAD, "--p99", "50",
-                      "--since", loaded.since(), "--json")
+                      *loaded.window(), "--json")
     assert result.returncode in (0, 3), result.stderr   # 3: no limit meets the target
-    answered = {p["pod"]: p for p in json.loads(result.stdout)["workload"]["pods"]}
+    workload = json.loads(result.stdout)["workload"]
+    assert workload["until"] == pytest.approx(loaded.until, abs=1e-3)
+    answered = {p["pod"]: p for p in workload["pods"]}
     assert set(answered) == {pod.name for pod in loaded.pods}
     for pod in loaded.pods:
         assert answered[pod.name]["periods_throttled"] == pod.delta("nr_throttled"), pod

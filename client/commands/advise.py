@@ -70,8 +70,8 @@ from client.commands.common import (EXIT_INTERRUPTED, EXIT_OK, add_load_argument
                                     add_target_arguments, check_folders, plan_from,
                                     show_stopped)
 from client.commands.inplace import add_inplace_arguments, at_limit_from, check_inplace_options
-from client.commands.options import CliError, OneLineParser, int_at_least, number_above
-from client.commands.options import number_at_least
+from client.commands.options import (CliError, OneLineParser, duration, instant, int_at_least,
+                                     number_above, number_at_least)
 from client.data.files import writing
 from client.data.request import DEFAULT_ITERATIONS
 from client.data.metadata import SweepInfo
@@ -142,9 +142,13 @@ def build_advise_parser() -> argparse.ArgumentParser:
                          help="with --passive: the window's requests (a run's CSV, a load "
                          "tool's file or an access log, as import reads them); without, the "
                          "added delay of a random arrival is judged")
-    passive.add_argument("--since", metavar="DURATION",
+    passive.add_argument("--since", type=duration, metavar="DURATION",
                          help="with --passive --k8s NS/KIND/NAME: the window the node agent "
                          "recorded, the last DURATION (90s, 10m, 1h; default 10m)")
+    passive.add_argument("--until", type=instant, metavar="TIME",
+                         help="with --passive --k8s NS/KIND/NAME: the window ends at TIME "
+                         "(unix seconds, or ISO 8601 with its zone: 2026-11-28T14:00:00Z) "
+                         "instead of now")
     return parser
 
 
@@ -165,8 +169,12 @@ def command_advise(argv: list[str]) -> int:
     if opts.passive:
         from client.commands.advise_passive import command_advise_passive
         return command_advise_passive(opts, argv, target_from(opts))
-    if opts.timeline is not None or opts.requests_from is not None:
-        raise CliError("--timeline and --requests-from go with --passive")
+    passive_only = [flag for flag, value in (("--timeline", opts.timeline),
+                                             ("--requests-from", opts.requests_from),
+                                             ("--since", opts.since), ("--until", opts.until))
+                    if value is not None]
+    if passive_only:
+        raise CliError(f"{', '.join(passive_only)}: with --passive only (a recorded window)")
     if not check_inplace_options(opts) and opts.iterations is None:
         opts.iterations = DEFAULT_ITERATIONS   # burn-service's work per request
     started = datetime.now(timezone.utc)

@@ -3,14 +3,15 @@ replay of what a group did (``client.analysis.passive``): no resize, no load.
 
     http-timing advise --passive --timeline FILE [--requests-from FILE] --p99 MS [--p90 MS]
     http-timing advise --passive --cgroup TARGET --duration S [--requests-from FILE] --p99 MS
-    http-timing advise --passive --k8s NS/KIND/NAME [--since DURATION] [--requests-from FILE]
-                       --p99 MS
+    http-timing advise --passive --k8s NS/KIND/NAME [--since DURATION] [--until TIME]
+                       [--requests-from FILE] --p99 MS
 
 With ``--cgroup``, the group is recorded for ``--duration`` seconds first, as ``http-timing
 record`` does (``<data-dir>/<name>.cgroup.csv`` and ``.json``), touching nothing. With
-``--k8s``, the window of the last ``--since`` that the node agent recorded for each of the
-workload's pods is fetched through the API server (``client.commands.cluster.pod_windows``,
-kept in ``<data-dir>``) and replayed per pod, pooled (``client.analysis.cluster``).
+``--k8s``, the window of the last ``--since`` (to ``--until``, or now) that the node agent
+recorded for each of the workload's pods is fetched through the API server
+(``client.commands.cluster.pod_windows``, kept in ``<data-dir>``) and replayed per pod, pooled
+(``client.analysis.cluster``).
 """
 
 from __future__ import annotations
@@ -19,16 +20,17 @@ import argparse
 import json
 import os
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from client.analysis.advise import docker_flags, floor_millicores, kubernetes_cpu, shape
 from client.analysis.advise_target import LatencyTarget
 from client.analysis.passive import PassiveAdvice, search
 from client.analysis.replay import LimitRow, replay_limits
 from client.commands.common import EXIT_OK
-from client.commands.options import CliError
+from client.commands.options import CliError, iso_utc
 from client.commands.predict_replay import load_replay, replay_answer
 from client.commands.run import cgroup_target
 from client.data.jsonsafe import json_ready
@@ -36,6 +38,9 @@ from client.data.naming import check_file_name
 from client.render.replay import format_passive
 from client.run.cgroup_target import CgroupTargetError
 from client.run.timeline_record import TimelineSpec, record_timeline
+
+if TYPE_CHECKING:
+    from client.run.k8s_workloads import Workload
 
 __all__ = ["EXIT_NOT_MET", "command_advise_passive", "passive_problem"]
 
@@ -56,8 +61,9 @@ def passive_problem(opts: argparse.Namespace) -> str | None:
         return ("--passive needs one of --timeline FILE (a recorded window), --cgroup TARGET "
                 "--duration S (record it now) or --k8s NS/KIND/NAME (what the node agent "
                 "recorded)")
-    if opts.since is not None and opts.k8s is None:
-        return "--since goes with --passive --k8s NS/KIND/NAME (the node agent's window)"
+    for flag, value in (("--since", opts.since), ("--until", opts.until)):
+        if value is not None and opts.k8s is None:
+            return f"{flag} goes with --passive --k8s NS/KIND/NAME (the node agent's window)"
     if opts.k8s is not None and opts.duration is not None:
         return "--duration goes with --passive --cgroup (--k8s reads what was recorded: --since)"
     if opts.cgroup is not None and opts.duration is None:
@@ -148,18 +154,12 @@ def command_advise_passive(opts: argparse.Namespace, argv: list[str],
     return EXIT_OK if advice.at is not None else EXIT_NOT_MET
 
 
-def _advise_k8s(opts: argparse.Namespace, target: LatencyTarget) -> int:
-    """``--k8s NS/KIND/NAME``: each recorded pod's window of the last ``--since``, replayed."""
-    from client.analysis.cluster import advise_pods, search_span
-    from client.commands.cluster import DEFAULT_SINCE_S, duration, pod_windows
+def _recorded_workload(text: str) -> Workload:
+    """The workload ``text`` names, with a CPU limit and a recorded pod; else one line."""
     from client.run.k8s_workloads import WorkloadError, parse_workload_ref, read_workload
 
     try:
-        since = DEFAULT_SINCE_S if opts.since is None else duration(opts.since)
-    except argparse.ArgumentTypeError as exc:
-        raise CliError(f"--since {exc}") from None
-    try:
-        workload = read_workload(parse_workload_ref(opts.k8s))
+        workload = read_workload(parse_workload_ref(text))
     except WorkloadError as exc:
         raise CliError(str(exc)) from None
     ref = workload.ref
@@ -172,7 +172,21 @@ def _advise_k8s(opts: argparse.Namespace, target: LatencyTarget) -> int:
     if not any(p.recorded for p in workload.pods):
         raise CliError(f"no pod of {ref} is recorded: label them throttle-lab/record=true "
                        "(the pod template's labels) for the node agent (k8s/recorder)")
-    got = pod_windows(workload, since, opts.data_dir)
+    return workload
+
+
+def _advise_k8s(opts: argparse.Namespace, target: LatencyTarget) -> int:
+    """``--k8s NS/KIND/NAME``: each recorded pod's window of the last ``--since``, replayed."""
+    from client.analysis.cluster import advise_pods, search_span
+    from client.commands.cluster import DEFAULT_SINCE_S, pod_windows
+
+    since = DEFAULT_SINCE_S if opts.since is None else opts.since
+    if opts.until is not None and opts.until > time.time():
+        raise CliError(f"--until {iso_utc(opts.until)} is in the future")
+    workload = _recorded_workload(opts.k8s)
+    ref = workload.ref
+    assert workload.limit_cpus is not None
+    got = pod_windows(workload, since, opts.data_dir, until=opts.until)
     if not got.windows:
         raise CliError("; ".join(got.missing))
     if opts.requests_from is not None and len(got.windows) > 1:
@@ -202,7 +216,7 @@ def _advise_k8s(opts: argparse.Namespace, target: LatencyTarget) -> int:
     answer["timeline"] = ", ".join(str(r.path) for r in got.recordings)
     answer["workload"] = {
         "name": str(ref), "limit_cpus": workload.limit_cpus,
-        "request_cpus": workload.request_cpus, "since_s": since,
+        "request_cpus": workload.request_cpus, "since_s": since, "until": opts.until,
         "pods": [{"pod": w.pod, "timeline": str(r.path), "seconds": w.demand.window_ns / 1e9,
                   "start_epoch_s": None if w.start_epoch_ns is None else w.start_epoch_ns / 1e9,
                   "periods": w.demand.recorded.nr_periods,
@@ -217,7 +231,9 @@ def _advise_k8s(opts: argparse.Namespace, target: LatencyTarget) -> int:
         print(json.dumps(json_ready(answer), indent=2))
     else:
         pods = answer["workload"]["pods"]
-        print(f"{ref}: the last {since:g} s as the node agent recorded it; "
+        window = (f"the last {since:g} s" if opts.until is None
+                  else f"the {since:g} s to {iso_utc(opts.until)}")
+        print(f"{ref}: {window} as the node agent recorded it; "
               f"{len(pods)} pod(s): " + ", ".join(f"{p['pod']} ({p['seconds']:.0f} s)"
                                                   for p in pods))
         for line in got.missing:

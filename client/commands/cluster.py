@@ -3,13 +3,13 @@ agents recorded (``client.analysis.cluster``): no resize, no load.
 
     http-timing cluster [-n NS | -A] [--since DURATION] [--p99 MS | --max-delay-ms MS]
                         [--json | --csv] [--picture DIR] [--data-dir DIR]
-                        [--prometheus URL | k8s:NS/SERVICE[:PORT] [--until TIME]]
+                        [--prometheus URL | k8s:NS/SERVICE[:PORT]] [--until TIME]
 
 The workloads and their pods come from the API (``client.run.k8s_workloads``); each recorded
 pod's window of the last ``--since`` from its node's agent through the API server's
 ``pods/proxy``, as ``import --timeline k8s:`` fetches it. With ``--prometheus``, the agent's
 counters as Prometheus kept them instead (``client.analysis.cluster_prometheus``): longer
-windows, without what needs each period, ending now or at ``--until``.
+windows, without what needs each period. A window ends now, or at ``--until``.
 """
 
 from __future__ import annotations
@@ -17,13 +17,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
-import re
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 from client.analysis.advise_target import LatencyTarget
@@ -33,7 +30,8 @@ from client.analysis.cluster_prometheus import (by_pod, combined, covers, depart
                                                 prometheus_row)
 from client.analysis.replay import ReplayError
 from client.commands.common import EXIT_OK
-from client.commands.options import CliError, OneLineParser, number_above
+from client.commands.options import (CliError, OneLineParser, duration, instant, iso_utc,
+                                     number_above)
 from client.data.jsonsafe import json_ready
 from client.render.cluster import format_cluster, format_cluster_csv, save_cluster_picture
 from client.run.k8s_workloads import (RECORD_LABEL, Fetched, Workload, WorkloadError,
@@ -43,52 +41,11 @@ from client.run.prometheus import Prometheus, PrometheusError, agent_series, ope
 from client.run.replay_input import Recording, read_recording
 
 __all__ = ["AGENT_WINDOWS_S", "DEFAULT_DELAY_MS", "DEFAULT_SINCE_S", "PodWindows",
-           "build_cluster_parser", "command_cluster", "duration", "instant", "pod_windows"]
+           "agents_keep", "build_cluster_parser", "command_cluster", "pod_windows"]
 
 DEFAULT_SINCE_S = 600.0
 DEFAULT_DELAY_MS = 10.0
 AGENT_WINDOWS_S = 3600.0   # --prometheus: the agents' windows are asked for up to this --since
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?"
-                       r"(?:(\d+(?:\.\d+)?)s?)?$")
-
-
-def duration(text: str) -> float:
-    """``90``, ``90s``, ``10m``, ``1h``, ``1h30m``, ``7d`` -> seconds (argparse type)."""
-    match = _DURATION.match(text.strip())
-    if not text.strip() or match is None or not any(match.groups()):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a duration such as 90s, 10m, 1h, "
-                                         "7d")
-    d, h, m, s = (float(g) if g else 0.0 for g in match.groups())
-    seconds = 86400 * d + 3600 * h + 60 * m + s
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: the duration must be > 0")
-    return seconds
-
-
-def instant(text: str) -> float:
-    """Unix seconds, or an ISO 8601 time with its zone (``2026-11-28T14:00:00Z``) -> unix
-    seconds (argparse type)."""
-    try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        if math.isfinite(seconds) and seconds > 0:
-            return seconds
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected unix seconds or an ISO 8601 time "
-                                         "with its zone, such as 2026-11-28T14:00:00Z")
-    return moment.timestamp()
-
-
-def _when(unix_s: float) -> str:
-    return datetime.fromtimestamp(unix_s, timezone.utc).isoformat(timespec="seconds")
-
-
 def build_cluster_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="http-timing cluster",
@@ -128,9 +85,11 @@ def build_cluster_parser() -> argparse.ArgumentParser:
                         "period: from the agents' windows when --since is at most "
                         f"{AGENT_WINDOWS_S / 3600:g}h and they cover it, else left out")
     parser.add_argument("--until", type=instant, metavar="TIME",
-                        help="with --prometheus: the window ends at TIME (unix seconds, or ISO "
-                        "8601 with its zone: 2026-11-28T14:00:00Z) instead of now, e.g. the "
-                        "--since before an incident's end; what needs each period is left out")
+                        help="the window ends at TIME (unix seconds, or ISO 8601 with its zone: "
+                        "2026-11-28T14:00:00Z) instead of now, e.g. the --since before an "
+                        "incident's end; from the agents while it begins within their "
+                        f"{AGENT_WINDOWS_S / 3600:g}h, else with --prometheus (what needs each "
+                        "period then left out)")
     parser.add_argument("--data-dir", type=Path, metavar="DIR",
                         help="keep the fetched windows there (<ns>_<pod>.cgroup.csv and .json; "
                         "default: a temporary folder, removed)")
@@ -147,10 +106,12 @@ class PodWindows:
 
 
 def pod_windows(workload: Workload, since_s: float, dest: Path,
-                fetched: Fetched | None = None) -> PodWindows:
-    """Fetch (unless ``fetched`` already is) and read each recorded pod's window (a window the
-    replay cannot use, e.g. too short, is a line of ``missing``)."""
-    paths, missing = fetched if fetched is not None else fetch_windows(workload, since_s, dest)
+                fetched: Fetched | None = None, *, until: float | None = None) -> PodWindows:
+    """Fetch (unless ``fetched`` already is) and read each recorded pod's window of the
+    ``since_s`` seconds to ``until`` (None: now); a window the replay cannot use, e.g. too
+    short, is a line of ``missing``."""
+    paths, missing = (fetched if fetched is not None
+                      else fetch_windows(workload, since_s, dest, until=until))
     missing = list(missing)
     windows, recordings = [], []
     for path in paths:
@@ -165,11 +126,18 @@ def pod_windows(workload: Workload, since_s: float, dest: Path,
     return PodWindows(windows, recordings, missing)
 
 
-def _rows(workloads: list[Workload], since_s: float, dest: Path, target: LatencyTarget,
-          pictures: Path | None = None) -> tuple[list[ClusterRow], list[str]]:
+def agents_keep(since_s: float, until: float | None, now: float) -> bool:
+    """Whether the window of ``since_s`` seconds to ``until`` (None: ``now``) begins within
+    the :data:`AGENT_WINDOWS_S` the node agents are asked for."""
+    return (now if until is None else until) - since_s >= now - AGENT_WINDOWS_S
+
+
+def _rows(workloads: list[Workload], since_s: float, until: float | None, dest: Path,
+          target: LatencyTarget, pictures: Path | None = None
+          ) -> tuple[list[ClusterRow], list[str]]:
     rows, unrecorded = [], []
     fetched = fetch_all_windows([w for w in workloads if any(p.recorded for p in w.pods)],
-                                since_s, dest)
+                                since_s, dest, until=until)
     for workload in workloads:
         if not any(p.recorded for p in workload.pods):
             unrecorded.append(str(workload.ref))
@@ -195,7 +163,7 @@ def _prometheus_rows(prometheus: Prometheus, workloads: list[Workload], namespac
                      since_s: float, until: float | None, dest: Path, target: LatencyTarget
                      ) -> tuple[list[ClusterRow], list[str]]:
     """Each recorded workload's row from Prometheus in the ``since_s`` to ``until`` (None:
-    now); a window to now within :data:`AGENT_WINDOWS_S` takes what needs each period from
+    now); a window the agents keep (:func:`agents_keep`) takes what needs each period from
     the agents' windows when they cover what Prometheus saw."""
     matchers = 'level="pod"' + ("" if namespace is None else f',namespace="{namespace}"')
     found = by_pod(agent_series(prometheus, matchers, since_s,
@@ -204,8 +172,9 @@ def _prometheus_rows(prometheus: Prometheus, workloads: list[Workload], namespac
                              [(w.ref.namespace, p.name) for w in workloads for p in w.pods],
                              found)
     rows, unrecorded = [], []
-    fetched = {} if since_s > AGENT_WINDOWS_S or until is not None else fetch_all_windows(
-        [w for w in workloads if any(p.recorded for p in w.pods)], since_s, dest)
+    fetched = fetch_all_windows(
+        [w for w in workloads if any(p.recorded for p in w.pods)], since_s, dest,
+        until=until) if agents_keep(since_s, until, time.time()) else {}
     for workload, gone in zip(workloads, departed):
         if not any(p.recorded for p in workload.pods) and not gone:
             unrecorded.append(str(workload.ref))
@@ -237,11 +206,13 @@ def command_cluster(argv: list[str]) -> int:
     delay = opts.p99 if opts.p99 is not None else opts.max_delay_ms or DEFAULT_DELAY_MS
     target = LatencyTarget(delay, None, None)
     prometheus = None
-    if opts.until is not None and opts.prometheus is None:
-        raise CliError("--until goes with --prometheus: the node agents keep their last "
-                       f"{AGENT_WINDOWS_S / 3600:g}h, to now")
+    if (opts.until is not None and opts.prometheus is None
+            and not agents_keep(opts.since, opts.until, time.time())):
+        raise CliError(f"the window of --since {opts.since:g} s to --until "
+                       f"{iso_utc(opts.until)} begins more than {AGENT_WINDOWS_S / 3600:g}h "
+                       "ago, before what the node agents are asked for: add --prometheus URL")
     if opts.until is not None and opts.until > time.time():
-        raise CliError(f"--until {_when(opts.until)} is in the future")
+        raise CliError(f"--until {iso_utc(opts.until)} is in the future")
     if opts.prometheus is not None:
         if opts.picture is not None:
             raise CliError("--picture draws each period, which Prometheus does not keep: "
@@ -270,10 +241,11 @@ def command_cluster(argv: list[str]) -> int:
                 raise CliError(str(exc)) from None
             source = f" from Prometheus at {prometheus.where}"
         else:
-            rows, unrecorded = _rows(workloads, opts.since, dest, target, opts.picture)
+            rows, unrecorded = _rows(workloads, opts.since, opts.until, dest, target,
+                                     opts.picture)
             source = " from the node agents"
     window = (f"the last {opts.since:g} s" if opts.until is None
-              else f"the {opts.since:g} s to {_when(opts.until)}")
+              else f"the {opts.since:g} s to {iso_utc(opts.until)}")
     header = f"cluster: {where}, {window}{source}" + (
         f"; target: added delay p99 <= {delay:g} ms"
         if any(r.recommended_cpus is not None for r in rows) or prometheus is None else "")

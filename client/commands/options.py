@@ -1,6 +1,6 @@
 """Command-line pieces shared by the ``http-timing`` commands: the one-line usage error, a
-parser whose own errors are one line, argument types that check a number's range, and the
-``--cpus`` list of limits.
+parser whose own errors are one line, argument types that check a number's range or read a
+duration or an instant, and the ``--cpus`` list of limits.
 
 Each type raises ``argparse.ArgumentTypeError`` with ``must be ... (got ...)``; argparse puts
 the option's name in front (``argument --rate: must be a number > 0 (got 'fast')``).
@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any, NoReturn
 
 from client import __version__
 from client.data.naming import limit_text
 from cpuquota.limit import Limit, LimitError
 
-__all__ = ["CliError", "OneLineParser", "int_at_least", "int_in", "number_above",
-           "number_at_least", "parse_counts", "parse_limits"]
+__all__ = ["CliError", "OneLineParser", "duration", "instant", "int_at_least", "int_in",
+           "iso_utc", "number_above", "number_at_least", "parse_counts", "parse_limits"]
 
 
 class CliError(Exception):
@@ -134,3 +136,45 @@ def parse_counts(text: str, *, flag: str = "--replicas") -> tuple[int, ...]:
             raise CliError(f"{flag}: {count} is given twice")
         counts.append(count)
     return tuple(counts)
+
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?"
+                       r"(?:(\d+(?:\.\d+)?)s?)?$")
+
+
+def duration(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``1h``, ``1h30m``, ``7d`` -> seconds (argparse type)."""
+    match = _DURATION.match(text.strip())
+    if not text.strip() or match is None or not any(match.groups()):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a duration such as 90s, 10m, 1h, "
+                                         "7d")
+    d, h, m, s = (float(g) if g else 0.0 for g in match.groups())
+    seconds = 86400 * d + 3600 * h + 60 * m + s
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the duration must be > 0")
+    return seconds
+
+
+def instant(text: str) -> float:
+    """Unix seconds, or an ISO 8601 time with its zone (``2026-11-28T14:00:00Z``) -> unix
+    seconds (argparse type)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(seconds) and seconds > 0:
+            return seconds
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected unix seconds or an ISO 8601 time "
+                                         "with its zone, such as 2026-11-28T14:00:00Z")
+    return moment.timestamp()
+
+
+def iso_utc(unix_s: float) -> str:
+    """Unix seconds as :func:`instant` reads them back: ``2026-11-28T14:00:00+00:00``."""
+    return datetime.fromtimestamp(unix_s, timezone.utc).isoformat(timespec="seconds")

@@ -207,10 +207,11 @@ Fetched = tuple[list[Path], list[str]]
 
 
 def fetch_windows(workload: Workload, since_s: float, dest: Path, *,
-                  now: Callable[[], float] = time.time) -> Fetched:
-    """Each recorded pod's window of the last ``since_s`` seconds, from its node's agent,
-    into ``dest``: the timelines' paths, and one line per pod that has none (why)."""
-    return fetch_all_windows([workload], since_s, dest, now=now)[workload.ref]
+                  until: float | None = None, now: Callable[[], float] = time.time) -> Fetched:
+    """Each recorded pod's window of the ``since_s`` seconds to ``until`` (Unix seconds; None:
+    now), from its node's agent, into ``dest``: the timelines' paths, and one line per pod
+    that has none (why)."""
+    return fetch_all_windows([workload], since_s, dest, until=until, now=now)[workload.ref]
 
 
 def _links(pods: Iterable[tuple[str, PodRef]]) -> dict[PodRef, AgentLink | AgentTimelineError]:
@@ -232,11 +233,11 @@ def _links(pods: Iterable[tuple[str, PodRef]]) -> dict[PodRef, AgentLink | Agent
 
 
 def fetch_all_windows(workloads: Sequence[Workload], since_s: float, dest: Path, *,
-                      now: Callable[[], float] = time.time,
+                      until: float | None = None, now: Callable[[], float] = time.time,
                       workers: int = FETCH_WORKERS) -> dict[WorkloadRef, Fetched]:
     """:func:`fetch_windows` of each workload, over one window's end: each node's agent found
     once, and up to ``workers`` windows fetched at a time through the API server."""
-    end = now()
+    end = now() if until is None else until
     wanted = [(w, p) for w in workloads for p in w.pods if p.recorded]
     links = _links((p.node, PodRef(w.ref.namespace, p.name)) for w, p in wanted)
 
