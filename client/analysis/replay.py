@@ -491,9 +491,10 @@ def _unheld(demand: Demand, r: Request, cpu_ns: float) -> int:
 
 
 def replay_load(demand: Demand, load: Load, cpus: float | None, burst_ns: int = 0,
-                period_ns: int | None = None) -> tuple[Replayed, tuple[int, ...]]:
+                period_ns: int | None = None
+                ) -> tuple[Replayed, tuple[int, ...], tuple[int, ...]]:
     """The requests run again under ``cpus`` (None: no limit) on the record's period grid, and
-    each one's latency there (in the order of :attr:`Load.jobs`).
+    each one's latency and send time there (in the order of :attr:`Load.jobs`).
 
     A request runs for its unthrottled wall time, using its CPU evenly over it (at most
     ``demand.cores`` CPU for the whole group, the background included); while the quota is
@@ -557,7 +558,8 @@ def replay_load(demand: Demand, load: Load, cpus: float | None, burst_ns: int = 
         t = step
     end = max(t, demand.end_ns)
     stats = account.stats(end) - before if account else CpuStat()
-    return Replayed(cpus, tuple(stretches), stats, (demand.start_ns, end)), tuple(latencies)
+    return (Replayed(cpus, tuple(stretches), stats, (demand.start_ns, end)), tuple(latencies),
+            tuple(sent))
 
 
 
@@ -568,6 +570,7 @@ class LimitRow:
 
     replayed: Replayed
     latencies_ns: tuple[int, ...] | None
+    sent_ns: tuple[int, ...] | None = None   # each request's send time, on the record's clock
 
     def latency_ms(self, q: float) -> float:
         return percentile([v / MS for v in self.latencies_ns or ()], q)

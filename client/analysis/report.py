@@ -8,6 +8,7 @@ the quota model that ``report --predict`` shows.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,6 +44,9 @@ class Report:
     by_quota: tuple[QuotaPart, ...] = ()
     # who spent the quota: the watched group's CPU by thread name (None: no group watched)
     threads: ThreadsReport | None = None
+    # a prediction saved as a run (``client.analysis.replayed_limit``): what its JSON says
+    # of the replay (None: a measured run)
+    predicted: dict[str, Any] | None = None
 
     @property
     def fell_behind_words(self) -> str | None:
@@ -63,6 +67,8 @@ class Report:
             out["client_pace"] = self.client_pace
         if self.by_quota:
             out["quotas"] = [part.to_dict() for part in self.by_quota]
+        if self.predicted is not None:
+            out["predicted"] = self.predicted
         if self.threads is not None:
             out["cpu_by_thread"] = (None if self.threads.unknown is not None else
                                     [share.to_dict() for share in self.threads.shares])
@@ -114,9 +120,11 @@ def _one_report(run: Run, limit: Limit | None) -> Report:
     cgroup = (cgroup_report(run.records, run.timeline, group_limit,
                             run.metadata.quota_levels(), run.metadata.cgroup, delayed)
               if run.timeline else None)
+    predicted = run.metadata.extra.get("predicted")
     return Report(run.name, limit, run.metadata.limit_description(), summarize(run.records),
                   detection, cgroup, run.metadata.client_fell_behind,
-                  run.metadata.client_pace)
+                  run.metadata.client_pace,
+                  predicted=dict(predicted) if isinstance(predicted, Mapping) else None)
 
 
 def build_report(run: Run, limit: Limit | None = None) -> Report:

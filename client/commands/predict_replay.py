@@ -19,7 +19,7 @@ from client.render.replay import format_replay
 from client.run.replay_input import Placed, Recording, read_recording, read_requests
 
 __all__ = ["MODEL_ONLY", "Replayed", "command_replay", "load_replay", "replay_answer",
-           "requests_of"]
+           "replay_says", "requests_of"]
 
 # the model's own options: a replay takes its load from the record
 MODEL_ONLY = ("service_ms", "concurrency", "requests", "overhead_ms", "cores", "threads",
@@ -27,7 +27,8 @@ MODEL_ONLY = ("service_ms", "concurrency", "requests", "overhead_ms", "cores", "
 MS = 1_000_000
 
 
-def _says(demand: Demand) -> str:
+def replay_says(demand: Demand) -> str:
+    """How sure a replay of ``demand`` is, in one line."""
     if demand.throttled_wall_ns <= 0:
         return "exact in the model's terms (the record was not throttled)"
     said = (f"estimated: {100 * demand.throttled_fraction:.0f} % of the window was throttled "
@@ -107,7 +108,7 @@ def replay_answer(recording: Recording, demand: Demand, rows: list[LimitRow],
                    "throttled_fraction": demand.throttled_fraction,
                    "estimated_ms": demand.hidden_ns / MS, "cores": demand.cores,
                    "rows_ms": demand.resolution_ns / MS, "coarse_rows": demand.coarse,
-                   "says": _says(demand)},
+                   "says": replay_says(demand)},
         "requests": None if placed is None or requests_file is None else {
             "file": str(requests_file), "count": len(placed.records),
             "outside_window": placed.outside, "failed": placed.failed, "placed": placed.how,

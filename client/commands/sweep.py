@@ -10,7 +10,9 @@ stopped by its pid or container id (also on Ctrl-C/SIGTERM or a failure); or, wi
 ``--cgroup TARGET --url URL`` (``--k8s``), the user's running service, each limit set in place
 and read back before its run, which samples the group as ``--cgroup`` does (files named
 ``<prefix>-inplace-<cpus>``), and the limit it had put back at the end, on an error, Ctrl-C or
-SIGTERM.
+SIGTERM. With ``--timeline T --requests-from R`` nothing is started or touched: each limit is
+the replay of the recorded requests (``client.analysis.replayed_limit``), saved as a predicted
+run (``<prefix>-replay-<cpus>``).
 
 Files: ``<data-dir>/<prefix>-<backend>-<cpus>.csv/.json`` and ``<pictures-dir>/<same>.png``
 per limit, then the comparison picture ``<pictures-dir>/<prefix>-<backend>-sweep.png`` with its
@@ -30,6 +32,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from client.analysis.replayed_limit import ReplayedLimit
 from client.analysis.replicas import replica_row
 from client.analysis.report import build_report
 from client.analysis.throughput import throughput_row
@@ -40,6 +43,7 @@ from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT
 from client.commands.inplace import (add_inplace_arguments, check_inplace_options,
                                      inplace_from, started_from)
 from client.commands.options import CliError, OneLineParser, parse_counts, parse_limits
+from client.commands.predict_replay import load_replay, replay_says
 from client.data.files import Run, writing
 from client.data.metadata import LoadMode, SweepInfo
 from client.data.naming import check_file_name, limit_text, run_name, sweep_stem
@@ -48,10 +52,12 @@ from client.data.request import DEFAULT_ITERATIONS
 from client.render.compare import save_comparison
 from client.render.inplace import format_evidence
 from client.render.progress import RunProgress, StartProgress
+from client.render.text import format_predicted
 from client.render.tables import format_replicas_table, format_table, format_throughput_table
 from client.run.at_limit import RUN_ERRORS, AtLimit, StartedService
 from client.run.measure import Measurement
 from client.run.plan import LoadPlan
+from client.run.targets import AUTO
 from client.run.record import load_average
 from client.run.recorder import stop_on_terminate
 from cpuquota.limit import Limit, LimitError
@@ -63,7 +69,9 @@ def build_sweep_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="http-timing sweep",
         description="Start the burn service under each CPU limit, time it, stop it; save every "
-        "run, a comparison picture and a Markdown table (--no-plot: the table only).")
+        "run, a comparison picture and a Markdown table (--no-plot: the table only). With "
+        "--cgroup, your running service's limit is changed in place instead; with --timeline, "
+        "a recorded window is replayed at each limit and nothing is touched.")
     parser.add_argument("--cpus", default="1,0.3,0.1", metavar="LIST",
                         help="CPU limits, comma separated; 0 or none = no limit "
                         "(default 1,0.3,0.1); with --replicas: the total, shared by them")
@@ -86,25 +94,68 @@ def build_sweep_parser() -> argparse.ArgumentParser:
     parser.add_argument("--show-requests", action="store_true",
                         help="print the original per-request line for every request")
     add_inplace_arguments(parser, keep=False)
+    replay = parser.add_argument_group(
+        "predicted, not measured (--timeline: no service is started or touched)")
+    replay.add_argument("--timeline", type=Path, metavar="NAME.cgroup.csv",
+                        help="replay this recorded window (http-timing record's, a --cgroup "
+                        "run's, the node agent's) with the requests of --requests-from at each "
+                        "limit: each limit's predicted requests saved as a run "
+                        "(<prefix>-replay-<cpus>), for report, plot and compare")
+    replay.add_argument("--requests-from", type=Path, metavar="FILE",
+                        help="with --timeline: the window's requests (a run's CSV, a load "
+                        "tool's file or an access log, as import reads them)")
     return parser
+
+
+# what a replay takes from the record, not from the options
+NOT_WITH_REPLAY = (("--requests", "requests"), ("--concurrency", "concurrency"),
+                   ("--rate", "rate"), ("--duration", "duration"),
+                   ("--iterations", "iterations"), ("--replicas", "replicas"),
+                   ("--cgroup", "cgroup"), ("--k8s", "k8s"), ("--url", "url"),
+                   ("--image", "image"))
+
+
+def replayed_from(opts: argparse.Namespace, argv: Sequence[str]) -> ReplayedLimit:
+    """``--timeline`` and ``--requests-from`` as a replayed limit; what does not go with them
+    is one line."""
+    if opts.timeline is None or opts.requests_from is None:
+        raise CliError("--timeline FILE and --requests-from FILE go together: the recorded "
+                       "window and its requests (predict --timeline replays a window alone)")
+    given = [flag for flag, name in NOT_WITH_REPLAY if getattr(opts, name) is not None]
+    given += ["--backend"] if opts.backend != AUTO else []
+    if given:
+        raise CliError(f"{', '.join(given)}: not with --timeline (the replay sends no request "
+                       "and takes its load from the recorded requests)")
+    replayed = load_replay(opts.timeline, opts.requests_from, None)
+    assert replayed.placed is not None and replayed.requests is not None
+    if not any(a == "--period-ms" or a.startswith("--period-ms=") for a in argv):
+        opts.period_ms = replayed.demand.period_ns / 1e6   # the record's, as predict
+    return ReplayedLimit(opts.timeline, opts.requests_from, replayed.demand,
+                         tuple(replayed.requests),
+                         tuple(r.status for r in replayed.placed.records), replayed.closed,
+                         replay_says(replayed.demand))
 
 
 def command_sweep(argv: list[str]) -> int:
     opts = build_sweep_parser().parse_args(argv)
+    replay = (replayed_from(opts, argv)
+              if opts.timeline is not None or opts.requests_from is not None else None)
     live = check_inplace_options(opts)
     if live and opts.replicas:
         raise CliError("--replicas starts services of its own: it does not go with --cgroup")
-    if not live and opts.iterations is None:
+    if not live and replay is None and opts.iterations is None:
         opts.iterations = DEFAULT_ITERATIONS   # burn-service's work per request
     started = datetime.now(timezone.utc)
-    plan = plan_from(opts)
+    plan = plan_from(opts) if replay is None else replay.plan()
     check_folders(opts, tables=True)
     prefix = "sweep-" + started.strftime("%Y%m%d-%H%M%S") if opts.name is None else opts.name
     if problem := check_file_name(prefix, prefix=True):
         raise CliError(problem)
     service: StartedService | None = None   # burn-service started by the command
     at: AtLimit
-    if live:
+    if replay is not None:
+        at, why_not_kernel = replay, None
+    elif live:
         at, why_not_kernel = inplace_from(opts, argv, "sweep"), None
     else:
         service, why_not_kernel = started_from(opts, argv, "sweep", plan,
@@ -122,7 +173,7 @@ def command_sweep(argv: list[str]) -> int:
         print(f"sweep: in-process throttle (no kernel quota here: {why_not_kernel})")
     print(f"sweep: {at.description}; {', '.join(step.label for step in steps)}; "
           f"{plan.describe()}, {at.sends}", flush=True)
-    if (load := load_average()) is not None:
+    if replay is None and (load := load_average()) is not None:
         print(f"sweep: load average {load[0]:.1f} on {os.cpu_count()} CPUs (a busy machine "
               "slows every run, limited or not)", flush=True)
     sweep = Sweep(opts, plan, at, prefix, started, service)
@@ -224,6 +275,8 @@ class Sweep:
         show_result(recorded, report)
         if self.at.inplace is not None:
             print(format_evidence(report.cgroup), flush=True)
+        if report.predicted is not None:
+            print("\n".join(format_predicted(report.predicted)), flush=True)
         if recorded.outcome.stop_reason:
             print(f"http-timing sweep: {recorded.outcome.stop_reason}: "
                   f"{recorded.run.records[-1].error}", file=sys.stderr)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from client.analysis.cgroup import CgroupReport
@@ -16,8 +17,8 @@ from client.analysis.threads import NOTABLE, TOP, ThreadsReport
 from client.analysis.throughput import ThroughputRow
 from client.data.summary import Summary
 
-__all__ = ["format_cgroup", "format_detection", "format_pressure", "format_prediction",
-           "format_prediction_report", "format_report", "format_summary", "format_threads",
+__all__ = ["format_cgroup", "format_detection", "format_predicted", "format_pressure",
+           "format_prediction", "format_prediction_report", "format_report", "format_summary", "format_threads",
            "format_throughput"]
 
 
@@ -80,6 +81,7 @@ def format_detection(detection: Detection) -> list[str]:
 def format_report(report: Report, path: object) -> list[str]:
     """``http-timing report FILE``'s lines."""
     lines = [f"run: {report.name} ({path})", f"limit: {report.limit_description}",
+             *(format_predicted(report.predicted) if report.predicted else []),
              format_summary(report.summary), *format_detection(report.detection)]
     if report.fell_behind_words:
         lines.append(report.fell_behind_words)
@@ -89,6 +91,21 @@ def format_report(report: Report, path: object) -> list[str]:
         lines += format_threads(report.threads)
     lines += format_quota_parts(report)
     return lines
+
+
+def format_predicted(predicted: Mapping[str, Any]) -> list[str]:
+    """A prediction saved as a run: what was replayed and the replay's periods throttled,
+    then how sure it is."""
+    cpus = predicted.get("cpus")
+    what = (f"predicted, not measured: the requests of {predicted.get('requests_from')} "
+            f"replayed on {predicted.get('timeline')}")
+    if not cpus:
+        first = f"{what} without a limit (nothing throttles them)"
+    else:
+        first = (f"{what} at {cpus:g} CPU: {predicted.get('periods_throttled')} of "
+                 f"{predicted.get('periods')} periods throttled, "
+                 f"{predicted.get('throttled_ms') or 0:.1f} ms (the replay's)")
+    return [first, f"predicted: {predicted.get('says')}"]
 
 
 def format_threads(t: ThreadsReport) -> list[str]:

@@ -2,13 +2,16 @@
 
 An :class:`AtLimit` puts a service at a CPU limit (or none) and times one run of requests
 there (:meth:`AtLimit.measure`, a :class:`client.run.measure.Measurement`); the commands never
-ask which one they have. Two implementations:
+ask which one they have. Three implementations:
 
 - :class:`StartedService` (here): burn-service started by the command under each limit, by a
   backend of ``client.run.targets`` (one service, or a replica set), stopped by its own id
   after the run;
 - :class:`client.run.inplace.InPlace`: the user's running service, its limit changed in place
-  by a limiter of ``client.run.limiters`` and sampled as ``--cgroup`` does.
+  by a limiter of ``client.run.limiters`` and sampled as ``--cgroup`` does;
+- :class:`client.analysis.replayed_limit.ReplayedLimit`: no service, a recorded window's
+  requests replayed at the limit and saved as a predicted run (above this layer: the replay is
+  analysis).
 
 Every limit is changed inside :meth:`AtLimit.holding`: a running service gets back the limit it
 had when the block is left, whatever ends it (a started one is stopped after each run anyway).
