@@ -11,6 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from client.data.files import read_run
+from client.data.summary import summarize
 from cpuquota.cgroupfs import read_cpu_limit
 from tests.support import (exit_code_and_errors, http_timing, require_kernel_quota,
                            service_process)
@@ -23,7 +25,8 @@ def test_with_requests_the_smallest_limit_whose_replay_meets_the_target(tmp_path
     make_timeline(tmp_path)
     vegeta_csv(tmp_path, STARTS_MS)   # 30 ms each, one after another
     result = http_timing("advise", "--passive", "--timeline", "t.cgroup.csv",
-                         "--requests-from", "r.csv", "--p99", "50", "--json", cwd=tmp_path)
+                         "--requests-from", "r.csv", "--p99", "50", "--name", "p", "--json",
+                         cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     at = data["predicted"]["at_recommended"]
@@ -34,7 +37,15 @@ def test_with_requests_the_smallest_limit_whose_replay_meets_the_target(tmp_path
     assert data["requests"]["count"] == len(STARTS_MS)                    # what it saw
     assert data["window"]["seconds"] == 2.0 and data["window"]["periods"] == 20
     assert data["judged_by"].startswith("the requests' predicted latency")
-    assert not (tmp_path / "raw-data").exists()   # nothing run, nothing written
+    # each limit replayed is saved as a predicted run, as live advise saves each run: the
+    # one at the answer holds the requests whose p99 the answer says
+    runs = {read_run(tmp_path / p).metadata.extra["predicted"]["cpus"]: read_run(tmp_path / p)
+            for p in data["runs"]}
+    assert set(runs) == {None, *(r["cpus"] for r in data["replays"]), less["cpus"]}
+    assert all(p.startswith("raw-data/p-replay-") for p in data["runs"])
+    answered = runs[at["cpus"]]
+    assert summarize(answered.records).p99_ms == pytest.approx(at["p99_ms"])
+    assert answered.metadata.limit is None and answered.timeline is None   # no counter
 
 
 def test_without_requests_it_judges_the_added_delay_and_says_so(tmp_path: Path) -> None:

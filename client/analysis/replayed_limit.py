@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from client import __version__
-from client.analysis.replay import Demand, Request, load_of, replay_load
+from client.analysis.replay import Demand, LimitRow, Request, load_of, replay_load
 from client.data.files import Run, RunWriter, write_metadata
 from client.data.metadata import LoadMode, RunMetadata, SweepInfo
 from client.data.naming import limit_text
@@ -104,6 +104,15 @@ class ReplayedLimit:
     def holding(self) -> Iterator[object]:
         yield self   # nothing is changed
 
+    def row(self, limit: Limit | None) -> LimitRow:
+        """The replay at ``limit`` (its period and burst; None: no limit), as ``predict
+        --timeline`` gives it: each request's predicted latency and send time."""
+        load = load_of(self.demand, self.requests, self.closed)
+        period_ns = self.demand.period_ns if limit is None else round(limit.period_ms * MS)
+        burst_ns = 0 if limit is None else round(limit.burst_ms * MS)
+        return LimitRow(*replay_load(self.demand, load, None if limit is None else limit.cpus,
+                                     burst_ns, period_ns))
+
     def measure(self, limit: Limit | None, *, name: str, plan: LoadPlan, data_dir: Path,
                 sweep: SweepInfo | None = None, index: int = 1,
                 progress: Progress | None = None,
@@ -115,10 +124,8 @@ class ReplayedLimit:
         if on_target is not None:
             on_target(f"{len(self.requests)} requests replayed on {self.timeline}")
         load = load_of(self.demand, self.requests, self.closed)
-        period_ns = self.demand.period_ns if limit is None else round(limit.period_ms * MS)
-        burst_ns = 0 if limit is None else round(limit.burst_ms * MS)
-        replayed, latencies, sent = replay_load(self.demand, load, None if limit is None
-                                                else limit.cpus, burst_ns, period_ns)
+        row = self.row(limit)
+        replayed, latencies, sent = row.replayed, row.latencies_ns or (), row.sent_ns or ()
         order = sorted(range(len(self.requests)), key=lambda i: self.requests[i].start_ns)
         start = self.demand.start_ns
         records = sorted((RequestRecord(0, s - start, latency, self.statuses[i])

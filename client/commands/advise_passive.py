@@ -11,7 +11,10 @@ record`` does (``<data-dir>/<name>.cgroup.csv`` and ``.json``), touching nothing
 ``--k8s``, the window of the last ``--since`` (to ``--until``, or now) that the node agent
 recorded for each of the workload's pods is fetched through the API server
 (``client.commands.cluster.pod_windows``, kept in ``<data-dir>``) and replayed per pod, pooled
-(``client.analysis.cluster``).
+(``client.analysis.cluster``). With ``--requests-from``, each limit is judged through the
+seam live advise runs its limits through: the replay as a limit
+(``client.analysis.replayed_limit``), its predicted requests saved as a run
+(``<data-dir>/<name>-replay-<cpus>``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,10 +35,11 @@ from client.analysis.passive import PassiveAdvice, search
 from client.analysis.replay import LimitRow, replay_limits
 from client.commands.common import EXIT_OK
 from client.commands.options import CliError, iso_utc
-from client.commands.predict_replay import load_replay, replay_answer
+from client.commands.predict_replay import Replayed, load_replay, replay_answer, replayed_limit
 from client.commands.run import cgroup_target
 from client.data.jsonsafe import json_ready
-from client.data.naming import check_file_name
+from client.data.files import FileWriteError
+from client.data.naming import check_file_name, run_name
 from client.render.replay import format_passive
 from client.run.cgroup_target import CgroupTargetError
 from client.run.timeline_record import TimelineSpec, record_timeline
@@ -134,11 +139,15 @@ def command_advise_passive(opts: argparse.Namespace, argv: list[str],
     recording, period_ns, demand = replayed.recording, replayed.period_ns, replayed.demand
     placed, requests = replayed.placed, replayed.requests
     burst_ns = round((opts.burst_ms or 0.0) * MS)
+    runs: dict[int | None, Path] = {}
 
-    def replay_at(millicores: int | None) -> LimitRow:
+    def replay_only(millicores: int | None) -> LimitRow:
         cpus = None if millicores is None else millicores / 1000
         (row,) = replay_limits(demand, [cpus], requests, burst_ns, period_ns, replayed.closed)
         return row
+
+    replay_at = (replay_only if opts.requests_from is None
+                 else _saving(replayed, opts, runs))
 
     recorded = [c for c in recording.limits if c is not None]
     ceiling = (os.cpu_count() or 1) * 1000
@@ -147,11 +156,49 @@ def command_advise_passive(opts: argparse.Namespace, argv: list[str],
                     ceiling=ceiling)
     base = replay_answer(recording, demand, [], placed, opts.requests_from)
     answer = passive_answer(base, advice, period_ns / MS, requests is not None)
+    if runs:
+        answer["runs"] = [str(p) for p in runs.values()]
     if opts.json:
         print(json.dumps(json_ready(answer), indent=2))
     else:
         print(format_passive(answer))
+        if runs:
+            print(_runs_line(runs, advice))
     return EXIT_OK if advice.at is not None else EXIT_NOT_MET
+
+
+def _runs_line(runs: dict[int | None, Path], advice: PassiveAdvice) -> str:
+    """Where the predicted runs are, the answer's first (report, plot, compare read them)."""
+    at = runs.get(advice.at.millicores) if advice.at is not None else None
+    first = f"at the answer {at}; " if at is not None else ""
+    folder = next(iter(runs.values())).parent
+    return (f"predicted runs (report, plot and compare read them): {first}{len(runs)} in "
+            f"{folder}, one per limit replayed")
+
+
+def _saving(replayed: Replayed, opts: argparse.Namespace, runs: dict[int | None, Path]
+            ) -> Callable[[int | None], LimitRow]:
+    """Each limit judged by the replay behind advise's seam: its predicted requests saved as
+    a run (``<data-dir>/<name>-replay-<cpus>``, in ``runs``) as live advise saves each run."""
+    assert opts.requests_from is not None
+    at = replayed_limit(replayed, opts.requests_from)
+    limit_of = shape(replayed.period_ns / MS, opts.burst_ms or 0.0)
+    prefix = opts.name or "passive-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    if problem := check_file_name(prefix, prefix=True):
+        raise CliError(problem)
+    plan = at.plan()
+
+    def replay_at(millicores: int | None) -> LimitRow:
+        limit = None if millicores is None else limit_of(millicores)
+        try:
+            measured = at.measure(limit, name=run_name(prefix, at.name, limit), plan=plan,
+                                  data_dir=opts.data_dir)
+        except FileWriteError as exc:
+            raise CliError(str(exc)) from None
+        runs[millicores] = measured.run.path
+        return at.row(limit)
+
+    return replay_at
 
 
 def _recorded_workload(text: str) -> Workload:
@@ -194,17 +241,11 @@ def _advise_k8s(opts: argparse.Namespace, target: LatencyTarget) -> int:
                        "and one file of requests cannot say which pod served each; without "
                        "--requests-from the added delay is judged")
     start, floor, ceiling = search_span(workload.limit_cpus, got.windows)
+    runs: dict[int | None, Path] = {}
     if opts.requests_from is not None:
         replayed = load_replay(got.recordings[0].path, opts.requests_from, opts.period_ms)
-        burst_ns = round((opts.burst_ms or 0.0) * MS)
-
-        def replay_at(millicores: int | None) -> LimitRow:
-            cpus = None if millicores is None else millicores / 1000
-            (row,) = replay_limits(replayed.demand, [cpus], replayed.requests, burst_ns,
-                                   replayed.period_ns, replayed.closed)
-            return row
-
-        advice = search(replay_at, target, start=start, floor=floor, ceiling=ceiling)
+        advice = search(_saving(replayed, opts, runs), target, start=start, floor=floor,
+                        ceiling=ceiling)
         placed = replayed.placed
     else:
         advice = advise_pods(got.windows, workload.limit_cpus, target)
@@ -214,6 +255,8 @@ def _advise_k8s(opts: argparse.Namespace, target: LatencyTarget) -> int:
     period_ms = got.windows[0].demand.period_ns / MS
     answer = passive_answer(base, advice, period_ms, opts.requests_from is not None)
     answer["timeline"] = ", ".join(str(r.path) for r in got.recordings)
+    if runs:
+        answer["runs"] = [str(p) for p in runs.values()]
     answer["workload"] = {
         "name": str(ref), "limit_cpus": workload.limit_cpus,
         "request_cpus": workload.request_cpus, "since_s": since, "until": opts.until,
@@ -239,4 +282,6 @@ def _advise_k8s(opts: argparse.Namespace, target: LatencyTarget) -> int:
         for line in got.missing:
             print(f"left out: {line}")
         print(format_passive(answer))
+        if runs:
+            print(_runs_line(runs, advice))
     return EXIT_OK if advice.at is not None else EXIT_NOT_MET

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from client.analysis.replayed_limit import ReplayedLimit
 from client.analysis.replay import (Demand, LimitRow, ReplayError, Request, demand_of,
                                     load_of, replay_limits)
 from client.commands.common import EXIT_OK
@@ -19,7 +20,7 @@ from client.render.replay import format_replay
 from client.run.replay_input import Placed, Recording, read_recording, read_requests
 
 __all__ = ["MODEL_ONLY", "Replayed", "command_replay", "load_replay", "replay_answer",
-           "replay_says", "requests_of"]
+           "replay_says", "replayed_limit", "requests_of"]
 
 # the model's own options: a replay takes its load from the record
 MODEL_ONLY = ("service_ms", "concurrency", "requests", "overhead_ms", "cores", "threads",
@@ -88,6 +89,15 @@ def load_replay(timeline: Path, requests_from: Path | None,
     placed = read_requests(requests_from, recording) if requests_from is not None else None
     return Replayed(recording, period_ns, demand, placed,
                     None if placed is None else requests_of(placed))
+
+
+def replayed_limit(replayed: Replayed, requests_from: Path) -> ReplayedLimit:
+    """The replay of ``replayed`` (its requests given) as a limit advise and sweep run."""
+    assert replayed.placed is not None and replayed.requests is not None
+    return ReplayedLimit(replayed.recording.path, requests_from, replayed.demand,
+                         tuple(replayed.requests),
+                         tuple(r.status for r in replayed.placed.records), replayed.closed,
+                         replay_says(replayed.demand))
 
 
 def replay_answer(recording: Recording, demand: Demand, rows: list[LimitRow],

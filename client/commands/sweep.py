@@ -43,7 +43,7 @@ from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT
 from client.commands.inplace import (add_inplace_arguments, check_inplace_options,
                                      inplace_from, started_from)
 from client.commands.options import CliError, OneLineParser, parse_counts, parse_limits
-from client.commands.predict_replay import load_replay, replay_says
+from client.commands.predict_replay import load_replay, replayed_limit
 from client.data.files import Run, writing
 from client.data.metadata import LoadMode, SweepInfo
 from client.data.naming import check_file_name, limit_text, run_name, sweep_stem
@@ -127,13 +127,9 @@ def replayed_from(opts: argparse.Namespace, argv: Sequence[str]) -> ReplayedLimi
         raise CliError(f"{', '.join(given)}: not with --timeline (the replay sends no request "
                        "and takes its load from the recorded requests)")
     replayed = load_replay(opts.timeline, opts.requests_from, None)
-    assert replayed.placed is not None and replayed.requests is not None
     if not any(a == "--period-ms" or a.startswith("--period-ms=") for a in argv):
         opts.period_ms = replayed.demand.period_ns / 1e6   # the record's, as predict
-    return ReplayedLimit(opts.timeline, opts.requests_from, replayed.demand,
-                         tuple(replayed.requests),
-                         tuple(r.status for r in replayed.placed.records), replayed.closed,
-                         replay_says(replayed.demand))
+    return replayed_limit(replayed, opts.requests_from)
 
 
 def command_sweep(argv: list[str]) -> int:
