@@ -77,6 +77,7 @@ def test_report_says_a_predicted_run_is_one(tmp_path: Path, monkeypatch: pytest.
     assert code == 0, err
     assert "limit: 0.3 CPU (replayed)" in out
     assert "predicted, not measured: the requests of" in out and " at 0.3 CPU: " in out
+    assert "a prediction has no counter" in out and "--cgroup TARGET" not in out
     code, out, err = http_timing(["report", "raw-data/p-replay-0.3.csv", "--json"], tmp_path,
                                  monkeypatch, capsys)
     assert code == 0, err

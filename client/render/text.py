@@ -46,9 +46,10 @@ def format_throughput(row: ThroughputRow, rate_rps: float | None) -> str:
             f"{100 * row.error_rate:.1f} % errors")
 
 
-def format_detection(detection: Detection) -> list[str]:
+def format_detection(detection: Detection, *, predicted: bool = False) -> list[str]:
     """The requests delayed by throttling (from counters) or, from latency alone, the slow
-    ones (never called throttled without a counter that says so); a saturated run says so."""
+    ones (never called throttled without a counter that says so); a saturated run says so.
+    ``predicted``: the run is a replay's prediction, whose periods throttled are the replay's."""
     d = detection
     if d.count == 0:
         return ["delayed by throttling: n/a (no successful request)"]
@@ -57,9 +58,11 @@ def format_detection(detection: Detection) -> list[str]:
     where = f"; slower than {d.threshold_ms:.1f} ms counts" if (
         d.threshold_ms is not None and d.source.uses_latency) else ""
     if latency_only:
+        why = ("a prediction has no counter: the replay's periods throttled are above"
+               if predicted else "not known to be throttling: --cgroup TARGET reads the "
+               "service's own counters")
         lines = [f"slow: {d.throttled_count} of {d.count} requests ({100 * fraction:.1f} %), "
-                 f"from the {d.source.words} alone{where} (not known to be throttling: --cgroup "
-                 "TARGET reads the service's own counters)"]
+                 f"from the {d.source.words} alone{where} ({why})"]
     else:
         lines = [f"delayed by throttling: {d.throttled_count} of {d.count} requests "
                  f"({100 * fraction:.1f} %), from the {d.source.words}{where}"]
@@ -82,7 +85,8 @@ def format_report(report: Report, path: object) -> list[str]:
     """``http-timing report FILE``'s lines."""
     lines = [f"run: {report.name} ({path})", f"limit: {report.limit_description}",
              *(format_predicted(report.predicted) if report.predicted else []),
-             format_summary(report.summary), *format_detection(report.detection)]
+             format_summary(report.summary),
+             *format_detection(report.detection, predicted=report.predicted is not None)]
     if report.fell_behind_words:
         lines.append(report.fell_behind_words)
     if report.cgroup is not None:
