@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from client import __version__
-from client.analysis.replay import Demand, LimitRow, Request, load_of, replay_load
+from client.analysis.replay import Demand, LimitRow, Load, Request, load_of, replay_load
 from client.data.files import Run, RunWriter, write_metadata
 from client.data.metadata import LoadMode, RunMetadata, SweepInfo
 from client.data.naming import limit_text
@@ -51,6 +52,13 @@ class ReplayedLimit:
     closed: bool | None
     says: str
     url: str = ""
+    _rows: dict[Limit | None, LimitRow] = field(default_factory=dict, init=False,
+                                                repr=False, compare=False)
+
+    @cached_property
+    def load(self) -> Load:
+        """The requests as the replay runs them (one closed loop or open loop for all)."""
+        return load_of(self.demand, self.requests, self.closed)
 
     @property
     def name(self) -> str:
@@ -60,7 +68,7 @@ class ReplayedLimit:
         """The load as recorded: one at a time, C at a time, or an open loop at its mean rate
         over its requests' span."""
         n = len(self.requests)
-        lanes = load_of(self.demand, self.requests, self.closed).lanes
+        lanes = self.load.lanes
         if lanes == 1:
             return LoadPlan(LoadMode.SEQUENTIAL, n)
         if lanes > 1:
@@ -106,12 +114,15 @@ class ReplayedLimit:
 
     def row(self, limit: Limit | None) -> LimitRow:
         """The replay at ``limit`` (its period and burst; None: no limit), as ``predict
-        --timeline`` gives it: each request's predicted latency and send time."""
-        load = load_of(self.demand, self.requests, self.closed)
-        period_ns = self.demand.period_ns if limit is None else round(limit.period_ms * MS)
-        burst_ns = 0 if limit is None else round(limit.burst_ms * MS)
-        return LimitRow(*replay_load(self.demand, load, None if limit is None else limit.cpus,
-                                     burst_ns, period_ns))
+        --timeline`` gives it: each request's predicted latency and send time; replayed once
+        per limit (it is deterministic)."""
+        if limit not in self._rows:
+            period_ns = self.demand.period_ns if limit is None else round(limit.period_ms * MS)
+            burst_ns = 0 if limit is None else round(limit.burst_ms * MS)
+            self._rows[limit] = LimitRow(*replay_load(
+                self.demand, self.load, None if limit is None else limit.cpus, burst_ns,
+                period_ns))
+        return self._rows[limit]
 
     def measure(self, limit: Limit | None, *, name: str, plan: LoadPlan, data_dir: Path,
                 sweep: SweepInfo | None = None, index: int = 1,
@@ -123,16 +134,14 @@ class ReplayedLimit:
         ``data_dir/name``; ``plan`` is not used: the load is the record's."""
         if on_target is not None:
             on_target(f"{len(self.requests)} requests replayed on {self.timeline}")
-        load = load_of(self.demand, self.requests, self.closed)
         row = self.row(limit)
-        replayed, latencies, sent = row.replayed, row.latencies_ns or (), row.sent_ns or ()
+        replayed = row.replayed
+        # the jobs are the requests sorted by start (load_of): their statuses in that order
         order = sorted(range(len(self.requests)), key=lambda i: self.requests[i].start_ns)
-        start = self.demand.start_ns
-        records = sorted((RequestRecord(0, s - start, latency, self.statuses[i])
-                          for i, s, latency in zip(order, sent, latencies)),
-                         key=lambda r: r.start_ns)
-        records = [RequestRecord(seq, r.start_ns, r.latency_ns, r.status)
-                   for seq, r in enumerate(records, start=1)]
+        predicted = sorted(zip(row.sent_ns or (), row.latencies_ns or (),
+                               (self.statuses[i] for i in order)))
+        records = [RequestRecord(seq, sent - self.demand.start_ns, latency, status)
+                   for seq, (sent, latency, status) in enumerate(predicted, start=1)]
         data_dir.mkdir(parents=True, exist_ok=True)
         path = data_dir / f"{name}.csv"
         with RunWriter(path) as writer:
@@ -140,7 +149,7 @@ class ReplayedLimit:
                 for observe in observers:
                     observe(record)
                 writer.write(record)
-        metadata = self._metadata(name, limit, load.lanes, records, replayed.stats.nr_periods,
+        metadata = self._metadata(name, limit, self.load.lanes, records, replayed.stats.nr_periods,
                                   replayed.stats.nr_throttled, replayed.throttled_ns, sweep)
         meta_path = path.with_suffix(".json")
         write_metadata(meta_path, metadata)
