@@ -19,10 +19,11 @@ the host to the pod's IP:
    (the window of the load): the answer A_passive and its predicted p99 there and 25 % lower;
 3. ``advise --k8s ... --p99 T`` with the same load: A_live (it resizes the pod in place and
    puts the limit back);
-4. ``sweep --k8s ... --cpus A`` and ``--cpus`` 25 % lower, the same load (each resize put
-   back by sweep), A the passive answer (without one, the live answer): the measured p99 at
-   both, against the replay's prediction there (``predict --timeline <the fetched window>
-   --requests-from <the run>``: the numbers ``advise --passive`` judged by).
+4. ``sweep --k8s ... --cpus A`` and ``--cpus`` 25 % lower, the same load, ``--check-runs``
+   times each (each resize put back by sweep), A the passive answer (without one, the live
+   answer): the median of the measured p99 at both (their range beside it), against the
+   replay's prediction there (``predict --timeline <the fetched window> --requests-from <the
+   run>``: the numbers ``advise --passive`` judged by).
 
 Prints one row per shape, and writes the record (``benchmarks/records.py``; set
 ``BENCH_RECORDS=benchmarks/results`` or run it through ``python -m benchmarks``). Needs root
@@ -40,6 +41,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -243,6 +245,11 @@ def times(cpu_ms: float | None, recorded_ms: float | None) -> str:
     return "–" if not cpu_ms or not recorded_ms else f"x{cpu_ms / recorded_ms:.2f}"
 
 
+def spread(runs: Sequence[float] | None) -> str:
+    """The live runs' range beside their median, e.g. `` [23.6-32.2]`` (one run: nothing)."""
+    return "" if not runs or len(runs) < 2 else f" [{min(runs):.1f}-{max(runs):.1f}]"
+
+
 def pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:+.0f} %"
 
@@ -305,13 +312,19 @@ def run_shape(shape: str, target: float, base: str, opts: argparse.Namespace, wo
                     "cpu_ms": [cpu for _, cpu in seen]}
                    for (cpus, seen), row in zip(live_runs.items(), replay["limits"])]
     for i, (cpus, guess) in enumerate(zip(limits, predicted)):
-        data = out / f"sweep-{i}"
-        http_timing(["sweep", "--k8s", WORKLOAD, *load, "--cpus", f"{cpus:g}", "--name",
-                     f"at-{i}", "--data-dir", str(data), "--pictures-dir",
-                     str(out / "pictures"), "--no-plot"], out, env, timeout=600)
-        seen = p99_of(one_csv(data))
-        checks.append({"cpus": cpus, "predicted_p99_ms": guess, "measured_p99_ms": seen,
-                       "error": error(guess, seen), "cpu_ms": cpu_of(one_csv(data))})
+        seen, burned = [], []
+        for j in range(opts.check_runs):   # a p99 near the edge moves from run to run
+            data = out / f"sweep-{i}-{j}"
+            http_timing(["sweep", "--k8s", WORKLOAD, *load, "--cpus", f"{cpus:g}", "--name",
+                         f"at-{i}-{j}", "--data-dir", str(data), "--pictures-dir",
+                         str(out / "pictures"), "--no-plot"], out, env, timeout=600)
+            seen.append(p99_of(one_csv(data)))
+            burned.append(cpu_of(one_csv(data)))
+        middle = statistics.median(seen)
+        known = [c for c in burned if c]
+        checks.append({"cpus": cpus, "predicted_p99_ms": guess, "measured_p99_ms": middle,
+                       "runs_p99_ms": seen, "error": error(guess, middle),
+                       "cpu_ms": statistics.median(known) if known else None})
     demand = passive.get("demand") or {}
     recorded = passive.get("requests") or {}
     return {"shape": shape, "target_p99_ms": target, "since_s": since,
@@ -335,7 +348,8 @@ def row_line(r: dict[str, Any]) -> str:
 
     ratio = "–" if r["ratio"] is None else f"{r['ratio']:.2f}"
     hidden = "–" if r["throttled_fraction"] is None else f"{100 * r['throttled_fraction']:.0f} %"
-    checks = [f"{cpus(c['cpus'])}: {ms(c['predicted_p99_ms'])} / {ms(c['measured_p99_ms'])} "
+    checks = [f"{cpus(c['cpus'])}: {ms(c['predicted_p99_ms'])} / {ms(c['measured_p99_ms'])}"
+              f"{spread(c.get('runs_p99_ms'))} "
               f"({pct(c['error'])}; CPU {times(c.get('cpu_ms'), r.get('recorded_cpu_ms'))})"
               for c in r["checks"]]
     checks += ["–"] * (2 - len(checks))
@@ -427,6 +441,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="live advise's --profile-seconds (default 3)")
     parser.add_argument("--max-runs", type=int, default=10,
                         help="live advise's --max-runs (default 10)")
+    parser.add_argument("--check-runs", type=int, default=3,
+                        help="live runs at each checked limit; the prediction is set against "
+                             "their median (default 3)")
     parser.add_argument("--flush", type=float, default=3.0,
                         help="seconds to wait after a load for the agent's rows (default 3)")
     parser.add_argument("--out", type=Path, default=None,
@@ -462,8 +479,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"load average before {loadavg()}, {os.cpu_count()} CPUs\n")
         print("| shape | p99 target ms | recorded window throttled (demand hidden) "
               "| A_passive CPU | A_live CPU | passive / live | checked at | at A: predicted / "
-              "measured p99 ms (error; CPU a request / the record's) | at 25 % less: predicted "
-              "/ measured p99 ms (error; CPU) | load average |")
+              "measured p99 ms, median [range] of the live runs (error; CPU a request / the "
+              "record's) | at 25 % less: predicted / measured p99 ms (error; CPU) | load "
+              "average |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         for shape, target in zip(opts.shapes, opts.p99):
             row = run_shape(shape, target, base, opts, work, env)
