@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["MAX_PERIOD_MS", "MIN_PERIOD_MS", "MIN_QUOTA_US", "Limit", "LimitError",
+__all__ = ["DEFAULT_PERIOD_MS", "MAX_PERIOD_MS", "MIN_PERIOD_MS", "MIN_QUOTA_US", "Limit", "LimitError",
            "kernel_limit"]
 
 MIN_QUOTA_US = 1000                     # the kernel refuses a quota below 1 ms
 MIN_PERIOD_MS, MAX_PERIOD_MS = 1, 1000  # ... and a period outside [1 ms, 1 s]
+DEFAULT_PERIOD_MS = 100.0               # the kernel's and the kubelet's
 
 
 class LimitError(ValueError):
@@ -33,7 +34,7 @@ class Limit:
     the label."""
 
     cpus: float
-    period_ms: float = 100.0
+    period_ms: float = DEFAULT_PERIOD_MS
     burst_ms: float = 0.0
     source: str = field(default="")
 
@@ -119,7 +120,7 @@ class Limit:
                 f"{self.period_us} µs period{burst})")
 
 
-def kernel_limit(cpus: float, period_ms: float = 100.0, burst_ms: float = 0.0) -> Limit:
+def kernel_limit(cpus: float, period_ms: float = DEFAULT_PERIOD_MS, burst_ms: float = 0.0) -> Limit:
     """``--cpus``/``--period-ms``/``--burst-ms`` as a kernel quota: a :class:`Limit` that the
     kernel accepts, else :class:`LimitError` naming the option."""
     limit = Limit(cpus, period_ms, burst_ms, "kernel")

@@ -16,7 +16,7 @@ from client.data.summary import summarize
 from cpuquota.cgroupfs import read_cpu_limit
 from tests.support import (exit_code_and_errors, http_timing, require_kernel_quota,
                            service_process)
-from tests.test_commands_import import make_timeline, vegeta_csv
+from tests.test_commands_import import GROUP, make_timeline, vegeta_csv
 
 STARTS_MS = [100, 300, 500, 700, 940, 1200, 1400]
 
@@ -46,6 +46,18 @@ def test_with_requests_the_smallest_limit_whose_replay_meets_the_target(tmp_path
     answered = runs[at["cpus"]]
     assert summarize(answered.records).p99_ms == pytest.approx(at["p99_ms"])
     assert answered.metadata.limit is None and answered.timeline is None   # no counter
+
+
+def test_the_replay_runs_on_the_records_period_unless_told(tmp_path: Path) -> None:
+    make_timeline(tmp_path, group={**GROUP, "quota_us": 5000, "period_us": 50000})
+    vegeta_csv(tmp_path, STARTS_MS)
+    args = ["advise", "--passive", "--timeline", "t.cgroup.csv", "--requests-from", "r.csv",
+            "--p99", "50", "--json"]
+    said = [json.loads(http_timing(*args, *more, cwd=tmp_path).stdout)
+            for more in ([], ["--period-ms", "100"])]
+    assert [d["recommended"]["period_ms"] for d in said] == [50, 100]
+    fifty, hundred = (d["predicted"]["at_recommended"]["periods"] for d in said)
+    assert fifty == pytest.approx(2 * hundred, abs=2)   # twice as many periods ran
 
 
 def test_without_requests_it_judges_the_added_delay_and_says_so(tmp_path: Path) -> None:

@@ -88,7 +88,7 @@ from client.run.plan import LoadPlan
 from client.run.record import RecordedRun, load_average
 from client.run.recorder import stop_on_terminate
 from client.run.usage import UsageSample
-from cpuquota.limit import Limit
+from cpuquota.limit import DEFAULT_PERIOD_MS, Limit
 
 __all__ = ["EXIT_NOT_MET", "LESS", "Advisor", "build_advise_parser", "command_advise",
            "target_from"]
@@ -177,6 +177,8 @@ def command_advise(argv: list[str]) -> int:
         raise CliError(f"{', '.join(passive_only)}: with --passive only (a recorded window)")
     if not check_inplace_options(opts) and opts.iterations is None:
         opts.iterations = DEFAULT_ITERATIONS   # burn-service's work per request
+    if opts.period_ms is None:
+        opts.period_ms = DEFAULT_PERIOD_MS
     started = datetime.now(timezone.utc)
     target = target_from(opts)
     plan = plan_from(opts)

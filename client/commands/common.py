@@ -89,8 +89,10 @@ def add_load_arguments(parser: argparse.ArgumentParser, *, per: str = "",
     parser.add_argument("--timeout", type=number_above(0), default=30.0, metavar="S",
                         help="seconds before one request counts as failed (default 30)")
     parser.add_argument("--warmup", type=int_at_least(0), default=0, metavar="N",
-                        help="send N requests first that are not recorded (default 0: the "
-                        "first recorded request pays the server's warm-up, as in the original)")
+                        help="send N requests first that are not recorded, then wait one "
+                        "quota period, so they do not spend the first recorded requests' quota "
+                        "(default 0: the first recorded request pays the server's warm-up, as "
+                        "in the original)")
 
 
 def plan_from(opts: argparse.Namespace) -> LoadPlan:
@@ -157,8 +159,9 @@ def add_target_arguments(parser: argparse.ArgumentParser, *, per: str = "") -> N
                         help="kernel: burn-service --cpus (a real cgroup quota; root); "
                         "inprocess: burn-service --cpu-limit (anywhere); docker: docker run "
                         "--cpus; auto: kernel where permitted, else inprocess (default)")
-    parser.add_argument("--period-ms", type=period_ms, default=100.0, metavar="P",
-                        help=f"the quota's period in ms{per} (default 100)")
+    parser.add_argument("--period-ms", type=period_ms, default=None, metavar="P",
+                        help=f"the quota's period in ms{per} (default 100; a recorded "
+                        "window's replay: the record's)")
     parser.add_argument("--burst-ms", type=number_at_least(0), default=0.0, metavar="B",
                         help=f"burst{per}, in ms, at most one quota (kernel backend; default 0)")
     parser.add_argument("--image", default=None,

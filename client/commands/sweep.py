@@ -60,7 +60,7 @@ from client.run.plan import LoadPlan
 from client.run.targets import AUTO
 from client.run.record import load_average
 from client.run.recorder import stop_on_terminate
-from cpuquota.limit import Limit, LimitError
+from cpuquota.limit import DEFAULT_PERIOD_MS, Limit, LimitError
 
 __all__ = ["build_sweep_parser", "command_sweep"]
 
@@ -115,7 +115,7 @@ NOT_WITH_REPLAY = (("--requests", "requests"), ("--concurrency", "concurrency"),
                    ("--image", "image"))
 
 
-def replayed_from(opts: argparse.Namespace, argv: Sequence[str]) -> ReplayedLimit:
+def replayed_from(opts: argparse.Namespace) -> ReplayedLimit:
     """``--timeline`` and ``--requests-from`` as a replayed limit; what does not go with them
     is one line."""
     if opts.timeline is None or opts.requests_from is None:
@@ -127,15 +127,17 @@ def replayed_from(opts: argparse.Namespace, argv: Sequence[str]) -> ReplayedLimi
         raise CliError(f"{', '.join(given)}: not with --timeline (the replay sends no request "
                        "and takes its load from the recorded requests)")
     replayed = load_replay(opts.timeline, opts.requests_from, None)
-    if not any(a == "--period-ms" or a.startswith("--period-ms=") for a in argv):
+    if opts.period_ms is None:
         opts.period_ms = replayed.demand.period_ns / 1e6   # the record's, as predict
     return replayed_limit(replayed, opts.requests_from)
 
 
 def command_sweep(argv: list[str]) -> int:
     opts = build_sweep_parser().parse_args(argv)
-    replay = (replayed_from(opts, argv)
+    replay = (replayed_from(opts)
               if opts.timeline is not None or opts.requests_from is not None else None)
+    if opts.period_ms is None:
+        opts.period_ms = DEFAULT_PERIOD_MS
     live = check_inplace_options(opts)
     if live and opts.replicas:
         raise CliError("--replicas starts services of its own: it does not go with --cgroup")
