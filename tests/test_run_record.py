@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from client.data.files import read_run
 from client.data.record import RawDataError, RequestRecord
 from client.run.plan import LoadPlan
-from client.run.record import RunSpec, record_run
+from client.run import record
+from client.run.record import RunSpec, record_run, settle_s
+from cpuquota.limit import Limit
 from tests.support import running_service
 
 
@@ -36,6 +40,28 @@ def test_every_request_is_a_row_and_the_metadata_is_complete(tmp_path: Path) -> 
     assert meta["mode"] == "sequential" and meta["command"] == ["test"]
     assert "sweep" not in meta and "load_average" not in meta
     assert recorded.run.metadata.summary is not None
+
+
+def test_after_a_warm_up_the_run_waits_one_quota_period(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm-up's CPU must not spend the quota the first timed requests run on."""
+    marks: dict[str, float] = {}
+    real_warm_up, real_time_plan = record.warm_up, record.time_plan
+
+    def warm_up(*args: Any, **kwargs: Any) -> int:
+        answered = real_warm_up(*args, **kwargs)
+        marks["warmed"] = time.monotonic()
+        return answered
+
+    def time_plan(*args: Any, **kwargs: Any) -> None:
+        marks["timed"] = time.monotonic()
+        real_time_plan(*args, **kwargs)
+
+    monkeypatch.setattr(record, "warm_up", warm_up)
+    monkeypatch.setattr(record, "time_plan", time_plan)
+    with running_service() as base:
+        record_run(spec(base, tmp_path, settle_s=settle_s(Limit(0.5, 300))), [])
+    assert marks["timed"] - marks["warmed"] >= 0.3   # one period of the limit's 300 ms
 
 
 def test_an_interrupted_run_keeps_what_completed(tmp_path: Path) -> None:

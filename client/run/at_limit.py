@@ -32,6 +32,7 @@ from client.run.inplace import InPlaceError
 from client.run.limiters import LimiterError
 from client.run.measure import Load, Measurement, Progress, Started, measure, target_spec
 from client.run.plan import LoadPlan
+from client.run.record import settle_s
 from client.run.targets import Backend, ServiceError, Target
 from client.run.targets.replicas import ReplicaSet
 from client.run.targets.service import free_port
@@ -174,7 +175,8 @@ class StartedService:
         load = replace(self.load, plan=plan)
         return measure(
             lambda started: target_spec(started, load, name=name, data_dir=data_dir,
-                                        command=self.command, sweep=sweep),
+                                        command=self.command, sweep=sweep,
+                                        settle_s=settle_s(limit)),
             target=target, progress=progress, observers=observers, sample_usage=sample_usage,
             on_started=self.on_started, on_recorded=on_recorded, on_stopped=self.on_stopped)
 

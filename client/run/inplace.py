@@ -47,6 +47,7 @@ from client.run.limiters import Limiter, LimiterError, LimiterOptions, limiter_f
 from client.run.limiters.base import machine_cpus, same_limit
 from client.run.measure import Measurement, Progress, measure
 from client.run.plan import LoadPlan
+from client.run.record import settle_s
 from client.run.pod_reach import locate, pod_ref
 from client.run.record import RunSpec
 from client.run.usage import UsageSample
@@ -405,7 +406,8 @@ class InPlace:
             on_target(self.target.spec)
         self.apply(limit)
         spec = replace(self.template, name=name, plan=plan, data_dir=data_dir, sweep=sweep,
-                       cgroup=self.target.sampled(), note_load_average=True)
+                       cgroup=self.target.sampled(), note_load_average=True,
+                       settle_s=settle_s(limit))
         measured = measure(spec, progress=progress, observers=observers)
         if measured.interrupted:
             return measured   # kept as recorded: Ctrl-C does not wait for the agent

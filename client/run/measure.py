@@ -40,6 +40,7 @@ from client.run.recorder import files_first, stop_on_terminate
 from client.run.targets import Target
 from client.run.targets.replicas import ReplicaSet
 from client.run.usage import UsageSample, UsageSampler
+from cpuquota.limit import DEFAULT_PERIOD_MS
 
 __all__ = ["BURN_PATH", "Load", "Measurement", "Progress", "Started", "measure", "target_spec"]
 
@@ -77,7 +78,8 @@ class Load:
 
 
 def target_spec(target: Started, load: Load, *, name: str, data_dir: Path,
-                command: Sequence[str], sweep: SweepInfo | None = None) -> RunSpec:
+                command: Sequence[str], sweep: SweepInfo | None = None,
+                settle_s: float = DEFAULT_PERIOD_MS / 1000) -> RunSpec:
     """The run of ``load`` against a started ``target``: its URL (a replica set's requests go
     round-robin over every replica's), what the target is, the load average noted."""
     urls = load.urls(target)
@@ -87,7 +89,8 @@ def target_spec(target: Started, load: Load, *, name: str, data_dir: Path,
                                round(target.start_s or 0.0, 2))
     return RunSpec(url=urls[0], plan=load.plan, name=name, data_dir=data_dir,
                    iterations=load.iterations, command=list(command), timeout=load.timeout,
-                   warmup=load.warmup, service=target.describe(), note_load_average=True,
+                   warmup=load.warmup, settle_s=settle_s, service=target.describe(),
+                   note_load_average=True,
                    replica_urls=urls if replicas else (), replicas=replicas, sweep=sweep)
 
 

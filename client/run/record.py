@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -38,8 +39,15 @@ from client.run.observer import RunObserver
 from client.run.plan import LoadPlan
 from client.run.recorder import RunOutcome, files_first, stop_on_terminate
 from client.run.timeline_record import anchor_clock
+from cpuquota.limit import DEFAULT_PERIOD_MS, Limit
 
-__all__ = ["RecordedRun", "RunSpec", "load_average", "note_pace", "record_run"]
+__all__ = ["RecordedRun", "RunSpec", "load_average", "note_pace", "record_run", "settle_s"]
+
+
+def settle_s(limit: Limit | None) -> float:
+    """The pause after a warm-up: one period of ``limit``'s quota (without one, the kernel's
+    default period)."""
+    return (limit.period_ms if limit is not None else DEFAULT_PERIOD_MS) / 1000
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,9 @@ class RunSpec:
     new_connection: bool = False
     timeout: float = 30.0
     warmup: int = 0
+    # after a warm-up, this long before the first timed request: one quota period, so the
+    # warm-up's CPU does not spend the quota the first timed requests run on
+    settle_s: float = DEFAULT_PERIOD_MS / 1000
     max_failures: int = 5
     limits_url: str | None = None  # where to ask for ``/limits`` (default: ``url``)
     sweep: SweepInfo | None = None
@@ -179,6 +190,8 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
                 warm_up(spec.targets or spec.request or spec.url, spec.warmup,
                         new_connection=spec.new_connection, timeout=spec.timeout,
                         verify=spec.verify)
+            if spec.warmup:
+                time.sleep(spec.settle_s)
             time_plan(spec.sent, spec.plan, on_record, label="target" if spec.targets else "replica",
                       new_connection=spec.new_connection,
                       timeout=spec.timeout, max_consecutive_failures=spec.max_failures,
