@@ -144,6 +144,20 @@ def note_pace(metadata: RunMetadata, plan: LoadPlan, outcome: RunOutcome) -> Non
         metadata.client_pace = closed_loop_pace(outcome.own_ns, outcome.own_requests)
 
 
+def _warm_up(spec: RunSpec) -> None:
+    """``spec.warmup`` requests that are not recorded, then one quota period
+    (``spec.settle_s``) so their CPU does not spend the first timed requests' quota."""
+    if spec.warmup <= 0:
+        return
+    if spec.replica_urls:
+        warm_up_all(spec.replica_urls, spec.warmup, new_connection=spec.new_connection,
+                    timeout=spec.timeout, verify=spec.verify)
+    else:
+        warm_up(spec.targets or spec.request or spec.url, spec.warmup,
+                new_connection=spec.new_connection, timeout=spec.timeout, verify=spec.verify)
+    time.sleep(spec.settle_s)
+
+
 def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None]] = (), *,
                started: datetime | None = None,
                watcher: RunObserver | None = None) -> RecordedRun:
@@ -183,15 +197,7 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
             attached.start(run_start_ns)
     try:
         with stop_on_terminate():
-            if spec.replica_urls:
-                warm_up_all(spec.replica_urls, spec.warmup, new_connection=spec.new_connection,
-                            timeout=spec.timeout, verify=spec.verify)
-            elif spec.warmup:
-                warm_up(spec.targets or spec.request or spec.url, spec.warmup,
-                        new_connection=spec.new_connection, timeout=spec.timeout,
-                        verify=spec.verify)
-            if spec.warmup:
-                time.sleep(spec.settle_s)
+            _warm_up(spec)
             time_plan(spec.sent, spec.plan, on_record, label="target" if spec.targets else "replica",
                       new_connection=spec.new_connection,
                       timeout=spec.timeout, max_consecutive_failures=spec.max_failures,
