@@ -11,7 +11,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +20,8 @@ import httpx
 import pytest
 
 from client.data.files import read_run
+from cpuquota.account import CpuStat
+from cpuquota.cgroupfs import read_cpu_stat
 from tests.support import (BIN, http_timing, require, require_kernel_quota, service_process,
                            stop_by_pid)
 
@@ -52,6 +54,12 @@ class Recording:
     def timeline(self) -> Path:
         return self.data / "t.cgroup.csv"
 
+    def counted(self) -> CpuStat:
+        """The group's ``cpu.stat`` now, read by the test itself (the kernel's count)."""
+        stat = read_cpu_stat(self.group, 2 if (self.group / "cpu.max").exists() else 1)
+        assert stat is not None, f"{self.group}: cpu.stat has no bandwidth counters"
+        return stat
+
 
 @contextmanager
 def recorded_service(tmp_path: Path) -> Iterator[Recording]:
@@ -79,6 +87,23 @@ def recorded_service(tmp_path: Path) -> Iterator[Recording]:
             finally:
                 stop_by_pid(proc)
         assert proc.returncode == 0, proc.stderr
+
+
+def load_until_throttled(rec: Recording, run_once: Callable[[int], None],
+                         periods: int, rounds: int = 8) -> int:
+    """Run ``run_once(round)`` until the kernel has throttled the group in at least ``periods``
+    periods since the first round began (at most ``rounds``); how many rounds ran.
+
+    For a tool that stops by time, not by count: a round on a machine busy enough that the
+    service gets less CPU than its quota may end before the quota bites even once."""
+    before = rec.counted()
+    for done in range(1, rounds + 1):
+        run_once(done)
+        if (rec.counted() - before).nr_throttled >= periods:
+            return done
+    raise AssertionError(f"the kernel throttled {rec.group} in "
+                         f"{(rec.counted() - before).nr_throttled} periods across {rounds} "
+                         f"rounds of load (want {periods}): the quota never bit")
 
 
 def timed_requests(url: str, count: int = REQUESTS) -> list[tuple[int, int, int]]:
@@ -122,7 +147,17 @@ def check_marks(tmp_path: Path, name: str, fmt: str, requests: int = REQUESTS) -
     before = max((s for s in run.timeline if s.t_ns <= first), key=lambda s: s.t_ns)
     after = min((s for s in run.timeline if s.t_ns >= last), key=lambda s: s.t_ns)
     group_ns = after.throttled_ns - before.throttled_ns
-    assert group_ns > 100_000_000   # the quota bit
+    # the quota bit (the kernel's counters across the requests, and what they were)
+    assert group_ns > 100_000_000, (
+        f"throttled {group_ns / 1e6:.1f} ms in {after.nr_throttled - before.nr_throttled} of "
+        f"{after.nr_periods - before.nr_periods} periods, the group used "
+        f"{(after.usage_ns - before.usage_ns) / 1e6:.1f} ms of CPU across {len(records)} "
+        f"requests ({(last - first) / 1e9:.2f} s; statuses "
+        f"{sorted({r.status for r in records})}, latency "
+        f"{min(r.latency_ns for r in records) / 1e6:.1f}-"
+        f"{max(r.latency_ns for r in records) / 1e6:.1f} ms); timeline "
+        f"{len(run.timeline)} samples over "
+        f"{(run.timeline[-1].t_ns - run.timeline[0].t_ns) / 1e9:.2f} s")
     marks = sum(r.cgroup_throttled_ns or 0 for r in records)
     assert marks == pytest.approx(group_ns, rel=0.3), (marks, group_ns)
     marked = [r.latency_ns for r in records if r.cgroup_nr_throttled]

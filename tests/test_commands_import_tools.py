@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from tests.import_support import (ITERATIONS, REQUESTS, check_marks, import_file,
-                                  recorded_service, run_tool, timed_requests, tool,
-                                  write_documented)
+                                  load_until_throttled, recorded_service, run_tool,
+                                  timed_requests, tool, write_documented)
 from tests.nginx_conf import nginx_binary, nginx_conf
 from tests.support import free_port, http_timing, require, stop_by_pid
 
@@ -33,14 +33,18 @@ def test_vegeta_csv_and_json(tmp_path: Path) -> None:
     with recorded_service(tmp_path) as rec:
         targets = tmp_path / "targets.txt"
         targets.write_text(f"GET {rec.url}\n")
-        # vegeta stops by time only (-lazy ends on a "no targets" error result): 6 s, as a
-        # request of 50,000 iterations at 0.1 CPU can take up to 1 s on a busy machine
-        run_tool([vegeta, "attack", "-targets", str(targets), "-rate", "0", "-workers", "1",
-                  "-max-workers", "1", "-duration", "6s"], tmp_path, tmp_path / "r.bin")
+
+        def attack(round_: int) -> None:   # by time only (-lazy ends on a "no targets" error)
+            run_tool([vegeta, "attack", "-targets", str(targets), "-rate", "0", "-workers", "1",
+                      "-max-workers", "1", "-duration", "3s"], tmp_path,
+                     tmp_path / f"r{round_}.bin")
+
+        # 15 periods throttled: at least 150 ms of CPU burnt, five requests' worth
+        rounds = load_until_throttled(rec, attack, periods=15)
+    bins = [str(tmp_path / f"r{i}.bin") for i in range(1, rounds + 1)]
     for to in ("csv", "json"):
-        with open(tmp_path / "r.bin", "rb") as results:
-            encoded = subprocess.run([vegeta, "encode", "--to", to], stdin=results,
-                                     capture_output=True, check=True).stdout
+        encoded = subprocess.run([vegeta, "encode", "--to", to, *bins], capture_output=True,
+                                 check=True).stdout
         (tmp_path / f"vegeta.{to}").write_bytes(encoded)
         out = import_file(tmp_path, tmp_path / f"vegeta.{to}", f"vegeta-{to}")
         assert f"(vegeta-{to})" in out and "clock check" in out
