@@ -80,7 +80,8 @@ def test_a_quota_raised_mid_run(tmp_path: Path) -> None:
     recorded = read_run(csv_path)
     marks = sum(r.cgroup_throttled_ns or 0 for r in recorded.records)
     group_ns = timeline[-1].throttled_ns - timeline[0].throttled_ns
-    assert group_ns > 100_000_000
+    assert group_ns > 100_000_000, (group_ns, timeline[-1].nr_throttled - timeline[0].nr_throttled,
+                                    len(recorded.records))   # the quota bit
     assert marks == pytest.approx(group_ns, rel=0.2)   # one at a time: the marks add up
 
     data = json.loads(http_timing("report", str(csv_path), "--json", cwd=tmp_path).stdout)
