@@ -22,7 +22,7 @@ import pytest
 
 from kubenode import node as kubenode
 from kubenode.config import CGROUP_ROOT, KUBE_VERSION, NODE_NAME
-from kubenode.demo import STALL_US, gaps_at_least, pi_line, pi_pages
+from kubenode.demo import STALL_US, pi_line, pi_pages
 from kubenode.overlay import write_overlay
 from kubenode.traefik import WEB_PORT
 from tests.kube import BEFORE, NODE_PATHS, host_view, iptables_lines, shipped_limit, wait_for
@@ -222,9 +222,12 @@ def test_the_job_completes_and_prints_both_reports(applied: kubenode.Node) -> No
 def test_the_pi_page_through_the_limited_ingress_stops_and_the_limitless_one_does_not(
         applied: kubenode.Node) -> None:
     """``make kube-demo``'s last step: the pi page (/api/pi) through each Ingress (Traefik),
-    the same counter for both (~150 ms of CPU, calibrated on the limitless one): through the
-    limited one it stops for STALL_MS or more, about once per quota it uses up (its own CPU
-    time over the quota a period); through the limitless one less often."""
+    the same counter for both (~150 ms of CPU, calibrated on the limitless one). Through the
+    limited one the kernel's rule shows: at most one quota of CPU a period, so the loop took at
+    least a period per quota it used, and the page's own gaps hold that wait. How the wait
+    splits into gaps is the kernel's doing (the pod's and the container's period timers, the
+    per-CPU slices): ``make kube-demo`` counts the gaps of 50 ms or more, docs/benchmarks.md
+    has its figures. Through the limitless one the page waits less."""
     for name in ("limited", "limitless"):
         applied.kubectl("-n", "throttle-lab", "rollout", "status", f"deployment/{name}",
                         "--timeout=300s", timeout=320)
@@ -235,9 +238,12 @@ def test_the_pi_page_through_the_limited_ingress_stops_and_the_limitless_one_doe
     assert limited["counter"] == limitless["counter"] == counter
     quotas_used = limited["cpu_ns"] / LIMIT.quota_ns
     assert quotas_used > 4, limited["cpu_ns"]        # the page is long enough to say anything
-    assert gaps_at_least(limited) >= quotas_used / 2, (gaps_at_least(limited), quotas_used)
-    assert limited["pauses"]["longest_us"] >= STALL_US
-    # without a quota a page stops that long only when another process takes its CPU (a busy
-    # machine): never once per quota's worth of CPU, as the limited one does
-    assert gaps_at_least(limitless) < gaps_at_least(limited), (limitless["pauses"],
-                                                                 limited["pauses"])
+    # C ns of CPU at q a period P take at least P * (C / q - 1); one more quota of margin for
+    # what the per-CPU slices carry over a period's end (the other threads' CPU only adds)
+    least_wait_ns = LIMIT.period_ns * (quotas_used - 2) - limited["cpu_ns"]
+    figures = (limited["wall_ns"], limited["cpu_ns"], limited["pauses"], least_wait_ns)
+    assert limited["wall_ns"] - limited["cpu_ns"] >= least_wait_ns, figures
+    assert limited["pauses"]["total_us"] * 1000 >= least_wait_ns, figures   # the page saw it
+    # the limitless page meets the same machine, without the quota's wait
+    assert limitless["pauses"]["total_us"] < limited["pauses"]["total_us"], (
+        limitless["pauses"], limited["pauses"])
