@@ -9,6 +9,7 @@ hierarchies, ``<pid>/cgroup`` names a process's groups and ``<pid>/stat`` its CP
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from cpuquota.cgroupfs import locate_cpu_controller
 from service.cgroup import empty_group, remove_group
 
 __all__ = ["BURNER", "V1_STAT", "V2_STAT", "BurningGroup", "ProcFigures", "burner_in",
-           "burner_in_group", "fake_proc", "mount_line", "nested_groups", "v1_group",
+           "burner_in_group", "change_in_place", "fake_proc", "mount_line", "nested_groups", "v1_group",
            "v2_group", "write_proc_stat"]
 
 V1_STAT = "nr_periods 31\nnr_throttled 30\nthrottled_time 2071000000\nnr_bursts 0\nburst_time 0\n"
@@ -57,6 +58,19 @@ def v2_group(directory: Path, cpu_max: str | None = "30000 100000", stat: str = 
         (directory / "cpu.stat").write_text("usage_usec 5\nuser_usec 4\nsystem_usec 1\n")
     (directory / "cgroup.procs").write_text("")
     return directory
+
+
+def change_in_place(path: Path, text: str) -> None:
+    """Change a fake kernel file as the kernel does, at once and never empty: one write of a
+    value as long as the old one, in place (a reader holding the file open, as the sampler
+    does, sees the new value; ``write_text`` truncates first, and a read between sees "")."""
+    data = text.encode()
+    assert len(data) == path.stat().st_size, (path, text)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        assert os.pwrite(fd, data, 0) == len(data)
+    finally:
+        os.close(fd)
 
 
 def mount_line(number: int, root: str, mount_point: Path, fstype: str, options: str) -> str:

@@ -17,7 +17,8 @@ from client.run.limiters import LimiterError
 from client.run.limiters.kubernetes import KubernetesLimiter
 from client.run.limiters.pods import PodsLimiter
 from cpuquota.limit import Limit
-from tests.cgroup_fixtures import V2_STAT, fake_proc, mount_line, v1_group, v2_group
+from tests.cgroup_fixtures import (V2_STAT, change_in_place, fake_proc, mount_line, v1_group,
+                                   v2_group)
 from tests.test_run_limiters_kubernetes import ScriptedApi, pod
 
 
@@ -63,12 +64,14 @@ def test_the_pods_groups_are_summed_level_by_level(tmp_path: Path) -> None:
     csv_path = tmp_path / "run.cgroup.csv"
     with CgroupSampler(target, csv_path, interval=0.005) as sampler:
         sampler.start()
-        (pod_dirs[1] / "cpu.max").write_text("50000 100000\n")
+        change_in_place(pod_dirs[1] / "cpu.max", "50000 100000\n")   # read at any moment
         # the second sample from now was read after the write, however busy the machine
         taken = len(sampler.samples)
         deadline = time.monotonic() + 60
-        while len(sampler.samples) < taken + 2 and time.monotonic() < deadline:
+        while (len(sampler.samples) < taken + 2 and sampler.error is None
+               and time.monotonic() < deadline):
             time.sleep(0.005)
+    assert sampler.error is None, sampler.error
     assert read_timeline(csv_path) == sampler.samples
     assert sampler.samples[-1].quotas[0] == (70000, 100000)
 
