@@ -20,8 +20,8 @@ from cpuquota.cgroupfs import locate_cpu_controller
 from service.cgroup import empty_group, remove_group
 
 __all__ = ["BURNER", "V1_STAT", "V2_STAT", "BurningGroup", "ProcFigures", "burner_in",
-           "burner_in_group", "change_in_place", "fake_proc", "mount_line", "nested_groups", "v1_group",
-           "v2_group", "write_proc_stat"]
+           "burner_in_group", "change_in_place", "fake_proc", "mount_line", "nested_groups",
+           "v1_group", "v2_group", "write_proc_stat"]
 
 V1_STAT = "nr_periods 31\nnr_throttled 30\nthrottled_time 2071000000\nnr_bursts 0\nburst_time 0\n"
 V2_STAT = ("usage_usec 900000\nuser_usec 880000\nsystem_usec 20000\nnr_periods 31\n"

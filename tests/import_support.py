@@ -21,7 +21,7 @@ import pytest
 
 from client.data.files import read_run
 from cpuquota.account import CpuStat
-from cpuquota.cgroupfs import read_cpu_stat
+from cpuquota.cgroupfs import locate_cpu_controller, read_cpu_stat
 from tests.support import (BIN, http_timing, require, require_kernel_quota, service_process,
                            stop_by_pid)
 
@@ -56,7 +56,7 @@ class Recording:
 
     def counted(self) -> CpuStat:
         """The group's ``cpu.stat`` now, read by the test itself (the kernel's count)."""
-        stat = read_cpu_stat(self.group, 2 if (self.group / "cpu.max").exists() else 1)
+        stat = read_cpu_stat(self.group, locate_cpu_controller().version)
         assert stat is not None, f"{self.group}: cpu.stat has no bandwidth counters"
         return stat
 
