@@ -1,4 +1,4 @@
-"""How faithful is the in-process throttle (``burn-service --cpu-limit PCT``)? Prints a table.
+"""How faithful is the in-process throttle (``burn-service --cpu-limit PCT``)?
 
     .venv/bin/python -m benchmarks.inprocess_throttle [--percents 1 2 4 8 30 80]
         [--window 4] [--concurrency 4] [--iterations 3000] [--requests 100]

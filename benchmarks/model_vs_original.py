@@ -1,4 +1,4 @@
-"""The quota model (``http-timing predict``) against the original's recorded runs. Prints tables.
+"""The quota model (``http-timing predict``) against the original's recorded runs.
 
     .venv/bin/python -m benchmarks.model_vs_original [--network-ms 0.8] [--seeds 20]
 

@@ -1,4 +1,4 @@
-"""The pi page's figures: what one ``/api/pi?counter=N`` request looks like per limit. Prints a table.
+"""The pi page's figures: what one ``/api/pi?counter=N`` request looks like per limit.
 
     .venv/bin/python -m benchmarks.pi_page [--counter 100000] [--requests 10]
         [--limits none inprocess-10 kernel-0.1]

@@ -5,11 +5,14 @@ A record is one run of one benchmark: ``benchmarks/results/<name>-<UTC start>.js
 date, the command, the commit, the machine (CPU model from ``/proc/cpuinfo``, cores, kernel,
 cgroup version, load average before and after), what it printed and its figures. The page's
 part between ``<!-- generated: benchmark records -->`` and ``<!-- end generated -->`` shows the
-latest record of each benchmark (:func:`write_page`). Standard library only.
+latest record of each benchmark (:func:`write_page`): what the benchmark measures (its module's
+docstring, first paragraph), the record's date, machine and command, and the tables it printed
+(the whole output stays in the record). Standard library only.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import os
@@ -21,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["END", "ENV", "MARKER", "PAGE", "RESULTS", "cgroup_version", "cpu_model",
-           "latest", "machine", "record_path", "rewritten", "section", "write_page",
-           "write_record"]
+           "latest", "machine", "measures", "printed_tables", "record_path", "rewritten",
+           "section", "write_page", "write_record"]
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -132,17 +135,48 @@ def _when_and_where(record: Mapping[str, Any]) -> str:
     return "".join(said) + ".*"
 
 
+def measures(name: str, package: Path = HERE) -> str:
+    """What benchmark ``name`` measures: the first paragraph of its module's docstring, on one
+    line ("" for a module that is not there or has none)."""
+    try:
+        doc = ast.get_docstring(ast.parse((package / f"{name}.py").read_text()))
+    except (OSError, SyntaxError, ValueError):
+        return ""
+    return " ".join((doc or "").split("\n\n")[0].split())
+
+
+def printed_tables(output: str) -> str:
+    """What a benchmark printed, up to its last Markdown table, as Markdown: each table a block
+    of its own, the lines before it as text (a heading's ``#`` left out). Output without a
+    table is shown whole, as text."""
+    lines = output.strip("\n").splitlines()
+    last = max((i for i, line in enumerate(lines) if line.startswith("|")), default=None)
+    if last is None:
+        return "\n".join(["```text", *lines, "```"])
+    blocks: list[list[str]] = []
+    for line in lines[:last + 1]:
+        kind = "table" if line.startswith("|") else "text"
+        if not line.strip():
+            blocks.append([])
+        elif blocks and blocks[-1] and blocks[-1][0].startswith("|") == (kind == "table"):
+            blocks[-1].append(line if kind == "table" else line.lstrip("#").strip())
+        else:
+            blocks.append([line if kind == "table" else line.lstrip("#").strip()])
+    return "\n\n".join("\n".join(block) for block in blocks if block)
+
+
 def section(records: Mapping[str, Mapping[str, Any]]) -> str:
-    """The generated part: per benchmark (by name), its latest record's date, machine, command
-    and what it printed."""
+    """The generated part: per benchmark (by name), what it measures, its latest record's date,
+    machine and command, and the tables it printed."""
     if not records:
         return "No records yet: `make bench` writes them."
     out: list[str] = []
     for name in sorted(records):
         record = records[name]
-        out += [f"### `benchmarks.{name}`", "", _when_and_where(record), "",
-                f"`{record.get('command', '')}`", "", "```text",
-                str(record.get("output", "")).strip("\n"), "```", ""]
+        said = measures(name)
+        out += [f"### `benchmarks.{name}`", "", *([said, ""] if said else []),
+                _when_and_where(record), "", f"`{record.get('command', '')}`", "",
+                printed_tables(str(record.get("output", ""))), ""]
     return "\n".join(out).strip("\n")
 
 

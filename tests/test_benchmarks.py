@@ -19,8 +19,9 @@ import httpx
 import pytest
 
 from benchmarks.__main__ import CHOSEN, known
-from benchmarks.records import (END, ENV, MARKER, cgroup_version, cpu_model, latest, machine,
-                                rewritten, write_page, write_record)
+from benchmarks.records import (END, ENV, MARKER, PAGE, RESULTS, cgroup_version, cpu_model,
+                                latest, machine, measures, printed_tables, rewritten,
+                                write_page, write_record)
 from benchmarks.support import burn_service, calibrate, scrape
 from cpuquota.limit import Limit
 from tests.support import gone
@@ -170,6 +171,33 @@ def test_the_page_shows_the_latest_record_of_each_benchmark(tmp_path: Path) -> N
     assert not write_page(page, tmp_path)   # written once: the same page again
 
     assert rewritten("no marker here\n", latest(tmp_path)) == "no marker here\n"
+
+
+def test_the_page_shows_each_record_s_tables_with_the_lines_before_them() -> None:
+    printed = ("load average before: 0.1\n\n### the title\n(a) the caption\n"
+               "| limit | p99 ms |\n|---|---|\n| 0.3 | 76 |\n\nbetween\n\n| b |\n|---|\n"
+               "| 1 |\nthe verdict after the last table\nload average after: 0.2\n")
+    assert printed_tables(printed) == (
+        "load average before: 0.1\n\nthe title\n(a) the caption\n\n"
+        "| limit | p99 ms |\n|---|---|\n| 0.3 | 76 |\n\nbetween\n\n| b |\n|---|\n| 1 |")
+    assert printed_tables("run   p50\n0.3   5.1\n") == "```text\nrun   p50\n0.3   5.1\n```"
+
+
+def test_what_a_benchmark_measures_is_its_docstring_s_first_paragraph(tmp_path: Path) -> None:
+    (tmp_path / "slow.py").write_text('"""What it measures,\n  on two lines.\n\nMore."""\n')
+    (tmp_path / "bare.py").write_text("x = 1\n")
+    assert measures("slow", tmp_path) == "What it measures, on two lines."
+    assert measures("bare", tmp_path) == "" and measures("gone", tmp_path) == ""
+    assert measures("kernel_quota").startswith("What a real kernel CPU quota does")
+
+
+def test_the_page_is_committed_as_the_records_write_it() -> None:
+    """docs/benchmarks.md's generated part is what benchmarks/results/ and the benchmarks'
+    docstrings give: ``python -m benchmarks --page-only`` rewrites it."""
+    text = PAGE.read_text()
+    assert MARKER in text and END in text
+    assert rewritten(text, latest(RESULTS)) == text, \
+        "docs/benchmarks.md is out of date: run python -m benchmarks --page-only"
 
 
 def test_burn_service_starts_through_the_registry_and_stops_by_its_pid() -> None:
