@@ -184,6 +184,36 @@ def test_the_quota_in_force_is_read_at_each_interval(tmp_path) -> None:
     assert "0.5 CPU (50 ms per 100 ms" in text and "quota changed at 12:00:01" in text
 
 
+@pytest.mark.parametrize("width", [80, 100, 120, 200])
+@pytest.mark.parametrize("threads", [True, False])
+def test_the_table_fits_the_terminal_it_is_in(width: int, threads: bool) -> None:
+    """Issue 55: at 80 columns the header wrapped over six lines and the time read 19:17:…"""
+    stats = interval_stats(CgroupSample(0, 0, 0, 0, 0),
+                           CgroupSample(10**9, 190_000_000, 10, 9, 720_000_000), Limit(0.2))
+    top = (("GC Thread#N", 6, 0.6), ("http-nio-8080-exec-N", 3, 0.3),
+           ("C2 CompilerThre", 1, 0.1))
+    rows = [WatchRow(f"19:17:{second:02d}", 1.0, stats, Limit(0.2),
+                     top_threads=top if threads else None) for second in range(40, 43)]
+    console = Console(width=width, record=True, file=open(os.devnull, "w"))
+    console.print(watch_table("/sys/fs/cgroup/cpu/throttle-lab/some-group", Limit(0.2), rows,
+                              stats, None, "quota changed at 19:17:40: 0.5 CPU -> 0.2 CPU"))
+    console.file.close()
+    lines = console.export_text().splitlines()
+    assert all(len(line.rstrip()) <= width for line in lines), "\n".join(lines)
+    top_edge = next(i for i, line in enumerate(lines) if line.startswith("┏"))
+    under = next(i for i, line in enumerate(lines) if line.startswith("┡"))
+    assert under - top_edge - 1 <= 2, "\n".join(lines[top_edge:under + 1])   # the header
+    text = "\n".join(lines)
+    assert "…" not in text, text   # no word cut short
+    for second in range(40, 43):
+        assert re.search(rf"^│ 19:17:{second} ", text, re.MULTILINE), text   # whole times
+    assert "periods" in text and "throttled" in text and "quota" in text
+    if threads:   # every name whole, its share with it (on its line or the next)
+        flat = " ".join(text.replace("│", " ").split())
+        for name, _ns, share in top:
+            assert f"{name} {100 * share:.0f} %" in flat, text
+
+
 # ---- bad input -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, expected", [

@@ -4,16 +4,18 @@ of throttling, drawn with rich) or one JSON object per line when the output is n
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from client.analysis.cgroup import IntervalStats
 from cpuquota.limit import Limit
 
-__all__ = ["WatchRow", "json_line", "limit_text", "watch_table"]
+__all__ = ["WatchRow", "WatchView", "json_line", "limit_text", "watch_table"]
 
 
 @dataclass(frozen=True)
@@ -60,40 +62,88 @@ def _quota_words(total: IntervalStats, limit: Limit | None) -> str:
     return f" ({_percent(total.quota_share)} of the quota)"
 
 
-def _top(row: WatchRow) -> str:
-    """``C2 CompilerThre 52 %, http-nio-N 30 %``; ``-`` when no thread ran or none was read."""
+def _top(row: WatchRow, join: str = ", ") -> str:
+    """``C2 CompilerThre 52 %, http-nio-N 30 %`` (or one a line); ``-`` when no thread ran or
+    none was read."""
     if not row.top_threads:
         return "-"
-    return ", ".join(f"{name} {100 * share:.0f} %" for name, _ns, share in row.top_threads)
+    return join.join(f"{name} {100 * share:.0f} %" for name, _ns, share in row.top_threads)
+
+
+# a layout: headers in one line or two; the top threads in one line or one name a line;
+# the periods in three columns or in one ("9 of 10 (90 %)")
+@dataclass(frozen=True)
+class _Layout:
+    headers: tuple[str, ...]
+    threads_join: str
+    compact: bool = False
+
+
+_WIDE = ("periods", "periods throttled", "% of periods", "throttled time ms", "CPUs used",
+         "% of quota", "top threads (share of their CPU)")
+_TWO_LINES = ("periods", "periods\nthrottled", "% of\nperiods", "throttled\ntime ms",
+              "CPUs\nused", "% of\nquota", "top threads\n(share of CPU)")
+_COMPACT = ("periods\nthrottled", "throttled\ntime ms", "CPUs\nused", "% of\nquota",
+            "top threads\n(share of CPU)")
+_UNBOUNDED = 10_000
+_LAYOUTS = (_Layout(_WIDE, ", "), _Layout(_WIDE, "\n"), _Layout(_TWO_LINES, "\n"),
+            _Layout(_COMPACT, "\n", compact=True))
+
+
+class WatchView:
+    """The table drawn to fit the width it is given: the widest layout whose every line fits
+    (the last, narrowest one otherwise: its top threads wrap between words)."""
+
+    def __init__(self, build: Callable[[_Layout], Table]) -> None:
+        self.build = build
+
+    def table(self, width: int, console: Console) -> Table:
+        unbounded = console.options.update_width(_UNBOUNDED)   # a table's width as it likes
+        for layout in _LAYOUTS:
+            table = self.build(layout)
+            if Measurement.get(console, unbounded, table).maximum <= width:
+                return table
+        return table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.table(options.max_width, console)
 
 
 def watch_table(group: str, limit: Limit | None, rows: Sequence[WatchRow],
                 total: IntervalStats | None = None, quota_group: str | None = None,
-                change: str | None = None) -> Table:
+                change: str | None = None) -> WatchView:
     """The last ``rows`` (oldest first) and, in the caption, the totals since the start.
     ``quota_group``: the group above whose quota is in force (its counters are shown);
-    ``change``: the last change of quota seen, in words."""
+    ``change``: the last change of quota seen, in words. Drawn to the width it is printed at
+    (80 columns and more: headers in two lines at most, whole times)."""
+    return WatchView(lambda layout: _table(layout, group, limit, rows, total, quota_group,
+                                           change))
+
+
+def _table(layout: _Layout, group: str, limit: Limit | None, rows: Sequence[WatchRow],
+           total: IntervalStats | None, quota_group: str | None, change: str | None) -> Table:
     where = f" on {quota_group}" if quota_group and quota_group != group else ""
     changed = f"\n{change}" if change else ""
     table = Table(title=f"CPU throttling of {group}\n{limit_text(limit)}{where}{changed}  "
                         "(Ctrl-C to stop)", title_justify="left")
-    table.add_column("time")
-    table.add_column("periods", justify="right")
-    table.add_column("periods throttled", justify="right")
-    table.add_column("% of periods", justify="right")
-    table.add_column("throttled time ms", justify="right")
-    table.add_column("CPUs used", justify="right")
-    table.add_column("% of quota", justify="right")
+    table.add_column("time", no_wrap=True, min_width=8)
+    *numbers, threads_header = layout.headers
+    for header in numbers:
+        table.add_column(header, justify="right", no_wrap=True)
     threads = any(row.top_threads is not None for row in rows)
     if threads:
-        table.add_column("top threads (share of their CPU)")
+        table.add_column(threads_header, overflow="fold")
     for row in rows:
         s = row.stats
         hot = "bold red" if s.nr_throttled else ""
-        cells: list[str | Text] = [row.clock, str(s.nr_periods), Text(str(s.nr_throttled), style=hot),
-                 Text(_percent(s.throttled_share), style=hot), f"{s.throttled_ms:.1f}",
-                 _cpus(s.usage_cpus), _quota_share(s, row.limit or limit)]
-        table.add_row(*cells, *([_top(row)] if threads else []))
+        periods: list[str | Text] = [
+            Text(f"{s.nr_throttled} of {s.nr_periods} ({_percent(s.throttled_share)})",
+                 style=hot)] if layout.compact else [
+            str(s.nr_periods), Text(str(s.nr_throttled), style=hot),
+            Text(_percent(s.throttled_share), style=hot)]
+        cells = [row.clock, *periods, f"{s.throttled_ms:.1f}", _cpus(s.usage_cpus),
+                 _quota_share(s, row.limit or limit)]
+        table.add_row(*cells, *([_top(row, layout.threads_join)] if threads else []))
     if total is not None:
         table.caption = (f"since start ({total.interval_s:.1f} s): {total.nr_throttled} of "
                          f"{total.nr_periods} periods throttled "
