@@ -163,3 +163,81 @@ def test_redirects_are_followed_only_when_asked(
     assert {(r["status"], r["error"]) for r in rows(tmp_path / "raw-data" / "r.csv")} == \
         {("200", "")}
     assert targets == [b"/hop/0"] * 3 + [b"/hop/0", b"/hop/1"] * 3
+
+
+# ---- what the failed requests met (issue 55: "errors 3 of 3" never said 404) ------------------
+
+def _app_answering(statuses: list[int]) -> object:
+    """burn-service's app with ``/mixed``: the n-th request is answered ``statuses[n]``."""
+    from fastapi import Response
+
+    from service.app import create_app
+    from service.config import Settings
+
+    app = create_app(Settings())
+    sent = iter(statuses)
+
+    @app.get("/mixed")
+    def mixed() -> Response:
+        return Response("x", status_code=next(sent, 200))
+
+    return app
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_the_summary_says_what_the_failed_requests_met(
+        quiet: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from client.commands import main
+    from tests.support import running_service
+
+    with running_service() as base:   # a real uvicorn: no such route, a 404 each time
+        monkeypatch.chdir(tmp_path)
+        code = main(["--url", f"{base}/no-such-page", "--requests", "3", "--no-plot",
+                     "--name", "r", *(["--quiet"] if quiet else [])])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "errors 3 of 3" in out and "errors: 3 of 3 answered 404" in out, out
+    assert ("Status code 404" in out) is not quiet   # the per-request lines say it too
+    done = subprocess.run([str(BIN / "http-timing"), "report", str(tmp_path / "raw-data" /
+                                                                   "r.csv")],
+                          capture_output=True, text=True, timeout=120)
+    assert "errors: 3 of 3 answered 404" in done.stdout, done.stdout + done.stderr
+    assert report(tmp_path)["errors_by"] == [{"what": "answered 404", "count": 3}]
+
+
+def test_each_status_is_counted_the_most_frequent_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from client.commands import main
+    from tests.support import running_service
+
+    statuses = [200, 503, 404, 404, 200, 404, 503, 404, 404, 200]
+    with running_service(app=_app_answering(statuses)) as base:  # type: ignore[arg-type]
+        monkeypatch.chdir(tmp_path)
+        code = main(["--url", f"{base}/mixed", "--requests", "10", "--no-plot", "--quiet",
+                     "--name", "r"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "errors 7 of 10" in out
+    assert "errors: 5 of 10 answered 404, 2 of 10 answered 503\n" in out, out
+    data = report(tmp_path)
+    assert data["errors"] == 7 and data["errors_by"] == [
+        {"what": "answered 404", "count": 5}, {"what": "answered 503", "count": 2}]
+
+
+def test_a_request_with_no_answer_says_what_the_transport_said() -> None:
+    from client.data.record import RequestRecord
+    from client.data.summary import error_kinds
+    from client.render.text import format_errors
+
+    records = [RequestRecord(0, 0, 1, 404, "HTTP 404"), RequestRecord(1, 2, 1, 200),
+               RequestRecord(2, 4, 1, 0, "ConnectError: [Errno 111] Connection refused"),
+               RequestRecord(3, 6, 1, 302, "HTTP 302: redirect to /x (not followed)"),
+               RequestRecord(4, 8, 1, 404, "HTTP 404")]
+    kinds = error_kinds(records)
+    assert kinds == [("answered 404", 2), ("answered 302", 1),
+                     ("failed: ConnectError: Connection refused", 1)]
+    assert format_errors(kinds, 5) == ("errors: 2 of 5 answered 404, 1 of 5 answered 302, "
+                                       "1 of 5 failed: ConnectError: Connection refused")
+    assert format_errors(error_kinds(records[1:2]), 1) is None   # none failed: no line

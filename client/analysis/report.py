@@ -20,7 +20,7 @@ from client.analysis.threads import ThreadsReport, threads_report
 from client.data.files import Run
 from client.data.metadata import LoadMode, watched_without_limit
 from client.data.pace import fell_behind_words
-from client.data.summary import Summary, summarize
+from client.data.summary import Summary, error_kinds, summarize
 from cpuquota.limit import Limit
 
 __all__ = ["PredictionReport", "QuotaPart", "Report", "WorkloadError", "build_prediction",
@@ -47,6 +47,9 @@ class Report:
     # a prediction saved as a run (``client.analysis.replayed_limit``): what its JSON says
     # of the replay (None: a measured run)
     predicted: dict[str, Any] | None = None
+    # what the failed requests met, counted, most first: ("answered 404", 3), ("failed:
+    # ConnectError: Connection refused", 1) (``client.data.summary.error_kinds``)
+    errors_by: tuple[tuple[str, int], ...] = ()
 
     @property
     def fell_behind_words(self) -> str | None:
@@ -69,6 +72,8 @@ class Report:
             out["quotas"] = [part.to_dict() for part in self.by_quota]
         if self.predicted is not None:
             out["predicted"] = self.predicted
+        if self.errors_by:
+            out["errors_by"] = [{"what": what, "count": count} for what, count in self.errors_by]
         if self.threads is not None:
             out["cpu_by_thread"] = (None if self.threads.unknown is not None else
                                     [share.to_dict() for share in self.threads.shares])
@@ -124,7 +129,8 @@ def _one_report(run: Run, limit: Limit | None) -> Report:
     return Report(run.name, limit, run.metadata.limit_description(), summarize(run.records),
                   detection, cgroup, run.metadata.client_fell_behind,
                   run.metadata.client_pace,
-                  predicted=dict(predicted) if isinstance(predicted, Mapping) else None)
+                  predicted=dict(predicted) if isinstance(predicted, Mapping) else None,
+                  errors_by=tuple(error_kinds(run.records)))
 
 
 def build_report(run: Run, limit: Limit | None = None) -> Report:

@@ -14,7 +14,7 @@ from client.commands.options import CliError, int_at_least, number_above, number
 from client.data.files import FileWriteError, folder_problem
 from client.data.metadata import LoadMode
 from client.render.figures import plot_run
-from client.render.text import format_summary, format_throughput
+from client.render.text import format_errors, format_summary, format_throughput
 from client.run.plan import DEFAULT_REQUESTS, LoadPlan, LoadPlanError
 from client.run.record import RecordedRun
 from client.run.targets import AUTO, BACKENDS, Backend, Target, TargetOptions, resolve_backend
@@ -108,6 +108,8 @@ def show_result(recorded: RecordedRun, report: Report) -> None:
     """The latency line, and for a load run the throughput line."""
     run = recorded.run
     print(format_summary(report.summary))
+    if (errors := format_errors(report.errors_by, report.summary.count)) is not None:
+        print(errors)
     if run.metadata.mode is not LoadMode.SEQUENTIAL:
         row = throughput_row(run.records, report.detection.throttled_fraction)
         print(format_throughput(row, run.metadata.rate_rps))

@@ -6,6 +6,8 @@ data; every table and report takes its percentiles from here."""
 from __future__ import annotations
 
 import math
+import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -14,7 +16,7 @@ import numpy as np
 
 from client.data.record import RequestRecord
 
-__all__ = ["Summary", "percentile", "summarize"]
+__all__ = ["Summary", "error_kinds", "percentile", "summarize"]
 
 
 def percentile(values_ms: Sequence[float], q: float) -> float:
@@ -71,3 +73,20 @@ def summarize(records: Sequence[RequestRecord]) -> Summary:
     p50, p90, p99 = np.percentile(ok, [50, 90, 99])
     return Summary(len(records), errors, float(ok.mean()), float(p50), float(p90), float(p99),
                    float(ok.max()), total_ms)
+
+
+_ERRNO = re.compile(r"\[Errno -?\d+\] ")
+
+
+def _error_kind(record: RequestRecord) -> str:
+    """``answered 404`` (an answer the run's status rule counts as an error) or ``failed:
+    ConnectError: Connection refused`` (no answer: what the transport said, no errno)."""
+    if record.status > 0:
+        return f"answered {record.status}"
+    return "failed: " + (_ERRNO.sub("", record.error).strip() or "no answer")
+
+
+def error_kinds(records: Sequence[RequestRecord]) -> list[tuple[str, int]]:
+    """What the failed requests met, counted, the most frequent first (ties by the words)."""
+    counts = Counter(_error_kind(r) for r in records if not r.ok)
+    return sorted(counts.items(), key=lambda kind: (-kind[1], kind[0]))

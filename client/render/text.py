@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from client.analysis.cgroup import CgroupReport
@@ -17,7 +17,7 @@ from client.analysis.threads import NOTABLE, TOP, ThreadsReport
 from client.analysis.throughput import ThroughputRow
 from client.data.summary import Summary
 
-__all__ = ["format_cgroup", "format_detection", "format_predicted", "format_pressure",
+__all__ = ["format_cgroup", "format_detection", "format_errors", "format_predicted", "format_pressure",
            "format_prediction", "format_prediction_report", "format_report", "format_summary", "format_threads",
            "format_throughput"]
 
@@ -37,6 +37,14 @@ def format_summary(summary: Summary) -> str:
     return (f"latency ms: p50 {ms(summary.p50_ms)}  p90 {ms(summary.p90_ms)}  "
             f"p99 {ms(summary.p99_ms)}  max {ms(summary.max_ms)}  mean {ms(summary.mean_ms)}  "
             f"errors {summary.errors} of {summary.count}")
+
+
+def format_errors(errors_by: Sequence[tuple[str, int]], count: int) -> str | None:
+    """``errors: 5 of 20 answered 404, 1 of 20 failed: ConnectError: Connection refused``
+    (what each failed request met, counted); None when none failed."""
+    if not errors_by:
+        return None
+    return "errors: " + ", ".join(f"{n} of {count} {what}" for what, n in errors_by)
 
 
 def format_throughput(row: ThroughputRow, rate_rps: float | None) -> str:
@@ -86,6 +94,7 @@ def format_report(report: Report, path: object) -> list[str]:
     lines = [f"run: {report.name} ({path})", f"limit: {report.limit_description}",
              *(format_predicted(report.predicted) if report.predicted else []),
              format_summary(report.summary),
+             *filter(None, [format_errors(report.errors_by, report.summary.count)]),
              *format_detection(report.detection, predicted=report.predicted is not None)]
     if report.fell_behind_words:
         lines.append(report.fell_behind_words)
