@@ -218,3 +218,84 @@ def test_the_usage_panel_stacks_the_top_thread_names_and_the_rest_as_other() -> 
         assert len(ax2.containers) == 1
     finally:
         plt.close(plain)
+
+
+# ---- threads the kernel cannot name (issue 55: "python3 100 %") --------------------------------
+
+BURNERS = """
+import ctypes, sys, threading, time
+named = sys.argv[1] == "named"
+
+def work(k):
+    if named:   # the OS name, as pthread_setname_np does for the calling thread
+        ctypes.CDLL(None, use_errno=True).prctl(15, f"worker-{k}".encode(), 0, 0, 0)
+    while True:   # about a third of a CPU each
+        end = time.thread_time() + 0.003
+        while time.thread_time() < end:
+            pass
+        time.sleep(0.006)
+
+for k in range(3):
+    threading.Thread(target=work, args=(k,), name=f"worker-{k}", daemon=True).start()
+time.sleep(0.1)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def _threads_of_burners(tmp_path: Path, named: bool) -> tuple[ThreadsReport, str]:
+    """Three threads of a real Python process burn CPU, named only in Python (threading's
+    ``name=``) or at the OS level too; their threads are read six times over 0.5 s into a
+    threads file, as a run's are, and judged against the process's own CPU clock. Returns
+    the report and the process's name (its ``comm``)."""
+    import subprocess
+    import time
+
+    from client.analysis.threads import threads_report
+    from client.data.threads import threads_path
+    from client.run.process_usage import process_cpu_clock
+    from tests.support import stop_by_pid
+
+    proc = subprocess.Popen([sys.executable, "-c", BURNERS, "named" if named else "unnamed"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        comm = Path(f"/proc/{proc.pid}/comm").read_text().strip()
+        group = tmp_path / "group"   # a stand-in listing the one process, as cgroup.procs does
+        group.mkdir()
+        (group / "cgroup.procs").write_text(f"{proc.pid}\n")
+        usage, out = ThreadUsage([group]), ThreadsFile(threads_path(tmp_path / "r.csv"))
+        origin, timeline = time.perf_counter_ns(), []
+        for _ in range(6):
+            t_ns = time.perf_counter_ns() - origin
+            cpu = time.clock_gettime_ns(process_cpu_clock(proc.pid))
+            out.write(usage.read(t_ns))
+            timeline.append(CgroupSample(t_ns, cpu, 0, 0, 0))
+            time.sleep(0.1)
+        usage.close()
+        out.close()
+    finally:
+        stop_by_pid(proc)
+    report = threads_report(tmp_path / "r.csv", timeline)
+    assert report is not None and report.unknown is None, report
+    return report, comm
+
+
+def test_threads_named_only_in_python_all_read_as_the_process(tmp_path: Path) -> None:
+    report, comm = _threads_of_burners(tmp_path, named=False)
+    top = report.shares[0]
+    assert top.share >= 0.8 and "worker" not in " ".join(s.name for s in report.shares)
+    assert report.unnamed is not None and report.unnamed.name == top.name
+    assert report.unnamed.threads >= 4   # the main thread and the three workers
+    assert top.name == fold_name(comm), (top.name, comm)
+    line = format_threads(report)[-1]
+    assert line.startswith(f"cpu by thread: {100 * top.share:.0f} % is under {top.name}, the "
+                           "process's own name, borne by ")
+    assert "prctl(PR_SET_NAME) or pthread_setname_np" in line
+
+
+def test_threads_named_at_the_os_level_get_no_hint(tmp_path: Path) -> None:
+    report, _comm = _threads_of_burners(tmp_path, named=True)
+    assert report.shares[0].name == "worker-N" and report.shares[0].share >= 0.8
+    assert report.unnamed is None
+    assert not any("process's own name" in line for line in format_threads(report))

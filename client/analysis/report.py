@@ -79,6 +79,8 @@ class Report:
                                     [share.to_dict() for share in self.threads.shares])
             if self.threads.unknown is not None:
                 out["cpu_by_thread_unknown"] = self.threads.unknown
+            if self.threads.unnamed is not None:
+                out["cpu_by_thread_unnamed"] = self.threads.unnamed.to_dict()
         return out
 
 

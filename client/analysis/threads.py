@@ -5,6 +5,10 @@ The threads are read less often than the counters (``client.data.threads``). Wha
 between two readings is counted "in the periods throttled" in the proportion of the group's
 usage in those readings' span that fell in sample intervals in which the group's
 ``nr_throttled`` grew (any quota level): the threads are taken to share each span's CPU alike.
+
+When most of the CPU (:data:`UNNAMED`) sits under the process's own name, on more than one
+thread, the kernel cannot tell those threads apart: nobody named them at the OS level
+(``ThreadsReport.unnamed``; ``report`` says how to name them).
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ import numpy as np
 from client.data.threads import ThreadReading, read_threads, threads_path
 from client.data.timeline import CgroupSample, TimelineError
 
-__all__ = ["NOTABLE", "OTHER", "TOP", "ThreadShare", "ThreadsReport", "outside_request_path",
-           "run_readings", "thread_shares", "threads_per_period", "threads_report",
-           "top_between"]
+__all__ = ["NOTABLE", "OTHER", "TOP", "UNNAMED", "ThreadShare", "ThreadsReport", "Unnamed",
+           "outside_request_path", "run_readings", "thread_shares", "threads_per_period",
+           "threads_report", "top_between", "unnamed"]
 
 TOP = 5            # names the text shows
 NOTABLE = 0.10     # a share of the throttled periods' CPU that is worth a line
 OTHER = "other"    # the names after the top ones, together
+UNNAMED = 0.80     # a share of the CPU under the process's own name that hides its threads
 # threads a runtime runs beside the requests: JIT compilers, collectors, the VM's own
 _RUNTIME = re.compile(r"^(C[12] Compiler|GC Thread|G1 |VM Thread|VM Periodic|Sweeper|"
                       r"Service Thread|Common-Cleaner|Finalizer|Reference Handl|Signal Dispat|"
@@ -50,6 +55,28 @@ class ThreadShare:
 
 
 @dataclass(frozen=True)
+class Unnamed:
+    """Most of the CPU under the process's own name, on several threads."""
+
+    name: str
+    threads: int      # the most live threads that bore it at one reading
+    share: float      # of all the threads' CPU
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "threads": self.threads, "share": self.share}
+
+
+def unnamed(shares: Sequence[ThreadShare], readings: Sequence[ThreadReading]) -> Unnamed | None:
+    """The process's own name when it holds :data:`UNNAMED` of the CPU or more and more than
+    one thread bore it (None otherwise, and for files from before the count was kept)."""
+    if not shares or not shares[0].share >= UNNAMED:
+        return None
+    top = shares[0]
+    threads = max((r.as_process.get(top.name, 0) for r in readings), default=0)
+    return Unnamed(top.name, threads, top.share) if threads > 1 else None
+
+
+@dataclass(frozen=True)
 class ThreadsReport:
     """The run's CPU by thread name, or why it is not known (``unknown``)."""
 
@@ -59,6 +86,7 @@ class ThreadsReport:
     source: str = ""
     unknown: str | None = None
     problems: tuple[str, ...] = ()           # threads not seen for a while, and why
+    unnamed: Unnamed | None = None           # most CPU under the process's own name
 
     @property
     def outside(self) -> list[ThreadShare]:
@@ -137,7 +165,7 @@ def threads_report(run_path: Path,
     return ThreadsReport(shares, sum(s.cpu_ns for s in shares), seen_usage,
                          f"{path.name} (/proc/PID/task/TID/schedstat, every "
                          f"{(last - first) / max(1, len(readings) - 1) / 1e9:.2g} s)",
-                         problems=tuple(problems))
+                         problems=tuple(problems), unnamed=unnamed(shares, readings))
 
 
 def run_readings(run_path: Path) -> list[ThreadReading]:

@@ -7,6 +7,9 @@ threads of that name have used since the first reading (ns, cumulative). A readi
 ``(total)`` row first (all its threads), then a row per name whose figure changed: a name
 keeps its figure until its next row. A row ``(not seen)`` with an empty ``cpu_ns`` says in
 its name why threads could not be read (``(not seen) no permission to read /proc/1/task``).
+A row ``(as their process) NAME`` holds in ``cpu_ns`` how many live threads bear the name of
+their process, ``NAME``, at that reading (written when it changes; kept until then): threads
+nobody named at the OS level (``prctl(PR_SET_NAME)``) all read as their process.
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ from typing import IO
 
 from client.data.timeline import TimelineError
 
-__all__ = ["ENDED", "NOT_SEEN", "THREADS_COLUMNS", "TOTAL", "ThreadReading", "ThreadsFile",
+__all__ = ["AS_PROCESS", "ENDED", "NOT_SEEN", "THREADS_COLUMNS", "TOTAL", "ThreadReading", "ThreadsFile",
            "fold_name", "read_threads", "threads_path"]
 
 THREADS_COLUMNS = ("t_ns", "name", "cpu_ns")
 TOTAL = "(total)"
 NOT_SEEN = "(not seen)"
+AS_PROCESS = "(as their process) "   # + the process's folded name; cpu_ns: threads bearing it
 ENDED = " (ended threads)"   # appended to a process's command name
 
 # a trailing number after a separator or a word ("GC Thread#3", "exec-12", "CompilerThread0")
@@ -59,6 +63,8 @@ class ThreadReading:
     t_ns: int
     total_ns: int = 0
     cpu_ns: dict[str, int] = field(default_factory=dict)
+    # live threads bearing their process's own (folded) name, by that name
+    as_process: dict[str, int] = field(default_factory=dict)
 
 
 def threads_path(path: Path) -> Path:
@@ -76,6 +82,7 @@ class ThreadsFile:
         self._file: IO[str] = open(path, "w", encoding="utf-8", newline="")
         self._file.write(",".join(THREADS_COLUMNS) + "\n")
         self._last: dict[str, int] = {}
+        self._last_as_process: dict[str, int] = {}
         self._line = io.StringIO()
         self._csv = csv.writer(self._line, lineterminator="\n")
 
@@ -88,6 +95,11 @@ class ThreadsFile:
             if self._last.get(name) != ns:
                 self._csv.writerow((reading.t_ns, name, ns))
                 self._last[name] = ns
+        for name in self._last_as_process.keys() | reading.as_process.keys():
+            count = reading.as_process.get(name, 0)
+            if self._last_as_process.get(name, 0) != count:
+                self._csv.writerow((reading.t_ns, AS_PROCESS + name, count))
+                self._last_as_process[name] = count
         text = self._line.getvalue()
         self._file.write(text)
         return len(text)
@@ -128,6 +140,7 @@ def read_threads(path: Path) -> tuple[list[ThreadReading], list[str]]:
     readings: list[ThreadReading] = []
     problems: list[str] = []
     current: dict[str, int] = {}
+    as_process: dict[str, int] = {}
     for line_no, row in enumerate(rows, start=2):
         if not row:
             continue
@@ -142,8 +155,11 @@ def read_threads(path: Path) -> tuple[list[ThreadReading], list[str]]:
         except ValueError as exc:
             raise TimelineError(f"{path}: line {line_no}: {exc}") from None
         if name == TOTAL:
-            readings.append(ThreadReading(t_ns, ns, current))
-            current = dict(current)
+            readings.append(ThreadReading(t_ns, ns, current, as_process))
+            current, as_process = dict(current), dict(as_process)
+        elif name.startswith(AS_PROCESS) and readings and readings[-1].t_ns == t_ns:
+            readings[-1].as_process[name[len(AS_PROCESS):]] = ns
+            as_process[name[len(AS_PROCESS):]] = ns
         elif readings and readings[-1].t_ns == t_ns:
             readings[-1].cpu_ns[name] = ns
             current[name] = ns

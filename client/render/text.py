@@ -147,6 +147,12 @@ def format_threads(t: ThreadsReport) -> list[str]:
         names = ", ".join(f"{s.name} {_share(s.share_throttled or 0.0)}" for s in outside[:TOP])
         lines.append(f"cpu by thread: threads outside the request path (the runtime's own) "
                      f"spent {_share(spent)} of the CPU in the periods throttled: {names}")
+    if t.unnamed is not None:
+        lines.append(f"cpu by thread: {_share(t.unnamed.share)} is under {t.unnamed.name}, the "
+                     f"process's own name, borne by {t.unnamed.threads} threads: the kernel "
+                     "knows no other name for them. Name them at the OS level "
+                     "(prctl(PR_SET_NAME) or pthread_setname_np; Python's threading does "
+                     "only from 3.14) to see which spent the quota")
     lines.extend(f"cpu by thread: not seen for a while: {p}" for p in t.problems)
     return lines
 

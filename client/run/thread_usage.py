@@ -8,7 +8,9 @@ used since the last reading goes to its folded name (:func:`client.data.threads.
 a thread or process that started since then counts whole. Threads that ended between two
 readings are not lost: the process's own CPU clock holds them, so what it used beyond its
 live threads goes to ``<comm> (ended threads)``. A process that starts and ends between two
-readings is not seen here (the group's usage still counts it).
+readings is not seen here (the group's usage still counts it). Each reading also counts the
+live threads that bear their process's own name (``ThreadReading.as_process``): threads
+nobody named at the OS level.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class ThreadUsage:
         self._total = 0
         self._reads = 0
         self._followed = 0   # threads with open files
+        self._as_process: dict[str, int] = {}   # this reading's
         self._scan()
 
     def _scan(self) -> None:
@@ -87,12 +90,13 @@ class ThreadUsage:
         for pid in self._processes.keys() - members:
             for thread in self._processes.pop(pid).threads.values():
                 self._drop(thread)
+        self._as_process = {}
         if 0 in members:   # the kernel lists a process of another PID namespace as 0
             self._note("some of the group's processes are in another PID namespace: their "
                        "threads cannot be seen from here")
         for pid in sorted(members - {0}):
             self._read_process(pid, first)
-        return ThreadReading(t_ns, self._total, dict(self._cpu))
+        return ThreadReading(t_ns, self._total, dict(self._cpu), self._as_process)
 
     def _drop(self, thread: _Thread) -> None:
         _close(thread)
@@ -128,6 +132,7 @@ class ThreadUsage:
         for tid in gone:
             self._drop(process.threads.pop(tid))
         live = 0
+        named: dict[int, str] = {}   # tid -> folded name, this reading
         skipped = False   # threads not followed (MAX_THREADS): counted as ended ones are
         for tid in tids:
             thread = process.threads.get(tid)
@@ -151,11 +156,15 @@ class ThreadUsage:
                 self._drop(process.threads.pop(tid))
                 gone.add(tid)
                 continue
+            named[tid] = name
             used = ns if born and not first else ns - thread.ns
             thread.ns = ns
             live += max(used, 0)
             if not first:
                 self._add(name, max(used, 0))
+        own = named.get(pid, fold_name(process.comm))   # the main thread's name is the process's
+        if (same := sum(1 for name in named.values() if name == own)):
+            self._as_process[own] = self._as_process.get(own, 0) + same
         total = self._process_ns(pid)
         before = 0 if new else process.total_ns
         if total is not None and before is not None and (gone or new or skipped) and not first:
