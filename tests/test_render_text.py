@@ -60,3 +60,31 @@ def test_a_saturated_run_says_so_and_reads_no_stall_or_period_from_its_queue() -
     assert detection.stall_ms is None and detection.period_source == "default"
     assert not any(line.startswith("stall: ") for line in lines)
     assert detect(records, sequential=False, concurrency=1).saturated is None
+
+
+def test_an_open_loop_whose_group_wanted_more_than_its_quota_throughout_is_saturated() -> None:
+    """A capture from the kernel (tests/data/saturated, 2026-12-01, cgroup v1): 100 requests/s
+    of 2 ms for 3 s to the stdlib burner at 0.5 CPU, a busy loop in its group beside it. Its
+    stall and recurrence, read from the quota's queue, are not printed: the saturated line
+    is (issue 55)."""
+    from pathlib import Path
+
+    from client.analysis.report import build_report
+    from client.data.files import read_run
+    from client.render.text import format_report
+
+    run = read_run(Path(__file__).parent / "data" / "saturated" / "open-loop.csv")
+    assert run.timeline is not None
+    first, last = run.timeline[0], run.timeline[-1]
+    periods, throttled = (last.nr_periods - first.nr_periods,
+                          last.nr_throttled - first.nr_throttled)
+    assert periods > 20 and throttled >= 0.9 * periods, (throttled, periods)  # the kernel's
+    report = build_report(run)
+    lines = format_report(report, run.path)
+    share = 100 * throttled / periods
+    assert (f"saturated: at 100 requests/s the group wanted more CPU than its quota "
+            f"throughout: {share:.0f} % of the periods were throttled") in "\n".join(lines)
+    assert not any(line.startswith("stall:") for line in lines), lines
+    assert not any("stalls recur" in line for line in lines), lines
+    assert "period: 100 ms (limit)" in lines
+    assert report.detection.stall_ms is None and report.to_dict()["saturated"]

@@ -18,7 +18,11 @@ A run with counters uses them and adds the slow requests they missed (sequential
 under concurrency, queueing also makes requests slow). ``detect`` runs these steps in order:
 :func:`fast_mode` (the baseline and the threshold), :func:`mark_throttled` (which requests),
 :func:`stall_of` (how much), :func:`period_of` (how often, ``client.analysis.period``) and
-:func:`quota_bound_of` (whether all the quota was spent).
+:func:`quota_bound_of` (whether all the quota was spent). A saturated run (a closed loop
+that offered more than the service or its quota serves, an open loop whose backlog grew or
+whose group wanted more than its quota throughout) gets no stall or period from its
+latencies: they are a queue's (:func:`saturation`, :func:`open_loop_saturation`,
+:func:`quota_saturation`).
 
 The throttled share of a run is :attr:`Detection.throttled_fraction`: every table, report and
 picture uses it.
@@ -44,7 +48,7 @@ from cpuquota.limit import Limit
 
 __all__ = ["Detection", "FastMode", "ThrottleSource", "detect", "detect_run", "fast_mode",
            "mark_throttled", "no_limit_note", "open_loop_saturation", "period_of",
-           "quota_bound_of", "saturation", "stall_of"]
+           "quota_bound_of", "quota_saturation", "saturation", "stall_of"]
 
 
 class ThrottleSource(str, Enum):
@@ -345,6 +349,18 @@ def saturation(lat: np.ndarray, concurrency: int, throttled_share: float | None)
     return None
 
 
+def quota_saturation(lat: np.ndarray, rate_rps: float,
+                     throttled_share: float | None) -> str | None:
+    """Why an open-loop run at ``rate_rps`` was saturated by its quota (the group's counters
+    say nearly every period was throttled: it wanted more than its quota throughout), or
+    None. Its latencies are then the quota's queue: no stall or period is read from them."""
+    if throttled_share is None or lat.size < 10 or throttled_share < SATURATED_SHARE:
+        return None
+    return (f"at {rate_rps:g} requests/s the group wanted more CPU than its quota "
+            f"throughout: {100 * throttled_share:.0f} % of the periods were throttled, and "
+            "requests waited for the quota; no stall or period is read from them")
+
+
 def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
            limit: Limit | None = None, unlimited: bool = False, concurrency: int = 1,
            throttled_share: float | None = None, rate_rps: float | None = None) -> Detection:
@@ -370,6 +386,8 @@ def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
     saturated = None
     if rate_rps is not None:
         saturated = open_loop_saturation(ok, lat, rate_rps, achieved)
+        if saturated is None and not unlimited:
+            saturated = quota_saturation(lat, rate_rps, throttled_share)
     elif not sequential and not unlimited:
         saturated = saturation(lat, concurrency, throttled_share)
     baseline, stall, stalled = stall_of(ok, lat, mask, mode.baseline_ms, server_cpu)
