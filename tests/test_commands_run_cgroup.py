@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from client.analysis.detect import Held
+from client.render.text import format_held
 from client.data.files import read_run
 from client.data.timeline import read_timeline, timeline_path
 from tests.support import http_timing, require_kernel_quota, usage_error
@@ -60,10 +62,12 @@ def check_ending_line(stdout: str, csv: Path, target: str) -> None:
     first, last = timeline[0], timeline[-1]
     ok = [r for r in run.records if r.ok]
     delayed = sum(1 for r in ok if r.cgroup_held_ns)
+    held = Held.of([r.cgroup_held_ns for r in ok if r.cgroup_held_ns])   # the CSV's holds
+    holds = f", {format_held(held)}" if held else ""
     line = stdout.strip().splitlines()[-1]
     assert line.startswith(
         f"throttling in {target}: {delayed} of {len(ok)} requests delayed by throttling "
-        f"({100 * delayed / len(ok):.1f} %), {last.nr_throttled - first.nr_throttled} of "
+        f"({100 * delayed / len(ok):.1f} %{holds}), {last.nr_throttled - first.nr_throttled} of "
         f"{last.nr_periods - first.nr_periods} periods throttled, CPU used "), line
     usage = (last.usage_ns - first.usage_ns) / (last.t_ns - first.t_ns)
     assert line.endswith(f"CPU used {usage:.2f} of the {QUOTA_CPUS:.2f} CPU quota") or \

@@ -44,3 +44,24 @@ def test_plot_run_writes_a_png_with_the_url_and_limit_as_title(tmp_path: Path) -
     capture = Run(tmp_path / "c.txt", [RequestRecord(0, 0, 5_000_000, 200)],
                   RunMetadata.missing())
     assert plot_run(capture, tmp_path / "c.png", title="t").exists()
+
+
+def test_the_legend_says_how_long_the_throttling_held_the_requests() -> None:
+    """Issue 55: a request held 0.02 ms and one held 71 ms were drawn alike; the legend now
+    says the range of the holds (``cgroup_held_ns``: the attribution's wall time)."""
+    ms = 1_000_000
+    held = [20_000, 68 * ms, 71 * ms, 0, 0]   # the first hardly held at all
+    records = [RequestRecord(i, i * 100 * ms, 5 * ms + h, 200, cgroup_throttled_ns=h,
+                             cgroup_nr_throttled=1 if h else 0, cgroup_held_ns=h)
+               for i, h in enumerate(held)]
+    run = Run(Path("held.csv"), records, RunMetadata.missing())
+    detection = detect_run(run)
+    plt = pyplot()
+    fig, ax = plt.subplots()
+    try:
+        draw_detected(ax, run, detection)
+        labels = set(ax.get_legend_handles_labels()[1])
+    finally:
+        plt.close(fig)
+    assert labels == {"2 requests", "3 requests delayed by throttling (cgroup counters "
+                                    "(cpu.stat)), held 0.02–71 ms"}

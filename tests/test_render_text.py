@@ -88,3 +88,48 @@ def test_an_open_loop_whose_group_wanted_more_than_its_quota_throughout_is_satur
     assert not any("stalls recur" in line for line in lines), lines
     assert "period: 100 ms (limit)" in lines
     assert report.detection.stall_ms is None and report.to_dict()["saturated"]
+
+
+def test_the_count_of_requests_delayed_by_throttling_says_how_long_they_were_held() -> None:
+    """Issue 55: a 0.02 ms hold at 1 CPU counted like a 70 ms one. The holds are each
+    request's ``cgroup_held_ns`` (the attribution's wall time): their range and median go
+    with the count, and into the JSON as ``throttle_held_ms``."""
+    held = [20_000, 68 * MS, 71 * MS, 0, 0, 65 * MS, 0, 0, 0, 0]
+    records = [RequestRecord(i, i * 100 * MS, 5 * MS + h, 200, cgroup_throttled_ns=h,
+                             cgroup_nr_throttled=1 if h else 0, cgroup_held_ns=h)
+               for i, h in enumerate(held)]
+    detection = detect(records)
+    assert format_detection(detection)[0] == (
+        "delayed by throttling: 4 of 10 requests (40.0 %), from the cgroup counters (cpu.stat); "
+        "held 0.02–71 ms, median 66 ms")
+    assert detection.to_dict()["throttle_held_ms"] == {
+        "count": 4, "min": 0.02, "median": 66.5, "max": 71.0}
+    # none held (files from before cgroup_held_ns): no holds said, no key
+    older = [RequestRecord(r.seq, r.start_ns, r.latency_ns, 200,
+                           cgroup_nr_throttled=r.cgroup_nr_throttled, cgroup_throttled_ns=0)
+             for r in records]
+    assert "held" not in format_detection(detect(older))[0]
+    assert "throttle_held_ms" not in detect(older).to_dict()
+
+
+def test_the_run_s_last_line_says_how_long_the_requests_were_held() -> None:
+    """On the kernel's capture: the holds the last line gives are those of its CSV."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from client.analysis.report import build_report
+    from client.commands.run import throttling_line
+    from client.data.files import read_run
+
+    run = read_run(Path(__file__).parent / "data" / "saturated" / "open-loop.csv")
+    report = build_report(run)
+    holds = np.asarray([r.cgroup_held_ns for r in run.records
+                        if report.detection.is_throttled(r) and r.cgroup_held_ns]) / 1e6
+    assert len(holds) == report.detection.throttled_count > 100
+    line = throttling_line(report, run.metadata.cgroup)
+    assert line is not None
+    low, high, mid = holds.min(), holds.max(), float(np.median(holds))
+    figure = (lambda v: f"{v:.2g}" if v < 1 else f"{v:.1f}" if v < 10 else f"{v:.0f}")
+    assert (f"{len(holds)} of 300 requests delayed by throttling ({100 * len(holds) / 300:.1f} "
+            f"%, held {figure(low)}–{figure(high)} ms, median {figure(mid)} ms)") in line, line

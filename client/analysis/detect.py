@@ -46,7 +46,7 @@ from client.data.metadata import LoadMode, watched_without_limit
 from client.data.record import RequestRecord
 from cpuquota.limit import Limit
 
-__all__ = ["Detection", "FastMode", "ThrottleSource", "detect", "detect_run", "fast_mode",
+__all__ = ["Detection", "FastMode", "Held", "ThrottleSource", "detect", "detect_run", "fast_mode",
            "mark_throttled", "no_limit_note", "open_loop_saturation", "period_of",
            "quota_bound_of", "quota_saturation", "saturation", "stall_of"]
 
@@ -78,6 +78,29 @@ class ThrottleSource(str, Enum):
 
 
 @dataclass(frozen=True)
+class Held:
+    """How long the requests delayed by throttling were held by it: the wall time of each
+    (``cgroup_held_ns``, ``client.data.attribution.held``), over those it held at all."""
+
+    count: int
+    min_ms: float
+    median_ms: float
+    max_ms: float
+
+    @classmethod
+    def of(cls, held_ns: Sequence[int]) -> Held | None:
+        """The holds' range (None without any)."""
+        if not held_ns:
+            return None
+        ms = np.asarray(held_ns, dtype=float) / 1e6
+        return cls(len(ms), float(ms.min()), float(np.median(ms)), float(ms.max()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "min": self.min_ms, "median": self.median_ms,
+                "max": self.max_ms}
+
+
+@dataclass(frozen=True)
 class Detection:
     """What the run's records say about throttling (successful requests only)."""
 
@@ -101,6 +124,9 @@ class Detection:
     # the run offered more work than the service (or its quota) serves: its latency grew
     # with its own queue (None: not said, e.g. one request at a time)
     saturated: str | None = None
+    # how long the group's throttling held the requests delayed by it (``--cgroup``: the
+    # attribution's ``cgroup_held_ns``; None where no hold is known)
+    held: Held | None = None
 
     def is_throttled(self, record: RequestRecord) -> bool:
         """Whether this run's ``record`` was marked throttled (failed requests never are)."""
@@ -143,7 +169,8 @@ class Detection:
                 "server_cpu_ms": self.server_cpu_ms, "server_wall_ms": self.server_wall_ms,
                 "idle_fraction": self.idle_fraction, "quota_bound": self.quota_bound,
                 "saturated": self.saturated, "marked_as": self.marked_as,
-                "notes": list(self.notes)}
+                "notes": list(self.notes),
+                **({"throttle_held_ms": self.held.to_dict()} if self.held else {})}
 
     @property
     def marked_as(self) -> str:
@@ -413,7 +440,9 @@ def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
         idle_fraction=idle_fraction(records) if ok else None,
         quota_bound=quota_bound_of(ok, lat, mask, baseline, period),
         notes=(*mode.notes, *marked, *stalled, *recurring), seqs=tuple(r.seq for r in ok),
-        saturated=saturated)
+        saturated=saturated, held=Held.of([r.cgroup_held_ns for r, hit in zip(ok, throttled)
+                                           if hit and r.cgroup_held_ns]
+                                          if source is ThrottleSource.CGROUP else []))
 
 
 def detect_run(run: Run, limit: Limit | None = None) -> Detection:

@@ -31,6 +31,7 @@ from client.data.record import RequestRecord
 from client.data.status import DEFAULT_OK_STATUS, StatusRule, StatusRuleError
 from client.render.live import LivePage
 from client.render.progress import RunProgress
+from client.render.text import format_held
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.agent_marks import mark_through_agent
 from client.run.agent_timeline import AgentLink, AgentTimelineError, agent_link
@@ -165,7 +166,8 @@ def throttling_line(report: Report, cgroup: Mapping[str, Any] | None) -> str | N
         return (f"{where}: no CPU limit on this group: no throttling counted; {used}"
                 + (f" CPU{whole}" if known else ""))
     delayed = d.throttled_count if d.source is ThrottleSource.CGROUP else c.throttled_requests
-    share = f" ({100 * delayed / d.count:.1f} %)" if d.count else ""
+    held = f", {format_held(d.held)}" if d.held and d.source is ThrottleSource.CGROUP else ""
+    share = f" ({100 * delayed / d.count:.1f} %{held})" if d.count else ""
     cpus = f"{c.quota_cpus:.2f}" if round(c.quota_cpus, 2) == c.quota_cpus else \
         f"{c.quota_cpus:g}"   # 0.30 beside "used 0.28"; 0.125 whole
     quota = f" of the {cpus} CPU quota" if known else f" (quota {cpus} CPU)"

@@ -21,6 +21,7 @@ from client.data.timeline import level_timelines
 from client.analysis.threads import run_readings
 from client.render.cgroup_plot import draw_throttled_bands, draw_usage_panel
 from client.render.legend import legend_outside
+from client.render.text import format_held
 from client.data.attribution import throttled_stretches
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ def draw_detected(ax: Axes, run: Run, detection: Detection, *, label_prefix: str
     # one vocabulary: counters say "delayed by throttling", latency alone only "slow"
     marked = (f"slow ({detection.source.words} alone)" if detection.marked_as == "slow" else
               f"{detection.marked_as} ({detection.source.words})")
+    if detection.held is not None:   # a hold of 0.02 ms is not one of 70 ms
+        marked += f", {format_held(detection.held, median=False)}"
     labels = {"ok": "", "throttled": f" {marked}", "failed": " failed"}
     for kind, (xs, ys) in groups.items():
         if xs:

@@ -10,14 +10,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from client.analysis.cgroup import CgroupReport
-from client.analysis.detect import Detection
+from client.analysis.detect import Detection, Held
 from client.analysis.model import Prediction
 from client.analysis.report import PredictionReport, Report
 from client.analysis.threads import NOTABLE, TOP, ThreadsReport
 from client.analysis.throughput import ThroughputRow
 from client.data.summary import Summary
 
-__all__ = ["format_cgroup", "format_detection", "format_errors", "format_predicted", "format_pressure",
+__all__ = ["format_cgroup", "format_detection", "format_errors", "format_held", "format_predicted", "format_pressure",
            "format_prediction", "format_prediction_report", "format_report", "format_summary", "format_threads",
            "format_throughput"]
 
@@ -54,6 +54,19 @@ def format_throughput(row: ThroughputRow, rate_rps: float | None) -> str:
             f"{100 * row.error_rate:.1f} % errors")
 
 
+def _held_figure(ms: float) -> str:
+    """``0.02``, ``5.2``, ``71``: a hold to the digits that tell tiny from long."""
+    return f"{ms:.2g}" if ms < 1 else f"{ms:.1f}" if ms < 10 else f"{ms:.0f}"
+
+
+def format_held(held: Held, *, median: bool = True) -> str:
+    """``held 0.02–71 ms, median 68 ms`` (``held 5.2 ms``: one hold, or all alike)."""
+    low, high = _held_figure(held.min_ms), _held_figure(held.max_ms)
+    span = f"held {low} ms" if low == high else f"held {low}–{high} ms"
+    return f"{span}, median {_held_figure(held.median_ms)} ms" if median and low != high \
+        else span
+
+
 def format_detection(detection: Detection, *, predicted: bool = False) -> list[str]:
     """The requests delayed by throttling (from counters) or, from latency alone, the slow
     ones (never called throttled without a counter that says so); a saturated run says so.
@@ -72,8 +85,9 @@ def format_detection(detection: Detection, *, predicted: bool = False) -> list[s
         lines = [f"slow: {d.throttled_count} of {d.count} requests ({100 * fraction:.1f} %), "
                  f"from the {d.source.words} alone{where} ({why})"]
     else:
+        held = f"; {format_held(d.held)}" if d.held else ""
         lines = [f"delayed by throttling: {d.throttled_count} of {d.count} requests "
-                 f"({100 * fraction:.1f} %), from the {d.source.words}{where}"]
+                 f"({100 * fraction:.1f} %), from the {d.source.words}{where}{held}"]
     if d.saturated is not None:
         lines.append(f"saturated: {d.saturated}")
     if d.stall_ms is not None:
