@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from client.analysis.advise import docker_flags, kubernetes_cpu
+from client.run.limiters.kubernetes import deployment_patch, pod_request_for
 from cpuquota.limit import Limit
 
-__all__ = ["PERMANENT", "cgroup_permanent", "deployment_patch", "docker_permanent",
-           "kubernetes_permanent", "pod_permanent", "pod_request_for", "systemd_permanent",
-           "permanent_lines", "systemd_unit"]
+__all__ = ["PERMANENT", "cgroup_permanent", "docker_permanent", "kubernetes_permanent",
+           "pod_permanent", "systemd_permanent", "permanent_lines", "systemd_unit"]
 
 UNIT_SUFFIXES = (".service", ".scope", ".slice")
 
@@ -82,11 +82,7 @@ def kubernetes_permanent(namespace: str, deployment: str, container: str,
     ``request``: a ``requests.cpu`` to write beside the limit (a Guaranteed pod's, or one the
     new limit would be below)."""
     cpu = kubernetes_cpu(limit)
-    resources: dict[str, Any] = {"limits": {"cpu": cpu}}
-    if request is not None:
-        resources["requests"] = {"cpu": request}
-    patch = {"spec": {"template": {"spec": {"containers": [
-        {"name": container, "resources": resources}]}}}}
+    patch = deployment_patch(container, limit, request)
     period = ("" if limit.period_ms == 100 else
               f" (the period, {limit.period_ms:g} ms, is per node: kubelet "
               "--cpu-cfs-quota-period)")
@@ -111,25 +107,6 @@ def kubernetes_permanent(namespace: str, deployment: str, container: str,
     if request is not None:
         lines += ["              requests:", f"                cpu: {request}"]
     return lines
-
-
-def deployment_patch(container: str, limit: Limit, request: str | None = None
-                     ) -> dict[str, Any]:
-    """The strategic-merge patch ``--apply`` sends (the one the ``kubectl patch`` line shows)."""
-    resources: dict[str, Any] = {"limits": {"cpu": kubernetes_cpu(limit)}}
-    if request is not None:
-        resources["requests"] = {"cpu": request}
-    return {"spec": {"template": {"spec": {"containers": [
-        {"name": container, "resources": resources}]}}}}
-
-
-def pod_request_for(names: Mapping[str, Any], limit: Limit) -> str | None:
-    """The ``requests.cpu`` a Deployment's patch carries beside ``limit``: the limit itself
-    for a Guaranteed pod (its class kept) or where the request the pod had is above it."""
-    request = names.get("request_millicores")
-    if names.get("qos") == "Guaranteed" or (request is not None and request > limit.millicores):
-        return kubernetes_cpu(limit)
-    return None
 
 
 def pod_permanent(names: Mapping[str, Any], limit: Limit) -> list[str]:

@@ -38,9 +38,10 @@ from client.run.limiters.base import Limiter, LimiterError
 from client.run.limiters.quota_source import AgentQuota, GroupFiles, QuotaSource
 from cpuquota.limit import Limit
 
-__all__ = ["KubernetesLimiter", "container_name", "cpu_cores", "cpu_quantity", "deployment_pods",
-           "find_deployment_pods", "identity", "parse_workload", "resize_body", "resize_state",
-           "restarts_on_resize", "through_agent"]
+__all__ = ["KubernetesLimiter", "container_name", "cpu_cores", "cpu_quantity", "deployment_patch",
+           "deployment_pods", "find_deployment_pods", "identity", "parse_workload",
+           "pod_request_for", "resize_body", "resize_state", "restarts_on_resize",
+           "through_agent"]
 
 # a user who reaches the pod through its node's agent holds the roles of this file
 USER_RBAC = ("the ClusterRole throttle-lab-pod-resizer in k8s/recorder/user-rbac.yaml grants "
@@ -66,6 +67,26 @@ def cpu_cores(quantity: str | int | float | None) -> float | None:
 def cpu_quantity(limit: Limit) -> str:
     """The limit as Kubernetes writes it: millicores (``450m``)."""
     return f"{limit.millicores}m"
+
+
+def deployment_patch(container: str, limit: Limit, request: str | None = None
+                     ) -> dict[str, Any]:
+    """The strategic-merge patch ``--apply`` sends (the one the ``kubectl patch`` line of
+    ``client.render.permanent`` shows)."""
+    resources: dict[str, Any] = {"limits": {"cpu": cpu_quantity(limit)}}
+    if request is not None:
+        resources["requests"] = {"cpu": request}
+    return {"spec": {"template": {"spec": {"containers": [
+        {"name": container, "resources": resources}]}}}}
+
+
+def pod_request_for(names: Mapping[str, Any], limit: Limit) -> str | None:
+    """The ``requests.cpu`` a Deployment's patch carries beside ``limit``: the limit itself
+    for a Guaranteed pod (its class kept) or where the request the pod had is above it."""
+    request = names.get("request_millicores")
+    if names.get("qos") == "Guaranteed" or (request is not None and request > limit.millicores):
+        return cpu_quantity(limit)
+    return None
 
 
 def _container(pod: Pod, name: str, where: str = "spec") -> Mapping[str, Any]:
@@ -310,8 +331,6 @@ class KubernetesLimiter(Limiter):
         """``--apply``: patch the pod's Deployment with ``limit`` (it rolls out new pods);
         what was done, in one line. ``LimiterError`` when the pod has no Deployment or the
         patch is refused."""
-        from client.render.permanent import deployment_patch, pod_request_for
-
         owner = self.names.get("owner")
         if not owner:
             raise LimiterError(f"--apply: pod {self.namespace}/{self.pod} has no Deployment "
