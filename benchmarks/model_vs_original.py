@@ -26,7 +26,7 @@ import random
 from benchmarks.support import keep_record, run_main
 from client.analysis.detect import detect
 from client.analysis.model import Workload, predict
-from client.data.readers.legacy import format_line, parse_legacy_text
+from client.data.formats.legacy import format_line, parse_legacy_text
 from client.data.record import RequestRecord
 from cpuquota.account import QuotaAccount
 

@@ -15,7 +15,7 @@ import pytest
 
 from client.analysis.detect import detect
 from client.analysis.period import DEFAULT_PERIOD_MS
-from client.data.readers.legacy import parse_legacy_text
+from client.data.formats.legacy import parse_legacy_text
 from client.data.record import RequestRecord
 from client.data.summary import summarize
 from cpuquota.limit import Limit

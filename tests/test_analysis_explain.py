@@ -8,7 +8,7 @@ from client.analysis.explain import explain
 from client.analysis.model import Workload, predict
 from client.analysis.report import Report, build_report
 from client.data.files import Run
-from client.data.readers.legacy import parse_legacy_text
+from client.data.formats.legacy import parse_legacy_text
 from client.data.record import RequestRecord
 from cpuquota.limit import Limit
 from tests.captures import ORIGINAL_0_3, capture

@@ -134,7 +134,7 @@ NGINX_HTTP = """
 
 
 def test_nginx_access_log(tmp_path: Path) -> None:
-    from client.data.imports.nginx import LOG_FORMAT
+    from client.data.formats.nginx import LOG_FORMAT
 
     nginx = nginx_binary() or tool("nginx")
     port = free_port()

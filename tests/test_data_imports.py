@@ -1,6 +1,6 @@
-"""client/data/imports: each format recognised from its content, its times read with their
-semantics (k6's end, nginx's $msec - $request_time, relative offsets), --format forcing, and
-bad files refused in one line naming the file and the line."""
+"""client/data/formats, the results formats: each recognised from its content, its times read
+with their semantics (k6's end, nginx's $msec - $request_time, relative offsets), --format
+forcing, and bad files refused in one line naming the file and the line."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from client.data.imports import EPOCH, IMPORTERS, RELATIVE, ImportFileError, read_results
-from client.data.imports.nginx import LOG_FORMAT
+from client.data.formats import EPOCH, IMPORTERS, RELATIVE, ImportFileError, read_results
+from client.data.formats.nginx import LOG_FORMAT
 
 K6_POINT = ('{"type":"Point","data":{"time":"2017-05-09T14:34:45.239531499+02:00",'
             '"value":459.865729,"tags":{"group":"::my group","method":"GET","status":"200",'

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from client.data.imports.base import ImportFileError
-from client.data.imports.nginx import NginxLogFormat
-from client.data.imports.nginx_format import LogFormatError, parse_log_format
+from client.data.formats.base import ImportFileError
+from client.data.formats.nginx import NginxLogFormat
+from client.data.formats.nginx_format import LogFormatError, parse_log_format
 
 UPSTREAMINFO = ("log_format upstreaminfo\n"
                 "    '$remote_addr - $remote_user [$time_local] \"$request\" '\n"

@@ -1,4 +1,4 @@
-"""client.data.readers: the registry picks a run file's reader by what the file holds."""
+"""client.data.formats: the registry picks a run file's reader by what the file holds."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from client.data import readers
+from client.data import formats
 from client.data.files import read_run
-from client.data.readers import HEAD_BYTES, READERS, reader_for
-from client.data.readers.http_timing_csv import HttpTimingCsvReader
-from client.data.readers.legacy import LegacyReader
+from client.data.formats import HEAD_BYTES, READERS, RUN, reader_for
+from client.data.formats.http_timing_csv import HttpTimingCsvReader
+from client.data.formats.legacy import LegacyReader
 from client.data.record import RawDataError, RequestRecord
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,6 +83,7 @@ class _Tabs:
     """A format of tab-separated ``start_ms latency_ms status`` lines, for the registry test."""
 
     name = "tabs"
+    use = RUN
     expected = "tab-separated 'start_ms<TAB>latency_ms<TAB>status' lines"
 
     def recognises(self, head: bytes) -> bool:
@@ -100,7 +101,7 @@ def test_a_new_format_is_one_reader_and_one_registry_line(tmp_path: Path,
     path.write_text("#tabs\n0\t5\t200\n9\t70\t200\n")
     with pytest.raises(RawDataError, match="not a run file"):
         read_run(path)
-    monkeypatch.setitem(readers.READERS, "tabs", _Tabs())
+    monkeypatch.setitem(formats.FORMATS, "tabs", _Tabs())
     assert [r.latency_ns for r in read_run(path).records] == [5_000_000, 70_000_000]
     path.write_text("nothing\n")
     with pytest.raises(RawDataError, match="or tab-separated 'start_ms"):

@@ -1,4 +1,4 @@
-"""client.data.readers.legacy: the original http-timing.py's text lines, written and read."""
+"""client.data.formats.legacy: the original http-timing.py's text lines, written and read."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.data.readers.legacy import format_line, parse_legacy_text
+from client.data.formats.legacy import format_line, parse_legacy_text
 from client.data.record import RawDataError, RequestRecord
 
 

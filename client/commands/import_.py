@@ -27,10 +27,10 @@ from pathlib import Path
 from client.analysis.clock import ClockEstimate, estimate_shift
 from client.analysis.detect import no_limit_note
 from client.commands.options import CliError, OneLineParser
-from client.data.imports import EPOCH, IMPORTERS, Imported, read_results
-from client.data.imports.base import ImportFileError, seconds_ns
-from client.data.imports.nginx import NginxLogFormat
-from client.data.imports.nginx_format import LogFormatError
+from client.data.formats import EPOCH, IMPORTERS, Imported, read_results
+from client.data.formats.base import ImportFileError, seconds_ns
+from client.data.formats.nginx import NginxLogFormat
+from client.data.formats.nginx_format import LogFormatError
 from client.data.naming import check_file_name
 from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample, read_timeline

@@ -26,7 +26,7 @@ from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT
 from client.commands.live import add_live_arguments, live_page, show_live_end
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.data.naming import check_file_name
-from client.data.readers.legacy import format_line
+from client.data.formats.legacy import format_line
 from client.data.record import RequestRecord
 from client.data.status import DEFAULT_OK_STATUS, StatusRule, StatusRuleError
 from client.render.live import LivePage

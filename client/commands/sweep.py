@@ -47,7 +47,7 @@ from client.commands.predict_replay import load_replay, replayed_limit
 from client.data.files import Run, writing
 from client.data.metadata import LoadMode, SweepInfo
 from client.data.naming import check_file_name, limit_text, run_name, sweep_stem
-from client.data.readers.legacy import format_line
+from client.data.formats.legacy import format_line
 from client.data.request import DEFAULT_ITERATIONS
 from client.render.compare import save_comparison
 from client.render.inplace import format_evidence

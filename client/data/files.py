@@ -1,11 +1,12 @@
 """Raw data on disk: one CSV row per request, flushed as it completes, plus a JSON metadata file.
 
 ``<name>.csv`` has the columns of :mod:`client.data.record`; ``<name>.json`` the metadata of
-:mod:`client.data.metadata`. ``read_run`` reads a run from its CSV (the metadata beside it), its
-JSON, or any other format a reader recognises (:mod:`client.data.readers`: a text capture of
-the original ``http-timing.py``, ...). A file that cannot be read gives a
-:class:`RawDataError` naming it, in one line; one that cannot be written (raw data, a picture,
-a table: every writer goes through :func:`writing`) a :class:`FileWriteError`, one line too.
+:mod:`client.data.metadata`. ``read_run`` (of :mod:`client.data.formats`, named here too: a
+run's files in one place) reads a run from its CSV (the metadata beside it), its JSON, or any
+other run format (a text capture of the original ``http-timing.py``, ...). A file that cannot
+be read gives a :class:`RawDataError` naming it, in one line; one that cannot be written (raw
+data, a picture, a table: every writer goes through :func:`writing`) a
+:class:`FileWriteError`, one line too.
 """
 
 from __future__ import annotations
@@ -16,14 +17,12 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from client.data.formats import Run, read_run
 from client.data.metadata import RunMetadata
-from client.data.readers import HEAD_BYTES, reader_for
 from client.data.record import COLUMNS, RawDataError, RequestRecord
-from client.data.timeline import CgroupSample, read_timeline, timeline_path
 
 __all__ = ["FileWriteError", "RawDataError", "Run", "RunWriter", "folder_problem", "read_run",
            "rewrite_rows", "write_metadata", "writing"]
@@ -69,21 +68,6 @@ def folder_problem(folder: Path) -> str | None:
                 return f"{shown} is not writable here"
             return None
     return None
-
-
-@dataclass
-class Run:
-    """A recorded run: its requests and the metadata saved with it (``present`` False for a
-    text capture)."""
-
-    path: Path
-    records: list[RequestRecord]
-    metadata: RunMetadata = field(default_factory=RunMetadata.missing)
-    timeline: list[CgroupSample] | None = None   # the watched group's (``<name>.cgroup.csv``)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name or self.path.stem
 
 
 class RunWriter:
@@ -143,38 +127,3 @@ def write_metadata(path: Path, metadata: RunMetadata) -> None:
         tmp.write_text(json.dumps(metadata.to_dict(), indent=2, sort_keys=True, default=str)
                        + "\n", encoding="utf-8")
         os.replace(tmp, path)
-
-
-def read_run(path: str | os.PathLike[str]) -> Run:
-    """Read a run from its file (the metadata from the JSON beside it; the JSON finds its CSV),
-    in whichever format a reader of ``client.data.readers`` recognises."""
-    p = Path(path)
-    if p.suffix == ".json" and p.with_suffix(".csv").exists():
-        p = p.with_suffix(".csv")
-    if not p.exists():
-        raise RawDataError(f"{p}: no such file")
-    if p.is_dir():
-        raise RawDataError(f"{p}: is a directory, not a run file")
-    try:
-        with p.open("rb") as file:
-            head = file.read(HEAD_BYTES)
-    except OSError as exc:
-        raise RawDataError(f"{p}: cannot read: {exc.strerror or exc}") from None
-    if not head.strip():
-        raise RawDataError(f"{p} holds no requests (an empty file)")
-    records = reader_for(p, head).read(p)
-    if not records:
-        raise RawDataError(f"{p} holds no requests (its header alone)")
-    timeline = timeline_path(p)
-    return Run(p, records, _read_metadata(p.with_suffix(".json"), p),
-               read_timeline(timeline) if timeline.exists() and timeline != p else None)
-
-
-def _read_metadata(meta_path: Path, run_path: Path) -> RunMetadata:
-    if not meta_path.exists() or meta_path == run_path:
-        return RunMetadata.missing()
-    try:
-        raw = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raw = None  # a broken metadata file does not lose the requests
-    return RunMetadata.from_dict(raw) if isinstance(raw, dict) else RunMetadata.missing()

@@ -1,7 +1,7 @@
 """The text ``http-timing`` prints about runs, reports and predictions, written once.
 
 (The original per-request line, ``26 Status code 200 time 5207306``, is the data's own format:
-``client.data.readers.legacy.format_line``.)
+``client.data.formats.legacy.format_line``.)
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Any
 
 from client import __version__
 from client.data.files import rewrite_rows, write_metadata
-from client.data.imports import EPOCH, Imported, ImportedRequest
+from client.data.formats import EPOCH, Imported, ImportedRequest
 from client.data.metadata import LoadMode, RunMetadata, watched_without_limit
 from client.data.record import RawDataError, RequestRecord
 from client.data.summary import summarize

@@ -12,10 +12,8 @@ from pathlib import Path
 
 from client.data.attribution import held
 from client.data.files import read_run
-from client.data.imports import read_results
-from client.data.imports.http_timing import run_zero_epoch_ns
+from client.data.formats import HEAD_BYTES, RUN, read_results, recognise, run_zero_epoch_ns
 from client.data.metadata import LoadMode, RunMetadata
-from client.data.readers import HEAD_BYTES, READERS
 from client.data.record import RawDataError, RequestRecord
 from client.data.timeline import CgroupSample, read_timeline, timeline_path
 from client.data.timeline_meta import (TimelineMetadata, read_timeline_metadata,
@@ -111,7 +109,7 @@ def _is_run_file(path: Path) -> bool:
             head = file.read(HEAD_BYTES)
     except OSError:
         return True   # read_run says why, in one line
-    return any(reader.recognises(head) for reader in READERS.values())
+    return recognise(head, RUN) is not None
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from client.data.readers.base import head_lines, read_text
+from client.data.formats.base import RUN, head_lines, read_text
 from client.data.record import INT_COLUMNS, REQUIRED_COLUMNS, RawDataError, RequestRecord
 
 __all__ = ["HttpTimingCsvReader"]
@@ -23,6 +23,7 @@ __all__ = ["HttpTimingCsvReader"]
 
 class HttpTimingCsvReader:
     name = "http-timing-csv"
+    use = RUN
     expected = "an http-timing CSV (a header line like 'seq,start_ns,latency_ns,status,...')"
 
     def recognises(self, head: bytes) -> bool:

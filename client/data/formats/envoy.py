@@ -13,8 +13,8 @@ import json
 import re
 from pathlib import Path
 
-from client.data.imports.base import (EPOCH, Imported, ImportedRequest, bad_line, read_text,
-                                      rfc3339_ns, seconds_ns)
+from client.data.formats.base import (EPOCH, RESULTS, Imported, ImportedRequest, bad_line,
+                                      read_text, rfc3339_ns, seconds_ns)
 
 __all__ = ["EnvoyDefault", "EnvoyJson"]
 
@@ -33,6 +33,7 @@ def _start_ns(text: str) -> int:
 
 class EnvoyDefault:
     name = "envoy"
+    use = RESULTS
     description = "Envoy default access log ([START_TIME] ... DURATION ms)"
 
     def recognises(self, head: bytes) -> bool:
@@ -62,6 +63,7 @@ class EnvoyDefault:
 
 class EnvoyJson:
     name = "envoy-json"
+    use = RESULTS
     description = "Envoy JSON access log (start_time, duration ms, response_code)"
 
     def recognises(self, head: bytes) -> bool:

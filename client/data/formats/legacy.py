@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from client.data.readers.base import head_lines, read_text
+from client.data.formats.base import RUN, head_lines, read_text
 from client.data.record import RawDataError, RequestRecord
 
 __all__ = ["LEGACY_LINE", "LegacyReader", "format_line", "parse_legacy_text"]
@@ -49,6 +49,7 @@ def parse_legacy_text(lines: Iterable[str], source: str = "<text>") -> list[Requ
 
 class LegacyReader:
     name = "legacy"
+    use = RUN
     expected = "the original http-timing.py's text lines like '26 Status code 200 time 5207306'"
 
     def recognises(self, head: bytes) -> bool:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from client.data.imports.base import (RELATIVE, Imported, ImportedRequest, ImportFileError,
-                                      bad_line, read_bytes, read_text, seconds_ns, table_rows)
+from client.data.formats.base import (RELATIVE, RESULTS, ImportFileError, Imported,
+                                      ImportedRequest, bad_line, read_bytes, read_text,
+                                      seconds_ns, table_rows)
 
 __all__ = ["OhaCsv", "OhaSqlite"]
 
@@ -25,6 +26,7 @@ def _error(status: int) -> str:
 
 class OhaCsv:
     name = "oha-csv"
+    use = RESULTS
     description = "oha --output-format csv (request-start: seconds since oha started: needs --start)"
 
     def recognises(self, head: bytes) -> bool:
@@ -47,6 +49,7 @@ class OhaCsv:
 
 class OhaSqlite:
     name = "oha-sqlite"
+    use = RESULTS
     description = "oha --db-url FILE (SQLite; start: seconds since oha started: needs --start)"
 
     def recognises(self, head: bytes) -> bool:

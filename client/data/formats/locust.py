@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from client.data.imports.base import (EPOCH, Imported, ImportedRequest, bad_line, read_text,
-                                      seconds_ns, table_rows)
+from client.data.formats.base import (EPOCH, RESULTS, Imported, ImportedRequest, bad_line,
+                                      read_text, seconds_ns, table_rows)
 
 __all__ = ["LocustCsv"]
 
@@ -18,6 +18,7 @@ _HEADER = ("timestamp", "request_type", "name", "response_time_ms", "response_le
 
 class LocustCsv:
     name = "locust-csv"
+    use = RESULTS
     description = "Locust CsvRequestLogger (timestamp: Unix s at send; response_time_ms)"
 
     def recognises(self, head: bytes) -> bool:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from client.data.imports.base import (EPOCH, Imported, ImportedRequest, bad_line, read_text,
-                                      table_rows)
+from client.data.formats.base import (EPOCH, RESULTS, Imported, ImportedRequest, bad_line,
+                                      read_text, table_rows)
 
 __all__ = ["JMeterCsv"]
 
@@ -18,6 +18,7 @@ _REQUIRED = ("timeStamp", "elapsed", "responseCode", "success")
 
 class JMeterCsv:
     name = "jmeter-csv"
+    use = RESULTS
     description = "JMeter JTL CSV (timeStamp: Unix ms, the start with the shipped properties)"
 
     def recognises(self, head: bytes) -> bool:

@@ -1,34 +1,51 @@
-"""What an importer gives (:class:`Imported`, a list of :class:`ImportedRequest`) and the
-helpers the readers share: reading a file (gzip too), one-line errors naming the file and the
-line (:class:`ImportFileError`), RFC 3339 times to Unix ns.
+"""What every file format is, and what the formats share.
 
-Times: an importer gives each request's **start** and latency in ns. ``clock`` says what the
-start is counted from: ``"epoch"`` (Unix ns, the tool's wall clock) or ``"relative"`` (ns since
-the tool's own start, which the file does not say: hey, oha). An importer whose file has the
-request's end (k6, nginx) turns it into the start itself.
+A format is told a file's first bytes (``head``: at most :data:`HEAD_BYTES`), so it is
+recognised by what the file holds, never by its name. It says what it is for (``use``):
+
+- :data:`RUN`: a run file (:class:`RunFormat`): ``report``, ``plot`` and ``compare`` read it
+  directly, as request records;
+- :data:`RESULTS`: another tool's results or an access log (:class:`ResultsFormat`):
+  ``import`` reads it as :class:`Imported` and joins it to a service's timeline.
+
+The reading they share: a file's bytes (gzip too) and text (:func:`read_bytes`,
+:func:`read_text`), lines of a head, CSV tables, one-line errors naming the file and the line
+(:class:`ImportFileError`), RFC 3339 times and decimal seconds to ns.
+
+Times of results: a format gives each request's **start** and latency in ns. ``clock`` says
+what the start is counted from: ``"epoch"`` (Unix ns, the tool's wall clock) or
+``"relative"`` (ns since the tool's own start, which the file does not say: hey, oha). A
+format whose file has the request's end (k6, nginx) turns it into the start itself.
 """
 
 from __future__ import annotations
 
 import gzip
 import re
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 from client.data.record import RawDataError, RequestRecord
 
-__all__ = ["EPOCH", "RELATIVE", "ImportFileError", "Imported", "ImportedRequest", "bad_line",
-           "table_rows",
-           "rfc3339_ns", "read_bytes", "read_text", "seconds_ns"]
+__all__ = ["EPOCH", "HEAD_BYTES", "RELATIVE", "RESULTS", "RUN", "ImportFileError", "Imported",
+           "ImportedRequest", "ResultsFormat", "RunFormat", "bad_line", "gunzipped_head",
+           "head_lines", "read_bytes", "read_text", "rfc3339_ns", "seconds_ns", "table_rows"]
+
+HEAD_BYTES = 64 * 1024   # what a format sees of a file to recognise it
+
+RUN = "run"            # a run file: report, plot and compare read it directly
+RESULTS = "results"    # another tool's results: import joins them to a timeline
 
 EPOCH, RELATIVE = "epoch", "relative"
 
 
 class ImportFileError(RawDataError):
-    """A results file that cannot be imported: one line naming the file, the line, and what
-    was expected."""
+    """A file that cannot be read as its format: one line naming the file (and the line) and
+    what was expected. Its name is import's, which met it first; :func:`read_bytes` raises it
+    for any format."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +72,30 @@ class Imported:
     upstreams: bool = False   # whether the format names each request's upstream
 
 
+class RunFormat(Protocol):
+    name: str       # how the format is called (e.g. ``http-timing-csv``)
+    use: str        # RUN
+    expected: str   # what a file of this format looks like, for a file no format recognises
+
+    def recognises(self, head: bytes) -> bool:
+        """Whether ``head`` (the file's first bytes, possibly cut mid-line) is this format."""
+
+    def read(self, path: Path) -> list[RequestRecord]:
+        """Every request of the file; ``RawDataError`` (one line) when it cannot be read."""
+
+
+class ResultsFormat(Protocol):
+    name: str          # how the format is called, and import's ``--format`` (``vegeta-csv``)
+    use: str           # RESULTS
+    description: str   # the tool, the command that writes the file, and its time semantics
+
+    def recognises(self, head: bytes) -> bool:
+        """Whether a file starting with ``head`` (its first bytes, gunzipped) is this format."""
+
+    def read(self, path: Path) -> Imported:
+        """The requests (``ImportFileError``, one line naming the line, when it is not)."""
+
+
 def bad_line(path: Path, line: int | None, expected: str) -> NoReturn:
     where = f"{path}: line {line}" if line is not None else str(path)
     raise ImportFileError(f"{where}: {expected}")
@@ -78,11 +119,31 @@ def read_bytes(path: Path) -> bytes:
     return data
 
 
-def read_text(path: Path) -> str:
+def read_text(path: Path, expected: str = "") -> str:
+    """The whole file (gunzipped) as UTF-8 text; ``ImportFileError`` naming the file (and what
+    was ``expected`` of it, if said) when it is not text."""
     try:
         return read_bytes(path).decode("utf-8")
     except UnicodeDecodeError:
-        raise ImportFileError(f"{path}: not a text file") from None
+        said = f" (expected {expected})" if expected else ""
+        raise ImportFileError(f"{path}: not a text file{said}") from None
+
+
+def gunzipped_head(head: bytes) -> bytes | None:
+    """``head`` as a format sees it: gunzipped when it is gzip (at most :data:`HEAD_BYTES`);
+    None when it is broken gzip."""
+    if head[:2] == b"\x1f\x8b":
+        try:
+            head = zlib.decompressobj(wbits=31).decompress(head, HEAD_BYTES)
+        except zlib.error:
+            return None
+    return head[:HEAD_BYTES]
+
+
+def head_lines(head: bytes) -> list[str]:
+    """The lines of a file's first bytes as text (undecodable bytes replaced; the last line
+    may be cut short)."""
+    return head.decode("utf-8", errors="replace").splitlines()
 
 
 _RFC3339 = re.compile(r"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|z|[+-]\d\d:?\d\d)$")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from client.data.imports.base import (RELATIVE, Imported, ImportedRequest, bad_line, read_text,
-                                      seconds_ns, table_rows)
+from client.data.formats.base import (RELATIVE, RESULTS, Imported, ImportedRequest, bad_line,
+                                      read_text, seconds_ns, table_rows)
 
 __all__ = ["HeyCsv"]
 
@@ -17,6 +17,7 @@ _HEADER = "response-time,DNS+dialup,DNS,Request-write,Response-delay,Response-re
 
 class HeyCsv:
     name = "hey-csv"
+    use = RESULTS
     description = "hey -o csv (offset: seconds since hey started: needs --start)"
 
     def recognises(self, head: bytes) -> bool:

@@ -13,8 +13,8 @@ import json
 import re
 from pathlib import Path
 
-from client.data.imports.base import (EPOCH, Imported, ImportedRequest, bad_line, read_text,
-                                      rfc3339_ns)
+from client.data.formats.base import (EPOCH, RESULTS, Imported, ImportedRequest, bad_line,
+                                      read_text, rfc3339_ns)
 
 __all__ = ["VegetaCsv", "VegetaJson"]
 
@@ -24,6 +24,7 @@ _CSV_START = re.compile(rb"^\d{18,20},\d{1,3},\d+,\d+,\d+,")
 
 class VegetaCsv:
     name = "vegeta-csv"
+    use = RESULTS
     description = "vegeta encode --to csv (start: Unix ns before sending; latency ns)"
 
     def recognises(self, head: bytes) -> bool:
@@ -49,6 +50,7 @@ class VegetaCsv:
 
 class VegetaJson:
     name = "vegeta-json"
+    use = RESULTS
     description = "vegeta encode --to json (timestamp RFC 3339 ns, the start; latency ns)"
 
     def recognises(self, head: bytes) -> bool:

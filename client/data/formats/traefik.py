@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from client.data.imports.base import (EPOCH, Imported, ImportedRequest, bad_line, read_text,
-                                      rfc3339_ns)
+from client.data.formats.base import (EPOCH, RESULTS, Imported, ImportedRequest, bad_line,
+                                      read_text, rfc3339_ns)
 
 __all__ = ["CLF_TIME_FORMAT", "TraefikClf", "TraefikJson", "service_addr"]
 
@@ -80,6 +80,7 @@ def _skipped(skipped: int) -> list[str]:
 
 class TraefikClf:
     name = "traefik"
+    use = RESULTS
     description = ("Traefik access log, default CLF (start = [time], whole seconds; <N>ms "
                    "= Duration): requests read, left unmarked (use --accesslog.format=json)")
 
@@ -123,6 +124,7 @@ def _int(obj: dict[str, Any], key: str) -> int | None:
 
 class TraefikJson:
     name = "traefik-json"
+    use = RESULTS
     description = ("Traefik access log, --accesslog.format=json (StartUTC = the start, ns; "
                    "Duration ns; ServiceAddr = the upstream)")
 

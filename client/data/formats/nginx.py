@@ -18,9 +18,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from client.data.imports.base import (EPOCH, Imported, ImportedRequest, bad_line, read_text,
-                                      seconds_ns)
-from client.data.imports.nginx_format import parse_log_format
+from client.data.formats.base import (EPOCH, RESULTS, Imported, ImportedRequest, bad_line,
+                                      read_text, seconds_ns)
+from client.data.formats.nginx_format import parse_log_format
 
 __all__ = ["LOG_FORMAT", "NginxLogFormat", "NginxTiming"]
 
@@ -35,6 +35,7 @@ _COMBINED = re.compile(r'^\S+ - \S+ \[[^\]]+\] "[^"]*" \d{3} \S+ "[^"]*" "[^"]*"
 
 class NginxTiming:
     name = "nginx"
+    use = RESULTS
     description = ("nginx access log, combined + $request_time $msec (start = $msec - "
                    "$request_time)")
 
@@ -69,9 +70,10 @@ def _last_upstream(value: str) -> str:
 
 class NginxLogFormat:
     """An nginx access log in the user's own ``log_format`` (``--log-format``): any format
-    with ``$msec`` and ``$request_time`` (``client.data.imports.nginx_format``)."""
+    with ``$msec`` and ``$request_time`` (``client.data.formats.nginx_format``)."""
 
     name = "nginx"
+    use = RESULTS
 
     def __init__(self, log_format: str) -> None:
         self.format = parse_log_format(log_format)

@@ -18,8 +18,8 @@ import json
 import re
 from pathlib import Path
 
-from client.data.imports.base import (EPOCH, Imported, ImportedRequest, bad_line, read_text,
-                                      rfc3339_ns, table_rows)
+from client.data.formats.base import (EPOCH, RESULTS, Imported, ImportedRequest, bad_line,
+                                      read_text, rfc3339_ns, table_rows)
 
 __all__ = ["K6Csv", "K6Json"]
 
@@ -37,6 +37,7 @@ def _request(end_ns: int, value_ms: float, tags: dict[str, str]) -> ImportedRequ
 
 class K6Json:
     name = "k6-json"
+    use = RESULTS
     description = ("k6 --out json (http_req_duration points; time = the request's END, "
                    "start = time - duration)")
 
@@ -69,6 +70,7 @@ _UNITS = ((10**18, 1), (10**15, 1000), (10**12, 1_000_000))   # digits -> ns per
 
 class K6Csv:
     name = "k6-csv"
+    use = RESULTS
     description = ("k6 --out csv with K6_CSV_TIME_FORMAT=unix_nano (or unix_milli/micro, "
                    "rfc3339_nano); time = the request's END; whole seconds are refused")
 
