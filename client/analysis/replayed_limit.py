@@ -21,7 +21,7 @@ from typing import Any
 
 from client import __version__
 from client.analysis.replay import Demand, LimitRow, Load, Request, load_of, replay_load
-from client.data.files import Run, RunWriter, write_metadata
+from client.data.files import Run, write_metadata, write_rows
 from client.data.metadata import LoadMode, RunMetadata, SweepInfo
 from client.data.naming import limit_text
 from client.data.record import RequestRecord
@@ -144,11 +144,10 @@ class ReplayedLimit:
                    for seq, (sent, latency, status) in enumerate(predicted, start=1)]
         data_dir.mkdir(parents=True, exist_ok=True)
         path = data_dir / f"{name}.csv"
-        with RunWriter(path) as writer:
-            for record in records:
-                for observe in observers:
-                    observe(record)
-                writer.write(record)
+        for record in records:
+            for observe in observers:
+                observe(record)
+        write_rows(path, records)
         metadata = self._metadata(name, limit, self.load.lanes, records, replayed.stats.nr_periods,
                                   replayed.stats.nr_throttled, replayed.throttled_ns, sweep)
         meta_path = path.with_suffix(".json")

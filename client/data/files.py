@@ -7,6 +7,12 @@ other run format (a text capture of the original ``http-timing.py``, ...). A fil
 be read gives a :class:`RawDataError` naming it, in one line; one that cannot be written (raw
 data, a picture, a table: every writer goes through :func:`writing`) a
 :class:`FileWriteError`, one line too.
+
+A run's files and a timeline's, written whole (the CSV again after the run, the JSON, a
+timeline fetched or kept), are written one way: :func:`replacing` (:func:`write_rows`,
+:func:`write_metadata`, :func:`write_whole`), so a reader sees the old file or the new one,
+never half of one. Only a run's CSV as the run goes (:class:`RunWriter`) is written in place,
+a row at a time, so that an interrupted run keeps every completed request.
 """
 
 from __future__ import annotations
@@ -16,16 +22,16 @@ import io
 import json
 import os
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from client.data.formats import Run, read_run
 from client.data.metadata import RunMetadata
 from client.data.record import COLUMNS, RawDataError, RequestRecord
 
 __all__ = ["FileWriteError", "RawDataError", "Run", "RunWriter", "folder_problem", "read_run",
-           "rewrite_rows", "write_metadata", "writing"]
+           "replacing", "write_metadata", "write_rows", "write_whole", "writing"]
 
 
 class FileWriteError(RawDataError):
@@ -54,6 +60,35 @@ def writing(path: Path) -> Iterator[Path]:
         yield path
     except OSError as exc:
         raise FileWriteError(f"cannot write {path}: {write_problem(path, exc)}") from None
+
+
+@contextmanager
+def replacing(path: Path, *, sync: bool = False) -> Iterator[Path]:
+    """Write ``path`` whole or not at all: the block writes the temporary file it is given
+    (``<path>.tmp``, beside it), fsynced after the block when ``sync``, then renamed over
+    ``path``. On an error the temporary file is removed and ``path`` left as it was; an
+    ``OSError`` is a one-line :class:`FileWriteError` naming ``path`` (:func:`writing`)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with writing(path):
+        try:
+            yield tmp
+            if sync:
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            with suppress(OSError):
+                tmp.unlink()
+            raise
+
+
+def write_whole(path: Path, text: str, *, sync: bool = False) -> None:
+    """Write ``text`` (UTF-8) as ``path``, whole or not at all (:func:`replacing`)."""
+    with replacing(path, sync=sync) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def folder_problem(folder: Path) -> str | None:
@@ -87,11 +122,9 @@ class RunWriter:
         self.count = 0
 
     def write(self, record: RequestRecord) -> None:
-        row = record.to_row()
-        row["error"] = " ".join(str(row["error"]).split())  # one line, no stray newlines
         self._line.seek(0)
         self._line.truncate()
-        self._writer.writerow(row)
+        self._writer.writerow(_row(record))
         self._file.write(self._line.getvalue())  # one write per row: never half a row
         self._file.flush()
         self.count += 1
@@ -109,21 +142,23 @@ class RunWriter:
         self.close()
 
 
-def rewrite_rows(csv_path: Path, records: Iterable[RequestRecord]) -> None:
-    """Write the run's CSV again with ``records`` (columns filled in after the run), atomically:
-    a reader sees the old file or the new one, never half of one."""
-    tmp = csv_path.with_name(csv_path.name + ".tmp")
-    with RunWriter(tmp) as writer:
-        for record in records:
-            writer.write(record)
-    with writing(csv_path):
-        os.replace(tmp, csv_path)
+def _row(record: RequestRecord) -> dict[str, Any]:
+    row = record.to_row()
+    row["error"] = " ".join(str(row["error"]).split())  # one line, no stray newlines
+    return row
+
+
+def write_rows(csv_path: Path, records: Iterable[RequestRecord]) -> None:
+    """Write the run's CSV whole with ``records`` (a run replayed, or its columns filled in
+    after the run), fsynced as :class:`RunWriter` does, by :func:`replacing`."""
+    with replacing(csv_path, sync=True) as tmp, \
+            open(tmp, "w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(_row(record) for record in records)
 
 
 def write_metadata(path: Path, metadata: RunMetadata) -> None:
-    """Write the metadata JSON atomically (a reader never sees half a file)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with writing(path):
-        tmp.write_text(json.dumps(metadata.to_dict(), indent=2, sort_keys=True, default=str)
-                       + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+    """Write the metadata JSON whole (:func:`replacing`: a reader never sees half a file)."""
+    write_whole(path, json.dumps(metadata.to_dict(), indent=2, sort_keys=True, default=str)
+                + "\n")

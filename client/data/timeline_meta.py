@@ -11,11 +11,11 @@ the two wall-clock readings). So an absolute time from another tool, ``epoch_ns`
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from client.data.files import write_whole
 from client.data.record import RawDataError
 
 __all__ = ["CLOCK_NAME", "TimelineClock", "TimelineMetadata", "read_timeline_metadata",
@@ -95,11 +95,9 @@ def timeline_meta_path(timeline: Path) -> Path:
 
 
 def write_timeline_metadata(path: Path, meta: TimelineMetadata) -> None:
-    """Atomically (a reader sees the old file or the new one)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(meta.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    """Whole (``client.data.files.replacing``: a reader sees the old file or the new one);
+    ``FileWriteError`` naming the path when it cannot be written."""
+    write_whole(path, json.dumps(meta.to_dict(), indent=2, sort_keys=True) + "\n")
 
 
 def read_timeline_metadata(path: Path) -> TimelineMetadata | None:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from client.data.files import Run, rewrite_rows, write_metadata
+from client.data.files import Run, write_metadata, write_rows, write_whole
 from client.data.record import RawDataError
 from client.data.timeline import (CgroupSample, read_timeline, timeline_columns,
                                   timeline_path, timeline_row)
@@ -103,11 +103,11 @@ def _kept(run: Run, text: str, meta: TimelineMetadata, cgroup: dict[str, Any]) -
     ``<name>.cgroup.csv``), its files rewritten."""
     kept = timeline_path(run.path)
     try:
-        kept.write_text(text)
+        write_whole(kept, text)
         timeline = read_timeline(kept)
         marked, outside = mark_imported(run.records, timeline, meta)
         run.metadata.cgroup = {**cgroup, "outside_timeline": outside}
-        rewrite_rows(run.path, marked)
+        write_rows(run.path, marked)
         write_metadata(run.path.with_suffix(".json"), run.metadata)
     except OSError as exc:
         raise RawDataError(f"cannot write the marked run in {run.path.parent}: "
@@ -166,7 +166,7 @@ def mark_through_agents(spec: str, links: Sequence[AgentLink], run: Run) -> Run:
         for k, link in enumerate(links):
             text, meta = _across_run(link, run, Path(tmp) / str(k))
             cut = Path(tmp) / f"{k}.cgroup.csv"
-            cut.write_text(text)
+            write_whole(cut, text)
             timelines.append(read_timeline(cut))
             metas.append(meta)
     end = max(r.end_ns for r in run.records)   # on the run's clock, as the rows are

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from client.data.files import write_whole
 from client.run.kube_api import KubeError, connect
 
 __all__ = ["RECORDER_NAMESPACE", "RECORDER_LABEL", "AGENT_PORT", "READER_ROLE", "AgentLink",
@@ -191,8 +192,8 @@ class AgentLink:
         stem = "_".join(p for p in (ref.namespace, ref.pod, ref.container) if p)
         dest_dir.mkdir(parents=True, exist_ok=True)
         path = dest_dir / f"{stem}.cgroup.csv"
-        path.write_text(csv)
-        path.with_name(f"{stem}.json").write_text(meta)
+        write_whole(path, csv)
+        write_whole(path.with_name(f"{stem}.json"), meta)
         return path
 
     def metadata(self, from_s: float | None = None, to_s: float | None = None) -> dict[str, Any]:

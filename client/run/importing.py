@@ -10,7 +10,6 @@ not wholly inside the timeline stays unmarked (unknown), and is counted.
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from client import __version__
-from client.data.files import rewrite_rows, write_metadata
+from client.data.files import replacing, write_metadata, write_rows
 from client.data.formats import EPOCH, Imported, ImportedRequest
 from client.data.metadata import LoadMode, RunMetadata, watched_without_limit
 from client.data.record import RawDataError, RequestRecord
@@ -183,10 +182,9 @@ def save_imported(spec: ImportSpec, run: ImportedRun) -> None:
     try:
         spec.data_dir.mkdir(parents=True, exist_ok=True)
         if spec.timeline_path.resolve() != spec.timeline_copy.resolve():
-            tmp = spec.timeline_copy.with_name(spec.timeline_copy.name + ".tmp")
-            shutil.copyfile(spec.timeline_path, tmp)
-            os.replace(tmp, spec.timeline_copy)
-        rewrite_rows(spec.csv_path, run.records)
+            with replacing(spec.timeline_copy) as tmp:
+                shutil.copyfile(spec.timeline_path, tmp)
+        write_rows(spec.csv_path, run.records)
         write_metadata(spec.meta_path, run.metadata)
     except OSError as exc:
         raise RawDataError(f"cannot write the imported run in {spec.data_dir}: "

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from client import __version__
-from client.data.files import Run, RunWriter, rewrite_rows, write_metadata
+from client.data.files import Run, RunWriter, write_metadata, write_rows
 from client.data.metadata import LoadMode, ReplicaInfo, RunMetadata, SweepInfo
 from client.data.pace import closed_loop_pace, open_loop_pace
 from client.data.record import DEFAULT_RULE, RawDataError, RequestRecord
@@ -213,7 +213,7 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
     with files_first():
         if attached is not None and not spec.plan.sequential:
             outcome.records[:] = attached.attribute(outcome.records)
-            rewrite_rows(spec.csv_path, outcome.records)
+            write_rows(spec.csv_path, outcome.records)
         metadata.ended_at = datetime.now(timezone.utc).isoformat()
         metadata.completed = len(outcome.records)
         metadata.interrupted = interrupted

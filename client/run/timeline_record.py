@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from client import __version__
+from client.data.files import FileWriteError
 from client.data.timeline_meta import TimelineClock, TimelineMetadata, write_timeline_metadata
 from client.run.cgroup_sampler import DEFAULT_INTERVAL, CgroupSampler
 from client.run.cgroup_target import CgroupTarget
@@ -68,7 +69,8 @@ def record_timeline(spec: TimelineSpec,
                     ) -> TimelineMetadata:
     """Record until the duration, the size limit, the group's end, or Ctrl-C/SIGTERM; returns
     the metadata written (``interrupted`` True for Ctrl-C/SIGTERM). ``CgroupTargetError`` when
-    the group cannot be opened; ``OSError`` when the files cannot be written."""
+    the group cannot be opened; ``OSError`` (the timeline) or ``FileWriteError`` (its JSON)
+    when the files cannot be written."""
     sampler = CgroupSampler(spec.target, spec.csv_path, spec.interval_s,
                             max_bytes=spec.max_bytes, keep=False, flush_every=FLUSH_EVERY_S)
     zero_ns = time.perf_counter_ns()
@@ -81,7 +83,7 @@ def record_timeline(spec: TimelineSpec,
     sampler.start(zero_ns)   # the group's files open (or a one-line error), first sample
     try:
         write_timeline_metadata(spec.meta_path, meta)
-    except OSError:
+    except FileWriteError:
         sampler.stop()
         raise
     deadline = None if spec.duration_s is None else zero_ns + round(spec.duration_s * 1e9)
