@@ -36,7 +36,7 @@ from client.analysis.replay import LimitRow, replay_limits
 from client.commands.common import EXIT_OK
 from client.commands.options import CliError, iso_utc
 from client.commands.predict_replay import Replayed, load_replay, replay_answer, replayed_limit
-from client.commands.run import cgroup_target
+from client.commands.common import cgroup_target
 from client.data.jsonsafe import json_ready
 from client.data.files import FileWriteError
 from client.data.naming import check_file_name, run_name

@@ -1,5 +1,6 @@
-"""What the commands share: exit codes, a quiet stdout when the reader went away, and the
-options that describe a CPU limit (``--cpus``, ``--period-ms``, ``--burst-ms``)."""
+"""What the commands share: exit codes, a quiet stdout when the reader went away, the
+options that describe a CPU limit (``--cpus``, ``--period-ms``, ``--burst-ms``) and the
+``--cgroup TARGET`` of a group to watch."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from client.data.files import FileWriteError, folder_problem
 from client.data.metadata import LoadMode
 from client.render.figures import plot_run
 from client.render.text import format_errors, format_summary, format_throughput
+from client.run.agent_timeline import AgentLink, AgentTimelineError, agent_link
+from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
 from client.run.plan import DEFAULT_REQUESTS, LoadPlan, LoadPlanError
+from client.run.pod_reach import locate
 from client.run.record import RecordedRun
 from client.run.targets import AUTO, BACKENDS, Backend, Target, TargetOptions, resolve_backend
 from client.run.targets.replicas import ReplicaSet
@@ -23,8 +27,9 @@ from cpuquota.limit import MAX_PERIOD_MS, MIN_PERIOD_MS, Limit, LimitError
 
 __all__ = ["EXIT_FAILED_REQUESTS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE",
            "add_limit_arguments", "add_load_arguments", "add_target_arguments", "backend_from",
-           "check_folders", "draw_result", "limit_from", "period_ms", "plan_from",
-           "show_healthy", "show_result", "show_stopped", "silence_stdout"]
+           "cgroup_target", "check_folders", "draw_result", "limit_from", "period_ms",
+           "plan_from", "run_cgroup", "show_healthy", "show_result", "show_stopped",
+           "silence_stdout"]
 
 
 
@@ -140,6 +145,32 @@ def check_folders(opts: argparse.Namespace, *, tables: bool = False) -> None:
     for flag, folder in folders:
         if (problem := folder_problem(folder)) is not None:
             raise CliError(f"{flag} {folder}: cannot write in it: {problem}")
+
+
+def cgroup_target(spec: str | None, pod_uid: str | None) -> CgroupTarget | None:
+    """``--cgroup TARGET`` resolved to its group (a one-line ``CliError`` if it cannot be)."""
+    if spec is None:
+        if pod_uid is not None:
+            raise CliError("--pod-uid goes with --cgroup k8s:NAMESPACE/POD")
+        return None
+    try:
+        return resolve_cgroup(spec, pod_uid=pod_uid)
+    except CgroupTargetError as exc:
+        raise CliError(str(exc)) from None
+
+
+def run_cgroup(spec: str | None, pod_uid: str | None) -> CgroupTarget | AgentLink | None:
+    """A run's ``--cgroup``: the group's files here, or for a pod whose group is not on this
+    machine, the way to its node's agent (its timeline marks the run once it is over)."""
+    if spec is None or not spec.startswith("k8s:"):
+        return cgroup_target(spec, pod_uid)
+    try:
+        found = locate(spec, lambda s: resolve_cgroup(s, pod_uid=pod_uid))
+        return found if isinstance(found, CgroupTarget) else agent_link(found)
+    except CgroupTargetError as exc:
+        raise CliError(str(exc)) from None
+    except AgentTimelineError as exc:
+        raise CliError(f"--cgroup {spec}: {exc}") from None
 
 
 def show_healthy(target: Target | ReplicaSet, seconds: float) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from client.commands.live import add_live_arguments, live_page, watched_live
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
-from client.commands.run import cgroup_target
+from client.commands.common import cgroup_target
 from client.data.naming import check_file_name
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.cgroup_target import CgroupTargetError

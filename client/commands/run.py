@@ -21,8 +21,7 @@ from client.analysis.detect import ThrottleSource
 from client.analysis.report import Report, build_report
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
                                     EXIT_USAGE, add_load_arguments, check_folders, draw_result,
-                                    plan_from,
-                                    show_result, silence_stdout)
+                                    plan_from, run_cgroup, show_result, silence_stdout)
 from client.commands.live import add_live_arguments, live_page, show_live_end
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.data.naming import check_file_name
@@ -34,9 +33,8 @@ from client.render.progress import RunProgress
 from client.render.text import format_held
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.agent_marks import mark_through_agent
-from client.run.agent_timeline import AgentLink, AgentTimelineError, agent_link
-from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
-from client.run.pod_reach import locate
+from client.run.agent_timeline import AgentLink, AgentTimelineError
+from client.run.cgroup_target import CgroupTarget
 from client.data.request import RequestError, redact_command
 from client.run.http import TlsError, tls_verify
 from client.run.measure import measure
@@ -46,8 +44,8 @@ from client.run.recorder import files_first
 from client.run.request_flags import requests_from_flags
 from client.run.answer import answered
 
-__all__ = ["DEFAULT_URL", "add_answer_arguments", "build_run_parser", "cgroup_target",
-           "command_run", "throttling_line"]
+__all__ = ["DEFAULT_URL", "add_answer_arguments", "build_run_parser", "command_run",
+           "throttling_line"]
 
 DEFAULT_URL = "http://localhost:7800/cpuBurnFlow"
 
@@ -121,32 +119,6 @@ def add_answer_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--follow-redirects", type=int_at_least(0), default=0, metavar="N",
                         help="follow up to N redirects inside the request's time, as curl -L "
                         "(default 0: a 3xx is the answer, timed and kept with its status)")
-
-
-def cgroup_target(spec: str | None, pod_uid: str | None) -> CgroupTarget | None:
-    """``--cgroup TARGET`` resolved to its group (a one-line ``CliError`` if it cannot be)."""
-    if spec is None:
-        if pod_uid is not None:
-            raise CliError("--pod-uid goes with --cgroup k8s:NAMESPACE/POD")
-        return None
-    try:
-        return resolve_cgroup(spec, pod_uid=pod_uid)
-    except CgroupTargetError as exc:
-        raise CliError(str(exc)) from None
-
-
-def run_cgroup(spec: str | None, pod_uid: str | None) -> CgroupTarget | AgentLink | None:
-    """A run's ``--cgroup``: the group's files here, or for a pod whose group is not on this
-    machine, the way to its node's agent (its timeline marks the run once it is over)."""
-    if spec is None or not spec.startswith("k8s:"):
-        return cgroup_target(spec, pod_uid)
-    try:
-        found = locate(spec, lambda s: resolve_cgroup(s, pod_uid=pod_uid))
-        return found if isinstance(found, CgroupTarget) else agent_link(found)
-    except CgroupTargetError as exc:
-        raise CliError(str(exc)) from None
-    except AgentTimelineError as exc:
-        raise CliError(f"--cgroup {spec}: {exc}") from None
 
 
 def throttling_line(report: Report, cgroup: Mapping[str, Any] | None) -> str | None:
