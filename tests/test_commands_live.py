@@ -1,4 +1,4 @@
-"""``http-timing ... --live [PORT]`` (client.commands.live) against a real throttled service,
+"""``http-timing ... --live [PORT]`` (client.render.live) against a real throttled service,
 read by a plain HTTP client as the page reads it: requests arrive while the run goes, the
 throttled ones marked, then the end with the files' names; the server stops with the run and
 its CPU is in the run's metadata. Bad ``--live`` input is one line. The real groups' quotas

@@ -1,20 +1,26 @@
 """What the commands share: exit codes, a quiet stdout when the reader went away, the
-options that describe a CPU limit (``--cpus``, ``--period-ms``, ``--burst-ms``) and the
-``--cgroup TARGET`` of a group to watch."""
+options that describe a CPU limit (``--cpus``, ``--period-ms``, ``--burst-ms``), the
+``--cgroup TARGET`` of a group to watch and ``--live [PORT]`` (the page's server while a
+command works, :func:`live_page`)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from client.analysis.report import Report
 from client.analysis.throughput import throughput_row
 from client.commands.exits import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,
                                    silence_stdout)
-from client.commands.options import CliError, int_at_least, number_above, number_at_least
+from client.commands.options import (CliError, int_at_least, int_in, number_above,
+                                     number_at_least)
 from client.data.files import FileWriteError, folder_problem
 from client.data.metadata import LoadMode
 from client.render.figures import plot_run
+from client.render.live import DEFAULT_HOST, DEFAULT_PORT, LiveError, LivePage
 from client.render.text import format_errors, format_summary, format_throughput
 from client.run.agent_timeline import AgentLink, AgentTimelineError, agent_link
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
@@ -26,10 +32,10 @@ from client.run.targets.replicas import ReplicaSet
 from cpuquota.limit import MAX_PERIOD_MS, MIN_PERIOD_MS, Limit, LimitError
 
 __all__ = ["EXIT_FAILED_REQUESTS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE",
-           "add_limit_arguments", "add_load_arguments", "add_target_arguments", "backend_from",
-           "cgroup_target", "check_folders", "draw_result", "limit_from", "period_ms",
-           "plan_from", "run_cgroup", "show_healthy", "show_result", "show_stopped",
-           "silence_stdout"]
+           "add_limit_arguments", "add_live_arguments", "add_load_arguments",
+           "add_target_arguments", "backend_from", "cgroup_target", "check_folders",
+           "draw_result", "limit_from", "live_page", "period_ms", "plan_from", "run_cgroup",
+           "show_healthy", "show_result", "show_stopped", "silence_stdout"]
 
 
 
@@ -171,6 +177,40 @@ def run_cgroup(spec: str | None, pod_uid: str | None) -> CgroupTarget | AgentLin
         raise CliError(str(exc)) from None
     except AgentTimelineError as exc:
         raise CliError(f"--cgroup {spec}: {exc}") from None
+
+
+def add_live_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--live [PORT]`` and ``--live-host ADDRESS``: the live page of a run (``run``), or of
+    the group alone (``watch``, ``record``)."""
+    parser.add_argument("--live", nargs="?", type=int_in(0, 65535), const=DEFAULT_PORT,
+                        metavar="PORT",
+                        help="watch the run in a browser while it goes: serve a page on "
+                        f"http://{DEFAULT_HOST}:PORT/ (default {DEFAULT_PORT}; 0: any free "
+                        "port) until the run ends")
+    parser.add_argument("--live-host", metavar="ADDRESS",
+                        help=f"with --live: serve on this address (default {DEFAULT_HOST}; "
+                        "0.0.0.0 lets other machines see the page)")
+
+
+@contextmanager
+def live_page(opts: argparse.Namespace, what: str = "the run",
+              window_s: float | None = None) -> Iterator[LivePage | None]:
+    """The page server of ``add_live_arguments``' options while inside (None without
+    ``--live``); stopped when left. ``window_s``: the page shows only the group's last
+    seconds (a watch). The address goes to stderr (stdout keeps the command's own lines); a
+    port that cannot be served is a one-line ``CliError`` before anything is sent."""
+    if opts.live is None:
+        if opts.live_host is not None:
+            raise CliError("--live-host goes with --live")
+        yield None
+        return
+    try:
+        page = LivePage(opts.live_host or DEFAULT_HOST, opts.live, window_s=window_s)
+    except LiveError as exc:
+        raise CliError(str(exc)) from None
+    with page:
+        print(f"live page of {what}: {page.url}", file=sys.stderr, flush=True)
+        yield page
 
 
 def show_healthy(target: Target | ReplicaSet, seconds: float) -> None:

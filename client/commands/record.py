@@ -17,10 +17,10 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from client.commands.live import add_live_arguments, live_page, watched_live
+from client.commands.common import add_live_arguments, cgroup_target, live_page
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
-from client.commands.common import cgroup_target
 from client.data.naming import check_file_name
+from client.render.live import watched_live
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.cgroup_target import CgroupTargetError
 from client.run.timeline_record import TimelineSpec, record_timeline

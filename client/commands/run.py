@@ -20,15 +20,15 @@ from typing import Any
 from client.analysis.detect import ThrottleSource
 from client.analysis.report import Report, build_report
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
-                                    EXIT_USAGE, add_load_arguments, check_folders, draw_result,
-                                    plan_from, run_cgroup, show_result, silence_stdout)
-from client.commands.live import add_live_arguments, live_page, show_live_end
+                                    EXIT_USAGE, add_live_arguments, add_load_arguments,
+                                    check_folders, draw_result, live_page, plan_from,
+                                    run_cgroup, show_result, silence_stdout)
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
 from client.data.naming import check_file_name
 from client.data.formats.legacy import format_line
 from client.data.record import RequestRecord
 from client.data.status import DEFAULT_OK_STATUS, StatusRule, StatusRuleError
-from client.render.live import LivePage
+from client.render.live import LivePage, show_live_end
 from client.render.progress import RunProgress
 from client.render.text import format_held
 from client.run.cgroup_sampler import DEFAULT_INTERVAL

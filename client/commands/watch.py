@@ -34,8 +34,9 @@ from client.analysis.cgroup import interval_stats
 from client.analysis.quotas import QuotaSpan, in_force
 from client.analysis.threads import top_between
 from client.commands.exits import silence_stdout
-from client.commands.live import add_live_arguments, live_page, watched_live
+from client.commands.common import add_live_arguments, live_page
 from client.commands.options import CliError, OneLineParser, int_at_least, number_above
+from client.render.live import watched_live
 from client.render.watch import WatchRow, json_line, watch_table
 from client.data.threads import ThreadReading
 from client.data.metadata import RunMetadata
@@ -99,7 +100,7 @@ def command_watch(argv: list[str]) -> int:
         with live_page(args, "the watch", window_s=LIVE_WINDOW_S) as live, \
                 watched_live(live, target):
             return _show(args, target, reader)
-    except CliError as exc:
+    except (CliError, CgroupTargetError) as exc:
         reader.close()
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE

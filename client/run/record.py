@@ -29,6 +29,7 @@ from client.data.pace import closed_loop_pace, open_loop_pace
 from client.data.record import DEFAULT_RULE, RawDataError, RequestRecord
 from client.data.status import StatusRule
 from client.data.summary import summarize
+from client.data.timeline import timeline_path
 from client.run.attach import CgroupAttachment
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.cgroup_target import CgroupTarget
@@ -102,6 +103,13 @@ class RecordedRun:
     outcome: RunOutcome
     interrupted: bool = False
     meta_path: Path = field(default_factory=Path)
+
+    def files(self, picture: Path | None = None) -> list[Path]:
+        """The files the run left: CSV, metadata, the group's timeline, the picture."""
+        files = [self.run.path, self.meta_path]
+        if self.run.timeline is not None:
+            files.append(timeline_path(self.run.path))
+        return files + ([picture] if picture else [])
 
 
 def load_average() -> list[float] | None:
