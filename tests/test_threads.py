@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from client.analysis.threads import (ThreadShare, ThreadsReport, outside_request_path,
                                      thread_shares, threads_report)
-from client.data.threads import ThreadReading, ThreadsFile, fold_name, read_threads
+from client.data.files import Run
+from client.data.threads import (ThreadReading, ThreadsFile, fold_name, read_run_threads,
+                                 read_threads)
 from client.data.timeline import CgroupSample
 from client.render.text import format_threads
 from client.run.thread_usage import ThreadUsage
@@ -140,11 +143,25 @@ def test_the_report_names_the_runtimes_threads_when_they_spent_the_throttled_per
 
 
 def test_a_run_without_a_threads_file_says_so_in_one_line(tmp_path: Path) -> None:
-    report = threads_report(tmp_path / "old.csv", [sample(0, 0, 0), sample(100, 40, 0)])
+    run = Run(tmp_path / "old.csv", [], timeline=[sample(0, 0, 0), sample(100, 40, 0)],
+              threads=read_run_threads(tmp_path / "old.csv"))
+    report = threads_report(run)
     assert report is not None and report.unknown is not None
     assert format_threads(report) == [f"cpu by thread: not known ({report.unknown})"]
     assert str(tmp_path / "old.threads.csv") in report.unknown
-    assert threads_report(tmp_path / "old.csv", None) is None   # no group watched: silent
+    assert threads_report(replace(run, timeline=None)) is None   # no group watched: silent
+
+
+def test_a_threads_file_that_cannot_be_read_is_one_line_with_its_path(tmp_path: Path) -> None:
+    (tmp_path / "bad.threads.csv").write_text("when,who,much\n1,a,2\n")
+    threads = read_run_threads(tmp_path / "bad.csv")
+    assert threads is not None and threads.readings == [] and threads.error is not None
+    report = threads_report(Run(tmp_path / "bad.csv", [], timeline=[sample(0, 0, 0),
+                                                                   sample(100, 40, 0)],
+                                threads=threads))
+    assert report is not None and report.unknown == threads.error
+    assert format_threads(report) == [f"cpu by thread: not known ({threads.error})"]
+    assert str(tmp_path / "bad.threads.csv") in threads.error and "\n" not in threads.error
 
 
 def schedstat(pid: int) -> dict[str, int]:

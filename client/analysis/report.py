@@ -140,7 +140,7 @@ def build_report(run: Run, limit: Limit | None = None) -> Report:
     A run whose timeline shows the quota changing also gets a report per quota
     (``by_quota``): its requests judged by the quota in force when each was sent."""
     limit = limit if limit is not None else run.metadata.limit
-    report = replace(_one_report(run, limit), threads=threads_report(run.path, run.timeline))
+    report = replace(_one_report(run, limit), threads=threads_report(run))
     parts = tuple(QuotaPart(span, _one_report(part, _span_limit(span, run)), straddling)
                   for span, part, straddling in quota_parts(run))
     return replace(report, by_quota=parts) if parts else report

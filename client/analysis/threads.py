@@ -16,13 +16,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from client.data.threads import ThreadReading, read_threads, threads_path
-from client.data.timeline import CgroupSample, TimelineError
+from client.data.files import Run
+from client.data.threads import ThreadReading, threads_path
+from client.data.timeline import CgroupSample
 
 __all__ = ["NOTABLE", "OTHER", "TOP", "UNNAMED", "ThreadShare", "ThreadsReport", "Unnamed",
            "outside_request_path", "run_readings", "thread_shares", "threads_per_period",
@@ -140,20 +140,19 @@ def thread_shares(readings: Sequence[ThreadReading],
     return tuple(sorted(shares, key=lambda s: (-s.cpu_ns, s.name)))
 
 
-def threads_report(run_path: Path,
-                   timeline: Sequence[CgroupSample] | None) -> ThreadsReport | None:
+def threads_report(run: Run) -> ThreadsReport | None:
     """The CPU by thread of a run watched with ``--cgroup`` (None: no timeline, nothing to
-    say), from ``<name>.threads.csv`` beside it."""
-    if not timeline:
+    say), from its ``<name>.threads.csv`` as read (``run.threads``)."""
+    if not run.timeline:
         return None
-    path = threads_path(run_path)
-    if not path.exists():
-        return ThreadsReport(unknown=f"not recorded (no {path}: a timeline imported, from the "
-                                     "node agent, or from before threads were read)")
-    try:
-        readings, problems = read_threads(path)
-    except TimelineError as exc:
-        return ThreadsReport(unknown=str(exc))
+    threads = run.threads
+    if threads is None:
+        return ThreadsReport(unknown=f"not recorded (no {threads_path(run.path)}: a timeline "
+                                     "imported, from the node agent, or from before threads "
+                                     "were read)")
+    if threads.error is not None:
+        return ThreadsReport(unknown=threads.error)
+    readings, problems, timeline = threads.readings, threads.problems, run.timeline
     if len(readings) < 2:
         why = problems[0] if problems else "fewer than two readings of the threads"
         return ThreadsReport(unknown=f"not seen ({why})", problems=tuple(problems))
@@ -163,21 +162,15 @@ def threads_report(run_path: Path,
     usage = [s.usage_ns for s in timeline]
     seen_usage = round(float(np.interp(last, t, usage) - np.interp(first, t, usage)))
     return ThreadsReport(shares, sum(s.cpu_ns for s in shares), seen_usage,
-                         f"{path.name} (/proc/PID/task/TID/schedstat, every "
+                         f"{threads.path.name} (/proc/PID/task/TID/schedstat, every "
                          f"{(last - first) / max(1, len(readings) - 1) / 1e9:.2g} s)",
                          problems=tuple(problems), unnamed=unnamed(shares, readings))
 
 
-def run_readings(run_path: Path) -> list[ThreadReading]:
-    """The threads' readings of a run (``<name>.threads.csv``); none when it has no such file
-    or it cannot be read (``report`` says why)."""
-    path = threads_path(run_path)
-    if not path.exists():
-        return []
-    try:
-        return read_threads(path)[0]
-    except TimelineError:
-        return []
+def run_readings(run: Run) -> list[ThreadReading]:
+    """The threads' readings of a run (``<name>.threads.csv`` as read); none when it has no
+    such file or it cannot be read (``report`` says why)."""
+    return list(run.threads.readings) if run.threads is not None else []
 
 
 def threads_per_period(readings: Sequence[ThreadReading], edges_ns: Sequence[int],

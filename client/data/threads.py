@@ -24,8 +24,9 @@ from typing import IO
 
 from client.data.timeline import TimelineError
 
-__all__ = ["AS_PROCESS", "ENDED", "NOT_SEEN", "THREADS_COLUMNS", "TOTAL", "ThreadReading", "ThreadsFile",
-           "fold_name", "read_threads", "threads_path"]
+__all__ = ["AS_PROCESS", "ENDED", "NOT_SEEN", "THREADS_COLUMNS", "TOTAL", "RunThreads",
+           "ThreadReading", "ThreadsFile", "fold_name", "read_run_threads", "read_threads",
+           "threads_path"]
 
 THREADS_COLUMNS = ("t_ns", "name", "cpu_ns")
 TOTAL = "(total)"
@@ -167,3 +168,26 @@ def read_threads(path: Path) -> tuple[list[ThreadReading], list[str]]:
             raise TimelineError(f"{path}: line {line_no}: a name before its reading's "
                                 f"{TOTAL} row")
     return readings, problems
+
+
+@dataclass(frozen=True)
+class RunThreads:
+    """A run's threads file as read: its readings and the reasons it gives for threads not
+    seen, or why it could not be read (``error``, one line; no readings then)."""
+
+    path: Path
+    readings: list[ThreadReading] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def read_run_threads(run_path: Path) -> RunThreads | None:
+    """The threads file beside a run (``<name>.threads.csv``), None when it has none."""
+    path = threads_path(run_path)
+    if not path.exists():
+        return None
+    try:
+        readings, problems = read_threads(path)
+    except TimelineError as exc:
+        return RunThreads(path, error=str(exc))
+    return RunThreads(path, readings, problems)

@@ -130,7 +130,7 @@ def plot_run(run: Run, out: Path, title: str | None = None,
                      for stretch in throttled_stretches(timeline, period)]
         draw_throttled_bands(ax, sorted(stretches))
         draw_usage_panel(usage_ax, run.timeline, limit, run.metadata.cgroup,
-                         run_readings(run.path))
+                         run_readings(run))
     else:
         fig, ax = plt.subplots(figsize=(14.5, 6.5), dpi=100)
     try:

@@ -29,6 +29,7 @@ from client.data.pace import closed_loop_pace, open_loop_pace
 from client.data.record import DEFAULT_RULE, RawDataError, RequestRecord
 from client.data.status import StatusRule
 from client.data.summary import summarize
+from client.data.threads import read_run_threads
 from client.data.timeline import timeline_path
 from client.run.attach import CgroupAttachment
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
@@ -234,5 +235,6 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
             metadata.live = watcher.run_ended(outcome.records)
         write_metadata(spec.meta_path, metadata)
     timeline = attached.sampler.samples if attached is not None else None
-    return RecordedRun(Run(spec.csv_path, outcome.records, metadata, timeline), outcome,
-                       interrupted, spec.meta_path)
+    threads = read_run_threads(spec.csv_path) if timeline else None   # the sampler's file
+    return RecordedRun(Run(spec.csv_path, outcome.records, metadata, timeline, threads),
+                       outcome, interrupted, spec.meta_path)

@@ -37,6 +37,7 @@ from client.data.formats.vegeta import VegetaCsv, VegetaJson
 from client.data.metadata import RunMetadata
 from client.data.record import RawDataError, RequestRecord
 from client.data.timeline import CgroupSample, read_timeline, timeline_path
+from client.data.threads import RunThreads, read_run_threads
 
 __all__ = ["FORMATS", "IMPORTERS", "READERS", "HttpTimingRun", "Run", "read_results",
            "read_run", "reader_for", "recognise", "results_format", "run_zero_epoch_ns"]
@@ -190,6 +191,7 @@ class Run:
     records: list[RequestRecord]
     metadata: RunMetadata = field(default_factory=RunMetadata.missing)
     timeline: list[CgroupSample] | None = None   # the watched group's (``<name>.cgroup.csv``)
+    threads: RunThreads | None = None   # its threads' (``<name>.threads.csv``), with a timeline
 
     @property
     def name(self) -> str:
@@ -216,9 +218,11 @@ def read_run(path: str | os.PathLike[str]) -> Run:
     records = reader_for(p, head).read(p)
     if not records:
         raise RawDataError(f"{p} holds no requests (its header alone)")
-    timeline = timeline_path(p)
-    return Run(p, records, _read_metadata(p.with_suffix(".json"), p),
-               read_timeline(timeline) if timeline.exists() and timeline != p else None)
+    timeline_file = timeline_path(p)
+    timeline = (read_timeline(timeline_file) if timeline_file.exists() and timeline_file != p
+                else None)
+    return Run(p, records, _read_metadata(p.with_suffix(".json"), p), timeline,
+               read_run_threads(p) if timeline else None)
 
 
 def _read_metadata(meta_path: Path, run_path: Path) -> RunMetadata:
