@@ -175,13 +175,7 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
     ``watcher`` (``--live``) is told the run's start, each request and its end
     (``client.run.observer``)."""
     metadata = start_metadata(spec, started or datetime.now(timezone.utc))
-    try:
-        writer = RunWriter(spec.csv_path)
-        write_metadata(spec.meta_path, metadata)
-    except OSError as exc:
-        raise RawDataError(f"cannot write raw data in {spec.data_dir}: "
-                           f"{exc.strerror or exc}") from None
-
+    writer = _open_files(spec, metadata)
     observers = [*observers, *([watcher.request_done] if watcher is not None else [])]
 
     def on_record(record: RequestRecord) -> None:
@@ -190,14 +184,44 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
             observe(record)
 
     outcome = RunOutcome()
-    interrupted = False
     attached = (CgroupAttachment(spec.cgroup, spec.csv_path, spec.cgroup_interval)
                 if spec.cgroup is not None else None)
     if attached is not None and metadata.cgroup is not None:
         metadata.cgroup["usage"] = attached.sampler.usage   # the sampler keeps it up to date
     if watcher is not None:
         watcher.run_started(metadata, attached.sampler.samples if attached else None)
+    try:
+        interrupted = _time_run(spec, metadata, on_record, outcome, attached)
+    finally:
+        writer.close()
+        if attached is not None:
+            attached.stop()
+    with files_first():
+        if attached is not None and not spec.plan.sequential:
+            outcome.records[:] = attached.attribute(outcome.records)
+            write_rows(spec.csv_path, outcome.records)
+        _write_end(spec, metadata, outcome, interrupted, attached, watcher)
+    timeline = attached.sampler.samples if attached is not None else None
+    threads = read_run_threads(spec.csv_path) if timeline else None   # the sampler's file
+    return RecordedRun(Run(spec.csv_path, outcome.records, metadata, timeline, threads),
+                       outcome, interrupted, spec.meta_path)
 
+
+def _open_files(spec: RunSpec, metadata: RunMetadata) -> RunWriter:
+    """The run's CSV, open for its rows, and its metadata as at the start."""
+    try:
+        writer = RunWriter(spec.csv_path)
+        write_metadata(spec.meta_path, metadata)
+    except OSError as exc:
+        raise RawDataError(f"cannot write raw data in {spec.data_dir}: "
+                           f"{exc.strerror or exc}") from None
+    return writer
+
+
+def _time_run(spec: RunSpec, metadata: RunMetadata, on_record: Callable[[RequestRecord], None],
+              outcome: RunOutcome, attached: CgroupAttachment | None) -> bool:
+    """The warm-up, then the load plan's timed requests into ``outcome``; True when Ctrl-C
+    or SIGTERM ended it early."""
     def on_start(run_start_ns: int) -> None:
         """At the run's first instant: where its clock is on the wall clock (``import``
         places its requests on a recorded timeline by it), then the group's sampler."""
@@ -214,27 +238,22 @@ def record_run(spec: RunSpec, observers: Sequence[Callable[[RequestRecord], None
                       wrap=attached.probe if attached and spec.plan.sequential else None,
                       verify=spec.verify, ok_status=spec.ok_status)
     except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        writer.close()
-        if attached is not None:
-            attached.stop()
-    with files_first():
-        if attached is not None and not spec.plan.sequential:
-            outcome.records[:] = attached.attribute(outcome.records)
-            write_rows(spec.csv_path, outcome.records)
-        metadata.ended_at = datetime.now(timezone.utc).isoformat()
-        metadata.completed = len(outcome.records)
-        metadata.interrupted = interrupted
-        metadata.stop_reason = outcome.stop_reason
-        metadata.summary = summarize(outcome.records)
-        if attached is not None and metadata.cgroup is not None:
-            metadata.cgroup["usage"] = attached.sampler.usage
-        note_pace(metadata, spec.plan, outcome)
-        if watcher is not None:
-            metadata.live = watcher.run_ended(outcome.records)
-        write_metadata(spec.meta_path, metadata)
-    timeline = attached.sampler.samples if attached is not None else None
-    threads = read_run_threads(spec.csv_path) if timeline else None   # the sampler's file
-    return RecordedRun(Run(spec.csv_path, outcome.records, metadata, timeline, threads),
-                       outcome, interrupted, spec.meta_path)
+        return True
+    return False
+
+
+def _write_end(spec: RunSpec, metadata: RunMetadata, outcome: RunOutcome, interrupted: bool,
+               attached: CgroupAttachment | None, watcher: RunObserver | None) -> None:
+    """The run's end into its metadata file: what completed, why it stopped, the summary, the
+    group's usage note, the pace, the live page's figures."""
+    metadata.ended_at = datetime.now(timezone.utc).isoformat()
+    metadata.completed = len(outcome.records)
+    metadata.interrupted = interrupted
+    metadata.stop_reason = outcome.stop_reason
+    metadata.summary = summarize(outcome.records)
+    if attached is not None and metadata.cgroup is not None:
+        metadata.cgroup["usage"] = attached.sampler.usage
+    note_pace(metadata, spec.plan, outcome)
+    if watcher is not None:
+        metadata.live = watcher.run_ended(outcome.records)
+    write_metadata(spec.meta_path, metadata)
