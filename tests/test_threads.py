@@ -269,7 +269,7 @@ def _threads_of_burners(tmp_path: Path, named: bool) -> tuple[ThreadsReport, str
     import time
 
     from client.analysis.threads import threads_report
-    from client.data.threads import threads_path
+    from client.data.threads import read_run_threads, threads_path
     from client.run.process_usage import process_cpu_clock
     from tests.support import stop_by_pid
 
@@ -293,7 +293,9 @@ def _threads_of_burners(tmp_path: Path, named: bool) -> tuple[ThreadsReport, str
         out.close()
     finally:
         stop_by_pid(proc)
-    report = threads_report(tmp_path / "r.csv", timeline)
+    run = Run(tmp_path / "r.csv", [], timeline=timeline,
+              threads=read_run_threads(tmp_path / "r.csv"))
+    report = threads_report(run)
     assert report is not None and report.unknown is None, report
     return report, comm
 
