@@ -9,6 +9,7 @@ shared by the tests of this module and removed at the end. pip uses its cache an
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -132,3 +133,28 @@ def test_cpu_quota_needs_no_extra(client_venv: Venv) -> None:
     assert run.returncode == 0, run.stderr
     assert run.stdout == "inside\n"
     assert "removed" in run.stderr
+
+
+def make_plan(target: str, venv: Path) -> list[str]:
+    """The commands `make TARGET` runs on a fresh clone (no venv yet), printed, not run."""
+    require(shutil.which("make") is not None, "make is not installed")
+    plan = subprocess.run(["make", "-n", "-C", str(ROOT), target, f"VENV={venv}"],
+                          capture_output=True, text=True, timeout=30, check=True)
+    return plan.stdout.splitlines()
+
+
+def project_installs(plan: list[str]) -> list[str]:
+    """The extras of each `pip install -e '.[EXTRAS]'` in the plan, in order."""
+    return re.findall(r"pip install .*-e '\.\[([a-z,]+)\]'", "\n".join(plan))
+
+
+def test_make_demo_installs_the_client_and_the_service_only(tmp_path: Path) -> None:
+    assert project_installs(make_plan("demo", tmp_path / "venv")) == ["service"]
+    assert not (tmp_path / "venv").exists()  # -n: nothing was made
+
+
+@pytest.mark.parametrize("target", ["test", "venv", "docs", "lint", "kube-node"])
+def test_the_other_targets_add_the_test_extras_on_top_of_the_demos(tmp_path: Path,
+                                                                   target: str) -> None:
+    installs = project_installs(make_plan(target, tmp_path / "venv"))
+    assert installs[:2] == ["service", "service,test"], installs
