@@ -26,8 +26,8 @@ import pytest
 
 from client.data.files import read_run
 from tests.advise_support import advice, check_counted_by_the_group
-from tests.support import (BIN, HIERARCHIES, http_timing, require_kernel_quota, stop_by_pid,
-                           usage_error, wait_for_rows)
+from tests.support import (BIN, HIERARCHIES, http_timing, require, require_kernel_quota,
+                           stop_by_pid, usage_error, wait_for_rows)
 
 BURN = "/burn?ms=3"     # 3 ms of CPU per request
 ORIGINAL = "50000"      # the group's quota when each test starts: 0.5 CPU
@@ -226,6 +226,7 @@ def test_bad_input_on_a_real_group_is_one_line(tmp_path: Path,
     """No limit and no --allow-new-limit; a target the service misses without any limit;
     no permission (as user nobody): each one line, the group's quota unchanged."""
     require_kernel_quota(1)
+    require(shutil.which("setpriv") is not None, "no setpriv (util-linux)")
     from tests.cgroup_fixtures import burner_in_group
 
     with burner_in_group(0.5) as service:
@@ -244,8 +245,13 @@ def test_bad_input_on_a_real_group_is_one_line(tmp_path: Path,
         home = Path(tempfile.mkdtemp(prefix="nobody-"))   # where nobody may write its files
         home.chmod(0o777)
         try:
+            # nobody keeps one capability, CAP_DAC_READ_SEARCH: it reads the checkout and the
+            # venv wherever they are (a clone under a 0700 folder too), and writes only what
+            # nobody may write (not the group's quota)
             nobody = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534",
-                                     "--clear-groups", str(BIN / "http-timing"), "advise",
+                                     "--clear-groups", "--inh-caps=+dac_read_search",
+                                     "--ambient-caps=+dac_read_search",
+                                     str(BIN / "http-timing"), "advise",
                                      "--cgroup", str(group), "--url", url, "--p99", "30"],
                                     cwd=home, capture_output=True, text=True, timeout=120)
         finally:
