@@ -1,6 +1,7 @@
 """Help a person can find things in: ``http-timing --help`` (and ``help``) names every command
 by task, then run's options; ``help COMMAND`` is that command's ``--help``; a mistyped command
-is one line with a did-you-mean; ``--version`` answers alone on every program; every option of
+is one line with a did-you-mean; ``--version`` answers alone on every program, and ``version``
+as a command on http-timing; every option of
 every parser says what it does (the parsers walked as the reference generator walks them)."""
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def test_help_command_is_that_commands_help(tmp_path: Path) -> None:
     (["reprot", "x"], "'reprot' is not a command; did you mean 'report'?"),
     (["advice", "--p99", "30"], "'advice' is not a command; did you mean 'advise'?"),
     (["hlep"], "'hlep' is not a command; did you mean 'help'?"),
+    (["verison"], "'verison' is not a command; did you mean 'version'?"),
+    (["version", "--json"], "version takes no arguments, not '--json'"),
     (["help", "reprot"], "'reprot' is not a command; did you mean 'report'?"),
     (["help", "nosuch"], "'nosuch' is not a command; the commands are " + ", ".join(COMMANDS)),
 ])
@@ -111,6 +114,22 @@ def test_version_alone(name: str) -> None:
     assert answered.stdout == f"{name} {__version__}\n"
 
 
+@pytest.mark.parametrize("program_name", ["http-timing", "kubectl-throttle"])
+def test_version_is_a_command_as_help_is(tmp_path: Path, program_name: str) -> None:
+    """``http-timing version`` answers as ``--version`` does, and the overview lists it
+    beside ``help``."""
+    answered = subprocess.run([str(BIN / program_name), "version"], capture_output=True,
+                              text=True, timeout=60, cwd=tmp_path)
+    assert (answered.returncode, answered.stdout, answered.stderr) == (
+        0, f"http-timing {__version__}\n", "")
+    overview = http_timing("help", cwd=tmp_path).stdout
+    usage = overview[:overview.index("\n\n")].splitlines()
+    assert usage[-2:] == ["       http-timing help [COMMAND]", "       http-timing version"]
+    asked = http_timing_here("help", "version", cwd=tmp_path)
+    assert asked.returncode == 0 and asked.stdout.startswith("usage: http-timing version\n")
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
 def modules_after(argv: list[str]) -> set[str]:
     """The modules ``http-timing ARGV`` has imported when it is done (in a new Python)."""
     code = ("import sys\nfrom client.commands import main\ntry:\n    main(sys.argv[1:])\n"
@@ -123,7 +142,7 @@ def modules_after(argv: list[str]) -> set[str]:
 def test_help_version_and_typos_import_no_command() -> None:
     others = {f"client.commands.{m}" for m in ("plot", "report", "predict", "compare", "sweep",
                                                 "watch", "advise", "record", "import_")}
-    for argv in (["--version"], ["compar", "x"], ["help", "nosuch"]):
+    for argv in (["--version"], ["version"], ["compar", "x"], ["help", "nosuch"]):
         imported = modules_after(argv)
         assert not imported & {"numpy", "matplotlib", "httpx", "client.commands.run", *others}
     imported = modules_after(["--help"])  # run's options: run's module, and no other command's

@@ -16,12 +16,14 @@
     http-timing cluster [-n NS | -A] [--since DURATION]                 every recorded workload
 
     http-timing help [COMMAND]                                          every command, or one's options
+    http-timing version                                                 the version (as --version)
 
 Run, raw data file, report/plot: each step usable alone (the shape of vegeta's run/report/plot).
 Each command is a module with ``command_<name>(argv) -> exit code``: parse, call the layers
 below (data, run, analysis, render), print. A new command is one module, one line in
 ``COMMANDS`` and one in ``TASKS`` (its line in ``http-timing --help``); only the command that
-runs is imported, and ``--help``, ``--version`` or a mistyped command import none but ``run``.
+runs is imported, and ``--help``, ``--version`` (``version``) or a mistyped command import
+none but ``run``.
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ def overview() -> str:
              f"       {PROG} [run] [OPTION...]   (no command: run, as the original "
              "http-timing.py)",
              f"       {PROG} help [COMMAND]",
+             f"       {PROG} version",
              "",
              "Time HTTP requests, keep every one, and see what CPU limits (the kernel's CFS "
              "quota)",
@@ -124,7 +127,7 @@ def show_help() -> NoReturn:
 def unknown_command(word: str) -> str | None:
     """Why ``word`` given as a command is a mistyped one (a did-you-mean), or None when it is
     not close to any (then it is no command at all: ``run``'s parser says what it is)."""
-    close = difflib.get_close_matches(word, [*COMMANDS, "help"], n=1)
+    close = difflib.get_close_matches(word, [*COMMANDS, "help", "version"], n=1)
     if not close:
         return None
     return f"{word!r} is not a command; did you mean {close[0]!r}? (see {PROG} --help)"
@@ -134,6 +137,9 @@ def help_of(args: list[str]) -> int:
     """``http-timing help [COMMAND]``: every command, or that command's ``--help``."""
     if not args or args[0] == "help":
         show_help()
+    if args[0] == "version":
+        print(f"usage: {PROG} version\n\nPrint {PROG}'s version and exit (as {PROG} --version).")
+        return EXIT_OK
     if args[0] not in COMMANDS:
         raise CliError(unknown_command(args[0])
                        or f"{args[0]!r} is not a command; the commands are "
@@ -150,7 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return help_of(args[1:])
         if args[:1] in (["-h"], ["--help"]):
             show_help()
-        if args == ["--version"]:
+        if args == ["--version"] or args[:1] == ["version"]:
+            if args[1:]:
+                raise CliError(f"version takes no arguments, not {' '.join(args[1:])!r} "
+                               f"(see {PROG} --help)")
             print(f"{PROG} {__version__}")
             return EXIT_OK
         if args and not args[0].startswith("-") and (typo := unknown_command(args[0])):

@@ -42,7 +42,7 @@ def as_plugin() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args == ["--version"]:
+    if args in (["--version"], ["version"]):
         return http_timing(args)   # the program's version: http-timing X.Y.Z
     with as_plugin():
         return http_timing(args or ["--help"])
