@@ -7,6 +7,11 @@ quota of 30 ms per 100 ms period. A bad value raises :class:`LimitError` (a ``Va
 whose one-line message names the option (``--cpus``, ``--period-ms``, ``--burst-ms``) and its
 allowed range. The kernel has one rule more, a quota of at least 1 ms per period
 (:meth:`Limit.kernel_problem`, :func:`kernel_limit`).
+
+A limit of 0 means one thing everywhere: nothing. Every option that takes a limit
+(``burn-service --cpus`` and ``--cpu-limit``, ``cpu-quota --cpus``, http-timing's ``--cpus``)
+refuses 0 with the line :func:`zero_limit` words and says what to give instead: the option
+left out, or ``none`` in a list of limits.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 __all__ = ["DEFAULT_PERIOD_MS", "MAX_PERIOD_MS", "MIN_PERIOD_MS", "MIN_QUOTA_US", "Limit", "LimitError",
-           "kernel_limit"]
+           "kernel_limit", "zero_limit"]
 
 MIN_QUOTA_US = 1000                     # the kernel refuses a quota below 1 ms
 MIN_PERIOD_MS, MAX_PERIOD_MS = 1, 1000  # ... and a period outside [1 ms, 1 s]
@@ -128,6 +133,13 @@ def kernel_limit(cpus: float, period_ms: float = DEFAULT_PERIOD_MS, burst_ms: fl
     if problem:
         raise LimitError(problem)
     return limit
+
+
+def zero_limit(given: str, instead: str, unit: str = "CPU") -> str:
+    """The one line for a limit of 0 (``given``: ``--cpus 0``, ``BURN_SERVICE_CPUS=0``), which
+    is no limit's spelling nowhere; ``instead`` says what to give (``omit --cpus for no
+    limit``)."""
+    return f"{given}: a limit must be above 0 {unit}; {instead}"
 
 
 def _g(value: object) -> str:

@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         flag = "--" + f.name.replace("_", "-")
         kind = field_type(f)
-        help_text = f"{f.metadata['help']} (env {env_name(f.name)}; default {f.default})"
+        default = "none" if f.metadata["limit"] else f.default  # a limit's 0: no limit
+        help_text = f"{f.metadata['help']} (env {env_name(f.name)}; default {default})"
         if kind is bool:
             parser.add_argument(flag, dest=f.name, default=None,
                                 action=argparse.BooleanOptionalAction, help=help_text)

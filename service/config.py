@@ -34,9 +34,11 @@ class SettingsError(ValueError):
 
 
 def _opt(default: Any, help: str, *, minimum: float | None = None, maximum: float | None = None,
-         choices: tuple[str, ...] | None = None, cli: bool = True) -> Any:
+         choices: tuple[str, ...] | None = None, cli: bool = True, limit: str = "") -> Any:
+    """An option; ``limit`` (its unit, ``CPU``) makes it a limit: its default, 0, is no limit,
+    and a 0 given on the command line or in the environment is refused (``zero_limit``)."""
     return field(default=default, metadata={"help": help, "min": minimum, "max": maximum,
-                                            "choices": choices, "cli": cli})
+                                            "choices": choices, "cli": cli, "limit": limit})
 
 
 @dataclass(frozen=True)
@@ -75,14 +77,14 @@ class Settings:
                            "pass of the raw loop per iteration, whatever it costs on this CPU")
     cpus: float = _opt(0.0, "run under a real kernel CPU quota of this many CPUs, like docker "
                        "--cpus (a cgroup made and removed by a supervisor, see cpu-quota; needs "
-                       "root; in force from before the service listens, after its start-up); "
-                       "0 = none", minimum=0, maximum=1024)
+                       "root; in force from before the service listens, after its start-up)",
+                       minimum=0, maximum=1024, limit="CPU")
     period_ms: float = _opt(100.0, "the kernel quota's period in ms (with --cpus)",
                             minimum=1, maximum=1000)
     burst_ms: float = _opt(0.0, "unused kernel quota that may be saved for later periods, in ms "
                            "(with --cpus; at most the quota per period)", minimum=0, maximum=1000)
     cpu_limit: float = _opt(0.0, "in-process CPU throttle: percent of one CPU this worker process "
-                            "may use (0 = off; no root needed)", minimum=0, maximum=100)
+                            "may use (no root needed)", minimum=0, maximum=100, limit="%")
     throttle_cycle: float = _opt(100.0, "the in-process throttle's cycle (its period) in ms",
                                  minimum=1, maximum=1000)
     throttle_mode: str = _opt("cfs", "cfs: pause work mid-request when the quota is spent, like "
@@ -95,10 +97,19 @@ class Settings:
         environ = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for f in option_fields():
-            raw = environ.get(env_name(f.name))
+            name = env_name(f.name)
+            raw = environ.get(name)
             if raw is not None and raw != "" and not is_service_link(raw):
-                values[f.name] = _convert(f, raw, source=env_name(f.name))
-        values.update({k: v for k, v in overrides.items() if v is not None})
+                values[f.name] = _convert(f, raw, source=name)
+                _refuse_zero_limit(f, values[f.name], f"{name}={raw}", f"unset {name}")
+        fields = {f.name: f for f in option_fields()}
+        for key, value in overrides.items():
+            if value is None:
+                continue
+            if key in fields:
+                flag = "--" + key.replace("_", "-")
+                _refuse_zero_limit(fields[key], value, f"{flag} 0", f"omit {flag}")
+            values[key] = value
         settings = cls(**values)
         settings.validate()
         return settings
@@ -114,6 +125,8 @@ class Settings:
                 raise SettingsError(f"{flag} must be a finite number (got {value})")
             if lo is not None and value < lo or hi is not None and value > hi:
                 rng = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
+                if f.metadata["limit"]:  # 0 is the default, no limit: never given
+                    rng = "(" + rng[1:]
                 raise SettingsError(f"{flag} must be in {rng} (got {value})")
         if not self.calibrate and self.iteration_us != 1.0:
             raise SettingsError(f"--iteration-us {self.iteration_us:g} needs the calibration: "
@@ -131,7 +144,7 @@ class Settings:
         out: dict[str, str] = {}
         for f in option_fields():
             value = getattr(self, f.name)
-            if value is None:
+            if value is None or f.metadata["limit"] and value == 0:  # no limit: left unset
                 continue
             out[env_name(f.name)] = str(value).lower() if isinstance(value, bool) else str(value)
         return out
@@ -144,6 +157,14 @@ def is_service_link(raw: str) -> bool:
     """``tcp://10.96.0.7:80``: what Kubernetes puts in ``BURN_SERVICE_PORT`` for a Service
     named ``burn-service`` (its docker-link variables), never a setting: ignored."""
     return _SERVICE_LINK.fullmatch(raw.strip()) is not None
+
+
+def _refuse_zero_limit(f: dataclasses.Field[Any], value: Any, given: str, instead: str) -> None:
+    """A limit of 0 given (``--cpus 0``, ``BURN_SERVICE_CPUS=0``): one line, what to give."""
+    if f.metadata["limit"] and value == 0:
+        from cpuquota.limit import zero_limit
+
+        raise SettingsError(zero_limit(given, f"{instead} for no limit", f.metadata["limit"]))
 
 
 def option_fields() -> tuple[dataclasses.Field[Any], ...]:

@@ -36,7 +36,7 @@ from pathlib import Path
 from cpuquota.cgroupfs import CgroupError, locate_cpu_controller, read_cpu_stat
 from service import __version__
 from service.cgroup import create_group, empty_group, lift_quota, remove_group, set_quota
-from cpuquota.limit import Limit, kernel_limit
+from cpuquota.limit import Limit, kernel_limit, zero_limit
 from cpuquota.account import CpuStat
 from service.stop import STOP_SIGNALS, until_stopped
 
@@ -268,6 +268,8 @@ def _main(argv: Sequence[str] | None) -> int:
         command = command[1:]
     if not command:
         parser.error("give the command to run after --, e.g. cpu-quota --cpus 0.3 -- python job.py")
+    if args.cpus == 0:  # no limit's spelling nowhere (cpuquota.limit)
+        parser.error(zero_limit("--cpus 0", "run the command without cpu-quota for no limit"))
     try:
         limit = kernel_limit(args.cpus, args.period_ms, args.burst_ms)
     except ValueError as exc:

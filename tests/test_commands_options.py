@@ -14,11 +14,12 @@ from cpuquota.limit import Limit
 def test_parse_limits() -> None:
     assert parse_limits("1,0.3,0.1") == (Limit(1), Limit(0.3), Limit(0.1))
     assert parse_limits(" 2 , none,0.5") == (Limit(2), None, Limit(0.5))
-    assert parse_limits("0") == (None,) and parse_limits("unlimited") == (None,)
+    assert parse_limits("none") == (None,) and parse_limits("unlimited") == (None,)
     assert parse_limits("0.3", period_ms=50, burst_ms=5) == (Limit(0.3, 50, 5),)
     for bad, message in [("abc", "'abc' is not a number"), ("1,,2", "separated by commas"),
-                         ("-1", ">= 0"), ("1,1.0", "given twice"), ("nan", ">= 0"),
-                         ("none,0", "no limit is given twice")]:
+                         ("-1", "> 0"), ("1,1.0", "given twice"), ("nan", "> 0"),
+                         ("0", "--cpus 0: a limit must be above 0 CPU; write none for no limit"),
+                         ("none,unlimited", "no limit is given twice")]:
         with pytest.raises(CliError, match=message):
             parse_limits(bad)
     with pytest.raises(CliError, match=r"--cpus 0.1: --burst-ms must be in \[0, 10\]"):

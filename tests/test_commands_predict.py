@@ -51,5 +51,6 @@ def test_bad_input_is_one_line_and_exit_2(runs: Path, args: list[str],
 def test_bad_input_from_the_console_script(runs: Path) -> None:
     result = http_timing("predict", "--service-ms", "5", "--cpus", "0", cwd=runs)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip() == ("http-timing predict: argument --cpus: must be a number > 0 "
-                                     "(got 0) (see http-timing predict --help)")
+    assert result.stderr.strip() == ("http-timing predict: --cpus 0: a limit must be above 0 CPU; "
+                                     "predict models a limit (with --timeline, none in the list "
+                                     "is no limit) (see http-timing predict --help)")

@@ -58,7 +58,8 @@ def removed_group(stderr: str) -> Path:
     (["--cpus", "0.3"], "give the command to run after --"),
     (["--cpus", "0.3", "--"], "give the command to run after --"),
     (["--cpus", "0.001", "--", "true"], "the kernel's minimum is 1000 µs"),
-    (["--cpus", "0", "--", "true"], "--cpus must be > 0"),
+    (["--cpus", "0", "--", "true"], "--cpus 0: a limit must be above 0 CPU"),
+    (["--cpus", "-1", "--", "true"], "--cpus must be > 0"),
     (["--cpus", "0.3", "--burst-ms", "40", "--", "true"], "--burst-ms must be in [0, 30]"),
     (["--cpus", "0.3", "--period-ms", "0.5", "--", "true"], "--period-ms must be in [1, 1000]"),
     (["--cpus", "lots", "--", "true"], "invalid float value"),
@@ -72,7 +73,7 @@ def test_bad_arguments_give_one_line_and_exit_2(args: list[str], message: str) -
 
 @pytest.mark.parametrize(("args", "env", "message"), [
     (["--cpus", "0.001"], {}, "the kernel's minimum is 1000 µs"),
-    (["--cpus", "-1"], {}, "--cpus must be in [0, 1024]"),
+    (["--cpus", "-1"], {}, "--cpus must be in (0, 1024]"),
     (["--cpus", "0.3", "--burst-ms", "50"], {}, "--burst-ms must be in [0, 30]"),
     ([], {"BURN_SERVICE_CPUS": "0.3", "BURN_SERVICE_PERIOD_MS": "5000"}, "--period-ms must be in"),
 ])

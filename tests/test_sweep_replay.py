@@ -43,7 +43,7 @@ def sweep(shape: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 def test_each_limit_is_saved_as_the_run_its_replay_predicts(
         shape: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = sweep(shape, tmp_path, monkeypatch, capsys, "--cpus", "0,0.3,0.1",
+    code, out, err = sweep(shape, tmp_path, monkeypatch, capsys, "--cpus", "none,0.3,0.1",
                            "--no-plot")
     assert code == 0, err
     replayed = load_replay(DATA / shape / "agent.cgroup.csv", DATA / shape / "run.csv", None)

@@ -15,8 +15,8 @@ from client.analysis.report import Report
 from client.analysis.throughput import throughput_row
 from client.commands.exits import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,
                                    silence_stdout)
-from client.commands.options import (CliError, int_at_least, int_in, number_above,
-                                     number_at_least)
+from client.commands.options import (CliError, cpu_limit_action, cpus_number, int_at_least,
+                                     int_in, number_above, number_at_least)
 from client.data.files import FileWriteError, folder_problem
 from client.data.metadata import LoadMode
 from client.render.figures import plot_run
@@ -52,7 +52,10 @@ def period_ms(text: str) -> float:
 
 
 def add_limit_arguments(parser: argparse.ArgumentParser, *, required: bool) -> None:
-    parser.add_argument("--cpus", type=number_above(0), required=required, metavar="X",
+    instead = ("give the limit to model" if required
+               else "omit --cpus for the run's own limit")
+    parser.add_argument("--cpus", type=cpus_number, action=cpu_limit_action(instead),
+                        required=required, metavar="X",
                         help="the CPU limit, as docker run --cpus: X × period of CPU per period"
                         + ("" if required else " (default: the run's metadata)"))
     parser.add_argument("--period-ms", type=period_ms, metavar="P",

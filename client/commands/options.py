@@ -17,10 +17,14 @@ from typing import Any, NoReturn
 
 from client import __version__
 from client.data.naming import limit_text
-from cpuquota.limit import Limit, LimitError
+from cpuquota.limit import Limit, LimitError, zero_limit
 
-__all__ = ["CliError", "OneLineParser", "duration", "instant", "int_at_least", "int_in",
-           "iso_utc", "number_above", "number_at_least", "parse_counts", "parse_limits"]
+__all__ = ["CliError", "OneLineParser", "cpu_limit_action", "cpus_number", "duration", "instant",
+           "int_at_least", "int_in", "iso_utc", "number_above", "number_at_least",
+           "parse_counts", "parse_limits"]
+
+# what to give for no limit in a list of them (sweep's and predict's --cpus A,B,C)
+NONE_IN_A_LIST = "write none for no limit (e.g. --cpus none,1,0.3)"
 
 
 class CliError(Exception):
@@ -92,10 +96,37 @@ def number_at_least(minimum: float) -> Callable[[str], float]:
     return _number(minimum, inclusive=True)
 
 
+def cpus_number(text: str) -> float:
+    """A CPU limit's number (argparse type): finite, >= 0; 0 is left to
+    :func:`cpu_limit_action`, which says in one line what to give instead."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0 (got {text!r})") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0 (got {text})")
+    return value
+
+
+def cpu_limit_action(instead: str) -> type[argparse.Action]:
+    """The action of a ``--cpus X`` (type :func:`cpus_number`): 0 is no limit's spelling
+    nowhere, so ``--cpus 0`` is the one line of ``zero_limit`` with ``instead``."""
+
+    class CpuLimit(argparse.Action):
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                     values: Any, option_string: str | None = None) -> None:
+            if values == 0:
+                parser.error(zero_limit(f"{option_string or self.dest} 0", instead))
+            setattr(namespace, self.dest, values)
+
+    return CpuLimit
+
+
 def parse_limits(text: str, *, period_ms: float = 100.0, burst_ms: float = 0.0
                  ) -> tuple[Limit | None, ...]:
-    """``1,0.3,0.1`` -> those limits (each with the period and burst given); ``0``, ``none`` or
-    ``unlimited`` is no limit (None). ``CliError`` naming the bad item, one line."""
+    """``1,0.3,0.1`` -> those limits (each with the period and burst given); ``none`` or
+    ``unlimited`` is no limit (None), 0 is refused (``zero_limit``). ``CliError`` naming the
+    bad item, one line."""
     limits: list[Limit | None] = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -109,12 +140,13 @@ def parse_limits(text: str, *, period_ms: float = 100.0, burst_ms: float = 0.0
                 raise CliError(f"--cpus: {item!r} is not a number of CPUs "
                                "(like 0.3, or none for no limit)") from None
             if not math.isfinite(cpus) or cpus < 0:
-                raise CliError(f"--cpus: {item!r} must be a number >= 0 (0 or none: no limit)")
-            if cpus > 0:
-                try:
-                    limit = Limit(cpus, period_ms, burst_ms)
-                except LimitError as exc:
-                    raise CliError(f"--cpus {item}: {exc}") from None
+                raise CliError(f"--cpus: {item!r} must be a number > 0 (or none: no limit)")
+            if cpus == 0:
+                raise CliError(zero_limit(f"--cpus {item}", NONE_IN_A_LIST))
+            try:
+                limit = Limit(cpus, period_ms, burst_ms)
+            except LimitError as exc:
+                raise CliError(f"--cpus {item}: {exc}") from None
         if limit in limits:
             raise CliError(f"--cpus: {limit_text(limit)} is given twice")
         limits.append(limit)

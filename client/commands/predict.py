@@ -10,10 +10,11 @@ from pathlib import Path
 
 from client.analysis.model import MAX_CONCURRENCY, MAX_REQUESTS, Workload, predict
 from client.commands.common import EXIT_OK, limit_from, period_ms
-from client.commands.options import (CliError, OneLineParser, int_in, number_above,
-                                     number_at_least)
+from client.commands.options import (CliError, OneLineParser, cpus_number, int_in,
+                                     number_above, number_at_least)
 from client.data.jsonsafe import json_ready
 from client.render.text import format_prediction
+from cpuquota.limit import zero_limit
 
 __all__ = ["build_predict_parser", "command_predict"]
 
@@ -30,7 +31,7 @@ def build_predict_parser() -> OneLineParser:
                         "machine, minus the network); the model's load (or --timeline)")
     parser.add_argument("--cpus", required=True, metavar="X",
                         help="the CPU limit, as docker run --cpus: X × period of CPU per period; "
-                        "with --timeline, one or more: A,B,C (0 or none: no limit)")
+                        "with --timeline, one or more: A,B,C (none: no limit)")
     parser.add_argument("--period-ms", type=period_ms, metavar="P",
                         help="the quota's period in ms (default: the timeline's, else 100)")
     parser.add_argument("--burst-ms", type=number_at_least(0), metavar="B",
@@ -76,9 +77,12 @@ def command_predict(argv: list[str]) -> int:
 
 def _model(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
-        cpus = number_above(0)(opts.cpus)
+        cpus = cpus_number(opts.cpus)
     except argparse.ArgumentTypeError as exc:
         parser.error(f"argument --cpus: {exc}")
+    if cpus == 0:
+        parser.error(zero_limit(f"--cpus {opts.cpus}", "predict models a limit (with "
+                                "--timeline, none in the list is no limit)"))
     limit = limit_from(cpus, opts.period_ms, opts.burst_ms)
     threads = opts.threads or 1
     try:

@@ -73,7 +73,7 @@ def build_sweep_parser() -> argparse.ArgumentParser:
         "--cgroup, your running service's limit is changed in place instead; with --timeline, "
         "a recorded window is replayed at each limit and nothing is touched.")
     parser.add_argument("--cpus", default="1,0.3,0.1", metavar="LIST",
-                        help="CPU limits, comma separated; 0 or none = no limit "
+                        help="CPU limits, comma separated; none = no limit "
                         "(default 1,0.3,0.1); with --replicas: the total, shared by them")
     parser.add_argument("--replicas", metavar="LIST",
                         help="N small or 1 big: for each N in LIST (e.g. 1,4) start N "
