@@ -42,7 +42,8 @@ from cpuquota.account import CpuStat
 
 __all__ = [
     "CgroupError", "CpuController", "CpuLimit", "CpuStatReader", "Membership", "Mount",
-    "Pressure", "available_cpus", "cpu_mounts", "find_cpu_controller", "is_cpu_mount",
+    "Pressure", "available_cpus", "cgroup_mount_holding", "cpu_mounts", "find_cpu_controller",
+    "is_cpu_mount", "mount_holding",
     "limit_in_force", "locate_cpu_controller", "map_group_path", "parse_cfs_value",
     "parse_cpu_max", "parse_cpu_stat", "parse_mountinfo", "parse_pressure", "parse_proc_cgroup",
     "parse_usage_usec", "quota_levels", "read_cpu_limit", "read_cpu_stat", "read_text",
@@ -138,19 +139,36 @@ def _unescape(field: str) -> str:
     return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), field)
 
 
-def parse_mountinfo(text: str) -> list[Mount]:
-    """``/proc/self/mountinfo`` -> the cgroup mounts (other file systems are skipped)."""
+def _mounts(text: str) -> list[Mount]:
+    """Every mount of a ``mountinfo`` text, whatever its file system, in the file's order."""
     out = []
     for line in text.splitlines():
         left, sep, right = line.partition(" - ")
         if not sep:
             continue
         fields, tail = left.split(), right.split()
-        if len(fields) < 5 or len(tail) < 3 or tail[0] not in ("cgroup", "cgroup2"):
+        if len(fields) < 5 or len(tail) < 3:
             continue
         out.append(Mount(root=_unescape(fields[3]), mount_point=_unescape(fields[4]),
                          fstype=tail[0], super_options=tuple(tail[2].split(","))))
     return out
+
+
+def parse_mountinfo(text: str) -> list[Mount]:
+    """``/proc/self/mountinfo`` -> the cgroup mounts (other file systems are skipped)."""
+    return [mount for mount in _mounts(text) if mount.fstype in ("cgroup", "cgroup2")]
+
+
+def mount_holding(real_path: str, mountinfo: str) -> Mount | None:
+    """The mount whose file system holds ``real_path`` (absolute, symlinks resolved): the
+    longest mount point above it, the last one mounted where two share it."""
+    held: Mount | None = None
+    for mount in _mounts(mountinfo):
+        point = mount.mount_point.rstrip("/") + "/"
+        if (real_path + "/").startswith(point) and (
+                held is None or len(mount.mount_point) >= len(held.mount_point)):
+            held = mount
+    return held
 
 
 def map_group_path(mount: Mount, group: str) -> str | None:
@@ -293,6 +311,21 @@ def locate_cpu_controller(proc: str | Path = "/proc/self") -> CpuController:
         raise CgroupError("no cgroup cpu controller is mounted for this process "
                           "(/proc/self/cgroup, /proc/self/mountinfo)")
     return controller
+
+
+def cgroup_mount_holding(path: str | Path, proc: str | Path = "/proc/self") -> Mount | None:
+    """The cgroup mount (v1 or v2) that holds ``path`` or, while it does not exist, its
+    nearest existing parent: where a ``mkdir`` makes a cgroup, not a folder. None on any other
+    file system, or where ``mountinfo`` cannot be read (not Linux)."""
+    place = os.path.abspath(path)
+    while not os.path.exists(place) and os.path.dirname(place) != place:
+        place = os.path.dirname(place)
+    try:
+        mountinfo = read_text(Path(proc) / "mountinfo")
+    except OSError:
+        return None
+    held = mount_holding(os.path.realpath(place), mountinfo)
+    return held if held is not None and held.fstype in ("cgroup", "cgroup2") else None
 
 
 def read_words(path: Path) -> set[str]:

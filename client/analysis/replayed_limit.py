@@ -22,6 +22,7 @@ from typing import Any
 from client import __version__
 from client.analysis.replay import Demand, LimitRow, Load, Request, load_of, replay_load
 from client.data.files import Run, write_metadata, write_rows
+from client.data.folders import make_folder
 from client.data.metadata import LoadMode, RunMetadata, SweepInfo
 from client.data.naming import limit_text
 from client.data.record import RequestRecord
@@ -142,7 +143,7 @@ class ReplayedLimit:
                                (self.statuses[i] for i in order)))
         records = [RequestRecord(seq, sent - self.demand.start_ns, latency, status)
                    for seq, (sent, latency, status) in enumerate(predicted, start=1)]
-        data_dir.mkdir(parents=True, exist_ok=True)
+        make_folder(data_dir)
         path = data_dir / f"{name}.csv"
         for record in records:
             for observe in observers:

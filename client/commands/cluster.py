@@ -30,8 +30,8 @@ from client.analysis.cluster_prometheus import (by_pod, combined, covers, depart
                                                 prometheus_row)
 from client.analysis.replay import ReplayError
 from client.commands.common import EXIT_OK
-from client.commands.options import (CliError, OneLineParser, duration, instant, iso_utc,
-                                     number_above)
+from client.commands.options import (CliError, OneLineParser, check_folder, duration, instant,
+                                     iso_utc, number_above)
 from client.data.jsonsafe import json_ready
 from client.render.cluster import format_cluster, format_cluster_csv, save_cluster_picture
 from client.run.k8s_workloads import (RECORD_LABEL, Fetched, Workload, WorkloadError,
@@ -203,6 +203,8 @@ def _prometheus_rows(prometheus: Prometheus, workloads: list[Workload], namespac
 
 def command_cluster(argv: list[str]) -> int:
     opts = build_cluster_parser().parse_args(argv)
+    check_folder("--data-dir", opts.data_dir)
+    check_folder("--picture", opts.picture)
     delay = opts.p99 if opts.p99 is not None else opts.max_delay_ms or DEFAULT_DELAY_MS
     target = LatencyTarget(delay, None, None)
     prometheus = None

@@ -15,9 +15,9 @@ from client.analysis.report import Report
 from client.analysis.throughput import throughput_row
 from client.commands.exits import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,
                                    silence_stdout)
-from client.commands.options import (CliError, cpu_limit_action, cpus_number, int_at_least,
-                                     int_in, number_above, number_at_least)
-from client.data.files import FileWriteError, folder_problem
+from client.commands.options import (CliError, check_folder, cpu_limit_action, cpus_number,
+                                     int_at_least, int_in, number_above, number_at_least)
+from client.data.files import FileWriteError
 from client.data.metadata import LoadMode
 from client.render.figures import plot_run
 from client.render.live import DEFAULT_HOST, DEFAULT_PORT, LiveError, LivePage
@@ -152,8 +152,7 @@ def check_folders(opts: argparse.Namespace, *, tables: bool = False) -> None:
     if tables or not getattr(opts, "no_plot", False):
         folders.append(("--pictures-dir", opts.pictures_dir))
     for flag, folder in folders:
-        if (problem := folder_problem(folder)) is not None:
-            raise CliError(f"{flag} {folder}: cannot write in it: {problem}")
+        check_folder(flag, folder)
 
 
 def cgroup_target(spec: str | None, pod_uid: str | None) -> CgroupTarget | None:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from client.analysis.clock import ClockEstimate, estimate_shift
 from client.analysis.detect import no_limit_note
-from client.commands.options import CliError, OneLineParser
+from client.commands.options import CliError, OneLineParser, check_folder
 from client.data.formats import EPOCH, IMPORTERS, Imported, read_results
 from client.data.formats.base import ImportFileError, seconds_ns
 from client.data.formats.nginx import NginxLogFormat
@@ -189,6 +189,7 @@ def command_import(argv: list[str]) -> int:
     name = opts.name or f"import-{opts.file.name.split('.')[0]}"
     if problem := check_file_name(name):
         raise CliError(problem)
+    check_folder("--data-dir", opts.data_dir)
     try:
         ref = parse_pod_ref(opts.timeline)
     except ValueError as exc:

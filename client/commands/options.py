@@ -13,13 +13,16 @@ import math
 import re
 from collections.abc import Callable
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, NoReturn
 
 from client import __version__
+from client.data.folders import folder_problem
 from client.data.naming import limit_text
 from cpuquota.limit import Limit, LimitError, zero_limit
 
-__all__ = ["CliError", "OneLineParser", "cpu_limit_action", "cpus_number", "duration", "instant",
+__all__ = ["CliError", "OneLineParser", "check_folder", "cpu_limit_action", "cpus_number",
+           "duration", "instant",
            "int_at_least", "int_in", "iso_utc", "number_above", "number_at_least",
            "parse_counts", "parse_limits"]
 
@@ -43,6 +46,13 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def check_folder(flag: str, folder: Path | None) -> None:
+    """``flag folder`` can hold files (None: not given): else a one-line ``CliError`` (a file
+    there, no permission, a cgroup file system), before anything is made or sent."""
+    if folder is not None and (problem := folder_problem(folder)) is not None:
+        raise CliError(f"{flag} {folder}: cannot write in it: {problem}")
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:

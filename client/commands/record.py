@@ -18,7 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from client.commands.common import add_live_arguments, cgroup_target, live_page
-from client.commands.options import CliError, OneLineParser, int_at_least, number_above
+from client.commands.options import (CliError, OneLineParser, check_folder, int_at_least,
+                                     number_above)
 from client.data.naming import check_file_name
 from client.render.live import watched_live
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
@@ -62,6 +63,7 @@ def command_record(argv: list[str]) -> int:
     name = opts.name or "timeline-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     if problem := check_file_name(name):
         raise CliError(problem)
+    check_folder("--data-dir", opts.data_dir)
     target = cgroup_target(opts.target, opts.pod_uid)
     assert target is not None
     spec = TimelineSpec(target, name, opts.data_dir, opts.duration, opts.max_size,

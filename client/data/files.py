@@ -26,16 +26,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
+from client.data.folders import FileWriteError, folder_problem, make_folder
 from client.data.formats import Run, read_run
 from client.data.metadata import RunMetadata
 from client.data.record import COLUMNS, RawDataError, RequestRecord
 
 __all__ = ["FileWriteError", "RawDataError", "Run", "RunWriter", "folder_problem", "read_run",
            "replacing", "write_metadata", "write_rows", "write_whole", "writing"]
-
-
-class FileWriteError(RawDataError):
-    """A file that cannot be written: one line naming it and why (``cannot write PATH: ...``)."""
 
 
 def write_problem(path: Path, exc: OSError) -> str:
@@ -56,7 +53,7 @@ def writing(path: Path) -> Iterator[Path]:
     """Write ``path`` inside this block (its folder made first): an ``OSError`` becomes a
     one-line :class:`FileWriteError` naming the path and the reason."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(path.parent)
         yield path
     except OSError as exc:
         raise FileWriteError(f"cannot write {path}: {write_problem(path, exc)}") from None
@@ -89,20 +86,6 @@ def write_whole(path: Path, text: str, *, sync: bool = False) -> None:
     """Write ``text`` (UTF-8) as ``path``, whole or not at all (:func:`replacing`)."""
     with replacing(path, sync=sync) as tmp:
         tmp.write_text(text, encoding="utf-8")
-
-
-def folder_problem(folder: Path) -> str | None:
-    """Why no file can be written in ``folder`` (None: it can, or it can be made), checked
-    without making it: before a run, so that no request is sent for files that cannot be kept."""
-    for place in (folder, *folder.parents):
-        if place.exists():
-            shown = place if str(place) != "." else Path.cwd()   # "." says nothing
-            if not place.is_dir():
-                return f"{shown} is a file, not a directory"
-            if not os.access(place, os.W_OK | os.X_OK):
-                return f"{shown} is not writable here"
-            return None
-    return None
 
 
 class RunWriter:
@@ -140,6 +123,7 @@ class RunWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
 
 
 def _row(record: RequestRecord) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from client.data.folders import make_folder
 from client.data.timeline import TimelineError
 
 __all__ = ["AS_PROCESS", "ENDED", "NOT_SEEN", "THREADS_COLUMNS", "TOTAL", "RunThreads",
@@ -78,7 +79,7 @@ class ThreadsFile:
     """Appends readings to a threads file, a changed name's row at a time."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(path.parent)
         self.path = path
         self._file: IO[str] = open(path, "w", encoding="utf-8", newline="")
         self._file.write(",".join(THREADS_COLUMNS) + "\n")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from client.data.folders import make_folder
 from client.data.record import RawDataError
 
 __all__ = ["PRESSURE_COLUMNS", "TIMELINE_COLUMNS", "CgroupSample", "LevelCounters",
@@ -94,7 +95,7 @@ def timeline_path(csv_path: Path) -> Path:
 
 def open_timeline(path: Path, columns: tuple[str, ...] = TIMELINE_COLUMNS) -> IO[str]:
     """A new timeline file with its header (the caller appends ``timeline_row``s)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     out = open(path, "w", encoding="ascii", newline="")
     out.write(",".join(columns) + "\n")
     return out

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from client.data.files import write_whole
+from client.data.folders import make_folder
 from client.run.kube_api import KubeError, connect
 
 __all__ = ["RECORDER_NAMESPACE", "RECORDER_LABEL", "AGENT_PORT", "READER_ROLE", "AgentLink",
@@ -190,7 +191,7 @@ class AgentLink:
         csv = _get(self.api, self.namespace, self.agent, {**query, "format": "csv"})
         meta = _get(self.api, self.namespace, self.agent, {**query, "format": "json"})
         stem = "_".join(p for p in (ref.namespace, ref.pod, ref.container) if p)
-        dest_dir.mkdir(parents=True, exist_ok=True)
+        make_folder(dest_dir)
         path = dest_dir / f"{stem}.cgroup.csv"
         write_whole(path, csv)
         write_whole(path.with_name(f"{stem}.json"), meta)

@@ -18,6 +18,7 @@ from typing import Any
 
 from client import __version__
 from client.data.files import replacing, write_metadata, write_rows
+from client.data.folders import make_folder
 from client.data.formats import EPOCH, Imported, ImportedRequest
 from client.data.metadata import LoadMode, RunMetadata, watched_without_limit
 from client.data.record import RawDataError, RequestRecord
@@ -180,7 +181,7 @@ def save_imported(spec: ImportSpec, run: ImportedRun) -> None:
     """The timeline copy, the CSV, then the JSON, each written to a temporary name and
     renamed (a reader never sees half a file). ``RawDataError`` when they cannot be written."""
     try:
-        spec.data_dir.mkdir(parents=True, exist_ok=True)
+        make_folder(spec.data_dir)
         if spec.timeline_path.resolve() != spec.timeline_copy.resolve():
             with replacing(spec.timeline_copy) as tmp:
                 shutil.copyfile(spec.timeline_path, tmp)
