@@ -25,7 +25,7 @@ import random
 
 from benchmarks.support import keep_record, run_main
 from client.analysis.detect import detect
-from client.analysis.model import Workload, predict
+from client.analysis.model import Scenario, predict
 from client.data.formats.legacy import format_line, parse_legacy_text
 from client.data.record import RequestRecord
 from cpuquota.account import QuotaAccount
@@ -36,7 +36,7 @@ OBSERVED = {1.0: (290, 5.1, 5.5, 8.3, 5.2, 0), 0.3: (100, 5.3, 66.9, 71.3, 14.6,
             0.1: (100, 98.0, 197.0, 300.0, 95.5, 78)}
 
 
-def prediction_row(label: str, w: Workload) -> list[str]:
+def prediction_row(label: str, w: Scenario) -> list[str]:
     d = predict(w).to_dict()
     slow = sum(1 for r in predict(w).records if r.latency_ns > 20 * MS)
     return [label, str(d["count"]), f"{d['p50_ms']:.1f}", f"{d['p90_ms']:.1f}",
@@ -51,16 +51,16 @@ def table_a(network_ms: float) -> list[list[str]]:
         rows.append([f"{cpus:g} CPU observed", str(n), f"{p50:g}", f"{p90:g}", f"{p99:g}",
                      f"{mean:g}", str(slow), "-"])
         rows.append(prediction_row(f"  model {fast:g} ms CPU",
-                                   Workload(service_ms=fast, cpus=cpus, requests=n)))
+                                   Scenario(service_ms=fast, cpus=cpus, requests=n)))
         rows.append(prediction_row(
             f"  model {fast - network_ms:g} + {network_ms:g} ms net",
-            Workload(service_ms=fast - network_ms, cpus=cpus, overhead_ms=network_ms,
+            Scenario(service_ms=fast - network_ms, cpus=cpus, overhead_ms=network_ms,
                      requests=n)))
         if cpus == 0.1:
             charged = cpus * 1000 / (1000 / mean)  # quota per request from the throughput
             rows.append(prediction_row(
                 f"  model {charged:.1f} ms charged",
-                Workload(service_ms=charged, cpus=cpus, requests=n)))
+                Scenario(service_ms=charged, cpus=cpus, requests=n)))
     return rows
 
 

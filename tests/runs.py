@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from client.analysis.model import Workload, predict
+from client.analysis.model import Scenario, predict
 from client.data.files import Run
 from client.data.metadata import RunMetadata
 from client.data.record import RequestRecord
@@ -34,5 +34,5 @@ def run_of(name: str, latencies_ms: list[float], metadata: dict[str, Any] | None
 
 
 def modelled(name: str, cpus: float, metadata: dict[str, Any]) -> Run:
-    p = predict(Workload(service_ms=5, cpus=cpus, requests=60))
+    p = predict(Scenario(service_ms=5, cpus=cpus, requests=60))
     return run_of(name, [r.latency_ns / MS for r in p.records], metadata)

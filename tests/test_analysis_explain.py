@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from client.analysis.explain import explain
-from client.analysis.model import Workload, predict
+from client.analysis.model import Scenario, predict
 from client.analysis.report import Report, build_report
 from client.data.files import Run
 from client.data.formats.legacy import parse_legacy_text
@@ -23,7 +23,7 @@ def test_explain_the_0_1_cpu_gap() -> None:
     report = report_of(records)
     d = report.detection
     assert d.service_ms is not None
-    prediction = predict(Workload(service_ms=d.service_ms, cpus=0.1))
+    prediction = predict(Scenario(service_ms=d.service_ms, cpus=0.1))
     lines = explain(report, prediction, Limit(0.1))
     text = " ".join(lines)
     assert lines[0].startswith("The run did worse than the model")
@@ -35,10 +35,10 @@ def test_explain_the_0_1_cpu_gap() -> None:
 
 def test_explain_agreement_and_gaps() -> None:
     records, _ = capture(0.3, 4.3)
-    prediction = predict(Workload(service_ms=4.3, cpus=0.3, overhead_ms=0.8 + 0.175))
+    prediction = predict(Scenario(service_ms=4.3, cpus=0.3, overhead_ms=0.8 + 0.175))
     assert explain(report_of(records), prediction, Limit(0.3))[0].startswith("The run agrees")
     excerpt = report_of(parse_legacy_text(ORIGINAL_0_3))
-    lines = explain(excerpt, predict(Workload(service_ms=5, cpus=0.3, requests=6)), Limit(0.3))
+    lines = explain(excerpt, predict(Scenario(service_ms=5, cpus=0.3, requests=6)), Limit(0.3))
     assert any("not sent back to back" in line for line in lines)
     assert explain(report_of([]), prediction, Limit(0.3)) == [
         "not enough successful requests to compare with the model"]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.analysis.model import Prediction, Workload, predict
+from client.analysis.model import Prediction, Scenario, predict
 from cpuquota.account import QuotaAccount
 
 MS = 1_000_000
@@ -17,7 +17,7 @@ def latencies(prediction: Prediction) -> list[float]:
 
 
 def test_one_cpu_never_throttles() -> None:
-    p = predict(Workload(service_ms=5, cpus=1))
+    p = predict(Scenario(service_ms=5, cpus=1))
     assert latencies(p) == [5.0] * 100
     assert p.throttled_fraction == 0 and p.stall_ms is None
     assert p.throughput_rps == pytest.approx(200)
@@ -27,7 +27,7 @@ def test_one_cpu_never_throttles() -> None:
 def test_5ms_at_0_3_cpu_one_in_six_waits_70ms() -> None:
     # 30 ms of quota per 100 ms: six 5 ms requests fit, the seventh waits 70 ms for the next
     # period (latency 75); from then on every sixth: seq 6, 12, ..., 96 -> 16 of 100.
-    p = predict(Workload(service_ms=5, cpus=0.3))
+    p = predict(Scenario(service_ms=5, cpus=0.3))
     lat = latencies(p)
     slow = [i for i, x in enumerate(lat) if x > 5]
     assert slow == list(range(6, 100, 6))
@@ -47,14 +47,14 @@ def test_the_original_0_3_run_with_its_network_time() -> None:
     # network and client (no quota), 30 / 4.3 = 6.98 requests fit: one in seven is stalled, and
     # the stalled one (sent at 30.6 ms, out of quota at 35.2 ms) ends at 100.5: 69.9 ms, as the
     # original's 69.8 ms.
-    p = predict(Workload(service_ms=4.3, cpus=0.3, overhead_ms=0.8))
+    p = predict(Scenario(service_ms=4.3, cpus=0.3, overhead_ms=0.8))
     assert p.throttled_fraction == 0.14
     assert latencies(p)[6] == pytest.approx(69.9)
     assert max(latencies(p)) < 71
 
 
 def test_5ms_at_0_1_cpu_every_other_request_waits_90ms() -> None:
-    p = predict(Workload(service_ms=5, cpus=0.1))
+    p = predict(Scenario(service_ms=5, cpus=0.1))
     lat = latencies(p)
     assert [i for i, x in enumerate(lat) if x > 5] == list(range(2, 100, 2))
     assert set(lat) == {5.0, 95.0}
@@ -64,35 +64,35 @@ def test_5ms_at_0_1_cpu_every_other_request_waits_90ms() -> None:
 def test_a_request_is_stopped_in_the_middle() -> None:
     # 7 ms at 0.3: four fit (28 ms); the fifth runs 2 ms, waits 70, runs 5: 77 ms. The next
     # period has 25 ms left after it: three more (21), the fourth runs 4 ms and waits.
-    assert latencies(predict(Workload(service_ms=7, cpus=0.3, requests=10))) == [
+    assert latencies(predict(Scenario(service_ms=7, cpus=0.3, requests=10))) == [
         7, 7, 7, 7, 77, 7, 7, 7, 77, 7]
 
 
 def test_burst_lets_the_first_period_run_longer() -> None:
     # An idle service has saved 20 ms of burst: 50 ms in the first period (ten requests, the
     # eleventh waits 50 ms), then 30 ms per period as without burst.
-    lat = latencies(predict(Workload(service_ms=5, cpus=0.3, burst_ms=20, requests=20)))
+    lat = latencies(predict(Scenario(service_ms=5, cpus=0.3, burst_ms=20, requests=20)))
     assert lat == [5.0] * 10 + [55.0] + [5.0] * 5 + [75.0] + [5.0] * 3
 
 
 def test_concurrent_requests_share_one_core() -> None:
-    p = predict(Workload(service_ms=5, cpus=1, concurrency=2, requests=6))
+    p = predict(Scenario(service_ms=5, cpus=1, concurrency=2, requests=6))
     assert latencies(p) == [10.0] * 6  # two at a time on one core: each takes twice as long
     assert p.throughput_rps == pytest.approx(200)
-    two_cores = predict(Workload(service_ms=5, cpus=2, concurrency=2, cores=2, requests=6))
+    two_cores = predict(Scenario(service_ms=5, cpus=2, concurrency=2, cores=2, requests=6))
     assert latencies(two_cores) == [5.0] * 6 and two_cores.throughput_rps == pytest.approx(400)
 
 
 def test_concurrency_on_two_cores_spends_the_quota_twice_as_fast() -> None:
     # Two requests on two cores use 2 ms of quota per ms: three pairs use the 30 ms by 15 ms,
     # the fourth pair waits until 100 (90 ms). Next period: the waiting pair (10 ms), two pairs.
-    p = predict(Workload(service_ms=5, cpus=0.3, concurrency=2, cores=2, requests=16))
+    p = predict(Scenario(service_ms=5, cpus=0.3, concurrency=2, cores=2, requests=16))
     assert latencies(p) == [5.0] * 6 + [90.0] * 2 + [5.0] * 4 + [90.0] * 2 + [5.0] * 2
     assert [r.start_ns / MS for r in p.records][6:9] == [15.0, 15.0, 105.0]
 
 
 def test_the_same_workload_gives_the_same_answer() -> None:
-    w = Workload(service_ms=3.3, cpus=0.25, period_ms=50, concurrency=3, overhead_ms=0.7,
+    w = Scenario(service_ms=3.3, cpus=0.25, period_ms=50, concurrency=3, overhead_ms=0.7,
                  requests=300)
     assert predict(w) == predict(w)
 
@@ -104,7 +104,7 @@ def test_sequential_prediction_is_the_quota_core_run_back_to_back(
         service_us: int, quota_ms: int, period_ms: int, requests: int) -> None:
     """One request at a time: the simulator must agree with QuotaAccount.run in a loop."""
     cpus = min(quota_ms, period_ms) / period_ms
-    p = predict(Workload(service_ms=service_us / 1000, cpus=cpus, period_ms=period_ms,
+    p = predict(Scenario(service_ms=service_us / 1000, cpus=cpus, period_ms=period_ms,
                          requests=requests))
     account = QuotaAccount(round(cpus * period_ms * MS), period_ms * MS)
     account.charge(1, 0)  # the same idle history as the model's
@@ -124,7 +124,7 @@ def test_sequential_prediction_is_the_quota_core_run_back_to_back(
 def test_the_group_never_runs_more_than_its_quota(service_ms: float, cpus: float,
                                                   concurrency: int, cores: int,
                                                   overhead_ms: float) -> None:
-    w = Workload(service_ms=service_ms, cpus=cpus, concurrency=concurrency, cores=cores,
+    w = Scenario(service_ms=service_ms, cpus=cpus, concurrency=concurrency, cores=cores,
                  overhead_ms=overhead_ms, requests=40)
     p = predict(w)
     assert len(p.records) == 40 and sorted(r.seq for r in p.records) == list(range(40))
@@ -148,4 +148,4 @@ def test_the_group_never_runs_more_than_its_quota(service_ms: float, cpus: float
 def test_bad_workloads_are_refused_naming_the_field(kwargs: dict[str, float],
                                                     message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        Workload(**kwargs)  # type: ignore[arg-type]
+        Scenario(**kwargs)  # type: ignore[arg-type]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from client.analysis.model import Workload, predict
+from client.analysis.model import Scenario, predict
 from client.analysis.openloop import predict_open
 from cpuquota.limit import Limit
 
@@ -12,8 +12,8 @@ MS = 1_000_000
 
 
 def workload(cpus: float, service_ms: float = 5.0, requests: int = 100,
-             overhead_ms: float = 0.0, **rest: object) -> Workload:
-    return Workload.under(Limit(cpus), service_ms, requests=requests, overhead_ms=overhead_ms,
+             overhead_ms: float = 0.0, **rest: object) -> Scenario:
+    return Scenario.under(Limit(cpus), service_ms, requests=requests, overhead_ms=overhead_ms,
                           **rest)  # type: ignore[arg-type]
 
 

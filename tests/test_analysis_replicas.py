@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from client.analysis.model import Workload, predict
+from client.analysis.model import Scenario, predict
 from client.analysis.replicas import answered_by, replica_row
 from client.analysis.report import build_report
 from client.data.files import Run
@@ -20,16 +20,16 @@ MS = 1_000_000
 def test_one_client_sees_n_small_replicas_as_one_big() -> None:
     """Sent one after another, four replicas of 0.1 CPU throttle like one of 0.4: the client
     waits through each stall, so no replica gets more than its share of each period."""
-    big = predict(Workload(service_ms=5, cpus=0.4, requests=200, overhead_ms=0.5))
-    small = predict(Workload(service_ms=5, cpus=0.1, requests=200, overhead_ms=0.5, replicas=4))
+    big = predict(Scenario(service_ms=5, cpus=0.4, requests=200, overhead_ms=0.5))
+    small = predict(Scenario(service_ms=5, cpus=0.1, requests=200, overhead_ms=0.5, replicas=4))
     assert [r.latency_ns for r in small.records] == [r.latency_ns for r in big.records]
     assert [r.replica for r in small.records[:5]] == [0, 1, 2, 3, 0]
     assert big.records[0].replica is None
 
 
 def test_concurrent_clients_spread_over_replicas_change_the_shape() -> None:
-    big = predict(Workload(service_ms=5, cpus=0.4, concurrency=4, requests=400))
-    small = predict(Workload(service_ms=5, cpus=0.1, concurrency=4, requests=400, replicas=4))
+    big = predict(Scenario(service_ms=5, cpus=0.4, concurrency=4, requests=400))
+    small = predict(Scenario(service_ms=5, cpus=0.1, concurrency=4, requests=400, replicas=4))
     # one big: four requests share it and all wait a little; four small: each request runs
     # alone at its replica, until that replica's 10 ms are spent and it waits a period
     assert big.percentile(50) == pytest.approx(20, abs=1)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from client.analysis.detect import detect
-from client.analysis.report import WorkloadError, build_prediction, build_report, workload_for
+from client.analysis.report import ScenarioError, build_prediction, build_report, scenario_for
 from client.data.files import Run
 from client.data.metadata import RunMetadata
 from client.data.record import RequestRecord
@@ -33,7 +33,7 @@ INPROCESS = {"limits": {"workers": 1, "cgroup": None,
 
 def test_workload_of_a_sequential_run_puts_the_rest_of_the_latency_outside_the_quota() -> None:
     run = run_with(INPROCESS)
-    w = workload_for(run, detect(run.records), Limit(0.3))
+    w = scenario_for(run, detect(run.records), Limit(0.3))
     assert (w.service_ms, w.overhead_ms, w.concurrency, w.cores, w.requests) == (3, 5, 1, 1, 20)
 
 
@@ -41,18 +41,18 @@ def test_workload_of_a_concurrent_run_shares_the_workers() -> None:
     # 4 in flight on one worker: an unthrottled request takes 4 × 3 ms of work + 2 ms
     meta = {**INPROCESS, "mode": "closed-loop", "concurrency": 4}
     run = run_with(meta, latency_ms=14)
-    w = workload_for(run, detect(run.records, sequential=False), Limit(0.3))
+    w = scenario_for(run, detect(run.records, sequential=False), Limit(0.3))
     assert (w.concurrency, w.cores, w.overhead_ms) == (4, 1, 2)
     two_workers = run_with({**meta, "limits": {**INPROCESS["limits"], "workers": 2}},
                            latency_ms=14)
-    w2 = workload_for(two_workers, detect(two_workers.records, sequential=False), Limit(0.3))
+    w2 = scenario_for(two_workers, detect(two_workers.records, sequential=False), Limit(0.3))
     assert (w2.cores, w2.overhead_ms) == (2, 8)
 
 
 def test_open_loop_runs_are_not_modelled() -> None:
     run = run_with({**INPROCESS, "mode": "open-loop", "rate_rps": 40})
-    with pytest.raises(WorkloadError, match="open-loop"):
-        workload_for(run, detect(run.records, sequential=False), Limit(0.3))
+    with pytest.raises(ScenarioError, match="open-loop"):
+        scenario_for(run, detect(run.records, sequential=False), Limit(0.3))
 
 
 def test_a_boundary_mode_run_is_modelled_only_under_a_limit_given() -> None:
@@ -61,9 +61,9 @@ def test_a_boundary_mode_run_is_modelled_only_under_a_limit_given() -> None:
         "cpu_limit_percent": 30, "cycle_ms": 100, "mode": "boundary", "per": "worker thread"}}}
     run = run_with(boundary)
     assert run.metadata.throttle_mode == "boundary" and run.metadata.limit is not None
-    with pytest.raises(WorkloadError, match="boundary mode.*give --cpus X"):
-        workload_for(run, detect(run.records), run.metadata.limit)
-    given = workload_for(run, detect(run.records), Limit(0.3, source="--cpus"))
+    with pytest.raises(ScenarioError, match="boundary mode.*give --cpus X"):
+        scenario_for(run, detect(run.records), run.metadata.limit)
+    given = scenario_for(run, detect(run.records), Limit(0.3, source="--cpus"))
     assert given.cpus == 0.3
     assert run_with(INPROCESS).metadata.throttle_mode == "cfs"
     assert run_with({"limits": {"workers": 1, "cgroup": None}}).metadata.throttle_mode is None

@@ -10,7 +10,7 @@ import pytest
 from matplotlib.axes import Axes
 
 from client.analysis.detect import detect
-from client.analysis.model import Workload, predict
+from client.analysis.model import Scenario, predict
 from client.data.files import Run
 from client.render.compare import comparison_figure, plot_overlay, save_comparison
 from client.render.figures import pyplot
@@ -37,7 +37,7 @@ def test_save_comparison_writes_the_picture_and_the_markdown(tmp_path: Path) -> 
 
 def test_plot_overlay(tmp_path: Path) -> None:
     measured = modelled("m", 0.3, limits(0.3))
-    predicted = predict(Workload(service_ms=5, cpus=0.3, requests=60))
+    predicted = predict(Scenario(service_ms=5, cpus=0.3, requests=60))
     out = plot_overlay(measured, [("predicted", predicted.records)],
                        detect(measured.records), tmp_path / "o.png")
     assert out.read_bytes()[:8] == PNG

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from client.analysis.advise_target import LatencyTarget, Measured
-from client.analysis.model import MAX_REQUESTS, Prediction, Workload, predict
+from client.analysis.model import MAX_REQUESTS, Prediction, Scenario, predict
 from client.analysis.openloop import predict_open
 from client.analysis.report import Report
 from client.data.files import Run
@@ -121,7 +121,7 @@ class Profile:
         return max(0.0, self.baseline_ms - self.cpu_ms * clients / min(clients, self.cores))
 
     def predict(self, limit: Limit) -> Prediction:
-        workload = Workload.under(limit, self.cpu_ms, concurrency=min(self.concurrency, 1000),
+        workload = Scenario.under(limit, self.cpu_ms, concurrency=min(self.concurrency, 1000),
                                   requests=min(self.requests, MAX_REQUESTS),
                                   overhead_ms=self.overhead_ms, cores=min(self.cores, 1024))
         if self.open_loop and self.rate_rps:

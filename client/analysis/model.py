@@ -1,6 +1,6 @@
 """What a CPU quota does to requests: a deterministic simulation on the kernel's accounting.
 
-``predict(Workload(service_ms=5, cpus=0.3))`` sends requests of 5 ms of CPU back to back
+``predict(Scenario(service_ms=5, cpus=0.3))`` sends requests of 5 ms of CPU back to back
 (a closed loop: ``concurrency`` clients, each sending its next request as soon as the last
 answer arrives) to a service whose CPU is limited to ``cpus × period`` per period, and
 returns every request's latency plus the statistics ``http-timing report`` gives for a real
@@ -43,7 +43,7 @@ from client.data.summary import percentile, summarize
 from cpuquota.limit import Limit
 from cpuquota.account import CpuStat, QuotaAccount
 
-__all__ = ["MAX_CONCURRENCY", "MAX_REQUESTS", "Prediction", "Workload", "predict"]
+__all__ = ["MAX_CONCURRENCY", "MAX_REQUESTS", "Prediction", "Scenario", "predict"]
 
 MS = 1_000_000
 MAX_REQUESTS = 100_000
@@ -53,7 +53,7 @@ MAX_SIMULATED_PERIODS = 2_000_000
 
 
 @dataclass(frozen=True)
-class Workload:
+class Scenario:
     """What to simulate. Times in ms; ``cpus`` as for ``docker run --cpus``."""
 
     service_ms: float
@@ -101,7 +101,7 @@ class Workload:
         return Limit(self.cpus, self.period_ms, self.burst_ms, "model")
 
     @classmethod
-    def under(cls, limit: Limit, service_ms: float, **rest: Any) -> Workload:
+    def under(cls, limit: Limit, service_ms: float, **rest: Any) -> Scenario:
         """The workload of ``service_ms`` requests under ``limit``."""
         return cls(service_ms=service_ms, cpus=limit.cpus, period_ms=limit.period_ms,
                    burst_ms=limit.burst_ms, **rest)
@@ -112,7 +112,7 @@ class Prediction:
     """The simulated run: one record per request (``server_throttle_ns`` = its pause, like the
     in-process throttle reports it), and the account's ``cpu.stat`` counters for the run."""
 
-    workload: Workload
+    workload: Scenario
     records: tuple[RequestRecord, ...]
     stats: CpuStat = field(default_factory=CpuStat)
 
@@ -173,7 +173,7 @@ class _Request:
     replica: int = 0
 
 
-def predict(workload: Workload) -> Prediction:
+def predict(workload: Scenario) -> Prediction:
     """Simulate ``workload`` (see the module's docstring); deterministic."""
     return _Simulation(workload).run()
 
@@ -182,7 +182,7 @@ class _Simulation:
     """The state of one simulated run: the quota accounts (one per replica), the requests in
     flight, the clock."""
 
-    def __init__(self, workload: Workload) -> None:
+    def __init__(self, workload: Scenario) -> None:
         w = self.w = workload
         limit = w.limit
         self.accounts = [QuotaAccount(limit.quota_ns, limit.period_ns, limit.burst_ns)

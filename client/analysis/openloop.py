@@ -5,7 +5,7 @@ answers, and queue at the server while it is throttled.
 when the last one is answered). An open loop sends request ``i`` at ``i / R`` seconds and
 counts its latency from then (``scheduled_ns``), so a stall also delays the requests that
 arrive during it. :func:`predict_open` simulates that with the same pieces: a
-:class:`~client.analysis.model.Workload` (CPU per request, the limit, ``overhead_ms`` of wall
+:class:`~client.analysis.model.Scenario` (CPU per request, the limit, ``overhead_ms`` of wall
 time outside the quota, half before the work and half after, ``cores``), the same accounting
 core (:class:`cpuquota.account.QuotaAccount`) on a simulated clock, and the same
 :class:`~client.analysis.model.Prediction` out (``server_throttle_ns`` = the time a request
@@ -25,14 +25,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from client.analysis.model import MS, Prediction, Workload
+from client.analysis.model import MS, Prediction, Scenario
 from client.data.record import RequestRecord
 from cpuquota.account import QuotaAccount
 
 __all__ = ["predict_open"]
 
 
-def predict_open(workload: Workload, rate_rps: float,
+def predict_open(workload: Scenario, rate_rps: float,
                  cpu_ms: Sequence[float] = ()) -> Prediction:
     """``workload.requests`` requests arriving at ``rate_rps`` per second (see the module).
     ``cpu_ms``: each request's CPU in ms, used in turn (e.g. a measured run's); empty: every

@@ -2,7 +2,7 @@
 
 The model (``client.analysis.model``) simulates the replicas exactly as the client spreads the
 requests: request ``seq`` goes to replica ``seq % N``, each replica with its own quota account
-(total / N), its own cores, and its own requests' pauses (``Workload(replicas=N)``).
+(total / N), its own cores, and its own requests' pauses (``Scenario(replicas=N)``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from client.analysis.model import Prediction, predict
-from client.analysis.report import Report, WorkloadError, workload_for
+from client.analysis.report import Report, ScenarioError, scenario_for
 from client.data.files import Run
 from client.data.record import RequestRecord
 
@@ -45,9 +45,9 @@ def replica_row(run: Run, report: Report) -> ReplicaRow:
     predicted = None
     if limit is not None and report.detection.count:
         try:
-            workload = workload_for(run, report.detection, limit)
+            workload = scenario_for(run, report.detection, limit)
             predicted = predict(replace(workload, replicas=count))
-        except WorkloadError:
+        except ScenarioError:
             predicted = None
     s = report.summary
     rss = info.rss_mib if info is not None else []

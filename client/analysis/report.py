@@ -14,7 +14,7 @@ from typing import Any
 
 from client.analysis.cgroup import CgroupReport, cgroup_report
 from client.analysis.detect import Detection, ThrottleSource, detect_run
-from client.analysis.model import MAX_CONCURRENCY, MAX_REQUESTS, Prediction, Workload, predict
+from client.analysis.model import MAX_CONCURRENCY, MAX_REQUESTS, Prediction, Scenario, predict
 from client.analysis.quotas import QuotaSpan, split_by_quota
 from client.analysis.threads import ThreadsReport, threads_report
 from client.data.files import Run
@@ -23,8 +23,8 @@ from client.data.pace import fell_behind_words
 from client.data.summary import Summary, error_kinds, summarize
 from cpuquota.limit import Limit
 
-__all__ = ["PredictionReport", "QuotaPart", "Report", "WorkloadError", "build_prediction",
-           "build_predictions", "build_report", "quota_parts", "workload_for"]
+__all__ = ["PredictionReport", "QuotaPart", "Report", "ScenarioError", "build_prediction",
+           "build_predictions", "build_report", "quota_parts", "scenario_for"]
 
 
 @dataclass(frozen=True)
@@ -146,22 +146,22 @@ def build_report(run: Run, limit: Limit | None = None) -> Report:
     return replace(report, by_quota=parts) if parts else report
 
 
-class WorkloadError(ValueError):
+class ScenarioError(ValueError):
     """A run the model cannot simulate; one line naming the run."""
 
 
-def workload_for(run: Run, detection: Detection, limit: Limit) -> Workload:
+def scenario_for(run: Run, detection: Detection, limit: Limit) -> Scenario:
     """The model's workload for a measured run: its CPU per request, concurrency, the
     service's worker processes (each runs one request's work at a time: the GIL) and the time
     an unthrottled request spends outside its work (the network, the client)."""
     meta = run.metadata
     if not meta.sequential and meta.mode is LoadMode.OPEN_LOOP:
-        raise WorkloadError(f"{run.path} is an open-loop run (--rate); the model simulates "
+        raise ScenarioError(f"{run.path} is an open-loop run (--rate); the model simulates "
                             "closed loops only (sequential or --concurrency)")
     if detection.service_ms is None or detection.count == 0:
-        raise WorkloadError(f"{run.path}: no successful request to take a service time from")
+        raise ScenarioError(f"{run.path}: no successful request to take a service time from")
     if limit.source == "in-process" and meta.throttle_mode == "boundary":
-        raise WorkloadError(
+        raise ScenarioError(
             f"{run.path} ran under the in-process throttle's boundary mode (a budget per "
             "worker thread, paid between requests); the model simulates a quota of the "
             "kernel's kind (as --throttle-mode cfs does): give --cpus X to see what such a "
@@ -174,11 +174,11 @@ def workload_for(run: Run, detection: Detection, limit: Limit) -> Workload:
         shared = detection.server_cpu_ms * concurrency / min(concurrency, cores)
         overhead = max(0.0, detection.baseline_ms - shared)
     try:
-        return Workload.under(limit, detection.service_ms, concurrency=concurrency,
+        return Scenario.under(limit, detection.service_ms, concurrency=concurrency,
                               requests=min(max(1, len(run.records)), MAX_REQUESTS),
                               overhead_ms=overhead, cores=cores)
     except ValueError as exc:
-        raise WorkloadError(f"cannot model {run.path}: {exc}") from None
+        raise ScenarioError(f"cannot model {run.path}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ class PredictionReport:
 
     report: Report
     limit: Limit
-    workload: Workload
+    workload: Scenario
     prediction: Prediction
     charged_ms: float | None
     charged: Prediction | None
@@ -210,7 +210,7 @@ class PredictionReport:
 
 def build_predictions(run: Run) -> list[tuple[QuotaSpan, Run, PredictionReport]]:
     """``report --predict`` of a run that spans a change of quota: the model run once per
-    quota, on the requests sent under it ([] when the quota never changed; ``WorkloadError``
+    quota, on the requests sent under it ([] when the quota never changed; ``ScenarioError``
     when a part cannot be modelled)."""
     out = []
     for span, part, _straddling in quota_parts(run):
@@ -222,10 +222,10 @@ def build_predictions(run: Run) -> list[tuple[QuotaSpan, Run, PredictionReport]]
 
 def build_prediction(run: Run, limit: Limit) -> PredictionReport:
     """``report --predict``: the run's report and the model's predictions under ``limit``
-    (``WorkloadError`` when the run cannot be modelled)."""
+    (``ScenarioError`` when the run cannot be modelled)."""
     report = build_report(run, limit)
     detection = report.detection
-    workload = workload_for(run, detection, limit)
+    workload = scenario_for(run, detection, limit)
     charged = detection.charged_ms(limit.cpus)
     charged_prediction = None
     if charged is not None and charged > 1.1 * workload.service_ms:

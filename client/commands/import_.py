@@ -42,7 +42,7 @@ from client.run.agent_timeline import (RECORDER_NAMESPACE, AgentTimelineError, P
 from client.run.importing import (ImportedRun, ImportSpec, build_imported, only_upstream,
                                   place_requests, placeable, save_imported)
 
-__all__ = ["build_parser", "command_import"]
+__all__ = ["build_import_parser", "command_import"]
 
 PROG = "http-timing import"
 CHECK_WINDOW_NS = 2_000_000_000   # the clock check looks this far either way
@@ -58,7 +58,7 @@ def _seconds(flag: str) -> Callable[[str], int]:
     return parse
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_import_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog=PROG, description="Mark another tool's requests (or an access "
                            "log's) with the throttling a recorded cgroup timeline shows, and "
                            "save them as a run that report, plot and compare read.")
@@ -185,7 +185,7 @@ def _fetch(ref: PodRef, imported: Imported, opts: argparse.Namespace, into: Path
 
 
 def command_import(argv: list[str]) -> int:
-    opts = build_parser().parse_args(argv)
+    opts = build_import_parser().parse_args(argv)
     name = opts.name or f"import-{opts.file.name.split('.')[0]}"
     if problem := check_file_name(name):
         raise CliError(problem)

@@ -8,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from client.analysis.model import MAX_CONCURRENCY, MAX_REQUESTS, Workload, predict
+from client.analysis.model import MAX_CONCURRENCY, MAX_REQUESTS, Scenario, predict
 from client.commands.common import EXIT_OK, limit_from, period_ms
 from client.commands.options import (CliError, OneLineParser, cpus_number, int_in,
                                      number_above, number_at_least)
@@ -86,7 +86,7 @@ def _model(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     limit = limit_from(cpus, opts.period_ms, opts.burst_ms)
     threads = opts.threads or 1
     try:
-        workload = Workload.under(limit, opts.service_ms, concurrency=opts.concurrency or 1,
+        workload = Scenario.under(limit, opts.service_ms, concurrency=opts.concurrency or 1,
                                   requests=opts.requests or 100,
                                   overhead_ms=opts.overhead_ms or 0.0,
                                   cores=opts.cores or threads, threads=threads,

@@ -26,14 +26,14 @@ from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.cgroup_target import CgroupTargetError
 from client.run.timeline_record import TimelineSpec, record_timeline
 
-__all__ = ["build_parser", "command_record"]
+__all__ = ["build_record_parser", "command_record"]
 
 PROG = "http-timing record"
 EXIT_OK, EXIT_ENDED = 0, 1
 LIVE_WINDOW_S = 60.0   # --live: the page shows the group's last minute, as watch's
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_record_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog=PROG, description="Record a cgroup's CPU counters every "
                            "--interval (no requests): <name>.cgroup.csv and <name>.json, to "
                            "join later to a load tool's results or an access log with "
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def command_record(argv: list[str]) -> int:
-    opts = build_parser().parse_args(argv)
+    opts = build_record_parser().parse_args(argv)
     name = opts.name or "timeline-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     if problem := check_file_name(name):
         raise CliError(problem)

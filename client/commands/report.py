@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from client.analysis.explain import explain
-from client.analysis.report import (WorkloadError, build_prediction, build_predictions,
+from client.analysis.report import (ScenarioError, build_prediction, build_predictions,
                                    build_report)
 from client.commands.common import EXIT_OK, add_limit_arguments, limit_from
 from client.commands.options import CliError, OneLineParser
@@ -81,14 +81,14 @@ def report_predict(run: Run, opts: argparse.Namespace) -> int:
     if opts.cpus is None and opts.period_ms is None and opts.burst_ms is None:
         try:
             per_quota = build_predictions(run)
-        except WorkloadError as exc:
+        except ScenarioError as exc:
             raise CliError(str(exc)) from None
         if per_quota:
             return _predict_per_quota(run, opts, per_quota)
     limit = limit_for(run, opts)
     try:
         result = build_prediction(run, limit)
-    except WorkloadError as exc:
+    except ScenarioError as exc:
         raise CliError(str(exc)) from None
     explanation = explain(result.report, result.prediction, limit)
     out = opts.output or opts.pictures_dir / f"{run.path.stem}-predict.png"

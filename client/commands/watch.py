@@ -51,7 +51,7 @@ from client.run.pod_reach import locate
 from client.run.thread_usage import ThreadUsage
 from cpuquota.limit import Limit
 
-__all__ = ["build_parser", "command_watch"]
+__all__ = ["build_watch_parser", "command_watch"]
 
 PROG = "http-timing watch"
 EXIT_OK, EXIT_GONE, EXIT_USAGE = 0, 1, 2
@@ -60,7 +60,7 @@ LIVE_WINDOW_S = 60.0   # --live: the page shows the group's last minute
 FIRST_LOOK_S = 5.0     # through the agent: how far back the first fetch looks for a row
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_watch_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog=PROG, description="Watch a cgroup's CPU throttling live: "
                            "periods, periods throttled, throttled time and CPU used vs the "
                            "quota, per interval.")
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def command_watch(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_watch_parser().parse_args(argv)
     try:
         found = locate(args.target, lambda spec: resolve_cgroup(spec, pod_uid=args.pod_uid))
         if isinstance(found, PodRef):
