@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from client.analysis.advise_target import LatencyTarget
-from client.analysis.passive import search
+from client.advise.passive import search
 from client.analysis.replay import LimitRow, Replayed
 from cpuquota.account import CpuStat
 

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from client.analysis.advise_target import LatencyTarget
-from client.analysis.cluster import (PodWindow, WorkloadLimits, per_period, pod_window,
-                                     row_of, sort_rows)
+from client.advise.cluster import row_of
+from client.analysis.cluster import PodWindow, WorkloadLimits, per_period, pod_window, sort_rows
 from client.commands import main as http_timing
 from client.commands.cluster import agents_keep
 from client.commands.kubectl_plugin import main as kubectl_throttle

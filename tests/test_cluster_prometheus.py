@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from client.analysis.advise_target import LatencyTarget
-from client.analysis.cluster import WorkloadLimits, pod_window, row_of
+from client.advise.cluster import row_of
+from client.analysis.cluster import WorkloadLimits, pod_window
 from client.analysis.cluster_prometheus import (FROM_AGENTS, LEFT_OUT, NOT_IN_PROMETHEUS,
                                                 bucket_quantile, by_pod, combined, covers,
                                                 departed_pods, increase, prometheus_row, rates)

@@ -14,7 +14,7 @@ random instant at a random replica (each pod weighted by its window's length). A
   ``client.data.attribution.throttle_events``, for a random arrival); none of it for a
   workload with no limit ("no limit": nothing of it is throttling);
 - the smallest limit whose replay keeps the added delay's p99 (and p90) within the target
-  (``client.analysis.passive.search``) and that replay's figures;
+  (the search that replays it: ``client.advise.cluster.row_of``) and that replay's figures;
 - a note when the pods' windows show the replica count moving (an HPA): predicted per
   replica, each replica's recorded demand at the limit.
 
@@ -31,14 +31,13 @@ from typing import Any
 
 from client.analysis.advise import floor_millicores
 from client.analysis.advise_model import USAGE_RULES
-from client.analysis.advise_target import LatencyTarget
-from client.analysis.passive import PassiveAdvice, search
-from client.analysis.replay import Demand, LimitRow, Replayed, added_delay, demand_of, replay
+from client.analysis.replay import Demand, Replayed, demand_of
 from client.data.attribution import CounterSample, throttle_events
 from cpuquota.account import CpuStat
 
-__all__ = ["CEILING_CPUS", "ClusterRow", "advise_pods", "PodWindow", "WorkloadLimits", "per_period", "pod_window", "pooled",
-           "replica_note", "row_of", "search_span", "sort_rows", "usage_p95", "vpa_rule"]
+__all__ = ["CEILING_CPUS", "ClusterRow", "PodWindow", "WorkloadLimits", "per_period",
+           "pod_window", "pooled", "replica_note", "search_span", "sort_rows", "usage_p95",
+           "vpa_rule"]
 
 MS = 1_000_000
 CEILING_CPUS = 64        # the most a search tries, whatever the pods used
@@ -223,55 +222,6 @@ class ClusterRow:
                         "random replica", "usage_p95_cpus": KRR.words, "vpa_cpus": VPA.words,
                         "recommended_cpus": "the smallest limit whose replay of the windows "
                         "meets the target (cpuquota.account)", **dict(self.sources)}}
-
-
-def advise_pods(pods: Sequence[PodWindow], limit_cpus: float | None,
-                target: LatencyTarget) -> PassiveAdvice:
-    """The smallest per-pod limit whose replay of every pod's window, pooled, meets
-    ``target`` by the added delay."""
-    cache: dict[int | None, LimitRow] = {}
-
-    def replay_at(millicores: int | None) -> LimitRow:
-        if millicores not in cache:
-            cpus = None if millicores is None else millicores / 1000
-            cache[millicores] = LimitRow(pooled([replay(p.demand, cpus) for p in pods]), None)
-        return cache[millicores]
-
-    start, floor, ceiling = search_span(limit_cpus, pods)
-    return search(replay_at, target, start=start, floor=floor, ceiling=ceiling)
-
-
-def row_of(workload: WorkloadLimits, pods: Sequence[PodWindow], target: LatencyTarget,
-           missing: Sequence[str] = ()) -> ClusterRow:
-    """The workload's row from its pods' windows (at least one)."""
-    notes: list[str] = []
-    limited = workload.limit_cpus is not None
-    now = pooled([p.recorded for p in pods])
-    if not limited:
-        notes.append("no limit: no throttling to count (the recommendation is the limit "
-                     "the windows would have met)")
-    if any(p.demand.throttled_wall_ns > 0 for p in pods):
-        share = sum(p.demand.throttled_wall_ns for p in pods) / sum(p.demand.window_ns
-                                                                    for p in pods)
-        notes.append(f"estimated: {100 * share:.0f} % of the windows was throttled "
-                     "(the demand the quota hid is taken from the throttled time)")
-    if (moved := replica_note(pods)) is not None:
-        notes.append(moved)
-    advice = advise_pods(pods, workload.limit_cpus, target)
-    at = advice.at
-    if at is None:
-        notes.append(f"no recommendation: {advice.reason}")
-    return ClusterRow(
-        workload.workload, workload.limit_cpus, workload.request_cpus, len(pods),
-        sum(p.demand.window_ns for p in pods) / 1e9, usage_p95(pods), vpa_rule(pods),
-        now.stats.nr_periods if limited else None,
-        now.stats.nr_throttled if limited else None,
-        now.stats.throttled_ns / MS if limited else None,
-        added_delay(now, 99) / MS if limited else None,
-        None if at is None or at.millicores is None else at.millicores / 1000,
-        None if at is None else at.row.delay_ms(99),
-        None if at is None else at.row.replayed.stats.nr_throttled,
-        tuple(notes), tuple(missing))
 
 
 def sort_rows(rows: Sequence[ClusterRow]) -> list[ClusterRow]:

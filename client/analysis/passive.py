@@ -1,5 +1,6 @@
-"""``advise --passive``: the smallest limit whose replay of a recorded window meets a latency
-target (pure: the replays are the caller's, ``client.analysis.replay``).
+"""``advise --passive``'s verdicts: a limit's replay of a recorded window judged against a
+latency target, and the answer (pure: the replays are the caller's, ``client.analysis.replay``;
+the search that calls them is ``client.advise.passive.search``).
 
 The search is advise's own (``client.analysis.advise.next_millicores``: from a start, steps
 down or up by a growing factor, then the geometric middle until the smallest limit that met
@@ -11,15 +12,13 @@ any limit misses is no limit's to meet: no recommendation, and the reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from client.analysis.advise import TOLERANCE, bracket, next_millicores
 from client.analysis.advise_target import LatencyTarget
 from client.analysis.replay import LimitRow
 
-__all__ = ["LESS", "Judged", "PassiveAdvice", "judge", "search"]
+__all__ = ["LESS", "Judged", "PassiveAdvice", "judge"]
 
 LESS = 0.75   # the answer is shown beside a limit 25 % lower
 
@@ -63,29 +62,3 @@ class PassiveAdvice:
     floor: int
     ceiling: int
     reason: str | None = None
-
-
-def search(replay_at: Callable[[int | None], LimitRow], target: LatencyTarget, *, start: int,
-           floor: int, ceiling: int) -> PassiveAdvice:
-    """The smallest limit in ``[floor, ceiling]`` millicores whose replay (``replay_at``; None:
-    no limit) meets ``target``, to advise's tolerance."""
-    free = judge(None, replay_at(None), target)
-    if not free.met:
-        return PassiveAdvice(target, free, (), None, None, floor, ceiling,
-                             f"the target cannot be met by a CPU limit: even without one the "
-                             f"replay misses it ({', '.join(free.missed)})")
-    tried: dict[int, Judged] = {}
-    verdicts: dict[int, bool] = {}
-    while (millicores := next_millicores(verdicts, start=start, floor=floor, ceiling=ceiling,
-                                         tolerance=TOLERANCE)) is not None:
-        tried[millicores] = judge(millicores, replay_at(millicores), target)
-        verdicts[millicores] = tried[millicores].met
-    _low, high = bracket(verdicts)
-    if high is None:
-        top = tried[max(tried)]
-        return PassiveAdvice(target, free, tuple(tried.values()), None, None, floor, ceiling,
-                             f"no limit up to {ceiling / 1000:g} CPU met it in the replay "
-                             f"({', '.join(top.missed)} at {max(tried) / 1000:g} CPU)")
-    lower = max(1, round(high * LESS))
-    less = tried.get(lower) or judge(lower, replay_at(lower), target)
-    return PassiveAdvice(target, free, tuple(tried.values()), tried[high], less, floor, ceiling)

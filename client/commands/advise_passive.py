@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from client.analysis.advise import docker_flags, floor_millicores, kubernetes_cpu, shape
 from client.analysis.advise_target import LatencyTarget
-from client.analysis.passive import PassiveAdvice, search
+from client.advise.passive import search
+from client.analysis.passive import PassiveAdvice
 from client.analysis.replay import LimitRow, replay_limits
 from client.commands.common import EXIT_OK
 from client.commands.options import CliError, iso_utc
@@ -224,7 +225,8 @@ def _recorded_workload(text: str) -> Workload:
 
 def _advise_k8s(opts: argparse.Namespace, target: LatencyTarget) -> int:
     """``--k8s NS/KIND/NAME``: each recorded pod's window of the last ``--since``, replayed."""
-    from client.analysis.cluster import advise_pods, search_span
+    from client.advise.cluster import advise_pods
+    from client.analysis.cluster import search_span
     from client.commands.cluster import DEFAULT_SINCE_S, pod_windows
 
     since = DEFAULT_SINCE_S if opts.since is None else opts.since

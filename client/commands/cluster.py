@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from client.advise.cluster import row_of
 from client.analysis.advise_target import LatencyTarget
-from client.analysis.cluster import (ClusterRow, PodWindow, WorkloadLimits, pod_window, row_of,
-                                     sort_rows)
+from client.analysis.cluster import ClusterRow, PodWindow, WorkloadLimits, pod_window, sort_rows
 from client.analysis.cluster_prometheus import (by_pod, combined, covers, departed_pods,
                                                 prometheus_row)
 from client.analysis.replay import ReplayError
