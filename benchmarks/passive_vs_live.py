@@ -377,7 +377,7 @@ def replay_kept(work: Path) -> int:
     """``--replay-kept``: each shape's kept window and run replayed at every limit its live
     runs measured (see the module's docstring)."""
     from client.analysis.replay import replay_limits
-    from client.commands.predict_replay import load_replay
+    from client.advise.replay import load_replay
 
     print(f"### The replay (commit {git_head()}) against the live runs kept in {work}\n")
     print("| shape | limit CPU | predicted p99 ms | measured p99 ms (CPU a request / the "

@@ -15,7 +15,7 @@ import pytest
 
 from client.analysis.replay import (Demand, Request, demand_of, held_at_most, load_of,
                                     replay_limits)
-from client.commands.predict_replay import Replayed, load_replay
+from client.advise.replay import Replayed, load_replay
 from client.data.timeline import CgroupSample
 
 DATA = Path(__file__).parent / "data" / "node_replay"

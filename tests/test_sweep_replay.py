@@ -1,5 +1,5 @@
 """``http-timing sweep --timeline T --requests-from R``: a replayed limit behind the seam the
-live limits go through (``client.analysis.replayed_limit``). Each limit's prediction is saved
+live limits go through (``client.advise.replayed_limit``). Each limit's prediction is saved
 as a run that ``report`` reads: its requests are the replay's (the same as ``predict
 --timeline``'s, request for request), its JSON says it was predicted and by what, and it
 carries no kernel counter. On the node's recorded windows (tests/data/node_replay/)."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from client.analysis.replay import replay_limits
-from client.commands.predict_replay import load_replay
+from client.advise.replay import load_replay
 from client.data.files import read_run
 from client.commands import main
 

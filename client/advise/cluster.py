@@ -1,19 +1,31 @@
-"""``cluster``'s row of a workload and ``advise --passive --k8s``'s answer: each pod's window
-replayed at each limit the one search (:mod:`client.advise.passive`) asks for, pooled as if a
-request arrived at a random instant at a random replica (``client.analysis.cluster``)."""
+"""``cluster``'s row of a workload and ``advise --passive --k8s``'s answer: each recorded pod's
+window (:func:`pod_windows`, fetched from its node's agent) replayed at each limit the one
+search (:mod:`client.advise.passive`) asks for, pooled as if a request arrived at a random
+instant at a random replica (``client.analysis.cluster``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from pathlib import Path
 
-from client.advise.passive import search
+from client.advise import AdviseError
+from client.advise.answer import Answer
+from client.advise.passive import Window, saving_replays, search
+from client.advise.replay import load_replay, replay_answer
 from client.analysis.advise_target import LatencyTarget
-from client.analysis.cluster import (MS, ClusterRow, PodWindow, WorkloadLimits, pooled,
-                                     replica_note, search_span, usage_p95, vpa_rule)
+from client.analysis.cluster import (MS, ClusterRow, PodWindow, WorkloadLimits, pod_window,
+                                     pooled, replica_note, search_span, usage_p95, vpa_rule)
 from client.analysis.passive import PassiveAdvice
-from client.analysis.replay import LimitRow, added_delay, replay
+from client.analysis.replay import LimitRow, ReplayError, added_delay, replay
+from client.run.k8s_workloads import Fetched, Workload, fetch_windows
+from client.run.replay_input import Recording, read_recording
 
-__all__ = ["advise_pods", "row_of"]
+__all__ = ["DEFAULT_SINCE_S", "PodWindows", "advise_pods", "advise_workload", "pod_windows",
+           "recorded_workload", "row_of"]
+
+DEFAULT_SINCE_S = 600.0   # the window, when none is asked for: the last 10 minutes
 
 
 def advise_pods(pods: Sequence[PodWindow], limit_cpus: float | None,
@@ -63,3 +75,98 @@ def row_of(workload: WorkloadLimits, pods: Sequence[PodWindow], target: LatencyT
         None if at is None else at.row.delay_ms(99),
         None if at is None else at.row.replayed.stats.nr_throttled,
         tuple(notes), tuple(missing))
+
+
+@dataclass(frozen=True)
+class PodWindows:
+    """A workload's recorded windows: each replayable pod's, and one line per pod without."""
+
+    windows: list[PodWindow]
+    recordings: list[Recording]
+    missing: list[str]
+
+
+def pod_windows(workload: Workload, since_s: float, dest: Path,
+                fetched: Fetched | None = None, *, until: float | None = None) -> PodWindows:
+    """Fetch (unless ``fetched`` already is) and read each recorded pod's window of the
+    ``since_s`` seconds to ``until`` (None: now); a window the replay cannot use, e.g. too
+    short, is a line of ``missing``."""
+    paths, missing = (fetched if fetched is not None
+                      else fetch_windows(workload, since_s, dest, until=until))
+    missing = list(missing)
+    windows, recordings = [], []
+    for path in paths:
+        recording = read_recording(path)
+        pod = path.name.removesuffix(".cgroup.csv").split("_", 1)[-1]
+        try:
+            windows.append(pod_window(pod, recording.samples, recording.period_ns,
+                                      recording.limits, recording.zero_epoch_ns))
+            recordings.append(recording)
+        except ReplayError as exc:
+            missing.append(f"{workload.ref.namespace}/{pod}: {exc} ({path})")
+    return PodWindows(windows, recordings, missing)
+
+
+def recorded_workload(text: str) -> Workload:
+    """The workload ``text`` names, with a CPU limit and a recorded pod; else one line."""
+    from client.run.k8s_workloads import WorkloadError, parse_workload_ref, read_workload
+
+    try:
+        workload = read_workload(parse_workload_ref(text))
+    except WorkloadError as exc:
+        raise AdviseError(str(exc)) from None
+    ref = workload.ref
+    if workload.limit_cpus is None:
+        raise AdviseError(f"{ref} has no CPU limit (a container of its pod template has no "
+                          "limits.cpu): nothing throttles it; give it a limit, or see its "
+                          "usage with http-timing cluster")
+    if not workload.pods:
+        raise AdviseError(f"{ref} has no pod now (scaled to 0?): nothing recorded to replay")
+    if not any(p.recorded for p in workload.pods):
+        raise AdviseError(f"no pod of {ref} is recorded: label them throttle-lab/record=true "
+                          "(the pod template's labels) for the node agent (k8s/recorder)")
+    return workload
+
+
+def advise_workload(workload: Workload, since_s: float, until: float | None,
+                    target: LatencyTarget, window: Window) -> Answer:
+    """Each recorded pod's window of the ``since_s`` to ``until`` (None: now), replayed at
+    each limit, pooled; with ``window.requests_from``, its one pod's requests."""
+    ref = workload.ref
+    assert workload.limit_cpus is not None
+    got = pod_windows(workload, since_s, window.data_dir, until=until)
+    if not got.windows:
+        raise AdviseError("; ".join(got.missing))
+    if window.requests_from is not None and len(got.windows) > 1:
+        raise AdviseError(f"--requests-from with {ref}: it has {len(got.windows)} recorded "
+                          "pods and one file of requests cannot say which pod served each; "
+                          "without --requests-from the added delay is judged")
+    start, floor, ceiling = search_span(workload.limit_cpus, got.windows)
+    runs: dict[int | None, Path] = {}
+    if window.requests_from is not None:
+        replayed = load_replay(got.recordings[0].path, window.requests_from, window.period_ms)
+        advice = search(saving_replays(replayed, window, runs), target, start=start, floor=floor,
+                        ceiling=ceiling)
+        placed = replayed.placed
+    else:
+        advice = advise_pods(got.windows, workload.limit_cpus, target)
+        placed = None
+    base = replay_answer(got.recordings[0], got.windows[0].demand, [], placed,
+                         window.requests_from)
+    part: dict[str, Any] = {
+        "name": str(ref), "limit_cpus": workload.limit_cpus,
+        "request_cpus": workload.request_cpus, "since_s": since_s, "until": until,
+        "pods": [{"pod": w.pod, "timeline": str(r.path), "seconds": w.demand.window_ns / 1e9,
+                  "start_epoch_s": None if w.start_epoch_ns is None else w.start_epoch_ns / 1e9,
+                  "periods": w.demand.recorded.nr_periods,
+                  "periods_throttled": w.demand.recorded.nr_throttled,
+                  "throttled_ms": w.demand.recorded.throttled_ns / MS,
+                  "source": "the pod's cpu.stat, as the node agent recorded it"}
+                 for w, r in zip(got.windows, got.recordings)],
+        "missing": got.missing,
+        "judged": "each pod's window replayed at the limit, pooled (a random instant at a "
+                  "random replica)" if len(got.windows) > 1 else "the pod's window replayed"}
+    return Answer(advice, replay=base, period_ms=got.windows[0].demand.period_ns / MS,
+                  by_requests=window.requests_from is not None,
+                  timeline=", ".join(str(r.path) for r in got.recordings), workload=part,
+                  runs=runs)

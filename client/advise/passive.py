@@ -1,18 +1,36 @@
 """``advise --passive``: the smallest limit whose replay of a recorded window meets a latency
 target, through the one search (:mod:`client.advise.search`), each limit judged by its replay
-(``client.analysis.passive.judge``) instead of a run."""
+(``client.analysis.passive.judge``) instead of a run: no resize, no load.
+
+The window is a timeline (:func:`advise_timeline`; :func:`record_window` records one first)
+or each recorded pod's window of a workload (``client.advise.cluster.advise_workload``). With the window's
+requests (``requests_from``), each limit is judged through the seam live advise runs its
+limits through: the replay as a limit (:mod:`client.advise.replayed_limit`), its predicted
+requests saved as a run (``<data-dir>/<name>-replay-<cpus>``).
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
 
+from client.advise import AdviseError
+from client.advise.answer import Answer
+from client.advise.replay import MS, Replayed, load_replay, replay_answer, replayed_limit
 from client.advise.search import Rules, Search
-from client.analysis.advise import bracket
+from client.analysis.advise import bracket, floor_millicores, shape
 from client.analysis.advise_target import LatencyTarget
 from client.analysis.passive import LESS, Judged, PassiveAdvice, judge
-from client.analysis.replay import LimitRow
+from client.analysis.replay import LimitRow, replay_limits
+from client.data.files import FileWriteError
+from client.data.naming import check_file_name, run_name
+from client.run.cgroup_target import CgroupTarget, CgroupTargetError
+from client.run.timeline_record import TimelineSpec, record_timeline
 
-__all__ = ["search"]
+__all__ = ["Window", "advise_timeline", "record_window", "saving_replays", "search"]
 
 
 def _verdicts(rows: Sequence[Judged]) -> dict[int, bool]:
@@ -42,3 +60,90 @@ def search(replay_at: Callable[[int | None], LimitRow], target: LatencyTarget, *
     lower = max(1, round(high * LESS))
     less = tried.get(lower) or judge(lower, replay_at(lower), target)
     return PassiveAdvice(target, free, tuple(tried.values()), tried[high], less, floor, ceiling)
+
+
+@dataclass(frozen=True)
+class Window:
+    """How a window is replayed: its requests (None: the added delay is judged), the period
+    and burst (None: the record's period, no burst), where the predicted runs go."""
+
+    requests_from: Path | None = None
+    period_ms: float | None = None
+    burst_ms: float | None = None
+    name: str | None = None        # the runs' prefix (None: passive-<date>-<time>)
+    data_dir: Path = Path("raw-data")
+
+    def prefix(self) -> str:
+        return self.name or "passive-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+
+def record_window(target: CgroupTarget, window: Window, duration_s: float, interval_s: float,
+                  command: Sequence[str], say: Callable[[str], None]) -> Path:
+    """Record ``target`` for ``duration_s`` as ``http-timing record`` does (nothing changed):
+    its timeline's path."""
+    name = window.prefix()
+    if problem := check_file_name(name):
+        raise AdviseError(problem)
+    spec = TimelineSpec(target, name, window.data_dir, duration_s, None, interval_s,
+                        tuple(command))
+    say(f"recording {target.directory} for {duration_s:g} s to {spec.csv_path} (nothing is "
+        "changed)")
+    try:
+        record_timeline(spec)
+    except CgroupTargetError as exc:
+        raise AdviseError(str(exc)) from None
+    except OSError as exc:
+        raise AdviseError(f"cannot write {spec.csv_path}: {exc.strerror or exc}") from None
+    return spec.csv_path
+
+
+def advise_timeline(timeline: Path, target: LatencyTarget, window: Window) -> Answer:
+    """The answer from the recorded window at ``timeline`` (and its requests)."""
+    replayed = load_replay(timeline, window.requests_from, window.period_ms)
+    runs: dict[int | None, Path] = {}
+    replay_at: Callable[[int | None], LimitRow]
+    if window.requests_from is None:
+        burst_ns = round((window.burst_ms or 0.0) * MS)
+
+        def replay_only(millicores: int | None) -> LimitRow:
+            cpus = None if millicores is None else millicores / 1000
+            (row,) = replay_limits(replayed.demand, [cpus], replayed.requests, burst_ns,
+                                   replayed.period_ns, replayed.closed)
+            return row
+        replay_at = replay_only
+    else:
+        replay_at = saving_replays(replayed, window, runs)
+    recorded = [c for c in replayed.recording.limits if c is not None]
+    ceiling = (os.cpu_count() or 1) * 1000
+    start = min(ceiling, round(recorded[0] * 1000)) if recorded else ceiling // 2
+    advice = search(replay_at, target, start=start,
+                    floor=floor_millicores(replayed.period_ns / MS), ceiling=ceiling)
+    base = replay_answer(replayed.recording, replayed.demand, [], replayed.placed,
+                         window.requests_from)
+    return Answer(advice, replay=base, period_ms=replayed.period_ns / MS,
+                  by_requests=replayed.requests is not None, runs=runs)
+
+
+def saving_replays(replayed: Replayed, window: Window, runs: dict[int | None, Path]
+            ) -> Callable[[int | None], LimitRow]:
+    """Each limit judged by the replay behind advise's seam: its predicted requests saved as
+    a run (``<data-dir>/<name>-replay-<cpus>``, in ``runs``) as live advise saves each run."""
+    assert window.requests_from is not None
+    at = replayed_limit(replayed, window.requests_from)
+    limit_of = shape(replayed.period_ns / MS, window.burst_ms or 0.0)
+    prefix = window.prefix()
+    if problem := check_file_name(prefix, prefix=True):
+        raise AdviseError(problem)
+    plan = at.plan()
+
+    def replay_at(millicores: int | None) -> LimitRow:
+        limit = None if millicores is None else limit_of(millicores)
+        try:
+            measured = at.measure(limit, name=run_name(prefix, at.name, limit), plan=plan,
+                                  data_dir=window.data_dir)
+        except FileWriteError as exc:
+            raise AdviseError(str(exc)) from None
+        runs[millicores] = measured.run.path
+        return at.row(limit)
+
+    return replay_at

@@ -38,8 +38,8 @@ from cpuquota.limit import MIN_QUOTA_US, Limit
 __all__ = ["ALTERNATIVE_PERIODS_MS", "ALTERNATIVE_ROLES", "MAIN_ROLES", "SAVING", "TOLERANCE",
            "Advice", "Alternative", "UsageResult", "alternative_guesses", "bracket", "by_limit",
            "conclude", "docker_flags", "floor_millicores", "kubernetes_cpu", "needs_repeat",
-           "next_millicores", "shape", "to_confirm", "to_recheck", "unmet_reason",
-           "unthrottled_miss", "verdicts"]
+           "next_millicores", "recommendation", "shape", "to_confirm", "to_recheck",
+           "unmet_reason", "unthrottled_miss", "verdicts"]
 
 TOLERANCE = 0.10                       # the answer is bracketed within 10 %
 ALTERNATIVE_PERIODS_MS = (50, 20, 10)  # shorter periods the model tries
@@ -234,6 +234,13 @@ def kubernetes_cpu(limit: Limit) -> str:
     return f"{limit.millicores}m"
 
 
+def recommendation(limit: Limit) -> dict[str, Any]:
+    """The recommended limit in the answer's JSON: in every spelling."""
+    return {"cpus": limit.cpus, "millicores": limit.millicores, "period_ms": limit.period_ms,
+            "burst_ms": limit.burst_ms, "docker": docker_flags(limit),
+            "kubernetes_limits_cpu": kubernetes_cpu(limit)}
+
+
 @dataclass(frozen=True)
 class Advice:
     """Everything ``advise`` found; ``to_dict`` is its ``--json``."""
@@ -271,10 +278,7 @@ class Advice:
 
     def to_dict(self) -> dict[str, Any]:
         rec = self.recommended
-        recommended = None if rec is None else {
-            "cpus": rec.cpus, "millicores": rec.millicores, "period_ms": rec.period_ms,
-            "burst_ms": rec.burst_ms, "docker": docker_flags(rec),
-            "kubernetes_limits_cpu": kubernetes_cpu(rec)}
+        recommended = None if rec is None else recommendation(rec)
         guess = None if self.guess is None else {
             **self.guess.to_dict(), "vs_measured": self.guess_error}
         return {

@@ -44,7 +44,7 @@ class Report:
     by_quota: tuple[QuotaPart, ...] = ()
     # who spent the quota: the watched group's CPU by thread name (None: no group watched)
     threads: ThreadsReport | None = None
-    # a prediction saved as a run (``client.analysis.replayed_limit``): what its JSON says
+    # a prediction saved as a run (``client.advise.replayed_limit``): what its JSON says
     # of the replay (None: a measured run)
     predicted: dict[str, Any] | None = None
     # what the failed requests met, counted, most first: ("answered 404", 3), ("failed:

@@ -40,7 +40,7 @@ too (what 25 % less does), and the answer says how to keep it (``--keep``: leave
 ``--apply``: patch the pod's Deployment). Whatever ends it (the answer, an error, Ctrl-C,
 SIGTERM) the group gets back the limit it had. Both kinds of service are one
 :class:`client.run.at_limit.AtLimit` to :class:`Advisor`; ``--passive`` answers from a
-recorded window instead (``client.commands.advise_passive``).
+recorded window instead (``client.advise.passive``).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from client.advise import AdviseError
 from client.analysis.advise import (MAIN_ROLES, SAVING, Advice, Alternative, UsageResult,
                                     alternative_guesses, conclude, floor_millicores,
                                     needs_repeat, next_millicores, shape, to_confirm,
@@ -71,7 +72,7 @@ from client.commands.common import (EXIT_INTERRUPTED, EXIT_OK, add_load_argument
                                     show_stopped)
 from client.commands.inplace import add_inplace_arguments, at_limit_from, check_inplace_options
 from client.commands.options import (CliError, OneLineParser, duration, instant, int_at_least,
-                                     number_above, number_at_least)
+                                     iso_utc, number_above, number_at_least)
 from client.data.files import writing
 from client.data.request import DEFAULT_ITERATIONS
 from client.data.metadata import SweepInfo
@@ -81,6 +82,7 @@ from client.render.advise import (format_advice, format_run, format_runs_table, 
 from client.render.inplace import format_evidence, format_less, format_verification
 from client.render.permanent import permanent_lines
 from client.render.progress import RunProgress
+from client.render.replay import format_passive, format_predicted_runs, format_workload
 from client.run.at_limit import RUN_ERRORS, AtLimit
 from client.run.inplace import InPlace, InPlaceError
 from client.run.limiters import LimiterError
@@ -165,10 +167,16 @@ def target_from(opts: argparse.Namespace) -> LatencyTarget:
 
 
 def command_advise(argv: list[str]) -> int:
+    try:
+        return _advise(argv)
+    except AdviseError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _advise(argv: list[str]) -> int:
     opts = build_advise_parser().parse_args(argv)
     if opts.passive:
-        from client.commands.advise_passive import command_advise_passive
-        return command_advise_passive(opts, argv, target_from(opts))
+        return advise_passive(opts, argv, target_from(opts))
     passive_only = [flag for flag, value in (("--timeline", opts.timeline),
                                              ("--requests-from", opts.requests_from),
                                              ("--since", opts.since), ("--until", opts.until))
@@ -240,6 +248,69 @@ def command_advise(argv: list[str]) -> int:
     if opts.json:
         print(json.dumps(answer, indent=2, allow_nan=False))
     return EXIT_OK if advice.recommended is not None else EXIT_NOT_MET
+
+
+LOAD_OPTIONS = ("url", "requests", "concurrency", "rate", "max_throttled")  # not with --passive
+
+
+def passive_problem(opts: argparse.Namespace) -> str | None:
+    """What is wrong with ``--passive``'s options, in one line (None: nothing)."""
+    given = [f"--{name.replace('_', '-')}" for name in LOAD_OPTIONS
+             if getattr(opts, name, None) not in (None, False)]
+    if given:
+        return (f"{', '.join(given)}: not with --passive (it sends no load and answers from a "
+                "recorded window by its requests' latency or its added delay)")
+    if len([s for s in (opts.timeline, opts.cgroup, opts.k8s) if s is not None]) != 1:
+        return ("--passive needs one of --timeline FILE (a recorded window), --cgroup TARGET "
+                "--duration S (record it now) or --k8s NS/KIND/NAME (what the node agent "
+                "recorded)")
+    for flag, value in (("--since", opts.since), ("--until", opts.until)):
+        if value is not None and opts.k8s is None:
+            return f"{flag} goes with --passive --k8s NS/KIND/NAME (the node agent's window)"
+    if opts.k8s is not None and opts.duration is not None:
+        return "--duration goes with --passive --cgroup (--k8s reads what was recorded: --since)"
+    if opts.cgroup is not None and opts.duration is None:
+        return "--passive --cgroup needs --duration S: how long to record the group"
+    if opts.timeline is not None and opts.duration is not None:
+        return "--duration goes with --passive --cgroup (--timeline is already recorded)"
+    return None
+
+
+def advise_passive(opts: argparse.Namespace, argv: list[str], target: LatencyTarget) -> int:
+    """``--passive``: the answer from the replay of a recorded window (no resize, no load)."""
+    from client.advise.cluster import DEFAULT_SINCE_S, advise_workload, recorded_workload
+    from client.advise.passive import Window, advise_timeline, record_window
+    from client.commands.run import cgroup_target
+
+    if problem := passive_problem(opts):
+        raise CliError(problem)
+    window = Window(opts.requests_from, opts.period_ms, opts.burst_ms, opts.name, opts.data_dir)
+    since = DEFAULT_SINCE_S if opts.since is None else opts.since
+    if opts.k8s is not None:
+        if opts.until is not None and opts.until > time.time():
+            raise CliError(f"--until {iso_utc(opts.until)} is in the future")
+        answer = advise_workload(recorded_workload(opts.k8s), since, opts.until, target, window)
+    elif opts.timeline is not None:
+        answer = advise_timeline(opts.timeline, target, window)
+    else:
+        group = cgroup_target(opts.cgroup, None)
+        assert group is not None
+        path = record_window(group, window, opts.duration, opts.cgroup_interval,
+                             ("http-timing", "advise", *argv), lambda line: print(
+                                 line, file=sys.stderr if opts.json else sys.stdout, flush=True))
+        answer = advise_timeline(path, target, window)
+    if opts.json:
+        print(json.dumps(answer.to_json(), indent=2))
+        return EXIT_OK if answer.met else EXIT_NOT_MET
+    said = answer.to_dict()
+    if answer.workload is not None:
+        print("\n".join(format_workload(answer.workload, f"the last {since:g} s" if opts.until
+                                        is None else f"the {since:g} s to {iso_utc(opts.until)}")))
+    print(format_passive(said))
+    if answer.runs:
+        at = answer.advice.at
+        print(format_predicted_runs(answer.runs, None if at is None else at.millicores))
+    return EXIT_OK if answer.met else EXIT_NOT_MET
 
 
 def apply_for_good(inplace: InPlace, limit: Limit) -> str:

@@ -20,30 +20,26 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from client.advise.cluster import row_of
+from client.advise.cluster import DEFAULT_SINCE_S, pod_windows, row_of
 from client.analysis.advise_target import LatencyTarget
-from client.analysis.cluster import ClusterRow, PodWindow, WorkloadLimits, pod_window, sort_rows
+from client.analysis.cluster import ClusterRow, WorkloadLimits, sort_rows
 from client.analysis.cluster_prometheus import (by_pod, combined, covers, departed_pods,
                                                 prometheus_row)
-from client.analysis.replay import ReplayError
 from client.commands.common import EXIT_OK
 from client.commands.options import (CliError, OneLineParser, check_folder, duration, instant,
                                      iso_utc, number_above)
 from client.data.jsonsafe import json_ready
 from client.render.cluster import format_cluster, format_cluster_csv, save_cluster_picture
-from client.run.k8s_workloads import (RECORD_LABEL, Fetched, Workload, WorkloadError,
-                                      fetch_all_windows, fetch_windows, list_workloads)
+from client.run.k8s_workloads import (RECORD_LABEL, Workload, WorkloadError,
+                                      fetch_all_windows, list_workloads)
 from client.run.kube_api import KubeError, current_namespace
 from client.run.prometheus import Prometheus, PrometheusError, agent_series, open_prometheus
-from client.run.replay_input import Recording, read_recording
 
-__all__ = ["AGENT_WINDOWS_S", "DEFAULT_DELAY_MS", "DEFAULT_SINCE_S", "PodWindows",
-           "agents_keep", "build_cluster_parser", "command_cluster", "pod_windows"]
+__all__ = ["AGENT_WINDOWS_S", "DEFAULT_DELAY_MS", "agents_keep", "build_cluster_parser",
+           "command_cluster"]
 
-DEFAULT_SINCE_S = 600.0
 DEFAULT_DELAY_MS = 10.0
 AGENT_WINDOWS_S = 3600.0   # --prometheus: the agents' windows are asked for up to this --since
 def build_cluster_parser() -> argparse.ArgumentParser:
@@ -94,36 +90,6 @@ def build_cluster_parser() -> argparse.ArgumentParser:
                         help="keep the fetched windows there (<ns>_<pod>.cgroup.csv and .json; "
                         "default: a temporary folder, removed)")
     return parser
-
-
-@dataclass(frozen=True)
-class PodWindows:
-    """A workload's recorded windows: each replayable pod's, and one line per pod without."""
-
-    windows: list[PodWindow]
-    recordings: list[Recording]
-    missing: list[str]
-
-
-def pod_windows(workload: Workload, since_s: float, dest: Path,
-                fetched: Fetched | None = None, *, until: float | None = None) -> PodWindows:
-    """Fetch (unless ``fetched`` already is) and read each recorded pod's window of the
-    ``since_s`` seconds to ``until`` (None: now); a window the replay cannot use, e.g. too
-    short, is a line of ``missing``."""
-    paths, missing = (fetched if fetched is not None
-                      else fetch_windows(workload, since_s, dest, until=until))
-    missing = list(missing)
-    windows, recordings = [], []
-    for path in paths:
-        recording = read_recording(path)
-        pod = path.name.removesuffix(".cgroup.csv").split("_", 1)[-1]
-        try:
-            windows.append(pod_window(pod, recording.samples, recording.period_ns,
-                                      recording.limits, recording.zero_epoch_ns))
-            recordings.append(recording)
-        except ReplayError as exc:
-            missing.append(f"{workload.ref.namespace}/{pod}: {exc} ({path})")
-    return PodWindows(windows, recordings, missing)
 
 
 def agents_keep(since_s: float, until: float | None, now: float) -> bool:

@@ -1,6 +1,6 @@
 """``http-timing predict``: what a CPU quota does to requests of S ms of CPU (the model), or
 (``--timeline``) what other limits would have done to a recorded window
-(:mod:`client.commands.predict_replay`)."""
+(``client.analysis.replay``, its inputs read by :func:`client.advise.replay.load_replay`)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,16 @@ from pathlib import Path
 from client.analysis.model import MAX_CONCURRENCY, MAX_REQUESTS, Scenario, predict
 from client.commands.common import EXIT_OK, limit_from, period_ms
 from client.commands.options import (CliError, OneLineParser, cpus_number, int_in,
-                                     number_above, number_at_least)
+                                     number_above, number_at_least, parse_limits)
 from client.data.jsonsafe import json_ready
 from client.render.text import format_prediction
 from cpuquota.limit import zero_limit
 
-__all__ = ["build_predict_parser", "command_predict"]
+__all__ = ["MODEL_ONLY", "build_predict_parser", "command_predict", "command_replay"]
+
+# the model's own options: a replay takes its load from the record
+MODEL_ONLY = ("service_ms", "concurrency", "requests", "overhead_ms", "cores", "threads",
+              "replicas")
 
 
 def build_predict_parser() -> OneLineParser:
@@ -66,7 +70,6 @@ def command_predict(argv: list[str]) -> int:
     parser = build_predict_parser()
     opts = parser.parse_args(argv)
     if opts.timeline is not None:
-        from client.commands.predict_replay import command_replay
         return command_replay(opts, parser)
     if opts.requests_from is not None:
         raise CliError("--requests-from goes with --timeline (the requests of a recorded window)")
@@ -98,4 +101,32 @@ def _model(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(json.dumps(json_ready(prediction.to_dict()), indent=2))
     else:
         print(format_prediction(prediction))
+    return EXIT_OK
+
+
+def command_replay(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``--timeline``: the recorded window replayed at each limit (its modules imported only
+    then: the model alone needs none of them)."""
+    from client.advise.replay import MS, load_replay, replay_answer
+    from client.analysis.replay import replay_limits
+    from client.render.replay import format_replay
+
+    given = [f"--{name.replace('_', '-')}" for name in MODEL_ONLY
+             if getattr(opts, name) is not None]
+    if given:
+        raise CliError(f"{', '.join(given)}: for the model (--service-ms); a replay takes its "
+                       "load from the recorded timeline")
+    replayed = load_replay(opts.timeline, opts.requests_from, opts.period_ms)
+    limits = parse_limits(opts.cpus, period_ms=replayed.period_ns / MS,
+                          burst_ms=opts.burst_ms or 0.0)
+    rows = replay_limits(replayed.demand,
+                         [None if limit is None else limit.cpus for limit in limits],
+                         replayed.requests, round((opts.burst_ms or 0.0) * MS),
+                         replayed.period_ns, replayed.closed)
+    answer = replay_answer(replayed.recording, replayed.demand, rows, replayed.placed,
+                           opts.requests_from)
+    if opts.json:
+        print(json.dumps(json_ready(answer), indent=2))
+    else:
+        print(format_replay(answer))
     return EXIT_OK

@@ -11,7 +11,7 @@ stopped by its pid or container id (also on Ctrl-C/SIGTERM or a failure); or, wi
 and read back before its run, which samples the group as ``--cgroup`` does (files named
 ``<prefix>-inplace-<cpus>``), and the limit it had put back at the end, on an error, Ctrl-C or
 SIGTERM. With ``--timeline T --requests-from R`` nothing is started or touched: each limit is
-the replay of the recorded requests (``client.analysis.replayed_limit``), saved as a predicted
+the replay of the recorded requests (``client.advise.replayed_limit``), saved as a predicted
 run (``<prefix>-replay-<cpus>``).
 
 Files: ``<data-dir>/<prefix>-<backend>-<cpus>.csv/.json`` and ``<pictures-dir>/<same>.png``
@@ -32,7 +32,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from client.analysis.replayed_limit import ReplayedLimit
+from client.advise.replay import load_replay, replayed_limit
+from client.advise.replayed_limit import ReplayedLimit
 from client.analysis.replicas import replica_row
 from client.analysis.report import build_report
 from client.analysis.throughput import throughput_row
@@ -43,7 +44,6 @@ from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT
 from client.commands.inplace import (add_inplace_arguments, check_inplace_options,
                                      inplace_from, started_from)
 from client.commands.options import CliError, OneLineParser, parse_counts, parse_limits
-from client.commands.predict_replay import load_replay, replayed_limit
 from client.data.files import Run, writing
 from client.data.metadata import LoadMode, SweepInfo
 from client.data.naming import check_file_name, limit_text, run_name, sweep_stem

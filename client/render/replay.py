@@ -1,12 +1,13 @@
 """``http-timing predict --timeline``: the replay's answer as text (the JSON has the same
-figures: :func:`client.commands.predict_replay.replay_answer`)."""
+figures: :func:`client.advise.replay.replay_answer`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["format_passive", "format_replay"]
+__all__ = ["format_passive", "format_predicted_runs", "format_replay", "format_workload"]
 
 
 def _limit(cpus: float | None) -> str:
@@ -103,3 +104,22 @@ def format_passive(answer: dict[str, Any]) -> str:
     lines += [f"replayed: {tried or 'none'} (the quota model on the record's period grid; "
               "no resize, no load)"]
     return "\n".join(lines)
+
+
+def format_predicted_runs(runs: Mapping[int | None, Path], answer: int | None) -> str:
+    """Where the predicted runs are, the one at the ``answer`` (millicores) first: report,
+    plot and compare read them."""
+    at = runs.get(answer) if answer is not None else None
+    first = f"at the answer {at}; " if at is not None else ""
+    folder = next(iter(runs.values())).parent
+    return (f"predicted runs (report, plot and compare read them): {first}{len(runs)} in "
+            f"{folder}, one per limit replayed")
+
+
+def format_workload(workload: Mapping[str, Any], window: str) -> list[str]:
+    """``advise --passive --k8s``: the workload's pods and their windows, what was left out."""
+    pods = workload["pods"]
+    return [f"{workload['name']}: {window} as the node agent recorded it; {len(pods)} pod(s): "
+            + ", ".join(f"{p['pod']} ({p['seconds']:.0f} s)" for p in pods),
+            *(f"left out: {line}" for line in workload["missing"])]
+

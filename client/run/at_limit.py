@@ -9,7 +9,7 @@ ask which one they have. Three implementations:
   after the run;
 - :class:`client.run.inplace.InPlace`: the user's running service, its limit changed in place
   by a limiter of ``client.run.limiters`` and sampled as ``--cgroup`` does;
-- :class:`client.analysis.replayed_limit.ReplayedLimit`: no service, a recorded window's
+- :class:`client.advise.replayed_limit.ReplayedLimit`: no service, a recorded window's
   requests replayed at the limit and saved as a predicted run (above this layer: the replay is
   analysis).
 

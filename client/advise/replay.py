@@ -1,30 +1,23 @@
-"""``http-timing predict --timeline FILE --cpus A,B,C [--requests-from FILE] [--json]``: a
-recorded timeline replayed at other limits (``client.analysis.replay``)."""
+"""The replay's inputs, read from their files: a recorded timeline (and its requests) ready to
+replay (:func:`load_replay`), as a limit advise and sweep run (:func:`replayed_limit`), and the
+figures ``predict --timeline`` and ``advise --passive`` say about the window
+(:func:`replay_answer`)."""
 
 from __future__ import annotations
 
-import argparse
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from client.analysis.replayed_limit import ReplayedLimit
-from client.analysis.replay import (Demand, LimitRow, ReplayError, Request, demand_of,
-                                    load_of, replay_limits)
-from client.commands.common import EXIT_OK
-from client.commands.options import CliError, parse_limits
-from client.data.jsonsafe import json_ready
+from client.advise.replayed_limit import ReplayedLimit
+from client.analysis.replay import Demand, LimitRow, ReplayError, Request, demand_of, load_of
+from client.data.record import RawDataError
 from client.data.summary import percentile
-from client.render.replay import format_replay
 from client.run.replay_input import Placed, Recording, read_recording, read_requests
 
-__all__ = ["MODEL_ONLY", "Replayed", "command_replay", "load_replay", "replay_answer",
-           "replay_says", "replayed_limit", "requests_of"]
+__all__ = ["MS", "Replayed", "load_replay", "replay_answer", "replay_says", "replayed_limit",
+           "requests_of"]
 
-# the model's own options: a replay takes its load from the record
-MODEL_ONLY = ("service_ms", "concurrency", "requests", "overhead_ms", "cores", "threads",
-              "replicas")
 MS = 1_000_000
 
 
@@ -79,13 +72,13 @@ class Replayed:
 def load_replay(timeline: Path, requests_from: Path | None,
                 period_ms: float | None) -> Replayed:
     """The timeline at ``timeline`` and the requests of ``requests_from``, ready to replay;
-    a timeline the replay cannot use is a one-line ``CliError``."""
+    a file the replay cannot use is a one-line ``RawDataError``."""
     recording = read_recording(timeline)
     period_ns = round(period_ms * MS) if period_ms else recording.period_ns
     try:
         demand = demand_of(recording.samples, recording.period_ns)
     except ReplayError as exc:
-        raise CliError(f"{timeline}: {exc}") from None
+        raise RawDataError(f"{timeline}: {exc}") from None
     placed = read_requests(requests_from, recording) if requests_from is not None else None
     return Replayed(recording, period_ns, demand, placed,
                     None if placed is None else requests_of(placed))
@@ -127,25 +120,3 @@ def replay_answer(recording: Recording, demand: Demand, rows: list[LimitRow],
                          for q in (50, 90, 99)}},
         "limits": [row.to_dict() for row in rows],
     }
-
-
-def command_replay(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    given = [f"--{name.replace('_', '-')}" for name in MODEL_ONLY
-             if getattr(opts, name) is not None]
-    if given:
-        raise CliError(f"{', '.join(given)}: for the model (--service-ms); a replay takes its "
-                       "load from the recorded timeline")
-    replayed = load_replay(opts.timeline, opts.requests_from, opts.period_ms)
-    limits = parse_limits(opts.cpus, period_ms=replayed.period_ns / MS,
-                          burst_ms=opts.burst_ms or 0.0)
-    rows = replay_limits(replayed.demand,
-                         [None if limit is None else limit.cpus for limit in limits],
-                         replayed.requests, round((opts.burst_ms or 0.0) * MS),
-                         replayed.period_ns, replayed.closed)
-    answer = replay_answer(replayed.recording, replayed.demand, rows, replayed.placed,
-                           opts.requests_from)
-    if opts.json:
-        print(json.dumps(json_ready(answer), indent=2))
-    else:
-        print(format_replay(answer))
-    return EXIT_OK
