@@ -18,9 +18,9 @@ from typing import Any
 from client.analysis.advise import Advice, recommendation, shape
 from client.analysis.passive import PassiveAdvice
 from client.data.jsonsafe import json_ready
-from cpuquota.limit import DEFAULT_PERIOD_MS, Limit
+from cpuquota.limit import DEFAULT_PERIOD_MS
 
-__all__ = ["Answer", "limit_dict"]
+__all__ = ["Answer"]
 
 
 @dataclass(frozen=True)
@@ -83,9 +83,3 @@ class Answer:
                        "source": "replays of the recorded window (cpuquota.account); no run"},
         })
         return out
-
-
-def limit_dict(limit: Limit | None) -> dict[str, Any] | None:
-    """A limit in the running service's part: its CPUs and the kernel's three numbers."""
-    return None if limit is None else {"cpus": limit.cpus, "quota_us": limit.quota_us,
-                                       "period_us": limit.period_us, "burst_us": limit.burst_us}

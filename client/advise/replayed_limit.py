@@ -11,8 +11,7 @@ predicted run is the kernel's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cached_property
@@ -27,6 +26,7 @@ from client.data.metadata import LoadMode, RunMetadata, SweepInfo
 from client.data.naming import limit_text
 from client.data.record import RequestRecord
 from client.data.summary import summarize
+from client.run.at_limit import AtLimit
 from client.run.measure import Measurement, Progress
 from client.run.plan import LoadPlan
 from client.run.record import RecordedRun
@@ -40,7 +40,7 @@ MS = 1_000_000
 
 
 @dataclass(frozen=True)
-class ReplayedLimit:
+class ReplayedLimit(AtLimit):
     """The recorded ``requests`` of ``requests_from`` replayed on ``timeline``'s ``demand``
     at each limit; ``statuses`` are theirs, in the same order; ``says``: how sure the replay
     is (exact, or estimated and why)."""
@@ -87,31 +87,9 @@ class ReplayedLimit:
     def sends(self) -> str:
         return f"the {len(self.requests)} requests of {self.requests_from}, replayed"
 
-    @property
-    def can_remove(self) -> bool:
-        return True
-
-    @property
-    def instances(self) -> int:
-        return 1
-
-    @property
-    def inplace(self) -> None:
-        return None
-
-    def problem(self) -> str | None:
-        return None
-
-    def check(self, limits: Sequence[Limit | None]) -> None:
-        """Every limit can be replayed."""
-
     def ceiling(self, shape: Callable[[int], Limit]) -> tuple[int, str]:
         cores = self.demand.cores
         return cores * 1000, f"the record's {cores} CPU{'s' if cores > 1 else ''}"
-
-    @contextmanager
-    def holding(self) -> Iterator[object]:
-        yield self   # nothing is changed
 
     def row(self, limit: Limit | None) -> LimitRow:
         """The replay at ``limit`` (its period and burst; None: no limit), as ``predict

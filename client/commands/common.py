@@ -1,15 +1,19 @@
 """What the commands share: exit codes, a quiet stdout when the reader went away, the
 options that describe a CPU limit (``--cpus``, ``--period-ms``, ``--burst-ms``), the
-``--cgroup TARGET`` of a group to watch and ``--live [PORT]`` (the page's server while a
-command works, :func:`live_page`)."""
+``--cgroup TARGET`` of a group to watch, ``--live [PORT]`` (the page's server while a command
+works, :func:`live_page`), and those of ``advise``/``sweep`` on a running service (``--cgroup
+TARGET --url URL``: which group, what each run sends, the safety catches
+``--allow-new-limit``, ``--keep``) with the service at a limit they name
+(:func:`at_limit_from`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from client.analysis.report import Report
 from client.analysis.throughput import throughput_row
@@ -29,12 +33,17 @@ from client.run.pod_reach import locate
 from client.run.record import RecordedRun
 from client.run.targets import AUTO, BACKENDS, Backend, Target, TargetOptions, resolve_backend
 from client.run.targets.replicas import ReplicaSet
+from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from cpuquota.limit import MAX_PERIOD_MS, MIN_PERIOD_MS, Limit, LimitError
 
+if TYPE_CHECKING:
+    from client.run.at_limit import AtLimit
+
 __all__ = ["EXIT_FAILED_REQUESTS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE",
-           "add_limit_arguments", "add_live_arguments", "add_load_arguments",
-           "add_target_arguments", "backend_from", "cgroup_target", "check_folders",
-           "draw_result", "limit_from", "live_page", "period_ms", "plan_from", "run_cgroup",
+           "add_inplace_arguments", "add_limit_arguments", "add_live_arguments",
+           "add_load_arguments", "add_target_arguments", "at_limit_from", "backend_from",
+           "cgroup_target", "check_folders", "check_inplace_options", "draw_result",
+           "limit_from", "live_page", "period_ms", "plan_from", "run_cgroup",
            "show_healthy", "show_result", "show_stopped", "silence_stdout"]
 
 
@@ -253,3 +262,109 @@ def backend_from(opts: argparse.Namespace) -> tuple[Backend, str | None]:
     options = TargetOptions(**({"image": opts.image} if opts.image else {}),
                             start_timeout=opts.start_timeout)
     return resolve_backend(opts.backend, options)
+
+
+def add_inplace_arguments(parser: argparse.ArgumentParser, *, keep: bool) -> None:
+    group = parser.add_argument_group(
+        "a running service (its limit changed in place, put back at the end)")
+    group.add_argument("--cgroup", metavar="TARGET",
+                       help="the running service's group: a cgroup directory, pid:PID, "
+                       "docker:NAME_OR_ID or k8s:NAMESPACE/POD; each run sets the limit there "
+                       "(the quota file; docker update --cpus; the pod's resize subresource) "
+                       "and reads the group's throttling (needs root; a pod on another node: "
+                       "through its node's agent, with a kubeconfig alone)")
+    group.add_argument("--k8s", metavar="NS/deployment/NAME",
+                       help="instead of --cgroup: the running pods of a Kubernetes Deployment "
+                       "(each resized alike in place with pods/resize, their groups sampled "
+                       "as one sum; --url a Service's or an Ingress's address the host "
+                       "reaches, spreading the requests over the pods)")
+    group.add_argument("--container", metavar="NAME",
+                       help="with a pod: the container whose cpu limit is changed (needed "
+                       "where a pod has several)")
+    group.add_argument("--allow-restart", action="store_true",
+                       help="with a pod: resize a container whose resizePolicy for cpu is "
+                       "RestartContainer (it restarts at each limit)")
+    group.add_argument("--url", default=None,
+                       help="with --cgroup: the URL each run times, sent as given")
+    group.add_argument("-X", "--method", help="the request's method (default GET; POST with -d)")
+    group.add_argument("-H", "--header", action="append", default=[], metavar="'NAME: VALUE'",
+                       help="a header to send (repeatable)")
+    group.add_argument("-d", "--data", metavar="TEXT|@FILE",
+                       help="the request's body: TEXT, @FILE's bytes, or @- for stdin")
+    group.add_argument("--targets", type=Path, metavar="FILE",
+                       help="send the requests of FILE round-robin (vegeta's http format)")
+    group.add_argument("--redact", action="append", default=[], metavar="NAME",
+                       help="also keep this header's value out of every file written")
+    tls = group.add_mutually_exclusive_group()
+    tls.add_argument("--cacert", type=Path, metavar="FILE",
+                     help="check an https:// server's certificate against this PEM file")
+    tls.add_argument("-k", "--insecure", action="store_true",
+                     help="do not check an https:// server's certificate (as curl -k)")
+    group.add_argument("--cgroup-interval", type=number_above(0), default=DEFAULT_INTERVAL,
+                       metavar="S", help=f"seconds between two samples of the group (default "
+                       f"{DEFAULT_INTERVAL:g})")
+    group.add_argument("--allow-new-limit", action="store_true",
+                       help="the group has no limit now: let the runs set one (none again at "
+                       "the end)")
+    if keep:
+        group.add_argument("--keep", action="store_true",
+                           help="leave the answer in force at the end (default: the limit the "
+                           "service had; also on an error or Ctrl-C)")
+        group.add_argument("--apply", action="store_true",
+                           help="with a pod of a Deployment: patch the Deployment with the "
+                           "answer at the end (this rolls out new pods)")
+
+
+def check_inplace_options(opts: argparse.Namespace) -> bool:
+    """Whether the options name a running service (``--cgroup``, ``--k8s``); ``--url`` and
+    the request flags only go with one, and it needs ``--url`` (or ``--targets``)."""
+    given = [flag for flag, value in (("--url", opts.url), ("-X", opts.method),
+                                      ("-d", opts.data), ("--targets", opts.targets),
+                                      ("-H", opts.header or None), ("--cacert", opts.cacert),
+                                      ("--allow-new-limit", opts.allow_new_limit or None),
+                                      ("--container", opts.container),
+                                      ("--allow-restart", opts.allow_restart or None),
+                                      ("--keep", getattr(opts, "keep", False) or None),
+                                      ("--apply", getattr(opts, "apply", False) or None))
+             if value is not None]
+    if opts.k8s is not None and opts.cgroup is not None:
+        raise CliError("--k8s NS/deployment/NAME and --cgroup TARGET: give one of them")
+    if opts.cgroup is None and opts.k8s is None:
+        if given:
+            raise CliError(f"{given[0]} goes with --cgroup TARGET (a running service); without "
+                           "it the command starts burn-service itself")
+        return False
+    flag = "--cgroup TARGET" if opts.k8s is None else "--k8s NS/deployment/NAME"
+    if opts.url is None and opts.targets is None:
+        raise CliError(f"{flag} needs --url URL (or --targets FILE): what to time")
+    return True
+
+
+def at_limit_from(opts: argparse.Namespace, argv: list[str], command: str, plan: LoadPlan, *,
+                  on_started: Callable[[Target | ReplicaSet, float], None] | None = None,
+                  on_stopped: Callable[[str], None] | None = None
+                  ) -> tuple[AtLimit, str | None]:
+    """The service at a limit the options name: the running one changed in place
+    (``client.advise.services``), or burn-service started by ``--backend`` for each run of
+    ``plan`` (the hooks show each service started and stopped); and, for ``auto``, why not
+    the kernel's quota. Bad input is a one-line ``CliError``."""
+    from client.advise import AdviseError
+    from client.advise.services import Running, open_running
+    from client.run.at_limit import StartedService
+    from client.run.measure import Load
+
+    if check_inplace_options(opts):
+        running = Running(
+            opts.cgroup, opts.k8s, opts.container, opts.url, opts.method, opts.header,
+            opts.data, opts.targets, opts.redact, opts.cacert, opts.insecure,
+            opts.cgroup_interval, opts.allow_new_limit, opts.allow_restart)
+        try:
+            return open_running(running, ["http-timing", command, *argv],
+                                iterations=opts.iterations, timeout=opts.timeout,
+                                warmup=opts.warmup), None
+        except AdviseError as exc:
+            raise CliError(str(exc)) from None
+    backend, why_not_kernel = backend_from(opts)
+    load = Load(plan, opts.iterations, opts.timeout, opts.warmup)
+    return StartedService(backend, load, ("http-timing", command, *argv),
+                          on_started=on_started, on_stopped=on_stopped), why_not_kernel

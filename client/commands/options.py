@@ -1,6 +1,7 @@
 """Command-line pieces shared by the ``http-timing`` commands: the one-line usage error, a
 parser whose own errors are one line, argument types that check a number's range or read a
-duration or an instant, and the ``--cpus`` list of limits.
+duration or an instant, the ``--cpus`` list of limits, and what does not go with ``advise
+--passive``.
 
 Each type raises ``argparse.ArgumentTypeError`` with ``must be ... (got ...)``; argparse puts
 the option's name in front (``argument --rate: must be a number > 0 (got 'fast')``).
@@ -22,9 +23,8 @@ from client.data.naming import limit_text
 from cpuquota.limit import Limit, LimitError, zero_limit
 
 __all__ = ["CliError", "OneLineParser", "check_folder", "cpu_limit_action", "cpus_number",
-           "duration", "instant",
-           "int_at_least", "int_in", "iso_utc", "number_above", "number_at_least",
-           "parse_counts", "parse_limits"]
+           "duration", "instant", "int_at_least", "int_in", "iso_utc", "number_above",
+           "number_at_least", "parse_counts", "parse_limits", "passive_problem"]
 
 # what to give for no limit in a list of them (sweep's and predict's --cpus A,B,C)
 NONE_IN_A_LIST = "write none for no limit (e.g. --cpus none,1,0.3)"
@@ -220,3 +220,29 @@ def instant(text: str) -> float:
 def iso_utc(unix_s: float) -> str:
     """Unix seconds as :func:`instant` reads them back: ``2026-11-28T14:00:00+00:00``."""
     return datetime.fromtimestamp(unix_s, timezone.utc).isoformat(timespec="seconds")
+
+
+LOAD_OPTIONS = ("url", "requests", "concurrency", "rate", "max_throttled")  # not with --passive
+
+
+def passive_problem(opts: argparse.Namespace) -> str | None:
+    """What is wrong with ``--passive``'s options, in one line (None: nothing)."""
+    given = [f"--{name.replace('_', '-')}" for name in LOAD_OPTIONS
+             if getattr(opts, name, None) not in (None, False)]
+    if given:
+        return (f"{', '.join(given)}: not with --passive (it sends no load and answers from a "
+                "recorded window by its requests' latency or its added delay)")
+    if len([s for s in (opts.timeline, opts.cgroup, opts.k8s) if s is not None]) != 1:
+        return ("--passive needs one of --timeline FILE (a recorded window), --cgroup TARGET "
+                "--duration S (record it now) or --k8s NS/KIND/NAME (what the node agent "
+                "recorded)")
+    for flag, value in (("--since", opts.since), ("--until", opts.until)):
+        if value is not None and opts.k8s is None:
+            return f"{flag} goes with --passive --k8s NS/KIND/NAME (the node agent's window)"
+    if opts.k8s is not None and opts.duration is not None:
+        return "--duration goes with --passive --cgroup (--k8s reads what was recorded: --since)"
+    if opts.cgroup is not None and opts.duration is None:
+        return "--passive --cgroup needs --duration S: how long to record the group"
+    if opts.timeline is not None and opts.duration is not None:
+        return "--duration goes with --passive --cgroup (--timeline is already recorded)"
+    return None

@@ -28,7 +28,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -38,11 +38,10 @@ from client.analysis.replicas import replica_row
 from client.analysis.report import build_report
 from client.analysis.throughput import throughput_row
 from client.commands.common import (EXIT_FAILED_REQUESTS, EXIT_INTERRUPTED, EXIT_OK,
-                                    add_load_arguments, add_target_arguments, check_folders,
-                                    draw_result, plan_from, show_healthy, show_result,
-                                    show_stopped)
-from client.commands.inplace import (add_inplace_arguments, check_inplace_options,
-                                     inplace_from, started_from)
+                                    add_inplace_arguments, add_load_arguments,
+                                    add_target_arguments, at_limit_from, check_folders,
+                                    check_inplace_options, draw_result, plan_from,
+                                    show_healthy, show_result, show_stopped)
 from client.commands.options import CliError, OneLineParser, parse_counts, parse_limits
 from client.data.files import Run, writing
 from client.data.metadata import LoadMode, SweepInfo
@@ -54,7 +53,7 @@ from client.render.inplace import format_evidence
 from client.render.progress import RunProgress, StartProgress
 from client.render.text import format_predicted
 from client.render.tables import format_replicas_table, format_table, format_throughput_table
-from client.run.at_limit import RUN_ERRORS, AtLimit, StartedService
+from client.run.at_limit import RUN_ERRORS, AtLimit
 from client.run.measure import Measurement
 from client.run.plan import LoadPlan
 from client.run.targets import AUTO
@@ -149,16 +148,12 @@ def command_sweep(argv: list[str]) -> int:
     prefix = "sweep-" + started.strftime("%Y%m%d-%H%M%S") if opts.name is None else opts.name
     if problem := check_file_name(prefix, prefix=True):
         raise CliError(problem)
-    service: StartedService | None = None   # burn-service started by the command
     at: AtLimit
     if replay is not None:
         at, why_not_kernel = replay, None
-    elif live:
-        at, why_not_kernel = inplace_from(opts, argv, "sweep"), None
     else:
-        service, why_not_kernel = started_from(opts, argv, "sweep", plan,
-                                               on_started=show_healthy, on_stopped=show_stopped)
-        at = service
+        at, why_not_kernel = at_limit_from(opts, argv, "sweep", plan, on_started=show_healthy,
+                                           on_stopped=show_stopped)
     steps = (replica_steps(opts, at, prefix) if opts.replicas
              else limit_steps(opts, at, prefix))
     try:
@@ -174,7 +169,7 @@ def command_sweep(argv: list[str]) -> int:
     if replay is None and (load := load_average()) is not None:
         print(f"sweep: load average {load[0]:.1f} on {os.cpu_count()} CPUs (a busy machine "
               "slows every run, limited or not)", flush=True)
-    sweep = Sweep(opts, plan, at, prefix, started, service)
+    sweep = Sweep(opts, plan, at, prefix, started)
     try:
         with stop_on_terminate():
             with at.holding():
@@ -231,8 +226,8 @@ class Sweep:
     """One sweep: a run at each step's limit in turn (``AtLimit.measure``)."""
 
     def __init__(self, opts: argparse.Namespace, plan: LoadPlan, at: AtLimit, prefix: str,
-                 started: datetime, service: StartedService | None = None) -> None:
-        self.opts, self.plan, self.at, self.service = opts, plan, at, service
+                 started: datetime) -> None:
+        self.opts, self.plan, self.at = opts, plan, at
         self.prefix, self.started = prefix, started
         self.runs: list[Run] = []
 
@@ -243,10 +238,10 @@ class Sweep:
 
     def at_step(self, step: Step) -> AtLimit:
         """The service of a step: N replicas of the limit each for ``--replicas``."""
-        if not step.replicas or self.service is None:
+        if not step.replicas:
             return self.at
-        return replace(self.service, replicas=step.replicas,
-                       on_replica=StartProgress(step.replicas, step.label).advance)
+        return self.at.with_replicas(step.replicas,
+                                     StartProgress(step.replicas, step.label).advance)
 
     def record(self, step: Step, index: int, steps: int) -> Run:
         """Time the step like ``http-timing run`` does: CSV row per request, metadata,
@@ -271,7 +266,7 @@ class Sweep:
         recorded = measured.recorded
         report = build_report(recorded.run)
         show_result(recorded, report)
-        if self.at.inplace is not None:
+        if self.at.capabilities.evidence:
             print(format_evidence(report.cgroup), flush=True)
         if report.predicted is not None:
             print("\n".join(format_predicted(report.predicted)), flush=True)

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 from client.data.files import Run
 from client.data.metadata import SweepInfo
@@ -41,6 +41,7 @@ from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample
 from client.run.agent_marks import mark_through_agent, mark_through_agents
 from client.run.agent_timeline import AgentLink, AgentTimelineError, agent_link
+from client.run.at_limit import AtLimit, Capabilities, InPlaceError
 from client.run.cgroup_lookup import CommandRunner, run_command
 from client.run.cgroup_target import CgroupTarget, CgroupTargetError, combine_pods, resolve_cgroup
 from client.run.limiters import Limiter, LimiterError, LimiterOptions, limiter_for
@@ -54,11 +55,13 @@ from client.run.usage import UsageSample
 from cpuquota.limit import Limit
 
 __all__ = ["GroupHere", "InPlace", "InPlaceError", "PodThroughAgent", "PodsThroughAgents",
-           "Watched", "describe_limit", "timeline_usage"]
+           "Watched", "describe_limit", "limit_dict", "timeline_usage"]
 
 
-class InPlaceError(RuntimeError):
-    """The target cannot be changed in place as asked (one line)."""
+def limit_dict(limit: Limit | None) -> dict[str, Any] | None:
+    """A limit in the running service's state: its CPUs and the kernel's three numbers."""
+    return None if limit is None else {"cpus": limit.cpus, "quota_us": limit.quota_us,
+                                       "period_us": limit.period_us, "burst_us": limit.burst_us}
 
 
 def describe_limit(limit: Limit | None) -> str:
@@ -184,7 +187,7 @@ class PodsThroughAgents:
 
 
 @dataclass
-class InPlace:
+class InPlace(AtLimit):
     """A running service whose CPU limit is changed in place, and how each run is timed: a
     :class:`client.run.at_limit.AtLimit`."""
 
@@ -296,8 +299,9 @@ class InPlace:
         return f"{request.method if request else 'GET'} {self.template.url}"
 
     @property
-    def can_remove(self) -> bool:
-        return self.limiter.can_remove
+    def capabilities(self) -> Capabilities:
+        return Capabilities(removes=self.limiter.can_remove, restores=True, keeps=True,
+                            evidence=True, patches=bool(self.limiter.names.get("owner")))
 
     @property
     def instances(self) -> int:
@@ -307,8 +311,23 @@ class InPlace:
     def inplace(self) -> InPlace:
         return self
 
-    def problem(self) -> str | None:
-        return None
+    @property
+    def kind(self) -> str:
+        return self.limiter.kind
+
+    @property
+    def spec(self) -> str:
+        return self.target.spec
+
+    @property
+    def names(self) -> Mapping[str, Any]:
+        return self.limiter.names
+
+    def state(self) -> dict[str, Any]:
+        """What it had, what it was left at (after :meth:`restore`), what did not change."""
+        return {"target": self.target.spec, "kind": self.limiter.kind,
+                "set_by": self.limiter.description, "original": limit_dict(self.original),
+                "left_at": limit_dict(self.restore_to), "unchanged": self.unchanged}
 
     def ceiling(self, shape: Callable[[int], Limit]) -> tuple[int, str]:
         """The CPUs the service's machine lets it use (a pod on another node: that node's,
@@ -342,6 +361,11 @@ class InPlace:
     def keep(self, limit: Limit | None) -> None:
         """``--keep``: leave ``limit`` in force at the end instead of the original."""
         self.restore_to = limit
+
+    def patch_for_good(self, limit: Limit) -> str:
+        """``--apply``: ``limit`` into the pod's Deployment (once the pod got its limit
+        back); ``LimiterError`` when it cannot be."""
+        return self.limiter.patch_deployment(limit)
 
     def restore(self) -> str:
         """Put ``restore_to`` back (Ctrl-C and SIGTERM ignored meanwhile); what was done."""
