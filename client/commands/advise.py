@@ -217,6 +217,8 @@ def advise_passive(opts: argparse.Namespace, argv: list[str], target: LatencyTar
     elif opts.timeline is not None:
         answer = advise_timeline(opts.timeline, target, window)
     else:
+        if problem := check_file_name(window.prefix()):   # the name first, as always
+            raise CliError(problem)
         group = cgroup_target(opts.cgroup, None)
         assert group is not None
         path = record_window(group, window, opts.duration, opts.cgroup_interval,
