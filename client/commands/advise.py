@@ -44,7 +44,7 @@ from client.data.request import DEFAULT_ITERATIONS
 from client.render.advise import format_advice, format_runs_table
 from client.render.progress import RunProgress
 from client.render.replay import format_passive, format_predicted_runs, format_workload
-from client.run.at_limit import InPlaceError
+from client.run.at_limit import AtLimit, InPlaceError
 from client.run.limiters import LimiterError
 from client.run.recorder import stop_on_terminate
 from cpuquota.limit import DEFAULT_PERIOD_MS
@@ -151,17 +151,9 @@ def _advise(argv: list[str]) -> int:
     if opts.apply and not at.capabilities.patches:
         raise CliError(f"--apply patches a Kubernetes Deployment: {at.spec} is not a pod of one "
                        "(see 'To keep it' in the answer)")
-    limit_of, floor = shape(period_ms, opts.burst_ms), floor_millicores(period_ms)
-    try:
-        ceiling, ceiling_words = at.ceiling(limit_of)
-        at.check([limit_of(floor)])
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
-    if problem := at.problem():
-        raise CliError(problem)
-    asked = Asked(plan, target, prefix, started, opts.data_dir, (floor, ceiling, ceiling_words),
-                  period_ms, opts.burst_ms, opts.warmup, opts.profile_seconds, opts.max_runs,
-                  opts.alternatives)
+    asked = Asked(plan, target, prefix, started, opts.data_dir,
+                  span(at, period_ms, opts.burst_ms), period_ms, opts.burst_ms, opts.warmup,
+                  opts.profile_seconds, opts.max_runs, opts.alternatives)
     with contextlib.redirect_stdout(sys.stderr if opts.json else sys.stdout):
         if why_not_kernel:
             print(f"advise: in-process throttle (no kernel quota here: {why_not_kernel})")
@@ -198,6 +190,20 @@ def _advise(argv: list[str]) -> int:
     if opts.json:
         print(json.dumps(answer.to_dict(), indent=2, allow_nan=False))
     return EXIT_OK if answer.met else EXIT_NOT_MET
+
+
+def span(at: AtLimit, period_ms: float, burst_ms: float) -> tuple[int, int, str]:
+    """The limits the search may try: the floor and the ceiling (millicores), the ceiling's
+    words; a service that cannot be given them is a one-line ``CliError``."""
+    limit_of, floor = shape(period_ms, burst_ms), floor_millicores(period_ms)
+    try:
+        ceiling, ceiling_words = at.ceiling(limit_of)
+        at.check([limit_of(floor)])
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if problem := at.problem():
+        raise CliError(problem)
+    return floor, ceiling, ceiling_words
 
 
 def advise_passive(opts: argparse.Namespace, argv: list[str], target: LatencyTarget) -> int:
