@@ -210,7 +210,7 @@ def advise_passive(opts: argparse.Namespace, argv: list[str], target: LatencyTar
     """``--passive``: the answer from the replay of a recorded window (no resize, no load)."""
     from client.advise.cluster import DEFAULT_SINCE_S, advise_workload, recorded_workload
     from client.advise.passive import Window, advise_timeline, record_window
-    from client.commands.run import cgroup_target
+    from client.commands.common import cgroup_target
 
     if problem := passive_problem(opts):
         raise CliError(problem)
