@@ -37,7 +37,7 @@ from benchmarks.support import node_in_group, run_main, union
 from client.data.timeline import CgroupSample
 from client.data.attribution import attribute
 from client.run.cgroup_sampler import CgroupReader, CgroupSampler
-from client.run.cgroup_target import CgroupTarget, resolve_cgroup
+from client.run.service_group import ServiceGroup, resolve_cgroup
 from cpuquota.account import CpuStat
 from cpuquota.limit import Limit
 
@@ -55,7 +55,7 @@ def _stat(reader: CgroupReader) -> CpuStat:
     return CpuStat(s.nr_periods, s.nr_throttled, s.throttled_ns)
 
 
-def run_sequential(target: CgroupTarget, url: str, requests: int) -> Measured:
+def run_sequential(target: ServiceGroup, url: str, requests: int) -> Measured:
     intervals, exact = [], []
     with httpx.Client(timeout=60) as client, CgroupReader(target) as reader:
         request = client.build_request("GET", url)
@@ -74,7 +74,7 @@ def run_sequential(target: CgroupTarget, url: str, requests: int) -> Measured:
     return Measured(intervals, sampler.samples, kernel, exact)
 
 
-def run_concurrent(target: CgroupTarget, url: str, requests: int, workers: int) -> Measured:
+def run_concurrent(target: ServiceGroup, url: str, requests: int, workers: int) -> Measured:
     intervals: list[tuple[int, int]] = []
     run_start = time.perf_counter_ns()
 

@@ -43,7 +43,7 @@ from benchmarks.support import burner_in_group, run_main
 from client.data.timeline import CgroupSample
 from client.data.attribution import period_phase
 from client.run.cgroup_sampler import CgroupReader, CgroupSampler, read_sample
-from client.run.cgroup_target import CgroupTarget, resolve_cgroup
+from client.run.service_group import ServiceGroup, resolve_cgroup
 from cpuquota.cgroupfs import parse_cpu_stat
 from cpuquota.limit import Limit
 from service.cgroup import create_group, empty_group, move_pid, remove_group
@@ -60,7 +60,7 @@ def per_call_us(call: Callable[[], object], n: int = 20000, repeats: int = 5) ->
     return statistics.median(means)
 
 
-def reading_costs(targets: dict[str, CgroupTarget], more: int = 0) -> None:
+def reading_costs(targets: dict[str, ServiceGroup], more: int = 0) -> None:
     """``more``: then the ``proc`` rows again with that many more processes in the group
     (``sleep``s: the proc path reads each process's stat and CPU clock every sample)."""
     print("\n### One reading (µs per call, median of 5 × 20000)\n")
@@ -82,7 +82,7 @@ def reading_costs(targets: dict[str, CgroupTarget], more: int = 0) -> None:
             sleeper.wait()
 
 
-def _reading_rows(targets: dict[str, CgroupTarget]) -> None:
+def _reading_rows(targets: dict[str, ServiceGroup]) -> None:
     for name, target in targets.items():
         fd = os.open(target.stat_path, os.O_RDONLY)
         try:
@@ -126,7 +126,7 @@ def timed_round(client: httpx.Client, request: httpx.Request, n: int,
     return latencies
 
 
-def overhead(target: CgroupTarget, base_url: str, requests: int, rounds: int,
+def overhead(target: ServiceGroup, base_url: str, requests: int, rounds: int,
              interval: float) -> None:
     gap_ns = round(per_call_us(lambda: read_sample(target), 2000) * 1000)
     control = f"no sampler, {gap_ns / 1000:.0f} µs spin instead of each read (control)"

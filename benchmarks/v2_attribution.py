@@ -38,7 +38,7 @@ from benchmarks.support import burner_in, run_main, union
 from client.data.attribution import attribute_levels
 from client.data.timeline import level_timelines
 from client.run.cgroup_sampler import CgroupSampler
-from client.run.cgroup_target import CgroupTarget, resolve_cgroup
+from client.run.service_group import ServiceGroup, resolve_cgroup
 from cpuquota.cgroupfs import parse_cpu_stat, parse_pressure
 
 ROOT = Path("/sys/fs/cgroup")
@@ -84,7 +84,7 @@ def truth(pod: Path, container: Path) -> tuple[int, int, int | None]:
     return stat.throttled_ns, pressure.some_ns, pressure.full_ns
 
 
-def timed(target: CgroupTarget, url: str, requests: int, workers: int
+def timed(target: ServiceGroup, url: str, requests: int, workers: int
           ) -> tuple[list[tuple[int, int]], CgroupSampler]:
     """Request spans (ns since the run's start) and the sampler that watched them."""
     spans: list[tuple[int, int]] = []
@@ -109,7 +109,7 @@ def timed(target: CgroupTarget, url: str, requests: int, workers: int
     return sorted(spans), sampler
 
 
-def row(label: str, target: CgroupTarget, pod: Path, container: Path, url: str,
+def row(label: str, target: ServiceGroup, pod: Path, container: Path, url: str,
         requests: int, workers: int) -> str:
     before = truth(pod, container)
     spans, sampler = timed(target, url, requests, workers)

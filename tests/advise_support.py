@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from client.analysis.advise import MAIN_ROLES
-from client.analysis.advise_target import LatencyTarget, judge_requests
+from client.analysis.goal import LatencyGoal, judge_requests
 from client.commands.advise import EXIT_NOT_MET, LESS
 from client.commands.common import EXIT_OK
 from client.data.files import read_run
@@ -63,7 +63,7 @@ def check_refused(result: subprocess.CompletedProcess[str], cwd: Path, name: str
     assert not list((cwd / "pictures").glob(f"{name}-advise*"))
 
 
-def _judged(cwd: Path, run: dict[str, Any], target: LatencyTarget) -> None:
+def _judged(cwd: Path, run: dict[str, Any], target: LatencyGoal) -> None:
     """A run's judged figures are those of its own file: the requests over the target that
     the counters say throttling delayed, and those it did not (counted apart)."""
     records = [r for r in read_run(cwd / "raw-data" / f"{run['name']}.csv").records if r.ok]
@@ -87,7 +87,7 @@ def check_agrees_with_its_runs(answer: dict[str, Any], cwd: Path, said: str) -> 
     miss of the search was the quota's (requests over the target it delayed) or failed
     requests; with none met, the largest limit tried missed."""
     p99 = answer["target"]["p99_ms"]
-    target = LatencyTarget(p99, answer["target"]["p90_ms"], answer["target"]["max_throttled"])
+    target = LatencyGoal(p99, answer["target"]["p90_ms"], answer["target"]["max_throttled"])
     runs = answer["runs"]
     assert runs[0]["role"] == "profile" and runs[0]["met"] is None
     for run in runs:
@@ -113,7 +113,7 @@ def check_agrees_with_its_runs(answer: dict[str, Any], cwd: Path, said: str) -> 
     assert at["cpus"] == rec["cpus"] and at["met"] is True and not at["missed"], at
     assert at["name"] == " + ".join(r["name"] for r in pool) and at["runs"] == len(pool), at
     # met: throttling pushed no request past the target, or the judged p99 is within it
-    # (LatencyTarget.judge); a busy machine may slow every request, throttled or not
+    # (LatencyGoal.judge); a busy machine may slow every request, throttled or not
     assert at["throttled_over_target"] == 0 or at["judged_p99_ms"] <= p99, at
     assert at["judged_p99_ms"] == pytest.approx(sum(r["judged_p99_ms"] for r in pool)
                                                 / len(pool)), (at, pool)

@@ -18,8 +18,8 @@ from client.analysis.advise import (MAIN_ROLES, Advice, UsageResult, alternative
 from client.analysis.advise_model import (USAGE_RULES, Profile, cpu_each, cpu_per_request,
                                           model_curve, model_guess, model_point, peak_to_mean,
                                           per_second_usage, profile_plan, usage_limits)
-from client.analysis.advise_target import (LatencyTarget, Measured, judge_requests, judge_run,
-                                          pooled)
+from client.analysis.goal import (LatencyGoal, Measured, judge_requests, judge_run,
+                                          pooled_runs)
 from client.data.metadata import LoadMode
 from client.render.advise import format_run
 from client.run.plan import LoadPlan
@@ -37,7 +37,7 @@ def profile(**changes: object) -> Profile:
     return Profile(**values)  # type: ignore[arg-type]
 
 
-def row(millicores: int, p99: float, target: LatencyTarget, *, role: str = "search",
+def row(millicores: int, p99: float, target: LatencyGoal, *, role: str = "search",
         name: str = "", p90: float | None = None, throttled: float = 0.1) -> Measured:
     p90 = p99 / 2 if p90 is None else p90
     return Measured(name or f"r{millicores}", role, shape(100)(millicores), 100, 0, 4.0, p90,
@@ -48,7 +48,7 @@ def row(millicores: int, p99: float, target: LatencyTarget, *, role: str = "sear
 # -- the target ---------------------------------------------------------------------------
 
 def test_a_target_says_what_was_missed_in_words() -> None:
-    target = LatencyTarget(30, 15, 0.05)
+    target = LatencyGoal(30, 15, 0.05)
     assert target.misses(10, 20, 0.0) == ()
     assert target.misses(16, 31, 0.06, errors=2) == (
         "2 failed request(s)", "p99 31.0 > 30 ms", "p90 16.0 > 15 ms", "delayed by throttling 6 % > 5 %")
@@ -57,36 +57,36 @@ def test_a_target_says_what_was_missed_in_words() -> None:
 
 
 @pytest.mark.parametrize(("target", "message"), [
-    (LatencyTarget(0), "--p99 must be a number of ms > 0 (got 0)"),
-    (LatencyTarget(math.inf), "--p99 must be a number of ms > 0 (got inf)"),
-    (LatencyTarget(30, -1), "--p90 must be a number of ms > 0 (got -1)"),
-    (LatencyTarget(30, 40), "--p90 40 ms is above --p99 30 ms"),
-    (LatencyTarget(30, None, 1.5), "--max-throttled must be a percentage in [0, 100] (got 150)"),
+    (LatencyGoal(0), "--p99 must be a number of ms > 0 (got 0)"),
+    (LatencyGoal(math.inf), "--p99 must be a number of ms > 0 (got inf)"),
+    (LatencyGoal(30, -1), "--p90 must be a number of ms > 0 (got -1)"),
+    (LatencyGoal(30, 40), "--p90 40 ms is above --p99 30 ms"),
+    (LatencyGoal(30, None, 1.5), "--max-throttled must be a percentage in [0, 100] (got 150)"),
 ])
-def test_nonsense_targets_are_refused_in_one_line(target: LatencyTarget, message: str) -> None:
+def test_nonsense_targets_are_refused_in_one_line(target: LatencyGoal, message: str) -> None:
     problem = target.problem()
     assert problem is not None and problem.startswith(message) and "\n" not in problem
 
 
 def test_a_verdict_is_narrow_when_it_could_flip_either_way() -> None:
-    target = LatencyTarget(30)
+    target = LatencyGoal(30)
     assert target.narrow(0, 34.0, None)           # missed by 13 %
     assert not target.narrow(0, 35.0, None)       # by 17 %: a clear miss
     assert target.narrow(0, 27.0, None)           # met with less than 15 % to spare
     assert not target.narrow(0, 25.0, None)       # met with room
     assert not target.narrow(0, 31.0, None, errors=1)  # failed requests are never noise
-    throttled = LatencyTarget(30, None, 0.10)
+    throttled = LatencyGoal(30, None, 0.10)
     assert throttled.narrow(0, 10.0, 0.14) and not throttled.narrow(0, 10.0, 0.16)
 
 
 def test_two_runs_of_a_limit_are_judged_by_their_mean() -> None:
-    target = LatencyTarget(30)
+    target = LatencyGoal(30)
     first, second = row(500, 33.0, target), row(500, 25.0, target, name="r500-2")
-    both = pooled([first, second], target)
+    both = pooled_runs([first, second], target)
     assert (first.met, second.met, both.met) == (False, True, True)
     assert both.p99_ms == 29.0 and both.runs == 2 and both.requests == 200
     assert both.name == "r500 + r500-2"
-    assert pooled([first], target) is first
+    assert pooled_runs([first], target) is first
 
 
 # -- the search -----------------------------------------------------------------------------
@@ -133,7 +133,7 @@ def test_a_limit_that_met_below_a_miss_does_not_count() -> None:
 
 
 def test_verdicts_conclude_and_repeat_pool_the_runs_of_each_limit() -> None:
-    target = LatencyTarget(30)
+    target = LatencyGoal(30)
     runs = [row(700, 20.0, target), row(560, 45.0, target), row(630, 33.0, target),
             row(630, 26.0, target, name="r630-2"), row(600, 34.5, target)]
     assert verdicts(runs, target) == {700: True, 560: False, 630: True, 600: False}
@@ -162,38 +162,38 @@ def test_floor_and_spellings() -> None:
 def test_the_models_guess_for_back_to_back_requests(p99: float, millicores: int) -> None:
     # 5 ms of CPU back to back: the quota Q runs out Q ms into each 100 ms period, so a
     # request waits 100 - Q ms: p99 <= T needs 5 + 100 - Q <= T, Q >= 105 - T
-    guess = model_guess(profile(), LatencyTarget(p99), shape(100), 10, 2000)
+    guess = model_guess(profile(), LatencyGoal(p99), shape(100), 10, 2000)
     assert guess is not None and guess.limit == Limit(millicores / 1000)
     assert guess.met and guess.p99_ms <= p99
-    below = model_point(profile(), Limit((millicores - 1) / 1000), LatencyTarget(p99))
+    below = model_point(profile(), Limit((millicores - 1) / 1000), LatencyGoal(p99))
     assert not below.met                           # the smallest, to the millicore
 
 
 def test_the_models_guess_is_none_when_even_the_ceiling_misses() -> None:
-    assert model_guess(profile(cpu_ms=40.0, baseline_ms=40.0), LatencyTarget(30), shape(100),
+    assert model_guess(profile(cpu_ms=40.0, baseline_ms=40.0), LatencyGoal(30), shape(100),
                        10, 2000) is None
-    floor = model_guess(profile(), LatencyTarget(5000), shape(100), 10, 2000)
+    floor = model_guess(profile(), LatencyGoal(5000), shape(100), 10, 2000)
     assert floor is not None and floor.limit.millicores == 10   # anything meets it
 
 
 def test_an_open_loop_is_modelled_with_its_arrivals() -> None:
     rate = profile(mode=LoadMode.OPEN_LOOP, rate_rps=50.0, requests=200)
-    guess = model_guess(rate, LatencyTarget(20), shape(100), 10, 2000)
+    guess = model_guess(rate, LatencyGoal(20), shape(100), 10, 2000)
     assert guess is not None and guess.limit.millicores == 250  # 50/s x 5 ms, exactly
     spread = profile(mode=LoadMode.OPEN_LOOP, rate_rps=50.0, requests=200,
                      cpu_each=(4.0, 6.0, 4.5, 5.5))
-    wider = model_guess(spread, LatencyTarget(20), shape(100), 10, 2000)
+    wider = model_guess(spread, LatencyGoal(20), shape(100), 10, 2000)
     assert wider is not None and wider.limit.millicores > 250  # a spread queues up
 
 
 def test_the_models_curve_spans_the_range() -> None:
-    curve = model_curve(profile(), LatencyTarget(30), shape(100), 100, 1000, points=10)
+    curve = model_curve(profile(), LatencyGoal(30), shape(100), 100, 1000, points=10)
     assert [p.limit.millicores for p in curve][0::9] == [100, 1000]
     assert curve[0].p99_ms > curve[-1].p99_ms and not curve[0].met and curve[-1].met
 
 
 def test_alternatives_are_scaled_by_the_models_error_and_must_save_ten_percent() -> None:
-    prof, target = profile(), LatencyTarget(30)
+    prof, target = profile(), LatencyGoal(30)
     guess = model_guess(prof, target, shape(100), 10, 2000)
     assert guess is not None
     found = alternative_guesses(prof, target, Limit(0.75), guess, lambda limit: True)
@@ -244,7 +244,7 @@ def test_burstiness_cpu_spread_and_the_profile_plan() -> None:
 # -- the answer ---------------------------------------------------------------------------------
 
 def test_the_answer_as_json() -> None:
-    target = LatencyTarget(30)
+    target = LatencyGoal(30)
     runs = [row(700, 20.0, target, role="guess"), row(630, 33.0, target)]
     at, below = conclude(runs, target)
     guess = model_point(profile(), Limit(0.75), target)
@@ -267,7 +267,7 @@ def test_the_answer_as_json() -> None:
 
 
 def test_why_a_target_cannot_be_met() -> None:
-    target = LatencyTarget(30)
+    target = LatencyGoal(30)
     slow = profile(cpu_ms=40.0)
     top = row(2000, 45.0, target)
     words = unmet_reason(slow, target, top, "the machine's 2 CPUs")
@@ -277,7 +277,7 @@ def test_why_a_target_cannot_be_met() -> None:
 
 
 def test_the_answer_is_confirmed_by_a_second_run() -> None:
-    target = LatencyTarget(30)
+    target = LatencyGoal(30)
     runs = [row(700, 20.0, target), row(630, 40.0, target)]
     assert to_confirm(runs, target) == 700
     runs.append(row(700, 45.0, target, name="r700-2", role="confirm"))   # mean 32.5: missed
@@ -286,7 +286,7 @@ def test_the_answer_is_confirmed_by_a_second_run() -> None:
 
 
 def test_a_miss_above_a_met_limit_is_run_once_more_before_it_is_believed() -> None:
-    target = LatencyTarget(30)
+    target = LatencyGoal(30)
     runs = [row(600, 25.0, target), row(700, 45.0, target), row(800, 50.0, target)]
     assert to_recheck(runs, target) == 700
     runs.append(row(700, 12.0, target, name="r700-2"))     # mean 28.5: met after all
@@ -321,7 +321,7 @@ def service(millicores: int, *, noise_from: int | None = None, sleeps: bool = Fa
     return latencies, delayed
 
 
-def run_at(millicores: int, requests: Requests, target: LatencyTarget, *,
+def run_at(millicores: int, requests: Requests, target: LatencyGoal, *,
            per_request: bool = True, role: str = "search") -> Measured:
     """The row advise makes of such a run (``measured``): figures, then the one judge."""
     latencies, delayed = requests
@@ -334,7 +334,7 @@ def run_at(millicores: int, requests: Requests, target: LatencyTarget, *,
 def advise_search(requests_at: Callable[[int], Requests], start: int, *,
                   per_request: bool = True) -> tuple[Measured | None, Measured | None]:
     """advise's search over ``requests_at``'s runs: the answer and the next lower step."""
-    target, runs = LatencyTarget(30), []
+    target, runs = LatencyGoal(30), []
     while (m := next_millicores(verdicts(runs, target), start=start, floor=10,
                                 ceiling=2000)) is not None:
         runs.append(run_at(m, requests_at(m), target, per_request=per_request))
@@ -343,7 +343,7 @@ def advise_search(requests_at: Callable[[int], Requests], start: int, *,
 
 
 def test_requests_slow_without_throttling_are_counted_apart() -> None:
-    target = LatencyTarget(30)
+    target = LatencyGoal(30)
     judged = judge_requests(*service(1000, sleeps=True), target)
     assert judged.slow_unthrottled == 5 and judged.throttled_over == 0
     assert judged.p99_ms < 30                   # each as the median unthrottled request
@@ -357,7 +357,7 @@ def test_requests_slow_without_throttling_are_counted_apart() -> None:
 
 
 def test_a_miss_no_throttled_request_made_is_not_the_limits() -> None:
-    target = LatencyTarget(30)
+    target = LatencyGoal(30)
     noisy = run_at(800, service(800, noise_from=800), target)
     assert noisy.p99_ms > 30 and noisy.met and noisy.slow_unthrottled == 3
     assert noisy.throttled_over == 0 and not noisy.narrow
@@ -369,7 +369,7 @@ def test_a_miss_no_throttled_request_made_is_not_the_limits() -> None:
     assert target.judge(70.0, 70.0, 0.0, errors=1, throttled_over=0)[0] == (
         "1 failed request(s)",)                            # failed requests still miss
     assert target.judge(70.0, 70.0, 0.2, throttled_over=0) == ((), False)
-    limited = LatencyTarget(30, None, 0.05)
+    limited = LatencyGoal(30, None, 0.05)
     assert limited.judge(5.0, 5.0, 0.2, throttled_over=0)[0] == ("delayed by throttling 20 % > 5 %",)
 
 
@@ -388,7 +388,7 @@ def test_the_search_does_not_climb_on_the_machines_load() -> None:
 
 
 def test_a_service_with_sleeps_gets_the_answer_it_has_without_them() -> None:
-    target = LatencyTarget(30)
+    target = LatencyGoal(30)
     free = run_at(1000, service(1000, sleeps=True), target, role="profile")
     said = unthrottled_miss(free, target)
     assert said == ("p99 55.6 > 30 ms even unthrottled: 5 of 100 requests are slow without "
@@ -407,10 +407,10 @@ def test_a_service_with_sleeps_gets_the_answer_it_has_without_them() -> None:
 
 
 def test_pooled_runs_sum_what_was_counted_apart() -> None:
-    target = LatencyTarget(30)
+    target = LatencyGoal(30)
     first = run_at(800, service(800, noise_from=800), target)
     second = run_at(800, service(500), target)           # 4 throttled requests over it
-    both = pooled([first, second], target)
+    both = pooled_runs([first, second], target)
     assert both.slow_unthrottled == 3 and both.throttled_over == 4 and not both.met
     assert both.judged_p99 == pytest.approx((first.judged_p99 + second.judged_p99) / 2)
     data = json.loads(json.dumps(both.to_dict(), allow_nan=False))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from client.analysis.advise_target import LatencyTarget
+from client.analysis.goal import LatencyGoal
 from client.advise.passive import search
 from client.analysis.replay import LimitRow, Replayed
 from cpuquota.account import CpuStat
@@ -33,7 +33,7 @@ def replays(edge: int, free_ms: float = 20.0
 
 def test_the_answer_is_the_smallest_met_limit_within_the_tolerance() -> None:
     replay_at, tried = replays(edge=420)
-    advice = search(replay_at, LatencyTarget(30.0), start=1000, floor=10, ceiling=2000)
+    advice = search(replay_at, LatencyGoal(30.0), start=1000, floor=10, ceiling=2000)
     assert advice.at is not None and advice.at.millicores is not None
     assert 420 <= advice.at.millicores <= 420 * 1.1 and advice.at.met
     assert advice.less is not None and advice.less.millicores == round(advice.at.millicores * 0.75)
@@ -44,19 +44,19 @@ def test_the_answer_is_the_smallest_met_limit_within_the_tolerance() -> None:
 
 def test_a_target_missed_without_a_limit_gets_no_answer_and_says_why() -> None:
     replay_at, tried = replays(edge=420, free_ms=50.0)
-    advice = search(replay_at, LatencyTarget(30.0), start=1000, floor=10, ceiling=2000)
+    advice = search(replay_at, LatencyGoal(30.0), start=1000, floor=10, ceiling=2000)
     assert advice.at is None and tried == [None]   # no limit searched
     assert advice.reason is not None and "even without one" in advice.reason
 
 
 def test_a_ceiling_that_misses_gets_no_answer() -> None:
     replay_at, _tried = replays(edge=5000)
-    advice = search(replay_at, LatencyTarget(30.0), start=1000, floor=10, ceiling=2000)
+    advice = search(replay_at, LatencyGoal(30.0), start=1000, floor=10, ceiling=2000)
     assert advice.at is None and advice.reason is not None
     assert "no limit up to 2 CPU met it" in advice.reason
 
 
 def test_a_floor_that_meets_is_the_answer() -> None:
     replay_at, _tried = replays(edge=0)
-    advice = search(replay_at, LatencyTarget(30.0), start=300, floor=10, ceiling=2000)
+    advice = search(replay_at, LatencyGoal(30.0), start=300, floor=10, ceiling=2000)
     assert advice.at is not None and advice.at.millicores == 10

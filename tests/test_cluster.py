@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from client.analysis.advise_target import LatencyTarget
+from client.analysis.goal import LatencyGoal
 from client.advise.cluster import row_of
 from client.analysis.cluster import PodWindow, WorkloadLimits, per_period, pod_window, sort_rows
 from client.commands import main as http_timing
@@ -33,7 +33,7 @@ from client.run.replay_input import read_recording
 from tests.support import exit_code_and_errors, free_port
 
 DATA = Path(__file__).parent / "data" / "cluster"
-TARGET = LatencyTarget(10.0, None, None)   # the added delay's p99 at most 10 ms
+TARGET = LatencyGoal(10.0, None, None)   # the added delay's p99 at most 10 ms
 
 
 def window(name: str) -> PodWindow:

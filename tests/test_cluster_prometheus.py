@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from client.analysis.advise_target import LatencyTarget
+from client.analysis.goal import LatencyGoal
 from client.advise.cluster import row_of
 from client.analysis.cluster import WorkloadLimits, pod_window
 from client.analysis.cluster_prometheus import (FROM_AGENTS, LEFT_OUT, NOT_IN_PROMETHEUS,
@@ -105,7 +105,7 @@ def test_the_agents_windows_give_what_needs_each_period_when_they_cover_it() -> 
     assert covers([late], "", ["busy"], found) == (
         "the agents' window of /busy starts 30 s after Prometheus's first sample of it")
     assert covers([], "", ["busy"], found) == "the agents have no window of /busy"
-    agents = row_of(BUSY, [window], LatencyTarget(10.0))
+    agents = row_of(BUSY, [window], LatencyGoal(10.0))
     row = combined(prometheus_row(BUSY, "", ["busy"], found), agents)
     assert row.periods_throttled == counted["after"]["nr_throttled"]   # Prometheus's
     assert (row.recommended_cpus, row.delay_p99_now_ms) == (agents.recommended_cpus,

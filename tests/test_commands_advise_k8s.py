@@ -331,7 +331,7 @@ def test_apply_patches_the_deployment(deployed: Deployed, monkeypatch: pytest.Mo
     """``--apply``'s patch (the limiter's, as advise calls it at the end) through the real API:
     the Deployment's template gets the limit, its request kept (above the limit: moved), and
     rolls out; put back to the shipped limit after. Last in this file: it replaces the pod."""
-    from client.run.cgroup_target import resolve_cgroup
+    from client.run.service_group import resolve_cgroup
     from client.run.limiters import LimiterOptions, limiter_for
     from cpuquota.limit import Limit
 

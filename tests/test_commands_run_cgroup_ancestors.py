@@ -18,7 +18,7 @@ from client.analysis.report import build_report
 from client.data.files import read_run
 from client.data.timeline import read_timeline, timeline_path
 from client.run.cgroup_sampler import read_sample
-from client.run.cgroup_target import resolve_cgroup
+from client.run.service_group import resolve_cgroup
 from client.render.text import format_report
 from cpuquota.cgroupfs import locate_cpu_controller
 from tests.cgroup_fixtures import burner_in, nested_groups

@@ -160,7 +160,7 @@ def test_the_quota_in_force_is_read_at_each_interval(tmp_path) -> None:
     """An in-place resize: the sample's quotas say the quota now; the row is judged by it and
     the table says what changed."""
     from client.commands.watch import limit_now
-    from client.run.cgroup_target import resolve_cgroup
+    from client.run.service_group import resolve_cgroup
     from tests.cgroup_fixtures import fake_proc, mount_line, v1_group
 
     proc = fake_proc(tmp_path / "proc", [mount_line(32, "/", tmp_path / "cpu", "cgroup",

@@ -9,14 +9,14 @@ from matplotlib.figure import Figure
 
 from client.analysis.advise import Advice, Alternative, UsageResult, conclude, shape
 from client.analysis.advise_model import USAGE_RULES, Profile, model_curve, model_point
-from client.analysis.advise_target import LatencyTarget, Measured
+from client.analysis.goal import LatencyGoal, Measured
 from client.data.metadata import LoadMode
 from client.render.advise import (advice_figure, format_advice, format_run, format_runs_table,
                                   format_usage_table, limit_words, save_advice_figure)
 from client.render.figures import pyplot, save_figure
 from cpuquota.limit import Limit
 
-TARGET = LatencyTarget(30)
+TARGET = LatencyGoal(30)
 FREE = Measured("t-advise-none", "profile", None, 300, 0, 4.4, 5.0, 7.0, 0.0, None)
 
 

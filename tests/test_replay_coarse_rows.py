@@ -15,7 +15,7 @@ import pytest
 
 from client.analysis.replay import (Demand, Request, demand_of, held_at_most, load_of,
                                     replay_limits)
-from client.advise.replay import Replayed, load_replay
+from client.advise.replay import ReplayInputs, load_replay
 from client.data.timeline import CgroupSample
 
 DATA = Path(__file__).parent / "data" / "node_replay"
@@ -23,7 +23,7 @@ SHAPES = ["sequential", "c4", "bursts"]
 PERIOD_NS = 100_000_000
 
 
-def replayed(shape: str) -> Replayed:
+def replayed(shape: str) -> ReplayInputs:
     return load_replay(DATA / shape / "agent.cgroup.csv", DATA / shape / "run.csv", None)
 
 

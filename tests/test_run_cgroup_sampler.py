@@ -18,7 +18,7 @@ from client.data.timeline import (TIMELINE_COLUMNS, CgroupSample, TimelineError,
                                   level_timelines, read_timeline, timeline_columns,
                                   timeline_path)
 from client.run.cgroup_sampler import CgroupReader, CgroupSampler, read_sample
-from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
+from client.run.service_group import ServiceGroup, ServiceGroupError, resolve_cgroup
 from cpuquota.cgroupfs import read_cpu_stat
 from tests.cgroup_fixtures import (V1_STAT, V2_STAT, ProcFigures, burner_in_group, fake_proc,
                                    mount_line, v1_group, v2_group)
@@ -26,7 +26,7 @@ from tests.support import require_kernel_quota
 
 
 def v1_target(tmp_path: Path, *, cpuacct: bool, pids: dict[int, ProcFigures] | None = None
-              ) -> tuple[CgroupTarget, Path, Path]:
+              ) -> tuple[ServiceGroup, Path, Path]:
     """A v1 group (``cpuacct``: co-mounted, else usage from the processes ``pids``)."""
     cpu = tmp_path / "cpu"
     options = "rw,cpu,cpuacct" if cpuacct else "rw,cpu"
@@ -221,7 +221,7 @@ def test_sampler_rejects_a_bad_interval_and_a_vanished_group(tmp_path: Path) -> 
     with pytest.raises(ValueError, match="--cgroup-interval must be > 0"):
         CgroupSampler(target, None, interval=0)
     (group / "cpu.stat").unlink()
-    with pytest.raises(CgroupTargetError, match="cannot open .*cpu.stat: No such file"):
+    with pytest.raises(ServiceGroupError, match="cannot open .*cpu.stat: No such file"):
         CgroupSampler(target, tmp_path / "x.cgroup.csv").start()
     assert not (tmp_path / "x.cgroup.csv").exists()
 

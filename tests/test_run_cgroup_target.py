@@ -1,4 +1,4 @@
-"""client.run.cgroup_target: --cgroup TARGET on fixture trees (v1/v2, cgroupfs/systemd, every
+"""client.run.service_group: --cgroup TARGET on fixture trees (v1/v2, cgroupfs/systemd, every
 QoS class, pid: through a fake /proc, docker: and k8s: through an injected runner), the
 one-line errors, then the real kernel (root): a real group by path and by pid."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from client.run.cgroup_lookup import CommandResult
-from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
+from client.run.service_group import ServiceGroup, ServiceGroupError, resolve_cgroup
 from service.cgroup import create_group, empty_group, move_pid, remove_group
 from cpuquota.limit import Limit
 from tests.cgroup_fixtures import fake_proc, mount_line, v1_group, v2_group
@@ -143,7 +143,7 @@ def test_bad_directories_are_one_clear_line(tmp_path: Path, make: object, expect
     with open(proc / "self" / "mountinfo", "a") as f:
         f.write(mount_line(29, "/", top, "cgroup2", "rw") + "\n")
     path = make(tmp_path, top, cpu)  # type: ignore[operator]
-    with pytest.raises(CgroupTargetError, match=expected) as info:
+    with pytest.raises(ServiceGroupError, match=expected) as info:
         resolve_cgroup(str(path), proc=proc)
     assert "\n" not in str(info.value)
 
@@ -170,9 +170,9 @@ def test_an_unreadable_group_says_root_may_be_needed(tmp_path: Path) -> None:
         os.chown(path, 65534, 65534)
     secret.chmod(0o700)
     code = ("import sys\nfrom pathlib import Path\n"
-            "from client.run.cgroup_target import resolve_cgroup, CgroupTargetError\n"
+            "from client.run.service_group import resolve_cgroup, ServiceGroupError\n"
             "try:\n    resolve_cgroup(sys.argv[1], proc=Path(sys.argv[2]))\n"
-            "except CgroupTargetError as e:\n    print(e)\n")
+            "except ServiceGroupError as e:\n    print(e)\n")
     drop = "-dac_override,-dac_read_search"
     out = subprocess.run(["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}",
                           sys.executable, "-c", code, str(secret), str(proc)],
@@ -236,7 +236,7 @@ def test_bad_pids(tmp_path: Path, spec: str, cgroup: str | None, expected: str) 
         fake_proc(proc, [mount_line(29, "/", top, "cgroup2", "rw")], {5: cgroup})
         if "memory" in cgroup:
             (proc / "self" / "mountinfo").write_text("")
-    with pytest.raises(CgroupTargetError, match=expected):
+    with pytest.raises(ServiceGroupError, match=expected):
         resolve_cgroup(spec, proc=proc)
 
 
@@ -267,7 +267,7 @@ def test_docker_errors_are_one_line(tmp_path: Path, answer: CommandResult | None
                                     expected: str) -> None:
     proc, _cpu, _acct = v1_host(tmp_path)
     runner = Runner({} if answer is None else {"docker": answer})
-    with pytest.raises(CgroupTargetError, match=expected) as info:
+    with pytest.raises(ServiceGroupError, match=expected) as info:
         resolve_cgroup("docker:web", proc=proc, run=runner)
     assert "\n" not in str(info.value)
 
@@ -475,18 +475,18 @@ def test_k8s_errors_are_one_line(tmp_path: Path, spec: str, pod_uid: str | None,
                                  answer: CommandResult | None, expected: str) -> None:
     proc, _pod, _container = k8s_host(tmp_path, 1, "cgroupfs", "burstable")
     runner = Runner({} if answer is None else {"kubectl": answer})
-    with pytest.raises(CgroupTargetError, match=expected) as info:
+    with pytest.raises(ServiceGroupError, match=expected) as info:
         resolve_cgroup(spec, pod_uid=pod_uid, proc=proc, run=runner)
     assert "\n" not in str(info.value)
 
 
 def test_empty_and_unknown_targets(tmp_path: Path) -> None:
     proc, _top = v2_host(tmp_path)
-    with pytest.raises(CgroupTargetError, match="TARGET is a cgroup directory, pid:PID"):
+    with pytest.raises(ServiceGroupError, match="TARGET is a cgroup directory, pid:PID"):
         resolve_cgroup("  ", proc=proc)
-    with pytest.raises(CgroupTargetError, match="docker: needs a container name"):
+    with pytest.raises(ServiceGroupError, match="docker: needs a container name"):
         resolve_cgroup("docker:", proc=proc)
-    with pytest.raises(CgroupTargetError, match="'podman:web': TARGET is"):
+    with pytest.raises(ServiceGroupError, match="'podman:web': TARGET is"):
         resolve_cgroup("podman:web", proc=proc)
 
 
@@ -512,7 +512,7 @@ def test_real_group_by_path_and_by_pid(sleeper_in_group: tuple[Path, int]) -> No
     group, pid = sleeper_in_group
     by_path = resolve_cgroup(str(group))
     by_pid = resolve_cgroup(f"pid:{pid}")
-    assert isinstance(by_path, CgroupTarget)
+    assert isinstance(by_path, ServiceGroup)
     assert by_path.directory == by_pid.directory == group
     assert by_path.group == by_pid.group and by_path.group.endswith(group.name)
     assert by_path.limit == Limit(0.3, 100.0, 10.0, "cgroup") and by_path.burst_us == 10000

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from client.run.cgroup_lookup import CommandResult
-from client.run.cgroup_target import resolve_cgroup
+from client.run.service_group import resolve_cgroup
 from client.run.limiters import LIMITERS, LimiterError, LimiterOptions, limiter_for
 from client.run.limiters.base import read_quota, same_limit, wait_for_quota, write_quota
 from client.run.limiters.cgroupfs import CgroupLimiter

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from client.run.cgroup_target import resolve_cgroup
+from client.run.service_group import resolve_cgroup
 from client.run.limiters import LIMITERS, LimiterError
 from client.run.limiters.kubernetes import (KubernetesLimiter, container_name, cpu_cores,
                                             resize_body, resize_state)

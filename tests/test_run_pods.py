@@ -1,5 +1,5 @@
 """Several pods of one Deployment as one target: their groups summed level by level
-(``client.run.cgroup_target.combine_pods``, ``client.run.cgroup_sampler.PodsReader``) from
+(``client.run.service_group.combine_pods``, ``client.run.cgroup_sampler.PodsReader``) from
 fixture files, and their limits set alike (``client.run.limiters.pods.PodsLimiter``) against
 scripted APIs. The same on the real node: tests/test_commands_advise_k8s_pods.py."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from client.data.timeline import read_timeline
 from client.run.cgroup_sampler import CgroupSampler, PodsReader, open_reader, read_sample
-from client.run.cgroup_target import CgroupTarget, CgroupTargetError, combine_pods, resolve_cgroup
+from client.run.service_group import ServiceGroup, ServiceGroupError, combine_pods, resolve_cgroup
 from client.run.limiters import LimiterError
 from client.run.limiters.kubernetes import KubernetesLimiter
 from client.run.limiters.pods import PodsLimiter
@@ -22,7 +22,7 @@ from tests.cgroup_fixtures import (V2_STAT, change_in_place, fake_proc, mount_li
 from tests.test_run_limiters_kubernetes import ScriptedApi, pod
 
 
-def v2_pods(tmp_path: Path) -> tuple[list[CgroupTarget], list[Path]]:
+def v2_pods(tmp_path: Path) -> tuple[list[ServiceGroup], list[Path]]:
     """Two pods below a kubepods slice with a 4 CPU quota: each a pod group with a 0.2 CPU
     quota and a container group without the cpu controller; their counters differ."""
     top = tmp_path / "cg2"
@@ -81,9 +81,9 @@ def test_pods_whose_groups_differ_are_not_summed(tmp_path: Path) -> None:
     top = tmp_path / "cpu"
     proc = fake_proc(tmp_path / "proc1", [mount_line(30, "/", top, "cgroup", "rw,cpu,cpuacct")])
     other = resolve_cgroup(str(v1_group(top / "kubepods" / "x", cpuacct_usage=1)), proc=proc)
-    with pytest.raises(CgroupTargetError, match="the pods' groups differ"):
+    with pytest.raises(ServiceGroupError, match="the pods' groups differ"):
         combine_pods("k8s:shop/deployment/api", [targets[0], other])
-    with pytest.raises(CgroupTargetError, match="no pod"):
+    with pytest.raises(ServiceGroupError, match="no pod"):
         combine_pods("k8s:shop/deployment/api", [])
 
 

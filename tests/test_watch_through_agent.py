@@ -15,7 +15,7 @@ from client.commands.watch import agent_rows, next_interval, on_wall_clock
 from client.data.metadata import RunMetadata
 from client.data.timeline import CgroupSample, read_timeline
 from client.run.agent_timeline import PodRef
-from client.run.cgroup_target import CgroupTarget, CgroupTargetError, NotHere
+from client.run.service_group import ServiceGroup, ServiceGroupError, NotHere
 from client.run.pod_reach import THROUGH_API_ENV, locate, reach
 
 DATA = Path(__file__).parent / "data" / "cluster"
@@ -28,28 +28,28 @@ def test_a_pod_is_read_here_when_its_group_is_here_else_through_its_agent() -> N
     assert there.agent and NOT_HERE in there.why
     assert reach("k8s:shop/api-a", None, forced=True).agent
     # a pod that is not there at all, or not the user's to read: said as it is
-    assert not reach("k8s:shop/nosuch", CgroupTargetError("no pod nosuch in namespace shop")).agent
+    assert not reach("k8s:shop/nosuch", ServiceGroupError("no pod nosuch in namespace shop")).agent
     assert not reach("/sys/fs/cgroup/cpu/x", NotHere("no such cgroup directory"),
                      forced=True).agent
 
 
 def test_locate_tries_the_files_first_and_names_the_pod_for_the_agent() -> None:
-    def not_here(spec: str) -> CgroupTarget:
+    def not_here(spec: str) -> ServiceGroup:
         raise NotHere(NOT_HERE)
 
     assert locate("k8s:shop/api-a/web", not_here, {}) == PodRef("shop", "api-a", "web")
-    def no_pod(spec: str) -> CgroupTarget:
-        raise CgroupTargetError("no pod nosuch in namespace shop (kubectl: not found)")
+    def no_pod(spec: str) -> ServiceGroup:
+        raise ServiceGroupError("no pod nosuch in namespace shop (kubectl: not found)")
 
-    with pytest.raises(CgroupTargetError, match="no pod nosuch in namespace shop"):
+    with pytest.raises(ServiceGroupError, match="no pod nosuch in namespace shop"):
         locate("k8s:shop/nosuch", no_pod, {})
 
-    def must_not_be_asked(spec: str) -> CgroupTarget:
+    def must_not_be_asked(spec: str) -> ServiceGroup:
         raise AssertionError("the files were read though the agent was asked for")
 
     assert locate("k8s:shop/api-a", must_not_be_asked, {THROUGH_API_ENV: "1"}) == PodRef(
         "shop", "api-a")
-    with pytest.raises(CgroupTargetError, match="expected k8s:NAMESPACE/POD"):
+    with pytest.raises(ServiceGroupError, match="expected k8s:NAMESPACE/POD"):
         locate("k8s:shop", must_not_be_asked, {THROUGH_API_ENV: "1"})
 
 

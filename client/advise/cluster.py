@@ -14,9 +14,9 @@ from client.advise import AdviseError
 from client.advise.answer import Answer
 from client.advise.passive import Window, saving_replays, search
 from client.advise.replay import load_replay, replay_answer
-from client.analysis.advise_target import LatencyTarget
+from client.analysis.goal import LatencyGoal
 from client.analysis.cluster import (MS, ClusterRow, PodWindow, WorkloadLimits, pod_window,
-                                     pooled, replica_note, search_span, usage_p95, vpa_rule)
+                                     pooled_replays, replica_note, search_span, usage_p95, vpa_rule)
 from client.analysis.passive import PassiveAdvice
 from client.analysis.replay import LimitRow, ReplayError, added_delay, replay
 from client.run.k8s_workloads import Fetched, Workload, fetch_windows
@@ -29,7 +29,7 @@ DEFAULT_SINCE_S = 600.0   # the window, when none is asked for: the last 10 minu
 
 
 def advise_pods(pods: Sequence[PodWindow], limit_cpus: float | None,
-                target: LatencyTarget) -> PassiveAdvice:
+                target: LatencyGoal) -> PassiveAdvice:
     """The smallest per-pod limit whose replay of every pod's window, pooled, meets
     ``target`` by the added delay."""
     cache: dict[int | None, LimitRow] = {}
@@ -37,19 +37,19 @@ def advise_pods(pods: Sequence[PodWindow], limit_cpus: float | None,
     def replay_at(millicores: int | None) -> LimitRow:
         if millicores not in cache:
             cpus = None if millicores is None else millicores / 1000
-            cache[millicores] = LimitRow(pooled([replay(p.demand, cpus) for p in pods]), None)
+            cache[millicores] = LimitRow(pooled_replays([replay(p.demand, cpus) for p in pods]), None)
         return cache[millicores]
 
     start, floor, ceiling = search_span(limit_cpus, pods)
     return search(replay_at, target, start=start, floor=floor, ceiling=ceiling)
 
 
-def row_of(workload: WorkloadLimits, pods: Sequence[PodWindow], target: LatencyTarget,
+def row_of(workload: WorkloadLimits, pods: Sequence[PodWindow], target: LatencyGoal,
            missing: Sequence[str] = ()) -> ClusterRow:
     """The workload's row from its pods' windows (at least one)."""
     notes: list[str] = []
     limited = workload.limit_cpus is not None
-    now = pooled([p.recorded for p in pods])
+    now = pooled_replays([p.recorded for p in pods])
     if not limited:
         notes.append("no limit: no throttling to count (the recommendation is the limit "
                      "the windows would have met)")
@@ -129,7 +129,7 @@ def recorded_workload(text: str) -> Workload:
 
 
 def advise_workload(workload: Workload, since_s: float, until: float | None,
-                    target: LatencyTarget, window: Window) -> Answer:
+                    target: LatencyGoal, window: Window) -> Answer:
     """Each recorded pod's window of the ``since_s`` to ``until`` (None: now), replayed at
     each limit, pooled; with ``window.requests_from``, its one pod's requests."""
     ref = workload.ref

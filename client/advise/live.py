@@ -3,7 +3,7 @@
 1. **Profile**: one run without a limit (where the service can run without one, else at its
    ceiling), its usage sampled every second: CPU per request, per-second usage, the load's
    shape. A target the typical request misses even without a limit is bad input; one that
-   only its requests slow without throttling miss is said (``client.analysis.advise_target``).
+   only its requests slow without throttling miss is said (``client.analysis.goal``).
 2. **Guess**: the quota model proposes the smallest limit that meets the target
    (``client.analysis.advise_model``).
 3. **Verify**: real runs from the guess (and at the usage rules' limits), through the one
@@ -39,7 +39,7 @@ from client.analysis.advise import (SAVING, Advice, Alternative, UsageResult,
                                     verdicts)
 from client.analysis.advise_model import (ModelPoint, Profile, build_profile, model_curve,
                                           model_guess, profile_plan, usage_limits)
-from client.analysis.advise_target import LatencyTarget, Measured, measured, pooled
+from client.analysis.goal import LatencyGoal, Measured, measured, pooled_runs
 from client.analysis.cgroup import CgroupReport
 from client.analysis.report import Report, build_report
 from client.data.files import writing
@@ -77,7 +77,7 @@ class Asked:
     bounds, where the runs go and how they are named."""
 
     plan: LoadPlan
-    target: LatencyTarget
+    target: LatencyGoal
     prefix: str                   # of the runs' and the answer's file names
     started: datetime
     data_dir: Path
@@ -145,7 +145,7 @@ class Advisor:
         top = [r for r in main if r.millicores == self.ceiling]
         reason = None if at else unmet_reason(profile, self.target, top[-1] if top else None,
                                               self.ceiling_words)
-        usage = tuple(UsageResult(rule, cpus, self.shape(m), pooled(
+        usage = tuple(UsageResult(rule, cpus, self.shape(m), pooled_runs(
             [r for r in main if r.millicores == m], self.target)) for rule, cpus, m in rules)
         alternatives: tuple[Alternative, ...] | None = None
         if at is not None and at.limit is not None and self.asked.alternatives:
@@ -159,7 +159,7 @@ class Advisor:
             millicores = math.floor(at.limit.millicores * LESS)
             if millicores >= self.floor:
                 self.say(f"\nadvise: {LESS:g} x the answer: what 25 % less does")
-                self.less = pooled(self.judge(self.shape(millicores), "less"), self.target)
+                self.less = pooled_runs(self.judge(self.shape(millicores), "less"), self.target)
         return advice
 
     # -- the steps -----------------------------------------------------------------------
@@ -212,10 +212,10 @@ class Advisor:
         most = int(recommended.millicores * SAVING)
         for kind, limit_of, point, first in alternative_guesses(
                 profile, self.target, recommended, guess, self.possible):
-            results = [pooled(self.judge(limit_of(first), kind), self.target)]
+            results = [pooled_runs(self.judge(limit_of(first), kind), self.target)]
             middle = round((first * most) ** 0.5)
             if not results[0].met and first < middle <= most:
-                results.append(pooled(self.judge(limit_of(middle), kind), self.target))
+                results.append(pooled_runs(self.judge(limit_of(middle), kind), self.target))
             out.append(Alternative(kind, point, tuple(results)))
         return tuple(out)
 

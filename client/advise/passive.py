@@ -19,25 +19,25 @@ from pathlib import Path
 
 from client.advise import AdviseError
 from client.advise.answer import Answer
-from client.advise.replay import MS, Replayed, load_replay, replay_answer, replayed_limit
+from client.advise.replay import MS, ReplayInputs, load_replay, replay_answer, replayed_limit
 from client.advise.search import Rules, Search
 from client.analysis.advise import bracket, floor_millicores, shape
-from client.analysis.advise_target import LatencyTarget
-from client.analysis.passive import LESS, Judged, PassiveAdvice, judge
+from client.analysis.goal import LatencyGoal
+from client.analysis.passive import LESS, JudgedReplay, PassiveAdvice, judge
 from client.analysis.replay import LimitRow, replay_limits
 from client.data.files import FileWriteError
 from client.data.naming import check_file_name, run_name
-from client.run.cgroup_target import CgroupTarget, CgroupTargetError
+from client.run.service_group import ServiceGroup, ServiceGroupError
 from client.run.timeline_record import TimelineSpec, record_timeline
 
 __all__ = ["Window", "advise_timeline", "record_window", "saving_replays", "search"]
 
 
-def _verdicts(rows: Sequence[Judged]) -> dict[int, bool]:
+def _verdicts(rows: Sequence[JudgedReplay]) -> dict[int, bool]:
     return {row.millicores: row.met for row in rows if row.millicores is not None}
 
 
-def search(replay_at: Callable[[int | None], LimitRow], target: LatencyTarget, *, start: int,
+def search(replay_at: Callable[[int | None], LimitRow], target: LatencyGoal, *, start: int,
            floor: int, ceiling: int) -> PassiveAdvice:
     """The smallest limit in ``[floor, ceiling]`` millicores whose replay (``replay_at``; None:
     no limit) meets ``target``, to advise's tolerance."""
@@ -46,7 +46,7 @@ def search(replay_at: Callable[[int | None], LimitRow], target: LatencyTarget, *
         return PassiveAdvice(target, free, (), None, None, floor, ceiling,
                              f"the target cannot be met by a CPU limit: even without one the "
                              f"replay misses it ({', '.join(free.missed)})")
-    driver: Search[Judged] = Search(
+    driver: Search[JudgedReplay] = Search(
         lambda millicores, _role, _again: judge(millicores, replay_at(millicores), target),
         Rules(_verdicts), start=start, floor=floor, ceiling=ceiling)
     driver.run()
@@ -77,7 +77,7 @@ class Window:
         return self.name or "passive-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
 
 
-def record_window(target: CgroupTarget, window: Window, duration_s: float, interval_s: float,
+def record_window(target: ServiceGroup, window: Window, duration_s: float, interval_s: float,
                   command: Sequence[str], say: Callable[[str], None]) -> Path:
     """Record ``target`` for ``duration_s`` as ``http-timing record`` does (nothing changed):
     its timeline's path."""
@@ -90,14 +90,14 @@ def record_window(target: CgroupTarget, window: Window, duration_s: float, inter
         "changed)")
     try:
         record_timeline(spec)
-    except CgroupTargetError as exc:
+    except ServiceGroupError as exc:
         raise AdviseError(str(exc)) from None
     except OSError as exc:
         raise AdviseError(f"cannot write {spec.csv_path}: {exc.strerror or exc}") from None
     return spec.csv_path
 
 
-def advise_timeline(timeline: Path, target: LatencyTarget, window: Window) -> Answer:
+def advise_timeline(timeline: Path, target: LatencyGoal, window: Window) -> Answer:
     """The answer from the recorded window at ``timeline`` (and its requests)."""
     replayed = load_replay(timeline, window.requests_from, window.period_ms)
     runs: dict[int | None, Path] = {}
@@ -124,7 +124,7 @@ def advise_timeline(timeline: Path, target: LatencyTarget, window: Window) -> An
                   by_requests=replayed.requests is not None, runs=runs)
 
 
-def saving_replays(replayed: Replayed, window: Window, runs: dict[int | None, Path]
+def saving_replays(replayed: ReplayInputs, window: Window, runs: dict[int | None, Path]
             ) -> Callable[[int | None], LimitRow]:
     """Each limit judged by the replay behind advise's seam: its predicted requests saved as
     a run (``<data-dir>/<name>-replay-<cpus>``, in ``runs``) as live advise saves each run."""

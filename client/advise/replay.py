@@ -15,7 +15,7 @@ from client.data.record import RawDataError
 from client.data.summary import percentile
 from client.run.replay_input import Placed, Recording, read_recording, read_requests
 
-__all__ = ["MS", "Replayed", "load_replay", "replay_answer", "replay_says", "replayed_limit",
+__all__ = ["MS", "ReplayInputs", "load_replay", "replay_answer", "replay_says", "replayed_limit",
            "requests_of"]
 
 MS = 1_000_000
@@ -54,7 +54,7 @@ def _loop(demand: Demand, placed: Placed) -> str:
 
 
 @dataclass(frozen=True)
-class Replayed:
+class ReplayInputs:
     """What a replay is made of: the recording, its period, its demand, its requests."""
 
     recording: Recording
@@ -70,7 +70,7 @@ class Replayed:
 
 
 def load_replay(timeline: Path, requests_from: Path | None,
-                period_ms: float | None) -> Replayed:
+                period_ms: float | None) -> ReplayInputs:
     """The timeline at ``timeline`` and the requests of ``requests_from``, ready to replay;
     a file the replay cannot use is a one-line ``RawDataError``."""
     recording = read_recording(timeline)
@@ -80,11 +80,11 @@ def load_replay(timeline: Path, requests_from: Path | None,
     except ReplayError as exc:
         raise RawDataError(f"{timeline}: {exc}") from None
     placed = read_requests(requests_from, recording) if requests_from is not None else None
-    return Replayed(recording, period_ns, demand, placed,
+    return ReplayInputs(recording, period_ns, demand, placed,
                     None if placed is None else requests_of(placed))
 
 
-def replayed_limit(replayed: Replayed, requests_from: Path) -> ReplayedLimit:
+def replayed_limit(replayed: ReplayInputs, requests_from: Path) -> ReplayedLimit:
     """The replay of ``replayed`` (its requests given) as a limit advise and sweep run."""
     assert replayed.placed is not None and replayed.requests is not None
     return ReplayedLimit(replayed.recording.path, requests_from, replayed.demand,

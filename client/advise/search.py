@@ -1,8 +1,8 @@
 """The advice's one search: a driver that calls a judge at each limit and keeps its rows.
 
 A *judge* gives one row for a limit (millicores) in a role ("guess", "search", "confirm"...):
-a live run (``client.analysis.advise_target.Measured``) or a replay's verdict
-(``client.analysis.passive.Judged``). The driver asks the pure stepping
+a live run (``client.analysis.goal.Measured``) or a replay's verdict
+(``client.analysis.passive.JudgedReplay``). The driver asks the pure stepping
 (``client.analysis.advise.next_millicores``) for the next limit until the answer is bracketed
 within the tolerance, and keeps every row in the order judged.
 

@@ -13,7 +13,7 @@
   is run once more and the limit judged by the mean of its two runs (:func:`verdicts`); so is
   the answer when only one run says it meets the target (:func:`to_confirm`): if the two
   together miss, the search goes on above it.
-- **Each run is judged by what its quota did** (``client.analysis.advise_target``): the
+- **Each run is judged by what its quota did** (``client.analysis.goal``): the
   requests over the target that no throttling delayed are counted apart, and a run whose
   requests over the target were none of them throttled did not miss because of the limit, so
   the search never climbs on the machine's other load. A target the service misses even
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from client.analysis.advise_model import ModelPoint, Profile, Shape, UsageRule, model_guess
-from client.analysis.advise_target import LatencyTarget, Measured, pooled
+from client.analysis.goal import LatencyGoal, Measured, pooled_runs
 from cpuquota.limit import MIN_QUOTA_US, Limit
 
 __all__ = ["ALTERNATIVE_PERIODS_MS", "ALTERNATIVE_ROLES", "MAIN_ROLES", "SAVING", "TOLERANCE",
@@ -107,12 +107,12 @@ def by_limit(runs: Sequence[Measured]) -> dict[int, list[Measured]]:
     return out
 
 
-def verdicts(runs: Sequence[Measured], target: LatencyTarget) -> dict[int, bool]:
+def verdicts(runs: Sequence[Measured], target: LatencyGoal) -> dict[int, bool]:
     """Millicores -> met: the limit's runs, pooled (the mean of their figures), met ``target``."""
-    return {m: bool(pooled(at, target).met) for m, at in by_limit(runs).items()}
+    return {m: bool(pooled_runs(at, target).met) for m, at in by_limit(runs).items()}
 
 
-def to_recheck(runs: Sequence[Measured], target: LatencyTarget) -> int | None:
+def to_recheck(runs: Sequence[Measured], target: LatencyGoal) -> int | None:
     """A limit that missed the target in its only run although a smaller limit met it (the
     evidence contradicts itself: one of them was the machine's): the smallest such limit, to
     run once more before the miss is believed. None when there is none."""
@@ -125,7 +125,7 @@ def to_recheck(runs: Sequence[Measured], target: LatencyTarget) -> int | None:
     return min(doubtful) if doubtful else None
 
 
-def to_confirm(runs: Sequence[Measured], target: LatencyTarget) -> int | None:
+def to_confirm(runs: Sequence[Measured], target: LatencyGoal) -> int | None:
     """Once the search is done: the recommended limit (millicores) when only one run says it
     meets the target; run it again (a second run decides with the first, as their mean).
     None when there is nothing to confirm."""
@@ -140,12 +140,12 @@ def needs_repeat(runs_at_limit: Sequence[Measured]) -> bool:
     return len(runs_at_limit) == 1 and runs_at_limit[0].narrow
 
 
-def conclude(runs: Sequence[Measured], target: LatencyTarget
+def conclude(runs: Sequence[Measured], target: LatencyGoal
              ) -> tuple[Measured | None, Measured | None]:
     """From the runs of one shape, pooled per limit: the recommendation (the smallest limit
     that met the target with no miss above it) and the next lower step tried (the largest
     limit that missed); either may be None."""
-    pools = {m: pooled(at, target) for m, at in by_limit(runs).items()}
+    pools = {m: pooled_runs(at, target) for m, at in by_limit(runs).items()}
     low, high = bracket({m: bool(row.met) for m, row in pools.items()})
     return (pools[high] if high is not None else None,
             pools[low] if low is not None else None)
@@ -191,7 +191,7 @@ class Alternative:
                 "measured": [row.to_dict() for row in self.results]}
 
 
-def alternative_guesses(profile: Profile, target: LatencyTarget, recommended: Limit,
+def alternative_guesses(profile: Profile, target: LatencyGoal, recommended: Limit,
                         guess: ModelPoint | None, possible: Callable[[Limit], bool]
                         ) -> list[tuple[str, Shape, ModelPoint, int]]:
     """Shapes that may meet ``target`` with at most 90 % of the measured ``recommended``:
@@ -245,7 +245,7 @@ def recommendation(limit: Limit) -> dict[str, Any]:
 class Advice:
     """Everything ``advise`` found; ``to_dict`` is its ``--json``."""
 
-    target: LatencyTarget
+    target: LatencyGoal
     backend: str
     load: str
     profile: Profile
@@ -296,7 +296,7 @@ class Advice:
         }
 
 
-def unmet_reason(profile: Profile, target: LatencyTarget, top: Measured | None,
+def unmet_reason(profile: Profile, target: LatencyGoal, top: Measured | None,
                  ceiling_words: str) -> str:
     """Why no limit up to the ceiling met the target, in one sentence."""
     free = profile.run
@@ -313,7 +313,7 @@ def unmet_reason(profile: Profile, target: LatencyTarget, top: Measured | None,
     return "; ".join(why)
 
 
-def unthrottled_miss(free: Measured, target: LatencyTarget) -> str | None:
+def unthrottled_miss(free: Measured, target: LatencyGoal) -> str | None:
     """When the run without a limit misses ``target`` only through requests slow without any
     throttling (waits that are not the CPU's): what it reaches and what that means for the
     answer, in one sentence. None when it meets the target (or misses it typically: that

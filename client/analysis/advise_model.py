@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from client.analysis.advise_target import LatencyTarget, Measured
+from client.analysis.goal import LatencyGoal, Measured
 from client.analysis.model import MAX_REQUESTS, Prediction, Scenario, predict
 from client.analysis.openloop import predict_open
 from client.analysis.report import Report
@@ -200,7 +200,7 @@ class ModelPoint:
                 "met": self.met}
 
 
-def model_point(profile: Profile, limit: Limit, target: LatencyTarget) -> ModelPoint:
+def model_point(profile: Profile, limit: Limit, target: LatencyGoal) -> ModelPoint:
     prediction = profile.predict(limit)
     s = summarize(prediction.records)
     throttled = prediction.throttled_fraction
@@ -208,7 +208,7 @@ def model_point(profile: Profile, limit: Limit, target: LatencyTarget) -> ModelP
                       target.misses(s.p90_ms, s.p99_ms, throttled))
 
 
-def model_guess(profile: Profile, target: LatencyTarget, shape: Shape, floor: int,
+def model_guess(profile: Profile, target: LatencyGoal, shape: Shape, floor: int,
                 ceiling: int) -> ModelPoint | None:
     """The model's smallest limit in ``[floor, ceiling]`` millicores that meets ``target``;
     None when even ``ceiling`` does not (by the model)."""
@@ -229,7 +229,7 @@ def model_guess(profile: Profile, target: LatencyTarget, shape: Shape, floor: in
     return best
 
 
-def model_curve(profile: Profile, target: LatencyTarget, shape: Shape, floor: int,
+def model_curve(profile: Profile, target: LatencyGoal, shape: Shape, floor: int,
                 ceiling: int, points: int = 40) -> list[ModelPoint]:
     """The model across ``[floor, ceiling]`` millicores, spaced evenly on a log scale."""
     grid = np.unique(np.round(np.geomspace(floor, ceiling, points)).astype(int))

@@ -36,7 +36,7 @@ from client.data.attribution import CounterSample, throttle_events
 from cpuquota.account import CpuStat
 
 __all__ = ["CEILING_CPUS", "ClusterRow", "PodWindow", "WorkloadLimits", "per_period",
-           "pod_window", "pooled", "replica_note", "search_span", "sort_rows", "usage_p95",
+           "pod_window", "pooled_replays", "replica_note", "search_span", "sort_rows", "usage_p95",
            "vpa_rule"]
 
 MS = 1_000_000
@@ -111,7 +111,7 @@ def per_period(window: PodWindow) -> tuple[list[float], list[float], list[bool]]
     return starts, [u / period for u in used], throttled
 
 
-def pooled(replays: Sequence[Replayed]) -> Replayed:
+def pooled_replays(replays: Sequence[Replayed]) -> Replayed:
     """The replays of several pods' windows as one, end to end: a random instant of it is a
     random replica at a random instant of its window."""
     stretches: list[tuple[int, int]] = []

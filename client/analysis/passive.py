@@ -15,16 +15,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from client.analysis.advise_target import LatencyTarget
+from client.analysis.goal import LatencyGoal
 from client.analysis.replay import LimitRow
 
-__all__ = ["LESS", "Judged", "PassiveAdvice", "judge"]
+__all__ = ["LESS", "JudgedReplay", "PassiveAdvice", "judge"]
 
 LESS = 0.75   # the answer is shown beside a limit 25 % lower
 
 
 @dataclass(frozen=True)
-class Judged:
+class JudgedReplay:
     """One limit's replay (``millicores`` None: no limit) and what it missed of the target."""
 
     millicores: int | None
@@ -39,14 +39,14 @@ class Judged:
         return {**self.row.to_dict(), "met": self.met, "missed": list(self.missed)}
 
 
-def judge(millicores: int | None, row: LimitRow, target: LatencyTarget) -> Judged:
+def judge(millicores: int | None, row: LimitRow, target: LatencyGoal) -> JudgedReplay:
     """The row against the target: the requests' predicted p90/p99 when it has them, else the
     added delay's."""
     if row.latencies_ns is not None:
         missed = target.misses(row.latency_ms(90), row.latency_ms(99), None)
     else:
         missed = target.misses(row.delay_ms(90), row.delay_ms(99), None)
-    return Judged(millicores, row, missed)
+    return JudgedReplay(millicores, row, missed)
 
 
 @dataclass(frozen=True)
@@ -54,11 +54,11 @@ class PassiveAdvice:
     """The answer: every limit replayed in the order tried, the one recommended (None: see
     ``reason``) and the one 25 % below it."""
 
-    target: LatencyTarget
-    free: Judged
-    tried: tuple[Judged, ...]
-    at: Judged | None
-    less: Judged | None
+    target: LatencyGoal
+    free: JudgedReplay
+    tried: tuple[JudgedReplay, ...]
+    at: JudgedReplay | None
+    less: JudgedReplay | None
     floor: int
     ceiling: int
     reason: str | None = None

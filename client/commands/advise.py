@@ -32,7 +32,7 @@ from pathlib import Path
 from client.advise import AdviseError
 from client.advise.live import LESS, Advisor, Asked, Hooks, save_answer
 from client.analysis.advise import floor_millicores, shape
-from client.analysis.advise_target import LatencyTarget
+from client.analysis.goal import LatencyGoal
 from client.commands.common import (EXIT_INTERRUPTED, EXIT_OK, add_inplace_arguments,
                                     add_load_arguments, add_target_arguments, at_limit_from,
                                     check_folders, check_inplace_options, plan_from,
@@ -49,7 +49,7 @@ from client.run.limiters import LimiterError
 from client.run.recorder import stop_on_terminate
 from cpuquota.limit import DEFAULT_PERIOD_MS
 
-__all__ = ["EXIT_NOT_MET", "LESS", "build_advise_parser", "command_advise", "target_from"]
+__all__ = ["EXIT_NOT_MET", "LESS", "build_advise_parser", "command_advise", "goal_from"]
 
 EXIT_NOT_MET = 3   # no limit up to the ceiling met the target
 
@@ -109,10 +109,10 @@ def build_advise_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def target_from(opts: argparse.Namespace) -> LatencyTarget:
+def goal_from(opts: argparse.Namespace) -> LatencyGoal:
     """The target of the options; nonsense is a one-line ``CliError``."""
     throttled = None if opts.max_throttled is None else opts.max_throttled / 100
-    target = LatencyTarget(opts.p99, opts.p90, throttled)
+    target = LatencyGoal(opts.p99, opts.p90, throttled)
     if problem := target.problem():
         raise CliError(problem)
     if opts.p99 >= opts.timeout * 1000:
@@ -131,7 +131,7 @@ def command_advise(argv: list[str]) -> int:
 def _advise(argv: list[str]) -> int:
     opts = build_advise_parser().parse_args(argv)
     if opts.passive:
-        return advise_passive(opts, argv, target_from(opts))
+        return advise_passive(opts, argv, goal_from(opts))
     passive_only = [flag for flag, value in (("--timeline", opts.timeline),
                                              ("--requests-from", opts.requests_from),
                                              ("--since", opts.since), ("--until", opts.until))
@@ -142,7 +142,7 @@ def _advise(argv: list[str]) -> int:
         opts.iterations = DEFAULT_ITERATIONS   # burn-service's work per request
     period_ms = DEFAULT_PERIOD_MS if opts.period_ms is None else opts.period_ms
     started = datetime.now(timezone.utc)
-    target, plan = target_from(opts), plan_from(opts)
+    target, plan = goal_from(opts), plan_from(opts)
     check_folders(opts)
     prefix = started.strftime("%Y%m%d-%H%M%S") if opts.name is None else opts.name
     if problem := check_file_name(prefix, prefix=True):
@@ -206,11 +206,11 @@ def span(at: AtLimit, period_ms: float, burst_ms: float) -> tuple[int, int, str]
     return floor, ceiling, ceiling_words
 
 
-def advise_passive(opts: argparse.Namespace, argv: list[str], target: LatencyTarget) -> int:
+def advise_passive(opts: argparse.Namespace, argv: list[str], target: LatencyGoal) -> int:
     """``--passive``: the answer from the replay of a recorded window (no resize, no load)."""
     from client.advise.cluster import DEFAULT_SINCE_S, advise_workload, recorded_workload
     from client.advise.passive import Window, advise_timeline, record_window
-    from client.commands.common import cgroup_target
+    from client.commands.common import service_group
 
     if problem := passive_problem(opts):
         raise CliError(problem)
@@ -225,7 +225,7 @@ def advise_passive(opts: argparse.Namespace, argv: list[str], target: LatencyTar
     else:
         if problem := check_file_name(window.prefix()):   # the name first, as always
             raise CliError(problem)
-        group = cgroup_target(opts.cgroup, None)
+        group = service_group(opts.cgroup, None)
         assert group is not None
         path = record_window(group, window, opts.duration, opts.cgroup_interval,
                              ("http-timing", "advise", *argv), lambda line: print(

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from client.advise.cluster import DEFAULT_SINCE_S, pod_windows, row_of
-from client.analysis.advise_target import LatencyTarget
+from client.analysis.goal import LatencyGoal
 from client.analysis.cluster import ClusterRow, WorkloadLimits, sort_rows
 from client.analysis.cluster_prometheus import (by_pod, combined, covers, departed_pods,
                                                 prometheus_row)
@@ -99,7 +99,7 @@ def agents_keep(since_s: float, until: float | None, now: float) -> bool:
 
 
 def _rows(workloads: list[Workload], since_s: float, until: float | None, dest: Path,
-          target: LatencyTarget, pictures: Path | None = None
+          target: LatencyGoal, pictures: Path | None = None
           ) -> tuple[list[ClusterRow], list[str]]:
     rows, unrecorded = [], []
     fetched = fetch_all_windows([w for w in workloads if any(p.recorded for p in w.pods)],
@@ -126,7 +126,7 @@ def _rows(workloads: list[Workload], since_s: float, until: float | None, dest: 
 
 
 def _prometheus_rows(prometheus: Prometheus, workloads: list[Workload], namespace: str | None,
-                     since_s: float, until: float | None, dest: Path, target: LatencyTarget
+                     since_s: float, until: float | None, dest: Path, target: LatencyGoal
                      ) -> tuple[list[ClusterRow], list[str]]:
     """Each recorded workload's row from Prometheus in the ``since_s`` to ``until`` (None:
     now); a window the agents keep (:func:`agents_keep`) takes what needs each period from
@@ -172,7 +172,7 @@ def command_cluster(argv: list[str]) -> int:
     check_folder("--data-dir", opts.data_dir)
     check_folder("--picture", opts.picture)
     delay = opts.p99 if opts.p99 is not None else opts.max_delay_ms or DEFAULT_DELAY_MS
-    target = LatencyTarget(delay, None, None)
+    target = LatencyGoal(delay, None, None)
     prometheus = None
     if (opts.until is not None and opts.prometheus is None
             and not agents_keep(opts.since, opts.until, time.time())):

@@ -27,7 +27,7 @@ from client.render.figures import plot_run
 from client.render.live import DEFAULT_HOST, DEFAULT_PORT, LiveError, LivePage
 from client.render.text import format_errors, format_summary, format_throughput
 from client.run.agent_timeline import AgentLink, AgentTimelineError, agent_link
-from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
+from client.run.service_group import ServiceGroup, ServiceGroupError, resolve_cgroup
 from client.run.plan import DEFAULT_REQUESTS, LoadPlan, LoadPlanError
 from client.run.pod_reach import locate
 from client.run.record import RecordedRun
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["EXIT_FAILED_REQUESTS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE",
            "add_inplace_arguments", "add_limit_arguments", "add_live_arguments",
            "add_load_arguments", "add_target_arguments", "at_limit_from", "backend_from",
-           "cgroup_target", "check_folders", "check_inplace_options", "draw_result",
+           "service_group", "check_folders", "check_inplace_options", "draw_result",
            "limit_from", "live_page", "period_ms", "plan_from", "run_cgroup",
            "show_healthy", "show_result", "show_stopped", "silence_stdout"]
 
@@ -164,7 +164,7 @@ def check_folders(opts: argparse.Namespace, *, tables: bool = False) -> None:
         check_folder(flag, folder)
 
 
-def cgroup_target(spec: str | None, pod_uid: str | None) -> CgroupTarget | None:
+def service_group(spec: str | None, pod_uid: str | None) -> ServiceGroup | None:
     """``--cgroup TARGET`` resolved to its group (a one-line ``CliError`` if it cannot be)."""
     if spec is None:
         if pod_uid is not None:
@@ -172,19 +172,19 @@ def cgroup_target(spec: str | None, pod_uid: str | None) -> CgroupTarget | None:
         return None
     try:
         return resolve_cgroup(spec, pod_uid=pod_uid)
-    except CgroupTargetError as exc:
+    except ServiceGroupError as exc:
         raise CliError(str(exc)) from None
 
 
-def run_cgroup(spec: str | None, pod_uid: str | None) -> CgroupTarget | AgentLink | None:
+def run_cgroup(spec: str | None, pod_uid: str | None) -> ServiceGroup | AgentLink | None:
     """A run's ``--cgroup``: the group's files here, or for a pod whose group is not on this
     machine, the way to its node's agent (its timeline marks the run once it is over)."""
     if spec is None or not spec.startswith("k8s:"):
-        return cgroup_target(spec, pod_uid)
+        return service_group(spec, pod_uid)
     try:
         found = locate(spec, lambda s: resolve_cgroup(s, pod_uid=pod_uid))
-        return found if isinstance(found, CgroupTarget) else agent_link(found)
-    except CgroupTargetError as exc:
+        return found if isinstance(found, ServiceGroup) else agent_link(found)
+    except ServiceGroupError as exc:
         raise CliError(str(exc)) from None
     except AgentTimelineError as exc:
         raise CliError(f"--cgroup {spec}: {exc}") from None

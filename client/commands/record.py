@@ -17,13 +17,13 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from client.commands.common import add_live_arguments, cgroup_target, live_page
+from client.commands.common import add_live_arguments, service_group, live_page
 from client.commands.options import (CliError, OneLineParser, check_folder, int_at_least,
                                      number_above)
 from client.data.naming import check_file_name
 from client.render.live import watched_live
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
-from client.run.cgroup_target import CgroupTargetError
+from client.run.service_group import ServiceGroupError
 from client.run.timeline_record import TimelineSpec, record_timeline
 
 __all__ = ["build_record_parser", "command_record"]
@@ -64,7 +64,7 @@ def command_record(argv: list[str]) -> int:
     if problem := check_file_name(name):
         raise CliError(problem)
     check_folder("--data-dir", opts.data_dir)
-    target = cgroup_target(opts.target, opts.pod_uid)
+    target = service_group(opts.target, opts.pod_uid)
     assert target is not None
     spec = TimelineSpec(target, name, opts.data_dir, opts.duration, opts.max_size,
                         opts.interval, ("http-timing", "record", *argv))
@@ -78,7 +78,7 @@ def command_record(argv: list[str]) -> int:
         with live_page(opts, "the recording", window_s=LIVE_WINDOW_S) as live, \
                 watched_live(live, target, "record", [spec.csv_path, spec.meta_path]):
             meta = record_timeline(spec)
-    except CgroupTargetError as exc:
+    except ServiceGroupError as exc:
         raise CliError(str(exc)) from None
     except OSError as exc:
         raise CliError(f"cannot write {spec.csv_path}: {exc.strerror or exc}") from None

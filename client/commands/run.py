@@ -34,7 +34,7 @@ from client.render.text import format_held
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
 from client.run.agent_marks import mark_through_agent
 from client.run.agent_timeline import AgentLink, AgentTimelineError
-from client.run.cgroup_target import CgroupTarget
+from client.run.service_group import ServiceGroup
 from client.data.request import RequestError, redact_command
 from client.run.http import TlsError, tls_verify
 from client.run.measure import measure
@@ -195,7 +195,7 @@ def command_run(argv: list[str]) -> int:
                    max_failures=opts.max_failures, ask_limits=asked.burn_service,
                    request=asked.request if asked.custom and not asked.targets else None,
                    targets=asked.targets, redact=frozenset(opts.redact),
-                   cgroup=watched if isinstance(watched, CgroupTarget) else None,
+                   cgroup=watched if isinstance(watched, ServiceGroup) else None,
                    cgroup_interval=opts.cgroup_interval, verify=verify, ok_status=ok_status)
     with live_page(opts) as live:   # its options' errors first (a usage error)
         for target_url in dict.fromkeys([url, *(t.url for t in asked.targets)]):

@@ -46,7 +46,7 @@ from client.data.timeline_meta import (TimelineMetadata, read_timeline_metadata,
 from client.run.cgroup_sampler import CgroupReader, usage_note
 from client.run.agent_timeline import (RECORDER_NAMESPACE, AgentLink, AgentTimelineError,
                                        NoTimeline, PodRef, agent_link)
-from client.run.cgroup_target import CgroupTarget, CgroupTargetError, resolve_cgroup
+from client.run.service_group import ServiceGroup, ServiceGroupError, resolve_cgroup
 from client.run.pod_reach import locate
 from client.run.thread_usage import ThreadUsage
 from cpuquota.limit import Limit
@@ -87,7 +87,7 @@ def command_watch(argv: list[str]) -> int:
             return _watch_through_agent(args, found)
         target = found
         reader = CgroupReader(target)
-    except CgroupTargetError as exc:
+    except ServiceGroupError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as exc:
@@ -100,13 +100,13 @@ def command_watch(argv: list[str]) -> int:
         with live_page(args, "the watch", window_s=LIVE_WINDOW_S) as live, \
                 watched_live(live, target):
             return _show(args, target, reader)
-    except (CliError, CgroupTargetError) as exc:
+    except (CliError, ServiceGroupError) as exc:
         reader.close()
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
 
-def _show(args: argparse.Namespace, target: CgroupTarget, reader: CgroupReader) -> int:
+def _show(args: argparse.Namespace, target: ServiceGroup, reader: CgroupReader) -> int:
     as_json = args.json or not sys.stdout.isatty()
     try:
         if as_json:
@@ -128,7 +128,7 @@ class TopThreads:
     """The group's threads read once an interval: who spent its CPU since the last reading.
     A problem is said once on stderr; one that stops the reading leaves the column empty."""
 
-    def __init__(self, target: CgroupTarget) -> None:
+    def __init__(self, target: ServiceGroup) -> None:
         self.usage: ThreadUsage | None = ThreadUsage(
             [pod.directory for pod in target.pods] or [target.directory],
             target.usage_source.proc)
@@ -165,7 +165,7 @@ class TopThreads:
             self.usage = None
 
 
-def _watch(target: CgroupTarget, reader: CgroupReader, interval: float, count: int | None,
+def _watch(target: ServiceGroup, reader: CgroupReader, interval: float, count: int | None,
            show: Callable[[WatchRow, WatchRow], None]) -> int:
     """Read every ``interval`` (on a fixed grid, never drifting) and show each interval."""
     threads = TopThreads(target)
@@ -175,7 +175,7 @@ def _watch(target: CgroupTarget, reader: CgroupReader, interval: float, count: i
         threads.close()
 
 
-def _watch_with(target: CgroupTarget, reader: CgroupReader, interval: float,
+def _watch_with(target: ServiceGroup, reader: CgroupReader, interval: float,
                 count: int | None, show: Callable[[WatchRow, WatchRow], None],
                 threads: TopThreads) -> int:
     origin = time.perf_counter_ns()
@@ -201,10 +201,10 @@ def _watch_with(target: CgroupTarget, reader: CgroupReader, interval: float,
     return EXIT_OK
 
 
-def limit_now(sample: CgroupSample, known: CgroupTarget | Limit | None) -> Limit | None:
+def limit_now(sample: CgroupSample, known: ServiceGroup | Limit | None) -> Limit | None:
     """The quota in force at ``sample`` (the tightest of the levels it read), else ``known``
     (the one the target had when it was resolved)."""
-    if isinstance(known, CgroupTarget):
+    if isinstance(known, ServiceGroup):
         known = known.limit
     found = in_force(sample.quotas)
     if found is None:
@@ -214,7 +214,7 @@ def limit_now(sample: CgroupSample, known: CgroupTarget | Limit | None) -> Limit
     return QuotaSpan(sample.t_ns, sample.t_ns, quota, period, level).limit(burst)
 
 
-def _row(before: CgroupSample, after: CgroupSample, target: CgroupTarget,
+def _row(before: CgroupSample, after: CgroupSample, target: ServiceGroup,
          unknown: object = None) -> WatchRow:
     """One interval, under the quota in force at its end; ``unknown``: why the usage cannot
     be known (then it is left out)."""
@@ -351,14 +351,14 @@ def _poll_agent(args: argparse.Namespace, link: AgentLink, into: Path, as_json: 
     return EXIT_OK
 
 
-def _json_printer(target: CgroupTarget) -> Callable[[WatchRow, WatchRow], None]:
+def _json_printer(target: ServiceGroup) -> Callable[[WatchRow, WatchRow], None]:
     def show(row: WatchRow, _total: WatchRow) -> None:
         sys.stdout.write(json_line(target.group, row, _quota_group(target)) + "\n")
         sys.stdout.flush()
     return show
 
 
-def _table_printer(target: CgroupTarget, live: Live) -> Callable[[WatchRow, WatchRow], None]:
+def _table_printer(target: ServiceGroup, live: Live) -> Callable[[WatchRow, WatchRow], None]:
     rows: deque[WatchRow] = deque(maxlen=TABLE_ROWS)
     shown: list[Limit | None] = [target.limit]
     change: list[str] = []
@@ -377,5 +377,5 @@ def _table_printer(target: CgroupTarget, live: Live) -> Callable[[WatchRow, Watc
     return show
 
 
-def _quota_group(target: CgroupTarget) -> str | None:
+def _quota_group(target: ServiceGroup) -> str | None:
     return target.levels[0].group if target.levels else None

@@ -50,7 +50,7 @@ class TimelineMetadata:
 
     name: str
     clock: TimelineClock | None
-    cgroup: dict[str, Any] | None = None   # CgroupTarget.to_metadata(): spec, path, quota_us...
+    cgroup: dict[str, Any] | None = None   # ServiceGroup.to_metadata(): spec, path, quota_us...
     tool: str = "http-timing record"
     version: str = ""
     host: str | None = None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from client.analysis.advise import (MAIN_ROLES, Advice, Alternative, docker_flags,
                                     kubernetes_cpu)
-from client.analysis.advise_target import LatencyTarget, Measured
+from client.analysis.goal import LatencyGoal, Measured
 from client.render.legend import legend_outside
 from client.render.figures import log_scale, pyplot, save_figure
 from cpuquota.limit import Limit
@@ -167,7 +167,7 @@ def _recommendation(advice: Advice) -> list[str]:
     return lines
 
 
-def _unthrottled(at: Measured, free: Measured, target: LatencyTarget) -> list[str]:
+def _unthrottled(at: Measured, free: Measured, target: LatencyGoal) -> list[str]:
     """How many requests at the answer were slow without throttling, what the requests no
     throttling delayed reach (there, and without a limit), and, when the service misses the
     target even without a limit, that and what the answer then is."""

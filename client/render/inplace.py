@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from client.analysis.advise import MAIN_ROLES, Advice
-from client.analysis.advise_target import Measured
+from client.analysis.goal import Measured
 from client.analysis.cgroup import CgroupReport
 from client.render.advise import figures, limit_words, verdict
 

@@ -15,7 +15,7 @@ from rich.text import Text
 from client.analysis.cgroup import IntervalStats
 from cpuquota.limit import Limit
 
-__all__ = ["WatchRow", "WatchView", "json_line", "limit_text", "watch_table"]
+__all__ = ["WatchRow", "WatchView", "json_line", "quota_text", "watch_table"]
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class WatchRow:
     top_threads: tuple[tuple[str, int, float], ...] | None = None   # None: threads not read
 
 
-def limit_text(limit: Limit | None) -> str:
+def quota_text(limit: Limit | None) -> str:
     return f"quota {limit.describe()}" if limit else "no CPU limit on this group"
 
 
@@ -124,7 +124,7 @@ def _table(layout: _Layout, group: str, limit: Limit | None, rows: Sequence[Watc
            total: IntervalStats | None, quota_group: str | None, change: str | None) -> Table:
     where = f" on {quota_group}" if quota_group and quota_group != group else ""
     changed = f"\n{change}" if change else ""
-    table = Table(title=f"CPU throttling of {group}\n{limit_text(limit)}{where}{changed}  "
+    table = Table(title=f"CPU throttling of {group}\n{quota_text(limit)}{where}{changed}  "
                         "(Ctrl-C to stop)", title_justify="left")
     table.add_column("time", no_wrap=True, min_width=8)
     *numbers, threads_header = layout.headers

@@ -130,7 +130,7 @@ def _summed_level(levels: list[dict[str, Any]]) -> dict[str, Any]:
 
 def summed_cgroup(pods: list[dict[str, Any]]) -> dict[str, Any]:
     """Several pods' timeline ``cgroup`` metadata (the agents') as that of their sum, as
-    ``client.run.cgroup_target.combine_pods`` makes it: each level's quota summed (two pods
+    ``client.run.service_group.combine_pods`` makes it: each level's quota summed (two pods
     at 0.1 CPU: 0.2 CPU), the groups named as the sum, every pod's path in ``paths``."""
     out = _summed_level(pods)
     if isinstance(out.get("quota_group"), str):

@@ -11,7 +11,7 @@ timeline (``<name>.cgroup.csv``, from the run's first instant). Each request get
   (``client.data.attribution``: a throttle is laid back from the boundary that ended it), filled
   in once the run is over (the CSV is rewritten whole). Overlapping requests share the blame.
 
-When more than one group above the service holds a quota (``CgroupTarget.levels``: a
+When more than one group above the service holds a quota (``ServiceGroup.levels``: a
 container's and its pod's), each is sampled and a request is marked by the level that
 throttled it most.
 
@@ -32,7 +32,7 @@ from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample, level_timelines, timeline_path
 from client.data.attribution import attribute_levels, held
 from client.run.cgroup_sampler import DEFAULT_INTERVAL, CgroupSampler, open_reader
-from client.run.cgroup_target import CgroupTarget
+from client.run.service_group import ServiceGroup
 from client.run.http import Sender
 
 __all__ = ["CgroupAttachment", "ProbingSender", "mark_records"]
@@ -42,7 +42,7 @@ class ProbingSender:
     """A sender that reads the group's counters just before and just after each request
     (outside the timed part) and puts their change into the record."""
 
-    def __init__(self, inner: Sender, target: CgroupTarget) -> None:
+    def __init__(self, inner: Sender, target: ServiceGroup) -> None:
         self.inner, self.reader = inner, open_reader(target)
         self.limited = bool(target.levels)
 
@@ -68,7 +68,7 @@ class ProbingSender:
 class CgroupAttachment:
     """The sampler of one run, and what it does to the run's senders and records."""
 
-    def __init__(self, target: CgroupTarget, csv_path: Path,
+    def __init__(self, target: ServiceGroup, csv_path: Path,
                  interval: float = DEFAULT_INTERVAL) -> None:
         self.target = target
         self.path = timeline_path(csv_path)

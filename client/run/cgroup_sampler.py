@@ -3,8 +3,8 @@
 
 One sample is ``cpu.stat``'s ``nr_periods``, ``nr_throttled`` and throttled time (ns) of the
 quota in force (the group's own or an ancestor's, and those of the other groups above with a
-quota: ``CgroupTarget.levels``), the group's CPU usage (ns, see
-``client.run.cgroup_target.UsageSource``) and, on cgroup v2, its ``cpu.pressure`` totals
+quota: ``ServiceGroup.levels``), the group's CPU usage (ns, see
+``client.run.service_group.UsageSource``) and, on cgroup v2, its ``cpu.pressure`` totals
 (PSI), stamped with the
 monotonic ``perf_counter_ns`` clock since the run's start: the clock the requests are timed
 with, so a timeline and the requests line up. The files stay open and are re-read with
@@ -34,7 +34,7 @@ from typing import IO
 from client.data.threads import ThreadsFile, threads_path
 from client.data.timeline import (CgroupSample, LevelCounters, QuotaSetting, open_timeline,
                                   timeline_columns, timeline_row)
-from client.run.cgroup_target import CgroupTarget, CgroupTargetError, UsageSource
+from client.run.service_group import ServiceGroup, ServiceGroupError, UsageSource
 from client.run.process_usage import ProcessUsage
 from client.run.thread_usage import ThreadUsage
 from cpuquota.cgroupfs import (CpuStatReader, parse_cfs_value, parse_cpu_max, parse_pressure,
@@ -63,7 +63,7 @@ class CgroupReader:
     ``cpuacct.usage``, or its processes' figures on v1; plus ``cpu.pressure`` on v2). Not for
     two threads at once: give each thread its own reader (``read_sample`` does)."""
 
-    def __init__(self, target: CgroupTarget) -> None:
+    def __init__(self, target: ServiceGroup) -> None:
         self.target = target
         self.version = target.version
         source: UsageSource = target.usage_source
@@ -176,7 +176,7 @@ class CgroupReader:
 
 
 class PodsReader:
-    """Several pods' groups as one (``CgroupTarget.pods``, ``combine_pods``): :meth:`read`
+    """Several pods' groups as one (``ServiceGroup.pods``, ``combine_pods``): :meth:`read`
     reads each pod's :class:`CgroupReader` in turn (a few µs each) and sums the counters, level
     by level: usage, ``nr_periods``, ``nr_throttled``, throttled time, and each level's quota
     (None when a pod has none there). ``t_ns`` is the middle of the first and last pod's
@@ -185,7 +185,7 @@ class PodsReader:
 
     processes: ProcessUsage | None = None   # pods' groups have their own usage counters
 
-    def __init__(self, target: CgroupTarget) -> None:
+    def __init__(self, target: ServiceGroup) -> None:
         self.target = target
         self.version = target.version
         self._readers: list[CgroupReader] = []
@@ -231,7 +231,7 @@ class PodsReader:
         self.close()
 
 
-def open_reader(target: CgroupTarget) -> CgroupReader | PodsReader:
+def open_reader(target: ServiceGroup) -> CgroupReader | PodsReader:
     """The reader of a target: its group's, or the sum over its pods' (``target.pods``)."""
     return PodsReader(target) if target.pods else CgroupReader(target)
 
@@ -264,10 +264,10 @@ def usage_note(reader: CgroupReader | PodsReader, base: dict[str, object]) -> di
 _readers = threading.local()
 
 
-def read_sample(target: CgroupTarget, since_ns: int = 0) -> CgroupSample:
+def read_sample(target: ServiceGroup, since_ns: int = 0) -> CgroupSample:
     """The target's counters now (see :meth:`CgroupReader.read`), through a reader kept open
     for this thread, so repeated calls cost one ``pread`` and a parse."""
-    cache: dict[CgroupTarget, CgroupReader | PodsReader] | None = getattr(_readers, "cache",
+    cache: dict[ServiceGroup, CgroupReader | PodsReader] | None = getattr(_readers, "cache",
                                                                           None)
     if cache is None:
         cache = _readers.cache = {}
@@ -289,7 +289,7 @@ class CgroupSampler:
     file. A group that disappears mid-run (the container stopped) ends the sampling:
     ``error`` says why; the samples so far are kept."""
 
-    def __init__(self, target: CgroupTarget, csv_path: Path | None = None,
+    def __init__(self, target: ServiceGroup, csv_path: Path | None = None,
                  interval: float = DEFAULT_INTERVAL, *, max_bytes: int | None = None,
                  keep: bool = True, flush_every: float = 0.0,
                  threads_every: float | None = THREADS_EVERY) -> None:
@@ -328,14 +328,14 @@ class CgroupSampler:
     def start(self, run_start_ns: int | None = None) -> CgroupSampler:
         """Start sampling (``run_start_ns``: the run's origin; default now). Takes the first
         sample before returning, so the timeline starts at or before the first request.
-        ``CgroupTargetError`` (one line) when the group's files cannot be opened."""
+        ``ServiceGroupError`` (one line) when the group's files cannot be opened."""
         if self._thread is not None:
             raise RuntimeError("this sampler was already started")
         self._since_ns = time.perf_counter_ns() if run_start_ns is None else run_start_ns
         try:
             self._reader = open_reader(self.target)
         except OSError as exc:   # the group went away since it was resolved
-            raise CgroupTargetError(f"cannot open {self.target.stat_path}: "
+            raise ServiceGroupError(f"cannot open {self.target.stat_path}: "
                                     f"{exc.strerror or exc}") from None
         if self.csv_path is not None:
             self._file = open_timeline(self.csv_path, timeline_columns(

@@ -43,7 +43,7 @@ from client.run.agent_marks import mark_through_agent, mark_through_agents
 from client.run.agent_timeline import AgentLink, AgentTimelineError, agent_link
 from client.run.at_limit import AtLimit, Capabilities, InPlaceError
 from client.run.cgroup_lookup import CommandRunner, run_command
-from client.run.cgroup_target import CgroupTarget, CgroupTargetError, combine_pods, resolve_cgroup
+from client.run.service_group import ServiceGroup, ServiceGroupError, combine_pods, resolve_cgroup
 from client.run.limiters import Limiter, LimiterError, LimiterOptions, limiter_for
 from client.run.limiters.base import machine_cpus, same_limit
 from client.run.measure import Measurement, Progress, measure
@@ -84,7 +84,7 @@ class Watched(Protocol):
     def usage_counter(self) -> str:
         """Where a run's per-second usage comes from, in a few words."""
 
-    def sampled(self) -> CgroupTarget | None:
+    def sampled(self) -> ServiceGroup | None:
         """The group to sample during the next run (None: none here)."""
 
     def marked(self, run: Run) -> Run:
@@ -95,7 +95,7 @@ class Watched(Protocol):
 class GroupHere:
     """The group's files on this machine (several pods: the sum over their groups)."""
 
-    target: CgroupTarget          # as resolved when we came
+    target: ServiceGroup          # as resolved when we came
     pod_uid: str | None = None
     run: CommandRunner = run_command
     # several pods resized alike (``open_pods``): each pod's ``--cgroup`` spec; the target
@@ -110,14 +110,14 @@ class GroupHere:
     def usage_counter(self) -> str:
         return f"the group's {self.target.usage_source.kind}"
 
-    def sampled(self) -> CgroupTarget:
+    def sampled(self) -> ServiceGroup:
         """The group as it is now (the quota levels after a change; several pods: the sum)."""
         try:
             if self.pod_specs:
                 return combine_pods(self.target.spec, [resolve_cgroup(spec, run=self.run)
                                                        for spec in self.pod_specs])
             return resolve_cgroup(self.target.spec, pod_uid=self.pod_uid, run=self.run)
-        except CgroupTargetError as exc:
+        except ServiceGroupError as exc:
             raise InPlaceError(str(exc)) from None
 
     def marked(self, run: Run) -> Run:
@@ -211,7 +211,7 @@ class InPlace(AtLimit):
         ``InPlaceError`` for a target that cannot be changed as asked."""
         try:
             found = locate(spec, lambda s: resolve_cgroup(s, pod_uid=pod_uid, run=run))
-            if isinstance(found, CgroupTarget):
+            if isinstance(found, ServiceGroup):
                 target: Watched = GroupHere(found, pod_uid, run)
                 limiter = limiter_for(found, run, options)
             else:
@@ -221,7 +221,7 @@ class InPlace(AtLimit):
                 target = PodThroughAgent(link)
                 limiter = through_agent(link, allow_restart=options.allow_restart)
             original = limiter.read()
-        except (CgroupTargetError, LimiterError) as exc:
+        except (ServiceGroupError, LimiterError) as exc:
             raise InPlaceError(str(exc)) from None
         except AgentTimelineError as exc:
             raise InPlaceError(f"--cgroup {spec}: {exc}") from None
@@ -253,7 +253,7 @@ class InPlace(AtLimit):
         watched: Watched
         try:
             found = [locate(pod, lambda s: resolve_cgroup(s, run=run)) for pod in pod_specs]
-            targets = [t for t in found if isinstance(t, CgroupTarget)]
+            targets = [t for t in found if isinstance(t, ServiceGroup)]
             if len(targets) == len(found):
                 limiters = [cast(KubernetesLimiter, limiter_for(target, run, options))
                             for target in targets]
@@ -265,7 +265,7 @@ class InPlace(AtLimit):
                 watched = PodsThroughAgents(spec, links)
             limiter = PodsLimiter(deployment, limiters)
             original = limiter.read()
-        except (CgroupTargetError, LimiterError) as exc:
+        except (ServiceGroupError, LimiterError) as exc:
             raise InPlaceError(str(exc)) from None
         except AgentTimelineError as exc:
             raise InPlaceError(f"{spec}: {exc}") from None

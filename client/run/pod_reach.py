@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from client.run.agent_timeline import PodRef, parse_pod_ref
-from client.run.cgroup_target import CgroupTarget, CgroupTargetError, NotHere
+from client.run.service_group import ServiceGroup, ServiceGroupError, NotHere
 
 __all__ = ["THROUGH_API_ENV", "Reach", "forced_through_api", "locate", "pod_ref", "reach"]
 
@@ -34,7 +34,7 @@ def forced_through_api(environ: Mapping[str, str] = os.environ) -> bool:
     return environ.get(THROUGH_API_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
-def reach(spec: str, local: CgroupTargetError | None, forced: bool = False) -> Reach:
+def reach(spec: str, local: ServiceGroupError | None, forced: bool = False) -> Reach:
     """Where ``spec``'s group is read, given what looking for it here said (``local``: None
     when its files were found; not asked when ``forced``). Only a pod that is not here
     (:class:`NotHere`) goes to its agent: a pod that does not exist, or that the user may not
@@ -50,16 +50,16 @@ def reach(spec: str, local: CgroupTargetError | None, forced: bool = False) -> R
     return Reach(False, str(local))
 
 
-def locate(spec: str, resolve: Callable[[str], CgroupTarget],
-           environ: Mapping[str, str] = os.environ) -> CgroupTarget | PodRef:
+def locate(spec: str, resolve: Callable[[str], ServiceGroup],
+           environ: Mapping[str, str] = os.environ) -> ServiceGroup | PodRef:
     """The group's files when they are here, else the pod to ask its node's agent for;
-    ``CgroupTargetError`` (one line) for a target that is neither."""
+    ``ServiceGroupError`` (one line) for a target that is neither."""
     forced = forced_through_api(environ)
-    local: CgroupTargetError | None = None
+    local: ServiceGroupError | None = None
     if not (forced and spec.startswith("k8s:")):
         try:
             return resolve(spec)
-        except CgroupTargetError as exc:
+        except ServiceGroupError as exc:
             local = exc
     if not reach(spec, local, forced).agent:
         assert local is not None
@@ -68,11 +68,11 @@ def locate(spec: str, resolve: Callable[[str], CgroupTarget],
 
 
 def pod_ref(spec: str) -> PodRef:
-    """``k8s:NS/POD[/CONTAINER]`` as the agents know it (``CgroupTargetError`` if it is not)."""
+    """``k8s:NS/POD[/CONTAINER]`` as the agents know it (``ServiceGroupError`` if it is not)."""
     try:
         ref = parse_pod_ref(spec)
     except ValueError as exc:
-        raise CgroupTargetError(str(exc)) from None
+        raise ServiceGroupError(str(exc)) from None
     if ref is None:
-        raise CgroupTargetError(f"{spec}: not a pod")
+        raise ServiceGroupError(f"{spec}: not a pod")
     return ref

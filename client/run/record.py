@@ -33,7 +33,7 @@ from client.data.threads import read_run_threads
 from client.data.timeline import timeline_path
 from client.run.attach import CgroupAttachment
 from client.run.cgroup_sampler import DEFAULT_INTERVAL
-from client.run.cgroup_target import CgroupTarget
+from client.run.service_group import ServiceGroup
 from client.data.request import HttpRequest
 from client.run.http import Requests, Verify, fetch_limits, warm_up, warm_up_all
 from client.run.modes import time_plan
@@ -75,7 +75,7 @@ class RunSpec:
     note_load_average: bool = False
     replica_urls: tuple[str, ...] = ()  # several: requests spread round-robin over them
     replicas: ReplicaInfo | None = None
-    cgroup: CgroupTarget | None = None  # the target's own group, read during the run
+    cgroup: ServiceGroup | None = None  # the target's own group, read during the run
     cgroup_interval: float = DEFAULT_INTERVAL
     verify: Verify = True               # an https:// server's certificate: see tls_verify
     request: HttpRequest | None = None  # what is sent (None: a GET of ``url``)

@@ -21,7 +21,7 @@ from client import __version__
 from client.data.files import FileWriteError
 from client.data.timeline_meta import TimelineClock, TimelineMetadata, write_timeline_metadata
 from client.run.cgroup_sampler import DEFAULT_INTERVAL, CgroupSampler
-from client.run.cgroup_target import CgroupTarget
+from client.run.service_group import ServiceGroup
 from client.run.recorder import files_first, stop_on_terminate
 
 __all__ = ["TimelineSpec", "anchor_clock", "record_timeline"]
@@ -32,7 +32,7 @@ FLUSH_EVERY_S = 0.5  # the file is flushed this often: a SIGKILL loses at most t
 
 @dataclass(frozen=True)
 class TimelineSpec:
-    target: CgroupTarget
+    target: ServiceGroup
     name: str
     data_dir: Path
     duration_s: float | None = None
@@ -68,7 +68,7 @@ def record_timeline(spec: TimelineSpec,
                     observers: Sequence[Callable[[CgroupSampler], None]] = ()
                     ) -> TimelineMetadata:
     """Record until the duration, the size limit, the group's end, or Ctrl-C/SIGTERM; returns
-    the metadata written (``interrupted`` True for Ctrl-C/SIGTERM). ``CgroupTargetError`` when
+    the metadata written (``interrupted`` True for Ctrl-C/SIGTERM). ``ServiceGroupError`` when
     the group cannot be opened; ``OSError`` (the timeline) or ``FileWriteError`` (its JSON)
     when the files cannot be written."""
     sampler = CgroupSampler(spec.target, spec.csv_path, spec.interval_s,

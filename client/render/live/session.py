@@ -21,19 +21,19 @@ from client.analysis.detect import Detection
 from client.data.metadata import RunMetadata
 from client.render.live.server import LivePage
 from client.run.cgroup_sampler import DEFAULT_INTERVAL, CgroupSampler
-from client.run.cgroup_target import CgroupTarget
+from client.run.service_group import ServiceGroup
 from client.run.record import RecordedRun
 
 __all__ = ["show_live_end", "watched_live"]
 
 
 @contextmanager
-def watched_live(live: LivePage | None, target: CgroupTarget, command: str = "watch",
+def watched_live(live: LivePage | None, target: ServiceGroup, command: str = "watch",
                  files: Sequence[Path] = ()) -> Iterator[None]:
     """``watch --live`` and ``record --live``: the group sampled for the page (as a run's
     ``--cgroup`` is, many times a period, no file) while inside; the page's end, with
     ``files``' names (``record``'s timeline and metadata), when left. A group whose counters
-    cannot be read is a ``CgroupTargetError`` (one line) before anything is shown."""
+    cannot be read is a ``ServiceGroupError`` (one line) before anything is shown."""
     if live is None:
         yield
         return

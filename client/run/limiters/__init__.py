@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from client.run.cgroup_lookup import CommandRunner, run_command
-from client.run.cgroup_target import CgroupTarget
+from client.run.service_group import ServiceGroup
 from client.run.limiters.base import (Limiter, LimiterError, quota_file_problem, read_quota,
                                       wait_for_quota)
 from client.run.limiters.cgroupfs import CgroupLimiter
@@ -44,10 +44,10 @@ class LimiterOptions:
     allow_restart: bool = False
 
 
-LimiterFactory = Callable[[CgroupTarget, CommandRunner, LimiterOptions], Limiter]
+LimiterFactory = Callable[[ServiceGroup, CommandRunner, LimiterOptions], Limiter]
 
 
-def _kubernetes(target: CgroupTarget, run: CommandRunner, options: LimiterOptions) -> Limiter:
+def _kubernetes(target: ServiceGroup, run: CommandRunner, options: LimiterOptions) -> Limiter:
     from client.run.cgroup_lookup import parse_k8s_spec
     from client.run.kube_api import KubeError, connect
     from client.run.limiters.kubernetes import KubernetesLimiter
@@ -70,7 +70,7 @@ LIMITERS: dict[str, LimiterFactory] = {
 }
 
 
-def limiter_for(target: CgroupTarget, run: CommandRunner = run_command,
+def limiter_for(target: ServiceGroup, run: CommandRunner = run_command,
                 options: LimiterOptions = LimiterOptions()) -> Limiter:
     """The limiter of a resolved ``--cgroup`` target, by the prefix of what the user gave."""
     spec = target.spec

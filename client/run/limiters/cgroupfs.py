@@ -2,7 +2,7 @@
 that holds the quota.
 
 Which group is written: the quota in force as ``--cgroup`` resolution finds it
-(``CgroupTarget.levels[0]``: the group's own quota or an ancestor's, the tightest), or, when no
+(``ServiceGroup.levels[0]``: the group's own quota or an ancestor's, the tightest), or, when no
 level has a quota, the group itself (a new limit, ``--allow-new-limit``). Other levels above
 stay as they are: a limit above the tightest of them cannot be in force, and cgroup v1 refuses
 a child's quota above its parent's (``ceiling``).
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from client.run.cgroup_target import CgroupTarget
+from client.run.service_group import ServiceGroup
 from client.run.limiters.base import (Limiter, LimiterError, burst_file, quota_file, read_quota,
                                       wait_for_quota, write_quota)
 from cpuquota.limit import Limit
@@ -26,7 +26,7 @@ class CgroupLimiter(Limiter):
     kind = "cgroup"
     can_remove = True
 
-    def __init__(self, target: CgroupTarget) -> None:
+    def __init__(self, target: ServiceGroup) -> None:
         self.target = target
         level = target.levels[0] if target.levels else None
         self.directory: Path = level.directory if level is not None else target.directory

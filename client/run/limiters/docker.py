@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from client.run.cgroup_lookup import CommandRunner
-from client.run.cgroup_target import CgroupTarget
+from client.run.service_group import ServiceGroup
 from client.run.limiters.base import Limiter, LimiterError, read_quota, wait_for_quota
 from cpuquota.limit import Limit
 
@@ -25,7 +25,7 @@ class DockerLimiter(Limiter):
     kind = "docker"
     can_remove = False
 
-    def __init__(self, target: CgroupTarget, run: CommandRunner) -> None:
+    def __init__(self, target: ServiceGroup, run: CommandRunner) -> None:
         self.target, self.run = target, run
         self.name = target.spec.split(":", 1)[1]
         self.directory: Path = target.directory

@@ -32,7 +32,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from client.run.agent_timeline import AgentLink
-from client.run.cgroup_target import CgroupTarget
+from client.run.service_group import ServiceGroup
 from client.run.kube_api import api_problem
 from client.run.limiters.base import Limiter, LimiterError
 from client.run.limiters.quota_source import AgentQuota, GroupFiles, QuotaSource
@@ -216,7 +216,7 @@ class KubernetesLimiter(Limiter):
     kind = "k8s"
     can_remove = False
 
-    def __init__(self, target: CgroupTarget | None, api: Any, namespace: str, pod: str,
+    def __init__(self, target: ServiceGroup | None, api: Any, namespace: str, pod: str,
                  container: str | None, *, to_json: Callable[[Any], Pod] | None = None,
                  timeout: float = 60.0, allow_restart: bool = False, server: str = "",
                  request_timeout: float | None = None, apps: Any = None,

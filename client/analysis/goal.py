@@ -12,7 +12,7 @@ group's ``cpu.stat``, counted no throttled period in it) is *slow without thrott
 waited for something that is not the quota (a sleep, a database, the machine's other load).
 Such requests are counted apart: each is judged as the run's median unthrottled request,
 what it would have taken without its wait, and a run whose requests over the target were
-none of them throttled has not missed because of the limit (:meth:`LatencyTarget.judge`): the
+none of them throttled has not missed because of the limit (:meth:`LatencyGoal.judge`): the
 search never raises a limit for it. The server's counters see the handler's work only: a stall
 before the handler read the request is counted apart too (sequential runs: rare, a period's
 quota must run out between two requests).
@@ -32,8 +32,8 @@ from client.analysis.report import Report
 from client.data.record import RequestRecord
 from cpuquota.limit import Limit
 
-__all__ = ["NARROW", "Judged", "LatencyTarget", "Measured", "delayed_by_throttling",
-           "judge_requests", "judge_run", "measured", "pooled"]
+__all__ = ["NARROW", "JudgedRequests", "LatencyGoal", "Measured", "delayed_by_throttling",
+           "judge_requests", "judge_run", "measured", "pooled_runs"]
 
 # a miss by at most this factor (latency) or 5 points (throttled share) is narrow
 NARROW = 1.15
@@ -41,7 +41,7 @@ NARROW_THROTTLED = 0.05
 
 
 @dataclass(frozen=True)
-class LatencyTarget:
+class LatencyGoal:
     """What must hold for a limit to meet the target. Latencies in ms; ``max_throttled`` is
     a fraction (0.05: at most 5 % of the requests delayed by throttling)."""
 
@@ -126,7 +126,7 @@ class LatencyTarget:
 
 
 @dataclass(frozen=True)
-class Judged:
+class JudgedRequests:
     """A run's requests as the limit is judged by them (see the module docstring)."""
 
     p90_ms: float                       # the slow-without-throttling requests counted apart
@@ -137,20 +137,20 @@ class Judged:
 
 
 def judge_requests(latencies_ms: Sequence[float], delayed: Sequence[bool],
-                   target: LatencyTarget) -> Judged:
+                   target: LatencyGoal) -> JudgedRequests:
     """The successful requests' latencies and whether throttling delayed each: each request
     over the target's tightest bound that throttling did not delay is set to the median of the
     undelayed ones (what it takes without its wait), and the p90 and p99 taken again."""
     lat = np.asarray(latencies_ms, dtype=float)
     mask = np.asarray(delayed, dtype=bool)
     if not lat.size:
-        return Judged(math.nan, math.nan, 0, 0, None)
+        return JudgedRequests(math.nan, math.nan, 0, 0, None)
     over = lat > target.tightest_ms
     apart = over & ~mask
     free = lat[~mask]
     typical = float(np.median(free)) if free.size else math.nan
     p90, p99 = (float(v) for v in np.percentile(np.where(apart, typical, lat), [90, 99]))
-    return Judged(p90, p99, int(apart.sum()), int((over & mask).sum()),
+    return JudgedRequests(p90, p99, int(apart.sum()), int((over & mask).sum()),
                   float(np.percentile(free, 99)) if free.size else None)
 
 
@@ -175,7 +175,7 @@ class Measured:
     p99_ms: float
     throttled_fraction: float | None
     missed: tuple[str, ...] | None   # None: not judged (the profile)
-    narrow: bool = False             # the verdict could flip (see LatencyTarget.narrow)
+    narrow: bool = False             # the verdict could flip (see LatencyGoal.narrow)
     runs: int = 1                    # > 1: the mean of that many runs (``pooled``)
     # judged by what the quota did (``judge_requests``); None: by the figures above alone
     slow_unthrottled: int = 0        # requests over the target no throttling delayed
@@ -220,7 +220,7 @@ class Measured:
 
 
 def measured(report: Report, *, role: str, limit: Limit | None,
-             target: LatencyTarget | None,
+             target: LatencyGoal | None,
              records: Sequence[RequestRecord] | None = None) -> Measured:
     """The row of a run's report; judged against ``target`` unless None. With the run's
     ``records`` the limit is judged by the requests throttling delayed (:func:`judge_run`)."""
@@ -237,7 +237,7 @@ def measured(report: Report, *, role: str, limit: Limit | None,
 
 
 def judge_run(row: Measured, requests: tuple[Sequence[float], Sequence[bool]] | None,
-              target: LatencyTarget) -> Measured:
+              target: LatencyGoal) -> Measured:
     """``row`` judged against ``target``: by its successful ``requests`` (their latencies in
     ms, and whether throttling delayed each: :func:`judge_requests`), or, None, by its
     figures alone. The one judge of every run of ``advise`` (burn-service, ``--cgroup``,
@@ -252,7 +252,7 @@ def judge_run(row: Measured, requests: tuple[Sequence[float], Sequence[bool]] | 
     return replace(row, missed=missed, narrow=narrow)
 
 
-def pooled(runs: Sequence[Measured], target: LatencyTarget) -> Measured:
+def pooled_runs(runs: Sequence[Measured], target: LatencyGoal) -> Measured:
     """The runs of one limit as one row: the mean of their figures, judged by ``target`` (a
     limit run twice meets the target when the mean of the two runs does; the requests over the
     target throttling delayed, summed, say whether the latencies count)."""

@@ -14,12 +14,12 @@ TARGET is one of
 The quota that throttles the group may be its own or an ancestor's (a Kubernetes pod's, a
 systemd slice's): the kernel counts a throttle only in the ``cpu.stat`` of the group whose
 quota it was, so every group from the target up to the hierarchy's root that holds a quota is
-a :class:`QuotaLevel` to sample. The tightest is the quota in force (``CgroupTarget.limit``).
+a :class:`QuotaLevel` to sample. The tightest is the quota in force (``ServiceGroup.limit``).
 On cgroup v2 the target may lack the cpu controller (a container's group below a pod's
 that has the quota): its usage still comes from its own ``cpu.stat``, its throttling from
 above.
 
-A target that cannot be watched raises :class:`CgroupTargetError` with one line that says why
+A target that cannot be watched raises :class:`ServiceGroupError` with one line that says why
 (no such path/process/container, no cpu controller, not readable: root may be needed).
 
 How the group's CPU *usage* is read (:class:`UsageSource`): v2 ``usage_usec`` in ``cpu.stat``;
@@ -49,7 +49,7 @@ from cpuquota.cgroupfs import (CpuLimit, Mount, cpu_mounts, find_cpu_controller,
                                quota_levels)
 from cpuquota.limit import Limit, LimitError
 
-__all__ = ["USAGE_KINDS", "USAGE_RESOLUTION_NS", "CgroupTarget", "CgroupTargetError", "NotHere", "QuotaLevel", "UsageSource",
+__all__ = ["USAGE_KINDS", "USAGE_RESOLUTION_NS", "ServiceGroup", "ServiceGroupError", "NotHere", "QuotaLevel", "UsageSource",
            "combine_pods", "resolve_cgroup"]
 
 # "schedstat" (the live threads' schedstat summed) is only read back from old runs: it lost
@@ -59,11 +59,11 @@ USAGE_KINDS = ("cpu.stat", "cpuacct", "proc", "schedstat")
 USAGE_RESOLUTION_NS = {"cpu.stat": 1000, "cpuacct": 1, "proc": 1, "schedstat": 1}
 
 
-class CgroupTargetError(ValueError):
+class ServiceGroupError(ValueError):
     """A ``--cgroup`` target that cannot be watched; the message says why, in one line."""
 
 
-class NotHere(CgroupTargetError):
+class NotHere(ServiceGroupError):
     """A pod whose group is not on this machine (or this machine cannot look: no kubectl, no
     cgroup file system): its node's agent may be asked instead (``client.run.pod_reach``)."""
 
@@ -132,7 +132,7 @@ class QuotaLevel:
 
 
 @dataclass(frozen=True)
-class CgroupTarget:
+class ServiceGroup:
     """The cpu controller's group of the service under test."""
 
     spec: str                 # what the user gave: a path, pid:N, docker:NAME, k8s:NS/POD[/C]
@@ -146,7 +146,7 @@ class CgroupTarget:
     levels: tuple[QuotaLevel, ...] = ()
     pressure: bool = False    # the group has cpu.pressure (PSI, cgroup v2)
     # the sum over several pods (``combine_pods``): each pod's own target; () for one group
-    pods: tuple[CgroupTarget, ...] = ()
+    pods: tuple[ServiceGroup, ...] = ()
 
     @property
     def no_limit(self) -> str | None:
@@ -183,22 +183,22 @@ class CgroupTarget:
                 **({"pods": [pod.to_metadata() for pod in self.pods]} if self.pods else {})}
 
 
-def combine_pods(spec: str, pods: list[CgroupTarget]) -> CgroupTarget:
+def combine_pods(spec: str, pods: list[ServiceGroup]) -> ServiceGroup:
     """Several pods' groups (a Deployment's running pods, resized alike) as one target whose
     samples are the sums over the pods (``client.run.cgroup_sampler.PodsReader``): usage,
     ``nr_periods``, ``nr_throttled`` and throttled time of each quota level, level by level,
     and each level's quota summed (N pods at 0.3 CPU: 0.6 CPU over N periods of 100 ms each
     period), so usage and quota stay comparable. No PSI (a stall summed over groups is no
-    group's pressure). ``CgroupTargetError`` when the pods' groups are not alike."""
+    group's pressure). ``ServiceGroupError`` when the pods' groups are not alike."""
     if not pods:
-        raise CgroupTargetError(f"{spec}: no pod to watch")
+        raise ServiceGroupError(f"{spec}: no pod to watch")
     first = pods[0]
     for pod in pods[1:]:
         if (pod.version, len(pod.levels), pod.usage_source.kind) != \
                 (first.version, len(first.levels), first.usage_source.kind) or \
                 [lv.limit.period_us for lv in pod.levels] != \
                 [lv.limit.period_us for lv in first.levels]:
-            raise CgroupTargetError(f"{spec}: the pods' groups differ ({first.spec}: "
+            raise ServiceGroupError(f"{spec}: the pods' groups differ ({first.spec}: "
                                     f"{len(first.levels)} quota level(s); {pod.spec}: "
                                     f"{len(pod.levels)}): they cannot be summed")
     count = len(pods)
@@ -210,22 +210,22 @@ def combine_pods(spec: str, pods: list[CgroupTarget]) -> CgroupTarget:
                    for k, level in enumerate(first.levels))
     usage = PodsUsage(first.usage_source.kind, first.usage_source.path,
                       first.usage_source.proc, tuple(p.usage_source for p in pods))
-    return CgroupTarget(spec, first.directory, first.version,
+    return ServiceGroup(spec, first.directory, first.version,
                         f"{first.group} (+{count - 1} pod(s): the sum)",
                         levels[0].limit if levels else None, usage, first.burst_us, levels,
                         False, tuple(pods))
 
 
 def resolve_cgroup(spec: str, *, pod_uid: str | None = None, proc: Path = Path("/proc"),
-                   run: CommandRunner = run_command) -> CgroupTarget:
-    """The group a ``--cgroup`` TARGET names (``CgroupTargetError`` in one line if none).
+                   run: CommandRunner = run_command) -> ServiceGroup:
+    """The group a ``--cgroup`` TARGET names (``ServiceGroupError`` in one line if none).
 
     ``proc`` is the proc file system to read (``proc/self/mountinfo`` says where the cgroup
     hierarchies are mounted, so fixture trees work); ``run`` runs ``docker``/``kubectl``."""
     spec = spec.strip()
     try:
         mountinfo = _read_mountinfo(proc)
-    except CgroupTargetError as exc:
+    except ServiceGroupError as exc:
         if spec.startswith(("k8s:", "kubernetes:")):
             raise NotHere(str(exc)) from None
         raise
@@ -236,37 +236,37 @@ def resolve_cgroup(spec: str, *, pod_uid: str | None = None, proc: Path = Path("
         if spec.startswith("docker:"):
             name = spec[len("docker:"):]
             if not name:
-                raise CgroupTargetError("docker: needs a container name or id (docker:NAME)")
+                raise ServiceGroupError("docker: needs a container name or id (docker:NAME)")
             pid = docker_container_pid(name, run)
             return _from_pid(spec, pid, proc, mountinfo, who=f"container {name}")
         if spec.startswith(("k8s:", "kubernetes:")):
             return _from_k8s(spec, pod_uid, proc, mounts, run)
         if not spec or (re.match(r"^[A-Za-z][\w.-]*:", spec) and not Path(spec).exists()):
-            raise CgroupTargetError(f"--cgroup {spec!r}: TARGET is a cgroup directory, pid:PID, "
+            raise ServiceGroupError(f"--cgroup {spec!r}: TARGET is a cgroup directory, pid:PID, "
                                     "docker:NAME or k8s:NAMESPACE/POD[/CONTAINER]")
         return _from_directory(spec, Path(spec), proc, mounts)
     except KubectlMissing as exc:
         raise NotHere(str(exc)) from None
     except LookupFailed as exc:
-        raise CgroupTargetError(str(exc)) from None
+        raise ServiceGroupError(str(exc)) from None
 
 
 # ---- the three ways in ---------------------------------------------------------------------
 
 def _parse_pid(text: str, spec: str) -> int:
     if not text.strip().isdigit() or int(text) <= 0:
-        raise CgroupTargetError(f"{spec}: pid: needs a process id, a number > 0 (pid:1234)")
+        raise ServiceGroupError(f"{spec}: pid: needs a process id, a number > 0 (pid:1234)")
     return int(text)
 
 
 def _from_pid(spec: str, pid: int, proc: Path, mountinfo: str,
-              who: str | None = None) -> CgroupTarget:
+              who: str | None = None) -> ServiceGroup:
     try:
         text = (proc / str(pid) / "cgroup").read_text(encoding="ascii")
     except FileNotFoundError:
         if who is None:
-            raise CgroupTargetError(f"no such process: {pid}") from None
-        raise CgroupTargetError(f"{who}'s process {pid} is not on this machine (a remote "
+            raise ServiceGroupError(f"no such process: {pid}") from None
+        raise ServiceGroupError(f"{who}'s process {pid} is not on this machine (a remote "
                                 "Docker engine, or Docker Desktop's VM?)") from None
     except OSError as exc:
         raise _unreadable(exc, proc / str(pid) / "cgroup") from None
@@ -274,36 +274,36 @@ def _from_pid(spec: str, pid: int, proc: Path, mountinfo: str,
     controller = find_cpu_controller(text, mountinfo)
     if controller is None or controller.group.startswith("/.."):
         if any(line.split(":", 2)[-1].startswith("/..") for line in text.splitlines()):
-            raise CgroupTargetError(f"{who}'s cgroup is outside this process's cgroup "
+            raise ServiceGroupError(f"{who}'s cgroup is outside this process's cgroup "
                                     "namespace: run http-timing on the host (or in the same "
                                     "container)")
-        raise CgroupTargetError(f"{who} has no cgroup cpu controller mounted here "
+        raise ServiceGroupError(f"{who} has no cgroup cpu controller mounted here "
                                 f"({proc}/{pid}/cgroup)")
     directory = map_group_path(controller.mount, controller.group)
     if directory is None:  # find_cpu_controller only returns mappable groups
-        raise CgroupTargetError(f"{who}'s cgroup {controller.group} is not mounted here")
+        raise ServiceGroupError(f"{who}'s cgroup {controller.group} is not mounted here")
     return _build(spec, Path(directory), controller.version, controller.group, proc,
                   parse_mountinfo(mountinfo))
 
 
-def _from_directory(spec: str, directory: Path, proc: Path, mounts: list[Mount]) -> CgroupTarget:
+def _from_directory(spec: str, directory: Path, proc: Path, mounts: list[Mount]) -> ServiceGroup:
     try:
         is_dir = stat.S_ISDIR(directory.stat().st_mode)
     except FileNotFoundError:
-        raise CgroupTargetError(f"no such cgroup directory: {directory}") from None
+        raise ServiceGroupError(f"no such cgroup directory: {directory}") from None
     except OSError as exc:
         raise _unreadable(exc, directory) from None
     if not is_dir:
-        raise CgroupTargetError(f"{directory} is not a directory (give the cgroup's directory, "
+        raise ServiceGroupError(f"{directory} is not a directory (give the cgroup's directory, "
                                 "e.g. /sys/fs/cgroup/cpu/docker/<id>)")
     real = os.path.realpath(directory)
     mount = _mount_of(real, mounts)
     if mount is None:
-        raise CgroupTargetError(f"{directory} is not in a cgroup file system (cgroup mounts: "
+        raise ServiceGroupError(f"{directory} is not in a cgroup file system (cgroup mounts: "
                                 f"{', '.join(m.mount_point for m in mounts) or 'none found'})")
     if not is_cpu_mount(mount):
         kind = ",".join(o for o in mount.super_options if o not in ("rw", "ro"))
-        raise CgroupTargetError(f"{directory} is in the cgroup v1 '{kind}' hierarchy, not the "
+        raise ServiceGroupError(f"{directory} is in the cgroup v1 '{kind}' hierarchy, not the "
                                 "cpu controller's (e.g. /sys/fs/cgroup/cpu/...)")
     relative = os.path.relpath(real, mount.mount_point)
     root = mount.root.rstrip("/")
@@ -313,7 +313,7 @@ def _from_directory(spec: str, directory: Path, proc: Path, mounts: list[Mount])
 
 
 def _from_k8s(spec: str, pod_uid: str | None, proc: Path, mounts: list[Mount],
-              run: CommandRunner) -> CgroupTarget:
+              run: CommandRunner) -> ServiceGroup:
     namespace, pod, container = parse_k8s_spec(spec)
     uid, container_id = kubernetes_pod(namespace, pod, container, pod_uid, run)
     errors: list[str] = []
@@ -329,7 +329,7 @@ def _from_k8s(spec: str, pod_uid: str | None, proc: Path, mounts: list[Mount],
             version = 1 if mount.fstype == "cgroup" else 2
             return _build(spec, directory, version, group, proc, mounts)
     if errors:
-        raise CgroupTargetError(errors[0])
+        raise ServiceGroupError(errors[0])
     where = ", ".join(m.mount_point for m in cpu_mounts(mounts)) or "no cpu hierarchy mounted"
     raise NotHere(f"no cgroup for pod {namespace}/{pod} (uid {uid}) under kubepods "
                             f"in {where}: is this the pod's node? (kubectl get pod -o wide)")
@@ -338,7 +338,7 @@ def _from_k8s(spec: str, pod_uid: str | None, proc: Path, mounts: list[Mount],
 # ---- the group's files ---------------------------------------------------------------------
 
 def _build(spec: str, directory: Path, version: int, group: str, proc: Path,
-           mounts: list[Mount]) -> CgroupTarget:
+           mounts: list[Mount]) -> ServiceGroup:
     """Check the group's cpu files are readable; find the quotas at and above it and its
     usage source."""
     mount = _mount_of(str(directory), mounts)
@@ -346,7 +346,7 @@ def _build(spec: str, directory: Path, version: int, group: str, proc: Path,
     try:
         levels = _levels(quota_levels(directory, top, version, group))
     except LimitError as exc:
-        raise CgroupTargetError(f"{directory}: unexpected quota: {exc}") from None
+        raise ServiceGroupError(f"{directory}: unexpected quota: {exc}") from None
     own_files = _exists(directory / ("cpu.cfs_quota_us" if version == 1 else "cpu.max"))
     if not own_files and not levels:
         if version == 2 and group in ("", "/"):
@@ -356,17 +356,17 @@ def _build(spec: str, directory: Path, version: int, group: str, proc: Path,
                    "above it has a quota")
         else:
             why = "no cpu.cfs_quota_us (CFS bandwidth control missing from this kernel?)"
-        raise CgroupTargetError(f"no cpu controller in {directory}: {why}")
+        raise ServiceGroupError(f"no cpu controller in {directory}: {why}")
     try:
         stat_text = (directory / "cpu.stat").read_text(encoding="ascii")
     except OSError as exc:
         raise _unreadable(exc, directory) from None
     if parse_cpu_stat(stat_text, version) is None and (own_files or version == 1):
-        raise CgroupTargetError(f"no throttling counters in {directory}/cpu.stat (no cpu "
+        raise ServiceGroupError(f"no throttling counters in {directory}/cpu.stat (no cpu "
                                 "controller for this group)")
     usage = _usage_source(directory, version, group, stat_text, proc, mounts)
     first = levels[0] if levels else None
-    return CgroupTarget(spec, directory, version, group, first.limit if first else None, usage,
+    return ServiceGroup(spec, directory, version, group, first.limit if first else None, usage,
                         first.burst_us if first else _own_burst(directory, version), levels,
                         version == 2 and _exists(directory / "cpu.pressure"))
 
@@ -447,11 +447,11 @@ def _exists(path: Path) -> bool:
     return True
 
 
-def _unreadable(exc: OSError, path: Path) -> CgroupTargetError:
+def _unreadable(exc: OSError, path: Path) -> ServiceGroupError:
     if exc.errno in (errno.EACCES, errno.EPERM):
-        return CgroupTargetError(f"cannot read {path}: permission denied (reading another "
+        return ServiceGroupError(f"cannot read {path}: permission denied (reading another "
                                  "service's cgroup or process may need root)")
-    return CgroupTargetError(f"cannot read {path}: {exc.strerror or exc}")
+    return ServiceGroupError(f"cannot read {path}: {exc.strerror or exc}")
 
 
 # ---- where the hierarchies are mounted -----------------------------------------------------
@@ -460,7 +460,7 @@ def _read_mountinfo(proc: Path) -> str:
     try:
         return (proc / "self" / "mountinfo").read_text(encoding="utf-8")
     except OSError as exc:
-        raise CgroupTargetError(f"cannot read {proc}/self/mountinfo: "
+        raise ServiceGroupError(f"cannot read {proc}/self/mountinfo: "
                                 f"{exc.strerror or exc}") from None
 
 
