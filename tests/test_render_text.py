@@ -133,3 +133,47 @@ def test_the_run_s_last_line_says_how_long_the_requests_were_held() -> None:
     figure = (lambda v: f"{v:.2g}" if v < 1 else f"{v:.1f}" if v < 10 else f"{v:.0f}")
     assert (f"{len(holds)} of 300 requests delayed by throttling ({100 * len(holds) / 300:.1f} "
             f"%, held {figure(low)}–{figure(high)} ms, median {figure(mid)} ms)") in line, line
+
+
+def test_a_sequential_run_that_wanted_more_than_its_quota_throughout_is_saturated() -> None:
+    """A capture from the kernel (tests/data/saturated/sequential, 2026-12-01, cgroup v1): 15
+    requests of ~13 ms of CPU, one at a time, to burn-service at 0.05 CPU (5 ms a period).
+    Every request needed more than a period's quota, so every one was held: no fast mode is
+    left to read a stall against. The saturated finding replaces the stall and period lines,
+    and no "not a quota" guess is made of a run the kernel says was throttled (issue 55)."""
+    from pathlib import Path
+
+    from client.analysis.report import build_report
+    from client.data.files import read_run
+    from client.render.text import format_report
+
+    run = read_run(Path(__file__).parent / "data" / "saturated" / "sequential.csv")
+    assert run.timeline is not None
+    first, last = run.timeline[0], run.timeline[-1]
+    periods, throttled = (last.nr_periods - first.nr_periods,
+                          last.nr_throttled - first.nr_throttled)
+    assert periods > 20 and throttled >= 0.9 * periods, (throttled, periods)  # the kernel's
+    report = build_report(run)
+    lines = format_report(report, run.path)
+    text = "\n".join(lines)
+    assert "saturated: one request at a time wanted more CPU than the quota gives: " in text
+    assert f"{100 * throttled / periods:.0f} % of the periods were throttled" in text
+    assert not any(line.startswith("stall:") for line in lines), lines
+    assert not any("stalls recur" in line for line in lines), lines
+    assert "period: 100 ms (limit)" in lines
+    assert "not a quota" not in text, lines
+    assert report.detection.stall_ms is None and report.to_dict()["saturated"]
+
+
+def test_a_sequential_run_with_unheld_requests_keeps_its_stall() -> None:
+    """The demo's shape: a third of the requests held, the rest fast. Not saturated: its stall
+    is what the run shows (the kernel's counters marked the held ones)."""
+    records = [RequestRecord(i, i * 80 * MS, (75 if i % 3 == 0 else 5) * MS, 200,
+                             cgroup_nr_throttled=int(i % 3 == 0), cgroup_throttled_ns=0)
+               for i in range(60)]
+    detection = detect(records, throttled_share=1.0)
+    assert detection.saturated is None and detection.stall_ms is not None
+    held = [RequestRecord(r.seq, r.start_ns, 300 * MS, 200, cgroup_nr_throttled=3,
+                          cgroup_throttled_ns=0) for r in records]
+    assert detect(held, throttled_share=1.0).saturated is not None
+    assert detect(held, throttled_share=0.5).saturated is None   # the counters must say so

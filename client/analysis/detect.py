@@ -48,7 +48,8 @@ from cpuquota.limit import Limit
 
 __all__ = ["Detection", "FastMode", "Held", "ThrottleSource", "detect", "detect_run", "fast_mode",
            "mark_throttled", "no_limit_note", "open_loop_saturation", "period_of",
-           "quota_bound_of", "quota_saturation", "saturation", "stall_of"]
+           "quota_bound_of", "quota_saturation", "saturation", "sequential_saturation",
+           "stall_of"]
 
 
 class ThrottleSource(str, Enum):
@@ -180,6 +181,9 @@ class Detection:
                 "delayed by throttling")
 
 
+NOT_A_QUOTA = "which is not a quota"   # step 1's guess that the group's counters may settle
+
+
 @dataclass(frozen=True)
 class FastMode:
     """Step 1's answer: the unthrottled latency and the threshold above it (None: none)."""
@@ -187,6 +191,16 @@ class FastMode:
     baseline_ms: float | None
     threshold_ms: float | None
     notes: tuple[str, ...] = ()
+
+
+def _unless_counted(notes: tuple[str, ...], source: ThrottleSource,
+                    mask: np.ndarray) -> tuple[str, ...]:
+    """Step 1's guesses from the latencies alone, less the one the kernel's counters settle:
+    "not a quota" is not said of a run whose group's counters say its requests were delayed
+    by throttling."""
+    if source is ThrottleSource.CGROUP and mask.any():
+        return tuple(n for n in notes if not n.endswith(NOT_A_QUOTA))
+    return notes
 
 
 def _median_ms(values: Sequence[int | None]) -> float | None:
@@ -224,8 +238,8 @@ def fast_mode(ok: Sequence[RequestRecord], lat: np.ndarray, split: LatencySplit 
                 "delayed by throttling",))
         return FastMode(baseline, threshold, (
             f"requests took far longer than the server's CPU per request ({server_cpu:.2f} ms), "
-            "but not in steps of the period: the CPU was busy with other work (contention), "
-            "which is not a quota",))
+            f"but not in steps of the period: the CPU was busy with other work (contention), "
+            f"{NOT_A_QUOTA}",))
     if split and split.threshold_ms is not None and server_cpu is None and (
             split.fast_count < max(3, 0.05 * len(ok))):
         return FastMode(baseline, threshold, (
@@ -388,6 +402,20 @@ def quota_saturation(lat: np.ndarray, rate_rps: float,
             "requests waited for the quota; no stall or period is read from them")
 
 
+def sequential_saturation(mask: np.ndarray, throttled_share: float | None) -> str | None:
+    """Why a sequential run was saturated by its quota (the group's counters say nearly every
+    period was throttled, and nearly every request was delayed by throttling: each one wanted
+    more CPU than a period's quota gives), or None. With every request held, no fast mode is
+    left to measure a stall against: the latencies are the quota's, not a stall's."""
+    if (throttled_share is None or mask.size < 10 or throttled_share < SATURATED_SHARE
+            or mask.mean() < SATURATED_SHARE):
+        return None
+    return (f"one request at a time wanted more CPU than the quota gives: "
+            f"{100 * throttled_share:.0f} % of the periods were throttled and "
+            f"{100 * mask.mean():.0f} % of the requests were delayed by throttling; no stall "
+            "or period is read from them (no request ran unheld to compare with)")
+
+
 def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
            limit: Limit | None = None, unlimited: bool = False, concurrency: int = 1,
            throttled_share: float | None = None, rate_rps: float | None = None) -> Detection:
@@ -417,6 +445,8 @@ def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
             saturated = quota_saturation(lat, rate_rps, throttled_share)
     elif not sequential and not unlimited:
         saturated = saturation(lat, concurrency, throttled_share)
+    elif not unlimited and source is ThrottleSource.CGROUP:
+        saturated = sequential_saturation(mask, throttled_share)
     baseline, stall, stalled = stall_of(ok, lat, mask, mode.baseline_ms, server_cpu)
     recurring: list[str] = []
     if saturated is not None:
@@ -439,7 +469,8 @@ def detect(records: Sequence[RequestRecord], *, sequential: bool = True,
         server_wall_ms=_median_ms([r.server_wall_ns for r in ok]),
         idle_fraction=idle_fraction(records) if ok else None,
         quota_bound=quota_bound_of(ok, lat, mask, baseline, period),
-        notes=(*mode.notes, *marked, *stalled, *recurring), seqs=tuple(r.seq for r in ok),
+        notes=(*_unless_counted(mode.notes, source, mask), *marked, *stalled, *recurring),
+        seqs=tuple(r.seq for r in ok),
         saturated=saturated, held=Held.of([r.cgroup_held_ns for r, hit in zip(ok, throttled)
                                            if hit and r.cgroup_held_ns]
                                           if source is ThrottleSource.CGROUP else []))
