@@ -65,9 +65,11 @@ from typing import Any
 
 from client.data.summary import percentile
 from client.data.attribution import CounterSample, period_phase, throttle_events
+from client.data.loadshape import CLOSED_GAP_NS, chains, is_closed, time_step
 from cpuquota.account import CpuStat, QuotaAccount
 
-__all__ = ["MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "Demand", "Job", "LimitRow", "Load",
+__all__ = ["CLOSED_GAP_NS", "MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "Demand", "Job", "LimitRow",
+           "Load",
            "ReplayError", "Replayed", "Request", "added_delay", "demand_of", "held_at_most",
            "load_of",
            "predicted_latency", "replay", "replay_limits", "replay_load"]
@@ -75,7 +77,6 @@ __all__ = ["MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "Demand", "Job", "LimitRow", "
 MIN_WINDOW_NS = 1_000_000_000   # under a second, a replay says nothing worth reading
 MIN_WINDOW_PERIODS = 2
 MS = 1_000_000
-CLOSED_GAP_NS = 10 * MS        # a load tool sends its next request sooner than this
 STILL = 0.9                     # a group that ran 0.9 CPU or more in an interval used a CPU
 
 
@@ -381,22 +382,12 @@ class Load:
 
 def _lanes(reqs: Sequence[Request]) -> tuple[list[int | None], list[int]]:
     """Each request's predecessor in the fewest lanes of requests that do not overlap (each
-    goes after the lane that ended last before it started), and the gap after it."""
-    lane_ends: list[tuple[int, int]] = []   # (end, the request that ended it)
-    follows: list[int | None] = []
-    gaps: list[int] = []
-    for i, r in enumerate(reqs):
-        free = [j for j, (end, _) in enumerate(lane_ends) if end <= r.start_ns]
-        if free:
-            j = max(free, key=lambda j: lane_ends[j][0])
-            follows.append(lane_ends[j][1])
-            gaps.append(r.start_ns - lane_ends[j][0])
-            lane_ends[j] = (r.start_ns + r.latency_ns, i)
-        else:
-            follows.append(None)
-            gaps.append(0)
-            lane_ends.append((r.start_ns + r.latency_ns, i))
-    return follows, gaps
+    goes after the lane that ended last before it started), and the gap after it; an overlap
+    within the file's rounding (:func:`client.data.loadshape.time_step`: hey's 0.1 ms) is
+    not one, so rounded times never make two lanes of one connection."""
+    spans = [(r.start_ns, r.start_ns + r.latency_ns) for r in reqs]
+    step = time_step(spans)
+    return chains(spans, 2 * step if step > 1 else 0)
 
 
 def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = None) -> Load:
@@ -413,8 +404,7 @@ def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = N
     follows, gaps = _lanes(reqs)
     if closed is None:   # the file does not say: a closed loop sends the next request as soon
         # as one ends, so nearly all its gaps are short
-        sent_after = sorted(g for f, g in zip(follows, gaps) if f is not None)
-        closed = not sent_after or sent_after[int(0.9 * (len(sent_after) - 1))] <= CLOSED_GAP_NS
+        closed = is_closed(follows, gaps)
     lanes = sum(1 for f in follows if f is None) if closed else 0
     starts, ends = demand.starts_ns, (*demand.starts_ns[1:], demand.end_ns)
     own = bool(reqs) and all(r.cpu_ns for r in reqs)
