@@ -55,9 +55,12 @@ def test_marks_the_request_the_throttle_hit(tmp_path: Path, monkeypatch: pytest.
     marks = [(r.start_ns // MS, r.cgroup_nr_throttled) for r in run.records]
     assert marks == [(100, 0), (300, 0), (500, 0), (700, 0), (940, 1), (1200, 0), (1400, 0)]
     assert run.metadata.limit is not None and run.metadata.limit.cpus == pytest.approx(0.1)
-    assert run.metadata.mode.value == "sequential" and run.timeline is not None
-    assert json.loads((tmp_path / "raw-data" / "imp.json").read_text())["imported"][
-        "format"] == "vegeta-csv"
+    # vegeta attack sends at its -rate: an open loop, whatever the gaps between its requests
+    assert run.metadata.mode.value == "open-loop" and run.timeline is not None
+    imported = json.loads((tmp_path / "raw-data" / "imp.json").read_text())["imported"]
+    assert imported["format"] == "vegeta-csv"
+    assert imported["shape"] == {"loop": "open", "connections": None, "source": "format",
+                                 "why": "vegeta attack sends at its -rate, whatever the answers"}
 
 
 def test_a_group_with_no_limit_marks_no_request(tmp_path: Path,

@@ -31,6 +31,7 @@ from client.data.formats import EPOCH, IMPORTERS, Imported, read_results
 from client.data.formats.base import ImportFileError, seconds_ns
 from client.data.formats.nginx import NginxLogFormat
 from client.data.formats.nginx_format import LogFormatError
+from client.data.loadshape import UNKNOWN, LoadShape
 from client.data.naming import check_file_name
 from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample, read_timeline
@@ -42,7 +43,7 @@ from client.run.agent_timeline import (RECORDER_NAMESPACE, AgentTimelineError, P
 from client.run.importing import (ImportedRun, ImportSpec, build_imported, only_upstream,
                                   place_requests, placeable, save_imported)
 
-__all__ = ["build_import_parser", "command_import"]
+__all__ = ["build_import_parser", "command_import", "shape_line"]
 
 PROG = "http-timing import"
 CHECK_WINDOW_NS = 2_000_000_000   # the clock check looks this far either way
@@ -56,6 +57,25 @@ def _seconds(flag: str) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"{flag} takes seconds, like 1732420000.25 "
                                              f"(got {text!r})") from None
     return parse
+
+
+def _connections(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"--concurrency takes a whole number of connections, "
+                                         f"1 or more (got {text!r})")
+    return count
+
+
+def _said_shape(opts: argparse.Namespace) -> LoadShape | None:
+    if opts.open_loop:
+        return LoadShape(False, None, "said", "--open-loop")
+    if opts.concurrency is not None:
+        return LoadShape(True, opts.concurrency, "said", f"--concurrency {opts.concurrency}")
+    return None
 
 
 def build_import_parser() -> argparse.ArgumentParser:
@@ -88,6 +108,14 @@ def build_import_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-format", metavar="'FORMAT'",
                         help="an nginx log in your own log_format, in nginx's syntax (the "
                         "directive or its strings): any format with $msec and $request_time")
+    loop = parser.add_mutually_exclusive_group()
+    loop.add_argument("--concurrency", type=_connections, metavar="C",
+                      help="the load was a closed loop of C connections (hey -c C, oha -c C): "
+                      "each sent its next request when the previous one was answered "
+                      "(default: as the file says, else as its requests show)")
+    loop.add_argument("--open-loop", action="store_true",
+                      help="the load sent each request at its own time, whatever the answers "
+                      "(a rate: hey -q, wrk2, k6's arrival-rate)")
     parser.add_argument("--upstream", metavar="IP[:PORT]",
                         help="only the requests this server answered (Traefik's ServiceAddr, "
                         "nginx's $upstream_addr): a proxy's log against one pod's timeline")
@@ -209,7 +237,7 @@ def _import(opts: argparse.Namespace, argv: list[str], name: str, imported: Impo
         raise _need_start(imported, opts.file, timeline, zero, period_ns)
     records = place_requests(imported, zero, opts.start, opts.offset)
     spec = ImportSpec(opts.file, timeline_file, name, opts.data_dir, opts.offset, opts.start,
-                      ("http-timing", "import", *argv), source)
+                      ("http-timing", "import", *argv), source, _said_shape(opts))
     run = build_imported(spec, imported, records, timeline, meta, zero)
     if run.records and run.outside == len(run.records):
         raise _no_overlap(opts.file, run.records, timeline, zero, source or str(timeline_file))
@@ -233,6 +261,16 @@ def _no_overlap(path: Path, records: list[RequestRecord], timeline: list[CgroupS
                     "(the service's timeline of another time? --offset moves the requests)")
 
 
+def shape_line(shape: LoadShape | None) -> str:
+    """The import's line on the load's shape; for a shape not known, what to give."""
+    if shape is None or not shape.known:
+        why = UNKNOWN.why if shape is None else shape.why
+        return (f"load: concurrency not known ({why}): a replay (predict, advise --passive) "
+                "sends each request at its recorded time; if the tool kept C connections "
+                "(hey -c, oha -c), import again with --concurrency C, else with --open-loop")
+    return f"load: {shape.describe()}"
+
+
 def _print(run: ImportedRun, imported: Imported, spec: ImportSpec,
            estimate: ClockEstimate | None) -> None:
     records = run.records
@@ -241,8 +279,7 @@ def _print(run: ImportedRun, imported: Imported, spec: ImportSpec,
     if (why := no_limit_note(run.metadata.cgroup)) is not None:
         print(f"{len(records)} requests from {spec.source} ({imported.format}), not marked: "
               f"{why}")
-        print(f"raw data: {spec.csv_path} (metadata {spec.meta_path}, timeline "
-              f"{spec.timeline_copy})")
+        _raw_data(run, spec)
         return
     if not run.metadata.extra["imported"]["marked"]:
         step = imported.start_step_ns / 1e9
@@ -252,8 +289,7 @@ def _print(run: ImportedRun, imported: Imported, spec: ImportSpec,
               f"period's throttling each met is unknown; no clock check either")
         if imported.format == "traefik":
             print("for marks, have Traefik write --accesslog.format=json (its StartUTC is in ns)")
-        print(f"raw data: {spec.csv_path} (metadata {spec.meta_path}, timeline "
-              f"{spec.timeline_copy})")
+        _raw_data(run, spec)
         return
     delayed = [r for r in records if r.cgroup_held_ns]
     longest = max((r.cgroup_held_ns or 0 for r in records), default=0) / 1e6
@@ -272,4 +308,10 @@ def _print(run: ImportedRun, imported: Imported, spec: ImportSpec,
     else:
         print(f"clock check: the stalls line up best with the throttling at a shift of "
               f"{estimate.describe()}; applied: {applied}")
+    _raw_data(run, spec)
+
+
+def _raw_data(run: ImportedRun, spec: ImportSpec) -> None:
+    """The load's shape, then where the run went: the last two lines."""
+    print(shape_line(LoadShape.from_dict(run.metadata.extra["imported"]["shape"])))
     print(f"raw data: {spec.csv_path} (metadata {spec.meta_path}, timeline {spec.timeline_copy})")

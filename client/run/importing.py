@@ -6,6 +6,8 @@ Placing: a request's start on the timeline is ``epoch - clock.zero_epoch_ns + of
 file with Unix times), or ``start_epoch + relative - zero + offset`` (hey, oha: ``--start``).
 Marking: :func:`client.run.attach.mark_records`, what a live ``--cgroup`` run does; a request
 not wholly inside the timeline stays unmarked (unknown), and is counted.
+The load's shape (:func:`shape_of`, ``client.data.loadshape``) goes into the run's JSON: its
+``mode`` and ``concurrency``, and ``imported.shape`` (where it came from).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from client import __version__
 from client.data.files import replacing, write_metadata, write_rows
 from client.data.folders import make_folder
 from client.data.formats import EPOCH, Imported, ImportedRequest
+from client.data.loadshape import LoadShape, infer
 from client.data.metadata import LoadMode, RunMetadata, watched_without_limit
 from client.data.record import RawDataError, RequestRecord
 from client.data.summary import summarize
@@ -27,8 +30,16 @@ from client.data.timeline import CgroupSample, timeline_path
 from client.data.timeline_meta import TimelineMetadata
 from client.run.attach import mark_records
 
-__all__ = ["ImportSpec", "ImportedRun", "build_imported", "mark_imported", "max_overlap",
-           "only_upstream", "place_requests", "placeable", "save_imported", "upstream_matches"]
+__all__ = ["OPEN_FORMATS", "ImportSpec", "ImportedRun", "build_imported", "mark_imported",
+           "mode_of", "only_upstream", "place_requests", "placeable", "save_imported",
+           "shape_of", "upstream_matches"]
+
+# formats whose requests arrived at their own time: access logs, and vegeta's attack -rate
+OPEN_FORMATS = {
+    **{name: "an access log: each request arrived when it arrived" for name in (
+        "nginx", "envoy", "envoy-json", "traefik", "traefik-json")},
+    **{name: "vegeta attack sends at its -rate, whatever the answers" for name in (
+        "vegeta-csv", "vegeta-json")}}
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,7 @@ class ImportSpec:
     start_epoch_ns: int | None = None     # where a relative file's zero is (--start)
     command: tuple[str, ...] = ()
     timeline_source: str = ""             # where the timeline came from, if not a file (k8s:NS/POD)
+    shape: LoadShape | None = None        # how the load was sent, as the user says
 
     @property
     def csv_path(self) -> Path:
@@ -87,15 +99,27 @@ def _placed(seq: int, request: ImportedRequest, shift_ns: int) -> RequestRecord:
                          request.error)
 
 
-def max_overlap(records: list[RequestRecord]) -> int:
-    """The most requests in flight at once (1: they went one at a time)."""
-    edges = sorted([(r.start_ns, 1) for r in records] + [(r.end_ns, -1) for r in records],
-                   key=lambda e: (e[0], e[1]))
-    most = current = 0
-    for _, change in edges:
-        current += change
-        most = max(most, current)
-    return max(most, 1)
+def shape_of(imported: Imported, records: list[RequestRecord],
+             said: LoadShape | None = None) -> LoadShape:
+    """How the requests were sent: as the user says (``said``), as the file says (its JSON,
+    its connection column), as its format is (:data:`OPEN_FORMATS`), else as the requests
+    show (:func:`client.data.loadshape.infer`: "concurrency not known" when they do not)."""
+    if said is not None:
+        return said
+    if imported.shape is not None:
+        return imported.shape
+    if imported.format in OPEN_FORMATS:
+        return LoadShape(False, None, "format", OPEN_FORMATS[imported.format])
+    return infer([(r.start_ns, r.end_ns) for r in records if not r.error])
+
+
+def mode_of(shape: LoadShape) -> tuple[LoadMode, int]:
+    """The run's ``mode`` and ``concurrency`` for a shape: one at a time sequential, C at a
+    time a closed loop of C; an open loop, and a shape not known, each request at its time."""
+    if shape.closed and shape.connections is not None:
+        return (LoadMode.SEQUENTIAL, 1) if shape.connections == 1 else (
+            LoadMode.CLOSED_LOOP, shape.connections)
+    return LoadMode.OPEN_LOOP, 1
 
 
 def mark_imported(records: list[RequestRecord], timeline: list[CgroupSample],
@@ -157,7 +181,8 @@ def build_imported(spec: ImportSpec, imported: Imported, records: list[RequestRe
     if watched_without_limit(timeline_meta.cgroup):   # its counters count no throttling
         placed = False
     marked, outside = mark_imported(records, timeline, timeline_meta, placed)
-    overlap = max_overlap(marked)
+    shape = shape_of(imported, marked, spec.shape)
+    mode, concurrency = mode_of(shape)
     first_epoch = zero_epoch_ns + (marked[0].start_ns if marked else 0)
     details: dict[str, Any] = {
         "file": str(spec.source), "format": imported.format, "clock": imported.clock,
@@ -165,11 +190,10 @@ def build_imported(spec: ImportSpec, imported: Imported, records: list[RequestRe
         "offset_s": spec.offset_ns / 1e9,
         "start_epoch_s": None if spec.start_epoch_ns is None else spec.start_epoch_ns / 1e9,
         "outside_timeline": outside, "start_step_s": imported.start_step_ns / 1e9,
-        "marked": placed, "notes": list(imported.notes)}
+        "marked": placed, "notes": list(imported.notes), "shape": shape.to_dict()}
     metadata = RunMetadata(
         name=spec.name, tool=f"{imported.format} (http-timing import)", version=__version__,
-        url=imported.url, mode=LoadMode.SEQUENTIAL if overlap == 1 else LoadMode.CLOSED_LOOP,
-        requests=len(marked), concurrency=overlap,
+        url=imported.url, mode=mode, requests=len(marked), concurrency=concurrency,
         started_at=datetime.fromtimestamp(first_epoch / 1e9, timezone.utc).isoformat(),
         host=timeline_meta.host, command=list(spec.command), cgroup=timeline_meta.cgroup,
         ended_at=datetime.now(timezone.utc).isoformat(), completed=len(marked),

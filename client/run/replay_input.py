@@ -7,18 +7,20 @@ placed on the timeline's clock. Every problem is a one-line ``RawDataError`` nam
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from client.data.attribution import held
 from client.data.files import read_run
-from client.data.formats import HEAD_BYTES, RUN, read_results, recognise, run_zero_epoch_ns
-from client.data.metadata import LoadMode, RunMetadata
+from client.data.formats import (HEAD_BYTES, RUN, read_results, recognise, run_shape,
+                                 run_zero_epoch_ns)
+from client.data.loadshape import LoadShape
+from client.data.metadata import RunMetadata
 from client.data.record import RawDataError, RequestRecord
 from client.data.timeline import CgroupSample, read_timeline, timeline_path
 from client.data.timeline_meta import (TimelineMetadata, read_timeline_metadata,
                                        timeline_meta_path)
-from client.run.importing import place_requests
+from client.run.importing import place_requests, shape_of
 
 __all__ = ["DEFAULT_PERIOD_NS", "Placed", "Recording", "read_recording", "read_requests",
            "sent_closed"]
@@ -120,12 +122,26 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def sent_closed(meta: RunMetadata) -> bool | None:
-    """Whether an http-timing run sent its requests in a closed loop (its plan: one or
-    ``--concurrency`` C at a time) or an open one (``--rate``); None when the file does not
-    say (an imported run's mode is a guess from its overlaps, a capture has none)."""
-    if not meta.present or meta.tool != "http-timing":
-        return None
-    return meta.mode is not LoadMode.OPEN_LOOP
+    """Whether a run sent its requests in a closed loop (an http-timing run's plan: one or
+    ``--concurrency`` C at a time; an imported run's shape as its file, its format or the
+    user said) or an open one (``--rate``, an access log); None when nothing says (a shape
+    inferred from the requests or not known: the replay reads their gaps again; a capture)."""
+    return _closed(run_shape(meta))
+
+
+def _closed(shape: LoadShape | None) -> bool | None:
+    return None if shape is None or shape.source in ("inferred", "unknown") else shape.closed
+
+
+def _shape_says(shape: LoadShape | None) -> str:
+    """What ``how`` adds on the load's shape, and what to give when it is not known."""
+    if shape is None:
+        return ""
+    if not shape.known:
+        return (f"; concurrency not known ({shape.why}): each sent at its recorded time, "
+                "which under-states a closed loop's demand at a higher limit; if the tool "
+                "kept C connections, import it with --concurrency C")
+    return f"; {shape.describe()}"
 
 
 def _run_records(path: Path, recording: Recording
@@ -135,9 +151,10 @@ def _run_records(path: Path, recording: Recording
     ``started_at``, taken before its warm-up, and the answer says so. And how they were sent
     (:func:`sent_closed`)."""
     run = read_run(path)
-    closed = sent_closed(run.metadata)
+    shape = run_shape(run.metadata)
+    closed, says = _closed(shape), _shape_says(shape)
     if _same_file(timeline_path(run.path), recording.path):
-        return run.records, "on the run's own timeline (one clock)", closed
+        return run.records, "on the run's own timeline (one clock)" + says, closed
     zero, how = run_zero_epoch_ns(run.metadata)
     if zero is None or recording.zero_epoch_ns is None:
         raise RawDataError(f"{path}: cannot place its requests on {recording.path}: "
@@ -145,10 +162,11 @@ def _run_records(path: Path, recording: Recording
     if not recording.zero_exact:
         how += "; the timeline's zero by its started_at (before its warm-up)"
     base = zero - recording.zero_epoch_ns
-    return [replace(r, start_ns=r.start_ns + base) for r in run.records], how, closed
+    return [replace(r, start_ns=r.start_ns + base) for r in run.records], how + says, closed
 
 
-def _imported_records(path: Path, recording: Recording) -> tuple[list[RequestRecord], str]:
+def _imported_records(path: Path, recording: Recording
+                      ) -> tuple[list[RequestRecord], str, bool | None]:
     imported = read_results(path)
     if recording.zero_epoch_ns is None:
         raise RawDataError(f"{recording.path}: its JSON has no clock to place {path}'s "
@@ -160,7 +178,28 @@ def _imported_records(path: Path, recording: Recording) -> tuple[list[RequestRec
             f"{path}: {imported.format} times are relative to the tool's own start: make it a "
             f"run with http-timing import {path} --timeline {recording.path} --start EPOCH, "
             "then give --requests-from that run's CSV") from None
-    return records, f"by their Unix times ({imported.format})"
+    shape = shape_of(imported, records)
+    return (records, f"by their Unix times ({imported.format})" + _shape_says(shape),
+            _closed(shape))
+
+
+def _outside(path: Path, records: list[RequestRecord], recording: Recording, how: str) -> str:
+    """The line for a requests file none of whose requests lies inside the timeline: when
+    each was, what that means, and what to give."""
+    zero = recording.zero_epoch_ns
+
+    def when(t_ns: int) -> str:
+        if zero is None:
+            return f"{t_ns / 1e9:+.1f} s"
+        return datetime.fromtimestamp((zero + t_ns) / 1e9, timezone.utc).strftime("%H:%M:%S")
+
+    span = (f"requests {when(min(r.start_ns for r in records))} to "
+            f"{when(max(r.end_ns for r in records))}, " if records else "")
+    return (f"{path}: none of its {len(records)} requests lies inside the timeline's window "
+            f"({span}{recording.path} {when(recording.samples[0].t_ns)} to "
+            f"{when(recording.samples[-1].t_ns)} UTC; placed {how.split('; ')[0]}): the "
+            "timeline was recorded at another time or the file's clock is off; give the "
+            "timeline recorded during the load, or import the file with --start or --offset")
 
 
 def read_requests(path: Path, recording: Recording) -> Placed:
@@ -173,13 +212,12 @@ def read_requests(path: Path, recording: Recording) -> Placed:
     if _is_run_file(path):
         records, how, closed = _run_records(path, recording)
     else:
-        records, how = _imported_records(path, recording)
+        records, how, closed = _imported_records(path, recording)
     first, last = recording.samples[0].t_ns, recording.samples[-1].t_ns
     ok = [r for r in records if not r.error]
     inside = [r for r in ok if first <= r.start_ns and r.start_ns + r.latency_ns <= last]
     if not inside:
-        raise RawDataError(f"{path}: none of its {len(records)} requests lies inside the "
-                           f"timeline's window ({recording.path}; placed {how})")
+        raise RawDataError(_outside(path, records, recording, how))
     walls = held([(r.start_ns, r.start_ns + r.latency_ns) for r in inside],
                  [recording.samples], [recording.period_ns])
     return Placed(inside, walls, len(ok) - len(inside), len(records) - len(ok), how, closed)

@@ -15,9 +15,9 @@ from client.data.formats.base import (EPOCH, HEAD_BYTES, RELATIVE, RESULTS, RUN,
                                       Imported, ImportedRequest, ResultsFormat, RunFormat)
 from client.data.formats.registry import (FORMATS, IMPORTERS, READERS, Run, read_results,
                                           read_run, reader_for, recognise, results_format,
-                                          run_zero_epoch_ns)
+                                          run_shape, run_zero_epoch_ns)
 
 __all__ = ["EPOCH", "FORMATS", "HEAD_BYTES", "IMPORTERS", "READERS", "RELATIVE", "RESULTS",
            "RUN", "ImportFileError", "Imported", "ImportedRequest", "ResultsFormat", "Run",
            "RunFormat", "read_results", "read_run", "reader_for", "recognise",
-           "results_format", "run_zero_epoch_ns"]
+           "results_format", "run_shape", "run_zero_epoch_ns"]

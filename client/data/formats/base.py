@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import NoReturn, Protocol
 
+from client.data.loadshape import LoadShape
 from client.data.record import RawDataError, RequestRecord
 
 __all__ = ["EPOCH", "HEAD_BYTES", "RELATIVE", "RESULTS", "RUN", "ImportFileError", "Imported",
@@ -70,6 +71,7 @@ class Imported:
     # the file writes, fine enough to place a request among a quota's periods
     start_step_ns: int = 0
     upstreams: bool = False   # whether the format names each request's upstream
+    shape: LoadShape | None = None   # how the requests were sent, when the file says
 
 
 class RunFormat(Protocol):

@@ -2,7 +2,9 @@
 ``timeStamp,elapsed,label,responseCode,responseMessage,threadName,dataType,success,...``.
 ``timeStamp`` is Unix ms: the sample's **start** with the properties JMeter ships
 (``sampleresult.timestamp.start=true`` in bin/jmeter.properties), read so; ``elapsed`` ms.
-JMeter does not run here: the tests use a file written as its documentation shows."""
+``threadName`` (when there) is the sampler's thread: each a closed loop, so the file says the
+load's shape (:class:`client.data.loadshape.LoadShape`, ``"column"``). JMeter does not run
+here: the tests use a file written as its documentation shows."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 
 from client.data.formats.base import (EPOCH, RESULTS, Imported, ImportedRequest, bad_line,
                                       read_text, table_rows)
+from client.data.loadshape import LoadShape
 
 __all__ = ["JMeterCsv"]
 
@@ -25,7 +28,7 @@ class JMeterCsv:
         return head.lstrip().startswith(b"timeStamp,elapsed,")
 
     def read(self, path: Path) -> Imported:
-        requests, url = [], ""
+        requests, url, threads = [], "", set()
         for line_no, row in table_rows(path, read_text(path), _REQUIRED, "a JMeter JTL CSV"):
             try:
                 start, elapsed = int(row["timeStamp"]), int(row["elapsed"])
@@ -40,4 +43,9 @@ class JMeterCsv:
             requests.append(ImportedRequest(start * 1_000_000, elapsed * 1_000_000, status,
                                             error))
             url = url or row.get("URL", "")
-        return Imported(self.name, EPOCH, requests, url=url)
+            threads.add(row.get("threadName", "").strip())
+        threads.discard("")
+        shape = None if not threads else LoadShape(
+            True, len(threads), "column", f"the file's threadName column: {len(threads)} "
+            f"thread{'s' if len(threads) > 1 else ''}, each sending its next when answered")
+        return Imported(self.name, EPOCH, requests, url=url, shape=shape)

@@ -34,13 +34,30 @@ from client.data.formats.nginx import NginxTiming
 from client.data.formats.oha import OhaCsv, OhaSqlite
 from client.data.formats.traefik import TraefikClf, TraefikJson
 from client.data.formats.vegeta import VegetaCsv, VegetaJson
-from client.data.metadata import RunMetadata
+from client.data.loadshape import LoadShape
+from client.data.metadata import LoadMode, RunMetadata
 from client.data.record import RawDataError, RequestRecord
 from client.data.timeline import CgroupSample, read_timeline, timeline_path
 from client.data.threads import RunThreads, read_run_threads
 
 __all__ = ["FORMATS", "IMPORTERS", "READERS", "HttpTimingRun", "Run", "read_results",
-           "read_run", "reader_for", "recognise", "results_format", "run_zero_epoch_ns"]
+           "read_run", "reader_for", "recognise", "results_format", "run_shape",
+           "run_zero_epoch_ns"]
+
+
+def run_shape(metadata: RunMetadata) -> LoadShape | None:
+    """How a run's JSON says its requests were sent: an http-timing run's plan (its mode and
+    ``--concurrency``), an imported run's shape as its import found it; None: it says none."""
+    if not metadata.present:
+        return None
+    if metadata.tool == "http-timing":
+        if metadata.mode is LoadMode.OPEN_LOOP:
+            return LoadShape(False, None, "said", "the run's plan: --rate")
+        count = 1 if metadata.sequential else metadata.concurrency
+        return LoadShape(True, count, "said", "the run's plan"
+                         + ("" if count == 1 else f": --concurrency {count}"))
+    imported = metadata.extra.get("imported")
+    return LoadShape.from_dict(imported.get("shape")) if isinstance(imported, dict) else None
 
 
 def run_zero_epoch_ns(metadata: RunMetadata) -> tuple[int | None, str]:
@@ -91,7 +108,8 @@ class HttpTimingRun:
                                     kept=replace(r, cgroup_throttled_ns=None, cgroup_nr_throttled=None,
                                                  cgroup_held_ns=None)) for r in run.records]
         return Imported(self.name, RELATIVE if zero is None else EPOCH, requests,
-                        url=run.metadata.url, notes=[f"{path}: placed {how}"])
+                        url=run.metadata.url, notes=[f"{path}: placed {how}"],
+                        shape=run_shape(run.metadata))
 
 
 FORMATS: dict[str, RunFormat | ResultsFormat] = {f.name: f for f in (
