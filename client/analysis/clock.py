@@ -6,7 +6,14 @@ Each request's stall is its latency above the median. On a 1 ms grid, the stall 
 inside a throttled stretch) by FFT; the best shift is the peak within the range asked. The
 confidence compares that peak with the best one at least half a period (or 50 ms) away:
 throttling that repeats every period lines up almost as well one period off, and then the
-answer is ambiguous ("low"). The estimate is advice: the caller prints it, never applies it.
+answer is ambiguous ("low").
+
+:func:`align` decides whether to move the stated clock (a relative file's ``--start``, taken
+a few ms before the tool sent its first request; another host's clock): the shift that lines
+up best, over the whole range when that is unambiguous ("high"), else within half a period
+of the stated clock (the tool's start-up moves it by ms, not by periods), is applied when its
+line-up beats the stated clock's :data:`ALIGN_RATIO` times over (or the stated one lines up
+nothing). How much better is said; ``--offset`` and ``--no-align`` keep the caller's clock.
 """
 
 from __future__ import annotations
@@ -14,12 +21,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 
-__all__ = ["ClockEstimate", "estimate_shift"]
+__all__ = ["ALIGN_RATIO", "Alignment", "ClockEstimate", "Fit", "align", "estimate_shift"]
 
 GRID_NS = 1_000_000
 HIGH_RATIO = 1.5      # the best line-up beats the next one this many times over: "high"
+ALIGN_RATIO = 1.5     # a shift's line-up beats the stated clock's this many times over: applied
+TIED = 0.02           # shifts whose mismatch is within 2 % of the least fit as well
 
 
 @dataclass(frozen=True)
@@ -51,11 +62,10 @@ def _grid(spans: Sequence[tuple[int, int]], weights: Sequence[float], base: int,
     return np.cumsum(signal)[:size]
 
 
-def estimate_shift(requests: Sequence[tuple[int, int]], stretches: Sequence[tuple[int, int]],
-                   lo_ns: int, hi_ns: int, *, period_ns: int | None = None
-                   ) -> ClockEstimate | None:
-    """The shift in ``[lo_ns, hi_ns]`` that best lines ``requests`` (``(start, end)`` ns) up
-    with the throttled ``stretches`` (same clock); None with too little to go on."""
+def _scores(requests: Sequence[tuple[int, int]], stretches: Sequence[tuple[int, int]],
+            lo_ns: int, hi_ns: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each shift in ``[lo_ns, hi_ns]`` (1 ms apart) and its line-up (-inf where the requests
+    would not meet the stretches at all); None with too little to go on."""
     if len(requests) < 5 or not stretches or hi_ns < lo_ns:
         return None
     latencies = np.array([end - start for start, end in requests], dtype=float)
@@ -77,7 +87,18 @@ def estimate_shift(requests: Sequence[tuple[int, int]], stretches: Sequence[tupl
     valid = (m > -r_size) & (m < t_size)   # some overlap; n >= r_size + t_size: no wrap
     if not valid.any():
         return None
-    scores = np.where(valid, corr[np.mod(m, n)], -np.inf)
+    return shifts, np.where(valid, corr[np.mod(m, n)], -np.inf)
+
+
+def estimate_shift(requests: Sequence[tuple[int, int]], stretches: Sequence[tuple[int, int]],
+                   lo_ns: int, hi_ns: int, *, period_ns: int | None = None
+                   ) -> ClockEstimate | None:
+    """The shift in ``[lo_ns, hi_ns]`` that best lines ``requests`` (``(start, end)`` ns) up
+    with the throttled ``stretches`` (same clock); None with too little to go on."""
+    scored = _scores(requests, stretches, lo_ns, hi_ns)
+    if scored is None:
+        return None
+    shifts, scores = scored
     best = int(np.argmax(scores))
     score = float(scores[best])
     if not score > 0:
@@ -90,3 +111,120 @@ def estimate_shift(requests: Sequence[tuple[int, int]], stretches: Sequence[tupl
     return ClockEstimate(int(shifts[best]), score,
                          int(shifts[runner]) if runner is not None else None, ratio,
                          "high" if ratio >= HIGH_RATIO else "low")
+
+
+def _union(stretches: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """The throttled wall time before each instant, as breakpoints for ``np.interp``."""
+    xs: list[float] = []
+    ys: list[float] = []
+    total = 0.0
+    last_hi = -math.inf
+    for a, b in sorted((a, b) for a, b in stretches if b > a):
+        lo, hi = max(float(a), last_hi), float(b)
+        if hi <= lo:
+            continue
+        xs += [lo, hi]
+        ys += [total, total + hi - lo]
+        total += hi - lo
+        last_hi = hi
+    return np.array(xs, dtype=float), np.array(ys, dtype=float)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How the throttled stretches, moved by a shift, fit the requests' latencies: the
+    ``mismatch`` (each request's hold against its latency above the median, summed over the
+    requests a stretch can reach) and the ``impossible`` hold (held longer than its latency
+    less the fastest answer: no request can be)."""
+
+    shift_ns: int
+    mismatch_ns: float
+    impossible_ns: float
+
+
+def _fits(requests: Sequence[tuple[int, int]], stretches: Sequence[tuple[int, int]],
+          shifts: Sequence[int]) -> list[Fit]:
+    xs, ys = _union(stretches)
+    starts = np.array([s for s, _ in requests], dtype=float)
+    ends = np.array([e for _, e in requests], dtype=float)
+    latency = ends - starts
+    excess = np.maximum(0.0, latency - np.median(latency))
+    room = latency - latency.min()
+    holds = [np.minimum(latency, np.interp(ends + d, xs, ys) - np.interp(starts + d, xs, ys))
+             for d in shifts]
+    reach = np.zeros(len(requests), dtype=bool)
+    for held in holds:
+        reach |= held > 0
+    return [Fit(int(d), float(np.abs(held[reach] - excess[reach]).sum()),
+                float(np.maximum(0.0, held - room).sum())) for d, held in zip(shifts, holds)]
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """The shift :func:`align` chose and how it fits, against the stated clock's fit."""
+
+    chosen: Fit
+    stated: Fit
+    where: str        # "over the whole range" (unambiguous) or "within N ms of the stated clock"
+
+    @property
+    def shift_ns(self) -> int:
+        return self.chosen.shift_ns
+
+    @property
+    def better(self) -> float:
+        """How many times smaller the mismatch is at the shift than at the stated clock."""
+        return (self.stated.mismatch_ns / self.chosen.mismatch_ns if self.chosen.mismatch_ns > 0
+                else float("inf"))
+
+    @property
+    def applied(self) -> bool:
+        """Clearly better than the stated clock: it takes away the hold no latency could hold
+        there (at least 1 ms of it) without fitting worse, or fits :data:`ALIGN_RATIO` times
+        better."""
+        if self.shift_ns == 0:
+            return False
+        removes = (self.stated.impossible_ns >= GRID_NS and
+                   self.chosen.impossible_ns * ALIGN_RATIO <= self.stated.impossible_ns)
+        return (removes and self.better >= 1.0) or self.better >= ALIGN_RATIO
+
+    def describe(self) -> str:
+        times = "inf" if not np.isfinite(self.better) else f"{self.better:.1f}"
+        return (f"{self.shift_ns / 1e9:+.3f} s ({self.where}): the holds miss the latencies "
+                f"by {self.chosen.mismatch_ns / 1e6:.0f} ms in all against "
+                f"{self.stated.mismatch_ns / 1e6:.0f} ms at the stated clock ({times}x "
+                f"better), and hold {self.chosen.impossible_ns / 1e6:.0f} ms more than the "
+                f"latencies can against {self.stated.impossible_ns / 1e6:.0f} ms")
+
+
+def align(requests: Sequence[tuple[int, int]], stretches: Sequence[tuple[int, int]],
+          lo_ns: int, hi_ns: int, *, period_ns: int | None = None,
+          near_ns: tuple[int, int] | None = None) -> Alignment | None:
+    """The shift to apply to ``requests`` (see the module's docstring; :attr:`Alignment.applied`
+    says whether it is clearly better than the stated clock); None with too little to go on
+    or when shift 0 is outside ``[lo_ns, hi_ns]``. ``near_ns``: the shifts the stated clock
+    can be off by, less than a period apart (default: half a period either way; a tool's
+    relative times started after the ``date`` taken before it: ``(-10 ms, 0.9 period)``)."""
+    if not lo_ns <= 0 <= hi_ns or len(requests) < 5 or not stretches:
+        return None
+    reach = max((period_ns or 0) // 2, 50 * GRID_NS)
+    below, above = near_ns if near_ns is not None else (-reach + GRID_NS, reach - GRID_NS)
+    lo, hi = max(lo_ns, below), min(hi_ns, above)
+    near = [d for d in range(lo - lo % GRID_NS, hi + 1, GRID_NS // 2) if lo <= d <= hi]
+    if 0 not in near:
+        near.append(0)
+    wide = estimate_shift(requests, stretches, lo_ns, hi_ns, period_ns=period_ns)
+    far = (wide.shift_ns if wide is not None and wide.confidence == "high" and
+           not below <= wide.shift_ns <= above else None)
+    fits = _fits(requests, stretches, near if far is None else [*near, far])
+    stated = next(f for f in fits if f.shift_ns == 0)
+    if far is not None:
+        return Alignment(fits[-1], stated, "over the whole range: unambiguous")
+    least = min(round(f.impossible_ns / GRID_NS) for f in fits)
+    fitting = [f for f in fits if round(f.impossible_ns / GRID_NS) == least]
+    floor = min(f.mismatch_ns for f in fitting)
+    # the shifts that fit as well (a 10 ms row blurs a few ms): the middle of them
+    tied = sorted((f for f in fitting if f.mismatch_ns <= floor * (1 + TIED)),
+                  key=lambda f: f.shift_ns)
+    return Alignment(tied[len(tied) // 2], stated,
+                     f"searched {below / 1e6:+g} to {above / 1e6:+g} ms of the stated clock")

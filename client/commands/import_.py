@@ -4,7 +4,8 @@
 the node agent of the pod's node, through the API server's proxy (a kubeconfig is enough).
 
     http-timing import FILE --timeline NAME.cgroup.csv|k8s:NS/POD [--format F] [--name OUT]
-                       [--start EPOCH] [--offset SECONDS] [--log-format 'NGINX FORMAT']
+                       [--start EPOCH] [--offset SECONDS | --no-align]
+                       [--concurrency C | --open-loop] [--log-format 'NGINX FORMAT']
                        [--upstream IP[:PORT]]
 
 The format is recognised from the content (``--format`` forces one; ``--log-format`` reads
@@ -12,8 +13,12 @@ an nginx log in the user's own ``log_format``). ``--upstream`` keeps the request
 served (a proxy's log: an Ingress's, marked against one pod's timeline). Files with relative
 times (hey, oha) need ``--start`` (the tool's start, Unix seconds as ``date +%s.%N`` prints);
 without it the command prints the best estimate and stops. Every import prints the clock
-check (the shift that lines the stalls up with the throttling, with its confidence); it is
-applied only through ``--offset``. Exit 0; 2 for bad input (one line).
+check (the shift that lines the stalls up with the throttling, with its confidence) and
+aligns the stated clock (``client.analysis.clock.align``): the shift near it that fits the
+latencies clearly better is applied, and said; ``--offset`` sets the shift instead,
+``--no-align`` keeps the stated clock. The load's shape (``client.run.importing.shape_of``)
+is printed and kept in the run's JSON; ``--concurrency C`` or ``--open-loop`` says it.
+Exit 0; 2 for bad input (one line).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from datetime import datetime, timezone
 from collections.abc import Callable
 from pathlib import Path
 
-from client.analysis.clock import ClockEstimate, estimate_shift
+from client.analysis.clock import ALIGN_RATIO, Alignment, ClockEstimate, align, estimate_shift
 from client.analysis.detect import no_limit_note
 from client.commands.options import CliError, OneLineParser, check_folder
 from client.data.formats import EPOCH, IMPORTERS, Imported, read_results
@@ -102,9 +107,12 @@ def build_import_parser() -> argparse.ArgumentParser:
     parser.add_argument("--start", type=_seconds("--start"), metavar="EPOCH",
                         help="for relative times (hey, oha): the tool's start, Unix seconds "
                         "(date +%%s.%%N just before running it)")
-    parser.add_argument("--offset", type=_seconds("--offset"), default=0, metavar="SECONDS",
+    parser.add_argument("--offset", type=_seconds("--offset"), metavar="SECONDS",
                         help="add this to the file's times (its clock is off the timeline's "
-                        "host's); the clock check printed suggests one")
+                        "host's), instead of the clock check's shift")
+    parser.add_argument("--no-align", action="store_true",
+                        help="keep the file's clock as stated (--start, its Unix times): do not "
+                        "apply the shift that lines its slow requests up with the throttling")
     parser.add_argument("--log-format", metavar="'FORMAT'",
                         help="an nginx log in your own log_format, in nginx's syntax (the "
                         "directive or its strings): any format with $msec and $request_time")
@@ -200,8 +208,9 @@ def _window(imported: Imported, opts: argparse.Namespace) -> tuple[float | None,
     starts = [r.start_ns for r in imported.requests]
     ends = [r.start_ns + r.latency_ns for r in imported.requests]
     margin = CHECK_WINDOW_NS + 1_000_000_000
-    return ((base + min(starts) + opts.offset - margin) / 1e9,
-            (base + max(ends) + opts.offset + margin) / 1e9)
+    offset = opts.offset or 0
+    return ((base + min(starts) + offset - margin) / 1e9,
+            (base + max(ends) + offset + margin) / 1e9)
 
 
 def _fetch(ref: PodRef, imported: Imported, opts: argparse.Namespace, into: Path) -> Path:
@@ -235,17 +244,54 @@ def _import(opts: argparse.Namespace, argv: list[str], name: str, imported: Impo
     period_ns = meta.period_ns
     if imported.clock != EPOCH and opts.start is None:
         raise _need_start(imported, opts.file, timeline, zero, period_ns)
-    records = place_requests(imported, zero, opts.start, opts.offset)
-    spec = ImportSpec(opts.file, timeline_file, name, opts.data_dir, opts.offset, opts.start,
-                      ("http-timing", "import", *argv), source, _said_shape(opts))
+    offset = opts.offset or 0
+    records = place_requests(imported, zero, opts.start, offset)
+    fine = placeable(imported, period_ns)
+    estimate = (_check(records, timeline, period_ns, -CHECK_WINDOW_NS, CHECK_WINDOW_NS)
+                if fine else None)
+    alignment = (_align(records, timeline, period_ns, imported.clock != EPOCH)
+                 if fine and opts.offset is None and not opts.no_align else None)
+    shift = alignment.shift_ns if alignment is not None and alignment.applied else 0
+    if shift:
+        records = place_requests(imported, zero, opts.start, offset + shift)
+    spec = ImportSpec(opts.file, timeline_file, name, opts.data_dir, offset, opts.start,
+                      ("http-timing", "import", *argv), source, _said_shape(opts), shift)
     run = build_imported(spec, imported, records, timeline, meta, zero)
     if run.records and run.outside == len(run.records):
         raise _no_overlap(opts.file, run.records, timeline, zero, source or str(timeline_file))
     save_imported(spec, run)
-    estimate = (_check(records, timeline, period_ns, -CHECK_WINDOW_NS, CHECK_WINDOW_NS)
-                if placeable(imported, period_ns) else None)
-    _print(run, imported, spec, estimate)
+    _print(run, imported, spec, estimate, _check_says(opts, alignment))
     return 0
+
+
+def _align(records: list[RequestRecord], timeline: list[CgroupSample], period_ns: int | None,
+           relative: bool) -> Alignment | None:
+    """:func:`client.analysis.clock.align` over the shifts within the check's reach that keep
+    every request inside the timeline. A relative file's ``--start`` is ``date`` just before
+    the tool, whose zero comes after it (its start-up: ms, tens of ms on a busy machine): the
+    shifts searched near it run from -10 ms to 0.9 period."""
+    period = period_ns or 100_000_000
+    near = (-10_000_000, period * 9 // 10) if relative else None
+    lo = max(-CHECK_WINDOW_NS, timeline[0].t_ns - min(r.start_ns for r in records))
+    hi = min(CHECK_WINDOW_NS, timeline[-1].t_ns - max(r.end_ns for r in records))
+    stretches = throttled_stretches(timeline, period_ns)
+    return align([(r.start_ns, r.end_ns) for r in records], stretches, lo, hi,
+                 period_ns=period_ns, near_ns=near)
+
+
+def _check_says(opts: argparse.Namespace, alignment: Alignment | None) -> str:
+    """What the clock check did with the stated clock, for its line."""
+    if opts.offset is not None:
+        return f"applied: --offset {opts.offset / 1e9:g} (not aligned: --offset sets the clock)"
+    if opts.no_align:
+        return "applied: no offset (--no-align keeps the stated clock)"
+    if alignment is None:
+        return "applied: no offset"
+    if alignment.applied:
+        return (f"applied: a shift of {alignment.describe()} (--no-align keeps the stated "
+                "clock, --offset sets one)")
+    return (f"applied: no offset (the best shift near it, {alignment.describe()}, is not "
+            f"clearly better: {ALIGN_RATIO:g}x is needed)")
 
 
 def _no_overlap(path: Path, records: list[RequestRecord], timeline: list[CgroupSample],
@@ -272,7 +318,7 @@ def shape_line(shape: LoadShape | None) -> str:
 
 
 def _print(run: ImportedRun, imported: Imported, spec: ImportSpec,
-           estimate: ClockEstimate | None) -> None:
+           estimate: ClockEstimate | None, applied: str) -> None:
     records = run.records
     for note in imported.notes:
         print(note)
@@ -299,15 +345,14 @@ def _print(run: ImportedRun, imported: Imported, spec: ImportSpec,
     if run.outside:
         print(f"{run.outside} requests lie outside the timeline: left unmarked (is the clock "
               "right? see --offset)")
-    applied = f"--offset {spec.offset_ns / 1e9:g}" if spec.offset_ns else "no offset"
     if estimate is None:
         print(f"clock check: none (the requests fit inside the timeline at no shift within "
-              f"±{CHECK_WINDOW_NS / 1e9:g} s); applied: {applied}")
+              f"±{CHECK_WINDOW_NS / 1e9:g} s); {applied}")
     elif estimate.confidence == "none":
-        print(f"clock check: {estimate.describe()}; applied: {applied}")
+        print(f"clock check: {estimate.describe()}; {applied}")
     else:
         print(f"clock check: the stalls line up best with the throttling at a shift of "
-              f"{estimate.describe()}; applied: {applied}")
+              f"{estimate.describe()}; {applied}")
     _raw_data(run, spec)
 
 

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 __all__ = ["MIN_OVERLAP_NS", "CounterSample", "ThrottleEvent", "attribute",
-           "attribute_levels", "held", "period_phase", "throttle_events",
+           "attribute_levels", "beyond_own", "held", "period_phase", "throttle_events",
            "throttled_stretches"]
 
 MIN_OVERLAP_NS = 1_000_000   # a stretch overlapping a request by less is estimation noise
@@ -274,6 +274,17 @@ def held(intervals: Sequence[tuple[int, int]],
                 total += overlap
         out.append(max(0, min(total, end - start)))
     return out
+
+
+def beyond_own(held_ns: int, latency_ns: int, own_ns: int | None) -> int:
+    """A request's hold, never more than its latency could hold beyond its own time
+    (``own_ns``: its CPU as the server measured it; None: not known, the latency caps it);
+    0 when what is left is under :data:`MIN_OVERLAP_NS`, the estimate's noise (a request
+    placed a few ms off next to a throttle)."""
+    if own_ns is None:
+        return held_ns
+    left = min(held_ns, max(0, latency_ns - own_ns))
+    return left if left >= MIN_OVERLAP_NS or left == held_ns else 0
 
 
 def attribute_levels(intervals: Sequence[tuple[int, int]],

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample, level_timelines, timeline_path
-from client.data.attribution import attribute_levels, held
+from client.data.attribution import attribute_levels, beyond_own, held
 from client.run.cgroup_sampler import DEFAULT_INTERVAL, CgroupSampler, open_reader
 from client.run.service_group import ServiceGroup
 from client.run.http import Sender
@@ -96,21 +96,28 @@ class CgroupAttachment:
 
 
 def mark_records(records: Sequence[RequestRecord], timeline: Sequence[CgroupSample],
-                 periods_ns: Sequence[int | None], *, outside: bool = True
-                 ) -> list[RequestRecord]:
+                 periods_ns: Sequence[int | None], *, outside: bool = True,
+                 own_ns: Sequence[int | None] | None = None) -> list[RequestRecord]:
     """The records with the throttling the timeline shows inside each (sent to answered):
     what a live ``--cgroup`` run does once it is over, and what ``http-timing import`` does
     to another tool's requests. Each quota level of the timeline (the group's own and its
     ancestors') is read apart with its period (``periods_ns[k]``; the last one stands for the
     levels beyond the list, None: unknown) and a request is marked by the level that
     throttled it most. ``outside`` False: a request not wholly inside the timeline is left
-    unmarked (None: unknown), not marked 0."""
+    unmarked (None: unknown), not marked 0. ``own_ns`` (each request's own time, when
+    given): no request is held longer than its latency less it
+    (``client.data.attribution.beyond_own``), its throttled time cut with its hold."""
     spans = [(r.start_ns, r.end_ns) for r in records]
     timelines = level_timelines(list(timeline))
     periods = list(periods_ns) or [None]
     periods += [periods[-1]] * (len(timelines) - len(periods))
     marks = attribute_levels(spans, timelines, periods)
     walls = held(spans, timelines, periods)
+    if own_ns is not None:
+        capped = [beyond_own(w, r.latency_ns, own) for r, w, own in zip(records, walls, own_ns)]
+        marks = [(0, 0, level) if not c else (round(ns * c / w) if w else ns, nr, level)
+                 for (ns, nr, level), c, w in zip(marks, capped, walls)]
+        walls = capped
     first, last = (timeline[0].t_ns, timeline[-1].t_ns) if timeline else (0, -1)
     return [replace(r, cgroup_throttled_ns=ns, cgroup_nr_throttled=nr, cgroup_held_ns=wall)
             if outside or first <= r.start_ns and r.end_ns <= last else

@@ -53,6 +53,7 @@ class ImportSpec:
     command: tuple[str, ...] = ()
     timeline_source: str = ""             # where the timeline came from, if not a file (k8s:NS/POD)
     shape: LoadShape | None = None        # how the load was sent, as the user says
+    aligned_ns: int = 0                   # the clock check's shift, applied (beyond offset_ns)
 
     @property
     def csv_path(self) -> Path:
@@ -125,12 +126,15 @@ def mode_of(shape: LoadShape) -> tuple[LoadMode, int]:
 def mark_imported(records: list[RequestRecord], timeline: list[CgroupSample],
                   timeline_meta: TimelineMetadata, placed: bool = True
                   ) -> tuple[list[RequestRecord], int]:
-    """The records marked, and how many were left unmarked (outside the timeline). When the
+    """The records marked, and how many were left unmarked (outside the timeline); none held
+    longer than its latency less its own CPU where the server sent it (Server-Timing:
+    ``client.data.attribution.beyond_own``). When the
     file's starts are too coarse to place a request among the periods (``placed`` False,
     :func:`placeable`), none is marked (None: unknown), and 0 are counted outside."""
     if not placed:
         return list(records), 0
-    marked = mark_records(records, timeline, [timeline_meta.period_ns], outside=False)
+    marked = mark_records(records, timeline, [timeline_meta.period_ns], outside=False,
+                          own_ns=[r.server_cpu_ns for r in records])
     return marked, sum(1 for r in marked if r.cgroup_nr_throttled is None)
 
 
@@ -187,7 +191,7 @@ def build_imported(spec: ImportSpec, imported: Imported, records: list[RequestRe
     details: dict[str, Any] = {
         "file": str(spec.source), "format": imported.format, "clock": imported.clock,
         "timeline": spec.timeline_source or str(spec.timeline_path),
-        "offset_s": spec.offset_ns / 1e9,
+        "offset_s": spec.offset_ns / 1e9, "aligned_s": spec.aligned_ns / 1e9,
         "start_epoch_s": None if spec.start_epoch_ns is None else spec.start_epoch_ns / 1e9,
         "outside_timeline": outside, "start_step_s": imported.start_step_ns / 1e9,
         "marked": placed, "notes": list(imported.notes), "shape": shape.to_dict()}
