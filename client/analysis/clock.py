@@ -9,11 +9,12 @@ throttling that repeats every period lines up almost as well one period off, and
 answer is ambiguous ("low").
 
 :func:`align` decides whether to move the stated clock (a relative file's ``--start``, taken
-a few ms before the tool sent its first request; another host's clock): the shift that lines
-up best, over the whole range when that is unambiguous ("high"), else within half a period
-of the stated clock (the tool's start-up moves it by ms, not by periods), is applied when its
-line-up beats the stated clock's :data:`ALIGN_RATIO` times over (or the stated one lines up
-nothing). How much better is said; ``--offset`` and ``--no-align`` keep the caller's clock.
+a few ms before the tool sent its first request; another host's clock). The candidate is the
+line-up above when it is unambiguous ("high"), else the shift near the stated clock (the
+tool's start-up moves it by ms, not by periods) whose holds fit the latencies best
+(:class:`Fit`: no hold longer than a latency allows, then the least mismatch). It is applied
+when it fits clearly better than the stated clock (:attr:`Alignment.applied`), and how much
+better is said; ``--offset`` and ``--no-align`` keep the caller's clock.
 """
 
 from __future__ import annotations
@@ -202,24 +203,25 @@ def align(requests: Sequence[tuple[int, int]], stretches: Sequence[tuple[int, in
           near_ns: tuple[int, int] | None = None) -> Alignment | None:
     """The shift to apply to ``requests`` (see the module's docstring; :attr:`Alignment.applied`
     says whether it is clearly better than the stated clock); None with too little to go on
-    or when shift 0 is outside ``[lo_ns, hi_ns]``. ``near_ns``: the shifts the stated clock
+    or no shift in ``[lo_ns, hi_ns]`` (those that keep the requests inside the timeline) to
+    try; shift 0, the stated clock, is judged in any case. ``near_ns``: the shifts the stated clock
     can be off by, less than a period apart (default: half a period either way; a tool's
     relative times started after the ``date`` taken before it: ``(-10 ms, 0.9 period)``)."""
-    if not lo_ns <= 0 <= hi_ns or len(requests) < 5 or not stretches:
+    if hi_ns < lo_ns or len(requests) < 5 or not stretches:
         return None
     reach = max((period_ns or 0) // 2, 50 * GRID_NS)
     below, above = near_ns if near_ns is not None else (-reach + GRID_NS, reach - GRID_NS)
     lo, hi = max(lo_ns, below), min(hi_ns, above)
     near = [d for d in range(lo - lo % GRID_NS, hi + 1, GRID_NS // 2) if lo <= d <= hi]
-    if 0 not in near:
-        near.append(0)
     wide = estimate_shift(requests, stretches, lo_ns, hi_ns, period_ns=period_ns)
-    far = (wide.shift_ns if wide is not None and wide.confidence == "high" and
-           not below <= wide.shift_ns <= above else None)
-    fits = _fits(requests, stretches, near if far is None else [*near, far])
-    stated = next(f for f in fits if f.shift_ns == 0)
-    if far is not None:
-        return Alignment(fits[-1], stated, "over the whole range: unambiguous")
+    # throttling that comes and goes lines up at one shift only: that one, to the ms
+    sure = wide.shift_ns if wide is not None and wide.confidence == "high" else None
+    if not near and sure is None:
+        return None
+    # the stated clock is judged even where it leaves requests outside the timeline
+    stated, *fits = _fits(requests, stretches, [0, *near, *([] if sure is None else [sure])])
+    if sure is not None:
+        return Alignment(fits[-1], stated, "the one line-up of the stalls with the throttling")
     least = min(round(f.impossible_ns / GRID_NS) for f in fits)
     fitting = [f for f in fits if round(f.impossible_ns / GRID_NS) == least]
     floor = min(f.mismatch_ns for f in fitting)

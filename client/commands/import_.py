@@ -269,9 +269,10 @@ def _align(records: list[RequestRecord], timeline: list[CgroupSample], period_ns
     """:func:`client.analysis.clock.align` over the shifts within the check's reach that keep
     every request inside the timeline. A relative file's ``--start`` is ``date`` just before
     the tool, whose zero comes after it (its start-up: ms, tens of ms on a busy machine): the
-    shifts searched near it run from -10 ms to 0.9 period."""
+    shifts searched near it run from -10 ms to 0.9 period. Unix times (the host's clock, or
+    another's) are moved only by an unambiguous line-up."""
     period = period_ns or 100_000_000
-    near = (-10_000_000, period * 9 // 10) if relative else None
+    near = (-10_000_000, period * 9 // 10) if relative else (0, 0)
     lo = max(-CHECK_WINDOW_NS, timeline[0].t_ns - min(r.start_ns for r in records))
     hi = min(CHECK_WINDOW_NS, timeline[-1].t_ns - max(r.end_ns for r in records))
     stretches = throttled_stretches(timeline, period_ns)
