@@ -123,7 +123,7 @@ def build_import_parser() -> argparse.ArgumentParser:
                       "(default: as the file says, else as its requests show)")
     loop.add_argument("--open-loop", action="store_true",
                       help="the load sent each request at its own time, whatever the answers "
-                      "(a rate: hey -q, wrk2, k6's arrival-rate)")
+                      "(a rate: wrk2, vegeta, k6's arrival-rate executors)")
     parser.add_argument("--upstream", metavar="IP[:PORT]",
                         help="only the requests this server answered (Traefik's ServiceAddr, "
                         "nginx's $upstream_addr): a proxy's log against one pod's timeline")
