@@ -19,7 +19,6 @@ from client.data.files import read_run
 from client.data.loadshape import chains, infer, time_step
 from client.data.timeline import read_timeline
 from client.run.replay_input import read_recording, read_requests
-from tests.support import exit_code_and_errors
 
 DATA = Path(__file__).parent / "data" / "loadshape"
 MS = 1_000_000

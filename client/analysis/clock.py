@@ -183,7 +183,7 @@ class Alignment:
         """Clearly better than the stated clock: it takes away the hold no latency could hold
         there (at least 1 ms of it) without fitting worse, or fits :data:`ALIGN_RATIO` times
         better."""
-        if self.shift_ns == 0:
+        if abs(self.shift_ns) < GRID_NS:   # under the grid's ms: the stated clock
             return False
         removes = (self.stated.impossible_ns >= GRID_NS and
                    self.chosen.impossible_ns * ALIGN_RATIO <= self.stated.impossible_ns)

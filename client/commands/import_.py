@@ -286,8 +286,9 @@ def _check_says(opts: argparse.Namespace, alignment: Alignment | None) -> str:
         return f"applied: --offset {opts.offset / 1e9:g} (not aligned: --offset sets the clock)"
     if opts.no_align:
         return "applied: no offset (--no-align keeps the stated clock)"
-    if alignment is None:
-        return "applied: no offset"
+    if alignment is None or not alignment.applied and abs(alignment.shift_ns) < 1_000_000:
+        return "applied: no offset (the stated clock fits best)" if alignment else (
+            "applied: no offset")
     if alignment.applied:
         return (f"applied: a shift of {alignment.describe()} (--no-align keeps the stated "
                 "clock, --offset sets one)")

@@ -52,8 +52,10 @@ class Placed:
     outside: int          # successful requests not wholly inside the window, left out
     failed: int           # requests that failed, left out
     how: str
-    # how they were sent when the file says (an http-timing run's own plan): True a closed
-    # loop (one or C at a time), False an open loop (--rate); None: read from their gaps
+    # how they were sent when the file says (an http-timing run's own plan, an imported run's
+    # shape as said, read from a column or its format: client.data.loadshape): True a closed
+    # loop (one or C at a time), False an open loop (--rate, an access log); None: read from
+    # their gaps (inferred, or not known)
     closed: bool | None = None
 
 
