@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from client.analysis.replay import demand_of, load_of, replay_limits
-from client.commands.predict_replay import requests_of
+from client.advise.replay import requests_of
 from client.data.files import read_run
 from client.data.loadshape import chains, infer, time_step
 from client.data.timeline import read_timeline
