@@ -62,6 +62,22 @@ class Answer:
         answer = self.to_dict()
         return answer if isinstance(self.advice, Advice) else json_ready(answer)
 
+    def _recommended(self, millicores: int, advice: PassiveAdvice) -> dict[str, Any]:
+        """The recommended limit and, where it was searched, its range (the limits that meet
+        the target under what the record could not show), whether it is sure (within ±25 %)
+        and what widened it."""
+        limit_of = shape(self.period_ms)
+        out = recommendation(limit_of(millicores))
+        span = advice.range
+        if span is not None:
+            out["range"] = {"low": recommendation(limit_of(span.low)),
+                            "high": None if span.high is None
+                            else recommendation(limit_of(span.high))}
+            out["sure"] = span.sure
+            out["widened_by"] = list(span.widened_by)
+            out["range_says"] = span.words()
+        return out
+
     def _passive(self, advice: PassiveAdvice) -> dict[str, Any]:
         """advise's JSON keys where they apply, and the replay's window, record, requests."""
         at, less = advice.at, advice.less
@@ -71,8 +87,8 @@ class Answer:
             "judged_by": ("the requests' predicted latency (p99, p90)" if self.by_requests
                           else "the added delay of a request arriving at a random instant "
                           "(p99, p90): no requests given"),
-            "recommended": None if at is None or at.millicores is None else recommendation(
-                shape(self.period_ms)(at.millicores)),
+            "recommended": None if at is None or at.millicores is None else self._recommended(
+                at.millicores, advice),
             "reason": advice.reason,
             "predicted": None if at is None else {
                 "at_recommended": at.to_dict(),

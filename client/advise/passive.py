@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,14 +23,20 @@ from client.advise.replay import MS, ReplayInputs, load_replay, replay_answer, r
 from client.advise.search import Rules, Search
 from client.analysis.advise import bracket, floor_millicores, shape
 from client.analysis.goal import LatencyGoal
-from client.analysis.passive import LESS, JudgedReplay, PassiveAdvice, judge
-from client.analysis.replay import LimitRow, replay_limits
+from client.analysis.passive import (LESS, JudgedReplay, PassiveAdvice, RowJudge, judge,
+                                     judge_tail)
+from client.analysis.passive_range import Bound, range_of
+from client.analysis.replay import (Demand, LimitRow, demand_of, in_flight, load_of, replay,
+                                    replay_load)
 from client.data.files import FileWriteError
 from client.data.naming import check_file_name, run_name
 from client.run.service_group import ServiceGroup, ServiceGroupError
 from client.run.timeline_record import TimelineSpec, record_timeline
 
-__all__ = ["Window", "advise_timeline", "record_window", "saving_replays", "search"]
+__all__ = ["UNSEEN_SHARE", "Window", "advise_timeline", "bounds", "record_window",
+           "saving_replays", "search", "unseen"]
+
+UNSEEN_SHARE = 0.05   # fewer unthrottled periods than this share: no stretch shows the demand
 
 
 def _verdicts(rows: Sequence[JudgedReplay]) -> dict[int, bool]:
@@ -38,9 +44,9 @@ def _verdicts(rows: Sequence[JudgedReplay]) -> dict[int, bool]:
 
 
 def search(replay_at: Callable[[int | None], LimitRow], target: LatencyGoal, *, start: int,
-           floor: int, ceiling: int) -> PassiveAdvice:
+           floor: int, ceiling: int, judge: RowJudge = judge) -> PassiveAdvice:
     """The smallest limit in ``[floor, ceiling]`` millicores whose replay (``replay_at``; None:
-    no limit) meets ``target``, to advise's tolerance."""
+    no limit) meets ``target`` by ``judge``, to advise's tolerance."""
     free = judge(None, replay_at(None), target)
     if not free.met:
         return PassiveAdvice(target, free, (), None, None, floor, ceiling,
@@ -98,30 +104,99 @@ def record_window(target: ServiceGroup, window: Window, duration_s: float, inter
 
 
 def advise_timeline(timeline: Path, target: LatencyGoal, window: Window) -> Answer:
-    """The answer from the recorded window at ``timeline`` (and its requests)."""
+    """The answer from the recorded window at ``timeline`` (and its requests), with its range
+    (:func:`bounds`); none where the record cannot show the demand (:func:`unseen`)."""
     replayed = load_replay(timeline, window.requests_from, window.period_ms)
     runs: dict[int | None, Path] = {}
-    replay_at: Callable[[int | None], LimitRow]
-    if window.requests_from is None:
-        burst_ns = round((window.burst_ms or 0.0) * MS)
-
-        def replay_only(millicores: int | None) -> LimitRow:
-            cpus = None if millicores is None else millicores / 1000
-            (row,) = replay_limits(replayed.demand, [cpus], replayed.requests, burst_ns,
-                                   replayed.period_ns, replayed.closed)
-            return row
-        replay_at = replay_only
-    else:
-        replay_at = saving_replays(replayed, window, runs)
+    burst_ns = round((window.burst_ms or 0.0) * MS)
+    replay_at = (plain_replays(replayed, replayed.demand, replayed.closed, burst_ns)
+                 if window.requests_from is None else saving_replays(replayed, window, runs))
     recorded = [c for c in replayed.recording.limits if c is not None]
     ceiling = (os.cpu_count() or 1) * 1000
     start = min(ceiling, round(recorded[0] * 1000)) if recorded else ceiling // 2
-    advice = search(replay_at, target, start=start,
-                    floor=floor_millicores(replayed.period_ns / MS), ceiling=ceiling)
+    floor = floor_millicores(replayed.period_ns / MS)
+    if (why := unseen(replayed)) is not None:
+        free = judge(None, replay_at(None), target)
+        advice = PassiveAdvice(target, free, (), None, None, floor, ceiling, why)
+    else:
+        advice = search(replay_at, target, start=start, floor=floor, ceiling=ceiling)
+    if advice.at is not None and advice.at.millicores is not None:
+        advice = replace(advice, range=range_of(advice.at.millicores, bounds(
+            replayed, target, burst_ns, start=start, floor=floor, ceiling=ceiling), ceiling))
     base = replay_answer(replayed.recording, replayed.demand, [], replayed.placed,
                          window.requests_from)
     return Answer(advice, replay=base, period_ms=replayed.period_ns / MS,
                   by_requests=replayed.requests is not None, runs=runs)
+
+
+def unseen(replayed: ReplayInputs) -> str | None:
+    """Why the record cannot show the demand the quota hid, in one line (None: it can): it
+    sat throttled in (nearly) every period it ran, so no unthrottled stretch shows what the
+    group wanted, and its requests do not carry their own CPU (Server-Timing)."""
+    stat = replayed.demand.recorded
+    unthrottled = stat.nr_periods - stat.nr_throttled
+    if stat.nr_periods <= 0 or unthrottled >= max(2, UNSEEN_SHARE * stat.nr_periods):
+        return None
+    requests = replayed.requests
+    if requests and all(r.cpu_ns for r in requests):
+        return None
+    return (f"{replayed.recording.path}: throttled in {stat.nr_throttled} of its "
+            f"{stat.nr_periods} periods, so no unthrottled stretch shows the CPU the quota hid"
+            f"{', and its requests carry no Server-Timing (cpu;dur=)' if requests else ''}: "
+            "record a window with unthrottled stretches (a higher limit for a while, or a "
+            "lighter load), or give the requests of a server that sends Server-Timing")
+
+
+def plain_replays(replayed: ReplayInputs, demand: Demand, closed: bool | None,
+                  burst_ns: int) -> Callable[[int | None], LimitRow]:
+    """Each limit replayed on ``demand`` (the requests' load as ``closed`` says), nothing
+    saved."""
+    period_ns = replayed.period_ns
+    if replayed.requests is None:
+        return lambda millicores: LimitRow(replay(
+            demand, None if millicores is None else millicores / 1000, burst_ns, period_ns),
+            None)
+    load = load_of(demand, replayed.requests, closed)
+    return lambda millicores: LimitRow(*replay_load(
+        demand, load, None if millicores is None else millicores / 1000, burst_ns, period_ns))
+
+
+def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start: int,
+           floor: int, ceiling: int) -> list[Bound]:
+    """The answer under each bounding assumption of what the record could not show (see
+    ``client.analysis.passive_range``): the hidden demand on 1 CPU and on the CPUs in flight
+    (its requests at once, at most the machine's; without requests, the machine's), where
+    the record was throttled; the tail's order statistics on either side, with requests; the
+    loop open and closed, where its shape was inferred."""
+    demand, requests = replayed.demand, replayed.requests
+    out: list[Bound] = []
+
+    def answer(replay_at: Callable[[int | None], LimitRow],
+               row_judge: RowJudge = judge) -> int | None:
+        at = search(replay_at, target, start=start, floor=floor, ceiling=ceiling,
+                    judge=row_judge).at
+        return None if at is None else at.millicores
+
+    if demand.throttled_wall_ns > 0:
+        machine = max(1, ceiling // 1000)
+        most = min(machine, in_flight(requests)) if requests else machine
+        for cores in sorted({1, max(1, most)} - {demand.cores}):
+            other = demand_of(replayed.recording.samples, replayed.recording.period_ns, cores)
+            out.append(Bound("the hidden demand", f"on {cores} CPU{'s' if cores > 1 else ''}",
+                             answer(plain_replays(replayed, other, replayed.closed, burst_ns))))
+    if requests:
+        base = plain_replays(replayed, demand, replayed.closed, burst_ns)
+        n = len(requests)
+        for side, words in ((-1, "a lower order statistic"), (1, "a higher one")):
+            out.append(Bound(f"the tail ({n} requests decide the p99)", words,
+                             answer(base, judge_tail(side))))
+        if replayed.closed is None:
+            inferred = load_of(demand, requests, None).closed
+            other_shape = not inferred
+            out.append(Bound("the load's shape (inferred)",
+                             "closed loop" if other_shape else "open loop",
+                             answer(plain_replays(replayed, demand, other_shape, burst_ns))))
+    return out
 
 
 def saving_replays(replayed: ReplayInputs, window: Window, runs: dict[int | None, Path]

@@ -12,13 +12,15 @@ any limit misses is no limit's to meet: no recommendation, and the reason.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from client.analysis.goal import LatencyGoal
-from client.analysis.replay import LimitRow
+from client.analysis.passive_range import Range, tail_ms
+from client.analysis.replay import MS, LimitRow
 
-__all__ = ["LESS", "JudgedReplay", "PassiveAdvice", "judge"]
+__all__ = ["LESS", "JudgedReplay", "PassiveAdvice", "RowJudge", "judge", "judge_tail"]
 
 LESS = 0.75   # the answer is shown beside a limit 25 % lower
 
@@ -49,6 +51,22 @@ def judge(millicores: int | None, row: LimitRow, target: LatencyGoal) -> JudgedR
     return JudgedReplay(millicores, row, missed)
 
 
+RowJudge = Callable[[int | None, LimitRow, LatencyGoal], JudgedReplay]
+
+
+def judge_tail(side: int) -> RowJudge:
+    """A judge whose p90 and p99 are the order statistics that bound them from below
+    (``side`` -1) or above (+1), given how few requests decide them
+    (``client.analysis.passive_range.tail_ms``); without requests, :func:`judge`."""
+    def judged(millicores: int | None, row: LimitRow, target: LatencyGoal) -> JudgedReplay:
+        if row.latencies_ns is None:
+            return judge(millicores, row, target)
+        values = [v / MS for v in row.latencies_ns]
+        return JudgedReplay(millicores, row, target.misses(
+            tail_ms(values, 90, side), tail_ms(values, 99, side), None))
+    return judged
+
+
 @dataclass(frozen=True)
 class PassiveAdvice:
     """The answer: every limit replayed in the order tried, the one recommended (None: see
@@ -62,3 +80,4 @@ class PassiveAdvice:
     floor: int
     ceiling: int
     reason: str | None = None
+    range: Range | None = None   # the limits that meet it under what the record hid

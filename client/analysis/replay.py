@@ -71,7 +71,7 @@ from cpuquota.account import CpuStat, QuotaAccount
 __all__ = ["CLOSED_GAP_NS", "MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "Demand", "Job", "LimitRow",
            "Load",
            "ReplayError", "Replayed", "Request", "added_delay", "demand_of", "held_at_most",
-           "load_of",
+           "in_flight", "load_of",
            "predicted_latency", "replay", "replay_limits", "replay_load"]
 
 MIN_WINDOW_NS = 1_000_000_000   # under a second, a replay says nothing worth reading
@@ -141,10 +141,13 @@ class Replayed:
         return sum(end - start for start, end in self.stretches)
 
 
-def demand_of(timeline: Sequence[CounterSample], period_ns: int) -> Demand:
+def demand_of(timeline: Sequence[CounterSample], period_ns: int,
+              cores: int | None = None) -> Demand:
     """The demand the timeline shows (see the module's docstring); ``ReplayError`` for a
     window under :data:`MIN_WINDOW_NS` or :data:`MIN_WINDOW_PERIODS` periods, or with no
-    usage."""
+    usage. ``cores``: the CPUs the group could use at once, when the caller knows better
+    than the record's highest rate (which a quota caps: :func:`in_flight`); None: that
+    rate."""
     if period_ns <= 0:
         raise ReplayError(f"the period must be > 0 (got {period_ns} ns)")
     if len(timeline) < 2:
@@ -161,7 +164,8 @@ def demand_of(timeline: Sequence[CounterSample], period_ns: int) -> Demand:
     ends = [s.t_ns for s in timeline[1:]]
     wanted = [float(max(0, b.usage_ns - a.usage_ns)) for a, b in zip(timeline, timeline[1:])]
     rate = max((w / (e - s) for w, s, e in zip(wanted, starts, ends) if e > s), default=1.0)
-    cores = max(1, math.ceil(rate * STILL))
+    if cores is None:
+        cores = max(1, math.ceil(rate * STILL))
     hidden, walls = 0.0, 0
     for event in throttle_events(timeline, period_ns):
         length = event.end_ns - event.start_ns
@@ -341,6 +345,18 @@ def predicted_latency(start_ns: int, latency_ns: int, held_ns: int,
         held += e - t
         t = e
     return max(0, latency_ns - held_ns) + held
+
+
+def in_flight(requests: Sequence[Request]) -> int:
+    """The most requests that ran at once (0: none): the CPUs a server that runs each on a
+    thread of its own could have used, whatever the quota let it."""
+    edges = sorted([(r.start_ns, 1) for r in requests]
+                   + [(r.start_ns + r.latency_ns, -1) for r in requests])
+    most = now = 0
+    for _t, step in edges:   # an end before a start at the same instant
+        now += step
+        most = max(most, now)
+    return most
 
 
 @dataclass(frozen=True)

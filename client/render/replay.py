@@ -94,10 +94,13 @@ def format_passive(answer: dict[str, Any]) -> str:
     else:
         lines.append(f"recommended: {rec['cpus']:g} CPU (docker {rec['docker']}; Kubernetes "
                      f"limits.cpu {rec['kubernetes_limits_cpu']}): "
-                     f"{_judged(predicted['at_recommended'])}")
+                     f"{_judged(predicted['at_recommended'])}"
+                     + ("" if rec.get("sure", True) else "; not sure: see its range"))
         less = predicted["at_25_percent_less"]
         if less is not None:
             lines.append(f"at 25 % less ({_limit(less['cpus'])}): {_judged(less)}")
+        if "range_says" in rec:
+            lines.append(rec["range_says"])
     lines.append(f"without a limit: {_judged(answer['no_limit'])}")
     tried = ", ".join(f"{_limit(r['cpus'])} {'met' if r['met'] else 'missed'}"
                       for r in answer["replays"])

@@ -1,0 +1,147 @@
+"""How sure a passive answer is (``client.analysis.passive_range``, ``advise --passive``'s
+``recommended.range``): the limits that meet the goal under what the record could not show,
+on timelines the tests make up with known answers; a record that cannot show the demand the
+quota hid gets no answer, one line, exit 3."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from client.advise.passive import Window, advise_timeline
+from client.analysis.goal import LatencyGoal
+from client.analysis.passive_range import Bound, range_of, tail_ms, tail_rank
+from client.data.timeline_meta import TimelineClock, TimelineMetadata, write_timeline_metadata
+from tests.support import http_timing
+from tests.test_commands_import import GROUP, ZERO, vegeta_csv
+
+MS = 1_000_000
+ROW_MS = 10
+PERIOD_MS = 100
+
+
+def timeline(tmp_path: Path, seconds: float, cpus: float,
+             used_ms: Callable[[int], float], throttled: Callable[[int], bool]) -> Path:
+    """``t.cgroup.csv`` and its JSON: rows every 10 ms; ``used_ms(ms)``: the group's usage
+    (CPU ms) by that time; each 100 ms period for which ``throttled(period)`` holds is counted
+    throttled at its end, for its unused quota's share of the period."""
+    rows = ["t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns"]
+    nr = held = 0
+    for i in range(round(seconds * 1000 / ROW_MS) + 1):
+        t = i * ROW_MS
+        periods = t // PERIOD_MS
+        if t % PERIOD_MS == 0 and t and throttled(periods - 1):
+            nr += 1
+            held += round((1 - cpus) * PERIOD_MS * MS)
+        rows.append(f"{t * MS},{round(used_ms(t) * MS)},{periods},{nr},{held}")
+    path = tmp_path / "t.cgroup.csv"
+    path.write_text("\n".join(rows) + "\n")
+    group = {**GROUP, "quota_us": round(cpus * PERIOD_MS * 1000), "cpus": cpus}
+    write_timeline_metadata(tmp_path / "t.json", TimelineMetadata(
+        "t", TimelineClock(ZERO, PERIOD_MS), cgroup=group, host="here"))
+    return path
+
+
+def busy(spans: list[tuple[int, int]]) -> Callable[[int], float]:
+    """Usage by ``t`` ms of a group that ran one CPU during each (start, end) ms span."""
+    return lambda t: float(sum(max(0, min(t, e) - s) for s, e in spans))
+
+
+def test_the_range_is_the_smallest_and_largest_answer_and_names_what_moved_it() -> None:
+    bounds = [Bound("the hidden demand", "on 1 CPU", 900), Bound("the hidden demand",
+                                                                   "on 4 CPUs", 500),
+              Bound("the tail", "a higher one", 560)]
+    span = range_of(500, bounds, 2000)
+    assert (span.low, span.high) == (500, 900) and not span.sure
+    assert span.widened_by[0].startswith("the hidden demand (on 1 CPU: 0.9 CPU)")
+    assert span.widened_by[1].startswith("the tail")
+    assert "not sure (wider than ±25 % of the answer)" in span.words()
+    close = range_of(500, [Bound("the tail", "a lower one", 450)], 2000)
+    assert close.sure and (close.low, close.high) == (450, 500)
+    assert close.widened_by == ("the tail (a lower one: 0.45 CPU)",)
+    unmet = range_of(500, [Bound("the load's shape (inferred)", "closed loop", None)], 2000)
+    assert unmet.high is None and not unmet.sure and "over 2 CPU" in unmet.words()
+
+
+def test_the_tails_order_statistics_span_the_ranks_few_requests_leave_open() -> None:
+    # 1000 requests: the p99 is the 990th smallest, within 1.96 sqrt(1000 .99 .01) = 6.2 ranks
+    assert [tail_rank(1000, 99, side) for side in (-1, 0, 1)] == [982, 989, 996]
+    # 7 requests: the p99 is their largest; the one below it bounds it from below
+    assert [tail_rank(7, 99, side) for side in (-1, 0, 1)] == [5, 6, 6]
+    values = [float(v) for v in range(1, 101)]
+    assert tail_ms(values, 99, -1) < tail_ms(values, 99, 0) <= tail_ms(values, 99, 1)
+
+
+def test_an_unthrottled_record_with_many_requests_is_sure(tmp_path: Path) -> None:
+    # 200 requests, 5 ms of CPU each, one every 15 ms, at 1 CPU: never throttled
+    starts = [i * 15 for i in range(200)]
+    timeline(tmp_path, 3.1, 1.0, busy([(s, s + 5) for s in starts]), lambda p: False)
+    vegeta_csv(tmp_path, starts, latency_ms=5)
+    answer = advise_timeline(tmp_path / "t.cgroup.csv", LatencyGoal(20.0),
+                             Window(tmp_path / "r.csv", name="p", data_dir=tmp_path / "raw"))
+    span = answer.advice.range
+    assert answer.met and span is not None and span.sure
+    recommended = answer.to_dict()["recommended"]
+    assert recommended["sure"] is True
+    low, high = recommended["range"]["low"], recommended["range"]["high"]
+    assert low["cpus"] <= recommended["cpus"] <= high["cpus"] <= 1.25 * recommended["cpus"]
+    assert set(low) == set(recommended) - {"range", "sure", "widened_by", "range_says"}
+
+
+def test_a_tail_decided_by_few_requests_widens_the_range(tmp_path: Path) -> None:
+    # 20 requests of 5 ms CPU, one of 40 ms: the p99 of 20 is that one alone
+    starts = [i * 100 for i in range(20)]
+    cpu = [40 if i == 19 else 5 for i in range(20)]
+    timeline(tmp_path, 2.1, 1.0, busy([(s, s + c) for s, c in zip(starts, cpu)]),
+             lambda p: False)
+    path = tmp_path / "r.csv"
+    path.write_text("".join(f"{ZERO + s * MS},200,{c * MS},0,78,,,,{i},GET,http://x/y,\n"
+                            for i, (s, c) in enumerate(zip(starts, cpu))))
+    answer = advise_timeline(tmp_path / "t.cgroup.csv", LatencyGoal(60.0),
+                             Window(path, name="p", data_dir=tmp_path / "raw"))
+    span = answer.advice.range
+    assert answer.met and span is not None and answer.advice.at is not None
+    assert span.low < answer.advice.at.millicores   # the next request down meets at less
+    assert span.widened_by and span.widened_by[0].startswith("the tail (20 requests")
+
+
+def test_a_record_throttled_throughout_without_server_timing_gets_no_answer(
+        tmp_path: Path) -> None:
+    # 0.3 CPU, every period throttled: the first 30 ms of each ran, the rest sat throttled
+    timeline(tmp_path, 2.0, 0.3, lambda t: 30.0 * (t // PERIOD_MS) + min(30, t % PERIOD_MS),
+             lambda p: True)
+    vegeta_csv(tmp_path, [i * 100 for i in range(19)], latency_ms=90)
+    result = http_timing("advise", "--passive", "--timeline", "t.cgroup.csv",
+                         "--requests-from", "r.csv", "--p99", "60", "--json", cwd=tmp_path)
+    assert result.returncode == 3, result.stderr
+    data = json.loads(result.stdout)
+    assert data["recommended"] is None
+    reason = data["reason"]
+    assert "\n" not in reason and reason.startswith("t.cgroup.csv: throttled in 20 of its 20")
+    assert "no unthrottled stretch" in reason and "Server-Timing" in reason
+    assert "record a window with unthrottled stretches" in reason   # what to give
+    text = http_timing("advise", "--passive", "--timeline", "t.cgroup.csv",
+                       "--requests-from", "r.csv", "--p99", "60", cwd=tmp_path)
+    assert text.returncode == 3
+    assert [line for line in text.stdout.splitlines()
+            if line.startswith("no recommendation: ")] == [f"no recommendation: {reason}"]
+
+
+def test_a_throttled_record_with_unthrottled_stretches_gets_an_answer_and_a_range(
+        tmp_path: Path) -> None:
+    # 0.3 CPU; every other period the load wanted more than its quota and was throttled
+    def period_throttled(p: int) -> bool:
+        return p % 2 == 0
+
+    def used(t: int) -> float:
+        period, into = divmod(t, PERIOD_MS)
+        done = sum(30 if period_throttled(p) else 10 for p in range(period))
+        return done + min(30 if period_throttled(period) else 10, into)
+    timeline(tmp_path, 2.0, 0.3, used, period_throttled)
+    vegeta_csv(tmp_path, [i * 100 for i in range(19)], latency_ms=40)
+    answer = advise_timeline(tmp_path / "t.cgroup.csv", LatencyGoal(100.0),
+                             Window(tmp_path / "r.csv", name="p", data_dir=tmp_path / "raw"))
+    assert answer.met and answer.advice.range is not None
+    said = answer.to_dict()["recommended"]
+    assert isinstance(said["sure"], bool) and said["range"]["low"]["cpus"] <= said["cpus"]
