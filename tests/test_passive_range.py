@@ -9,9 +9,13 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from client.advise.passive import Window, advise_timeline
+import pytest
+
+import client.advise.replay as replay_inputs
+from client.advise.passive import Window, advise_timeline, bounds
 from client.analysis.goal import LatencyGoal
 from client.analysis.passive_range import Bound, range_of, tail_ms, tail_rank
+from client.analysis.replay import Request, in_flight
 from client.data.timeline_meta import TimelineClock, TimelineMetadata, write_timeline_metadata
 from tests.support import http_timing
 from tests.test_commands_import import GROUP, ZERO, vegeta_csv
@@ -22,10 +26,11 @@ PERIOD_MS = 100
 
 
 def timeline(tmp_path: Path, seconds: float, cpus: float,
-             used_ms: Callable[[int], float], throttled: Callable[[int], bool]) -> Path:
+             used_ms: Callable[[int], float], throttled: Callable[[int], bool],
+             held_ms: float | None = None) -> Path:
     """``t.cgroup.csv`` and its JSON: rows every 10 ms; ``used_ms(ms)``: the group's usage
     (CPU ms) by that time; each 100 ms period for which ``throttled(period)`` holds is counted
-    throttled at its end, for its unused quota's share of the period."""
+    throttled at its end, for ``held_ms`` (None: its unused quota's share of the period)."""
     rows = ["t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns"]
     nr = held = 0
     for i in range(round(seconds * 1000 / ROW_MS) + 1):
@@ -33,7 +38,7 @@ def timeline(tmp_path: Path, seconds: float, cpus: float,
         periods = t // PERIOD_MS
         if t % PERIOD_MS == 0 and t and throttled(periods - 1):
             nr += 1
-            held += round((1 - cpus) * PERIOD_MS * MS)
+            held += round(((1 - cpus) * PERIOD_MS if held_ms is None else held_ms) * MS)
         rows.append(f"{t * MS},{round(used_ms(t) * MS)},{periods},{nr},{held}")
     path = tmp_path / "t.cgroup.csv"
     path.write_text("\n".join(rows) + "\n")
@@ -145,3 +150,32 @@ def test_a_throttled_record_with_unthrottled_stretches_gets_an_answer_and_a_rang
     assert answer.met and answer.advice.range is not None
     said = answer.to_dict()["recommended"]
     assert isinstance(said["sure"], bool) and said["range"]["low"]["cpus"] <= said["cpus"]
+
+
+def test_in_flight_counts_the_requests_that_ran_at_once() -> None:
+    reqs = [Request(0, 10 * MS, 0), Request(5 * MS, 10 * MS, 0), Request(10 * MS, 10 * MS, 0),
+            Request(30 * MS, 1 * MS, 0)]
+    assert in_flight(reqs) == 2   # one ends as the third starts: not three at once
+    assert in_flight([]) == 0
+
+
+def test_a_throttled_record_replays_on_the_cpus_its_requests_had_in_flight(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # recorded at 1 CPU, every other period throttled (4 CPUs ran 25 ms, then sat 75 ms):
+    # the group was never seen above 1 CPU, but 4 requests were in flight at once; on a
+    # machine of 4 CPUs it could have used 4
+    monkeypatch.setattr(replay_inputs.os, "cpu_count", lambda: 4)
+    timeline(tmp_path, 2.0, 1.0, lambda t: float(t), lambda p: p % 2 == 0, held_ms=75)
+    starts = [s for s in range(0, 1900, 100) for _ in range(4)]
+    vegeta_csv(tmp_path, starts, latency_ms=80)
+    replayed = replay_inputs.load_replay(tmp_path / "t.cgroup.csv", tmp_path / "r.csv", None)
+    assert replayed.demand.cores == 4
+    # the range replays the hidden demand on the 1 CPU the record was seen to use as well
+    found = bounds(replayed, LatencyGoal(100.0), 0, start=1000, floor=10, ceiling=4000)
+    assert [b.assumption for b in found if b.unknown == "the hidden demand"] == ["on 1 CPU"]
+    unthrottled = tmp_path / "free"
+    unthrottled.mkdir()
+    timeline(unthrottled, 2.0, 1.0, lambda t: float(t), lambda p: False)
+    vegeta_csv(unthrottled, starts, latency_ms=80)
+    seen = replay_inputs.load_replay(unthrottled / "t.cgroup.csv", unthrottled / "r.csv", None)
+    assert seen.demand.cores == 1   # not throttled: the rate it ran at is what it used

@@ -5,12 +5,14 @@ figures ``predict --timeline`` and ``advise --passive`` say about the window
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from client.advise.replayed_limit import ReplayedLimit
-from client.analysis.replay import Demand, LimitRow, ReplayError, Request, demand_of, load_of
+from client.analysis.replay import (Demand, LimitRow, ReplayError, Request, demand_of,
+                                    in_flight, load_of)
 from client.data.record import RawDataError
 from client.data.summary import percentile
 from client.run.replay_input import Placed, Recording, read_recording, read_requests
@@ -80,8 +82,14 @@ def load_replay(timeline: Path, requests_from: Path | None,
     except ReplayError as exc:
         raise RawDataError(f"{timeline}: {exc}") from None
     placed = read_requests(requests_from, recording) if requests_from is not None else None
-    return ReplayInputs(recording, period_ns, demand, placed,
-                    None if placed is None else requests_of(placed))
+    requests = None if placed is None else requests_of(placed)
+    if requests and demand.throttled_wall_ns > 0:
+        # the quota capped the rate the group was seen to run at: the CPUs it could use at
+        # once are the requests it had in flight, at most the machine's
+        most = min(os.cpu_count() or 1, in_flight(requests))
+        if most > demand.cores:
+            demand = demand_of(recording.samples, recording.period_ns, most)
+    return ReplayInputs(recording, period_ns, demand, placed, requests)
 
 
 def replayed_limit(replayed: ReplayInputs, requests_from: Path) -> ReplayedLimit:
