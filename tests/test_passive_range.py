@@ -179,3 +179,23 @@ def test_a_throttled_record_replays_on_the_cpus_its_requests_had_in_flight(
     vegeta_csv(unthrottled, starts, latency_ms=80)
     seen = replay_inputs.load_replay(unthrottled / "t.cgroup.csv", unthrottled / "r.csv", None)
     assert seen.demand.cores == 1   # not throttled: the rate it ran at is what it used
+
+
+def test_clusters_recommended_limit_has_its_range_where_the_windows_were_throttled() -> None:
+    from tests.test_cluster import TARGET, window
+
+    from client.advise.cluster import row_of
+    from client.analysis.cluster import WorkloadLimits
+
+    row = row_of(WorkloadLimits("shop/deployment/web", 0.5, 0.5),
+                 [window("shop_web-a"), window("shop_web-b")], TARGET)
+    said = row.to_dict()
+    span = said["recommended_range_cpus"]
+    assert row.recommended_cpus is not None and span is not None
+    assert span["low"] <= row.recommended_cpus
+    assert span["high"] is None or span["high"] >= row.recommended_cpus
+    assert isinstance(said["recommended_sure"], bool)
+    # the windows were throttled: the CPUs their demand could run on bound the range
+    assert all(w.startswith("the hidden demand") for w in said["recommended_widened_by"])
+    if not said["recommended_sure"]:
+        assert any("not sure (wider than ±25 %" in note for note in row.notes)

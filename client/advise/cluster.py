@@ -5,19 +5,20 @@ instant at a random replica (``client.analysis.cluster``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 from pathlib import Path
 
 from client.advise import AdviseError
 from client.advise.answer import Answer
-from client.advise.passive import Window, saving_replays, search
+from client.advise.passive import Window, bounds, saving_replays, search
 from client.advise.replay import load_replay, replay_answer
 from client.analysis.goal import LatencyGoal
 from client.analysis.cluster import (MS, ClusterRow, PodWindow, WorkloadLimits, pod_window,
                                      pooled_replays, replica_note, search_span, usage_p95, vpa_rule)
 from client.analysis.passive import PassiveAdvice
+from client.analysis.passive_range import Bound, range_of
 from client.analysis.replay import LimitRow, ReplayError, added_delay, replay
 from client.run.k8s_workloads import Fetched, Workload, fetch_windows
 from client.run.replay_input import Recording, read_recording
@@ -28,10 +29,8 @@ __all__ = ["DEFAULT_SINCE_S", "PodWindows", "advise_pods", "advise_workload", "p
 DEFAULT_SINCE_S = 600.0   # the window, when none is asked for: the last 10 minutes
 
 
-def advise_pods(pods: Sequence[PodWindow], limit_cpus: float | None,
-                target: LatencyGoal) -> PassiveAdvice:
-    """The smallest per-pod limit whose replay of every pod's window, pooled, meets
-    ``target`` by the added delay."""
+def _pooled(pods: Sequence[PodWindow]) -> Callable[[int | None], LimitRow]:
+    """Each limit replayed on every pod's window, pooled (once per limit)."""
     cache: dict[int | None, LimitRow] = {}
 
     def replay_at(millicores: int | None) -> LimitRow:
@@ -39,9 +38,27 @@ def advise_pods(pods: Sequence[PodWindow], limit_cpus: float | None,
             cpus = None if millicores is None else millicores / 1000
             cache[millicores] = LimitRow(pooled_replays([replay(p.demand, cpus) for p in pods]), None)
         return cache[millicores]
+    return replay_at
 
+
+def advise_pods(pods: Sequence[PodWindow], limit_cpus: float | None,
+                target: LatencyGoal) -> PassiveAdvice:
+    """The smallest per-pod limit whose replay of every pod's window, pooled, meets
+    ``target`` by the added delay; and its range where a window was throttled: the same
+    search with the demand run on 1 CPU and on as many as the search's ceiling (the CPUs a
+    pod could use at once are not in its record)."""
     start, floor, ceiling = search_span(limit_cpus, pods)
-    return search(replay_at, target, start=start, floor=floor, ceiling=ceiling)
+    advice = search(_pooled(pods), target, start=start, floor=floor, ceiling=ceiling)
+    if advice.at is None or advice.at.millicores is None:
+        return advice
+    found = []
+    if any(p.demand.throttled_wall_ns > 0 for p in pods):
+        for cores in sorted({1, max(1, ceiling // 1000)} - {max(p.demand.cores for p in pods)}):
+            other = [replace(p, demand=replace(p.demand, cores=cores)) for p in pods]
+            at = search(_pooled(other), target, start=start, floor=floor, ceiling=ceiling).at
+            found.append(Bound("the hidden demand", f"on {cores} CPU{'s' if cores > 1 else ''}",
+                               None if at is None else at.millicores))
+    return replace(advice, range=range_of(advice.at.millicores, found, ceiling))
 
 
 def row_of(workload: WorkloadLimits, pods: Sequence[PodWindow], target: LatencyGoal,
@@ -61,9 +78,11 @@ def row_of(workload: WorkloadLimits, pods: Sequence[PodWindow], target: LatencyG
     if (moved := replica_note(pods)) is not None:
         notes.append(moved)
     advice = advise_pods(pods, workload.limit_cpus, target)
-    at = advice.at
+    at, span = advice.at, advice.range
     if at is None:
         notes.append(f"no recommendation: {advice.reason}")
+    elif span is not None and not span.sure:
+        notes.append(f"the recommended limit's {span.words()}")
     return ClusterRow(
         workload.workload, workload.limit_cpus, workload.request_cpus, len(pods),
         sum(p.demand.window_ns for p in pods) / 1e9, usage_p95(pods), vpa_rule(pods),
@@ -74,7 +93,11 @@ def row_of(workload: WorkloadLimits, pods: Sequence[PodWindow], target: LatencyG
         None if at is None or at.millicores is None else at.millicores / 1000,
         None if at is None else at.row.delay_ms(99),
         None if at is None else at.row.replayed.stats.nr_throttled,
-        tuple(notes), tuple(missing))
+        tuple(notes), tuple(missing),
+        recommended_range=None if span is None else (
+            span.low / 1000, None if span.high is None else span.high / 1000),
+        sure=None if span is None else span.sure,
+        widened_by=() if span is None else span.widened_by)
 
 
 @dataclass(frozen=True)
@@ -147,6 +170,10 @@ def advise_workload(workload: Workload, since_s: float, until: float | None,
         replayed = load_replay(got.recordings[0].path, window.requests_from, window.period_ms)
         advice = search(saving_replays(replayed, window, runs), target, start=start, floor=floor,
                         ceiling=ceiling)
+        if advice.at is not None and advice.at.millicores is not None:
+            burst_ns = round((window.burst_ms or 0.0) * MS)
+            advice = replace(advice, range=range_of(advice.at.millicores, bounds(
+                replayed, target, burst_ns, start=start, floor=floor, ceiling=ceiling), ceiling))
         placed = replayed.placed
     else:
         advice = advise_pods(got.windows, workload.limit_cpus, target)

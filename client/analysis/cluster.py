@@ -200,6 +200,11 @@ class ClusterRow:
     missing: tuple[str, ...] = field(default=())   # pods with no window, one line each
     wait_p99_ms: float | None = None     # a throttled period's wait, p99 (the agent's histogram)
     sources: tuple[tuple[str, str], ...] = ()     # figure -> its source, beyond the defaults
+    # the limits that meet the target under what the windows hid (high None: none up to the
+    # search's ceiling), whether within ±25 % of the recommendation, what widened it
+    recommended_range: tuple[float, float | None] | None = None
+    sure: bool | None = None
+    widened_by: tuple[str, ...] = ()
 
     @property
     def cost(self) -> tuple[float, float]:
@@ -215,6 +220,9 @@ class ClusterRow:
             "recommended_cpus": self.recommended_cpus,
             "predicted_added_delay_p99_ms": self.predicted_delay_p99_ms,
             "predicted_periods_throttled": self.predicted_periods_throttled,
+            "recommended_range_cpus": None if self.recommended_range is None else {
+                "low": self.recommended_range[0], "high": self.recommended_range[1]},
+            "recommended_sure": self.sure, "recommended_widened_by": list(self.widened_by),
             "throttled_period_wait_p99_ms": self.wait_p99_ms,
             "notes": list(self.notes), "missing": list(self.missing),
             "sources": {"periods": "the pods' cpu.stat, as the node agent recorded it",
