@@ -4,7 +4,9 @@ Kubernetes cannot be ``go install``-ed (its go.mod replaces the staging modules 
 paths), so it is built in a module of our own that requires ``k8s.io/kubernetes`` and replaces
 each staging module with its published version. CoreDNS is a plain ``go install``; Traefik needs
 the ``replace`` lines of its own go.mod (all to published forks). The pause program is
-kubernetes' own ``build/pause/linux/pause.c``, linked static. Each build is skipped when its
+kubernetes' own ``build/pause/linux/pause.c``, linked static. containerd 2 (``containerd``, its shim
+``containerd-shim-runc-v2``, ``ctr``) and runc are ``go install``-ed at their tags as their
+Makefiles build them (runc with cgo and libseccomp). Each build is skipped when its
 result is already in the cache (a stamp file is written last, so a half build is redone).
 """
 from __future__ import annotations
@@ -17,11 +19,11 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Sequence
 
-from kubenode.config import (COREDNS_VERSION, KUBE_BINARIES, KUBE_VERSION, TRAEFIK_VERSION,
-                             Layout)
+from kubenode.config import (CONTAINERD_BINARIES, CONTAINERD_VERSION, COREDNS_VERSION,
+                             KUBE_BINARIES, KUBE_VERSION, RUNC_VERSION, TRAEFIK_VERSION, Layout)
 
 __all__ = ["BuildError", "go_binary", "kube_gomod", "traefik_gomod", "build_kubernetes",
-           "build_coredns", "build_pause", "build_traefik", "build_all", "kube_ldflags",
+           "build_coredns", "build_containerd", "build_runc", "build_pause", "build_traefik", "build_all", "kube_ldflags",
            "PAUSE_TAG", "module_dir"]
 
 PAUSE_TAG = "3.10.1"
@@ -177,6 +179,47 @@ def build_coredns(lay: Layout, log: Log = print) -> Path:
     return target
 
 
+def build_containerd(lay: Layout, log: Log = print) -> Path:
+    """containerd, its runc shim and ``ctr`` in ``lay.containerd_dir``: static (no cgo: the
+    btrfs snapshotter is left out), the shim without gRPC as containerd's Makefile builds it."""
+    target = lay.containerd_dir
+    if _stamp(target).exists() and all((target / b).exists() for b in CONTAINERD_BINARIES):
+        return target
+    log_file = target / "build.log"
+    log(f"building containerd {CONTAINERD_VERSION} (~3 min on a cold cache), log: {log_file}")
+    target.mkdir(parents=True, exist_ok=True)
+    pkg = "github.com/containerd/containerd/v2"
+    ldflags = f"-s -w -X {pkg}/version.Version={CONTAINERD_VERSION}"
+    env = _env({"CGO_ENABLED": "0", "GOBIN": str(target)})
+    for tags, cmds in (("urfave_cli_no_docs,no_btrfs", ("containerd", "ctr")),
+                       ("urfave_cli_no_docs,no_grpc", ("containerd-shim-runc-v2",))):
+        _run([go_binary(), "install", "-trimpath", "-tags", tags, "-ldflags", ldflags,
+              *[f"{pkg}/cmd/{c}@{CONTAINERD_VERSION}" for c in cmds]], cwd=target,
+             log_file=log_file, env=env)
+    _stamp(target).write_text(CONTAINERD_VERSION + "\n")
+    return target
+
+
+def build_runc(lay: Layout, log: Log = print) -> Path:
+    """runc with cgo (its nsexec is C) and the ``seccomp`` tag (libseccomp-dev, from
+    scripts/install-system-deps.sh): the tags of runc's Makefile but ``libpathrs`` (a Rust
+    library Debian does not ship)."""
+    target = lay.runc_bin
+    if _stamp(target.parent).exists() and target.exists():
+        return target
+    log_file = target.parent / "build.log"
+    if shutil.which("gcc") is None:
+        raise BuildError("no gcc: scripts/install-system-deps.sh installs it")
+    log(f"building runc {RUNC_VERSION} (~1 min on a cold cache), log: {log_file}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _run([go_binary(), "install", "-trimpath", "-tags", "seccomp,urfave_cli_no_docs",
+          "-ldflags", "-s -w", f"github.com/opencontainers/runc@{RUNC_VERSION}"],
+         cwd=target.parent, log_file=log_file,
+         env=_env({"CGO_ENABLED": "1", "GOBIN": str(target.parent)}))
+    _stamp(target.parent).write_text(RUNC_VERSION + "\n")
+    return target
+
+
 def build_traefik(lay: Layout, log: Log = print) -> Path:
     target = lay.traefik_bin
     if _stamp(target.parent).exists() and target.exists():
@@ -217,6 +260,8 @@ def build_pause(lay: Layout, log: Log = print) -> Path:
 
 def build_all(lay: Layout, log: Log = print) -> None:
     build_kubernetes(lay, log)
+    build_containerd(lay, log)
+    build_runc(lay, log)
     build_coredns(lay, log)
     build_pause(lay, log)
     build_traefik(lay, log)

@@ -5,12 +5,17 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["KUBE_VERSION", "COREDNS_VERSION", "TRAEFIK_VERSION", "KUBE_BINARIES", "Layout",
+__all__ = ["KUBE_VERSION", "CONTAINERD_VERSION", "RUNC_VERSION", "CONTAINERD_BINARIES", "COREDNS_VERSION", "TRAEFIK_VERSION", "KUBE_BINARIES", "Layout",
            "layout", "HOST_ADDR", "NODE_ADDR", "VETH_HOST", "VETH_NODE", "POD_CIDR",
            "SERVICE_CIDR", "CLUSTER_CIDR", "API_SERVICE_IP", "DNS_SERVICE_IP", "NODE_NAME",
            "CGROUP_ROOT", "API_PORT", "MAX_NODES", "LINK_CIDR", "Member", "member"]
 
-KUBE_VERSION = "v1.33.13"
+KUBE_VERSION = "v1.37.2"
+# containerd 2 and runc, built from the module proxy like Kubernetes (Debian's containerd 1.6
+# stays for Docker's engine; the node runs these).
+CONTAINERD_VERSION = "v2.4.2"
+RUNC_VERSION = "v1.5.3"
+CONTAINERD_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
 COREDNS_VERSION = "v1.15.0"
 TRAEFIK_VERSION = "v3.6.12"
 KUBE_BINARIES = ("kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
@@ -104,6 +109,15 @@ class Layout:
     @property
     def kube_bin(self) -> Path:
         return self.kube_dir / "bin"
+
+    @property
+    def containerd_dir(self) -> Path:
+        """``containerd`` and its shim ``containerd-shim-runc-v2``."""
+        return self.cache / f"containerd-{CONTAINERD_VERSION}"
+
+    @property
+    def runc_bin(self) -> Path:
+        return self.cache / f"runc-{RUNC_VERSION}" / "runc"
 
     @property
     def coredns_bin(self) -> Path:

@@ -9,7 +9,7 @@ __all__ = ["containerd_cmd", "etcd_cmd", "apiserver_cmd", "controller_manager_cm
 
 
 def containerd_cmd(n: Node) -> list[str]:
-    return ["/usr/bin/containerd", "--config", str(n.p("containerd", "config.toml"))]
+    return [str(n.lay.containerd_dir / "containerd"), "--config", str(n.p("containerd", "config.toml"))]
 
 
 def etcd_cmd(n: Node) -> list[str]:

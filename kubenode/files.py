@@ -6,7 +6,7 @@ import json
 from kubenode.config import (API_PORT, CLUSTER_CIDR, DNS_SERVICE_IP, NODE_ADDR, POD_CIDR, Layout,
                              Member, member)
 
-__all__ = ["kubeconfig", "containerd_toml", "kubelet_config", "kube_proxy_config", "cni_conflist",
+__all__ = ["kubeconfig", "FAIL_CGROUP_V1_NOTE", "containerd_toml", "kubelet_config", "kube_proxy_config", "cni_conflist",
            "KUBELET_SYSCTLS", "PAUSE_IMAGE", "COREDNS_IMAGE", "TRAEFIK_IMAGE"]
 
 # Local image names (no registry host: these images are imported, never pulled).
@@ -29,6 +29,10 @@ KUBELET_SYSCTLS = {
 
 FIRST = member(1)
 
+# The line ``up`` prints on a cgroup v1 host.
+FAIL_CGROUP_V1_NOTE = ("kubelet: failCgroupV1 is false: this host has cgroup v1, which "
+                       "Kubernetes 1.35+ refuses unless told")
+
 
 def kubeconfig(lay: Layout, user: str, *, server: str | None = None, m: Member = FIRST) -> str:
     """A kubeconfig for one of the node's client certificates (``pki/<user>.crt``); every
@@ -49,13 +53,16 @@ def kubeconfig(lay: Layout, user: str, *, server: str | None = None, m: Member =
 
 
 def containerd_toml(lay: Layout, m: Member = FIRST) -> str:
-    """containerd of the node's own: root, state and socket under the state directory;
-    runc via io.containerd.runc.v2 (containerd 1.6's CRI needs the runtime named); cgroupfs;
-    ``restrict_oom_score_adj`` (no CAP_SYS_RESOURCE in a sandbox: the pause container's -998
-    would be refused)."""
+    """containerd 2 of the node's own (config version 3: the CRI plugin is split into
+    ``io.containerd.cri.v1.images`` and ``io.containerd.cri.v1.runtime``): root, state and
+    socket under the state directory; the shim and runc from the cache (``runtime_path``,
+    ``BinaryName``), not the host's; cgroupfs; ``restrict_oom_score_adj`` (no CAP_SYS_RESOURCE
+    in a sandbox: the pause container's -998 would be refused)."""
     base = m.home(lay) / "containerd"
-    cri = 'plugins."io.containerd.grpc.v1.cri"'
-    return f"""version = 2
+    images = "plugins.'io.containerd.cri.v1.images'"
+    runtime = "plugins.'io.containerd.cri.v1.runtime'"
+    runc = f"{runtime}.containerd.runtimes.runc"
+    return f"""version = 3
 root = "{base / 'root'}"
 state = "{base / 'state'}"
 
@@ -65,28 +72,36 @@ state = "{base / 'state'}"
 [ttrpc]
   address = "{base / 'containerd.sock.ttrpc'}"
 
-[{cri}]
-  sandbox_image = "{PAUSE_IMAGE}"
+[{images}]
+  snapshotter = "overlayfs"
+
+[{images}.pinned_images]
+  sandbox = "{PAUSE_IMAGE}"
+
+[{runtime}]
   restrict_oom_score_adj = true
   enable_selinux = false
 
-[{cri}.containerd]
+[{runtime}.containerd]
   default_runtime_name = "runc"
-  snapshotter = "overlayfs"
 
-[{cri}.containerd.runtimes.runc]
+[{runc}]
   runtime_type = "io.containerd.runc.v2"
+  runtime_path = "{lay.containerd_dir / 'containerd-shim-runc-v2'}"
 
-[{cri}.containerd.runtimes.runc.options]
+[{runc}.options]
+  BinaryName = "{lay.runc_bin}"
   SystemdCgroup = false
 
-[{cri}.cni]
-  bin_dir = "/usr/lib/cni"
+[{runtime}.cni]
+  bin_dirs = ["/usr/lib/cni"]
   conf_dir = "{m.home(lay) / 'cni' / 'net.d'}"
 """
 
 
-def kubelet_config(lay: Layout, m: Member = FIRST) -> str:
+def kubelet_config(lay: Layout, m: Member = FIRST, *, cgroup_v1: bool = False) -> str:
+    """The kubelet's configuration; on a cgroup v1 host (``cgroup_v1``) ``failCgroupV1: false``,
+    since the kubelet refuses v1 by default from 1.35 on (KEP-5573)."""
     home = m.home(lay)
     pki = home / "pki"
     doc = {
@@ -118,6 +133,8 @@ def kubelet_config(lay: Layout, m: Member = FIRST) -> str:
         "fileCheckFrequency": "5s", "syncFrequency": "10s",
         "nodeStatusReportFrequency": "10s",
     }
+    if cgroup_v1:
+        doc["failCgroupV1"] = False
     return json.dumps(doc, indent=2) + "\n"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from kubenode.config import CGROUP_ROOT
 from kubenode.proc import ns_inode, read_pidfile, run
 
-__all__ = ["cgroup_mounts", "cgroup_root_paths", "cgroup_root_ready", "make_cgroup_root",
+__all__ = ["cgroup_mounts", "cgroup_v1", "cgroup_root_paths", "cgroup_root_ready", "make_cgroup_root",
            "remove_cgroup_root", "cgroup_root_procs", "holder_pid", "nsenter"]
 
 
@@ -25,6 +25,11 @@ def cgroup_mounts() -> list[tuple[str, Path]]:
         if fstype in ("cgroup", "cgroup2"):
             out.append((fstype, Path(left.split()[4])))
     return out
+
+
+def cgroup_v1() -> bool:
+    """Whether the host has cgroup v1 hierarchies (a v2 host has one cgroup2 mount only)."""
+    return any(fstype == "cgroup" for fstype, _ in cgroup_mounts())
 
 
 def cgroup_root_paths(root: str = CGROUP_ROOT) -> list[Path]:

@@ -10,9 +10,10 @@ import tarfile
 from pathlib import Path
 from typing import Sequence
 
+from kubenode.config import layout
 from kubenode.proc import run
 
-__all__ = ["single_binary_archive", "ctr_import", "ctr_images"]
+__all__ = ["single_binary_archive", "ctr_binary", "ctr_import", "ctr_images"]
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
@@ -54,11 +55,16 @@ def single_binary_archive(binary: Path, tag: str, dest: Path, *, entrypoint: Seq
     return dest
 
 
+def ctr_binary() -> str:
+    """containerd 2's ``ctr``, built beside the node's containerd (the host's may be 1.x)."""
+    return str(layout().containerd_dir / "ctr")
+
+
 def ctr_images(address: str) -> set[str]:
-    out = run(["ctr", "--address", address, "-n", "k8s.io", "images", "ls", "-q"]).stdout
+    out = run([ctr_binary(), "--address", address, "-n", "k8s.io", "images", "ls", "-q"]).stdout
     return {line.strip() for line in out.splitlines() if line.strip()}
 
 
 def ctr_import(address: str, archive: Path) -> None:
-    run(["ctr", "--address", address, "-n", "k8s.io", "images", "import",
+    run([ctr_binary(), "--address", address, "-n", "k8s.io", "images", "import",
          str(archive)], timeout=600)

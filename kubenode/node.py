@@ -68,7 +68,7 @@ def _config_files(n: Node) -> dict[Path, str]:
     users = KUBECONFIGS if m.control_plane else ("kubelet", "kube-proxy")
     out = {n.p(f"{user}.kubeconfig"): files.kubeconfig(n.lay, user, m=m) for user in users}
     out[n.p("containerd", "config.toml")] = files.containerd_toml(n.lay, m)
-    out[n.p("kubelet.json")] = files.kubelet_config(n.lay, m)
+    out[n.p("kubelet.json")] = files.kubelet_config(n.lay, m, cgroup_v1=host.cgroup_v1())
     out[n.p("kube-proxy.json")] = files.kube_proxy_config(n.lay, m)
     out[n.p("cni", "net.d", "10-throttle-lab.conflist")] = files.cni_conflist(m.pod_cidr)
     out[n.p("resolv.conf")] = "# the throttle-lab node has no upstream resolver\n"
@@ -293,7 +293,7 @@ def _daemon_step(name: str, cmd: Callable[[Node], Sequence[str]], ready: Callabl
 
 def _containerd_ready(n: Node) -> bool:
     return Path(n.containerd_address).is_socket() and run(
-        ["ctr", "--address", n.containerd_address, "version"], check=False,
+        [images.ctr_binary(), "--address", n.containerd_address, "version"], check=False,
         timeout=10).returncode == 0
 
 
@@ -420,6 +420,10 @@ KUBE_PROXY = _daemon_step("kube-proxy", daemons.proxy_cmd, _ready(10256), 60)
 STEPS: list[Step[Node]] = [
     Step("build kubernetes", check=lambda n: (n.lay.kube_bin / ".complete").exists(),
          do=lambda n: None if build.build_kubernetes(n.lay, n.log) else None),
+    Step("build containerd", check=lambda n: (n.lay.containerd_dir / ".complete").exists(),
+         do=lambda n: None if build.build_containerd(n.lay, n.log) else None),
+    Step("build runc", check=lambda n: (n.lay.runc_bin.parent / ".complete").exists(),
+         do=lambda n: None if build.build_runc(n.lay, n.log) else None),
     Step("build coredns", check=lambda n: (n.lay.coredns_bin.parent / ".complete").exists(),
          do=lambda n: None if build.build_coredns(n.lay, n.log) else None),
     Step("build pause", check=lambda n: (n.lay.pause_bin.parent / ".complete").exists(),
@@ -532,6 +536,8 @@ def up(lay: Layout | None = None, log: Log = print, nodes: int = 1) -> Node:
         raise ValueError(f"nodes: 1 to {MAX_NODES}, not {nodes}")
     node = Node(lay or layout(), log)
     _require_root()
+    if host.cgroup_v1():
+        log(files.FAIL_CGROUP_V1_NOTE)
     with _locked(node.lay):
         _up(node, log)
         for index in range(2, nodes + 1):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from kubenode import dockerhost
-from kubenode.images import ctr_images
+from kubenode.images import ctr_binary, ctr_images
 from kubenode.proc import run, start_time, stop_pid
 
 __all__ = ["SERVICE_IMAGE", "CLIENT_IMAGE", "docker_engine", "engine_answers", "build_project_images",
@@ -110,7 +110,7 @@ def import_images(address: str, tags: list[str], log: Log = print) -> None:
         log(f"importing {tag} into the node")
         save = subprocess.Popen(["docker", "save", tag], stdout=subprocess.PIPE)
         try:
-            load = subprocess.run(["ctr", "--address", address, "-n", "k8s.io", "images",
+            load = subprocess.run([ctr_binary(), "--address", address, "-n", "k8s.io", "images",
                                    "import", "-"], stdin=save.stdout, capture_output=True,
                                   text=True, timeout=900)
         finally:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Build what the project's Kubernetes node needs before a test starts it: Kubernetes, CoreDNS,
-# Traefik and pause from the Go module proxy into /var/cache/throttle-lab, the project's
-# service and client images and the node agent's image into Docker's cache
-# (`python -m kubenode build`). On a fresh machine that is many minutes (Kubernetes alone ~8 on
+# Build what the project's Kubernetes node needs before a test starts it: Kubernetes,
+# containerd 2, runc, CoreDNS, Traefik and pause from the Go module proxy into
+# /var/cache/throttle-lab, the project's service and client images and the node agent's image
+# into Docker's cache (`python -m kubenode build`). On a fresh machine that is many minutes (Kubernetes alone ~8 on
 # a cold Go cache); the node tests' fixture would build the same, but under a test's timeout.
 # Idempotent: what is built is found and skipped in seconds.
 set -euo pipefail

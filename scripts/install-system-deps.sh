@@ -14,10 +14,12 @@
 #   nodejs        Node's http, another of those real servers (Go's is built with the Go
 #                 toolchain scripts/install-load-tools.sh needs too)
 #   wrk           benchmarks/timer_vs_wrk.py times the client's own timer against it
-#   etcd-server, containerd, runc, containernetworking-plugins, conntrack, iptables, gcc,
-#   libc6-dev     the single-node Kubernetes cluster (`make kube-node`, kubenode/): its etcd,
-#                 its own containerd + runc, the CNI bridge/host-local/portmap plugins, what
-#                 kube-proxy needs, and gcc + libc6-dev to link the pause program static
+#   containerd, runc   Docker's engine runs on Debian's (the node builds its own, below)
+#   etcd-server, containernetworking-plugins, conntrack, iptables, gcc, libc6-dev,
+#   libseccomp-dev   the single-node Kubernetes cluster (`make kube-node`, kubenode/): its etcd,
+#                 the CNI bridge/host-local/portmap plugins, what kube-proxy needs, gcc + libc6-dev
+#                 to link the pause program static and runc (its containerd 2 and runc are built
+#                 from the Go module proxy; runc's seccomp needs libseccomp-dev)
 #   prometheus    its promtool checks the node agent's /metrics exposition and the recording
 #                 and alerting rules in k8s/recorder/ (tests/test_agent*.py,
 #                 tests/test_k8s_recorder.py); its service is never started (the policy-rc.d below)
@@ -32,6 +34,7 @@ set -euo pipefail
 PACKAGES=(docker.io docker-compose debootstrap chromium chromium-driver python3-venv openssl
           qemu-system-x86 linux-image-amd64 busybox-static curl wrk nodejs
           etcd-server containerd runc containernetworking-plugins conntrack iptables gcc libc6-dev
+          libseccomp-dev
           prometheus tomcat10 tomcat10-examples "$@")
 APT=(apt-get -o DPkg::Lock::Timeout=600 -o Dpkg::Use-Pty=0 -q)
 export DEBIAN_FRONTEND=noninteractive

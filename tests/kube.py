@@ -37,7 +37,8 @@ __all__ = ["BEFORE", "HostView", "busy_deployment", "host_view", "missing_node_t
            "wait_for", "NODE_PATHS", "namespace_gone", "namespaced_overlay", "pods_namespace",
            "shipped_limit"]
 
-TOOLS = ("etcd", "containerd", "runc", "ctr", "conntrack", "iptables", "unshare", "nsenter",
+# (containerd, its shim, ctr and runc are the node's own, built into the cache.)
+TOOLS = ("etcd", "conntrack", "iptables", "unshare", "nsenter",
          "openssl", "gcc", "ip", "docker")
 # Paths a node without its bind mounts would leave on the host.
 NODE_PATHS = ("/var/lib/kubelet", "/var/lib/cni", "/run/netns", "/run/containerd",
@@ -138,7 +139,8 @@ def host_view() -> HostView:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if exe.startswith(str(lay.kube_bin)) or str(lay.state) in cmdline:
+        if exe.startswith((str(lay.kube_bin), str(lay.containerd_dir), str(lay.runc_bin))) \
+                or str(lay.state) in cmdline:
             processes.append(f"{entry} {cmdline.strip()[:100]}")
     return HostView(sysctls, tuple(iptables_lines()), mounts, groups, links, paths,
                     tuple(sorted(set(processes))))

@@ -38,6 +38,7 @@ import yaml
 
 from client.run.cgroup_lookup import find_pod_directory
 from kubenode import node as kubenode
+from kubenode.images import ctr_binary
 from tests.advise_support import advice, check_counted_by_the_group
 from tests.kube import namespace_gone, namespaced_overlay, shipped_limit, wait_for
 from tests.support import BIN, ROOT, stop_by_pid
@@ -83,7 +84,7 @@ class Deployed:
 
 
 def _has_service_image(node: kubenode.Node) -> bool:
-    out = subprocess.run(["ctr", "--address", node.containerd_address, "-n", "k8s.io", "images",
+    out = subprocess.run([ctr_binary(), "--address", node.containerd_address, "-n", "k8s.io", "images",
                           "ls", "-q"], capture_output=True, text=True, timeout=60)
     return "docker.io/library/throttle-lab:latest" in out.stdout.split()
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from kubenode import node as kubenode
-from kubenode.config import CGROUP_ROOT, KUBE_VERSION, NODE_NAME
+from kubenode.config import CGROUP_ROOT, CONTAINERD_VERSION, KUBE_VERSION, NODE_NAME
 from kubenode.demo import STALL_US, pi_line, pi_pages
 from kubenode.overlay import write_overlay
 from kubenode.traefik import WEB_PORT
@@ -58,6 +58,9 @@ def test_the_node_is_ready_and_reports_the_pinned_version(kube_node: kubenode.No
     ready = {c["type"]: c["status"] for c in info["status"]["conditions"]}["Ready"]
     assert ready == "True"
     assert info["status"]["nodeInfo"]["kubeletVersion"] == KUBE_VERSION
+    # the node's own containerd 2 from the cache, not the host's (Docker's)
+    assert info["status"]["nodeInfo"]["containerRuntimeVersion"] == \
+        f"containerd://{CONTAINERD_VERSION}"
     addresses = {a["type"]: a["address"] for a in info["status"]["addresses"]}
     assert addresses["InternalIP"] == "10.250.0.2"
     assert kubenode.is_up(kube_node)

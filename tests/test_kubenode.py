@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kubenode import build, files, images, proc
+from kubenode import build, files, host, images, proc
 from kubenode.addons import COREFILE, coredns_manifests
 from kubenode.config import DNS_SERVICE_IP, Layout
 from kubenode.steps import Step, StepError, pending, run_down, run_up, updatable
@@ -83,16 +83,26 @@ def test_configs_say_what_the_node_needs(tmp_path: Path) -> None:
     tomllib = pytest.importorskip("tomllib")
     lay = Layout(cache=tmp_path / "cache", state=tmp_path / "state")
     containerd = tomllib.loads(files.containerd_toml(lay))
-    cri = containerd["plugins"]["io.containerd.grpc.v1.cri"]
-    assert cri["restrict_oom_score_adj"] is True
-    assert cri["containerd"]["default_runtime_name"] == "runc"
-    assert cri["containerd"]["runtimes"]["runc"]["runtime_type"] == "io.containerd.runc.v2"
+    assert containerd["version"] == 3   # containerd 2's CRI plugin sections
+    runtime = containerd["plugins"]["io.containerd.cri.v1.runtime"]
+    assert runtime["restrict_oom_score_adj"] is True
+    assert runtime["containerd"]["default_runtime_name"] == "runc"
+    runc = runtime["containerd"]["runtimes"]["runc"]
+    assert runc["runtime_type"] == "io.containerd.runc.v2"
+    # the node's own shim and runc from the cache, not the host's (Docker's containerd 1.6)
+    assert runc["runtime_path"] == str(lay.containerd_dir / "containerd-shim-runc-v2")
+    assert runc["options"]["BinaryName"] == str(lay.runc_bin)
+    assert str(lay.runc_bin).startswith(str(lay.cache))
+    images = containerd["plugins"]["io.containerd.cri.v1.images"]
+    assert images["pinned_images"]["sandbox"] == files.PAUSE_IMAGE
     assert containerd["root"].startswith(str(lay.state))
     assert containerd["grpc"]["address"].startswith(str(lay.state))
     kubelet = json.loads(files.kubelet_config(lay))
     assert kubelet["cgroupDriver"] == "cgroupfs"
     assert kubelet["cgroupRoot"] == "/tlnode"
     assert kubelet["clusterDNS"] == [DNS_SERVICE_IP]
+    assert "failCgroupV1" not in kubelet            # a cgroup v2 host: the kubelet's default
+    assert json.loads(files.kubelet_config(lay, cgroup_v1=True))["failCgroupV1"] is False
     proxy = json.loads(files.kube_proxy_config(lay))
     assert proxy["conntrack"] == {"maxPerCore": 0}
     assert proxy["mode"] == "iptables"
@@ -268,3 +278,11 @@ def test_down_removes_every_mount_point_it_made_and_names_one_that_is_not_empty(
     with pytest.raises(OSError, match="containerd"):
         step.undo(node)
     assert [p.exists() for p in made] == [False, True, False]
+
+
+def test_cgroup_v1_is_what_the_kernel_mounts_at_sys_fs_cgroup() -> None:
+    """A v2 host has one cgroup2 filesystem at /sys/fs/cgroup (statfs: cgroup2fs); anything
+    else is v1, where the kubelet 1.35+ runs only with ``failCgroupV1: false``."""
+    fs_type = subprocess.run(["stat", "-f", "-c", "%T", "/sys/fs/cgroup"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    assert host.cgroup_v1() is (fs_type != "cgroup2fs")
