@@ -57,7 +57,8 @@ def containerd_toml(lay: Layout, m: Member = FIRST) -> str:
     ``io.containerd.cri.v1.images`` and ``io.containerd.cri.v1.runtime``): root, state and
     socket under the state directory; the shim and runc from the cache (``runtime_path``,
     ``BinaryName``), not the host's; cgroupfs; ``restrict_oom_score_adj`` (no CAP_SYS_RESOURCE
-    in a sandbox: the pause container's -998 would be refused)."""
+    in a sandbox: the pause container's -998 would be refused). Nothing on the host's paths:
+    no NRI socket (``/var/run/nri``, one per host), the ``opt`` directory in the state."""
     base = m.home(lay) / "containerd"
     images = "plugins.'io.containerd.cri.v1.images'"
     runtime = "plugins.'io.containerd.cri.v1.runtime'"
@@ -71,6 +72,12 @@ state = "{base / 'state'}"
 
 [ttrpc]
   address = "{base / 'containerd.sock.ttrpc'}"
+
+[plugins.'io.containerd.nri.v1.nri']
+  disable = true
+
+[plugins.'io.containerd.internal.v1.opt']
+  path = "{base / 'opt'}"
 
 [{images}]
   snapshotter = "overlayfs"

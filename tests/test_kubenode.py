@@ -95,6 +95,8 @@ def test_configs_say_what_the_node_needs(tmp_path: Path) -> None:
     assert str(lay.runc_bin).startswith(str(lay.cache))
     images = containerd["plugins"]["io.containerd.cri.v1.images"]
     assert images["pinned_images"]["sandbox"] == files.PAUSE_IMAGE
+    assert containerd["plugins"]["io.containerd.nri.v1.nri"]["disable"] is True
+    assert containerd["plugins"]["io.containerd.internal.v1.opt"]["path"].startswith(str(lay.state))
     assert containerd["root"].startswith(str(lay.state))
     assert containerd["grpc"]["address"].startswith(str(lay.state))
     kubelet = json.loads(files.kubelet_config(lay))
