@@ -52,10 +52,10 @@ replace github.com/local/thing => ./local/thing
 
 
 def test_kube_gomod_replaces_each_staging_module_with_its_published_version() -> None:
-    text = build.kube_gomod(KUBE_GOMOD, "v1.33.13")
-    assert "require k8s.io/kubernetes v1.33.13" in text
-    assert "\tk8s.io/api => k8s.io/api v0.33.13" in text
-    assert "\tk8s.io/client-go => k8s.io/client-go v0.33.13" in text
+    text = build.kube_gomod(KUBE_GOMOD, "v1.37.2")
+    assert "require k8s.io/kubernetes v1.37.2" in text
+    assert "\tk8s.io/api => k8s.io/api v0.37.2" in text
+    assert "\tk8s.io/client-go => k8s.io/client-go v0.37.2" in text
     assert "github.com/x/y" not in text  # only the staging lines
     assert "go 1.24.0" in text
 
@@ -74,9 +74,9 @@ def test_traefik_gomod_keeps_the_published_replaces_only() -> None:
 
 
 def test_kube_ldflags_set_the_version_the_node_reports() -> None:
-    flags = build.kube_ldflags("v1.33.13")
-    assert "k8s.io/component-base/version.gitVersion=v1.33.13" in flags
-    assert "gitMajor=1" in flags and "gitMinor=33" in flags
+    flags = build.kube_ldflags("v1.37.2")
+    assert "k8s.io/component-base/version.gitVersion=v1.37.2" in flags
+    assert "gitMajor=1" in flags and "gitMinor=37" in flags
 
 
 def test_configs_say_what_the_node_needs(tmp_path: Path) -> None:
