@@ -53,8 +53,9 @@ def kubeconfig(lay: Layout, user: str, *, server: str | None = None, m: Member =
 
 
 def containerd_toml(lay: Layout, m: Member = FIRST) -> str:
-    """containerd 2 of the node's own (config version 3: the CRI plugin is split into
-    ``io.containerd.cri.v1.images`` and ``io.containerd.cri.v1.runtime``): root, state and
+    """containerd 2 of the node's own (config version 4, containerd 2.3+'s: as version 3, the
+    CRI plugin is split into ``io.containerd.cri.v1.images`` and ``io.containerd.cri.v1.runtime``;
+    a version 3 file is migrated at each start, with a warning): root, state and
     socket under the state directory; the shim and runc from the cache (``runtime_path``,
     ``BinaryName``), not the host's; cgroupfs; ``restrict_oom_score_adj`` (no CAP_SYS_RESOURCE
     in a sandbox: the pause container's -998 would be refused). Nothing on the host's paths:
@@ -63,7 +64,7 @@ def containerd_toml(lay: Layout, m: Member = FIRST) -> str:
     images = "plugins.'io.containerd.cri.v1.images'"
     runtime = "plugins.'io.containerd.cri.v1.runtime'"
     runc = f"{runtime}.containerd.runtimes.runc"
-    return f"""version = 3
+    return f"""version = 4
 root = "{base / 'root'}"
 state = "{base / 'state'}"
 

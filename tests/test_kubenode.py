@@ -83,7 +83,7 @@ def test_configs_say_what_the_node_needs(tmp_path: Path) -> None:
     tomllib = pytest.importorskip("tomllib")
     lay = Layout(cache=tmp_path / "cache", state=tmp_path / "state")
     containerd = tomllib.loads(files.containerd_toml(lay))
-    assert containerd["version"] == 3   # containerd 2's CRI plugin sections
+    assert containerd["version"] == 4   # containerd 2.3+'s: no migration at start
     runtime = containerd["plugins"]["io.containerd.cri.v1.runtime"]
     assert runtime["restrict_oom_score_adj"] is True
     assert runtime["containerd"]["default_runtime_name"] == "runc"
