@@ -55,8 +55,9 @@ def kubeconfig(lay: Layout, user: str, *, server: str | None = None, m: Member =
 def containerd_toml(lay: Layout, m: Member = FIRST) -> str:
     """containerd 2 of the node's own (config version 4, containerd 2.3+'s: as version 3, the
     CRI plugin is split into ``io.containerd.cri.v1.images`` and ``io.containerd.cri.v1.runtime``;
-    a version 3 file is migrated at each start, with a warning): root, state and
-    socket under the state directory; the shim and runc from the cache (``runtime_path``,
+    a version 3 file is migrated at each start, with a warning; the sockets are the server
+    plugins' settings, no longer ``[grpc]`` and ``[ttrpc]``): root, state and sockets under
+    the state directory; the shim and runc from the cache (``runtime_path``,
     ``BinaryName``), not the host's; cgroupfs; ``restrict_oom_score_adj`` (no CAP_SYS_RESOURCE
     in a sandbox: the pause container's -998 would be refused). Nothing on the host's paths:
     no NRI socket (``/var/run/nri``, one per host), the ``opt`` directory in the state."""
@@ -68,10 +69,10 @@ def containerd_toml(lay: Layout, m: Member = FIRST) -> str:
 root = "{base / 'root'}"
 state = "{base / 'state'}"
 
-[grpc]
+[plugins.'io.containerd.server.v1.grpc']
   address = "{base / 'containerd.sock'}"
 
-[ttrpc]
+[plugins.'io.containerd.server.v1.ttrpc']
   address = "{base / 'containerd.sock.ttrpc'}"
 
 [plugins.'io.containerd.nri.v1.nri']
