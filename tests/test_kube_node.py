@@ -60,7 +60,7 @@ def test_the_node_is_ready_and_reports_the_pinned_version(kube_node: kubenode.No
     assert info["status"]["nodeInfo"]["kubeletVersion"] == KUBE_VERSION
     # the node's own containerd 2 from the cache, not the host's (Docker's)
     assert info["status"]["nodeInfo"]["containerRuntimeVersion"] == \
-        f"containerd://{CONTAINERD_VERSION}"
+        f"containerd://{CONTAINERD_VERSION.lstrip('v')}"
     addresses = {a["type"]: a["address"] for a in info["status"]["addresses"]}
     assert addresses["InternalIP"] == "10.250.0.2"
     assert kubenode.is_up(kube_node)
