@@ -14,6 +14,7 @@ then remove), and is safe to call twice. Two kinds, one interface:
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -60,8 +61,33 @@ def stop_process(proc: subprocess.Popen[Any], timeout: float) -> None:
         proc.wait()
 
 
+# Below the kernel's ephemeral range (the local ports of outgoing connections, 32768 and up by
+# default) and below Kubernetes' NodePorts (30000-32767): a port picked there is not taken by a
+# client's connection between the pick and the service's bind, as one from bind(0) can be on a
+# busy machine ("address already in use").
+PORT_RANGE = (15000, 30000)
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
+    """A TCP port on 127.0.0.1 that is free right now: a random one of :data:`PORT_RANGE`
+    (below the ephemeral range), else one the kernel picks."""
+    high = min(PORT_RANGE[1], _ephemeral_low())
+    pick = random.SystemRandom()
+    for _ in range(64):
+        port = pick.randrange(PORT_RANGE[0], high) if high > PORT_RANGE[0] else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
