@@ -4,6 +4,7 @@ tests/test_outputs_pinned.py)."""
 from __future__ import annotations
 
 
+from client.analysis.report import Report
 from client.analysis.detect import detect
 from client.analysis.throughput import throughput_row
 from client.data.record import RequestRecord
@@ -62,26 +63,31 @@ def test_a_saturated_run_says_so_and_reads_no_stall_or_period_from_its_queue() -
     assert detect(records, sequential=False, concurrency=1).saturated is None
 
 
-def test_an_open_loop_whose_group_wanted_more_than_its_quota_throughout_is_saturated() -> None:
-    """A capture from the kernel (tests/data/saturated, 2026-12-01, cgroup v1): 100 requests/s
-    of 2 ms for 3 s to the stdlib burner at 0.5 CPU, a busy loop in its group beside it. Its
-    stall and recurrence, read from the quota's queue, are not printed: the saturated line
-    is (issue 55)."""
+def _saturated_capture(name: str) -> tuple[Report, list[str], float]:
+    """A capture of tests/data/saturated read and reported: its report, its lines and the
+    share of periods the kernel throttled across it (asserted to be nearly all)."""
     from pathlib import Path
 
     from client.analysis.report import build_report
     from client.data.files import read_run
     from client.render.text import format_report
 
-    run = read_run(Path(__file__).parent / "data" / "saturated" / "open-loop.csv")
+    run = read_run(Path(__file__).parent / "data" / "saturated" / f"{name}.csv")
     assert run.timeline is not None
     first, last = run.timeline[0], run.timeline[-1]
     periods, throttled = (last.nr_periods - first.nr_periods,
                           last.nr_throttled - first.nr_throttled)
     assert periods > 20 and throttled >= 0.9 * periods, (throttled, periods)  # the kernel's
     report = build_report(run)
-    lines = format_report(report, run.path)
-    share = 100 * throttled / periods
+    return report, format_report(report, run.path), 100 * throttled / periods
+
+
+def test_an_open_loop_whose_group_wanted_more_than_its_quota_throughout_is_saturated() -> None:
+    """A capture from the kernel (tests/data/saturated, 2026-12-01, cgroup v1): 100 requests/s
+    of 2 ms for 3 s to the stdlib burner at 0.5 CPU, a busy loop in its group beside it. Its
+    stall and recurrence, read from the quota's queue, are not printed: the saturated line
+    is (issue 55)."""
+    report, lines, share = _saturated_capture("open-loop")
     assert (f"saturated: at 100 requests/s the group wanted more CPU than its quota "
             f"throughout: {share:.0f} % of the periods were throttled") in "\n".join(lines)
     assert not any(line.startswith("stall:") for line in lines), lines
@@ -141,23 +147,10 @@ def test_a_sequential_run_that_wanted_more_than_its_quota_throughout_is_saturate
     Every request needed more than a period's quota, so every one was held: no fast mode is
     left to read a stall against. The saturated finding replaces the stall and period lines,
     and no "not a quota" guess is made of a run the kernel says was throttled (issue 55)."""
-    from pathlib import Path
-
-    from client.analysis.report import build_report
-    from client.data.files import read_run
-    from client.render.text import format_report
-
-    run = read_run(Path(__file__).parent / "data" / "saturated" / "sequential.csv")
-    assert run.timeline is not None
-    first, last = run.timeline[0], run.timeline[-1]
-    periods, throttled = (last.nr_periods - first.nr_periods,
-                          last.nr_throttled - first.nr_throttled)
-    assert periods > 20 and throttled >= 0.9 * periods, (throttled, periods)  # the kernel's
-    report = build_report(run)
-    lines = format_report(report, run.path)
+    report, lines, share = _saturated_capture("sequential")
     text = "\n".join(lines)
     assert "saturated: one request at a time wanted more CPU than the quota gives: " in text
-    assert f"{100 * throttled / periods:.0f} % of the periods were throttled" in text
+    assert f"{share:.0f} % of the periods were throttled" in text
     assert not any(line.startswith("stall:") for line in lines), lines
     assert not any("stalls recur" in line for line in lines), lines
     assert "period: 100 ms (limit)" in lines
