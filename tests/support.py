@@ -64,6 +64,22 @@ HIERARCHIES = pytest.mark.parametrize("cgroup_version", [
     pytest.param(1, id="v1"), pytest.param(2, id="v2", marks=pytest.mark.cgroup2)])
 
 
+# A quota'd group's CPU weight in tests (v1 cpu.shares, default 1024; v2 cpu.weight, default
+# 100): on a machine busy with other work the group's fair share can fall below its quota, and
+# then the quota never bites. A weight is not a limit: the quota works the same at any weight.
+TEST_GROUP_SHARES, TEST_GROUP_WEIGHT = 102400, 10000
+
+
+def favour_group(group: Path) -> None:
+    """Raise ``group``'s CPU weight so that its quota, not the machine's load, decides how
+    much it runs. The group is the test's own (removed with its service)."""
+    for name, value in (("cpu.shares", TEST_GROUP_SHARES), ("cpu.weight", TEST_GROUP_WEIGHT)):
+        if (group / name).exists():
+            (group / name).write_text(str(value))
+            return
+    raise AssertionError(f"{group}: neither cpu.shares nor cpu.weight (not a cpu group)")
+
+
 def stop_by_pid(proc: subprocess.Popen[Any], first: int = signal.SIGTERM,
                 grace: float = 20.0) -> None:
     """Stop ``proc`` by its own pid if it still runs, also when a test failed or timed out
