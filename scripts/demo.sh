@@ -2,7 +2,7 @@
 # make demo: the sweep on the best backend this machine has — a real kernel CPU quota where it
 # may create cgroups (root + a cpu controller), else the in-process throttle — at 1, 0.3 and
 # 0.1 CPU, 100 requests of ~5 ms each. `http-timing sweep` starts the service under each limit
-# on a free port, times it, stops it, and prints where every file is (about a minute).
+# on a free port, times it, stops it, and prints where every file is (about 20 s).
 # Expects http-timing and burn-service on PATH (the Makefile puts the venv's bin first).
 #
 # Settings (environment): DEMO_BACKEND (auto|kernel|inprocess|docker, default auto),
