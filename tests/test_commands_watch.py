@@ -208,6 +208,9 @@ def test_the_table_fits_the_terminal_it_is_in(width: int, threads: bool) -> None
     for second in range(40, 43):
         assert re.search(rf"^│ 19:17:{second} ", text, re.MULTILINE), text   # whole times
     assert "periods" in text and "throttled" in text and "quota" in text
+    # the caption's figures keep their units on their line (it wrapped "2824 / ms")
+    caption = " ".join(text[text.rindex("┘") + 1:].split("\n"))
+    assert "throttled time 720 ms," in caption and "0.190 CPUs on average" in caption, caption
     if threads:   # every name whole, its share with it (on its line or the next)
         flat = " ".join(text.replace("│", " ").split())
         for name, _ns, share in top:

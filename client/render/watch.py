@@ -86,6 +86,7 @@ _TWO_LINES = ("periods", "periods\nthrottled", "% of\nperiods", "throttled\ntime
 _COMPACT = ("periods\nthrottled", "throttled\ntime ms", "CPUs\nused", "% of\nquota",
             "top threads\n(share of CPU)")
 _UNBOUNDED = 10_000
+_NARROWEST = 80   # the terminal width it is drawn for at least
 _LAYOUTS = (_Layout(_WIDE, ", "), _Layout(_WIDE, "\n"), _Layout(_TWO_LINES, "\n"),
             _Layout(_COMPACT, "\n", compact=True))
 
@@ -145,16 +146,19 @@ def _table(layout: _Layout, group: str, limit: Limit | None, rows: Sequence[Watc
                  _quota_share(s, row.limit or limit)]
         table.add_row(*cells, *([_top(row, layout.threads_join)] if threads else []))
     if total is not None:
-        table.caption = (f"since start ({total.interval_s:.1f} s): {total.nr_throttled} of "
-                         f"{total.nr_periods} periods throttled "
-                         f"({_percent(total.throttled_share)}), throttled time "
-                         f"{total.throttled_ms:.0f} ms, {_cpus(total.usage_cpus)} CPUs on "
-                         f"average{_quota_words(total, limit)}")
+        # one clause a line, and the table at least as wide as the longest: a figure is never
+        # parted from its unit by the caption's wrapping
+        lines = [f"since start ({total.interval_s:.1f} s): {total.nr_throttled} of "
+                 f"{total.nr_periods} periods throttled ({_percent(total.throttled_share)})",
+                 f"throttled time {total.throttled_ms:.0f} ms, {_cpus(total.usage_cpus)} CPUs on "
+                 f"average{_quota_words(total, limit)}"]
         last = rows[-1] if rows else None
         if last is not None and last.usage_unknown:
-            table.caption += f"\nCPUs used: not known ({last.usage_unknown})"
+            lines.append(f"CPUs used: not known ({last.usage_unknown})")
         elif last is not None and last.usage_counter:
-            table.caption += f"\nCPU usage from {last.usage_counter}"
+            lines.append(f"CPU usage from {last.usage_counter}")
+        table.caption = "\n".join(lines)
+        table.min_width = min(max(len(line) for line in lines), _NARROWEST)
         table.caption_justify = "left"
     return table
 
