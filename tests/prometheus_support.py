@@ -1,13 +1,14 @@
-"""For tests/test_cluster_prometheus.py and tests/data/prometheus/make.py: Debian's Prometheus
-on loopback (its own data directory, a free port, every second) scraping the node agent run on
-the host against v1 groups with a quota (tests/agent_support.py); stopped by its pid."""
+"""For tests/test_cluster_prometheus.py: Debian's Prometheus on loopback (its own data
+directory, a free port), either scraping the node agent run on the host against v1 groups
+with a quota (tests/agent_support.py) every second, or holding series backfilled by promtool;
+stopped by its pid, its data directory removed."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +35,11 @@ def prometheus_scraping(work: Path, target: str) -> Iterator[str]:
 
 
 @contextmanager
-def prometheus_running(work: Path, config: dict[str, Any]) -> Iterator[str]:
-    """Debian's Prometheus with ``config`` on loopback (a free port, its data in ``work``);
-    yields its base URL once it is ready; stopped by its pid."""
+def prometheus_running(work: Path, config: dict[str, Any], args: Sequence[str] = ()
+                       ) -> Iterator[str]:
+    """Debian's Prometheus with ``config`` on loopback (a free port, its data in ``work``,
+    ``args`` added); yields its base URL once it is ready; stopped by its pid, its data
+    directory removed."""
     binary = shutil.which("prometheus")
     require(binary is not None, "prometheus is not installed (scripts/install-system-deps.sh)")
     assert binary is not None
@@ -46,7 +49,7 @@ def prometheus_running(work: Path, config: dict[str, Any]) -> Iterator[str]:
     with open(work / "log", "wb") as log:
         proc = subprocess.Popen([binary, f"--config.file={work / 'prometheus.yml'}",
                                  f"--storage.tsdb.path={work / 'data'}",
-                                 f"--web.listen-address=127.0.0.1:{port}"],
+                                 f"--web.listen-address=127.0.0.1:{port}", *args],
                                 stdout=subprocess.DEVNULL, stderr=log)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -63,6 +66,45 @@ def prometheus_running(work: Path, config: dict[str, Any]) -> Iterator[str]:
         yield base
     finally:
         stop_by_pid(proc)
+        shutil.rmtree(work / "data", ignore_errors=True)
+
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def openmetrics(series: Mapping[str, Mapping[Labels, Sequence[tuple[float, float]]]]) -> str:
+    """OpenMetrics text of ``series`` (metric name -> labels -> samples (unix s, value)), each
+    family typed unknown (its samples named as given), for promtool's backfill."""
+    lines = []
+    for name, by_labels in series.items():
+        lines.append(f"# TYPE {name} unknown")
+        for labels, samples in by_labels.items():
+            text = ",".join(f'{k}="{v}"' for k, v in labels)
+            lines += [f"{name}{{{text}}} {v!r} {t:.3f}" for t, v in samples]
+    return "\n".join(lines) + "\n# EOF\n"
+
+
+@contextmanager
+def backfilled_prometheus(work: Path, series: Mapping[str, Mapping[Labels, Sequence[
+        tuple[float, float]]]], args: Sequence[str] = ()) -> Iterator[str]:
+    """Debian's Prometheus holding ``series`` (see :func:`openmetrics`), backfilled into its
+    empty data directory by ``promtool tsdb create-blocks-from openmetrics``, scraping
+    nothing; yields its base URL; stopped and its data removed at the end."""
+    promtool = shutil.which("promtool")
+    require(promtool is not None, "promtool is not installed (scripts/install-system-deps.sh)")
+    assert promtool is not None
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "series.om").write_text(openmetrics(series))
+    try:
+        subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics",
+                        str(work / "series.om"), str(work / "data")], check=True,
+                       capture_output=True, timeout=300)
+    finally:
+        (work / "series.om").unlink()
+    # retention long enough for a backfilled week, whatever the series' age
+    with prometheus_running(work, {"global": {"scrape_interval": "15s"}},
+                            ["--storage.tsdb.retention.time=30d", *args]) as base:
+        yield base
 
 
 def last_scraped(base: str, selector: str) -> float | None:
@@ -100,6 +142,7 @@ class Scraped:
     base: str              # Prometheus
     agent: str             # the agent's base URL
     start: float           # unix seconds, before Prometheus's first sample of the group
+    held: float            # unix seconds, Prometheus holding ``before``, before the burn
     before: dict[str, int]     # cpu.stat, quiet, as Prometheus first holds it
     after: dict[str, int]      # cpu.stat, quiet after the burn, as Prometheus last holds it
     usage_ns: tuple[int, int]  # cpuacct.usage before and after
@@ -117,6 +160,7 @@ def scraped_agent(work: Path, throttled: int = 8) -> Iterator[Scraped]:
         sel = '{pod="busy",level="group"}'
         before, usage_before = quiet(busy.cpu_stat), busy.usage_ns()
         wait_scraped(base, f"throttle_lab_cpu_cfs_periods_total{sel}", before["nr_periods"])
+        held = time.time()
         burner = subprocess.Popen(busy.join_command(BURN))
         try:
             deadline = time.monotonic() + 60
@@ -132,4 +176,5 @@ def scraped_agent(work: Path, throttled: int = 8) -> Iterator[Scraped]:
                              after["nr_throttled"]),
                             ("throttle_lab_cpu_usage_seconds_total", usage_after / 1e9)):
             wait_scraped(base, name + sel, value)
-        yield Scraped(base, agent.base, start, before, after, (usage_before, usage_after))
+        yield Scraped(base, agent.base, start, held, before, after,
+                      (usage_before, usage_after))

@@ -1,66 +1,341 @@
 """``cluster --prometheus``: a row's figures from the node agent's counters as Prometheus kept
-them. On the host, a real Prometheus (Debian's, on loopback) scrapes the real agent watching
-a v1 group the test throttles: the row's periods, periods throttled, throttled time and wait
-histogram are what the group's cpu.stat counted between the scrapes. The folding alone runs
-on Prometheus's answers recorded the same way (tests/data/prometheus/, its make.py). Bad
-input: one line, exit 2."""
+them, asked in bounded queries (client/run/prometheus_query.py). A real Prometheus (Debian's,
+on loopback) holds series backfilled by ``promtool tsdb create-blocks-from openmetrics`` from
+series the test writes: the figures are what those series say at the queries' steps, the
+queries name at most the points they say, and a query refused for its size is split, or one
+line. On the host, the same Prometheus scrapes the real agent watching a v1 group the test
+throttles: the row's periods, periods throttled, throttled time and wait histogram are what
+the group's cpu.stat counted between the scrapes. Bad input: one line, exit 2."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import httpx
+import numpy as np
 import pytest
 
 from client.analysis.goal import LatencyGoal
 from client.advise.cluster import row_of
 from client.analysis.cluster import WorkloadLimits, pod_window
 from client.analysis.cluster_prometheus import (FROM_AGENTS, LEFT_OUT, NOT_IN_PROMETHEUS,
-                                                bucket_quantile, by_pod, combined, covers,
-                                                departed_pods, increase, prometheus_row, rates)
+                                                bucket_quantile, combined, covers,
+                                                departed_pods, prometheus_row)
+from client.commands.cluster import _prometheus_rows
 from client.render.cluster import format_cluster, format_cluster_csv
+from client.run import prometheus_query
+from client.run.k8s_workloads import fold_pods
 from client.run.replay_input import read_recording
-from client.run.prometheus import (AGENT_METRICS, Prometheus, PrometheusError, agent_series,
-                                   open_prometheus)
-from tests.prometheus_support import Scraped, scraped_agent
+from client.run.prometheus import (AGENT_METRICS, Prometheus, PrometheusError, open_prometheus)
+from client.run.prometheus_query import (MAX_STEPS, PEAK_PER_POINT, SERIES_PER_POD, PodTotals, Totals,
+                                         pod_totals, pods_seen, step_for, window)
+from tests.prometheus_support import Labels, Scraped, backfilled_prometheus, scraped_agent
 from tests.support import exit_code_and_errors, free_port
 
-DATA = Path(__file__).parent / "data" / "prometheus"
 CLUSTER_DATA = Path(__file__).parent / "data" / "cluster"   # the agent's timelines
 BUSY = WorkloadLimits("static/deployment/busy", 0.2, 0.2)
+TARGET = LatencyGoal(10.0, None, None)
+BOUNDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0,
+          float("inf"))   # the agent's wait histogram (agent/internal/metrics/waits.go)
+LOOKBACK_S = 300          # Prometheus's default: a selector takes a sample this old at most
+
+# ---- series the test writes, backfilled into a real Prometheus --------------------------------
+
+SCRAPE_S = 15
+HOURS = 8
+NOW = time.time()
+END = (int(NOW) // 3600 - 1) * 3600 + 7        # the last scrape, an hour or two ago
+START = END - HOURS * 3600
+AT = END + 37.25       # the windows end here: off the scrapes and off every step
+WEB_A, WEB_GONE = "web-5d8f9c7b6-x2k4q", "web-5d8f9c7b6-lm2n4"
+PODS = {("shop", WEB_A): (START, END, START + 6 * 3600),        # reset at 6 h
+        ("shop", WEB_GONE): (START, END - 3 * 3600, None),      # left 3 h before the end
+        ("shop", "db-0"): (START + 3600, END, None),            # began an hour in
+        ("other", "web-5d8f9c7b6-aaaaa"): (START, END, None)}
+Samples = list[tuple[float, float]]
 
 
-def recorded_prometheus() -> Prometheus:
-    """A Prometheus that answers each query with the answer recorded for it."""
-    answers = json.loads((DATA / "answers.json").read_text())
+def written() -> dict[tuple[str, str], dict[str, dict[str, Samples]]]:
+    """Each pod's series: metric key -> le ("" for a counter) -> samples, every SCRAPE_S."""
+    rng = random.Random(59)
+    out: dict[tuple[str, str], dict[str, dict[str, Samples]]] = {}
+    for pod, (first, last, reset) in PODS.items():
+        values = {k: 0.0 for k in ("periods", "throttled_periods", "throttled_seconds",
+                                   "usage_seconds", "coarse_periods")}
+        waits = [0.0] * len(BOUNDS)
+        series: dict[str, dict[str, Samples]] = {}
+        t = first
+        while t <= last:
+            if reset is not None and reset <= t < reset + SCRAPE_S:
+                values = dict.fromkeys(values, 0.0)
+                waits = [0.0] * len(BOUNDS)
+            throttled = rng.randrange(0, 30)
+            values["periods"] += 150
+            values["throttled_periods"] += throttled
+            values["throttled_seconds"] += round(throttled * rng.uniform(0.001, 0.06), 6)
+            values["usage_seconds"] += round(rng.uniform(0.0, 1.5) * SCRAPE_S, 6)
+            values["coarse_periods"] += rng.random() < 0.1
+            for _ in range(throttled):
+                i = rng.randrange(len(BOUNDS))
+                waits = [w + (j >= i) for j, w in enumerate(waits)]   # cumulative
+            for key, value in values.items():
+                series.setdefault(key, {}).setdefault("", []).append((t, value))
+            for le, count in zip(BOUNDS, waits):
+                name = "+Inf" if le == float("inf") else repr(le)
+                series.setdefault("wait_bucket", {}).setdefault(name, []).append((t, count))
+            t += SCRAPE_S
+        out[pod] = series
+    return out
+
+
+SERIES = written()
+
+
+def om_series() -> dict[str, dict[Labels, Samples]]:
+    out: dict[str, dict[Labels, Samples]] = {}
+    for (ns, pod), series in SERIES.items():
+        for key, by_le in series.items():
+            for le, samples in by_le.items():
+                labels: Labels = (("namespace", ns), ("pod", pod), ("container", ""),
+                                  ("level", "pod"), *((("le", le),) if le else ()))
+                out.setdefault(AGENT_METRICS[key], {})[labels] = samples
+    return out
+
+
+def at_or_before(samples: Samples, t: float) -> tuple[float, float] | None:
+    """What a selector at ``t`` takes: the last sample at or before it, within the lookback."""
+    before = [s for s in samples if s[0] <= t]
+    return before[-1] if before and before[-1][0] > t - LOOKBACK_S else None
+
+
+def stepwise(samples: Samples, totals: Totals) -> list[float]:
+    """Each step's increase as the queries define it: the counter at the step less a step
+    before (both there), or after a reset the counter."""
+    out = []
+    for k in range(1, totals.steps + 1):
+        now = at_or_before(samples, totals.start + k * totals.step_s)
+        before = at_or_before(samples, totals.start + (k - 1) * totals.step_s)
+        if now is not None and before is not None:
+            out.append(now[1] - before[1] if now[1] >= before[1] else now[1])
+    return out
+
+
+@pytest.fixture(scope="module")
+def backfilled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with backfilled_prometheus(tmp_path_factory.mktemp("backfilled"), om_series()) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The same series in a Prometheus that loads at most 12,000 samples a query: one pod's
+    queries over 2 h pass (4 x 2,040 at most), two pods' do not."""
+    with backfilled_prometheus(tmp_path_factory.mktemp("tiny"), om_series(),
+                               ["--query.max-samples=12000"]) as base:
+        yield base
+
+
+class Asking(Prometheus):
+    """A Prometheus at ``base`` that keeps each query string asked."""
+
+    def __init__(self, base: str) -> None:
+        real = open_prometheus(base)
+        self.paths: list[tuple[str, dict[str, str]]] = []
+
+        def get(path: str, params: Mapping[str, str]) -> tuple[int, bytes]:
+            self.paths.append((path, dict(params)))
+            return real._get(path, params)
+        super().__init__(base, get)
+
+
+def test_a_steps_size_fits_the_window() -> None:
+    assert step_for(600) == 60 and step_for(7 * 86400) == 60      # a week: 10,080 steps
+    assert 7 * 86400 / step_for(7 * 86400) == MAX_STEPS
+    assert step_for(30 * 86400) == 300 and step_for(7 * 86400, min_step_s=15) == 60
+    assert step_for(3600, min_step_s=15) == 15
+    # the steps make the window: as many as the step gives, each as long as makes it
+    assert window(7 * 86400, 1000.5) == (60_000, 10_080, 1000.5)
+    assert window(90, 1000.0) == (45_000, 2, 1000.0)
+    assert window(20.5, 1000.0) == (20_500, 1, 1000.0)   # shorter than a step: one
+
+
+@pytest.mark.parametrize("since_s", [2 * 3600, 7 * 3600])
+def test_each_pods_figures_are_what_its_backfilled_series_say(backfilled: str,
+                                                              since_s: float) -> None:
+    prometheus = open_prometheus(backfilled)
+    seen = pods_seen(prometheus, None, since_s, AT)
+    gone_in_window = since_s > 3 * 3600
+    assert seen == set(PODS) if gone_in_window else seen == set(PODS) - {("shop", WEB_GONE)}
+    totals = pod_totals(prometheus, seen, since_s, AT)
+    assert (totals.step_s, totals.end, totals.steps) == (60, AT, since_s // 60)
+    assert set(totals.pods) == seen
+    for pod, got in totals.pods.items():
+        series = SERIES[pod]
+        for key in ("periods", "throttled_periods", "throttled_seconds", "coarse_periods"):
+            assert got.total(key) == pytest.approx(sum(stepwise(series[key][""], totals)),
+                                                   rel=1e-9, abs=1e-9), (pod, key)
+        for le, name in zip(BOUNDS, series["wait_bucket"]):
+            assert got.buckets[le] == sum(stepwise(series["wait_bucket"][name], totals))
+        rates = np.asarray(stepwise(series["usage_seconds"][""], totals)) / totals.step_s
+        assert got.usage["p95"] == pytest.approx(np.percentile(rates, 95), rel=1e-9)
+        assert got.usage["p90"] == pytest.approx(np.percentile(rates, 90), rel=1e-9)
+        stamps = [s[0] for k in range(1, totals.steps + 1)
+                  if (s := at_or_before(series["periods"][""],
+                                        totals.start + k * totals.step_s)) is not None]
+        assert (got.first_s, got.last_s) == (min(stamps), max(stamps))
+    if since_s < 2 * 3600 + 60:
+        return
+    # the reset 2 h before the end counts what followed it: the window's figure is the
+    # counter at its end plus at the last step before the reset, less at its start (what it
+    # gained between that step and the reset, less than a step's, is not seen)
+    a = SERIES[("shop", WEB_A)]["periods"][""]
+    reset = START + 6 * 3600
+    step_before = totals.start + (reset - totals.start) // totals.step_s * totals.step_s
+    values = [at_or_before(a, t) for t in (AT, step_before, totals.start, reset - 1)]
+    assert None not in values
+    end_value, before_reset, start_value, last_before = (v[1] for v in values if v)
+    assert totals.pods[("shop", WEB_A)].total("periods") == (
+        end_value + before_reset - start_value)
+    assert 0 < last_before - before_reset <= 150 * totals.step_s / SCRAPE_S
+
+
+def test_the_queries_name_at_most_the_points_they_say_and_no_raw_samples(
+        backfilled: str) -> None:
+    prometheus = Asking(backfilled)
+    since_s = 7 * 3600
+    totals = pod_totals(prometheus, pods_seen(prometheus, None, since_s, AT), since_s, AT)
+    paths = [path for path, _ in prometheus.paths]
+    assert paths == ["/api/v1/series"] + ["/api/v1/query"] * 3 * 2   # a batch a namespace
+    for query, points in totals.asked:
+        assert f"[{1000 * since_s - 30_000}ms:60000ms]" in query   # steps, not samples
+        stats = httpx.get(backfilled + "/api/v1/query", timeout=30, params={
+            "query": query, "time": f"{AT + totals.shift_ms / 1000:.3f}",
+            "stats": "all"}).json()["data"]["stats"]["samples"]
+        assert stats["totalQueryableSamples"] <= points, (query, stats, points)
+        assert stats["peakSamples"] <= PEAK_PER_POINT * points, (query, stats, points)
+    # the raw samples a pod's series hold in the window, which the old query asked for
+    raw = sum(1 for series in SERIES[("shop", WEB_A)].values() for samples in series.values()
+              for t, _ in samples if AT - since_s < t <= AT)
+    asked_a_pod = sum(points for _, points in totals.asked) / len(totals.pods)
+    assert asked_a_pod < raw / 3, (asked_a_pod, raw)   # 60 s steps, not 15 s scrapes
+
+
+def test_batches_hold_at_most_the_series_a_query_may_name(
+        backfilled: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    prometheus = open_prometheus(backfilled)
+    pods = pods_seen(prometheus, "shop", 7 * 3600, AT)
+    whole = pod_totals(prometheus, pods, 7 * 3600, AT)
+    monkeypatch.setattr(prometheus_query, "SERIES_PER_QUERY", SERIES_PER_POD)   # a pod each
+    one_by_one = pod_totals(prometheus, pods, 7 * 3600, AT)
+    assert len(one_by_one.asked) == 3 * len(pods) and len(whole.asked) == 3
+    assert one_by_one.pods == whole.pods
+
+
+def test_a_query_refused_for_its_size_is_asked_again_in_halves(backfilled: str,
+                                                              tiny: str) -> None:
+    pods = pods_seen(open_prometheus(backfilled), "shop", 2 * 3600, AT)
+    assert len(pods) == 2
+    expected = pod_totals(open_prometheus(backfilled), pods, 2 * 3600, AT)
+    split = pod_totals(open_prometheus(tiny), pods, 2 * 3600, AT)
+    assert split.pods == expected.pods
+    assert len(split.asked) == 2 * len(expected.asked)   # each query once a pod
+
+
+def test_a_pods_query_refused_for_its_size_is_one_line_saying_to_narrow_since(
+        tiny: str) -> None:
+    prometheus = open_prometheus(tiny)
+    with pytest.raises(PrometheusError) as refused:
+        pod_totals(prometheus, [("shop", WEB_A)], 7 * 3600, AT)
+    message = str(refused.value)
+    assert message.startswith(f"Prometheus at {tiny} refused the query for one pod "
+                              f"(shop/{WEB_A}, 420 steps of 60 s): ")
+    assert "too many samples" in message and message.endswith("; narrow --since")
+    assert "\n" not in message
+
+
+def test_a_timeout_is_split_too_and_other_refusals_are_not() -> None:
+    asked: list[str] = []
 
     def get(path: str, params: Mapping[str, str]) -> tuple[int, bytes]:
-        return 200, json.dumps(answers[params["query"]]).encode()
-    return Prometheus("recorded", get)
+        asked.append(params["query"])
+        if 'pod=~"a|b"' in params["query"]:   # both pods
+            return 503, json.dumps({"status": "error", "errorType": "timeout",
+                                    "error": "query timed out in query execution"}).encode()
+        return 200, json.dumps({"status": "success",
+                                "data": {"resultType": "vector", "result": []}}).encode()
+    totals = pod_totals(Prometheus("fake", get), [("shop", "a"), ("shop", "b")], 3600, AT)
+    assert len(totals.asked) == 6 and len(asked) == 7   # the first refused, then each pod's
+
+    def bad(path: str, params: Mapping[str, str]) -> tuple[int, bytes]:
+        return 400, json.dumps({"status": "error", "errorType": "bad_data",
+                                "error": "parse error"}).encode()
+    with pytest.raises(PrometheusError, match="refused the query .*: parse error$"):
+        pod_totals(Prometheus("fake", bad), [("shop", "a"), ("shop", "b")], 3600, AT)
 
 
-# ---- the folding, on recorded answers ----------------------------------------------------------
-
-def test_a_recorded_answer_folds_into_what_cpu_stat_counted_between_the_scrapes() -> None:
-    counted = json.loads((DATA / "counted.json").read_text())
-    found = by_pod(agent_series(recorded_prometheus(), 'level="group"', counted["since_s"],
-                                counted["at"]))
-    row = prometheus_row(BUSY, "", ["busy"], found)
-    before, after = counted["before"], counted["after"]
-    assert row.periods == after["nr_periods"] - before["nr_periods"]
-    assert row.periods_throttled == after["nr_throttled"] - before["nr_throttled"]
-    assert row.throttled_ms == pytest.approx(
-        (after["throttled_time"] - before["throttled_time"]) / 1e6, abs=1e-6)
-    assert row.wait_p99_ms is not None and 0 < row.wait_p99_ms
-    assert row.pods == 1 and row.window_s > 0
+def pod(name: str, owner: tuple[str, str], namespace: str = "shop") -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": namespace,
+                         "labels": {"throttle-lab/record": "true"},
+                         "ownerReferences": [{"kind": owner[0], "name": owner[1]}]},
+            "spec": {"nodeName": "node-1"}, "status": {"phase": "Running"}}
 
 
-def test_a_counter_reset_counts_what_followed_it() -> None:
-    assert increase([(0, 5), (1, 7), (2, 2), (3, 4)]) == 2 + 2 + 2   # reset at t=2: 0 -> 2
-    assert rates([(0, 0), (2, 1), (3, 0.5)]) == [0.5, 0.5]
+def test_the_commands_rows_count_the_pods_that_left_and_say_the_step(
+        backfilled: str, tmp_path: Path) -> None:
+    template = {"template": {"spec": {"containers": [
+        {"name": "c", "resources": {"limits": {"cpu": "500m"}, "requests": {"cpu": "500m"}}}]}},
+        "replicas": 1}
+    workloads = fold_pods(
+        [{"metadata": {"name": "web", "namespace": "shop"}, "spec": template, "status": {}},
+         {"metadata": {"name": "db", "namespace": "shop"}, "spec": template, "status": {}}],
+        ["Deployment", "StatefulSet"],
+        [{"metadata": {"name": "web-5d8f9c7b6", "namespace": "shop",
+                       "ownerReferences": [{"kind": "Deployment", "name": "web"}]}}],
+        [pod(WEB_A, ("ReplicaSet", "web-5d8f9c7b6")), pod("db-0", ("StatefulSet", "db")),
+         pod("db-1", ("StatefulSet", "db"))])
+    since_s = 7 * 3600
+    rows, unrecorded, totals = _prometheus_rows(open_prometheus(backfilled), workloads, "shop",
+                                                since_s, AT, tmp_path, TARGET)
+    assert unrecorded == [] and totals.step_s == 60 and totals.steps == 420
+    web = next(r for r in rows if r.workload == "shop/deployment/web")
+    db = next(r for r in rows if r.workload == "shop/statefulset/db")
+    assert web.pods == 2 and db.pods == 1    # web's pod that left, counted by its name
+    assert f"1 pod(s) that left in the window counted too, by their names in Prometheus: " \
+           f"{WEB_GONE}" in web.notes
+    expected = sum(sum(stepwise(SERIES[("shop", p)]["throttled_periods"][""], totals))
+                   for p in (WEB_A, WEB_GONE))
+    assert web.periods_throttled == expected
+    assert db.missing == (f"shop/db-1: {NOT_IN_PROMETHEUS} (no series of the node agent's "
+                          "counters in the window)",)
+    assert "per 60 s step" in web.to_dict()["sources"]["usage_p95_cpus"]
+    assert set(totals.pods) == {("shop", WEB_A), ("shop", WEB_GONE), ("shop", "db-0")}
+
+
+# ---- the folding, on figures as the queries give them -----------------------------------------
+
+def busy_totals(step_s: int = 60) -> Totals:
+    busy = PodTotals({"periods": 1200.0, "throttled_periods": 8.0, "throttled_seconds": 0.4,
+                      "coarse_periods": 0.0},
+                     {0.05: 2.0, 0.1: 8.0, float("inf"): 8.0}, {"p95": 0.19, "p90": 0.15},
+                     1000.0, 1120.0)
+    return Totals(1000 * step_s, 5, 1180.0, {("", "busy"): busy})
+
+
+def test_a_row_is_its_pods_figures_summed_and_the_highest_pods_usage() -> None:
+    two = busy_totals()
+    other = dataclasses.replace(two.pods[("", "busy")], usage={"p95": 0.3, "p90": 0.1})
+    two.pods[("", "busy-2")] = other
+    row = prometheus_row(BUSY, "", ["busy", "busy-2"], two)
+    assert (row.periods, row.periods_throttled) == (2400, 16)
+    assert row.throttled_ms == pytest.approx(800.0) and row.window_s == 240.0
+    assert row.usage_p95_cpus == 0.3 and row.vpa_cpus == pytest.approx(0.15 * 1.15)
+    assert row.wait_p99_ms == pytest.approx(1000 * bucket_quantile(0.99, {
+        0.05: 4.0, 0.1: 16.0, float("inf"): 16.0}))
 
 
 def test_a_histograms_quantile_is_interpolated_in_its_bucket_as_prometheus_does() -> None:
@@ -71,9 +346,7 @@ def test_a_histograms_quantile_is_interpolated_in_its_bucket_as_prometheus_does(
 
 
 def test_what_needs_each_period_is_left_out_with_the_reason() -> None:
-    counted = json.loads((DATA / "counted.json").read_text())
-    found = by_pod(agent_series(recorded_prometheus(), 'level="group"', counted["since_s"],
-                                counted["at"]))
+    found = busy_totals()
     row = prometheus_row(BUSY, "", ["busy", "gone"], found)
     assert row.delay_p99_now_ms is None and row.recommended_cpus is None
     assert row.predicted_delay_p99_ms is None and LEFT_OUT in row.notes
@@ -92,22 +365,23 @@ def test_what_needs_each_period_is_left_out_with_the_reason() -> None:
 
 
 def test_the_agents_windows_give_what_needs_each_period_when_they_cover_it() -> None:
-    counted = json.loads((DATA / "counted.json").read_text())
-    found = by_pod(agent_series(recorded_prometheus(), 'level="group"', counted["since_s"],
-                                counted["at"]))
-    first = min(t for s in found[("", "busy")]["periods"] for t, _ in s.samples)
+    found = busy_totals()
+    first = found.pods[("", "busy")].first_s
+    assert first is not None
     recording = read_recording(CLUSTER_DATA / "shop_web-a.cgroup.csv")
     window = dataclasses.replace(
         pod_window("busy", recording.samples, recording.period_ns, recording.limits, 0),
         start_epoch_ns=int(first * 1e9))
     assert covers([window], "", ["busy", "gone"], found) is None
-    late = dataclasses.replace(window, start_epoch_ns=int((first + 30) * 1e9))
+    within = dataclasses.replace(window, start_epoch_ns=int((first + 50) * 1e9))
+    assert covers([within], "", ["busy"], found) is None   # within a step: as well as known
+    late = dataclasses.replace(window, start_epoch_ns=int((first + 90) * 1e9))
     assert covers([late], "", ["busy"], found) == (
-        "the agents' window of /busy starts 30 s after Prometheus's first sample of it")
+        "the agents' window of /busy starts 90 s after Prometheus's first sample of it")
     assert covers([], "", ["busy"], found) == "the agents have no window of /busy"
     agents = row_of(BUSY, [window], LatencyGoal(10.0))
     row = combined(prometheus_row(BUSY, "", ["busy"], found), agents)
-    assert row.periods_throttled == counted["after"]["nr_throttled"]   # Prometheus's
+    assert row.periods_throttled == 8   # Prometheus's
     assert (row.recommended_cpus, row.delay_p99_now_ms) == (agents.recommended_cpus,
                                                             agents.delay_p99_now_ms)
     sources = row.to_dict()["sources"]
@@ -116,13 +390,13 @@ def test_the_agents_windows_give_what_needs_each_period_when_they_cover_it() -> 
 
 
 def test_pods_that_left_are_counted_by_the_names_their_controller_gave_them() -> None:
-    found = {("shop", name): {} for name in (
+    found = {("shop", name) for name in (
         "web-5d8f9c7b6-x2k4q",          # a Deployment's pod that left
         "web-api-7b9d5c4f8-q2w4r",      # web-api's, not web's
         "agent-x7z2k",                  # a DaemonSet's
         "db-0", "db-1",                 # a StatefulSet's: db-0 is listed now
         "web-6c9d8f7b5-lm2n4")}         # listed now
-    found[("other", "web-5d8f9c7b6-aaaaa")] = {}   # another namespace
+    found.add(("other", "web-5d8f9c7b6-aaaaa"))   # another namespace
     workloads = [("shop", "Deployment", "web"), ("shop", "Deployment", "web-api"),
                  ("shop", "DaemonSet", "agent"), ("shop", "StatefulSet", "db")]
     web, web_api, agent, db = departed_pods(workloads, [("shop", "db-0"),
@@ -143,8 +417,12 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
 def test_the_rows_counters_are_what_cpu_stat_counted_between_the_scrapes(
         scraped: Scraped) -> None:
     now = time.time()
-    found = by_pod(agent_series(open_prometheus(scraped.base), 'level="group"',
-                                now - scraped.start + 5, now))
+    prometheus = open_prometheus(scraped.base)
+    since_s = now - scraped.held   # Prometheus holds ``before`` at the window's start
+    seen = pods_seen(prometheus, "", since_s, now, level="group")
+    assert seen == {("", "busy"), ("", "idle")}
+    found = pod_totals(prometheus, seen, since_s, now, level="group")
+    assert found.steps == 1 and found.start == pytest.approx(scraped.held, abs=1e-3)
     row = prometheus_row(BUSY, "", ["busy"], found)
     before, after = scraped.before, scraped.after
     assert row.periods == after["nr_periods"] - before["nr_periods"]
@@ -153,10 +431,8 @@ def test_the_rows_counters_are_what_cpu_stat_counted_between_the_scrapes(
         (after["throttled_time"] - before["throttled_time"]) / 1e6, abs=1e-6)
     # the agent watched the group from before its first throttle: one wait per period
     assert f"histogram: {row.periods_throttled} periods" in " ".join(row.notes)
-    usage = found[("", "busy")]["usage_seconds"][0].samples
-    used = sum(r * (b[0] - a[0]) for r, a, b in zip(rates(usage), usage, usage[1:]))
-    assert used == pytest.approx((scraped.usage_ns[1] - scraped.usage_ns[0]) / 1e9, abs=1e-6)
     assert row.usage_p95_cpus is not None and row.vpa_cpus is not None
+    assert 0 < row.usage_p95_cpus <= 0.2 * 1.1    # a step's usage, within the quota
     idle = prometheus_row(WorkloadLimits("static/deployment/idle", 0.2, None), "", ["idle"],
                           found)
     assert (idle.periods, idle.periods_throttled, idle.wait_p99_ms) == (0, 0, None)
@@ -165,17 +441,15 @@ def test_the_rows_counters_are_what_cpu_stat_counted_between_the_scrapes(
 @pytest.mark.root
 def test_a_query_prometheus_refuses_is_its_own_error_text(scraped: Scraped) -> None:
     with pytest.raises(PrometheusError) as refused:
-        open_prometheus(scraped.base).samples("throttle_lab_cpu{", 60, time.time())
+        open_prometheus(scraped.base).query("throttle_lab_cpu{", time.time())
     message = str(refused.value)
     assert message.startswith(f"Prometheus at {scraped.base} refused the query "
-                              "throttle_lab_cpu{[60s]: ")
+                              "throttle_lab_cpu{: ")
     assert "parse error" in message and "\n" not in message
 
 
 @pytest.mark.root
 def test_every_metric_cluster_reads_is_one_the_agent_exports(scraped: Scraped) -> None:
-    import httpx
-
     text = httpx.get(scraped.agent + "/metrics", timeout=10).text
     for name in AGENT_METRICS.values():
         assert f"\n{name}{{" in text, name

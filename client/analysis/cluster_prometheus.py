@@ -1,65 +1,59 @@
 """``cluster --prometheus``: a workload's row from the node agent's counters as Prometheus kept
-them (pure, no I/O; the samples come from ``client.run.prometheus``).
+them (pure, no I/O; the figures come from ``client.run.prometheus_query``, which Prometheus
+evaluates at a step fitting the window).
 
 Prometheus keeps the agent's counters for as long as it retains them, so a row can cover
-days; but only at its scrapes. What that gives exactly:
+days; but only at its scrapes, and asked at the step. What that gives exactly:
 
-- periods, periods throttled, throttled time: each pod's counter at the last scrape in the
-  window less the first (a counter reset, e.g. the group made anew, adds what followed it);
-- usage p95 (krr's simple strategy) and VPA's rule, on the usage counter's rate between
-  consecutive scrapes, every pod's pooled (krr's rule with its step at the scrape interval);
+- periods, periods throttled, throttled time: each pod's counter at the window's end less at
+  its start (each the last scrape at or before it; a counter reset adds what followed it);
+- usage p95 (krr's simple strategy) and VPA's rule, on each pod's usage rate per step (krr's
+  rule with its step), the highest pod's (as krr takes it);
 - a throttled period's wait p99, from the increase of the agent's wait histogram's buckets
   (interpolated within a bucket as ``histogram_quantile`` does).
 
 What needs each period (the added delay for a random arrival, the replay at another limit:
-the recommended limit and its predicted delay) is left out and the row says why; or, when
-the agents' per-period windows cover what Prometheus saw of each pod, taken from them
-(:func:`combined`), each figure naming its source.
+the recommended limit and its predicted delay) is left out and the row says why: a step of a
+minute cannot see a 100 ms period. Or, when the agents' per-period windows cover what
+Prometheus saw of each pod, taken from them (:func:`combined`), each figure naming its source.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from client.analysis.cluster import KRR, VPA, ClusterRow, PodWindow, WorkloadLimits
-from client.run.prometheus import Series
+from client.run.prometheus_query import PodTotals, Totals
 
-__all__ = ["FROM_AGENTS", "LEFT_OUT", "NOT_IN_PROMETHEUS", "PodSeries", "SOURCES",
-           "bucket_quantile", "by_pod", "combined", "covers", "departed_pods", "increase",
-           "prometheus_row", "rates"]
+__all__ = ["FROM_AGENTS", "LEFT_OUT", "NOT_IN_PROMETHEUS", "bucket_quantile", "combined",
+           "covers", "departed_pods", "prometheus_row", "resolution", "sources"]
 
-PodSeries = Mapping[str, Sequence[Series]]   # a key of prometheus.AGENT_METRICS -> series
 LEFT_OUT = ("added delay p99 now, the recommended limit and its predicted delay: left out, "
             "they need per-period data, which Prometheus does not keep (the agents' "
             "windows do: a --since within them, without --prometheus)")
 NOT_IN_PROMETHEUS = "not in Prometheus"
-SOURCES = (
-    ("periods", "the node agent's cpu.stat counters in Prometheus: each pod's last scrape in "
-     "the window less its first"),
-    ("usage_p95_cpus", f"{KRR.words}, on the rate of the agent's usage counter between "
-     "consecutive scrapes in Prometheus"),
-    ("vpa_cpus", f"{VPA.words}, on the same rates"),
-    ("throttled_period_wait_p99_ms", "the agent's wait histogram in Prometheus: its buckets' "
-     "increase over the window"),
-    ("added_delay", LEFT_OUT), ("recommended_cpus", LEFT_OUT),
-)
 
 
-def increase(samples: Sequence[tuple[float, float]]) -> float:
-    """The counter's increase from its first sample to its last; after a reset (a value
-    below the one before), the new value counts from zero."""
-    total = 0.0
-    for (_, a), (_, b) in zip(samples, samples[1:]):
-        total += b - a if b >= a else b
-    return total
+def resolution(step_s: float) -> str:
+    """What a step of ``step_s`` lets the figures see, one clause."""
+    return (f"Prometheus at {step_s:g} s steps: usage is each step's average, which cannot "
+            "see a period of 100 ms")
 
 
-def rates(samples: Sequence[tuple[float, float]]) -> list[float]:
-    """The counter's rate (per second) between each two consecutive samples."""
-    return [((b - a) if b >= a else b) / (tb - ta)
-            for (ta, a), (tb, b) in zip(samples, samples[1:]) if tb > ta]
+def sources(step_s: float) -> tuple[tuple[str, str], ...]:
+    """Each figure's source at a step of ``step_s``."""
+    return (
+        ("periods", "the node agent's cpu.stat counters in Prometheus: each pod's counter at "
+         "the window's end less at its start"),
+        ("usage_p95_cpus", f"{KRR.words}, on each pod's usage rate per {step_s:g} s step in "
+         "Prometheus, the highest pod's"),
+        ("vpa_cpus", f"{VPA.words}, on the same rates"),
+        ("throttled_period_wait_p99_ms", "the agent's wait histogram in Prometheus: its "
+         "buckets' increase over the window"),
+        ("added_delay", LEFT_OUT), ("recommended_cpus", LEFT_OUT),
+    )
 
 
 def bucket_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
@@ -83,23 +77,13 @@ def bucket_quantile(q: float, buckets: Mapping[float, float]) -> float | None:
     return lower
 
 
-def by_pod(found: Mapping[str, Sequence[Series]]) -> dict[tuple[str, str], dict[str, list[Series]]]:
-    """Series of every metric (a key of ``AGENT_METRICS`` -> series) by (namespace, pod)."""
-    out: dict[tuple[str, str], dict[str, list[Series]]] = {}
-    for key, series in found.items():
-        for s in series:
-            pod = (s.labels.get("namespace", ""), s.labels.get("pod", ""))
-            out.setdefault(pod, {}).setdefault(key, []).append(s)
-    return out
-
-
 _SAFE = "[bcdfghjklmnpqrstvwxz2456789]"   # the alphabet of generated names (rand.SafeEncodeString)
 _NAMES = {"Deployment": rf"-{_SAFE}{{1,10}}-{_SAFE}{{5}}",   # NAME-<template hash>-<5>
           "DaemonSet": rf"-{_SAFE}{{5}}", "StatefulSet": r"-\d+"}
 
 
 def departed_pods(workloads: Sequence[tuple[str, str, str]], current: Sequence[tuple[str, str]],
-                  found: Mapping[tuple[str, str], PodSeries]) -> list[list[str]]:
+                  found: Collection[tuple[str, str]]) -> list[list[str]]:
     """For each workload (namespace, kind, name), the pods Prometheus saw that the API lists
     no more (``current``: every pod listed now), by the names their controller gives them;
     a name two workloads could have given is neither's."""
@@ -117,33 +101,34 @@ def departed_pods(workloads: Sequence[tuple[str, str, str]], current: Sequence[t
     return out
 
 
-def _summed(pods: Sequence[PodSeries], key: str) -> float:
-    return sum(increase(s.samples) for p in pods for s in p.get(key, ()))
+def _summed(pods: Sequence[PodTotals], key: str) -> float:
+    return sum(p.total(key) for p in pods)
 
 
 def prometheus_row(workload: WorkloadLimits, namespace: str, pod_names: Sequence[str],
-                   found: Mapping[tuple[str, str], PodSeries],
-                   departed: Sequence[str] = ()) -> ClusterRow:
-    """The workload's row from its pods' series (``found`` by (namespace, pod)), the pods
-    listed now and those that left in the window (``departed``); a pod listed now without
-    any is a line of ``missing``, a workload without any says "not in Prometheus"."""
+                   totals: Totals, departed: Sequence[str] = ()) -> ClusterRow:
+    """The workload's row from its pods' figures (``totals``), the pods listed now and those
+    that left in the window (``departed``); a pod listed now without any is a line of
+    ``missing``, a workload without any says "not in Prometheus"."""
+    found = totals.pods
     pods = [found[(namespace, p)] for p in (*pod_names, *departed) if (namespace, p) in found]
     missing = tuple(f"{namespace}/{p}: {NOT_IN_PROMETHEUS} (no series of the node agent's "
                     "counters in the window)" for p in pod_names if (namespace, p) not in found)
+    said = sources(totals.step_s)
     if not pods:
         return ClusterRow(workload.workload, workload.limit_cpus, workload.request_cpus, 0,
                           0.0, None, None, None, None, None, None, None, None, None,
                           (f"{NOT_IN_PROMETHEUS}: no series of the node agent's counters for "
                            "its pods in the window (is the agent scraped? "
-                           "k8s/recorder/prometheus.yml)",), missing, sources=SOURCES)
-    spans = [max(t for t, _ in s.samples) - min(t for t, _ in s.samples)
-             for p in pods for s in p.get("periods", ())[:1] if s.samples]
-    usage = [r for p in pods for s in p.get("usage_seconds", ()) for r in rates(s.samples)]
+                           "k8s/recorder/prometheus.yml)",), missing, sources=said)
+    spans = [p.last_s - p.first_s for p in pods
+             if p.first_s is not None and p.last_s is not None]
+    p95 = [p.usage["p95"] for p in pods if "p95" in p.usage]
+    p90 = [p.usage["p90"] for p in pods if "p90" in p.usage]
     buckets: dict[float, float] = {}
     for p in pods:
-        for s in p.get("wait_bucket", ()):
-            le = float(s.labels.get("le", "+Inf"))
-            buckets[le] = buckets.get(le, 0.0) + increase(s.samples)
+        for le, count in p.buckets.items():
+            buckets[le] = buckets.get(le, 0.0) + count
     limited = workload.limit_cpus is not None
     throttled = round(_summed(pods, "throttled_periods"))
     wait = bucket_quantile(0.99, buckets) if limited and throttled else None
@@ -163,13 +148,12 @@ def prometheus_row(workload: WorkloadLimits, namespace: str, pod_names: Sequence
                         "interval's average)" if coarse else ")"))
     return ClusterRow(
         workload.workload, workload.limit_cpus, workload.request_cpus, len(pods), sum(spans),
-        KRR.cpus(usage), VPA.cpus(usage),
+        max(p95) * KRR.margin if p95 else None, max(p90) * VPA.margin if p90 else None,
         round(_summed(pods, "periods")) if limited else None,
         throttled if limited else None,
         1000 * _summed(pods, "throttled_seconds") if limited else None,
         None, None, None, None, tuple(notes), missing,
-        wait_p99_ms=None if wait is None else 1000 * wait, sources=SOURCES)
-
+        wait_p99_ms=None if wait is None else 1000 * wait, sources=said)
 
 
 FROM_AGENTS = ("the agents' per-period windows (through pods/proxy), which cover what "
@@ -177,15 +161,17 @@ FROM_AGENTS = ("the agents' per-period windows (through pods/proxy), which cover
 
 
 def covers(windows: Sequence[PodWindow], namespace: str, pod_names: Sequence[str],
-           found: Mapping[tuple[str, str], PodSeries], slack_s: float = 5.0) -> str | None:
+           totals: Totals, slack_s: float = 5.0) -> str | None:
     """None when each of the pods Prometheus saw has an agent window from its first sample
-    there (within ``slack_s``), else why not (one line)."""
+    there (within ``slack_s``, or a step: what the first sample's time is known to), else
+    why not (one line)."""
     by_name = {w.pod: w for w in windows}
+    slack_s = max(slack_s, totals.step_s)
     for pod in pod_names:
-        ns, series = namespace, found.get((namespace, pod), {})
-        if not series.get("periods"):
+        ns, seen = namespace, totals.pods.get((namespace, pod))
+        if seen is None or seen.first_s is None:
             continue
-        first = min(s.samples[0][0] for s in series["periods"] if s.samples)
+        first = seen.first_s
         window = by_name.get(pod)
         if window is None or window.start_epoch_ns is None:
             return f"the agents have no window of {ns}/{pod}"

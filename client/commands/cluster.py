@@ -25,8 +25,8 @@ from pathlib import Path
 from client.advise.cluster import DEFAULT_SINCE_S, pod_windows, row_of
 from client.analysis.goal import LatencyGoal
 from client.analysis.cluster import ClusterRow, WorkloadLimits, sort_rows
-from client.analysis.cluster_prometheus import (by_pod, combined, covers, departed_pods,
-                                                prometheus_row)
+from client.analysis.cluster_prometheus import (combined, covers, departed_pods,
+                                                prometheus_row, resolution)
 from client.commands.common import EXIT_OK
 from client.commands.options import (CliError, OneLineParser, check_folder, duration, instant,
                                      iso_utc, number_above)
@@ -35,7 +35,8 @@ from client.render.cluster import format_cluster, format_cluster_csv, save_clust
 from client.run.k8s_workloads import (RECORD_LABEL, Workload, WorkloadError,
                                       fetch_all_windows, list_workloads)
 from client.run.kube_api import KubeError, current_namespace
-from client.run.prometheus import Prometheus, PrometheusError, agent_series, open_prometheus
+from client.run.prometheus import Prometheus, PrometheusError, open_prometheus
+from client.run.prometheus_query import Totals, pod_totals, pods_seen
 
 __all__ = ["AGENT_WINDOWS_S", "DEFAULT_DELAY_MS", "agents_keep", "build_cluster_parser",
            "command_cluster"]
@@ -127,16 +128,19 @@ def _rows(workloads: list[Workload], since_s: float, until: float | None, dest: 
 
 def _prometheus_rows(prometheus: Prometheus, workloads: list[Workload], namespace: str | None,
                      since_s: float, until: float | None, dest: Path, target: LatencyGoal
-                     ) -> tuple[list[ClusterRow], list[str]]:
+                     ) -> tuple[list[ClusterRow], list[str], Totals]:
     """Each recorded workload's row from Prometheus in the ``since_s`` to ``until`` (None:
-    now); a window the agents keep (:func:`agents_keep`) takes what needs each period from
-    the agents' windows when they cover what Prometheus saw."""
-    matchers = 'level="pod"' + ("" if namespace is None else f',namespace="{namespace}"')
-    found = by_pod(agent_series(prometheus, matchers, since_s,
-                                time.time() if until is None else until))
+    now), and what Prometheus was asked; a window the agents keep (:func:`agents_keep`)
+    takes what needs each period from the agents' windows when they cover what Prometheus
+    saw."""
+    at = time.time() if until is None else until
+    seen = pods_seen(prometheus, namespace, since_s, at)
     departed = departed_pods([(w.ref.namespace, w.ref.kind, w.ref.name) for w in workloads],
                              [(w.ref.namespace, p.name) for w in workloads for p in w.pods],
-                             found)
+                             seen)
+    wanted = {(w.ref.namespace, p.name) for w in workloads for p in w.pods if p.recorded}
+    wanted |= {(w.ref.namespace, pod) for w, gone in zip(workloads, departed) for pod in gone}
+    found = pod_totals(prometheus, wanted & seen, since_s, at)
     rows, unrecorded = [], []
     fetched = fetch_all_windows(
         [w for w in workloads if any(p.recorded for p in w.pods)], since_s, dest,
@@ -164,7 +168,7 @@ def _prometheus_rows(prometheus: Prometheus, workloads: list[Workload], namespac
                 row = dataclasses.replace(row, notes=(*row.notes, f"not from the agents: "
                                                       f"{short}"))
         rows.append(row)
-    return sort_rows(rows), unrecorded
+    return sort_rows(rows), unrecorded, found
 
 
 def command_cluster(argv: list[str]) -> int:
@@ -173,7 +177,7 @@ def command_cluster(argv: list[str]) -> int:
     check_folder("--picture", opts.picture)
     delay = opts.p99 if opts.p99 is not None else opts.max_delay_ms or DEFAULT_DELAY_MS
     target = LatencyGoal(delay, None, None)
-    prometheus = None
+    prometheus, steps = None, None
     if (opts.until is not None and opts.prometheus is None
             and not agents_keep(opts.since, opts.until, time.time())):
         raise CliError(f"the window of --since {opts.since:g} s to --until "
@@ -203,11 +207,14 @@ def command_cluster(argv: list[str]) -> int:
         dest = opts.data_dir if opts.data_dir is not None else Path(scratch)
         if prometheus is not None:
             try:
-                rows, unrecorded = _prometheus_rows(prometheus, workloads, namespace,
-                                                    opts.since, opts.until, dest, target)
+                rows, unrecorded, asked = _prometheus_rows(prometheus, workloads, namespace,
+                                                           opts.since, opts.until, dest, target)
             except PrometheusError as exc:
                 raise CliError(str(exc)) from None
             source = f" from Prometheus at {prometheus.where}"
+            steps = {"step_s": asked.step_s, "steps": asked.steps, "start": asked.start,
+                     "end": asked.end, "queries": len(asked.asked),
+                     "says": resolution(asked.step_s)}
         else:
             rows, unrecorded = _rows(workloads, opts.since, opts.until, dest, target,
                                      opts.picture)
@@ -220,13 +227,15 @@ def command_cluster(argv: list[str]) -> int:
     if opts.json:
         print(json.dumps(json_ready({
             "namespace": namespace, "since_s": opts.since, "until": opts.until,
-            "source": source.removeprefix(" from "),
+            "source": source.removeprefix(" from "), "resolution": steps,
             "target": {"added_delay_p99_ms": delay}, "workloads": [r.to_dict() for r in rows],
             "not_recorded": unrecorded}), indent=2))
     elif opts.csv:
         print(format_cluster_csv(rows), end="")
     else:
-        print(format_cluster(rows, header))
+        print(format_cluster(rows, header if steps is None else
+                             f"{header}\n{steps['says']} ({steps['steps']} of them, "
+                             f"{steps['queries']} queries)"))
     if unrecorded:
         print(f"{len(unrecorded)} workload(s) not recorded (no pod labelled "
               f"throttle-lab/record=true): {', '.join(unrecorded)}", file=sys.stderr)

@@ -1,26 +1,26 @@
-"""Prometheus's HTTP API as ``cluster --prometheus`` reads it: the raw samples the node agent's
-counters left there (an instant query of a range selector, ``/api/v1/query``), so a figure is
-what the agent said at two scrapes, not an extrapolated ``increase()``.
+"""Prometheus's HTTP API as ``cluster --prometheus`` reads it: instant queries
+(``/api/v1/query``) and the series API (``/api/v1/series``); the bounded queries themselves
+are ``client.run.prometheus_query``'s.
 
 Prometheus is reached at a URL (``http://HOST:9090``) or, as robusta-dev/krr reaches it,
 through the API server's service proxy: ``k8s:NAMESPACE/SERVICE[:PORT]`` is
 ``/api/v1/namespaces/NAMESPACE/services/SERVICE:PORT/proxy`` with the kubeconfig's
 credentials (``get services/proxy`` in that namespace). Every failure is one line
-(:class:`PrometheusError`): unreachable (the address and the reason), a query refused
-(Prometheus's own error text).
+(:class:`PrometheusError`): unreachable (the address and the reason), a query refused or
+not answered in time (:class:`PrometheusRefused`: Prometheus's own error text).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AGENT_METRICS", "Prometheus", "PrometheusError", "Series", "agent_series",
+__all__ = ["AGENT_METRICS", "Prometheus", "PrometheusError", "PrometheusRefused",
            "open_prometheus", "parse_target"]
 
 TIMEOUT = 30.0   # seconds, each query
+QUERY_TIMEOUT = 25.0   # Prometheus's own limit on each (its `timeout`), within TIMEOUT
 # the node agent's per-group counters cluster reads (agent/internal/agent/collect.go)
 AGENT_METRICS = {
     "periods": "throttle_lab_cpu_cfs_periods_total",
@@ -38,12 +38,21 @@ class PrometheusError(Exception):
     """Prometheus cannot be reached or refused a query; one line saying which."""
 
 
-@dataclass(frozen=True)
-class Series:
-    """One series: its labels and its samples (unix seconds, value), oldest first."""
+class PrometheusRefused(PrometheusError):
+    """Prometheus refused a query (its ``errorType``: ``execution`` for too many samples,
+    ``timeout``, ``bad_data``...) or did not answer it in time."""
 
-    labels: Mapping[str, str]
-    samples: tuple[tuple[float, float], ...]
+    def __init__(self, message: str, error_type: str, error: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.error = error
+
+    @property
+    def too_large(self) -> bool:
+        """Refused for its size (too many samples, points or time): a smaller one may pass."""
+        return self.error_type == "timeout" or any(
+            words in self.error for words in ("too many samples", "maximum resolution",
+                                              "timed out", "too many series"))
 
 
 def parse_target(text: str) -> tuple[str, str, str] | str:
@@ -67,8 +76,8 @@ class Prometheus:
         self.where = where
         self._get = get
 
-    def _answer(self, params: Mapping[str, str]) -> Any:
-        status, body = self._get("/api/v1/query", params)
+    def _answer(self, path: str, params: Mapping[str, str]) -> Any:
+        status, body = self._get(path, params)
         try:
             answer = json.loads(body)
         except ValueError:
@@ -78,24 +87,35 @@ class Prometheus:
             raise PrometheusError(f"Prometheus at {self.where}: not Prometheus's API (HTTP "
                                   f"{status}: {text or 'empty'})")
         if answer["status"] != "success":
-            raise PrometheusError(f"Prometheus at {self.where} refused the query "
-                                  f"{params.get('query')}: {answer.get('error') or status}")
+            what = params.get("query") or params.get("match[]")
+            error = str(answer.get("error") or status)
+            raise PrometheusRefused(f"Prometheus at {self.where} refused the query {what}: "
+                                    f"{error}", str(answer.get("errorType") or ""), error)
         return answer.get("data") or {}
 
     def check(self) -> None:
         """One query (``1``): ``PrometheusError`` when it does not answer."""
-        self._answer({"query": "1"})
+        self._answer("/api/v1/query", {"query": "1"})
 
-    def samples(self, selector: str, range_s: float, at: float) -> list[Series]:
-        """Every series of ``selector``'s raw samples in the ``range_s`` seconds to ``at``."""
-        data = self._answer({"query": f"{selector}[{max(1, round(range_s))}s]",
-                             "time": f"{at:.3f}"})
-        if data.get("resultType") != "matrix":
-            raise PrometheusError(f"Prometheus at {self.where}: expected a matrix for "
-                                  f"{selector}, got {data.get('resultType')}")
-        return [Series(dict(r.get("metric") or {}),
-                       tuple((float(t), float(v)) for t, v in r.get("values") or []))
+    def query(self, expr: str, at: float) -> list[tuple[dict[str, str], float]]:
+        """An instant query's vector at ``at``: (labels, value) for each series."""
+        data = self._answer("/api/v1/query", {"query": expr, "time": f"{at:.3f}",
+                                              "timeout": f"{QUERY_TIMEOUT:g}s"})
+        if data.get("resultType") != "vector":
+            raise PrometheusError(f"Prometheus at {self.where}: expected a vector for "
+                                  f"{expr}, got {data.get('resultType')}")
+        return [(dict(r.get("metric") or {}), float(r["value"][1]))
                 for r in data.get("result") or []]
+
+    def series(self, match: str, start: float, end: float) -> list[dict[str, str]]:
+        """The label sets of the series ``match`` selects between ``start`` and ``end``
+        (the index only: no sample is read)."""
+        data = self._answer("/api/v1/series", {"match[]": match, "start": f"{start:.3f}",
+                                               "end": f"{end:.3f}"})
+        if not isinstance(data, list):
+            raise PrometheusError(f"Prometheus at {self.where}: expected a list of series for "
+                                  f"{match}")
+        return [dict(d) for d in data]
 
 
 def _httpx_get(base: str, timeout: float) -> Get:
@@ -104,6 +124,9 @@ def _httpx_get(base: str, timeout: float) -> Get:
     def get(path: str, params: Mapping[str, str]) -> tuple[int, bytes]:
         try:
             response = httpx.get(base + path, params=dict(params), timeout=timeout)
+        except httpx.TimeoutException:
+            raise PrometheusRefused(f"Prometheus at {base} did not answer a query within "
+                                    f"{timeout:g} s", "timeout", "timed out") from None
         except httpx.HTTPError as exc:
             reason = " ".join(str(exc).split()) or type(exc).__name__
             raise PrometheusError(f"Prometheus at {base} unreachable: {reason}") from None
@@ -166,12 +189,3 @@ def open_prometheus(target: str, timeout: float = TIMEOUT) -> Prometheus:
         return Prometheus(parsed, _httpx_get(parsed, timeout))
     where, get = _proxy_get(*parsed, timeout)
     return Prometheus(where, get)
-
-
-def agent_series(prometheus: Prometheus, matchers: str, since_s: float, at: float
-                 ) -> dict[str, list[Series]]:
-    """Each of :data:`AGENT_METRICS`' series matching ``matchers`` (PromQL label matchers,
-    e.g. ``level="pod",namespace="shop"``): their raw samples in the ``since_s`` seconds to
-    ``at``, by the metric's key."""
-    return {key: prometheus.samples(f"{name}{{{matchers}}}", since_s, at)
-            for key, name in AGENT_METRICS.items()}

@@ -1,0 +1,240 @@
+"""The bounded queries ``cluster --prometheus`` asks (``client.run.prometheus`` reaches the
+server): never a raw sample of a series, each pod's figures evaluated by Prometheus at a step
+fitting the window, as robusta-dev/krr asks its own.
+
+- The pods: the series API (the index, no sample read) lists every pod the agents'
+  ``periods`` counter names in the window.
+- Then, for pods in batches (one namespace each, at most :data:`SERIES_PER_QUERY` series and
+  :data:`POINTS_PER_QUERY` points a query), three instant queries of subqueries at the step:
+  the counters' increase (each step's, summed: a reset counts what followed it), the usage
+  rate's p95 and p90 over the steps (``quantile_over_time``), and each pod's first and last
+  sample's time.
+
+A step's increase is the counter at the step less the counter a step before (each the last
+sample at or before it), or after a reset the counter; summed over the steps, a pod's figure
+is its counter at the window's end less at its start, whatever the step, plus at each reset
+the counter at the step before it (what it gained from that step to the reset, less than a
+step's, is not seen). A pod that appears within the window is counted from the first step
+that sees it at both ends (what it did before, less than a step, is not seen). The usage rates are the step's: a step of 60 s
+cannot see a 100 ms period (:class:`Totals` says the step).
+
+A query Prometheus refuses for its size (too many samples, a timeout) is asked again in two
+halves; one pod's refused is one line saying to narrow ``--since``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from client.run.prometheus import AGENT_METRICS, Prometheus, PrometheusError, PrometheusRefused
+
+__all__ = ["COUNTERS", "MIN_STEP_S", "PodTotals", "PEAK_PER_POINT", "POINTS_PER_QUERY", "SERIES_PER_POD",
+           "SERIES_PER_QUERY", "STEPS", "Totals", "pod_totals", "pods_seen", "step_for",
+           "window"]
+
+MIN_STEP_S = 60           # 4 scrapes at the shipped 15 s (k8s/recorder/prometheus.yml)
+MAX_STEPS = 10_080        # a week at 60 s steps
+STEPS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)   # seconds
+SERIES_PER_QUERY = 500
+POINTS_PER_QUERY = 5_000_000   # series x steps a query reads
+PEAK_PER_POINT = 4        # what Prometheus holds at once a point: a step's four selectors
+# (the peak, 20 M, within the 50 M samples Prometheus's default --query.max-samples allows)
+COUNTERS = ("periods", "throttled_periods", "throttled_seconds", "coarse_periods",
+            "wait_bucket")
+BUCKETS = 13              # the agent's wait histogram: 12 bounds and +Inf (agent/internal/metrics)
+SERIES_PER_POD = len(COUNTERS) - 1 + BUCKETS   # the counters' query's answer, a pod
+QUANTILES = {"p95": 0.95, "p90": 0.9}
+
+
+def step_for(since_s: float, min_step_s: int = MIN_STEP_S) -> int:
+    """The step (seconds) for a window of ``since_s``: the first of :data:`STEPS` (and
+    ``min_step_s`` at least) giving at most :data:`MAX_STEPS` steps."""
+    for step in (min_step_s, *STEPS):
+        if step >= min_step_s and since_s / step <= MAX_STEPS:
+            return step
+    return STEPS[-1]
+
+
+@dataclass
+class PodTotals:
+    """One pod's figures over the window, as Prometheus evaluated them."""
+
+    counters: dict[str, float] = field(default_factory=dict)   # a key of COUNTERS -> increase
+    buckets: dict[float, float] = field(default_factory=dict)  # wait histogram: le -> increase
+    usage: dict[str, float] = field(default_factory=dict)      # "p95", "p90" -> CPUs
+    first_s: float | None = None      # its first and last sample's time in the window
+    last_s: float | None = None
+
+    def total(self, key: str) -> float:
+        return self.counters.get(key, 0.0)
+
+
+@dataclass
+class Totals:
+    """What the queries gave: each pod's figures by (namespace, pod), the window they cover
+    (unix seconds) and the step; ``asked``: each query asked
+    and the points (series x steps) it names at most."""
+
+    step_ms: int
+    steps: int
+    end: float
+    pods: dict[tuple[str, str], PodTotals]
+    asked: list[tuple[str, int]] = field(default_factory=list)
+    level: str = "pod"
+
+    @property
+    def step_s(self) -> float:
+        return self.step_ms / 1000
+
+    @property
+    def start(self) -> float:
+        return self.end - self.steps * self.step_ms / 1000
+
+    @property
+    def shift_ms(self) -> int:
+        """From the window's end to the next multiple of the step, where the queries are
+        evaluated."""
+        return -round(self.end * 1000) % self.step_ms
+
+
+def _quote(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _selector(names: Iterable[str], namespace: str, pods: Sequence[str], level: str) -> str:
+    which = "|".join(p.replace(".", "\\.") for p in pods)   # DNS names: . is the only special
+    return ('{__name__=~"' + "|".join(names) + '",level="' + level + '",namespace="'
+            + _quote(namespace) + '",pod=~"' + _quote(which) + '"}')
+
+
+def _offset(ms: int) -> str:
+    return f" offset {ms}ms" if ms else ""
+
+
+def _increase(selector: str, step_ms: int, shift_ms: int) -> str:
+    """Each step's increase of the counters ``selector`` names (their name kept in the label
+    ``metric``): the counter less a step before, or after a reset the counter."""
+    def named(offset: str) -> str:
+        return f'label_replace({selector}{offset}, "metric", "$1", "__name__", "(.+)")'
+    now, before = named(_offset(shift_ms)), named(_offset(shift_ms + step_ms))
+    # + 0: a reset's step, like the others, without the metric's name (a subquery's series
+    # with and without it would be one series twice once a function drops it)
+    return f"(({now} - {before}) >= 0 or ({now} and {before}) + 0)"
+
+
+def _range(step_ms: int, steps: int) -> str:
+    # the steps after the window's start to its end: half a step short of the window, so
+    # that no step lies on its start whether the range's start is open (v3) or closed (v2)
+    return f"[{steps * step_ms - step_ms // 2}ms:{step_ms}ms]"
+
+
+def _queries(namespace: str, pods: Sequence[str], step_ms: int, steps: int, level: str,
+             shift_ms: int) -> list[tuple[str, str, int]]:
+    """(what, PromQL, points) of a batch's three queries, to evaluate ``shift_ms`` after the
+    window's end (Prometheus aligns a subquery's steps to multiples of the step: each
+    selector looks back by as much)."""
+    sub = _range(step_ms, steps)
+    counters = _increase(_selector([AGENT_METRICS[k] for k in COUNTERS], namespace, pods, level),
+                         step_ms, shift_ms)
+    usage = _increase(_selector([AGENT_METRICS["usage_seconds"]], namespace, pods, level),
+                      step_ms, shift_ms)
+    periods = _selector([AGENT_METRICS["periods"]], namespace, pods, level) + _offset(shift_ms)
+    quantiles = " or ".join(
+        f'label_replace(max by (namespace, pod) (quantile_over_time({q:g}, {usage}{sub}))'
+        f' / {step_ms / 1000:g}, "q", "{key}", "", "")' for key, q in QUANTILES.items())
+    edges = " or ".join(
+        f'label_replace({f} by (namespace, pod) ({f}_over_time(timestamp({periods}){sub})), '
+        f'"edge", "{f}", "", "")' for f in ("min", "max"))
+    n, steps = len(pods), steps + 1     # and one a series beyond, Prometheus's own
+    return [("counters", "sum by (namespace, pod, metric, le) "
+             f"(sum_over_time({counters}{sub}))", n * SERIES_PER_POD * steps),
+            ("usage", quantiles, n * len(QUANTILES) * steps),
+            ("edges", edges, n * 2 * steps)]
+
+
+def _fold(totals: Totals, what: str, answer: list[tuple[dict[str, str], float]]) -> None:
+    keys = {name: key for key, name in AGENT_METRICS.items()}
+    for labels, value in answer:
+        pod = totals.pods.setdefault((labels.get("namespace", ""), labels.get("pod", "")),
+                                     PodTotals())
+        if what == "counters":
+            key = keys.get(labels.get("metric", ""))
+            if key == "wait_bucket":
+                le = float(labels.get("le", "+Inf"))
+                pod.buckets[le] = pod.buckets.get(le, 0.0) + value
+            elif key is not None:
+                pod.counters[key] = pod.counters.get(key, 0.0) + value
+        elif what == "usage":
+            pod.usage[labels.get("q", "")] = value
+        elif labels.get("edge") == "min":
+            pod.first_s = value
+        else:
+            pod.last_s = value
+
+
+def _batches(pods: Sequence[str], steps: int) -> Iterator[list[str]]:
+    by_points = max(1, POINTS_PER_QUERY // (SERIES_PER_POD * steps))
+    size = max(1, min(SERIES_PER_QUERY // SERIES_PER_POD, by_points))
+    for i in range(0, len(pods), size):
+        yield list(pods[i:i + size])
+
+
+def _ask(prometheus: Prometheus, totals: Totals, namespace: str, pods: list[str]) -> None:
+    """The batch's queries; one refused for its size is asked again for each half."""
+    for what, query, points in _queries(namespace, pods, totals.step_ms, totals.steps,
+                                         totals.level, totals.shift_ms):
+        try:
+            answer = prometheus.query(query, totals.end + totals.shift_ms / 1000)
+        except PrometheusRefused as exc:
+            if not exc.too_large:
+                raise
+            if len(pods) == 1:
+                raise PrometheusError(
+                    f"Prometheus at {prometheus.where} refused the query for one pod "
+                    f"({namespace}/{pods[0]}, {totals.steps} steps of {totals.step_s:g} s): "
+                    f"{exc.error}; narrow --since") from None
+            half = len(pods) // 2
+            _ask(prometheus, totals, namespace, pods[:half])
+            _ask(prometheus, totals, namespace, pods[half:])
+            return
+        totals.asked.append((query, points))
+        _fold(totals, what, answer)
+
+
+def _match(level: str, namespace: str | None) -> str:
+    return (f'{AGENT_METRICS["periods"]}{{level="{level}"'
+            + ("" if namespace is None else f',namespace="{_quote(namespace)}"') + "}")
+
+
+def window(since_s: float, at: float, min_step_s: int = MIN_STEP_S) -> tuple[int, int, float]:
+    """(step in ms, steps, end) of the window of ``since_s`` to ``at``: ``end`` is ``at`` to
+    the millisecond; as many steps as :func:`step_for`'s make ``since_s``, each as long as
+    makes them ``since_s`` (to the millisecond: a window shorter than a step is one)."""
+    steps = max(1, math.ceil(since_s / step_for(since_s, min_step_s)))
+    return max(1, round(since_s * 1000 / steps)), steps, round(at, 3)
+
+
+def pods_seen(prometheus: Prometheus, namespace: str | None, since_s: float, at: float,
+              min_step_s: int = MIN_STEP_S, level: str = "pod") -> set[tuple[str, str]]:
+    """(namespace, pod) of every pod the agents' ``periods`` counter names in the window
+    (the series API: the index, no sample read)."""
+    step_ms, steps, end = window(since_s, at, min_step_s)
+    return {(s.get("namespace", ""), s.get("pod", "")) for s in prometheus.series(
+        _match(level, namespace), end - steps * step_ms / 1000, end)}
+
+
+def pod_totals(prometheus: Prometheus, pods: Iterable[tuple[str, str]], since_s: float,
+               at: float, min_step_s: int = MIN_STEP_S, level: str = "pod") -> Totals:
+    """The figures of each of ``pods`` (namespace, pod) the agents' counters give in the
+    ``since_s`` to ``at``, at the step :func:`step_for` (the window: :func:`window`)."""
+    step_ms, steps, end = window(since_s, at, min_step_s)
+    totals = Totals(step_ms, steps, end, {}, level=level)
+    by_ns: dict[str, list[str]] = {}
+    for ns, pod in sorted(set(pods)):
+        by_ns.setdefault(ns, []).append(pod)
+    for ns, names in by_ns.items():
+        for batch in _batches(names, steps):
+            _ask(prometheus, totals, ns, batch)
+    return totals
