@@ -36,6 +36,7 @@ func (a *Agent) Handler(reg *prometheus.Registry) http.Handler {
 		json.NewEncoder(w).Encode(map[string]any{"timelines": list})
 	})
 	mux.HandleFunc("/timeline", a.serveTimeline)
+	mux.HandleFunc("/windows", a.serveWindows)
 	return mux
 }
 
@@ -86,4 +87,71 @@ func (a *Agent) serveWindow(w http.ResponseWriter, key string, from, to int64, f
 	default:
 		http.Error(w, "format is csv or json", http.StatusBadRequest)
 	}
+}
+
+// WindowLine is one line of /windows: a key's window (its metadata and its .cgroup.csv), or
+// why it has none (Error); the last line says Done and how many windows it sent.
+type WindowLine struct {
+	Key     string         `json:"key,omitempty"`
+	Meta    *timeline.Meta `json:"meta,omitempty"`
+	CSV     string         `json:"csv,omitempty"`
+	Error   string         `json:"error,omitempty"`
+	Done    bool           `json:"done,omitempty"`
+	Windows int            `json:"windows,omitempty"`
+}
+
+// serveWindows answers /windows as newline-delimited JSON (application/x-ndjson), a line a
+// key in the order asked (or sorted), each flushed as soon as it is read, so that a client
+// begins with the first while the agent reads the next; the last line is {"done": true}: a
+// stream without it was cut.
+func (a *Agent) serveWindows(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	from, err := timeline.ParseEpoch(q.Get("from"), 0)
+	var to int64
+	if err == nil {
+		to, err = timeline.ParseEpoch(q.Get("to"), math.MaxInt64)
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if to < from {
+		http.Error(w, "to is before from", http.StatusBadRequest)
+		return
+	}
+	keys, metas := q["key"], a.store.ReadMetas()
+	if len(keys) == 0 {
+		seen := map[string]bool{}
+		for _, m := range metas {
+			if !seen[m.Agent.Key] {
+				seen[m.Agent.Key] = true
+				keys = append(keys, m.Agent.Key)
+			}
+		}
+		sort.Strings(keys)
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	enc := json.NewEncoder(w)
+	flusher, _ := w.(http.Flusher)
+	sent := 0
+	for _, key := range keys {
+		if r.Context().Err() != nil {
+			return
+		}
+		line := WindowLine{Key: key}
+		body, meta, err := a.store.WindowIn(metas, key, from, to)
+		if err != nil {
+			line.Error = err.Error()
+		} else {
+			line.Meta, line.CSV = &meta, string(body)
+			sent++
+		}
+		if enc.Encode(line) != nil {
+			return
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	enc.Encode(WindowLine{Done: true, Windows: sent})
 }

@@ -23,8 +23,13 @@ func (e ErrNoTimeline) Error() string { return fmt.Sprintf("no timeline of %s in
 // the first one's zero (both are CLOCK_MONOTONIC). A segment of another boot or layout ends
 // the join: the answer covers the latest run of joinable segments (Meta.Name says which).
 func (st *Store) Window(key string, fromNS, toNS int64) ([]byte, Meta, error) {
+	return st.WindowIn(st.ReadMetas(), key, fromNS, toNS)
+}
+
+// WindowIn is Window over metas read once (ReadMetas) for many keys.
+func (st *Store) WindowIn(metas []Meta, key string, fromNS, toNS int64) ([]byte, Meta, error) {
 	var segs []Meta
-	for _, m := range st.ReadMetas() {
+	for _, m := range metas {
 		if m.Agent.Key == key {
 			segs = append(segs, m)
 		}
