@@ -7,7 +7,6 @@ tests/test_cluster_kube.py."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +23,7 @@ from client.commands.options import duration, instant
 from client.data.timeline import read_timeline
 from client.render.cluster import (CSV_COLUMNS, format_cluster, format_cluster_csv,
                                    save_cluster_picture)
-from client.run import k8s_workloads
-from client.run.agent_timeline import AgentLink, PodRef
-from client.run.k8s_workloads import (WorkloadError, fetch_all_windows, fold_pods,
+from client.run.k8s_workloads import (WorkloadError, fold_pods,
                                       parse_workload_ref)
 from client.run.kube_api import context_namespace, current_namespace
 from client.run.replay_input import read_recording
@@ -91,46 +88,6 @@ def test_pods_fold_into_their_workload_by_the_owner_chain() -> None:
     assert agent.limit_cpus is None and agent.request_cpus is None   # a container without one
     assert agent.replicas == 3 and [p.name for p in agent.pods] == ["agent-q"]
     assert str(web.ref) == "shop/deployment/web"
-
-
-@dataclass(frozen=True)
-class AskedLink(AgentLink):
-    """A node agent's link that writes nothing and keeps each window it is asked for."""
-
-    asked: list[tuple[str, float | None, float | None]] = field(default_factory=list)
-
-    def window(self, dest_dir: Path, from_s: float | None = None,
-               to_s: float | None = None) -> Path:
-        self.asked.append((self.ref.pod, from_s, to_s))
-        return dest_dir / f"{self.ref.namespace}_{self.ref.pod}.cgroup.csv"
-
-
-@pytest.mark.parametrize("until, window", [(None, (400.0, 1000.0)), (700.0, (100.0, 700.0))])
-def test_each_recorded_pod_is_asked_for_the_window_since_to_until(
-        until: float | None, window: tuple[float, float], tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--since 600`` asks each recorded pod's agent for the 600 s to ``--until``, or to now
-    (the clock says 1000) without it; the agent of a node is found once."""
-    asked: list[tuple[str, float | None, float | None]] = []
-    found: list[str] = []
-
-    def link(ref: PodRef) -> AskedLink:
-        found.append(ref.pod)
-        return AskedLink(None, ref, "node-1", "throttle-lab-recorder", "agent-x", asked)
-
-    monkeypatch.setattr(k8s_workloads, "agent_link", link)
-    web, = fold_pods([obj("Deployment", "web", cpu=["300m"])], ["Deployment"],
-                     [obj("ReplicaSet", "web-5d", owner=("Deployment", "web"))],
-                     [obj("Pod", f"web-{i}", owner=("ReplicaSet", "web-5d"), labels=RECORDED,
-                          phase="Running") for i in "ab"] +
-                     [obj("Pod", "web-c", owner=("ReplicaSet", "web-5d"), phase="Running")])
-    fetched = fetch_all_windows([web], 600.0, tmp_path, until=until, now=lambda: 1000.0)
-    assert sorted(asked) == [("web-a", *window), ("web-b", *window)]   # web-c: not recorded
-    assert len(found) == 1   # both pods on node-1: its agent found once
-    paths, missing = fetched[web.ref]
-    assert [p.name for p in paths] == ["shop_web-a.cgroup.csv", "shop_web-b.cgroup.csv"]
-    assert missing == ["shop/web-c: not recorded (label it throttle-lab/record=true for the "
-                       "node agent)"]
 
 
 @pytest.mark.parametrize("since, until, kept", [(3600, None, True), (3601, None, False),

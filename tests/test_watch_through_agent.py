@@ -142,25 +142,27 @@ def test_through_the_api_without_a_kubeconfig_is_one_line(
     assert len(err) == 1 and err[0].startswith("http-timing watch: k8s:shop/web-a: ")
 
 
-def agent_pod(name: str, phase: str, ready: str | None) -> object:
-    """An agent pod as the API lists it (the fields read: phase, IP, Ready condition)."""
-    from types import SimpleNamespace
-
-    conditions = [] if ready is None else [SimpleNamespace(type="Ready", status=ready)]
-    return SimpleNamespace(metadata=SimpleNamespace(name=name), status=SimpleNamespace(
-        phase=phase, pod_ip="10.42.1.5" if phase == "Running" else None, conditions=conditions))
+def agent_pod(name: str, phase: str, ready: str | None) -> dict[str, object]:
+    """An agent pod as the API lists it, its JSON (the fields read: phase, IP, Ready)."""
+    conditions = [] if ready is None else [{"type": "Ready", "status": ready}]
+    return {"metadata": {"name": name}, "status": {
+        "phase": phase, "conditions": conditions,
+        **({"podIP": "10.42.1.5"} if phase == "Running" else {})}}
 
 
 class Listed:
-    """The API's answer to listing the recorder's pods on one node."""
+    """The API's raw answer (no model: ``_preload_content=False``) to listing the
+    recorder's pods on one node."""
 
     def __init__(self, *pods: object) -> None:
         self.pods = list(pods)
 
-    def list_namespaced_pod(self, namespace: str, **_selectors: str) -> object:
+    def list_namespaced_pod(self, namespace: str, **options: object) -> object:
+        import json
         from types import SimpleNamespace
 
-        return SimpleNamespace(items=self.pods)
+        assert options.get("_preload_content") is False
+        return SimpleNamespace(data=json.dumps({"items": self.pods}).encode())
 
 
 @pytest.mark.parametrize("pods, said", [

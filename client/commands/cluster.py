@@ -33,7 +33,8 @@ from client.commands.options import (CliError, OneLineParser, check_folder, dura
 from client.data.jsonsafe import json_ready
 from client.render.cluster import format_cluster, format_cluster_csv, save_cluster_picture
 from client.run.k8s_workloads import (RECORD_LABEL, Workload, WorkloadError,
-                                      fetch_all_windows, list_workloads)
+                                      fetch_all_windows, list_workloads,
+                                      stream_all_windows)
 from client.run.kube_api import KubeError, current_namespace
 from client.run.prometheus import Prometheus, PrometheusError, open_prometheus
 from client.run.prometheus_query import Totals, pod_totals, pods_seen
@@ -102,14 +103,13 @@ def agents_keep(since_s: float, until: float | None, now: float) -> bool:
 def _rows(workloads: list[Workload], since_s: float, until: float | None, dest: Path,
           target: LatencyGoal, pictures: Path | None = None
           ) -> tuple[list[ClusterRow], list[str]]:
-    rows, unrecorded = [], []
-    fetched = fetch_all_windows([w for w in workloads if any(p.recorded for p in w.pods)],
-                                since_s, dest, until=until)
-    for workload in workloads:
-        if not any(p.recorded for p in workload.pods):
-            unrecorded.append(str(workload.ref))
-            continue
-        got = pod_windows(workload, since_s, dest, fetched[workload.ref])
+    rows: list[ClusterRow] = []
+    unrecorded = [str(w.ref) for w in workloads if not any(p.recorded for p in w.pods)]
+    # each workload replayed as soon as its windows are in, while the others arrive
+    for workload, fetched in stream_all_windows(
+            [w for w in workloads if any(p.recorded for p in w.pods)], since_s, dest,
+            until=until):
+        got = pod_windows(workload, since_s, dest, fetched)
         limits = WorkloadLimits(str(workload.ref), workload.limit_cpus, workload.request_cpus,
                                 workload.replicas)
         if not got.windows:

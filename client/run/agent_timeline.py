@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,8 @@ from client.data.folders import make_folder
 from client.run.kube_api import KubeError, connect
 
 __all__ = ["RECORDER_NAMESPACE", "RECORDER_LABEL", "AGENT_PORT", "READER_ROLE", "AgentLink",
-           "AgentTimelineError", "NoTimeline", "PodRef", "agent_link", "parse_pod_ref",
-           "fetch_timeline"]
+           "AgentTimelineError", "NoTimeline", "OlderAgent", "PodRef", "agent_api", "agent_link",
+           "agent_on_node", "parse_pod_ref", "fetch_timeline"]
 
 RECORDER_NAMESPACE = "throttle-lab-recorder"     # k8s/recorder/namespace.yaml
 RECORDER_LABEL = "app.kubernetes.io/name=throttle-lab-recorder"
@@ -30,11 +31,16 @@ PREFIX = "k8s:"
 READER_ROLE = ("the Role throttle-lab-timeline-reader in k8s/recorder/user-rbac.yaml grants it "
                "(kubectl -n throttle-lab-recorder create rolebinding ... "
                "--role=throttle-lab-timeline-reader --user=YOU)")
+REQUEST_TIMEOUT_S = 10.0    # to connect; a stream may then take minutes between its lines
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 class AgentTimelineError(Exception):
     """The timeline cannot be had; the message says why and what to do."""
+
+
+class OlderAgent(AgentTimelineError):
+    """The agent has no ``/windows`` (404): it is older; ask it a pod at a time."""
 
 
 class NoTimeline(AgentTimelineError):
@@ -63,7 +69,7 @@ def parse_pod_ref(text: str) -> PodRef | None:
     return PodRef(*parts)
 
 
-def _api() -> Any:
+def agent_api() -> Any:
     """The cluster kubectl would talk to (``client.run.kube_api``: kubeconfig or in-cluster)."""
     try:
         return connect().core
@@ -80,31 +86,38 @@ def _reason(exc: Exception) -> str:
 
 def _agent_on(api: Any, node: str, namespace: str) -> str:
     from kubernetes.client.exceptions import ApiException  # type: ignore[import-untyped]
-    try:
-        pods = api.list_namespaced_pod(namespace, label_selector=RECORDER_LABEL,
-                                       field_selector=f"spec.nodeName={node}").items
+    try:   # the raw answer, as JSON: no model built
+        raw = api.list_namespaced_pod(namespace, label_selector=RECORDER_LABEL,
+                                      field_selector=f"spec.nodeName={node}",
+                                      _preload_content=False)
+        pods = json.loads(raw.data).get("items") or []
     except ApiException as exc:
         if getattr(exc, "status", None) == 403:
             raise AgentTimelineError(f"not allowed to list the node agents in {namespace} "
                                      f"({_reason(exc)}): {READER_ROLE}") from None
         raise AgentTimelineError(f"cannot list the recorder's pods in {namespace}: "
                                  f"{_reason(exc)}") from None
-    running = [p for p in pods if p.status.phase == "Running" and p.status.pod_ip]
+    except (ValueError, AttributeError):
+        raise AgentTimelineError(f"the list of the recorder's pods in {namespace} is not "
+                                 "JSON") from None
+    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
+               and (p.get("status") or {}).get("podIP")]
     if not running:
         raise AgentTimelineError(f"no running node agent on node {node} (namespace {namespace}, "
                                  f"label {RECORDER_LABEL}): kubectl apply -k k8s/recorder")
     ready = [p for p in running if _ready(p)]
     if not ready:
-        name = running[0].metadata.name
+        name = running[0]["metadata"]["name"]
         raise AgentTimelineError(f"the node agent {namespace}/{name} on node {node} is not "
                                  f"ready: kubectl -n {namespace} describe pod {name}")
-    return str(ready[0].metadata.name)
+    return str(ready[0]["metadata"]["name"])
 
 
 def _ready(pod: Any) -> bool:
-    """Whether the pod's Ready condition is True (no conditions reported: taken as ready)."""
-    conditions = getattr(pod.status, "conditions", None) or []
-    states = [c.status for c in conditions if getattr(c, "type", None) == "Ready"]
+    """Whether the pod's (its JSON's) Ready condition is True (no conditions reported: taken
+    as ready)."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    states = [c.get("status") for c in conditions if c.get("type") == "Ready"]
     return not states or states[0] == "True"
 
 
@@ -131,6 +144,31 @@ def _request(api: Any, namespace: str, agent: str, query: dict[str, str]) -> tup
         return int(exc.status), str(exc.body or "")
     raw = raw[0] if isinstance(raw, tuple) else raw
     return int(raw.status), bytes(raw.data).decode(errors="replace")
+
+
+def _open(api: Any, namespace: str, agent: str, endpoint: str,
+          query: Sequence[tuple[str, str]]) -> Any:
+    """GET the agent's ``endpoint`` through ``pods/proxy``, its body not read yet: the
+    response (``status``; ``readline()``, ``read()``, ``release_conn()``) of urllib3."""
+    path = "/api/v1/namespaces/{namespace}/pods/{name}/proxy/" + endpoint
+    params = {"namespace": namespace, "name": f"{agent}:{AGENT_PORT}"}
+    client = api.api_client
+    if hasattr(client, "param_serialize"):   # the client's generator since v34
+        method, url, headers, body, post = client.param_serialize(
+            "GET", path, path_params=params, query_params=list(query),
+            header_params={"Accept": "*/*"}, auth_settings=["BearerToken"])
+        return client.call_api(method, url, header_params=headers, body=body,
+                               post_params=post, _request_timeout=(REQUEST_TIMEOUT_S, 300)
+                               ).response
+    from kubernetes.client.exceptions import ApiException
+    try:   # up to v33
+        raw = client.call_api(path, "GET", path_params=params, query_params=list(query),
+                              header_params={"Accept": "*/*"}, auth_settings=["BearerToken"],
+                              _preload_content=False, _request_timeout=(REQUEST_TIMEOUT_S, 300))
+    except ApiException as exc:
+        raise AgentTimelineError(f"the agent {namespace}/{agent} answered {exc.status}: "
+                                 f"{_message(str(exc.body or ''))}") from None
+    return raw[0] if isinstance(raw, tuple) else raw
 
 
 def _message(body: str) -> str:
@@ -197,6 +235,78 @@ class AgentLink:
         write_whole(path.with_name(f"{stem}.json"), meta)
         return path
 
+    def windows(self, dest_dir: Path, refs: Sequence[PodRef], from_s: float, to_s: float
+                ) -> Iterator[tuple[PodRef, Path | AgentTimelineError]]:
+        """The window [from_s, to_s] of each of ``refs`` (pods of this agent's node) in one
+        streamed answer of the agent's ``/windows``, each written as :meth:`window` writes
+        it and yielded as it arrives: its CSV's path, or why it has none. ``OlderAgent``
+        (before any) when the agent has no ``/windows``."""
+        keys = {"/".join(p for p in (r.namespace, r.pod, r.container) if p): r for r in refs}
+        query = [("from", f"{from_s:.6f}"), ("to", f"{to_s:.6f}"),
+                 *(("key", k) for k in keys)]
+        from urllib3.exceptions import HTTPError
+        where = f"the agent {self.namespace}/{self.agent}"
+        try:
+            response = _open(self.api, self.namespace, self.agent, "windows", query)
+        except HTTPError as exc:
+            raise AgentTimelineError(f"the API server did not answer: {exc}") from None
+        left = dict(keys)
+        try:
+            status = int(response.status)
+            if status != 200:
+                body = bytes(response.read()).decode(errors="replace")   # the connection's
+                if status == 404:
+                    raise OlderAgent(f"{where} has no /windows (an older agent)")
+                if status in (502, 503):
+                    raise AgentTimelineError(f"{where} does not answer through the API "
+                                             f"server's proxy ({status}: {_message(body)}): "
+                                             "is it ready?")
+                if status == 403:
+                    raise AgentTimelineError(
+                        f"not allowed to reach {where} through the API server "
+                        f"({_message(body)}): the user needs 'get' on pods/proxy in "
+                        f"{self.namespace}: {READER_ROLE}")
+                raise AgentTimelineError(f"{where} answered {status}: {_message(body)}")
+            make_folder(dest_dir)
+            done = False
+            while not done:
+                raw = response.readline()
+                if not raw:
+                    break
+                try:
+                    line = json.loads(raw)
+                except ValueError:
+                    raise AgentTimelineError(f"{where} sent a line of /windows that is not "
+                                             "JSON") from None
+                if line.get("done"):
+                    done = True
+                    continue
+                ref = left.pop(str(line.get("key")), None)
+                if ref is None:
+                    continue
+                if line.get("error") or not isinstance(line.get("meta"), dict):
+                    yield ref, NoTimeline(f"{where} has no timeline for {ref.namespace}/"
+                                          f"{ref.pod} in that window ({line.get('error')}): "
+                                          "is the pod labelled throttle-lab/record=true?")
+                    continue
+                stem = "_".join(p for p in (ref.namespace, ref.pod, ref.container) if p)
+                path = dest_dir / f"{stem}.cgroup.csv"
+                write_whole(path, str(line.get("csv") or ""))
+                write_whole(path.with_name(f"{stem}.json"),
+                            json.dumps(line["meta"], indent=2) + "\n")
+                yield ref, path
+        except HTTPError as exc:
+            done = False
+            cut = f"{exc}"
+        else:
+            cut = "the stream ended before its last line"
+        finally:
+            response.release_conn()
+        if not done:
+            for ref in left.values():
+                yield ref, AgentTimelineError(f"{where} did not send the window of "
+                                              f"{ref.namespace}/{ref.pod}: {cut}")
+
     def metadata(self, from_s: float | None = None, to_s: float | None = None) -> dict[str, Any]:
         """The metadata alone of the window [from_s, to_s] (the group, the quota its rows are
         counted under, the clock, ``samples``); ``NoTimeline`` when it has no row."""
@@ -222,7 +332,7 @@ def agent_link(ref: PodRef, *, recorder_namespace: str = RECORDER_NAMESPACE) -> 
     """The pod's node and that node's ready agent, asked of the API (``AgentTimelineError``,
     one line, when there is none)."""
     from kubernetes.client.exceptions import ApiException
-    api = _api()
+    api = agent_api()
     try:
         pod = api.read_namespaced_pod(ref.pod, ref.namespace)
     except ApiException as exc:
@@ -231,6 +341,14 @@ def agent_link(ref: PodRef, *, recorder_namespace: str = RECORDER_NAMESPACE) -> 
     if not node:
         raise AgentTimelineError(f"{ref}: not scheduled on a node yet")
     return AgentLink(api, ref, str(node), recorder_namespace,
+                     _agent_on(api, node, recorder_namespace))
+
+
+def agent_on_node(api: Any, node: str, *, recorder_namespace: str = RECORDER_NAMESPACE
+                  ) -> AgentLink:
+    """The ready agent of ``node`` (as the pod list says it), its ``ref`` a placeholder to
+    replace (``dataclasses.replace``): the API asked once a node, not once a pod."""
+    return AgentLink(api, PodRef("", ""), node, recorder_namespace,
                      _agent_on(api, node, recorder_namespace))
 
 

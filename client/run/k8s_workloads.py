@@ -3,8 +3,9 @@ official ``kubernetes`` client and the user's kubeconfig (``client.run.kube_api`
 Deployment, StatefulSet and DaemonSet, its CPU limit and request (the pod template's, summed
 over containers), and its pods by the owner chain (pod -> ReplicaSet -> Deployment; pod ->
 StatefulSet or DaemonSet). Each pod's recorded window comes from its node's agent through the
-API server's ``pods/proxy`` (``client.run.agent_timeline``): each node's agent found once, a
-few windows fetched at a time.
+API server's ``pods/proxy`` (``client.run.agent_timeline``): each node's agent found once and
+asked once for all its pods' windows (``/windows``, streamed; an older agent a pod at a time),
+every node at once.
 
 The user needs ``list`` on pods, replicasets, deployments, statefulsets and daemonsets in the
 namespaces read, and what ``import --timeline k8s:`` needs (k8s/recorder/user-rbac.yaml).
@@ -13,18 +14,21 @@ namespaces read, and what ``import --timeline k8s:`` needs (k8s/recorder/user-rb
 from __future__ import annotations
 
 import dataclasses
+import queue
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from client.run.agent_timeline import AgentLink, AgentTimelineError, PodRef, agent_link
+from client.run.agent_timeline import (AgentTimelineError, OlderAgent, PodRef, agent_api,
+                                      agent_on_node)
 from client.run.kube_api import KubeApi, KubeError, api_problem, REQUEST_TIMEOUT
 
 __all__ = ["FETCH_WORKERS", "KINDS", "RECORD_LABEL", "Fetched", "PodInfo", "Workload",
            "WorkloadError", "WorkloadRef", "fetch_all_windows", "fetch_windows",
+           "stream_all_windows",
            "fold_pods", "list_workloads", "parse_workload_ref", "read_workload", "workload_of"]
 
 KINDS = {"deployment": "Deployment", "deploy": "Deployment", "deployments": "Deployment",
@@ -149,25 +153,22 @@ def fold_pods(workloads: Iterable[Obj], kinds: Iterable[str], replicasets: Itera
 
 def _listed(api: KubeApi, what: str, namespace: str | None) -> list[Obj]:
     """``list`` of pods, replicasets, deployments, statefulsets or daemonsets, as JSON."""
-    group = api.core if what == "pods" else api.apps
-    call = {"_request_timeout": REQUEST_TIMEOUT}
+    # the raw answer, parsed as JSON, through the client's ApiClient alone: neither the
+    # client's models nor its API classes (whose import took most of a 1,000-workload list)
+    group = "/api/v1" if what == "pods" else "/apis/apps/v1"
+    where = "" if namespace is None else f"/namespaces/{namespace}"
     try:
-        if namespace is None:
-            listed = getattr(group, f"list_{_singular(what)}_for_all_namespaces")(**call)
-        else:
-            listed = getattr(group, f"list_namespaced_{_singular(what)}")(namespace, **call)
+        listed = api.get_json(f"{group}{where}/{what}", REQUEST_TIMEOUT)
+    except ValueError:
+        raise WorkloadError(f"the API server at {api.server} sent a list of {what} that is "
+                            "not JSON") from None
     except Exception as exc:
         raise WorkloadError(api_problem(exc, "list", what, namespace or "(all)", "",
                                         api.server).replace(
             "(the Role in k8s/advise-rbac.yaml grants what advise needs)",
             "(cluster reads the workloads and their pods: list pods, replicasets, "
             "deployments, statefulsets, daemonsets)")) from None
-    return list(api.to_json(listed).get("items") or [])
-
-
-def _singular(what: str) -> str:
-    return {"pods": "pod", "replicasets": "replica_set", "deployments": "deployment",
-            "statefulsets": "stateful_set", "daemonsets": "daemon_set"}[what]
+    return list((listed if isinstance(listed, dict) else {}).get("items") or [])
 
 
 def _connect() -> KubeApi:
@@ -214,56 +215,128 @@ def fetch_windows(workload: Workload, since_s: float, dest: Path, *,
     return fetch_all_windows([workload], since_s, dest, until=until, now=now)[workload.ref]
 
 
-def _links(pods: Iterable[tuple[str, PodRef]]) -> dict[PodRef, AgentLink | AgentTimelineError]:
-    """Each pod's way to its agent, the API asked once per node (``node`` as the pod list
-    says): the first pod of a node finds the node's agent, the others reuse it."""
-    by_node: dict[str, AgentLink] = {}
-    out: dict[PodRef, AgentLink | AgentTimelineError] = {}
-    for node, ref in pods:
-        link = by_node.get(node) if node else None
-        if link is None:
-            try:
-                link = agent_link(ref)
-            except AgentTimelineError as exc:
-                out[ref] = exc
+def _node_windows(api: Any, node: str, refs: Sequence[PodRef], dest: Path, from_s: float,
+                  to_s: float, workers: int
+                  ) -> Iterator[tuple[PodRef, Path | AgentTimelineError]]:
+    """The windows of ``refs`` (pods of ``node``) from the node's agent: one streamed
+    ``/windows``, or an older agent's ``/timeline`` a pod at a time (``workers`` at once)."""
+    if not node:
+        for ref in refs:
+            yield ref, AgentTimelineError(f"{ref}: not scheduled on a node yet")
+        return
+    try:
+        link = agent_on_node(api, node)
+    except AgentTimelineError as exc:
+        for ref in refs:
+            yield ref, exc
+        return
+    try:
+        yield from dataclasses.replace(link, ref=refs[0]).windows(dest, refs, from_s, to_s)
+        return
+    except OlderAgent:
+        pass
+    except AgentTimelineError as exc:
+        for ref in refs:
+            yield ref, exc
+        return
+
+    def one(ref: PodRef) -> Path | AgentTimelineError:
+        try:
+            return dataclasses.replace(link, ref=ref).window(dest, from_s, to_s)
+        except AgentTimelineError as exc:
+            return exc
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(refs)))) as pool:
+        yield from zip(refs, pool.map(one, refs))
+
+
+def stream_all_windows(workloads: Sequence[Workload], since_s: float, dest: Path, *,
+                       until: float | None = None, now: Callable[[], float] = time.time,
+                       workers: int = FETCH_WORKERS) -> Iterator[tuple[Workload, Fetched]]:
+    """Each workload's :data:`Fetched` as soon as its last recorded pod's window arrived:
+    each node's agent found once and asked once (``/windows``), every node at once, so
+    that a caller begins with the first workloads while the others arrive."""
+    end = now() if until is None else until
+    by_node: dict[str, list[PodRef]] = {}
+    for w in workloads:
+        for p in w.pods:
+            if p.recorded:
+                by_node.setdefault(p.node, []).append(PodRef(w.ref.namespace, p.name))
+    waiting = {w.ref: sum(p.recorded for p in w.pods) for w in workloads}
+    owner = {PodRef(w.ref.namespace, p.name): w.ref for w in workloads for p in w.pods
+             if p.recorded}
+    got: dict[PodRef, Path | AgentTimelineError] = {}
+    by_ref = {w.ref: w for w in workloads}
+    for workload in workloads:
+        if not waiting[workload.ref]:
+            yield workload, _fetched(workload, got)
+    if not by_node:
+        return
+    try:
+        api = agent_api()
+    except AgentTimelineError as exc:
+        for workload in workloads:
+            if waiting[workload.ref]:
+                got.update({PodRef(workload.ref.namespace, p.name): exc
+                            for p in workload.pods})
+                yield workload, _fetched(workload, got)
+        return
+    arrived: queue.Queue[tuple[PodRef, Path | AgentTimelineError] | None] = queue.Queue()
+
+    def ask(node: str, refs: list[PodRef]) -> None:
+        try:
+            for item in _node_windows(api, node, refs, dest, end - since_s, end, workers):
+                arrived.put(item)
+        except Exception as exc:   # noqa: BLE001 - one node's failure is its pods' line
+            for ref in refs:
+                if ref not in got:
+                    said = " ".join(str(exc).split())[:200]
+                    arrived.put((ref, AgentTimelineError(f"{ref}: {said}")))
+        finally:
+            arrived.put(None)
+
+    with ThreadPoolExecutor(max_workers=len(by_node)) as pool:
+        for node, refs in by_node.items():
+            pool.submit(ask, node, refs)
+        running = len(by_node)
+        while running:
+            item = arrived.get()
+            if item is None:
+                running -= 1
                 continue
-            by_node[link.node] = link
-        out[ref] = dataclasses.replace(link, ref=ref)
-    return out
+            ref, found = item
+            if ref in got or ref not in owner:
+                continue
+            got[ref] = found
+            waiting[owner[ref]] -= 1
+            if not waiting[owner[ref]]:
+                yield by_ref[owner[ref]], _fetched(by_ref[owner[ref]], got)
+    for workload in workloads:   # a pod no node's answer named
+        if waiting[workload.ref] > 0:
+            for p in workload.pods:
+                got.setdefault(PodRef(workload.ref.namespace, p.name),
+                               AgentTimelineError("no answer from its node's agent"))
+            yield workload, _fetched(workload, got)
+
+
+def _fetched(workload: Workload, got: Mapping[PodRef, Path | AgentTimelineError]) -> Fetched:
+    paths: list[Path] = []
+    missing: list[str] = []
+    for pod in workload.pods:
+        if not pod.recorded:
+            missing.append(f"{workload.ref.namespace}/{pod.name}: not recorded (label it "
+                           f"{RECORD_LABEL[0]}={RECORD_LABEL[1]} for the node agent)")
+            continue
+        found = got[PodRef(workload.ref.namespace, pod.name)]
+        if isinstance(found, Path):
+            paths.append(found)
+        else:
+            missing.append(f"{workload.ref.namespace}/{pod.name}: {found}")
+    return paths, missing
 
 
 def fetch_all_windows(workloads: Sequence[Workload], since_s: float, dest: Path, *,
                       until: float | None = None, now: Callable[[], float] = time.time,
                       workers: int = FETCH_WORKERS) -> dict[WorkloadRef, Fetched]:
-    """:func:`fetch_windows` of each workload, over one window's end: each node's agent found
-    once, and up to ``workers`` windows fetched at a time through the API server."""
-    end = now() if until is None else until
-    wanted = [(w, p) for w in workloads for p in w.pods if p.recorded]
-    links = _links((p.node, PodRef(w.ref.namespace, p.name)) for w, p in wanted)
-
-    def fetch(ref: PodRef) -> Path | AgentTimelineError:
-        link = links[ref]
-        if isinstance(link, AgentTimelineError):
-            return link
-        try:
-            return link.window(dest, end - since_s, end)
-        except AgentTimelineError as exc:
-            return exc
-
-    refs = [PodRef(w.ref.namespace, p.name) for w, p in wanted]
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(refs)))) as pool:
-        got = dict(zip(refs, pool.map(fetch, refs)))
-    out: dict[WorkloadRef, Fetched] = {}
-    for workload in workloads:
-        paths, missing = out.setdefault(workload.ref, ([], []))
-        for pod in workload.pods:
-            if not pod.recorded:
-                missing.append(f"{workload.ref.namespace}/{pod.name}: not recorded (label it "
-                               f"{RECORD_LABEL[0]}={RECORD_LABEL[1]} for the node agent)")
-                continue
-            found = got[PodRef(workload.ref.namespace, pod.name)]
-            if isinstance(found, Path):
-                paths.append(found)
-            else:
-                missing.append(f"{workload.ref.namespace}/{pod.name}: {found}")
-    return out
+    """:func:`stream_all_windows`, whole: each workload's windows by its reference."""
+    return {w.ref: fetched for w, fetched in stream_all_windows(
+        workloads, since_s, dest, until=until, now=now, workers=workers)}

@@ -144,7 +144,7 @@ def _proxy_get(ns: str, service: str, port: str, timeout: float) -> tuple[str, G
     name = f"{service}:{port}" if port else service
     base = f"/api/v1/namespaces/{ns}/services/{name}/proxy"
     where = f"{api.server}{base}"
-    client = api.core.api_client
+    client = api.api_client
 
     def get(path: str, params: Mapping[str, str]) -> tuple[int, bytes]:
         try:

@@ -1,0 +1,145 @@
+"""A real HTTP server on loopback standing in for the API server and, behind its
+``pods/proxy``, each node's agent, for the client's tests where no node is at hand
+(tests/test_cluster_agents.py). It serves what ``cluster`` asks: the workloads' lists, the
+recorder's pods of a node, and an agent's ``/windows`` (streamed a line at a time, as the Go
+agent does), or, for an older agent, a 404 there and ``/timeline`` a pod at a time. Every
+request is kept (path and query). Stopped by the context manager."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import yaml
+
+RECORDER = "throttle-lab-recorder"
+
+
+@dataclass
+class Cluster:
+    """What the fake serves: ``lists`` (a resource's list path -> items), each node's agent
+    (node -> "new", "old" or "down"), each pod's window (NS/POD -> (CSV, metadata JSON)),
+    and ``delay_s`` between two lines of a stream."""
+
+    lists: dict[str, list[Any]] = field(default_factory=dict)
+    agents: dict[str, str] = field(default_factory=dict)
+    windows: dict[str, tuple[str, str]] = field(default_factory=dict)
+    delay_s: float = 0.0
+    asked: list[tuple[str, dict[str, list[str]]]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def node_of_agent(self, name: str) -> str:
+        return name.removeprefix("agent-").split(":")[0]
+
+
+def _handler(cluster: Cluster) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def send(self, status: int, body: bytes, kind: str = "application/json") -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:   # noqa: N802 - the stdlib's name
+            url = urlsplit(self.path)
+            path, query = unquote(url.path), parse_qs(url.query)
+            with cluster.lock:
+                cluster.asked.append((path, query))
+            proxy = f"/api/v1/namespaces/{RECORDER}/pods/"
+            if path == f"/api/v1/namespaces/{RECORDER}/pods":
+                node = query["fieldSelector"][0].removeprefix("spec.nodeName=")
+                items = [] if node not in cluster.agents else [{
+                    "metadata": {"name": f"agent-{node}", "namespace": RECORDER},
+                    "spec": {"nodeName": node},
+                    "status": {"phase": "Running", "podIP": "10.0.0.1",
+                               "conditions": [{"type": "Ready", "status": "True"}]}}]
+                self.send(200, json.dumps({"kind": "PodList", "apiVersion": "v1",
+                                           "metadata": {}, "items": items}).encode())
+            elif path.startswith(proxy) and "/proxy/" in path:
+                agent, _, endpoint = path.removeprefix(proxy).partition("/proxy/")
+                self.agent(cluster.agents.get(cluster.node_of_agent(agent), "down"),
+                           endpoint, query)
+            elif path in cluster.lists:
+                self.send(200, json.dumps({"metadata": {}, "items": cluster.lists[path]}).encode())
+            else:
+                self.send(404, json.dumps({"kind": "Status", "message": f"{path} not found"
+                                           }).encode())
+
+        def agent(self, kind: str, endpoint: str, query: Mapping[str, list[str]]) -> None:
+            if kind == "down":
+                self.send(503, json.dumps({"kind": "Status", "message": "no endpoints"
+                                           }).encode())
+            elif endpoint == "windows" and kind == "old":
+                self.send(404, b"404 page not found\n", "text/plain")
+            elif endpoint == "windows":
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-ndjson")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                sent = 0
+                for key in query.get("key", []):
+                    if key in cluster.windows:
+                        csv, meta = cluster.windows[key]
+                        line = {"key": key, "meta": json.loads(meta), "csv": csv}
+                        sent += 1
+                    else:
+                        line = {"key": key, "error": f"no timeline of {key} in that window"}
+                    self.chunk(json.dumps(line).encode() + b"\n")
+                    time.sleep(cluster.delay_s)
+                self.chunk(json.dumps({"done": True, "windows": sent}).encode() + b"\n")
+                self.wfile.write(b"0\r\n\r\n")
+            elif endpoint == "timeline":
+                key = f"{query['namespace'][0]}/{query['pod'][0]}"
+                if key not in cluster.windows:
+                    self.send(404, f"no timeline of {key} in that window\n".encode(),
+                              "text/plain")
+                    return
+                csv, meta = cluster.windows[key]
+                json_asked = query.get("format") == ["json"]
+                self.send(200, (meta if json_asked else csv).encode(),
+                          "application/json" if json_asked else "text/csv")
+            else:
+                self.send(404, b"404 page not found\n", "text/plain")
+
+        def chunk(self, data: bytes) -> None:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+    return Handler
+
+
+@contextmanager
+def fake_kube(cluster: Cluster, work: Path) -> Iterator[Path]:
+    """The fake on a free loopback port; yields a kubeconfig naming it (plain HTTP)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(cluster))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    config = work / "kubeconfig"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "c", "cluster": {
+            "server": f"http://127.0.0.1:{server.server_address[1]}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "c", "user": "u",
+                                                 "namespace": "shop"}}]}))
+    try:
+        yield config
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
