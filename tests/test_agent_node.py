@@ -286,6 +286,25 @@ def test_import_marks_the_requests_with_the_pods_timeline_through_the_api_proxy(
     assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
 
 
+def test_windows_streams_each_pods_window_as_timeline_serves_it(
+        kube_node: kubenode.Node, agent: Recorder, load: Load) -> None:
+    """The agent's /windows through the API server's proxy, as cluster asks it once a node:
+    the loaded pod's line is its /timeline window, a pod it does not record says so, and the
+    stream ends with its last line."""
+    start, end = load.requests[0][0] / 1e9 - 1, load.requests[-1][1] / 1e9 + 1
+    proxy = f"/api/v1/namespaces/{RECORDER_NS}/pods/{agent.pod}:9742/proxy"
+    window = f"from={start:.6f}&to={end:.6f}"
+    lines = [json.loads(line) for line in kube_node.kubectl(
+        "get", "--raw", f"{proxy}/windows?{window}&key={NS}/{load.pod}&key={NS}/nobody"
+    ).stdout.splitlines()]
+    csv = kube_node.kubectl("get", "--raw", f"{proxy}/timeline?namespace={NS}&pod={load.pod}"
+                            f"&{window}").stdout
+    assert [line.get("key") for line in lines] == [f"{NS}/{load.pod}", f"{NS}/nobody", None]
+    assert lines[0]["csv"] == csv and lines[0]["meta"]["agent"]["key"] == f"{NS}/{load.pod}"
+    assert "no timeline" in lines[1]["error"]
+    assert lines[2] == {"done": True, "windows": 1}
+
+
 def test_a_run_and_watch_read_a_pod_through_its_agent_as_from_another_machine(
         kube_node: kubenode.Node, agent: Recorder, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
