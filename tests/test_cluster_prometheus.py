@@ -35,6 +35,8 @@ from client.run.prometheus import (AGENT_METRICS, Prometheus, PrometheusError, o
 from client.run.prometheus_query import (MAX_STEPS, PEAK_PER_POINT, SERIES_PER_POD, PodTotals, Totals,
                                          pod_totals, pods_seen, step_for, window)
 from tests.prometheus_support import Labels, Scraped, backfilled_prometheus, scraped_agent
+from client.commands import main as http_timing
+from tests.fake_kube import Cluster, fake_kube
 from tests.support import exit_code_and_errors, free_port
 
 CLUSTER_DATA = Path(__file__).parent / "data" / "cluster"   # the agent's timelines
@@ -314,6 +316,39 @@ def test_the_commands_rows_count_the_pods_that_left_and_say_the_step(
                           "counters in the window)",)
     assert "per 60 s step" in web.to_dict()["sources"]["usage_p95_cpus"]
     assert set(totals.pods) == {("shop", WEB_A), ("shop", WEB_GONE), ("shop", "db-0")}
+
+
+def test_cluster_says_the_step_its_answer_had(backfilled: str, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The whole command, its workloads from a fake API server on loopback
+    (tests/fake_kube.py), its figures from the backfilled Prometheus."""
+    template = {"replicas": 1, "template": {"spec": {"containers": [
+        {"name": "c", "resources": {"limits": {"cpu": "500m"}, "requests": {"cpu": "500m"}}}]}}}
+    lists = {
+        "/apis/apps/v1/namespaces/shop/deployments": [
+            {"metadata": {"name": "web", "namespace": "shop"}, "spec": template, "status": {}}],
+        "/apis/apps/v1/namespaces/shop/statefulsets": [], "/apis/apps/v1/namespaces/shop/daemonsets": [],
+        "/apis/apps/v1/namespaces/shop/replicasets": [
+            {"metadata": {"name": "web-5d8f9c7b6", "namespace": "shop",
+                          "ownerReferences": [{"kind": "Deployment", "name": "web"}]}}],
+        "/api/v1/namespaces/shop/pods": [pod(WEB_A, ("ReplicaSet", "web-5d8f9c7b6"))]}
+    with fake_kube(Cluster(lists), tmp_path) as config:
+        monkeypatch.setenv("KUBECONFIG", str(config))
+        monkeypatch.chdir(tmp_path)
+        argv = ["cluster", "-n", "shop", "--prometheus", backfilled, "--since", "7h",
+                "--until", f"{AT:.3f}"]
+        assert http_timing([*argv, "--json"]) == 0
+        answer = json.loads(capsys.readouterr().out)
+        assert http_timing(argv) == 0
+        text = capsys.readouterr().out
+    said = answer["resolution"]
+    assert (said["step_s"], said["steps"], said["end"]) == (60, 420, AT)
+    assert said["queries"] == 3 and "cannot see a period of 100 ms" in said["says"]
+    (row,) = answer["workloads"]
+    assert row["pods"] == 2   # and the one that left
+    assert ("Prometheus at 60 s steps: usage is each step's average, which cannot see a "
+            "period of 100 ms (420 of them, 3 queries)") in text
 
 
 # ---- the folding, on figures as the queries give them -----------------------------------------
