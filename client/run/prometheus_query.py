@@ -18,19 +18,21 @@ step's, is not seen). A pod that appears within the window is counted from the f
 that sees it at both ends (what it did before, less than a step, is not seen). The usage rates are the step's: a step of 60 s
 cannot see a 100 ms period (:class:`Totals` says the step).
 
-A query Prometheus refuses for its size (too many samples, a timeout) is asked again in two
-halves; one pod's refused is one line saying to narrow ``--since``.
+The queries go :data:`QUERY_WORKERS` at a time. A query Prometheus refuses for its size (too
+many samples, a timeout) is asked again for each half of its pods (that query alone: what
+passed is not asked twice); one pod's refused is one line saying to narrow ``--since``.
 """
 
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from client.run.prometheus import AGENT_METRICS, Prometheus, PrometheusError, PrometheusRefused
 
-__all__ = ["COUNTERS", "MIN_STEP_S", "PodTotals", "PEAK_PER_POINT", "POINTS_PER_QUERY", "SERIES_PER_POD",
+__all__ = ["COUNTERS", "MIN_STEP_S", "PodTotals", "PEAK_PER_POINT", "POINTS_PER_QUERY", "QUERY_WORKERS", "SERIES_PER_POD",
            "SERIES_PER_QUERY", "STEPS", "Totals", "pod_totals", "pods_seen", "step_for",
            "window"]
 
@@ -38,9 +40,10 @@ MIN_STEP_S = 60           # 4 scrapes at the shipped 15 s (k8s/recorder/promethe
 MAX_STEPS = 10_080        # a week at 60 s steps
 STEPS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)   # seconds
 SERIES_PER_QUERY = 500
-POINTS_PER_QUERY = 5_000_000   # series x steps a query reads
+POINTS_PER_QUERY = 2_000_000   # series x steps a query reads
 PEAK_PER_POINT = 4        # what Prometheus holds at once a point: a step's four selectors
-# (the peak, 20 M, within the 50 M samples Prometheus's default --query.max-samples allows)
+QUERY_WORKERS = 4         # queries at a time: their peaks, 32 M samples, within the 50 M
+# Prometheus's default --query.max-samples allows one query
 COUNTERS = ("periods", "throttled_periods", "throttled_seconds", "coarse_periods",
             "wait_bucket")
 BUCKETS = 13              # the agent's wait histogram: 12 bounds and +Inf (agent/internal/metrics)
@@ -181,26 +184,30 @@ def _batches(pods: Sequence[str], steps: int) -> Iterator[list[str]]:
         yield list(pods[i:i + size])
 
 
-def _ask(prometheus: Prometheus, totals: Totals, namespace: str, pods: list[str]) -> None:
-    """The batch's queries; one refused for its size is asked again for each half."""
-    for what, query, points in _queries(namespace, pods, totals.step_ms, totals.steps,
-                                         totals.level, totals.shift_ms):
-        try:
-            answer = prometheus.query(query, totals.end + totals.shift_ms / 1000)
-        except PrometheusRefused as exc:
-            if not exc.too_large:
-                raise
-            if len(pods) == 1:
-                raise PrometheusError(
-                    f"Prometheus at {prometheus.where} refused the query for one pod "
-                    f"({namespace}/{pods[0]}, {totals.steps} steps of {totals.step_s:g} s): "
-                    f"{exc.error}; narrow --since") from None
-            half = len(pods) // 2
-            _ask(prometheus, totals, namespace, pods[:half])
-            _ask(prometheus, totals, namespace, pods[half:])
-            return
-        totals.asked.append((query, points))
-        _fold(totals, what, answer)
+Answer = list[tuple[dict[str, str], float]]
+
+
+def _ask(prometheus: Prometheus, totals: Totals, namespace: str, pods: list[str],
+         what: str) -> list[tuple[str, str, int, Answer]]:
+    """The batch's query ``what`` (what, query, points, answer); refused for its size, asked
+    again for each half of the pods."""
+    (query, points), = [(q, n) for w, q, n in _queries(
+        namespace, pods, totals.step_ms, totals.steps, totals.level, totals.shift_ms)
+        if w == what]
+    try:
+        return [(what, query, points,
+                 prometheus.query(query, totals.end + totals.shift_ms / 1000))]
+    except PrometheusRefused as exc:
+        if not exc.too_large:
+            raise
+        if len(pods) == 1:
+            raise PrometheusError(
+                f"Prometheus at {prometheus.where} refused the query for one pod "
+                f"({namespace}/{pods[0]}, {totals.steps} steps of {totals.step_s:g} s): "
+                f"{exc.error}; narrow --since") from None
+    half = len(pods) // 2
+    return (_ask(prometheus, totals, namespace, pods[:half], what)
+            + _ask(prometheus, totals, namespace, pods[half:], what))
 
 
 def _match(level: str, namespace: str | None) -> str:
@@ -234,7 +241,11 @@ def pod_totals(prometheus: Prometheus, pods: Iterable[tuple[str, str]], since_s:
     by_ns: dict[str, list[str]] = {}
     for ns, pod in sorted(set(pods)):
         by_ns.setdefault(ns, []).append(pod)
-    for ns, names in by_ns.items():
-        for batch in _batches(names, steps):
-            _ask(prometheus, totals, ns, batch)
+    jobs = [(ns, batch, what) for ns, names in by_ns.items()
+            for batch in _batches(names, steps) for what in ("counters", "usage", "edges")]
+    with ThreadPoolExecutor(max_workers=max(1, min(QUERY_WORKERS, len(jobs)))) as pool:
+        for answers in pool.map(lambda job: _ask(prometheus, totals, *job), jobs):
+            for what, query, points, answer in answers:
+                totals.asked.append((query, points))
+                _fold(totals, what, answer)
     return totals
