@@ -17,6 +17,8 @@ progress then goes to stderr). Every service started is stopped by its id, also 
 NS/deployment/NAME``, with ``--url URL``): the same search, each limit set in place and put
 back at the end whatever ends it (``--keep``: leave the answer; ``--apply``: patch the pod's
 Deployment). ``--passive`` answers from a recorded window instead (``client.advise.passive``).
+``--passive --replicas 1,2,3,4``: for each replica count the smallest limit each, the load
+spread over them, and the least total (``client.advise.replicas``).
 """
 
 from __future__ import annotations
@@ -28,17 +30,20 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from client.advise import AdviseError
 from client.advise.live import LESS, Advisor, Asked, Hooks, save_answer
 from client.analysis.advise import floor_millicores, shape
 from client.analysis.goal import LatencyGoal
+from client.analysis.spread import RANDOM, SEED, SPREADS
 from client.commands.common import (EXIT_INTERRUPTED, EXIT_OK, add_inplace_arguments,
                                     add_load_arguments, add_target_arguments, at_limit_from,
                                     check_folders, check_inplace_options, plan_from,
                                     show_stopped)
 from client.commands.options import (CliError, OneLineParser, duration, instant, int_at_least,
-                                     iso_utc, number_above, number_at_least, passive_problem)
+                                     iso_utc, number_above, number_at_least, parse_counts,
+                                     passive_problem)
 from client.data.naming import check_file_name, sweep_stem
 from client.data.request import DEFAULT_ITERATIONS
 from client.render.advise import format_advice, format_runs_table
@@ -48,6 +53,9 @@ from client.run.at_limit import AtLimit, InPlaceError
 from client.run.limiters import LimiterError
 from client.run.recorder import stop_on_terminate
 from cpuquota.limit import DEFAULT_PERIOD_MS
+
+if TYPE_CHECKING:
+    from client.advise.passive import Window
 
 __all__ = ["EXIT_NOT_MET", "LESS", "build_advise_parser", "command_advise", "goal_from"]
 
@@ -106,6 +114,15 @@ def build_advise_parser() -> argparse.ArgumentParser:
                          help="with --passive --k8s NS/KIND/NAME: the window ends at TIME "
                          "(unix seconds, or ISO 8601 with its zone: 2026-11-28T14:00:00Z) "
                          "instead of now")
+    passive.add_argument("--replicas", metavar="N,N,...",
+                         help="with --passive: for each replica count, the smallest limit "
+                         "each that meets the target with the recorded load spread over them, "
+                         "and the least total (e.g. 1,2,3,4)")
+    passive.add_argument("--spread", choices=SPREADS, default=None,
+                         help="with --replicas: how the Service spreads the connections: "
+                         "random (default; kube-proxy's iptables mode) or round-robin (IPVS rr)")
+    passive.add_argument("--seed", type=int_at_least(0), default=None, metavar="N",
+                         help=f"with --spread random: the picks' seed (default {SEED})")
     return parser
 
 
@@ -134,7 +151,9 @@ def _advise(argv: list[str]) -> int:
         return advise_passive(opts, argv, goal_from(opts))
     passive_only = [flag for flag, value in (("--timeline", opts.timeline),
                                              ("--requests-from", opts.requests_from),
-                                             ("--since", opts.since), ("--until", opts.until))
+                                             ("--since", opts.since), ("--until", opts.until),
+                                             ("--replicas", opts.replicas),
+                                             ("--spread", opts.spread), ("--seed", opts.seed))
                     if value is not None]
     if passive_only:
         raise CliError(f"{', '.join(passive_only)}: with --passive only (a recorded window)")
@@ -216,6 +235,11 @@ def advise_passive(opts: argparse.Namespace, argv: list[str], target: LatencyGoa
         raise CliError(problem)
     window = Window(opts.requests_from, opts.period_ms, opts.burst_ms, opts.name, opts.data_dir)
     since = DEFAULT_SINCE_S if opts.since is None else opts.since
+    if opts.replicas is not None:
+        return advise_replicas(opts, argv, window, since, target)
+    for flag, value in (("--spread", opts.spread), ("--seed", opts.seed)):
+        if value is not None:
+            raise CliError(f"{flag} goes with --replicas (how the load is spread over them)")
     if opts.k8s is not None:
         if opts.until is not None and opts.until > time.time():
             raise CliError(f"--until {iso_utc(opts.until)} is in the future")
@@ -243,3 +267,56 @@ def advise_passive(opts: argparse.Namespace, argv: list[str], target: LatencyGoa
         at = answer.advice.at
         print(format_predicted_runs(answer.runs, None if at is None else at.millicores))
     return EXIT_OK if answer.met else EXIT_NOT_MET
+
+
+def advise_replicas(opts: argparse.Namespace, argv: list[str], window: Window, since: float,
+                    target: LatencyGoal) -> int:
+    """``--passive --replicas``: each replica count's smallest limit, the least total; the
+    table (or the JSON) and the picture (``<pictures-dir>/<prefix>-replicas.png``)."""
+    from client.advise.cluster import recorded_workload
+    from client.advise.replicas import Spread, check_counts, replicas_timeline, replicas_workload
+    from client.data.files import FileWriteError
+    from client.render.replicas import format_sizing, save_sizing_figure
+
+    counts = tuple(sorted(parse_counts(opts.replicas)))
+    if problem := check_counts(counts):
+        raise CliError(problem)
+    how = opts.spread or RANDOM
+    if opts.seed is not None and how != RANDOM:
+        raise CliError(f"--seed goes with --spread random (--spread {how} has no picks)")
+    spread = Spread(counts, how, SEED if opts.seed is None else opts.seed)
+    prefix = window.prefix()
+    if problem := check_file_name(prefix, prefix=True):
+        raise CliError(problem)
+    check_folders(opts)
+    if opts.k8s is not None:
+        if opts.until is not None and opts.until > time.time():
+            raise CliError(f"--until {iso_utc(opts.until)} is in the future")
+        sized = replicas_workload(recorded_workload(opts.k8s), since, opts.until, target,
+                                  window, spread)
+    elif opts.timeline is not None:
+        sized = replicas_timeline(opts.timeline, target, window, spread)
+    else:
+        from client.advise.passive import record_window
+        from client.commands.common import service_group
+
+        group = service_group(opts.cgroup, None)
+        assert group is not None
+        path = record_window(group, window, opts.duration, opts.cgroup_interval,
+                             ("http-timing", "advise", *argv), lambda line: print(
+                                 line, file=sys.stderr if opts.json else sys.stdout, flush=True))
+        sized = replicas_timeline(path, target, window, spread)
+    answer = sized.to_dict()
+    try:
+        picture = save_sizing_figure(answer, opts.pictures_dir
+                                     / f"{sweep_stem(prefix, 'replicas')}.png")
+    except FileWriteError as exc:
+        raise CliError(str(exc)) from None
+    answer["picture"] = str(picture)
+    if opts.json:
+        from client.data.jsonsafe import json_ready
+        print(json.dumps(json_ready(answer), indent=2))
+    else:
+        print(format_sizing(answer))
+        print(f"picture: {picture}")
+    return EXIT_OK if sized.met else EXIT_NOT_MET
