@@ -303,16 +303,16 @@ class HpaRun:
 def _share_m(rates: Sequence[tuple[float, float, float]], lo: float, hi: float,
              ready: Callable[[float], int], limit_cpus: float) -> int:
     """A ready replica's CPU over ``[lo, hi]``, millicores rounded up: in each row its share
-    of the demand (CPUs), at most the limit, averaged over the time."""
+    of the demand (CPUs), averaged over the time, at most the limit (the quota caps the
+    average, not a row: a throttled group runs at full speed until its quota is spent)."""
     used = span = 0.0
     for start, end, cpus in rates:
         a, b = max(lo, start), min(hi, end)
         if b <= a:
             continue
-        share = cpus / max(1, ready((a + b) / 2))
-        used += min(limit_cpus, share) * (b - a)
+        used += cpus / max(1, ready((a + b) / 2)) * (b - a)
         span += b - a
-    return math.ceil(1000 * used / span - 1e-9) if span > 0 else 0
+    return math.ceil(1000 * min(limit_cpus, used / span) - 1e-9) if span > 0 else 0
 
 
 def run_hpa(rule: HpaRule, rates: Sequence[tuple[float, float, float]], window_s: float,

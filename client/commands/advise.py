@@ -123,6 +123,24 @@ def build_advise_parser() -> argparse.ArgumentParser:
                          "random (default; kube-proxy's iptables mode) or round-robin (IPVS rr)")
     passive.add_argument("--seed", type=int_at_least(0), default=None, metavar="N",
                          help=f"with --spread random: the picks' seed (default {SEED})")
+    hpa = parser.add_argument_group(
+        "the HPA over the window (--passive: the replicas its rule runs, the p99 they give)")
+    hpa.add_argument("--hpa-target", type=int_at_least(1), metavar="PCT",
+                     help="replay an HPA with this CPU utilization target (%% of the request)")
+    hpa.add_argument("--hpa", action="store_true",
+                     help="with --k8s NS/KIND/NAME: replay the workload's own HPA "
+                     "(autoscaling/v2, a CPU utilization target)")
+    hpa.add_argument("--min", type=int_at_least(1), metavar="N",
+                     help="the HPA's minReplicas (default 1, or the cluster HPA's)")
+    hpa.add_argument("--max", type=int_at_least(1), metavar="N",
+                     help="the HPA's maxReplicas (default 10, or the cluster HPA's)")
+    hpa.add_argument("--hpa-limit", type=number_above(0), metavar="CPUS",
+                     help="each replica's CPU limit (default: the record's)")
+    hpa.add_argument("--hpa-request", type=number_above(0), metavar="CPUS",
+                     help="each replica's CPU request, what the utilization is of (default: "
+                     "the workload's)")
+    hpa.add_argument("--ready-after", type=number_at_least(0), default=None, metavar="S",
+                     help="a new replica serves S seconds after the HPA makes it (default 30)")
     return parser
 
 
@@ -153,7 +171,13 @@ def _advise(argv: list[str]) -> int:
                                              ("--requests-from", opts.requests_from),
                                              ("--since", opts.since), ("--until", opts.until),
                                              ("--replicas", opts.replicas),
-                                             ("--spread", opts.spread), ("--seed", opts.seed))
+                                             ("--spread", opts.spread), ("--seed", opts.seed),
+                                             ("--hpa-target", opts.hpa_target),
+                                             ("--hpa", opts.hpa or None), ("--min", opts.min),
+                                             ("--max", opts.max),
+                                             ("--hpa-limit", opts.hpa_limit),
+                                             ("--hpa-request", opts.hpa_request),
+                                             ("--ready-after", opts.ready_after))
                     if value is not None]
     if passive_only:
         raise CliError(f"{', '.join(passive_only)}: with --passive only (a recorded window)")
@@ -235,6 +259,19 @@ def advise_passive(opts: argparse.Namespace, argv: list[str], target: LatencyGoa
         raise CliError(problem)
     window = Window(opts.requests_from, opts.period_ms, opts.burst_ms, opts.name, opts.data_dir)
     since = DEFAULT_SINCE_S if opts.since is None else opts.since
+    hpa_given = [flag for flag, value in (
+        ("--hpa-target", opts.hpa_target), ("--hpa", opts.hpa or None), ("--min", opts.min),
+        ("--max", opts.max), ("--hpa-limit", opts.hpa_limit),
+        ("--hpa-request", opts.hpa_request), ("--ready-after", opts.ready_after))
+        if value is not None]
+    if hpa_given and opts.hpa_target is None and not opts.hpa:
+        raise CliError(f"{', '.join(hpa_given)}: with --hpa-target PCT, or --hpa (the "
+                       "workload's own HPA, with --k8s)")
+    if hpa_given:
+        if opts.replicas is not None:
+            raise CliError("--replicas and the HPA: one at a time (the HPA chooses the "
+                           "replicas)")
+        return advise_hpa(opts, window, since, target)
     if opts.replicas is not None:
         return advise_replicas(opts, argv, window, since, target)
     for flag, value in (("--spread", opts.spread), ("--seed", opts.seed)):
@@ -320,3 +357,74 @@ def advise_replicas(opts: argparse.Namespace, argv: list[str], window: Window, s
         print(format_sizing(answer))
         print(f"picture: {picture}")
     return EXIT_OK if sized.met else EXIT_NOT_MET
+
+
+def advise_hpa(opts: argparse.Namespace, window: Window, since: float,
+               target: LatencyGoal) -> int:
+    """``--passive --hpa-target PCT`` (or ``--hpa``): the HPA's rule over the window, the
+    replicas per minute, the p99, the highest target that meets the goal."""
+    from client.advise.cluster import pod_windows, recorded_workload
+    from client.advise.hpa import HpaAsked, hpa_answer
+    from client.advise.replay import load_replay
+    from client.analysis.hpa import HpaRule
+    from client.render.hpa import format_hpa
+    from client.run.k8s_workloads import WorkloadError
+
+    if opts.hpa and opts.hpa_target is not None:
+        raise CliError("--hpa reads the workload's HPA; --hpa-target says one: give one of them")
+    if opts.hpa and opts.k8s is None:
+        raise CliError("--hpa reads the HPA of a workload: it goes with --k8s NS/KIND/NAME")
+    if opts.timeline is None and opts.k8s is None:
+        raise CliError("the HPA replay reads a recorded window: --timeline FILE or --k8s "
+                       "NS/KIND/NAME")
+    limit, request = opts.hpa_limit, opts.hpa_request
+    source = "--hpa-target"
+    rule = HpaRule(opts.hpa_target or 1, opts.min or 1, opts.max or 10)
+    if opts.k8s is not None:
+        workload = recorded_workload(opts.k8s)
+        if opts.hpa:
+            from client.run.k8s_hpa import read_hpa
+            try:
+                found = read_hpa(workload.ref)
+            except WorkloadError as exc:
+                raise CliError(str(exc)) from None
+            if found is None:
+                raise CliError(f"no HorizontalPodAutoscaler scales {workload.ref}: say one "
+                               "with --hpa-target PCT [--min N --max M]")
+            source, rule = f"HPA {found[0]}", found[1]
+            rule = HpaRule(rule.target_pct, opts.min or rule.min_replicas,
+                           opts.max or rule.max_replicas, behavior=rule.behavior)
+        limit = limit or workload.limit_cpus
+        request = request or workload.request_cpus
+        got = pod_windows(workload, since, window.data_dir, until=opts.until)
+        if not got.windows:
+            raise CliError("; ".join(got.missing))
+        if len(got.windows) > 1:
+            raise CliError(f"{workload.ref} has {len(got.windows)} recorded pods: the HPA "
+                           "replay takes the whole load from one window, and the pods' "
+                           "windows are not summed; give the window of one (--timeline)")
+        path = got.recordings[0].path
+    else:
+        path = opts.timeline
+    replayed = load_replay(path, window.requests_from, window.period_ms)
+    if limit is None:
+        limit = next((c for c in replayed.recording.limits if c is not None), None)
+    if limit is None:
+        raise CliError(f"{path}: the record shows no limit: give each replica's with "
+                       "--hpa-limit CPUS")
+    if request is None:
+        raise CliError("--hpa-request CPUS: the HPA's utilization is of each replica's CPU "
+                       "request, and the record does not say it")
+    if (problem := rule.problem()) is not None:
+        raise CliError(problem)
+    asked = HpaAsked(rule, limit, request, 30.0 if opts.ready_after is None else
+                     opts.ready_after, source=source)
+    answer = hpa_answer(replayed, target, asked, round((window.burst_ms or 0.0) * 1e6),
+                        window.requests_from)
+    said = answer.to_dict()
+    if opts.json:
+        from client.data.jsonsafe import json_ready
+        print(json.dumps(json_ready(said), indent=2))
+    else:
+        print(format_hpa(said))
+    return EXIT_OK if answer.met else EXIT_NOT_MET
