@@ -15,10 +15,10 @@ import pytest
 from client.advise.hpa import HpaAsked, hpa_answer
 from client.advise.replay import load_replay
 from client.analysis.goal import LatencyGoal
-from client.analysis.hpa import Behavior, HpaRule, Policy, ScalingRules
+from client.analysis.hpa import Behavior, HpaError, HpaRule, Policy, ScalingRules, rule_of
 from client.data.timeline_meta import TimelineClock, TimelineMetadata, write_timeline_metadata
-from client.run.k8s_hpa import hpa_for, rule_of
-from client.run.k8s_workloads import WorkloadError, WorkloadRef
+from client.run.k8s_hpa import hpa_for
+from client.run.k8s_workloads import WorkloadRef
 from tests.support import exit_code_and_errors, http_timing
 from tests.test_commands_import import GROUP, MS, ZERO, vegeta_csv
 
@@ -173,7 +173,7 @@ def test_the_clusters_hpa_is_read_as_its_rule() -> None:
     ({"type": "Pods", "pods": {"metric": {"name": "rps"}}}, "scales on Pods"),
 ])
 def test_an_hpa_on_another_metric_is_one_line(metric: dict[str, object], named: str) -> None:
-    with pytest.raises(WorkloadError, match=named) as raised:
+    with pytest.raises(HpaError, match=named) as raised:
         rule_of(hpa([CPU_70, metric]))
     assert "only a CPU utilization target" in str(raised.value)
     assert "\n" not in str(raised.value)

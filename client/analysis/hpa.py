@@ -21,6 +21,8 @@ From ``pkg/controller/podautoscaler`` (kubernetes/kubernetes):
   highest of the scale-down window, then each direction's policies (``Pods``/``Percent`` per
   ``periodSeconds`` of the scale events, ``selectPolicy`` ``Max``, ``Min`` or ``Disabled``).
 - the sync period is 15 s (``--horizontal-pod-autoscaler-sync-period``).
+- a cluster's HPA (``autoscaling/v2``'s JSON) is read as its rule by :func:`rule_of`: a CPU
+  utilization target only, ``behavior`` with the API server's defaults where unset.
 
 :func:`run_hpa` runs it over a window: each sync, every ready replica's CPU over the metric's
 window (:data:`METRIC_WINDOW_S`, metrics-server's resolution) is its share of the recorded
@@ -40,7 +42,7 @@ from typing import Any
 
 __all__ = ["CPU_INITIALIZATION_S", "DOWNSCALE_WINDOW_S", "METRIC_WINDOW_S", "SYNC_S",
            "TOLERANCE", "Behavior", "Controller", "HpaError", "HpaRule", "HpaRun", "PodMetric",
-           "Policy", "Replica", "ScalingRules", "replica_count", "run_hpa"]
+           "Policy", "Replica", "ScalingRules", "replica_count", "rule_of", "run_hpa"]
 
 SYNC_S = 15.0                 # --horizontal-pod-autoscaler-sync-period
 TOLERANCE = 0.1               # --horizontal-pod-autoscaler-tolerance
@@ -362,3 +364,43 @@ def run_hpa(rule: HpaRule, rates: Sequence[tuple[float, float, float]], window_s
         syncs.append((t, desired, ready(t), percent))
         t += rule.sync_s
     return HpaRun(rule, tuple(syncs), tuple(replicas), window_s)
+
+
+def _rules(obj: dict[str, Any] | None, default: ScalingRules) -> ScalingRules:
+    """``HPAScalingRules`` with the API server's defaults where unset."""
+    if obj is None:
+        return default
+    policies = tuple(Policy(str(p.get("type")), int(p.get("value") or 0),
+                            float(p.get("periodSeconds") or 0))
+                     for p in obj.get("policies") or [])
+    window = obj.get("stabilizationWindowSeconds")
+    return ScalingRules(default.window_s if window is None else float(window),
+                        str(obj.get("selectPolicy") or "Max"), policies or default.policies)
+
+
+def rule_of(hpa: dict[str, Any]) -> HpaRule:
+    """The rule of an ``autoscaling/v2`` HPA: its CPU utilization target, min and max, and
+    its behavior; ``HpaError`` (one line) for a target on another metric."""
+    meta, spec = hpa.get("metadata") or {}, hpa.get("spec") or {}
+    name = f"{meta.get('namespace')}/{meta.get('name')}"
+    metrics = spec.get("metrics") or [{"type": "Resource", "resource": {
+        "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]
+    cpu = []
+    for metric in metrics:
+        resource = metric.get("resource") or {}
+        target = resource.get("target") or {}
+        if (metric.get("type") == "Resource" and resource.get("name") == "cpu"
+                and target.get("type") == "Utilization"):
+            cpu.append(int(target.get("averageUtilization") or 0))
+        else:
+            what = (f"{metric.get('type')} {resource.get('name') or ''} "
+                    f"{target.get('type') or ''}").split()
+            raise HpaError(f"HPA {name} scales on {' '.join(what)}: only a CPU "
+                                "utilization target (Resource cpu Utilization) is replayed")
+    behavior = spec.get("behavior")
+    return HpaRule(min(cpu), int(spec.get("minReplicas") or 1), int(spec.get("maxReplicas") or 1),
+                   behavior=None if behavior is None else Behavior(
+                       _rules(behavior.get("scaleUp"), Behavior().up),
+                       _rules(behavior.get("scaleDown"),
+                              ScalingRules(DOWNSCALE_WINDOW_S, "Max",
+                                           Behavior().down.policies))))

@@ -366,7 +366,7 @@ def advise_hpa(opts: argparse.Namespace, window: Window, since: float,
     from client.advise.cluster import pod_windows, recorded_workload
     from client.advise.hpa import HpaAsked, hpa_answer
     from client.advise.replay import load_replay
-    from client.analysis.hpa import HpaRule
+    from client.analysis.hpa import HpaError, HpaRule, rule_of
     from client.render.hpa import format_hpa
     from client.run.k8s_workloads import WorkloadError
 
@@ -391,7 +391,11 @@ def advise_hpa(opts: argparse.Namespace, window: Window, since: float,
             if found is None:
                 raise CliError(f"no HorizontalPodAutoscaler scales {workload.ref}: say one "
                                "with --hpa-target PCT [--min N --max M]")
-            source, rule = f"HPA {found[0]}", found[1]
+            try:
+                rule = rule_of(found[1])
+            except HpaError as exc:
+                raise CliError(str(exc)) from None
+            source = f"HPA {found[0]}"
             rule = HpaRule(rule.target_pct, opts.min or rule.min_replicas,
                            opts.max or rule.max_replicas, behavior=rule.behavior)
         limit = limit or workload.limit_cpus
