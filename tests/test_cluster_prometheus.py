@@ -25,6 +25,7 @@ from client.render.cluster import format_cluster, format_cluster_csv
 from client.run.replay_input import read_recording
 from client.run.prometheus import (AGENT_METRICS, Prometheus, PrometheusError, agent_series,
                                    open_prometheus)
+from cpuquota.limit import NO_QUOTA
 from tests.prometheus_support import Scraped, scraped_agent
 from tests.support import exit_code_and_errors, free_port
 
@@ -160,6 +161,14 @@ def test_the_rows_counters_are_what_cpu_stat_counted_between_the_scrapes(
     idle = prometheus_row(WorkloadLimits("static/deployment/idle", 0.2, None), "", ["idle"],
                           found)
     assert (idle.periods, idle.periods_throttled, idle.wait_p99_ms) == (0, 0, None)
+    # a group with no quota (exclusive CPUs: limits.cpu 2, no quota): the agent exports that,
+    # no counter of throttling, and the row claims none and is listed apart
+    assert "periods" not in found[("", "free")] and found[("", "free")]["no_quota"]
+    free = prometheus_row(WorkloadLimits("static/deployment/free", 2.0, 2.0), "", ["free"],
+                          found)
+    assert (free.periods, free.periods_throttled, free.throttled_ms) == (None, None, None)
+    assert free.no_quota is not None and free.no_quota.startswith(NO_QUOTA)
+    assert "exclusive CPUs" in free.no_quota and free.window_s > 0
 
 
 @pytest.mark.root

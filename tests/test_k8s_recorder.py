@@ -118,7 +118,7 @@ def test_the_users_rbac_reaches_the_agents_through_the_proxy_and_no_further() ->
     assert all(r["verbs"] == ["list"] for r in workloads), workloads
     assert sorted(res for r in workloads for res in r["resources"]) == [
         "daemonsets", "deployments", "horizontalpodautoscalers", "pods", "replicasets",
-        "statefulsets"]
+        "statefulsets", "verticalpodautoscalers"]
     # cluster --prometheus k8s:NS/SERVICE: get services/proxy, bound in Prometheus's namespace
     assert [(r["resources"], r["verbs"])
             for r in cluster["throttle-lab-prometheus-reader"]["rules"]] == [
@@ -127,7 +127,7 @@ def test_the_users_rbac_reaches_the_agents_through_the_proxy_and_no_further() ->
     # the pod's namespace
     assert [(r["resources"], r["verbs"])
             for r in cluster["throttle-lab-pod-resizer"]["rules"]] == [
-        (["pods/resize"], ["patch"])]
+        (["pods/resize"], ["patch"]), (["verticalpodautoscalers"], ["list"])]
     assert set(cluster) == {"throttle-lab-pod-reader", "throttle-lab-workload-reader",
                             "throttle-lab-prometheus-reader", "throttle-lab-pod-resizer"}
     assert "user-rbac.yaml" not in (RECORDER / "kustomization.yaml").read_text()

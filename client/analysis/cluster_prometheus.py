@@ -23,7 +23,7 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 
-from client.analysis.cluster import KRR, VPA, ClusterRow, PodWindow, WorkloadLimits
+from client.analysis.cluster import KRR, VPA, ClusterRow, PodWindow, WorkloadLimits, no_quota
 from client.run.prometheus import Series
 
 __all__ = ["FROM_AGENTS", "LEFT_OUT", "NOT_IN_PROMETHEUS", "PodSeries", "SOURCES",
@@ -137,14 +137,18 @@ def prometheus_row(workload: WorkloadLimits, namespace: str, pod_names: Sequence
                            "its pods in the window (is the agent scraped? "
                            "k8s/recorder/prometheus.yml)",), missing, sources=SOURCES)
     spans = [max(t for t, _ in s.samples) - min(t for t, _ in s.samples)
-             for p in pods for s in p.get("periods", ())[:1] if s.samples]
+             for p in pods for s in (p.get("periods") or p.get("usage_seconds") or ())[:1]
+             if s.samples]
     usage = [r for p in pods for s in p.get("usage_seconds", ()) for r in rates(s.samples)]
     buckets: dict[float, float] = {}
     for p in pods:
         for s in p.get("wait_bucket", ()):
             le = float(s.labels.get("le", "+Inf"))
             buckets[le] = buckets.get(le, 0.0) + increase(s.samples)
-    limited = workload.limit_cpus is not None
+    # a quota on some pod's group (the agent exports no_quota, and no counters, for a group
+    # with none on it or above: exclusive CPUs under the static CPU manager, no limits.cpu)
+    limited = workload.limit_cpus is not None and any(
+        p.get("periods") or not p.get("no_quota") for p in pods)
     throttled = round(_summed(pods, "throttled_periods"))
     wait = bucket_quantile(0.99, buckets) if limited and throttled else None
     notes = [LEFT_OUT]
@@ -153,7 +157,7 @@ def prometheus_row(workload: WorkloadLimits, namespace: str, pod_names: Sequence
         notes.append(f"{len(departed)} pod(s) that left in the window counted too, by their "
                      f"names in Prometheus: {names}")
     if not limited:
-        notes.insert(0, "no limit: no throttling to count")
+        notes.insert(0, no_quota(workload.limit_cpus))
     if wait is not None:
         observed = round(buckets.get(float("inf"), 0.0))
         coarse = round(_summed(pods, "coarse_periods"))
@@ -168,7 +172,8 @@ def prometheus_row(workload: WorkloadLimits, namespace: str, pod_names: Sequence
         throttled if limited else None,
         1000 * _summed(pods, "throttled_seconds") if limited else None,
         None, None, None, None, tuple(notes), missing,
-        wait_p99_ms=None if wait is None else 1000 * wait, sources=SOURCES)
+        wait_p99_ms=None if wait is None else 1000 * wait, sources=SOURCES,
+        no_quota=None if limited else no_quota(workload.limit_cpus))
 
 
 

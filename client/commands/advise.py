@@ -194,6 +194,8 @@ def _advise(argv: list[str]) -> int:
     if opts.apply and not at.capabilities.patches:
         raise CliError(f"--apply patches a Kubernetes Deployment: {at.spec} is not a pod of one "
                        "(see 'To keep it' in the answer)")
+    if at.capabilities.patches:   # a Deployment's pod: is a VPA changing its limit too?
+        stop_at_vpa(opts, str(at.names["namespace"]), "Deployment", str(at.names["owner"]))
     asked = Asked(plan, target, prefix, started, opts.data_dir,
                   span(at, period_ms, opts.burst_ms), period_ms, opts.burst_ms, opts.warmup,
                   opts.profile_seconds, opts.max_runs, opts.alternatives)
@@ -233,6 +235,27 @@ def _advise(argv: list[str]) -> int:
     if opts.json:
         print(json.dumps(answer.to_dict(), indent=2, allow_nan=False))
     return EXIT_OK if answer.met else EXIT_NOT_MET
+
+
+def stop_at_vpa(opts: argparse.Namespace, namespace: str, kind: str, name: str) -> None:
+    """Stop (one line, exit 2) where a VPA in an updating mode targets the workload, unless
+    ``--despite-vpa``: the VPA would change the limit again. With it, one line says so."""
+    from client.run.k8s_vpa import VpaError, updating_vpa, vpa_refusal
+    from client.run.kube_api import KubeError
+
+    try:
+        vpa = updating_vpa(namespace, kind, name)
+    except (VpaError, KubeError) as exc:
+        if opts.despite_vpa:
+            return
+        raise CliError(f"cannot tell whether a VPA targets {namespace}/{kind.lower()}/{name}: "
+                       f"{exc}; --despite-vpa goes on without knowing") from None
+    if vpa is None:
+        return
+    if not opts.despite_vpa:
+        raise CliError(vpa_refusal(vpa))
+    print(f"advise: --despite-vpa: {vpa.words()} targets {namespace}/{kind.lower()}/{name} "
+          "and may change its limit meanwhile", file=sys.stderr, flush=True)
 
 
 def span(at: AtLimit, period_ms: float, burst_ms: float) -> tuple[int, int, str]:
@@ -280,7 +303,9 @@ def advise_passive(opts: argparse.Namespace, argv: list[str], target: LatencyGoa
     if opts.k8s is not None:
         if opts.until is not None and opts.until > time.time():
             raise CliError(f"--until {iso_utc(opts.until)} is in the future")
-        answer = advise_workload(recorded_workload(opts.k8s), since, opts.until, target, window)
+        workload = recorded_workload(opts.k8s)
+        stop_at_vpa(opts, workload.ref.namespace, workload.ref.kind, workload.ref.name)
+        answer = advise_workload(workload, since, opts.until, target, window)
     elif opts.timeline is not None:
         answer = advise_timeline(opts.timeline, target, window)
     else:
