@@ -155,6 +155,24 @@ def test_other_names_are_refused_saying_the_form(text: str) -> None:
         parse_workload_ref(text)
 
 
+def test_a_pod_level_limit_is_the_workloads_limit_where_it_binds() -> None:
+    """KEP-2837: spec.template.spec.resources.limits.cpu, with or without container limits:
+    the lower of the two levels is the one that binds (the pod's group's quota)."""
+    only_pod = obj("Deployment", "web", cpu=[None, None])
+    only_pod["spec"]["template"]["spec"]["resources"] = {"limits": {"cpu": "600m"},
+                                                         "requests": {"cpu": "200m"}}
+    both = obj("Deployment", "api", cpu=["500m", "500m"])
+    both["spec"]["template"]["spec"]["resources"] = {"limits": {"cpu": "800m"}}
+    above = obj("Deployment", "db", cpu=["200m"])
+    above["spec"]["template"]["spec"]["resources"] = {"limits": {"cpu": "2"}}
+    web, api, db = fold_pods([only_pod, both, above], ["Deployment"] * 3, [], [])
+    assert (web.limit_cpus, web.request_cpus, web.limit_level) == (0.6, 0.2, "pod")
+    assert (api.limit_cpus, api.limit_level) == (0.8, "pod")       # under the sum, 1 CPU
+    assert (db.limit_cpus, db.limit_level) == (0.2, "containers")  # the container's binds
+    none = fold_pods([obj("Deployment", "free", cpu=[None])], ["Deployment"], [], [])[0]
+    assert (none.limit_cpus, none.limit_level) == (None, None)
+
+
 # ---- a row from the timelines -----------------------------------------------------------------
 
 def test_a_throttled_workload_counts_what_the_kernel_counted_in_its_pods() -> None:

@@ -149,7 +149,8 @@ def recorded_workload(text: str) -> Workload:
     ref = workload.ref
     if workload.limit_cpus is None:
         raise AdviseError(f"{ref} has no CPU limit (a container of its pod template has no "
-                          f"limits.cpu): {NO_QUOTA}; give it a limit, or see its usage with "
+                          "limits.cpu, and the pod none in spec.resources): "
+                          f"{NO_QUOTA}; give it a limit, or see its usage with "
                           "http-timing cluster")
     if not workload.pods:
         raise AdviseError(f"{ref} has no pod now (scaled to 0?): nothing recorded to replay")
@@ -194,6 +195,7 @@ def advise_workload(workload: Workload, since_s: float, until: float | None,
                          window.requests_from)
     part: dict[str, Any] = {
         "name": str(ref), "limit_cpus": workload.limit_cpus,
+        "limit_level": workload.limit_level,
         "request_cpus": workload.request_cpus, "since_s": since_s, "until": until,
         "pods": [{"pod": w.pod, "timeline": str(r.path), "seconds": w.demand.window_ns / 1e9,
                   "start_epoch_s": None if w.start_epoch_ns is None else w.start_epoch_ns / 1e9,

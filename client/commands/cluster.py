@@ -42,6 +42,8 @@ __all__ = ["AGENT_WINDOWS_S", "DEFAULT_DELAY_MS", "agents_keep", "build_cluster_
            "command_cluster"]
 
 DEFAULT_DELAY_MS = 10.0
+POD_LEVEL = ("the pod-level limit (spec.resources.limits.cpu, on the pod's group) is the one "
+             "that binds: LIMIT is it, the quota counted is the pod's")
 AGENT_WINDOWS_S = 3600.0   # --prometheus: the agents' windows are asked for up to this --since
 def build_cluster_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
@@ -228,6 +230,9 @@ def command_cluster(argv: list[str]) -> int:
             rows, unrecorded = _rows(workloads, opts.since, opts.until, dest, target,
                                      opts.picture)
             source = " from the node agents"
+    pod_level = {str(w.ref) for w in workloads if w.limit_level == "pod"}
+    rows = [r if r.workload not in pod_level else dataclasses.replace(
+        r, notes=(POD_LEVEL, *r.notes)) for r in rows]
     rows = [r if r.workload not in vpas else dataclasses.replace(
         r, vpa_mode=vpas[r.workload].mode, notes=(*r.notes, *(
             [f"under {vpas[r.workload].words()}: its updater changes the limit again, so a "
