@@ -19,12 +19,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["DEFAULT_PERIOD_MS", "MAX_PERIOD_MS", "MIN_PERIOD_MS", "MIN_QUOTA_US", "Limit", "LimitError",
-           "kernel_limit", "zero_limit"]
+__all__ = ["DEFAULT_PERIOD_MS", "MAX_PERIOD_MS", "MIN_PERIOD_MS", "MIN_QUOTA_US", "NO_QUOTA", "Limit",
+           "LimitError", "kernel_limit", "zero_limit"]
 
 MIN_QUOTA_US = 1000                     # the kernel refuses a quota below 1 ms
 MIN_PERIOD_MS, MAX_PERIOD_MS = 1, 1000  # ... and a period outside [1 ms, 1 s]
 DEFAULT_PERIOD_MS = 100.0               # the kernel's and the kubelet's
+# what every command says of a group with no quota on it or above (exclusive CPUs under the
+# static CPU manager, a container without limits.cpu, a plain process): its counters stand
+# still, so no figure of throttling is claimed for it
+NO_QUOTA = "no CPU quota: throttling cannot happen here"
 
 
 class LimitError(ValueError):

@@ -1,9 +1,9 @@
 """A real HTTP server on loopback standing in for the API server and, behind its
 ``pods/proxy``, each node's agent, for the client's tests where no node is at hand
 (tests/test_cluster_agents.py). It serves what ``cluster`` asks: the workloads' lists, the
-recorder's pods of a node, and an agent's ``/windows`` (streamed a line at a time, as the Go
-agent does), or, for an older agent, a 404 there and ``/timeline`` a pod at a time. Every
-request is kept (path and query). Stopped by the context manager."""
+recorder's pods of a node, the API's groups (none beyond the built-in: no VPA), and an
+agent's ``/windows`` (streamed a line at a time, as the Go agent does), or, for an older
+agent, a 404 there and ``/timeline`` a pod at a time. Every request is kept (path and query). Stopped by the context manager."""
 
 from __future__ import annotations
 
@@ -75,6 +75,9 @@ def _handler(cluster: Cluster) -> type[BaseHTTPRequestHandler]:
                            endpoint, query)
             elif path in cluster.lists:
                 self.send(200, json.dumps({"metadata": {}, "items": cluster.lists[path]}).encode())
+            elif path in ("/apis", "/apis/"):   # discovery: no API group beyond the built-in
+                self.send(200, json.dumps({"kind": "APIGroupList", "apiVersion": "v1",
+                                           "groups": []}).encode())
             else:
                 self.send(404, json.dumps({"kind": "Status", "message": f"{path} not found"
                                            }).encode())

@@ -150,11 +150,13 @@ class Scraped:
 
 @contextmanager
 def scraped_agent(work: Path, throttled: int = 8) -> Iterator[Scraped]:
-    """``busy`` (0.2 CPU) throttled ``throttled`` times and ``idle`` (never run), exported
-    by the agent (level "group", namespace "") and scraped by Prometheus; all stopped and
-    the groups removed at the end."""
+    """``busy`` (0.2 CPU) throttled ``throttled`` times, ``idle`` (never run) and ``free``
+    (no quota, never run), exported by the agent (level "group", namespace "") and scraped by
+    Prometheus; all stopped and the groups removed at the end."""
     with quota_groups("prometheus", 2) as (busy, idle), \
-            running_agent(work, {"busy": busy.cpu, "idle": idle.cpu}) as agent, \
+            quota_groups("prometheus-free", 1, quota_us=-1) as (free,), \
+            running_agent(work, {"busy": busy.cpu, "idle": idle.cpu,
+                                 "free": free.cpu}) as agent, \
             prometheus_scraping(work / "prometheus", agent.base.removeprefix("http://")) as base:
         start = time.time()
         sel = '{pod="busy",level="group"}'

@@ -119,6 +119,35 @@ def test_metrics_are_the_groups_cpu_stat_and_the_histogram_counts_throttled_peri
         assert f'throttle_lab_cpu_cfs_periods_total{{{i}}}' in agent.metrics()
 
 
+def test_a_group_with_no_quota_is_said_so_and_makes_no_throttling_claim(tmp_path: Path) -> None:
+    """A real v1 group with no quota (cfs_quota_us -1, nor above: exclusive CPUs under the
+    static CPU manager look so) burning CPU: /metrics has throttle_lab_cpu_no_quota 1 for it,
+    its usage as the kernel counted it, and no series of periods or throttling at all."""
+    with quota_groups("noquota", 1, quota_us=-1) as (free,), \
+            running_agent(tmp_path, {"free": free.cpu}) as agent:
+        f = labels("free")
+        wait_for(lambda: f"throttle_lab_cpu_no_quota{{{f}}}" in agent.metrics(),
+                 what="the group in /metrics")
+        burner = subprocess.Popen(free.join_command(BURN))
+        try:
+            wait_for(lambda: free.usage_ns() >= 200_000_000, timeout=60, what="0.2 s of CPU")
+        finally:
+            burner.kill()
+            burner.wait()
+        used = free.usage_ns()
+        time.sleep(0.3)   # a few ticks of the agent after the last change
+        text = agent.metrics()
+        m = parse_metrics(text)
+        assert m[f"throttle_lab_cpu_no_quota{{{f}}}"] == 1
+        assert m[f"throttle_lab_cpu_usage_seconds_total{{{f}}}"] == pytest.approx(
+            used / 1e9, abs=1e-9)
+        assert free.cpu_stat()["nr_periods"] == 0   # the kernel counted no period either
+        claims = [line for line in text.splitlines() if 'pod="free"' in line and
+                  line.startswith(("throttle_lab_cpu_cfs_", "throttle_lab_cpu_cfs_quota"))]
+        assert claims == []
+        assert "no CPU quota: throttling cannot happen here" in text   # its HELP
+
+
 def rows(path: Path) -> list[str]:
     return path.read_text().splitlines()
 

@@ -27,6 +27,7 @@ from client.run.k8s_workloads import (WorkloadError, fold_pods,
                                       parse_workload_ref)
 from client.run.kube_api import context_namespace, current_namespace
 from client.run.replay_input import read_recording
+from cpuquota.limit import NO_QUOTA
 from tests.support import exit_code_and_errors, free_port
 
 DATA = Path(__file__).parent / "data" / "cluster"
@@ -111,6 +112,24 @@ def test_other_names_are_refused_saying_the_form(text: str) -> None:
         parse_workload_ref(text)
 
 
+def test_a_pod_level_limit_is_the_workloads_limit_where_it_binds() -> None:
+    """KEP-2837: spec.template.spec.resources.limits.cpu, with or without container limits:
+    the lower of the two levels is the one that binds (the pod's group's quota)."""
+    only_pod = obj("Deployment", "web", cpu=[None, None])
+    only_pod["spec"]["template"]["spec"]["resources"] = {"limits": {"cpu": "600m"},
+                                                         "requests": {"cpu": "200m"}}
+    both = obj("Deployment", "api", cpu=["500m", "500m"])
+    both["spec"]["template"]["spec"]["resources"] = {"limits": {"cpu": "800m"}}
+    above = obj("Deployment", "db", cpu=["200m"])
+    above["spec"]["template"]["spec"]["resources"] = {"limits": {"cpu": "2"}}
+    web, api, db = fold_pods([only_pod, both, above], ["Deployment"] * 3, [], [])
+    assert (web.limit_cpus, web.request_cpus, web.limit_level) == (0.6, 0.2, "pod")
+    assert (api.limit_cpus, api.limit_level) == (0.8, "pod")       # under the sum, 1 CPU
+    assert (db.limit_cpus, db.limit_level) == (0.2, "containers")  # the container's binds
+    none = fold_pods([obj("Deployment", "free", cpu=[None])], ["Deployment"], [], [])[0]
+    assert (none.limit_cpus, none.limit_level) == (None, None)
+
+
 # ---- a row from the timelines -----------------------------------------------------------------
 
 def test_a_throttled_workload_counts_what_the_kernel_counted_in_its_pods() -> None:
@@ -132,9 +151,37 @@ def test_a_workload_with_no_limit_makes_no_throttling_claim() -> None:
                  TARGET)
     assert row.periods is None and row.periods_throttled is None
     assert row.throttled_ms is None and row.delay_p99_now_ms is None
-    assert any(note.startswith("no limit") for note in row.notes)
+    assert any(note.startswith(NO_QUOTA + " (no limit") for note in row.notes)
+    assert row.no_quota is not None and row.no_quota.startswith(NO_QUOTA)
     assert row.recommended_cpus is not None   # the limit its window would have met
-    assert "no limit" in format_cluster([row], "cluster")
+    assert NO_QUOTA in format_cluster([row], "cluster")
+
+
+def test_exclusive_cpus_a_limit_with_no_quota_are_listed_apart_with_no_claim() -> None:
+    """The template says 2 CPUs, the agent recorded no quota on the pod's group (the static
+    CPU manager's exclusive CPUs): no throttling figure, no recommended limit, and the row is
+    listed apart from the throttled ones, in the text, the CSV and the JSON."""
+    exclusive = row_of(WorkloadLimits("shop/statefulset/cache", 2.0, 2.0),
+                       [window("shop_cache-0")], TARGET)
+    assert (exclusive.periods, exclusive.periods_throttled, exclusive.throttled_ms,
+            exclusive.delay_p99_now_ms) == (None, None, None, None)
+    assert exclusive.recommended_cpus is None and exclusive.predicted_delay_p99_ms is None
+    assert exclusive.no_quota is not None and "exclusive CPUs" in exclusive.no_quota
+    assert not any(n.startswith("no recommendation") for n in exclusive.notes)
+    web = row_of(WorkloadLimits("shop/deployment/web", 0.5, 0.5),
+                 [window("shop_web-a"), window("shop_web-b")], TARGET)
+    assert web.no_quota is None
+    text = format_cluster(sort_rows([exclusive, web]), "cluster").splitlines()
+    apart = next(i for i, line in enumerate(text) if line.startswith(NO_QUOTA))
+    assert apart > next(i for i, line in enumerate(text) if line.startswith("shop/deployment/web"))
+    # the table apart has no column of throttling, and nothing of the row says a figure of it
+    assert "THROTTLED" not in text[apart + 1] and text[apart + 2].startswith(
+        "shop/statefulset/cache")
+    assert "PERIODS THROTTLED" in text[2]
+    assert not any(line.startswith("shop/statefulset/cache ") for line in text[:apart])
+    csv = format_cluster_csv([exclusive]).splitlines()
+    assert csv[1].split(",")[7:11] == ["", "", "", ""]   # periods, throttled, ms, delay
+    assert "exclusive CPUs" in csv[1]
 
 
 def test_usage_rules_read_each_pods_seconds() -> None:

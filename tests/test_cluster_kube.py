@@ -44,6 +44,7 @@ class Loaded:
     group: Path
     before: dict[str, int]     # the pod group's cpu.stat around the load
     after: dict[str, int]
+    began: float = 0.0         # time.monotonic() when the pod was ready
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,7 @@ def loaded(kube_node: kubenode.Node, node_recorder: dict[str, Any],
         kube_node.kubectl("apply", "-f", "-", input=json.dumps(busy_deployment(NS)))
         kube_node.kubectl("-n", NS, "rollout", "status", "deployment/busy", "--timeout=180s",
                           timeout=200)
+        began = time.monotonic()
         (pod,) = kubectl_json(kube_node, "-n", NS, "get", "pods", "-l", "app=busy")["items"]
         (group,) = list((CPU / CGROUP_ROOT).rglob(f"pod{pod['metadata']['uid']}"))
         base = f"http://{pod['status']['podIP']}:7800"
@@ -78,7 +80,8 @@ def loaded(kube_node: kubenode.Node, node_recorder: dict[str, Any],
                           "--clusterrole=throttle-lab-workload-reader",
                           f"--serviceaccount={NS}:timeline-user")
         try:
-            yield Loaded(dict(os.environ, KUBECONFIG=str(kubeconfig)), group, before, after)
+            yield Loaded(dict(os.environ, KUBECONFIG=str(kubeconfig)), group, before, after,
+                         began)
         finally:
             kube_node.kubectl("delete", "clusterrolebinding", binding, "--ignore-not-found",
                               check=False)
@@ -130,4 +133,62 @@ def test_passive_advise_answers_from_the_recorded_window(as_user: Loaded, tmp_pa
     if data["recommended"] is not None:
         assert data["predicted"]["at_recommended"]["met"]
     assert (tmp_path / pod["timeline"]).exists()   # the fetched window is kept in the data dir
+    assert (loaded.group / "cpu.cfs_quota_us").read_text().strip() == "10000"   # no resize
+
+
+def test_passive_replicas_answer_per_count(as_user: Loaded, tmp_path: Path) -> None:
+    """``--replicas 1,2``: one row per count from the one pod's window split 1/N; one
+    replica's answer is the plain passive one; nothing is resized."""
+    loaded = as_user
+    args = ["advise", "--passive", "--k8s", WORKLOAD, "--p99", "50", "--since", WHOLE,
+            "--json"]
+    result = http_timing(*args, "--replicas", "1,2", cwd=tmp_path)
+    assert result.returncode in (0, 3), result.stderr
+    data = json.loads(result.stdout)
+    assert [r["replicas"] for r in data["replicas"]] == [1, 2]
+    assert data["workload"]["recorded_pods"] == 1 and data["spread"]["how"] == "even"
+    assert (tmp_path / data["picture"]).exists()
+    plain = json.loads(http_timing(*args, cwd=tmp_path).stdout)
+    if plain["recommended"] is not None:
+        assert data["replicas"][0]["cpus"] == plain["recommended"]["cpus"]
+    assert (loaded.group / "cpu.cfs_quota_us").read_text().strip() == "10000"   # no resize
+
+
+def _hpa(metric: dict[str, Any]) -> str:
+    """An autoscaling/v2 HPA on the busy Deployment that cannot change it (min = max = 1)."""
+    return json.dumps({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "busy", "namespace": NS},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                    "name": "busy"},
+                 "minReplicas": 1, "maxReplicas": 1, "metrics": [metric]}})
+
+
+def test_the_workloads_hpa_is_replayed_and_another_metric_refused(
+        as_user: Loaded, kube_node: kubenode.Node, tmp_path: Path) -> None:
+    loaded = as_user
+    # the HPA's replay needs a minute of record
+    time.sleep(max(0.0, 75 - (time.monotonic() - loaded.began)))
+    args = ["advise", "--passive", "--k8s", WORKLOAD, "--p99", "50", "--since", WHOLE,
+            "--hpa"]
+    try:
+        kube_node.kubectl("apply", "-f", "-", input=_hpa({
+            "type": "Resource", "resource": {"name": "memory", "target": {
+                "type": "Utilization", "averageUtilization": 70}}}))
+        refused = http_timing(*args, cwd=tmp_path)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+        assert "scales on Resource memory Utilization" in refused.stderr, refused.stderr
+        kube_node.kubectl("apply", "-f", "-", input=_hpa({
+            "type": "Resource", "resource": {"name": "cpu", "target": {
+                "type": "Utilization", "averageUtilization": 70}}}))
+        result = http_timing(*args, "--max", "3", "--json", cwd=tmp_path)
+        assert result.returncode in (0, 3), result.stderr
+        hpa = json.loads(result.stdout)["hpa"]
+        assert hpa["source"] == f"HPA {NS}/busy" and hpa["target_cpu_utilization_pct"] == 70
+        assert (hpa["min"], hpa["max"]) == (1, 3)
+        assert hpa["request_cpus"] == 0.1 and hpa["limit_cpus"] == 0.1   # the pod template's
+    finally:
+        kube_node.kubectl("-n", NS, "delete", "hpa", "busy", "--ignore-not-found", check=False)
+    deployment = kubectl_json(kube_node, "-n", NS, "get", "deployment", "busy")
+    assert deployment["spec"]["replicas"] == 1
     assert (loaded.group / "cpu.cfs_quota_us").read_text().strip() == "10000"   # no resize

@@ -5,7 +5,8 @@ series the test writes: the figures are what those series say at the queries' st
 queries name at most the points they say, and a query refused for its size is split, or one
 line. On the host, the same Prometheus scrapes the real agent watching a v1 group the test
 throttles: the row's periods, periods throttled, throttled time and wait histogram are what
-the group's cpu.stat counted between the scrapes. Bad input: one line, exit 2."""
+the group's cpu.stat counted between the scrapes; a group with no quota, found by the agent's
+no_quota gauge, gets a row that claims no throttling. Bad input: one line, exit 2."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from client.run.replay_input import read_recording
 from client.run.prometheus import (AGENT_METRICS, Prometheus, PrometheusError, open_prometheus)
 from client.run.prometheus_query import (MAX_STEPS, PEAK_PER_POINT, SERIES_PER_POD, PodTotals, Totals,
                                          pod_totals, pods_seen, step_for, window)
+from cpuquota.limit import NO_QUOTA
 from tests.prometheus_support import Labels, Scraped, backfilled_prometheus, scraped_agent
 from client.commands import main as http_timing
 from tests.fake_kube import Cluster, fake_kube
@@ -58,7 +60,9 @@ WEB_A, WEB_GONE = "web-5d8f9c7b6-x2k4q", "web-5d8f9c7b6-lm2n4"
 PODS = {("shop", WEB_A): (START, END, START + 6 * 3600),        # reset at 6 h
         ("shop", WEB_GONE): (START, END - 3 * 3600, None),      # left 3 h before the end
         ("shop", "db-0"): (START + 3600, END, None),            # began an hour in
-        ("other", "web-5d8f9c7b6-aaaaa"): (START, END, None)}
+        ("other", "web-5d8f9c7b6-aaaaa"): (START, END, None),
+        ("other", "free-5d8f9c7b6-bbbbb"): (START, END, None)}       # no quota on its group
+NO_QUOTA_POD = ("other", "free-5d8f9c7b6-bbbbb")
 Samples = list[tuple[float, float]]
 
 
@@ -91,6 +95,9 @@ def written() -> dict[tuple[str, str], dict[str, dict[str, Samples]]]:
                 name = "+Inf" if le == float("inf") else repr(le)
                 series.setdefault("wait_bucket", {}).setdefault(name, []).append((t, count))
             t += SCRAPE_S
+        if pod == NO_QUOTA_POD:   # as the agent exports it: its usage and that it has no quota
+            usage = series["usage_seconds"]
+            series = {"usage_seconds": usage, "no_quota": {"": [(t, 1.0) for t, _ in usage[""]]}}
         out[pod] = series
     return out
 
@@ -178,18 +185,35 @@ def test_each_pods_figures_are_what_its_backfilled_series_say(backfilled: str,
     assert set(totals.pods) == seen
     for pod, got in totals.pods.items():
         series = SERIES[pod]
-        for key in ("periods", "throttled_periods", "throttled_seconds", "coarse_periods"):
-            assert got.total(key) == pytest.approx(sum(stepwise(series[key][""], totals)),
-                                                   rel=1e-9, abs=1e-9), (pod, key)
-        for le, name in zip(BOUNDS, series["wait_bucket"]):
-            assert got.buckets[le] == sum(stepwise(series["wait_bucket"][name], totals))
+        free = pod == NO_QUOTA_POD
+        assert got.seen == {"no_quota" if free else "periods"} and got.no_quota == free, pod
+        if free:   # no counter of periods: nothing to count
+            assert got.counters == {} and got.buckets == {}
+        else:
+            for key in ("periods", "throttled_periods", "throttled_seconds", "coarse_periods"):
+                assert got.total(key) == pytest.approx(sum(stepwise(series[key][""], totals)),
+                                                       rel=1e-9, abs=1e-9), (pod, key)
+            for le, name in zip(BOUNDS, series["wait_bucket"]):
+                assert got.buckets[le] == sum(stepwise(series["wait_bucket"][name], totals))
         rates = np.asarray(stepwise(series["usage_seconds"][""], totals)) / totals.step_s
         assert got.usage["p95"] == pytest.approx(np.percentile(rates, 95), rel=1e-9)
         assert got.usage["p90"] == pytest.approx(np.percentile(rates, 90), rel=1e-9)
         stamps = [s[0] for k in range(1, totals.steps + 1)
-                  if (s := at_or_before(series["periods"][""],
+                  if (s := at_or_before(series["no_quota" if free else "periods"][""],
                                         totals.start + k * totals.step_s)) is not None]
         assert (got.first_s, got.last_s) == (min(stamps), max(stamps))
+    # the no-quota pod's row claims no throttling and is listed apart; with a pod that has a
+    # quota, the workload's row counts that pod's
+    free_row = prometheus_row(WorkloadLimits("other/deployment/free", 2.0, 2.0), "other",
+                              [NO_QUOTA_POD[1]], totals)
+    assert (free_row.periods, free_row.periods_throttled, free_row.throttled_ms,
+            free_row.wait_p99_ms) == (None, None, None, None)
+    assert free_row.no_quota is not None and free_row.no_quota.startswith(NO_QUOTA)
+    assert free_row.window_s > 0 and free_row.usage_p95_cpus is not None
+    both = prometheus_row(WorkloadLimits("other/deployment/web", 2.0, 2.0), "other",
+                          ["web-5d8f9c7b6-aaaaa", NO_QUOTA_POD[1]], totals)
+    assert both.no_quota is None and both.pods == 2
+    assert both.periods == round(totals.pods[("other", "web-5d8f9c7b6-aaaaa")].total("periods"))
     if since_s < 2 * 3600 + 60:
         return
     # the reset 2 h before the end counts what followed it: the window's figure is the
@@ -459,7 +483,7 @@ def test_the_rows_counters_are_what_cpu_stat_counted_between_the_scrapes(
     prometheus = open_prometheus(scraped.base)
     since_s = now - scraped.held   # Prometheus holds ``before`` at the window's start
     seen = pods_seen(prometheus, "", since_s, now, level="group")
-    assert seen == {("", "busy"), ("", "idle")}
+    assert seen == {("", "busy"), ("", "idle"), ("", "free")}   # free: by its no_quota gauge
     found = pod_totals(prometheus, seen, since_s, now, level="group")
     assert found.steps == 1 and found.start == pytest.approx(scraped.held, abs=1e-3)
     row = prometheus_row(BUSY, "", ["busy"], found)
@@ -475,6 +499,18 @@ def test_the_rows_counters_are_what_cpu_stat_counted_between_the_scrapes(
     idle = prometheus_row(WorkloadLimits("static/deployment/idle", 0.2, None), "", ["idle"],
                           found)
     assert (idle.periods, idle.periods_throttled, idle.wait_p99_ms) == (0, 0, None)
+    # a group with no quota (exclusive CPUs: limits.cpu 2, no quota): the agent exports that,
+    # no counter of throttling, and the row claims none and is listed apart
+    assert found.pods[("", "free")].seen == {"no_quota"} and found.pods[("", "free")].no_quota
+    assert found.pods[("", "busy")].seen == {"periods"} and not found.pods[("", "busy")].no_quota
+    free = prometheus_row(WorkloadLimits("static/deployment/free", 2.0, 2.0), "", ["free"],
+                          found)
+    assert (free.periods, free.periods_throttled, free.throttled_ms) == (None, None, None)
+    assert free.wait_p99_ms is None and free.pods == 1
+    assert free.no_quota is not None and free.no_quota.startswith(NO_QUOTA)
+    assert "exclusive CPUs" in free.no_quota and free.notes[0] == free.no_quota
+    assert free.usage_p95_cpus is not None   # its usage is still read
+    assert row.no_quota is None and idle.no_quota is None
 
 
 @pytest.mark.root

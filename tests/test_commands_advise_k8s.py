@@ -294,7 +294,9 @@ def test_the_advise_rbac_is_strictly_valid_and_least() -> None:
     assert rules == {
         "throttle-lab-advise": [
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
-            {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]}],
+            {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]},
+            {"apiGroups": ["autoscaling.k8s.io"], "resources": ["verticalpodautoscalers"],
+             "verbs": ["list"]}],
         "throttle-lab-advise-apply": [
             {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"]}]}
 

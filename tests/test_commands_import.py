@@ -75,7 +75,7 @@ def test_a_group_with_no_limit_marks_no_request(tmp_path: Path,
     assert main(["import", "r.csv", "--timeline", "t.cgroup.csv", "--name", "imp"]) == 0
     said = capsys.readouterr().out.splitlines()[0]
     assert said.startswith("2 requests from r.csv (vegeta-csv), not marked: ")
-    assert "no CPU limit on it or above" in said
+    assert "no CPU quota: throttling cannot happen here, none on it or above" in said
     run = read_run(tmp_path / "raw-data" / "imp.csv")
     assert [(r.cgroup_nr_throttled, r.cgroup_held_ns) for r in run.records] == [(None, None)] * 2
 

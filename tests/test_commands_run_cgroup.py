@@ -92,8 +92,8 @@ def test_a_service_in_the_root_group_gets_no_throttling_claim(tmp_path: Path) ->
         recorded = http_timing("record", target, "--duration", "0.3", "--name", "t",
                                cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    said = (f"{target} is in the root cgroup /: no CPU limit there, so no throttling will be "
-            "counted; its CPU figures are the whole machine's")
+    said = (f"{target} is in the root cgroup /: no CPU quota: throttling cannot happen here "
+            "(none is claimed; its CPU figures are the whole machine's)")
     assert result.stderr.strip().splitlines() == [f"http-timing: {said}"]
     assert recorded.returncode == 0 and f"http-timing record: {said}" in recorded.stderr
     run = read_run(tmp_path / "raw-data" / "r.csv")
@@ -105,17 +105,18 @@ def test_a_service_in_the_root_group_gets_no_throttling_claim(tmp_path: Path) ->
     # requests slow); never the root group's
     assert data["throttled_source"].startswith("server counters"), data["throttled_source"]
     assert "cgroup" not in data["throttled_source"], data["throttled_source"]
-    assert any("no CPU limit on it or above" in note for note in data["notes"])
-    assert not any("no CPU limit was in force" in note for note in data["notes"])   # its own was
+    assert any("no CPU quota: throttling cannot happen here, none on it or above" in note
+               for note in data["notes"])
+    assert not any("the service had none in force" in note for note in data["notes"])  # it had
     text = http_timing("report", "raw-data/r.csv", cwd=tmp_path).stdout
     assert f"limit: cgroup {target}: no CPU limit; the service's own: in-process 5 %" in text
     # the CPU used, or why it is not known (the root group's processes: one that came and
     # went between two samples is counted by no one; a busy machine has many)
     last = result.stdout.strip().splitlines()[-1]
-    assert last.startswith(f"throttling in {target}: no CPU limit on this group: no throttling "
-                           "counted; CPU used"), last
-    assert last.startswith(f"throttling in {target}: no CPU limit on this group: no throttling "
-                           "counted; CPU used ") or ": not known (" in last, last
+    said = (f"throttling in {target}: no CPU quota: throttling cannot happen here (none on this "
+            "group or above): none counted; CPU used")
+    assert last.startswith(said), last
+    assert last.startswith(f"{said} ") or ": not known (" in last, last
 
 
 @pytest.mark.root

@@ -296,6 +296,49 @@ def test_piped_output_is_one_json_object_per_interval(cgroup_version: int) -> No
 
 
 @pytest.mark.root
+def test_a_group_with_no_quota_gets_no_throttling_claim_from_watch_record_or_advise(
+        tmp_path: Path) -> None:
+    """A real v1 group with no quota on it or above (as exclusive CPUs under the static CPU
+    manager), burning CPU: watch, record and advise --passive on the recording each say "no
+    CPU quota: throttling cannot happen here" and give no figure of throttling (null, not 0),
+    while the CPU used is there."""
+    from tests.agent_support import quota_groups
+
+    with quota_groups("watch-free", 1, quota_us=-1) as (free,):
+        burner = subprocess.Popen(free.join_command("sh -c 'while :; do :; done'"))
+        try:
+            watched = http_timing("watch", str(free.cpu), "--interval", "0.3", "--count", "3",
+                                  cwd=tmp_path, timeout=60)
+            recorded = http_timing("record", str(free.cpu), "--duration", "1.5", "--name", "t",
+                                   "--interval", "0.05", cwd=tmp_path, timeout=60)
+        finally:
+            burner.kill()
+            burner.wait()
+        assert free.cpu_stat()["nr_periods"] == 0   # the kernel counted nothing either
+    said = "no CPU quota: throttling cannot happen here"
+    assert watched.returncode == 0 and said in watched.stderr, watched.stderr
+    assert len(watched.stderr.strip().splitlines()) == 1
+    lines = [json.loads(line) for line in watched.stdout.splitlines()]
+    assert len(lines) == 3
+    for line in lines:
+        assert line["quota_cpus"] is None and line["quota_group"] is None, line
+        assert (line["nr_periods"], line["nr_throttled"], line["throttled_ms"],
+                line["throttled_share"]) == (None, None, None, None), line
+    assert sum(line["usage_cpus"] for line in lines) > 0   # the burner ran
+    assert recorded.returncode == 0 and said in recorded.stderr, recorded.stderr
+    timeline = next(tmp_path.rglob("t.cgroup.csv"))
+    advised = http_timing("advise", "--passive", "--timeline", str(timeline), "--p99", "10",
+                          cwd=tmp_path, timeout=120)
+    assert advised.returncode == 0, advised.stderr
+    (head,) = [line for line in advised.stdout.splitlines() if line.startswith("recorded:")]
+    assert head.startswith(f"recorded: {said}") and "throttled" not in head
+    answer = json.loads(http_timing("advise", "--passive", "--timeline", str(timeline),
+                                    "--p99", "10", "--json", cwd=tmp_path, timeout=120).stdout)
+    assert (answer["recorded"]["periods_throttled"], answer["recorded"]["throttled_ms"]) == \
+        (None, None)
+
+
+@pytest.mark.root
 def test_ctrl_c_and_a_closed_pipe_end_it_cleanly() -> None:
     with busy_burner() as burner:
         proc = subprocess.Popen([*WATCH, f"pid:{burner.pid}", "--interval", "0.1"],

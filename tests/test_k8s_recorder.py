@@ -112,11 +112,13 @@ def test_the_users_rbac_reaches_the_agents_through_the_proxy_and_no_further() ->
     cluster = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
     assert [(r["resources"], r["verbs"]) for r in cluster["throttle-lab-pod-reader"]["rules"]] \
         == [(["pods"], ["get"])]
-    # cluster and advise --passive --k8s: list the workloads and their pods, read nothing else
+    # cluster and advise --passive --k8s: list the workloads, their pods and HPAs, read
+    # nothing else
     workloads = cluster["throttle-lab-workload-reader"]["rules"]
     assert all(r["verbs"] == ["list"] for r in workloads), workloads
     assert sorted(res for r in workloads for res in r["resources"]) == [
-        "daemonsets", "deployments", "pods", "replicasets", "statefulsets"]
+        "daemonsets", "deployments", "horizontalpodautoscalers", "pods", "replicasets",
+        "statefulsets", "verticalpodautoscalers"]
     # cluster --prometheus k8s:NS/SERVICE: get services/proxy, bound in Prometheus's namespace
     assert [(r["resources"], r["verbs"])
             for r in cluster["throttle-lab-prometheus-reader"]["rules"]] == [
@@ -125,7 +127,7 @@ def test_the_users_rbac_reaches_the_agents_through_the_proxy_and_no_further() ->
     # the pod's namespace
     assert [(r["resources"], r["verbs"])
             for r in cluster["throttle-lab-pod-resizer"]["rules"]] == [
-        (["pods/resize"], ["patch"])]
+        (["pods/resize"], ["patch"]), (["verticalpodautoscalers"], ["list"])]
     assert set(cluster) == {"throttle-lab-pod-reader", "throttle-lab-workload-reader",
                             "throttle-lab-prometheus-reader", "throttle-lab-pod-resizer"}
     assert "user-rbac.yaml" not in (RECORDER / "kustomization.yaml").read_text()

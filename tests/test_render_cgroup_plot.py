@@ -80,7 +80,7 @@ def test_usage_panel_without_a_limit() -> None:
     fig, ax = plt.subplots()
     try:
         draw_usage_panel(ax, busy_then_idle(), None)
-        assert "no CPU limit on this group" in ax.get_title()
+        assert "no CPU quota: throttling cannot happen here" in ax.get_title()
         assert not any("quota" in str(line.get_label()) for line in ax.get_lines())
         draw_usage_panel(ax, [], None)                      # an empty timeline draws no bars
     finally:

@@ -17,7 +17,7 @@ import pytest
 from client.run.cgroup_lookup import CommandResult
 from client.run.service_group import ServiceGroup, ServiceGroupError, resolve_cgroup
 from service.cgroup import create_group, empty_group, move_pid, remove_group
-from cpuquota.limit import Limit
+from cpuquota.limit import NO_QUOTA, Limit
 from tests.cgroup_fixtures import fake_proc, mount_line, v1_group, v2_group
 from tests.support import ROOT, require, require_kernel_quota
 
@@ -214,11 +214,11 @@ def test_a_pid_in_a_group_without_a_limit_is_said_in_one_line(tmp_path: Path) ->
                            6161: "1:cpu,cpuacct:/docker/abc\n"})
     root = resolve_cgroup("pid:4242", proc=proc)
     assert (root.group, root.limit, root.levels) == ("/", None, ())
-    assert root.no_limit == ("pid:4242 is in the root cgroup /: no CPU limit there, so no "
-                             "throttling will be counted; its CPU figures are the whole "
-                             "machine's")
+    assert root.no_limit == ("pid:4242 is in the root cgroup /: no CPU quota: throttling "
+                             "cannot happen here (none is claimed; its CPU figures are the "
+                             "whole machine's)")
     unlimited = resolve_cgroup("pid:5151", proc=proc).no_limit
-    assert unlimited is not None and "/batch" in unlimited and "no CPU limit" in unlimited
+    assert unlimited is not None and "/batch" in unlimited and NO_QUOTA in unlimited
     assert "\n" not in unlimited
     assert resolve_cgroup("pid:6161", proc=proc).no_limit is None   # a quota: nothing to say
 

@@ -15,7 +15,7 @@ import pytest
 from client.run.service_group import resolve_cgroup
 from client.run.limiters import LIMITERS, LimiterError
 from client.run.limiters.kubernetes import (KubernetesLimiter, container_name, cpu_cores,
-                                            resize_body, resize_state)
+                                            pod_level_problem, resize_body, resize_state)
 from cpuquota.limit import Limit
 from tests.cgroup_fixtures import fake_proc, mount_line, v1_group
 
@@ -189,6 +189,41 @@ def test_an_infeasible_resize_is_one_line(tmp_path: Path) -> None:
     limits = limiter(tmp_path, ScriptedApi(pod(), tmp_path, infeasible=True))
     with pytest.raises(LimiterError, match="cannot resize shop/api-1 to 300m: Infeasible"):
         limits.apply(Limit(0.3))
+
+
+class OldApi(ScriptedApi):
+    """An API server before 1.33: no pods/resize subresource (404 on a pod that is there)."""
+
+    def patch_namespaced_pod_resize(self, name: str, namespace: str,
+                                    body: dict[str, Any], **_: Any) -> None:
+        raise type("ApiException", (Exception,), {"status": 404, "reason": "Not Found"})()
+
+
+def test_a_cluster_without_pods_resize_is_one_line_saying_1_33(tmp_path: Path) -> None:
+    limits = limiter(tmp_path, OldApi(pod(), tmp_path))
+    with pytest.raises(LimiterError) as refused:
+        limits.apply(Limit(0.3))
+    line = str(refused.value)
+    assert line.startswith("the API server has no pods/resize subresource: in-place resize "
+                           "needs Kubernetes 1.33+") and "\n" not in line
+
+
+def test_a_pod_level_limit_that_binds_is_said_before_any_resize(tmp_path: Path) -> None:
+    """KEP-2837: spec.resources.limits.cpu on the pod's group. A container's resize would not
+    change what binds: refused at once, in one line, naming the pod-level limit."""
+    only_pod = pod(limit="", request=None)
+    only_pod["spec"]["resources"] = {"limits": {"cpu": "400m"}}
+    line = pod_level_problem(only_pod, "app")
+    assert line is not None and line.startswith("pod shop/api-1 has a pod-level CPU limit "
+                                                "(0.4 CPU, spec.resources.limits.cpu)")
+    api = ScriptedApi(only_pod, tmp_path)
+    with pytest.raises(LimiterError, match="pod-level CPU limit"):
+        limiter(tmp_path, api)
+    assert api.patches == []
+    below = pod(limit="300m")
+    below["spec"]["resources"] = {"limits": {"cpu": "400m"}}   # the container's binds
+    assert pod_level_problem(below, "app") is None
+    assert pod_level_problem(pod(), "app") is None
 
 
 def test_registered_as_k8s() -> None:

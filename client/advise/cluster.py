@@ -15,13 +15,15 @@ from client.advise.answer import Answer
 from client.advise.passive import Window, bounds, saving_replays, search
 from client.advise.replay import load_replay, replay_answer
 from client.analysis.goal import LatencyGoal
-from client.analysis.cluster import (MS, ClusterRow, PodWindow, WorkloadLimits, pod_window,
-                                     pooled_replays, replica_note, search_span, usage_p95, vpa_rule)
+from client.analysis.cluster import (MS, ClusterRow, PodWindow, WorkloadLimits, no_quota,
+                                     pod_window, pooled_replays, replica_note, search_span,
+                                     usage_p95, vpa_rule)
 from client.analysis.passive import PassiveAdvice
 from client.analysis.passive_range import Bound, range_of
 from client.analysis.replay import LimitRow, ReplayError, added_delay, replay
 from client.run.k8s_workloads import Fetched, Workload, fetch_windows
 from client.run.replay_input import Recording, read_recording
+from cpuquota.limit import NO_QUOTA
 
 __all__ = ["DEFAULT_SINCE_S", "PodWindows", "advise_pods", "advise_workload", "pod_windows",
            "recorded_workload", "row_of"]
@@ -65,11 +67,14 @@ def row_of(workload: WorkloadLimits, pods: Sequence[PodWindow], target: LatencyG
            missing: Sequence[str] = ()) -> ClusterRow:
     """The workload's row from its pods' windows (at least one)."""
     notes: list[str] = []
-    limited = workload.limit_cpus is not None
+    # a quota in force in some pod's window: what the kernel recorded, not what the template
+    # asks (exclusive CPUs under the static CPU manager: a limit, and no quota)
+    limited = any(p.limit_cpus is not None for p in pods)
+    exclusive = not limited and workload.limit_cpus is not None
     now = pooled_replays([p.recorded for p in pods])
     if not limited:
-        notes.append("no limit: no throttling to count (the recommendation is the limit "
-                     "the windows would have met)")
+        notes.append(no_quota(workload.limit_cpus) + (
+            "" if exclusive else "; the recommendation is the limit the windows would have met"))
     if any(p.demand.throttled_wall_ns > 0 for p in pods):
         share = sum(p.demand.throttled_wall_ns for p in pods) / sum(p.demand.window_ns
                                                                     for p in pods)
@@ -78,8 +83,10 @@ def row_of(workload: WorkloadLimits, pods: Sequence[PodWindow], target: LatencyG
     if (moved := replica_note(pods)) is not None:
         notes.append(moved)
     advice = advise_pods(pods, workload.limit_cpus, target)
+    if exclusive:   # a limit is no quota there: nothing to recommend
+        advice = replace(advice, at=None, range=None)
     at, span = advice.at, advice.range
-    if at is None:
+    if at is None and not exclusive:
         notes.append(f"no recommendation: {advice.reason}")
     elif span is not None and not span.sure:
         notes.append(f"the recommended limit's {span.words()}")
@@ -97,7 +104,8 @@ def row_of(workload: WorkloadLimits, pods: Sequence[PodWindow], target: LatencyG
         recommended_range=None if span is None else (
             span.low / 1000, None if span.high is None else span.high / 1000),
         sure=None if span is None else span.sure,
-        widened_by=() if span is None else span.widened_by)
+        widened_by=() if span is None else span.widened_by,
+        no_quota=None if limited else no_quota(workload.limit_cpus))
 
 
 @dataclass(frozen=True)
@@ -141,8 +149,9 @@ def recorded_workload(text: str) -> Workload:
     ref = workload.ref
     if workload.limit_cpus is None:
         raise AdviseError(f"{ref} has no CPU limit (a container of its pod template has no "
-                          "limits.cpu): nothing throttles it; give it a limit, or see its "
-                          "usage with http-timing cluster")
+                          "limits.cpu, and the pod none in spec.resources): "
+                          f"{NO_QUOTA}; give it a limit, or see its usage with "
+                          "http-timing cluster")
     if not workload.pods:
         raise AdviseError(f"{ref} has no pod now (scaled to 0?): nothing recorded to replay")
     if not any(p.recorded for p in workload.pods):
@@ -160,6 +169,10 @@ def advise_workload(workload: Workload, since_s: float, until: float | None,
     got = pod_windows(workload, since_s, window.data_dir, until=until)
     if not got.windows:
         raise AdviseError("; ".join(got.missing))
+    if all(w.limit_cpus is None for w in got.windows):
+        raise AdviseError(f"{ref}: its pods' groups had {NO_QUOTA} in the window, whatever "
+                          f"limits.cpu ({workload.limit_cpus:g}) says (exclusive CPUs under the "
+                          "static CPU manager get no quota): no limit to advise")
     if window.requests_from is not None and len(got.windows) > 1:
         raise AdviseError(f"--requests-from with {ref}: it has {len(got.windows)} recorded "
                           "pods and one file of requests cannot say which pod served each; "
@@ -182,6 +195,7 @@ def advise_workload(workload: Workload, since_s: float, until: float | None,
                          window.requests_from)
     part: dict[str, Any] = {
         "name": str(ref), "limit_cpus": workload.limit_cpus,
+        "limit_level": workload.limit_level,
         "request_cpus": workload.request_cpus, "since_s": since_s, "until": until,
         "pods": [{"pod": w.pod, "timeline": str(r.path), "seconds": w.demand.window_ns / 1e9,
                   "start_epoch_s": None if w.start_epoch_ns is None else w.start_epoch_ns / 1e9,

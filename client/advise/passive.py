@@ -33,7 +33,7 @@ from client.data.naming import check_file_name, run_name
 from client.run.service_group import ServiceGroup, ServiceGroupError
 from client.run.timeline_record import TimelineSpec, record_timeline
 
-__all__ = ["UNSEEN_SHARE", "Window", "advise_timeline", "bounds", "record_window",
+__all__ = ["UNSEEN_SHARE", "Replays", "Window", "advise_timeline", "bounds", "record_window",
            "saving_replays", "search", "unseen"]
 
 UNSEEN_SHARE = 0.05   # fewer unthrottled periods than this share: no stretch shows the demand
@@ -161,15 +161,21 @@ def plain_replays(replayed: ReplayInputs, demand: Demand, closed: bool | None,
         demand, load, None if millicores is None else millicores / 1000, burst_ns, period_ns))
 
 
+Replays = Callable[[Demand, "bool | None"], Callable[[int | None], LimitRow]]
+
+
 def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start: int,
-           floor: int, ceiling: int) -> list[Bound]:
+           floor: int, ceiling: int, replays: Replays | None = None) -> list[Bound]:
     """The answer under each bounding assumption of what the record could not show (see
     ``client.analysis.passive_range``): the hidden demand on 1 CPU and on the CPUs in flight
     (its requests at once, at most the machine's; without requests, the machine's), where
     the record was throttled; the tail's order statistics on either side, with requests; the
-    loop open and closed, where its shape was inferred."""
+    loop open and closed, where its shape was inferred. ``replays``: each limit's replay of
+    a demand with the requests sent as ``closed`` says (None: :func:`plain_replays`)."""
     demand, requests = replayed.demand, replayed.requests
     out: list[Bound] = []
+    replays_of: Replays = replays or (
+        lambda other, closed: plain_replays(replayed, other, closed, burst_ns))
 
     def answer(replay_at: Callable[[int | None], LimitRow],
                row_judge: RowJudge = judge) -> int | None:
@@ -183,9 +189,9 @@ def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start:
         for cores in sorted({1, max(1, most)} - {demand.cores}):
             other = demand_of(replayed.recording.samples, replayed.recording.period_ns, cores)
             out.append(Bound("the hidden demand", f"on {cores} CPU{'s' if cores > 1 else ''}",
-                             answer(plain_replays(replayed, other, replayed.closed, burst_ns))))
+                             answer(replays_of(other, replayed.closed))))
     if requests:
-        base = plain_replays(replayed, demand, replayed.closed, burst_ns)
+        base = replays_of(demand, replayed.closed)
         n = len(requests)
         for side, words in ((-1, "a lower order statistic"), (1, "a higher one")):
             out.append(Bound(f"the tail ({n} requests decide the p99)", words,
@@ -195,7 +201,7 @@ def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start:
             other_shape = not inferred
             out.append(Bound("the load's shape (inferred)",
                              "closed loop" if other_shape else "open loop",
-                             answer(plain_replays(replayed, demand, other_shape, burst_ns))))
+                             answer(replays_of(demand, other_shape))))
     return out
 
 

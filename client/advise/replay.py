@@ -105,15 +105,17 @@ def replay_answer(recording: Recording, demand: Demand, rows: list[LimitRow],
                   placed: Placed | None, requests_file: Path | None) -> dict[str, Any]:
     """The figures ``--json`` prints and the text shows."""
     first = recording.samples[0]
+    quota = any(c is not None for c in recording.limits)   # none: no throttling is claimed
     return {
         "timeline": str(recording.path),
         "window": {"start_s": first.t_ns / 1e9, "seconds": demand.window_ns / 1e9,
                    "periods": demand.window_ns // demand.period_ns,
                    "period_ms": demand.period_ns / MS, "period_source": recording.period_source,
                    "started_at": recording.meta.started_at if recording.meta else None},
-        "recorded": {"cpus": list(recording.limits), "periods": demand.recorded.nr_periods,
-                     "periods_throttled": demand.recorded.nr_throttled,
-                     "throttled_ms": demand.recorded.throttled_ns / MS,
+        "recorded": {"cpus": list(recording.limits),
+                     "periods": demand.recorded.nr_periods if quota else None,
+                     "periods_throttled": demand.recorded.nr_throttled if quota else None,
+                     "throttled_ms": demand.recorded.throttled_ns / MS if quota else None,
                      "cpu_used_s": demand.usage_ns / 1e9, "source": "the timeline's cpu.stat"},
         "demand": {"exact": demand.throttled_wall_ns <= 0,
                    "throttled_fraction": demand.throttled_fraction,

@@ -348,7 +348,13 @@ class IntervalStats:
         return self.nr_throttled / self.nr_periods if self.nr_periods else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**json_ready(asdict(self)), "throttled_share": self.throttled_share}
+        """The JSON: with no quota (``quota_cpus`` None) the throttling figures are null, not
+        0: the counters stand still there, and none is claimed from them."""
+        out = {**json_ready(asdict(self)), "throttled_share": self.throttled_share}
+        if self.quota_cpus is None:
+            out.update(nr_periods=None, nr_throttled=None, throttled_ms=None,
+                       throttled_share=None)
+        return out
 
 
 def interval_stats(before: CounterSample, after: CounterSample,

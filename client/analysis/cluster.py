@@ -12,7 +12,8 @@ random instant at a random replica (each pod weighted by its window's length). A
 - what the kernel counted in the windows (periods, periods throttled, throttled time: the
   timelines' ``cpu.stat``) and the added delay p99 now (the record's throttles,
   ``client.data.attribution.throttle_events``, for a random arrival); none of it for a
-  workload with no limit ("no limit": nothing of it is throttling);
+  workload whose pods have no quota (no limit, or exclusive CPUs under the static CPU manager:
+  "no CPU quota: throttling cannot happen here"), and such a row is listed apart;
 - the smallest limit whose replay keeps the added delay's p99 (and p90) within the target
   (the search that replays it: ``client.advise.cluster.row_of``) and that replay's figures;
 - a note when the pods' windows show the replica count moving (an HPA): predicted per
@@ -34,8 +35,9 @@ from client.analysis.advise_model import USAGE_RULES
 from client.analysis.replay import Demand, Replayed, demand_of
 from client.data.attribution import CounterSample, throttle_events
 from cpuquota.account import CpuStat
+from cpuquota.limit import NO_QUOTA
 
-__all__ = ["CEILING_CPUS", "ClusterRow", "PodWindow", "WorkloadLimits", "per_period",
+__all__ = ["CEILING_CPUS", "ClusterRow", "PodWindow", "WorkloadLimits", "no_quota", "per_period",
            "pod_window", "pooled_replays", "replica_note", "search_span", "sort_rows", "usage_p95",
            "vpa_rule"]
 
@@ -167,6 +169,14 @@ def replica_note(pods: Sequence[PodWindow], slack_ns: int = 2_000_000_000) -> st
             "once): predicted per replica, each replica's own recorded demand at the limit")
 
 
+def no_quota(limit_cpus: float | None) -> str:
+    """Why a workload's pods have no quota, as its row says (``limit_cpus``: the template's)."""
+    if limit_cpus is None:
+        return f"{NO_QUOTA} (no limit: a container has no limits.cpu)"
+    return (f"{NO_QUOTA} (limits.cpu {limit_cpus:g}, but its pods' groups have no quota: "
+            "exclusive CPUs under the static CPU manager get none)")
+
+
 @dataclass(frozen=True)
 class WorkloadLimits:
     """What the pod template asks: the limit and the request (None: not every container
@@ -205,6 +215,10 @@ class ClusterRow:
     recommended_range: tuple[float, float | None] | None = None
     sure: bool | None = None
     widened_by: tuple[str, ...] = ()
+    # why its pods have no quota on them or above (:func:`no_quota`; None: they have one):
+    # then no figure of throttling, and the row is listed apart
+    no_quota: str | None = None
+    vpa_mode: str | None = None    # the updateMode of a VPA that targets it (None: none)
 
     @property
     def cost(self) -> tuple[float, float]:
@@ -223,7 +237,8 @@ class ClusterRow:
             "recommended_range_cpus": None if self.recommended_range is None else {
                 "low": self.recommended_range[0], "high": self.recommended_range[1]},
             "recommended_sure": self.sure, "recommended_widened_by": list(self.widened_by),
-            "throttled_period_wait_p99_ms": self.wait_p99_ms,
+            "throttled_period_wait_p99_ms": self.wait_p99_ms, "no_quota": self.no_quota,
+            "vpa_mode": self.vpa_mode,
             "notes": list(self.notes), "missing": list(self.missing),
             "sources": {"periods": "the pods' cpu.stat, as the node agent recorded it",
                         "added_delay": "for a request arriving at a random instant at a "
@@ -234,7 +249,7 @@ class ClusterRow:
 
 def sort_rows(rows: Sequence[ClusterRow]) -> list[ClusterRow]:
     """By what throttling costs now, the most first (throttled time, then the added delay
-    p99); workloads with no limit last; then by name."""
-    return sorted(rows, key=lambda r: (r.limit_cpus is None, -r.cost[0], -r.cost[1],
+    p99); workloads with no quota last; then by name."""
+    return sorted(rows, key=lambda r: (r.no_quota is not None, -r.cost[0], -r.cost[1],
                                        r.workload))
 

@@ -11,6 +11,8 @@ days; but only at its scrapes, and asked at the step. What that gives exactly:
   rule with its step), the highest pod's (as krr takes it);
 - a throttled period's wait p99, from the increase of the agent's wait histogram's buckets
   (interpolated within a bucket as ``histogram_quantile`` does).
+- none of these throttling figures for a workload whose pods' groups have no quota (the
+  agent's ``no_quota`` gauge, and no counter of periods): the row says why, listed apart.
 
 What needs each period (the added delay for a random arrival, the replay at another limit:
 the recommended limit and its predicted delay) is left out and the row says why: a step of a
@@ -24,7 +26,7 @@ import dataclasses
 import re
 from collections.abc import Collection, Mapping, Sequence
 
-from client.analysis.cluster import KRR, VPA, ClusterRow, PodWindow, WorkloadLimits
+from client.analysis.cluster import KRR, VPA, ClusterRow, PodWindow, WorkloadLimits, no_quota
 from client.run.prometheus_query import PodTotals, Totals
 
 __all__ = ["FROM_AGENTS", "LEFT_OUT", "NOT_IN_PROMETHEUS", "bucket_quantile", "combined",
@@ -129,7 +131,9 @@ def prometheus_row(workload: WorkloadLimits, namespace: str, pod_names: Sequence
     for p in pods:
         for le, count in p.buckets.items():
             buckets[le] = buckets.get(le, 0.0) + count
-    limited = workload.limit_cpus is not None
+    # a quota on some pod's group (the agent exports no_quota, and no counters, for a group
+    # with none on it or above: exclusive CPUs under the static CPU manager, no limits.cpu)
+    limited = workload.limit_cpus is not None and any(not p.no_quota for p in pods)
     throttled = round(_summed(pods, "throttled_periods"))
     wait = bucket_quantile(0.99, buckets) if limited and throttled else None
     notes = [LEFT_OUT]
@@ -138,7 +142,7 @@ def prometheus_row(workload: WorkloadLimits, namespace: str, pod_names: Sequence
         notes.append(f"{len(departed)} pod(s) that left in the window counted too, by their "
                      f"names in Prometheus: {names}")
     if not limited:
-        notes.insert(0, "no limit: no throttling to count")
+        notes.insert(0, no_quota(workload.limit_cpus))
     if wait is not None:
         observed = round(buckets.get(float("inf"), 0.0))
         coarse = round(_summed(pods, "coarse_periods"))
@@ -153,7 +157,8 @@ def prometheus_row(workload: WorkloadLimits, namespace: str, pod_names: Sequence
         throttled if limited else None,
         1000 * _summed(pods, "throttled_seconds") if limited else None,
         None, None, None, None, tuple(notes), missing,
-        wait_p99_ms=None if wait is None else 1000 * wait, sources=said)
+        wait_p99_ms=None if wait is None else 1000 * wait, sources=said,
+        no_quota=None if limited else no_quota(workload.limit_cpus))
 
 
 FROM_AGENTS = ("the agents' per-period windows (through pods/proxy), which cover what "

@@ -44,7 +44,7 @@ from client.analysis.throughput import throughput_rps
 from client.data.files import Run
 from client.data.metadata import LoadMode, watched_without_limit
 from client.data.record import RequestRecord
-from cpuquota.limit import Limit
+from cpuquota.limit import NO_QUOTA, Limit
 
 __all__ = ["Detection", "FastMode", "Held", "ThrottleSource", "detect", "detect_run", "fast_mode",
            "mark_throttled", "no_limit_note", "open_loop_saturation", "period_of",
@@ -223,8 +223,8 @@ def fast_mode(ok: Sequence[RequestRecord], lat: np.ndarray, split: LatencySplit 
     threshold = split.threshold_ms if split else None
     if unlimited:
         return FastMode(baseline, None, (
-            "no CPU limit was in force: slow requests were slowed by something else "
-            "(other work on the machine, the network), not by a quota",))
+            f"{NO_QUOTA} (the service had none in force): slow requests were slowed by "
+            "something else (other work on the machine, the network), not by a quota",))
     if (sequential and split and server_cpu is not None and limit is not None
             and split.baseline_ms > server_cpu + 0.5 * (limit.period_ms - limit.quota_ms)):
         cut = server_cpu + 0.25 * (limit.period_ms - limit.quota_ms)
@@ -504,5 +504,5 @@ def no_limit_note(cgroup: Mapping[str, Any] | None) -> str | None:
     group = cgroup.get("group") or cgroup.get("path") or "?"
     where = ("the root cgroup / (its CPU figures are the whole machine's)"
              if group in ("", "/") else f"cgroup {group}")
-    return (f"--cgroup {cgroup.get('spec') or group}: {where} has no CPU limit on it or above, "
-            "so its counters count no throttling: none is claimed from them")
+    return (f"--cgroup {cgroup.get('spec') or group}: {where}: {NO_QUOTA}, none on it or "
+            "above, so its counters count no throttling: none is claimed from them")

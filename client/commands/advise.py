@@ -17,6 +17,8 @@ progress then goes to stderr). Every service started is stopped by its id, also 
 NS/deployment/NAME``, with ``--url URL``): the same search, each limit set in place and put
 back at the end whatever ends it (``--keep``: leave the answer; ``--apply``: patch the pod's
 Deployment). ``--passive`` answers from a recorded window instead (``client.advise.passive``).
+``--passive --replicas 1,2,3,4``: for each replica count the smallest limit each, the load
+spread over them, and the least total (``client.advise.replicas``).
 """
 
 from __future__ import annotations
@@ -28,17 +30,20 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from client.advise import AdviseError
 from client.advise.live import LESS, Advisor, Asked, Hooks, save_answer
 from client.analysis.advise import floor_millicores, shape
 from client.analysis.goal import LatencyGoal
+from client.analysis.spread import RANDOM, SEED, SPREADS
 from client.commands.common import (EXIT_INTERRUPTED, EXIT_OK, add_inplace_arguments,
                                     add_load_arguments, add_target_arguments, at_limit_from,
                                     check_folders, check_inplace_options, plan_from,
                                     show_stopped)
 from client.commands.options import (CliError, OneLineParser, duration, instant, int_at_least,
-                                     iso_utc, number_above, number_at_least, passive_problem)
+                                     iso_utc, number_above, number_at_least, parse_counts,
+                                     passive_problem)
 from client.data.naming import check_file_name, sweep_stem
 from client.data.request import DEFAULT_ITERATIONS
 from client.render.advise import format_advice, format_runs_table
@@ -48,6 +53,9 @@ from client.run.at_limit import AtLimit, InPlaceError
 from client.run.limiters import LimiterError
 from client.run.recorder import stop_on_terminate
 from cpuquota.limit import DEFAULT_PERIOD_MS
+
+if TYPE_CHECKING:
+    from client.advise.passive import Window
 
 __all__ = ["EXIT_NOT_MET", "LESS", "build_advise_parser", "command_advise", "goal_from"]
 
@@ -106,6 +114,33 @@ def build_advise_parser() -> argparse.ArgumentParser:
                          help="with --passive --k8s NS/KIND/NAME: the window ends at TIME "
                          "(unix seconds, or ISO 8601 with its zone: 2026-11-28T14:00:00Z) "
                          "instead of now")
+    passive.add_argument("--replicas", metavar="N,N,...",
+                         help="with --passive: for each replica count, the smallest limit "
+                         "each that meets the target with the recorded load spread over them, "
+                         "and the least total (e.g. 1,2,3,4)")
+    passive.add_argument("--spread", choices=SPREADS, default=None,
+                         help="with --replicas: how the Service spreads the connections: "
+                         "random (default; kube-proxy's iptables mode) or round-robin (IPVS rr)")
+    passive.add_argument("--seed", type=int_at_least(0), default=None, metavar="N",
+                         help=f"with --spread random: the picks' seed (default {SEED})")
+    hpa = parser.add_argument_group(
+        "the HPA over the window (--passive: the replicas its rule runs, the p99 they give)")
+    hpa.add_argument("--hpa-target", type=int_at_least(1), metavar="PCT",
+                     help="replay an HPA with this CPU utilization target (%% of the request)")
+    hpa.add_argument("--hpa", action="store_true",
+                     help="with --k8s NS/KIND/NAME: replay the workload's own HPA "
+                     "(autoscaling/v2, a CPU utilization target)")
+    hpa.add_argument("--min", type=int_at_least(1), metavar="N",
+                     help="the HPA's minReplicas (default 1, or the cluster HPA's)")
+    hpa.add_argument("--max", type=int_at_least(1), metavar="N",
+                     help="the HPA's maxReplicas (default 10, or the cluster HPA's)")
+    hpa.add_argument("--hpa-limit", type=number_above(0), metavar="CPUS",
+                     help="each replica's CPU limit (default: the record's)")
+    hpa.add_argument("--hpa-request", type=number_above(0), metavar="CPUS",
+                     help="each replica's CPU request, what the utilization is of (default: "
+                     "the workload's)")
+    hpa.add_argument("--ready-after", type=number_at_least(0), default=None, metavar="S",
+                     help="a new replica serves S seconds after the HPA makes it (default 30)")
     return parser
 
 
@@ -134,7 +169,15 @@ def _advise(argv: list[str]) -> int:
         return advise_passive(opts, argv, goal_from(opts))
     passive_only = [flag for flag, value in (("--timeline", opts.timeline),
                                              ("--requests-from", opts.requests_from),
-                                             ("--since", opts.since), ("--until", opts.until))
+                                             ("--since", opts.since), ("--until", opts.until),
+                                             ("--replicas", opts.replicas),
+                                             ("--spread", opts.spread), ("--seed", opts.seed),
+                                             ("--hpa-target", opts.hpa_target),
+                                             ("--hpa", opts.hpa or None), ("--min", opts.min),
+                                             ("--max", opts.max),
+                                             ("--hpa-limit", opts.hpa_limit),
+                                             ("--hpa-request", opts.hpa_request),
+                                             ("--ready-after", opts.ready_after))
                     if value is not None]
     if passive_only:
         raise CliError(f"{', '.join(passive_only)}: with --passive only (a recorded window)")
@@ -151,6 +194,8 @@ def _advise(argv: list[str]) -> int:
     if opts.apply and not at.capabilities.patches:
         raise CliError(f"--apply patches a Kubernetes Deployment: {at.spec} is not a pod of one "
                        "(see 'To keep it' in the answer)")
+    if at.capabilities.patches:   # a Deployment's pod: is a VPA changing its limit too?
+        stop_at_vpa(opts, str(at.names["namespace"]), "Deployment", str(at.names["owner"]))
     asked = Asked(plan, target, prefix, started, opts.data_dir,
                   span(at, period_ms, opts.burst_ms), period_ms, opts.burst_ms, opts.warmup,
                   opts.profile_seconds, opts.max_runs, opts.alternatives)
@@ -192,6 +237,27 @@ def _advise(argv: list[str]) -> int:
     return EXIT_OK if answer.met else EXIT_NOT_MET
 
 
+def stop_at_vpa(opts: argparse.Namespace, namespace: str, kind: str, name: str) -> None:
+    """Stop (one line, exit 2) where a VPA in an updating mode targets the workload, unless
+    ``--despite-vpa``: the VPA would change the limit again. With it, one line says so."""
+    from client.run.k8s_vpa import VpaError, updating_vpa, vpa_refusal
+    from client.run.kube_api import KubeError
+
+    try:
+        vpa = updating_vpa(namespace, kind, name)
+    except (VpaError, KubeError) as exc:
+        if opts.despite_vpa:
+            return
+        raise CliError(f"cannot tell whether a VPA targets {namespace}/{kind.lower()}/{name}: "
+                       f"{exc}; --despite-vpa goes on without knowing") from None
+    if vpa is None:
+        return
+    if not opts.despite_vpa:
+        raise CliError(vpa_refusal(vpa))
+    print(f"advise: --despite-vpa: {vpa.words()} targets {namespace}/{kind.lower()}/{name} "
+          "and may change its limit meanwhile", file=sys.stderr, flush=True)
+
+
 def span(at: AtLimit, period_ms: float, burst_ms: float) -> tuple[int, int, str]:
     """The limits the search may try: the floor and the ceiling (millicores), the ceiling's
     words; a service that cannot be given them is a one-line ``CliError``."""
@@ -216,10 +282,30 @@ def advise_passive(opts: argparse.Namespace, argv: list[str], target: LatencyGoa
         raise CliError(problem)
     window = Window(opts.requests_from, opts.period_ms, opts.burst_ms, opts.name, opts.data_dir)
     since = DEFAULT_SINCE_S if opts.since is None else opts.since
+    hpa_given = [flag for flag, value in (
+        ("--hpa-target", opts.hpa_target), ("--hpa", opts.hpa or None), ("--min", opts.min),
+        ("--max", opts.max), ("--hpa-limit", opts.hpa_limit),
+        ("--hpa-request", opts.hpa_request), ("--ready-after", opts.ready_after))
+        if value is not None]
+    if hpa_given and opts.hpa_target is None and not opts.hpa:
+        raise CliError(f"{', '.join(hpa_given)}: with --hpa-target PCT, or --hpa (the "
+                       "workload's own HPA, with --k8s)")
+    if hpa_given:
+        if opts.replicas is not None:
+            raise CliError("--replicas and the HPA: one at a time (the HPA chooses the "
+                           "replicas)")
+        return advise_hpa(opts, window, since, target)
+    if opts.replicas is not None:
+        return advise_replicas(opts, argv, window, since, target)
+    for flag, value in (("--spread", opts.spread), ("--seed", opts.seed)):
+        if value is not None:
+            raise CliError(f"{flag} goes with --replicas (how the load is spread over them)")
     if opts.k8s is not None:
         if opts.until is not None and opts.until > time.time():
             raise CliError(f"--until {iso_utc(opts.until)} is in the future")
-        answer = advise_workload(recorded_workload(opts.k8s), since, opts.until, target, window)
+        workload = recorded_workload(opts.k8s)
+        stop_at_vpa(opts, workload.ref.namespace, workload.ref.kind, workload.ref.name)
+        answer = advise_workload(workload, since, opts.until, target, window)
     elif opts.timeline is not None:
         answer = advise_timeline(opts.timeline, target, window)
     else:
@@ -242,4 +328,132 @@ def advise_passive(opts: argparse.Namespace, argv: list[str], target: LatencyGoa
     if answer.runs:
         at = answer.advice.at
         print(format_predicted_runs(answer.runs, None if at is None else at.millicores))
+    return EXIT_OK if answer.met else EXIT_NOT_MET
+
+
+def advise_replicas(opts: argparse.Namespace, argv: list[str], window: Window, since: float,
+                    target: LatencyGoal) -> int:
+    """``--passive --replicas``: each replica count's smallest limit, the least total; the
+    table (or the JSON) and the picture (``<pictures-dir>/<prefix>-replicas.png``)."""
+    from client.advise.cluster import recorded_workload
+    from client.advise.replicas import Spread, check_counts, replicas_timeline, replicas_workload
+    from client.data.files import FileWriteError
+    from client.render.replicas import format_sizing, save_sizing_figure
+
+    counts = tuple(sorted(parse_counts(opts.replicas)))
+    if problem := check_counts(counts):
+        raise CliError(problem)
+    how = opts.spread or RANDOM
+    if opts.seed is not None and how != RANDOM:
+        raise CliError(f"--seed goes with --spread random (--spread {how} has no picks)")
+    spread = Spread(counts, how, SEED if opts.seed is None else opts.seed)
+    prefix = window.prefix()
+    if problem := check_file_name(prefix, prefix=True):
+        raise CliError(problem)
+    check_folders(opts)
+    if opts.k8s is not None:
+        if opts.until is not None and opts.until > time.time():
+            raise CliError(f"--until {iso_utc(opts.until)} is in the future")
+        sized = replicas_workload(recorded_workload(opts.k8s), since, opts.until, target,
+                                  window, spread)
+    elif opts.timeline is not None:
+        sized = replicas_timeline(opts.timeline, target, window, spread)
+    else:
+        from client.advise.passive import record_window
+        from client.commands.common import service_group
+
+        group = service_group(opts.cgroup, None)
+        assert group is not None
+        path = record_window(group, window, opts.duration, opts.cgroup_interval,
+                             ("http-timing", "advise", *argv), lambda line: print(
+                                 line, file=sys.stderr if opts.json else sys.stdout, flush=True))
+        sized = replicas_timeline(path, target, window, spread)
+    answer = sized.to_dict()
+    try:
+        picture = save_sizing_figure(answer, opts.pictures_dir
+                                     / f"{sweep_stem(prefix, 'replicas')}.png")
+    except FileWriteError as exc:
+        raise CliError(str(exc)) from None
+    answer["picture"] = str(picture)
+    if opts.json:
+        from client.data.jsonsafe import json_ready
+        print(json.dumps(json_ready(answer), indent=2))
+    else:
+        print(format_sizing(answer))
+        print(f"picture: {picture}")
+    return EXIT_OK if sized.met else EXIT_NOT_MET
+
+
+def advise_hpa(opts: argparse.Namespace, window: Window, since: float,
+               target: LatencyGoal) -> int:
+    """``--passive --hpa-target PCT`` (or ``--hpa``): the HPA's rule over the window, the
+    replicas per minute, the p99, the highest target that meets the goal."""
+    from client.advise.cluster import pod_windows, recorded_workload
+    from client.advise.hpa import HpaAsked, hpa_answer
+    from client.advise.replay import load_replay
+    from client.analysis.hpa import HpaError, HpaRule, rule_of
+    from client.render.hpa import format_hpa
+    from client.run.k8s_workloads import WorkloadError
+
+    if opts.hpa and opts.hpa_target is not None:
+        raise CliError("--hpa reads the workload's HPA; --hpa-target says one: give one of them")
+    if opts.hpa and opts.k8s is None:
+        raise CliError("--hpa reads the HPA of a workload: it goes with --k8s NS/KIND/NAME")
+    if opts.timeline is None and opts.k8s is None:
+        raise CliError("the HPA replay reads a recorded window: --timeline FILE or --k8s "
+                       "NS/KIND/NAME")
+    limit, request = opts.hpa_limit, opts.hpa_request
+    source = "--hpa-target"
+    rule = HpaRule(opts.hpa_target or 1, opts.min or 1, opts.max or 10)
+    if opts.k8s is not None:
+        workload = recorded_workload(opts.k8s)
+        if opts.hpa:
+            from client.run.k8s_hpa import read_hpa
+            try:
+                found = read_hpa(workload.ref)
+            except WorkloadError as exc:
+                raise CliError(str(exc)) from None
+            if found is None:
+                raise CliError(f"no HorizontalPodAutoscaler scales {workload.ref}: say one "
+                               "with --hpa-target PCT [--min N --max M]")
+            try:
+                rule = rule_of(found[1])
+            except HpaError as exc:
+                raise CliError(str(exc)) from None
+            source = f"HPA {found[0]}"
+            rule = HpaRule(rule.target_pct, opts.min or rule.min_replicas,
+                           opts.max or rule.max_replicas, behavior=rule.behavior)
+        limit = limit or workload.limit_cpus
+        request = request or workload.request_cpus
+        got = pod_windows(workload, since, window.data_dir, until=opts.until)
+        if not got.windows:
+            raise CliError("; ".join(got.missing))
+        if len(got.windows) > 1:
+            raise CliError(f"{workload.ref} has {len(got.windows)} recorded pods: the HPA "
+                           "replay takes the whole load from one window, and the pods' "
+                           "windows are not summed; give the window of one (--timeline)")
+        path = got.recordings[0].path
+    else:
+        path = opts.timeline
+    replayed = load_replay(path, window.requests_from, window.period_ms)
+    if limit is None:
+        limit = next((c for c in replayed.recording.limits if c is not None), None)
+    if limit is None:
+        raise CliError(f"{path}: the record shows no limit: give each replica's with "
+                       "--hpa-limit CPUS")
+    if request is None:
+        raise CliError("--hpa-request CPUS: the HPA's utilization is of each replica's CPU "
+                       "request, and the record does not say it")
+    if (problem := rule.problem()) is not None:
+        raise CliError(problem)
+    asked = HpaAsked(rule, limit, request, 30.0 if opts.ready_after is None else
+                     opts.ready_after, source=source)
+    answer = hpa_answer(replayed, target, asked, round((window.burst_ms or 0.0) * 1e6),
+                        window.requests_from)
+    said = answer.to_dict()
+    if opts.json:
+        from client.data.jsonsafe import json_ready
+        print(json.dumps(json_ready(said), indent=2))
+    else:
+        print(format_hpa(said))
     return EXIT_OK if answer.met else EXIT_NOT_MET

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from client.advise.cluster import DEFAULT_SINCE_S, pod_windows, row_of
 from client.analysis.goal import LatencyGoal
-from client.analysis.cluster import ClusterRow, WorkloadLimits, sort_rows
+from client.analysis.cluster import ClusterRow, WorkloadLimits, no_quota, sort_rows
 from client.analysis.cluster_prometheus import (combined, covers, departed_pods,
                                                 prometheus_row, resolution)
 from client.commands.common import EXIT_OK
@@ -32,10 +32,11 @@ from client.commands.options import (CliError, OneLineParser, check_folder, dura
                                      iso_utc, number_above)
 from client.data.jsonsafe import json_ready
 from client.render.cluster import format_cluster, format_cluster_csv, save_cluster_picture
-from client.run.k8s_workloads import (RECORD_LABEL, Workload, WorkloadError,
+from client.run.k8s_workloads import (RECORD_LABEL, Workload, WorkloadError, WorkloadRef,
                                       fetch_all_windows, list_workloads,
                                       stream_all_windows)
-from client.run.kube_api import KubeError, current_namespace
+from client.run.k8s_vpa import Vpa, VpaError, list_vpas, vpa_modes
+from client.run.kube_api import KubeError, connect, current_namespace
 from client.run.prometheus import Prometheus, PrometheusError, open_prometheus
 from client.run.prometheus_query import Totals, pod_totals, pods_seen
 
@@ -43,6 +44,8 @@ __all__ = ["AGENT_WINDOWS_S", "DEFAULT_DELAY_MS", "agents_keep", "build_cluster_
            "command_cluster"]
 
 DEFAULT_DELAY_MS = 10.0
+POD_LEVEL = ("the pod-level limit (spec.resources.limits.cpu, on the pod's group) is the one "
+             "that binds: LIMIT is it, the quota counted is the pod's")
 AGENT_WINDOWS_S = 3600.0   # --prometheus: the agents' windows are asked for up to this --since
 def build_cluster_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
@@ -116,7 +119,9 @@ def _rows(workloads: list[Workload], since_s: float, until: float | None, dest: 
             rows.append(ClusterRow(str(workload.ref), workload.limit_cpus,
                                    workload.request_cpus, 0, 0.0, None, None, None, None, None,
                                    None, None, None, None, ("no window to replay",),
-                                   tuple(got.missing)))
+                                   tuple(got.missing),
+                                   no_quota=None if workload.limit_cpus is not None
+                                   else no_quota(None)))
             continue
         rows.append(row_of(limits, got.windows, target, got.missing))
         if pictures is not None:
@@ -171,6 +176,18 @@ def _prometheus_rows(prometheus: Prometheus, workloads: list[Workload], namespac
     return sort_rows(rows), unrecorded, found
 
 
+def _vpa_modes(namespace: str | None) -> dict[str, Vpa]:
+    """Each targeted workload (``NS/kind/NAME``) -> its VPA; {} where the API has none, or
+    (said in one line on stderr) where they cannot be read."""
+    try:
+        vpas = list_vpas(connect(), namespace)
+    except (VpaError, KubeError) as exc:
+        print(f"http-timing cluster: VPA MODE not known: {exc}", file=sys.stderr)
+        return {}
+    return {str(WorkloadRef(ns, kind, name)): vpa
+            for (ns, kind, name), vpa in vpa_modes(vpas).items()}
+
+
 def command_cluster(argv: list[str]) -> int:
     opts = build_cluster_parser().parse_args(argv)
     check_folder("--data-dir", opts.data_dir)
@@ -200,6 +217,7 @@ def command_cluster(argv: list[str]) -> int:
         workloads = list_workloads(namespace)
     except (WorkloadError, KubeError) as exc:
         raise CliError(str(exc)) from None
+    vpas = _vpa_modes(namespace)
     if not any(p.recorded for w in workloads for p in w.pods):
         raise CliError(f"no workload in {where} has a pod the node agent records: label its "
                        "pods throttle-lab/record=true (and kubectl apply -k k8s/recorder)")
@@ -219,6 +237,14 @@ def command_cluster(argv: list[str]) -> int:
             rows, unrecorded = _rows(workloads, opts.since, opts.until, dest, target,
                                      opts.picture)
             source = " from the node agents"
+    pod_level = {str(w.ref) for w in workloads if w.limit_level == "pod"}
+    rows = [r if r.workload not in pod_level else dataclasses.replace(
+        r, notes=(POD_LEVEL, *r.notes)) for r in rows]
+    rows = [r if r.workload not in vpas else dataclasses.replace(
+        r, vpa_mode=vpas[r.workload].mode, notes=(*r.notes, *(
+            [f"under {vpas[r.workload].words()}: its updater changes the limit again, so a "
+             "limit set by hand would not stay"] if vpas[r.workload].updating else [])))
+        for r in rows]
     window = (f"the last {opts.since:g} s" if opts.until is None
               else f"the {opts.since:g} s to {iso_utc(opts.until)}")
     header = f"cluster: {where}, {window}{source}" + (
@@ -228,7 +254,10 @@ def command_cluster(argv: list[str]) -> int:
         print(json.dumps(json_ready({
             "namespace": namespace, "since_s": opts.since, "until": opts.until,
             "source": source.removeprefix(" from "), "resolution": steps,
-            "target": {"added_delay_p99_ms": delay}, "workloads": [r.to_dict() for r in rows],
+            "target": {"added_delay_p99_ms": delay},
+            "workloads": [r.to_dict() for r in rows if r.no_quota is None],
+            # listed apart: no quota on their pods' groups, so no throttling figure
+            "no_quota": [r.to_dict() for r in rows if r.no_quota is not None],
             "not_recorded": unrecorded}), indent=2))
     elif opts.csv:
         print(format_cluster_csv(rows), end="")

@@ -313,6 +313,10 @@ def add_inplace_arguments(parser: argparse.ArgumentParser, *, keep: bool) -> Non
         group.add_argument("--apply", action="store_true",
                            help="with a pod of a Deployment: patch the Deployment with the "
                            "answer at the end (this rolls out new pods)")
+        group.add_argument("--despite-vpa", action="store_true",
+                           help="go on though a VerticalPodAutoscaler in an updating mode "
+                           "(Auto, Recreate, InPlaceOrRecreate) targets the workload: it "
+                           "will change the limit again (default: stop, in one line)")
 
 
 def check_inplace_options(opts: argparse.Namespace) -> bool:

@@ -43,6 +43,7 @@ from client.run.record import RecordedRun, RunSpec
 from client.run.recorder import files_first
 from client.run.request_flags import requests_from_flags
 from client.run.answer import answered
+from cpuquota.limit import NO_QUOTA
 
 __all__ = ["DEFAULT_URL", "add_answer_arguments", "build_run_parser", "command_run",
            "throttling_line"]
@@ -135,7 +136,7 @@ def throttling_line(report: Report, cgroup: Mapping[str, Any] | None) -> str | N
     if c.quota_cpus is None:
         whole = " (the root group: the whole machine's)" if cgroup.get("group") in ("", "/") \
             else ""
-        return (f"{where}: no CPU limit on this group: no throttling counted; {used}"
+        return (f"{where}: {NO_QUOTA} (none on this group or above): none counted; {used}"
                 + (f" CPU{whole}" if known else ""))
     delayed = d.throttled_count if d.source is ThrottleSource.CGROUP else c.throttled_requests
     held = f", {format_held(d.held)}" if d.held and d.source is ThrottleSource.CGROUP else ""

@@ -21,7 +21,7 @@ from client.data.threads import ThreadReading
 from client.data.timeline import CgroupSample
 from client.data.attribution import CounterSample, period_phase
 from client.render.legend import legend_outside
-from cpuquota.limit import Limit
+from cpuquota.limit import NO_QUOTA, Limit
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -61,7 +61,7 @@ def usage_title(mean_cpus: float, limit: Limit | None, periods: int, at_quota: i
     if unknown is not None:
         return f"CPU used per period: not known\n({_wrap(unknown)})"
     if limit is None:
-        return (f"CPU used per 100 ms: no CPU limit on this group; run's average "
+        return (f"CPU used per 100 ms: {NO_QUOTA}; run's average "
                 f"{mean_cpus:.2f} CPU")
     share = mean_cpus / limit.cpus
     if coarse is not None:

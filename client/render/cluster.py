@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from client.analysis.cluster import ClusterRow, PodWindow, per_period
+from cpuquota.limit import NO_QUOTA
 
 __all__ = ["CSV_COLUMNS", "MAX_PODS_DRAWN", "format_cluster", "format_cluster_csv",
            "save_cluster_picture"]
@@ -17,7 +18,7 @@ MAX_PODS_DRAWN = 4
 CSV_COLUMNS = ("workload", "limit_cpus", "request_cpus", "pods", "window_s", "usage_p95_cpus",
                "vpa_cpus", "periods", "periods_throttled", "throttled_ms",
                "added_delay_p99_now_ms", "recommended_cpus", "predicted_added_delay_p99_ms",
-               "predicted_periods_throttled", "notes")
+               "predicted_periods_throttled", "no_quota", "vpa_mode", "notes")
 
 
 def _cpus(value: float | None, none: str = "-") -> str:
@@ -35,24 +36,43 @@ def _throttled(row: ClusterRow) -> str:
     return f"{row.periods_throttled}/{row.periods}{share}"
 
 
-def format_cluster(rows: Sequence[ClusterRow], header: str) -> str:
-    """The table, then each row's notes and the pods left out."""
-    table = [("WORKLOAD", "LIMIT", "REQUEST", "PODS", "P95(krr)", "VPA", "PERIODS THROTTLED",
-              "DELAY P99", "RECOMMENDED", "→ DELAY P99")]
-    for r in rows:
-        table.append((r.workload, _cpus(r.limit_cpus, "none"), _cpus(r.request_cpus, "none"),
-                      str(r.pods), _cpus(r.usage_p95_cpus), _cpus(r.vpa_cpus), _throttled(r),
-                      _ms(r.delay_p99_now_ms, "no limit" if r.limit_cpus is None else "-"), _cpus(r.recommended_cpus),
-                      _ms(r.predicted_delay_p99_ms)))
+def _aligned(table: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                      for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+            for row in table]
+
+
+def format_cluster(rows: Sequence[ClusterRow], header: str) -> str:
+    """The table of the workloads with a quota; those without, apart (no throttling figure:
+    none can happen there); then each row's notes and the pods left out."""
+    table = [("WORKLOAD", "LIMIT", "REQUEST", "PODS", "P95(krr)", "VPA", "VPA MODE",
+              "PERIODS THROTTLED", "DELAY P99", "RECOMMENDED", "→ DELAY P99")]
+    apart = [("WORKLOAD", "LIMIT", "REQUEST", "PODS", "P95(krr)", "VPA", "VPA MODE",
+              "RECOMMENDED")]
+    for r in rows:
+        if r.no_quota is not None:
+            apart.append((r.workload, _cpus(r.limit_cpus, "none"), _cpus(r.request_cpus, "none"),
+                          str(r.pods), _cpus(r.usage_p95_cpus), _cpus(r.vpa_cpus),
+                          r.vpa_mode or "-", _cpus(r.recommended_cpus)))
+            continue
+        table.append((r.workload, _cpus(r.limit_cpus, "none"), _cpus(r.request_cpus, "none"),
+                      str(r.pods), _cpus(r.usage_p95_cpus), _cpus(r.vpa_cpus),
+                      r.vpa_mode or "-", _throttled(r),
+                      _ms(r.delay_p99_now_ms), _cpus(r.recommended_cpus),
+                      _ms(r.predicted_delay_p99_ms)))
     lines = [header, ""]
-    lines += ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
-              for row in table]
+    if len(table) > 1 or len(apart) == 1:
+        lines += _aligned(table)
+    if len(apart) > 1:
+        lines += [*([""] if len(table) > 1 else []),
+                  f"{NO_QUOTA}, so no throttling figure ({len(apart) - 1} workload(s)):",
+                  *_aligned(apart)]
     notes = [f"{r.workload}: {note}" for r in rows for note in (*r.notes, *r.missing)]
     if notes:
         lines += ["", *notes]
-    lines += ["", "LIMIT, REQUEST, P95, VPA, RECOMMENDED: CPUs per pod. PERIODS THROTTLED: the "
+    lines += ["", "LIMIT, REQUEST, P95, VPA, RECOMMENDED: CPUs per pod. VPA MODE: the "
+              "updateMode of a VerticalPodAutoscaler that targets it. PERIODS THROTTLED: the "
               "kernel's counters in the windows. DELAY P99: ms a request arriving at a random "
               "instant waits for the quota, now and (→) at the recommended limit (its replay)."]
     return "\n".join(lines)

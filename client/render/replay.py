@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cpuquota.limit import NO_QUOTA
+
 __all__ = ["format_passive", "format_predicted_runs", "format_replay", "format_workload"]
 
 
@@ -34,7 +36,10 @@ def _head(answer: dict[str, Any]) -> list[str]:
              f"({w['periods']} periods of {w['period_ms']:g} ms, {w['period_source']})",
              f"recorded: limit {limits}; {rec['periods_throttled']} of {rec['periods']} periods "
              f"throttled, throttled time {rec['throttled_ms']:.0f} ms, CPU used "
-             f"{rec['cpu_used_s']:.2f} s (the timeline's cpu.stat and usage)",
+             f"{rec['cpu_used_s']:.2f} s (the timeline's cpu.stat and usage)"
+             if any(c is not None for c in rec["cpus"]) else
+             f"recorded: {NO_QUOTA} (none on the group or above); CPU used "
+             f"{rec['cpu_used_s']:.2f} s (the timeline's usage)",
              f"demand: {demand['says']}"]
     requests = answer["requests"]
     if requests is not None:
@@ -78,7 +83,9 @@ def _judged(row: dict[str, Any]) -> str:
     else:
         figures = (f"added delay p99 {_ms(row['added_delay_p99_ms'])} ms, p50 "
                    f"{_ms(row['added_delay_p50_ms'])} ms")
-    return (f"{figures}, {row['periods_throttled']} of {row['periods']} periods throttled"
+    throttled = (f", {row['periods_throttled']} of {row['periods']} periods throttled"
+                 if row.get("cpus") is not None else "")   # no limit: nothing counts periods
+    return (f"{figures}{throttled}"
             + ("" if row["met"] else f" (missed: {', '.join(row['missed'])})"))
 
 

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from client.analysis.cgroup import IntervalStats
-from cpuquota.limit import Limit
+from cpuquota.limit import NO_QUOTA, Limit
 
 __all__ = ["WatchRow", "WatchView", "json_line", "quota_text", "watch_table"]
 
@@ -33,7 +33,7 @@ class WatchRow:
 
 
 def quota_text(limit: Limit | None) -> str:
-    return f"quota {limit.describe()}" if limit else "no CPU limit on this group"
+    return f"quota {limit.describe()}" if limit else NO_QUOTA
 
 
 def _cpus(value: float) -> str:
@@ -137,6 +137,11 @@ def _table(layout: _Layout, group: str, limit: Limit | None, rows: Sequence[Watc
     for row in rows:
         s = row.stats
         hot = "bold red" if s.nr_throttled else ""
+        if s.quota_cpus is None:   # no quota: its counters stand still, nothing is claimed
+            table.add_row(row.clock, *(["-"] if layout.compact else ["-", "-", "-"]), "-",
+                          _cpus(s.usage_cpus), "-",
+                          *([_top(row, layout.threads_join)] if threads else []))
+            continue
         periods: list[str | Text] = [
             Text(f"{s.nr_throttled} of {s.nr_periods} ({_percent(s.throttled_share)})",
                  style=hot)] if layout.compact else [
@@ -151,7 +156,9 @@ def _table(layout: _Layout, group: str, limit: Limit | None, rows: Sequence[Watc
         lines = [f"since start ({total.interval_s:.1f} s): {total.nr_throttled} of "
                  f"{total.nr_periods} periods throttled ({_percent(total.throttled_share)})",
                  f"throttled time {total.throttled_ms:.0f} ms, {_cpus(total.usage_cpus)} CPUs on "
-                 f"average{_quota_words(total, limit)}"]
+                 f"average{_quota_words(total, limit)}"] if total.quota_cpus is not None else [
+            f"since start ({total.interval_s:.1f} s): {NO_QUOTA}",
+            f"{_cpus(total.usage_cpus)} CPUs on average"]
         last = rows[-1] if rows else None
         if last is not None and last.usage_unknown:
             lines.append(f"CPUs used: not known ({last.usage_unknown})")

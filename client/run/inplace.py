@@ -52,7 +52,7 @@ from client.run.record import settle_s
 from client.run.pod_reach import locate, pod_ref
 from client.run.record import RunSpec
 from client.run.usage import UsageSample
-from cpuquota.limit import Limit
+from cpuquota.limit import NO_QUOTA, Limit
 
 __all__ = ["GroupHere", "InPlace", "InPlaceError", "PodThroughAgent", "PodsThroughAgents",
            "Watched", "describe_limit", "limit_dict", "timeline_usage"]
@@ -225,13 +225,16 @@ class InPlace(AtLimit):
             raise InPlaceError(str(exc)) from None
         except AgentTimelineError as exc:
             raise InPlaceError(f"--cgroup {spec}: {exc}") from None
-        if original is None and not allow_new_limit:
-            raise InPlaceError(f"--cgroup {spec} has no CPU limit now ({limiter.description}); "
-                               "--allow-new-limit lets the runs set one (it is taken away "
-                               "again at the end)")
         if original is None and not limiter.can_remove:
-            raise InPlaceError(f"--cgroup {spec} has no CPU limit now and {limiter.kind} cannot "
-                               "take one away again afterwards: give it a limit first")
+            why = (" (exclusive CPUs under the static CPU manager get none, whatever limits.cpu "
+                   "says)" if spec.startswith("k8s:") else "")
+            raise InPlaceError(f"--cgroup {spec} has no CPU limit now: {NO_QUOTA}{why}; "
+                               f"{limiter.kind} cannot take one away again afterwards: give "
+                               "it a limit first")
+        if original is None and not allow_new_limit:
+            raise InPlaceError(f"--cgroup {spec} has no CPU limit now: {NO_QUOTA} "
+                               f"({limiter.description}); --allow-new-limit lets the runs set "
+                               "one (it is taken away again at the end)")
         try:
             limiter.check(original)
         except LimiterError as exc:
@@ -270,9 +273,10 @@ class InPlace(AtLimit):
         except AgentTimelineError as exc:
             raise InPlaceError(f"{spec}: {exc}") from None
         if original is None:
-            raise InPlaceError(f"{spec}: the pods have no CPU limit now ({limiter.description})"
-                               "; a pod's limit cannot be taken away again afterwards: give "
-                               "them one first")
+            raise InPlaceError(f"{spec}: the pods have no CPU limit now: {NO_QUOTA} "
+                               "(exclusive CPUs under the static CPU manager get none, "
+                               "whatever limits.cpu says); a pod's limit cannot be taken away "
+                               "again afterwards: give them one first")
         try:
             limiter.check(original)
         except LimiterError as exc:

@@ -28,8 +28,8 @@ from client.run.kube_api import KubeApi, KubeError, api_problem, REQUEST_TIMEOUT
 
 __all__ = ["FETCH_WORKERS", "KINDS", "RECORD_LABEL", "Fetched", "PodInfo", "Workload",
            "WorkloadError", "WorkloadRef", "fetch_all_windows", "fetch_windows",
-           "stream_all_windows",
-           "fold_pods", "list_workloads", "parse_workload_ref", "read_workload", "workload_of"]
+           "fold_pods", "limit_level", "list_workloads", "parse_workload_ref", "read_workload",
+           "stream_all_windows", "workload_of"]
 
 KINDS = {"deployment": "Deployment", "deploy": "Deployment", "deployments": "Deployment",
          "statefulset": "StatefulSet", "sts": "StatefulSet", "statefulsets": "StatefulSet",
@@ -67,10 +67,11 @@ class Workload:
     """A workload, what its pod template asks, and its pods now."""
 
     ref: WorkloadRef
-    limit_cpus: float | None     # summed over containers; None: a container without a limit
-    request_cpus: float | None
+    limit_cpus: float | None     # the level that binds: the pod-level limit, or the containers'
+    request_cpus: float | None   # sum (None: neither level has one)
     replicas: int | None         # spec.replicas (a DaemonSet: the pods it should run)
     pods: tuple[PodInfo, ...]
+    limit_level: str | None = None   # "pod" (spec.resources) or "containers": which binds
 
 
 def parse_workload_ref(text: str) -> WorkloadRef:
@@ -88,8 +89,23 @@ def _cpu(quantity: Any) -> float | None:
 
 
 def _template_cpus(workload: Obj, key: str) -> float | None:
-    """The pod template's ``resources.<key>.cpu`` summed over its containers; None when one
-    has none (then the pod's group has no quota of that size)."""
+    """The pod template's ``resources.<key>.cpu``: the pod-level one (``spec.resources``,
+    KEP-2837: the kubelet puts it on the pod's group) where it is set and binds, else summed
+    over its containers; None when neither level has one (a container without: then the pod's
+    group has no quota of that size)."""
+    pod_level = _pod_level_cpus(workload, key)
+    containers = _containers_cpus(workload, key)
+    if pod_level is None:
+        return containers
+    return pod_level if containers is None else min(pod_level, containers)
+
+
+def _pod_level_cpus(workload: Obj, key: str) -> float | None:
+    spec = (((workload.get("spec") or {}).get("template") or {}).get("spec") or {})
+    return _cpu(((spec.get("resources") or {}).get(key) or {}).get("cpu"))
+
+
+def _containers_cpus(workload: Obj, key: str) -> float | None:
     spec = (((workload.get("spec") or {}).get("template") or {}).get("spec") or {})
     total = 0.0
     for container in spec.get("containers") or []:
@@ -98,6 +114,16 @@ def _template_cpus(workload: Obj, key: str) -> float | None:
             return None
         total += value
     return total
+
+
+def limit_level(workload: Obj) -> str | None:
+    """Which level of the pod template's CPU limit binds: ``"pod"`` (``spec.resources``, on
+    the pod's group) or ``"containers"`` (their sum); None: no limit."""
+    pod_level, containers = (_pod_level_cpus(workload, "limits"),
+                             _containers_cpus(workload, "limits"))
+    if pod_level is not None and (containers is None or pod_level <= containers):
+        return "pod"
+    return None if containers is None else "containers"
 
 
 def workload_of(pod: Obj, replicaset_owner: Mapping[str, str]) -> tuple[str, str] | None:
@@ -147,7 +173,7 @@ def fold_pods(workloads: Iterable[Obj], kinds: Iterable[str], replicasets: Itera
         out.append(Workload(ref, _template_cpus(obj, "limits"), _template_cpus(obj, "requests"),
                             None if replicas is None else int(replicas),
                             tuple(sorted(by_owner.get((ref.namespace, kind, ref.name), []),
-                                         key=lambda p: p.name))))
+                                         key=lambda p: p.name)), limit_level(obj)))
     return out
 
 

@@ -29,6 +29,7 @@ AGENT_METRICS = {
     "usage_seconds": "throttle_lab_cpu_usage_seconds_total",
     "wait_bucket": "throttle_lab_cpu_cfs_throttled_period_wait_seconds_bucket",
     "coarse_periods": "throttle_lab_cpu_cfs_throttled_periods_coarse_total",
+    "no_quota": "throttle_lab_cpu_no_quota",   # a group with no quota: no counters above
 }
 
 Get = Callable[[str, Mapping[str, str]], tuple[int, bytes]]   # (path, params) -> status, body

@@ -3,12 +3,14 @@ server): never a raw sample of a series, each pod's figures evaluated by Prometh
 fitting the window, as robusta-dev/krr asks its own.
 
 - The pods: the series API (the index, no sample read) lists every pod the agents'
-  ``periods`` counter names in the window.
+  ``periods`` counter, or its ``no_quota`` gauge, names in the window (a group with no quota
+  has no counter of periods: the agent says it has none instead).
 - Then, for pods in batches (one namespace each, at most :data:`SERIES_PER_QUERY` series and
   :data:`POINTS_PER_QUERY` points a query), three instant queries of subqueries at the step:
   the counters' increase (each step's, summed: a reset counts what followed it), the usage
   rate's p95 and p90 over the steps (``quantile_over_time``), and each pod's first and last
-  sample's time.
+  sample's time of its ``periods`` counter and of its ``no_quota`` gauge (which says whether
+  its group had no quota in the window).
 
 A step's increase is the counter at the step less the counter a step before (each the last
 sample at or before it), or after a reset the counter; summed over the steps, a pod's figure
@@ -32,9 +34,9 @@ from dataclasses import dataclass, field
 
 from client.run.prometheus import AGENT_METRICS, Prometheus, PrometheusError, PrometheusRefused
 
-__all__ = ["COUNTERS", "MIN_STEP_S", "PodTotals", "PEAK_PER_POINT", "POINTS_PER_QUERY", "QUERY_WORKERS", "SERIES_PER_POD",
-           "SERIES_PER_QUERY", "STEPS", "Totals", "pod_totals", "pods_seen", "step_for",
-           "window"]
+__all__ = ["COUNTERS", "EDGES", "MIN_STEP_S", "PodTotals", "PEAK_PER_POINT", "POINTS_PER_QUERY",
+           "QUERY_WORKERS", "SERIES_PER_POD", "SERIES_PER_QUERY", "STEPS", "Totals", "pod_totals",
+           "pods_seen", "step_for", "window"]
 
 MIN_STEP_S = 60           # 4 scrapes at the shipped 15 s (k8s/recorder/prometheus.yml)
 MAX_STEPS = 10_080        # a week at 60 s steps
@@ -49,6 +51,7 @@ COUNTERS = ("periods", "throttled_periods", "throttled_seconds", "coarse_periods
 BUCKETS = 13              # the agent's wait histogram: 12 bounds and +Inf (agent/internal/metrics)
 SERIES_PER_POD = len(COUNTERS) - 1 + BUCKETS   # the counters' query's answer, a pod
 QUANTILES = {"p95": 0.95, "p90": 0.9}
+EDGES = ("periods", "no_quota")   # the series whose first and last sample the edges query finds
 
 
 def step_for(since_s: float, min_step_s: int = MIN_STEP_S) -> int:
@@ -69,6 +72,14 @@ class PodTotals:
     usage: dict[str, float] = field(default_factory=dict)      # "p95", "p90" -> CPUs
     first_s: float | None = None      # its first and last sample's time in the window
     last_s: float | None = None
+    # the keys of AGENT_METRICS ("periods", "no_quota") whose series the window holds
+    seen: set[str] = field(default_factory=set)
+
+    @property
+    def no_quota(self) -> bool:
+        """The agent said its group has no quota, and it had no counter of periods, in the
+        window: nothing could throttle it."""
+        return "no_quota" in self.seen and "periods" not in self.seen
 
     def total(self, key: str) -> float:
         return self.counters.get(key, 0.0)
@@ -143,18 +154,21 @@ def _queries(namespace: str, pods: Sequence[str], step_ms: int, steps: int, leve
                          step_ms, shift_ms)
     usage = _increase(_selector([AGENT_METRICS["usage_seconds"]], namespace, pods, level),
                       step_ms, shift_ms)
-    periods = _selector([AGENT_METRICS["periods"]], namespace, pods, level) + _offset(shift_ms)
     quantiles = " or ".join(
         f'label_replace(max by (namespace, pod) (quantile_over_time({q:g}, {usage}{sub}))'
         f' / {step_ms / 1000:g}, "q", "{key}", "", "")' for key, q in QUANTILES.items())
+    # timestamp() of a selector itself (of anything else it is the evaluation's time): one
+    # term a metric, each named in the label "metric"
     edges = " or ".join(
-        f'label_replace({f} by (namespace, pod) ({f}_over_time(timestamp({periods}){sub})), '
-        f'"edge", "{f}", "", "")' for f in ("min", "max"))
+        f'label_replace(label_replace({f} by (namespace, pod) ({f}_over_time(timestamp('
+        f'{_selector([AGENT_METRICS[key]], namespace, pods, level)}{_offset(shift_ms)}){sub})),'
+        f' "edge", "{f}", "", ""), "metric", "{key}", "", "")'
+        for key in EDGES for f in ("min", "max"))
     n, steps = len(pods), steps + 1     # and one a series beyond, Prometheus's own
     return [("counters", "sum by (namespace, pod, metric, le) "
              f"(sum_over_time({counters}{sub}))", n * SERIES_PER_POD * steps),
             ("usage", quantiles, n * len(QUANTILES) * steps),
-            ("edges", edges, n * 2 * steps)]
+            ("edges", edges, n * 2 * len(EDGES) * steps)]
 
 
 def _fold(totals: Totals, what: str, answer: list[tuple[dict[str, str], float]]) -> None:
@@ -171,10 +185,12 @@ def _fold(totals: Totals, what: str, answer: list[tuple[dict[str, str], float]])
                 pod.counters[key] = pod.counters.get(key, 0.0) + value
         elif what == "usage":
             pod.usage[labels.get("q", "")] = value
-        elif labels.get("edge") == "min":
-            pod.first_s = value
         else:
-            pod.last_s = value
+            pod.seen.add(labels.get("metric", ""))
+            if labels.get("edge") == "min":
+                pod.first_s = value if pod.first_s is None else min(pod.first_s, value)
+            else:
+                pod.last_s = value if pod.last_s is None else max(pod.last_s, value)
 
 
 def _batches(pods: Sequence[str], steps: int) -> Iterator[list[str]]:
@@ -211,7 +227,8 @@ def _ask(prometheus: Prometheus, totals: Totals, namespace: str, pods: list[str]
 
 
 def _match(level: str, namespace: str | None) -> str:
-    return (f'{AGENT_METRICS["periods"]}{{level="{level}"'
+    names = "|".join(AGENT_METRICS[key] for key in EDGES)
+    return (f'{{__name__=~"{names}",level="{level}"'
             + ("" if namespace is None else f',namespace="{_quote(namespace)}"') + "}")
 
 
@@ -225,8 +242,8 @@ def window(since_s: float, at: float, min_step_s: int = MIN_STEP_S) -> tuple[int
 
 def pods_seen(prometheus: Prometheus, namespace: str | None, since_s: float, at: float,
               min_step_s: int = MIN_STEP_S, level: str = "pod") -> set[tuple[str, str]]:
-    """(namespace, pod) of every pod the agents' ``periods`` counter names in the window
-    (the series API: the index, no sample read)."""
+    """(namespace, pod) of every pod the agents' ``periods`` counter or ``no_quota`` gauge
+    names in the window (the series API: the index, no sample read)."""
     step_ms, steps, end = window(since_s, at, min_step_s)
     return {(s.get("namespace", ""), s.get("pod", "")) for s in prometheus.series(
         _match(level, namespace), end - steps * step_ms / 1000, end)}

@@ -47,7 +47,7 @@ from client.run.cgroup_lookup import (CommandRunner, KubectlMissing, LookupFaile
 from cpuquota.cgroupfs import (CpuLimit, Mount, cpu_mounts, find_cpu_controller, is_cpu_mount,
                                map_group_path, parse_cpu_stat, parse_mountinfo, parse_proc_cgroup,
                                quota_levels)
-from cpuquota.limit import Limit, LimitError
+from cpuquota.limit import NO_QUOTA, Limit, LimitError
 
 __all__ = ["USAGE_KINDS", "USAGE_RESOLUTION_NS", "ServiceGroup", "ServiceGroupError", "NotHere", "QuotaLevel", "UsageSource",
            "combine_pods", "resolve_cgroup"]
@@ -155,10 +155,12 @@ class ServiceGroup:
         if self.levels:
             return None
         if self.group in ("", "/"):
-            return (f"{self.spec} is in the root cgroup /: no CPU limit there, so no throttling "
-                    "will be counted; its CPU figures are the whole machine's")
-        return (f"{self.spec} is in cgroup {self.group}, which has no CPU limit (none on it or "
-                "above): no throttling will be counted")
+            return (f"{self.spec} is in the root cgroup /: {NO_QUOTA} (none is claimed; its "
+                    "CPU figures are the whole machine's)")
+        why = (" (exclusive CPUs under the static CPU manager get none, whatever limits.cpu "
+               "says)" if self.spec.startswith("k8s:") else "")
+        return (f"{self.spec} is in cgroup {self.group}: {NO_QUOTA}, none on it or above "
+                f"(none is claimed){why}")
 
     @property
     def stat_path(self) -> Path:

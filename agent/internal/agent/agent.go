@@ -197,6 +197,7 @@ func (a *Agent) start(want source.Want) error {
 		w.own.waits = metrics.NewWaits()
 	}
 	w.own.quota = nil
+	w.own.noQuota = len(target.Levels) == 0 // none on it or above: nothing can throttle it
 	if l, ok := cgroupfs.ReadLimit(target.Dir, target.Version, target.Group); ok {
 		w.own.quota = &l
 	}

@@ -27,6 +27,8 @@ var (
 		"The group's own CFS quota per period (cpu.max / cpu.cfs_quota_us); absent when it has none.")
 	descPeriod = desc("throttle_lab_cpu_cfs_period_seconds",
 		"The group's own CFS period (cpu.max / cpu.cfs_period_us); absent when it has no quota.")
+	descNoQuota = desc("throttle_lab_cpu_no_quota",
+		"1: the group has no CFS quota on it or above (exclusive CPUs under the static CPU manager, no limits.cpu): no CPU quota: throttling cannot happen here, so its throttling counters are not exported.")
 	descPressureSome = desc("throttle_lab_cpu_pressure_waiting_seconds_total",
 		"PSI: time some of the group's tasks waited for a CPU (cpu.pressure some total; cgroup v2).")
 	descPressureFull = desc("throttle_lab_cpu_pressure_stalled_seconds_total",
@@ -46,7 +48,7 @@ var (
 // Describe implements prometheus.Collector.
 func (a *Agent) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPeriods, descThrottledPeriods, descThrottledSeconds,
-		descWait, descUsage, descQuota, descPeriod, descPressureSome, descPressureFull,
+		descWait, descUsage, descQuota, descPeriod, descNoQuota, descPressureSome, descPressureFull,
 		descWatched, descUnresolved, descTicks, descLate, descRows, descCoarse} {
 		ch <- d
 	}
@@ -65,7 +67,10 @@ func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 		counter := func(d *prometheus.Desc, v float64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
 		}
-		if n.hasStat {
+		if n.noQuota {
+			// no claim of throttling: the counters of a group nothing can throttle stand still
+			ch <- prometheus.MustNewConstMetric(descNoQuota, prometheus.GaugeValue, 1, l...)
+		} else if n.hasStat {
 			counter(descPeriods, float64(n.st.Periods))
 			counter(descThrottledPeriods, float64(n.st.Throttled))
 			counter(descThrottledSeconds, float64(n.st.ThrottledNS)/1e9)

@@ -46,8 +46,11 @@ type node struct {
 
 	export *labels // nil: read for a timeline only
 	quota  *cgroupfs.Level
-	waits  *metrics.Waits
-	coarse uint64 // the waits' periods observed more than one period after the last reading
+	// no quota on it nor on any group above (as resolved): its throttling counters are not
+	// exported (they stand still), throttle_lab_cpu_no_quota says so instead
+	noQuota bool
+	waits   *metrics.Waits
+	coarse  uint64 // the waits' periods observed more than one period after the last reading
 }
 
 func openNode(dir string, version int, now int64) (*node, error) {

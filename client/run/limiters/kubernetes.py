@@ -144,6 +144,33 @@ def resize_body(pod: Pod, container: str, limit: Limit, *, request: float | None
     return _body(container, {"limits": {"cpu": new}, "requests": {"cpu": f"{wanted}m"}})
 
 
+def pod_level_problem(pod: Pod, container: str) -> str | None:
+    """Why a container's resize would not change what binds: the pod has a pod-level CPU
+    limit (``spec.resources``, KEP-2837) at or below the container's, on the pod's group
+    (None: the container's limit binds)."""
+    pod_level = cpu_cores((((pod.get("spec") or {}).get("resources") or {}).get("limits")
+                           or {}).get("cpu"))
+    if pod_level is None:
+        return None
+    own = cpu_cores(((_container(pod, container).get("resources") or {}).get("limits")
+                     or {}).get("cpu"))
+    if own is not None and own < pod_level:
+        return None
+    return (f"pod {_pod_name(pod)} has a pod-level CPU limit ({pod_level:g} CPU, "
+            "spec.resources.limits.cpu), the one that binds: advise resizes a container's "
+            "limit only; judge it from its recorded window with advise --passive --k8s "
+            "NS/KIND/NAME, or --cgroup k8s:NS/POD with watch and record")
+
+
+def resize_missing(status: int | None, version: str | None) -> str | None:
+    """The line for a ``pods/resize`` the API server does not have (404 on a pod that is
+    there): in-place resize needs Kubernetes 1.33+ (None: another failure)."""
+    if status != 404:
+        return None
+    return ("the API server has no pods/resize subresource: in-place resize needs Kubernetes "
+            f"1.33+ (this one is {version or 'older, or says no version'})")
+
+
 def _body(container: str, resources: dict[str, Any]) -> dict[str, Any]:
     return {"spec": {"containers": [{"name": container, "resources": resources}]}}
 
@@ -233,6 +260,8 @@ class KubernetesLimiter(Limiter):
                                      {"_request_timeout": request_timeout})
         first = self.read_pod()
         self.container = container_name(first, container)
+        if (problem := pod_level_problem(first, self.container)) is not None:
+            raise LimiterError(problem)
         if restarts_on_resize(first, self.container) and not allow_restart:
             raise LimiterError(f"container {self.container} of pod {namespace}/{pod} restarts "
                                "on a cpu resize (resizePolicy RestartContainer): "
@@ -283,6 +312,10 @@ class KubernetesLimiter(Limiter):
         try:
             self.api.patch_namespaced_pod_resize(self.pod, self.namespace, body, **self.call)
         except Exception as exc:
+            status = getattr(exc, "status", None)
+            if status == 404 and self._pod_there() and \
+                    (missing := resize_missing(status, self._version())) is not None:
+                raise LimiterError(missing) from None
             raise LimiterError(_api_problem(exc, "patch", "pods/resize", self.namespace,
                                             self.pod, self.server, self.rbac)) from None
         deadline = time.monotonic() + self.timeout
@@ -292,6 +325,22 @@ class KubernetesLimiter(Limiter):
         # an earlier resize (still at this limit) may be posted later; the quota now shows
         # this resize acted on, so the status must show it again, after that one
         self._await_status(limit, deadline)
+
+    def _pod_there(self) -> bool:
+        try:
+            self.read_pod()
+        except LimiterError:
+            return False
+        return True
+
+    def _version(self) -> str | None:
+        """The API server's version (``v1.32.4``), None when it does not say."""
+        try:
+            from kubernetes import client
+
+            return str(client.VersionApi(self.api.api_client).get_code(**self.call).git_version)
+        except Exception:
+            return None
 
     def _await_status(self, limit: Limit, deadline: float) -> None:
         """Until the pod's status shows ``limit`` applied with no resize pending or in
