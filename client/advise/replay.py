@@ -55,6 +55,13 @@ def _loop(demand: Demand, placed: Placed) -> str:
     return f"open loop: each sent at its recorded time ({how})"
 
 
+def _cpu(demand: Demand, placed: Placed) -> dict[str, Any] | None:
+    """What the replay took each request's CPU to be, where the record hid some of it (None:
+    the record was not throttled, or the requests carry their own CPU)."""
+    drawn = load_of(demand, requests_of(placed), placed.closed).drawn
+    return None if drawn is None else drawn.to_dict()
+
+
 @dataclass(frozen=True)
 class ReplayInputs:
     """What a replay is made of: the recording, its period, its demand, its requests."""
@@ -126,6 +133,7 @@ def replay_answer(recording: Recording, demand: Demand, rows: list[LimitRow],
             "file": str(requests_file), "count": len(placed.records),
             "outside_window": placed.outside, "failed": placed.failed, "placed": placed.how,
             "loop": _loop(demand, placed),
+            "cpu": _cpu(demand, placed),
             "measured": {f"p{q}_ms": percentile([r.latency_ns / MS for r in placed.records], q)
                          for q in (50, 90, 99)}},
         "limits": [row.to_dict() for row in rows],
