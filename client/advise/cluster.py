@@ -20,7 +20,7 @@ from client.analysis.cluster import (MS, ClusterRow, PodWindow, WorkloadLimits, 
                                      usage_p95, vpa_rule)
 from client.analysis.passive import PassiveAdvice
 from client.analysis.passive_range import Bound, range_of
-from client.analysis.replay import LimitRow, ReplayError, added_delay, replay
+from client.analysis.replay import LimitRow, ReplayError, added_delay, bunched, replay
 from client.run.k8s_workloads import Fetched, Workload, fetch_windows
 from client.run.replay_input import Recording, read_recording
 from cpuquota.limit import NO_QUOTA
@@ -60,6 +60,14 @@ def advise_pods(pods: Sequence[PodWindow], limit_cpus: float | None,
             at = search(_pooled(other), target, start=start, floor=floor, ceiling=ceiling).at
             found.append(Bound("the hidden demand", f"on {cores} CPU{'s' if cores > 1 else ''}",
                                None if at is None else at.millicores))
+    if coarse := [p.demand for p in pods if p.demand.coarse]:
+        other = [replace(p, demand=bunched(p.demand)) if p.demand.coarse else p for p in pods]
+        at = search(_pooled(other), target, start=start, floor=floor, ceiling=ceiling).at
+        rows = max(d.resolution_ns for d in coarse) / MS
+        found.append(Bound(f"the rows ({rows:g} ms apart, periods of "
+                           f"{coarse[0].period_ns / MS:g} ms)",
+                           "each row's CPU wanted at its start",
+                           None if at is None else at.millicores))
     return replace(advice, range=range_of(advice.at.millicores, found, ceiling))
 
 

@@ -25,9 +25,9 @@ from client.analysis.advise import bracket, floor_millicores, shape
 from client.analysis.goal import LatencyGoal
 from client.analysis.passive import (LESS, JudgedReplay, PassiveAdvice, RowJudge, judge,
                                      judge_tail)
-from client.analysis.passive_range import Bound, range_of
-from client.analysis.replay import (Demand, LimitRow, demand_of, in_flight, load_of, replay,
-                                    replay_load)
+from client.analysis.passive_range import SIDE, Bound, range_of, tail_covered, tail_needs
+from client.analysis.replay import (MIN_DONORS, Demand, LimitRow, bunched, demand_of, in_flight,
+                                    load_of, replay, replay_load)
 from client.data.files import FileWriteError
 from client.data.naming import check_file_name, run_name
 from client.run.service_group import ServiceGroup, ServiceGroupError
@@ -37,6 +37,7 @@ __all__ = ["UNSEEN_SHARE", "Replays", "Window", "advise_timeline", "bounds", "re
            "saving_replays", "search", "unseen"]
 
 UNSEEN_SHARE = 0.05   # fewer unthrottled periods than this share: no stretch shows the demand
+SHIFT = 0.25          # the requests whose CPU is not known: drawn this share of ranks either way
 
 
 def _verdicts(rows: Sequence[JudgedReplay]) -> dict[int, bool]:
@@ -148,15 +149,16 @@ def unseen(replayed: ReplayInputs) -> str | None:
 
 
 def plain_replays(replayed: ReplayInputs, demand: Demand, closed: bool | None,
-                  burst_ns: int) -> Callable[[int | None], LimitRow]:
-    """Each limit replayed on ``demand`` (the requests' load as ``closed`` says), nothing
-    saved."""
+                  burst_ns: int, shift: float = 0.0,
+                  laid: bool = False) -> Callable[[int | None], LimitRow]:
+    """Each limit replayed on ``demand`` (the requests' load as ``closed`` says, their CPU
+    drawn ``shift`` ranks up or down, their holds ``laid``: ``load_of``), nothing saved."""
     period_ns = replayed.period_ns
     if replayed.requests is None:
         return lambda millicores: LimitRow(replay(
             demand, None if millicores is None else millicores / 1000, burst_ns, period_ns),
             None)
-    load = load_of(demand, replayed.requests, closed)
+    load = load_of(demand, replayed.requests, closed, shift, laid)
     return lambda millicores: LimitRow(*replay_load(
         demand, load, None if millicores is None else millicores / 1000, burst_ns, period_ns))
 
@@ -169,9 +171,12 @@ def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start:
     """The answer under each bounding assumption of what the record could not show (see
     ``client.analysis.passive_range``): the hidden demand on 1 CPU and on the CPUs in flight
     (its requests at once, at most the machine's; without requests, the machine's), where
-    the record was throttled; the tail's order statistics on either side, with requests; the
-    loop open and closed, where its shape was inferred. ``replays``: each limit's replay of
-    a demand with the requests sent as ``closed`` says (None: :func:`plain_replays`)."""
+    the record was throttled; on coarse rows, the holds as laid (with requests) or each row's
+    CPU at its start (without); the tail's order statistics on either side, with requests,
+    and a note where they are too few for their largest to bound the p99; the CPU the
+    record hid drawn a quarter of the ranks lighter and heavier; the loop open and closed,
+    where its shape was inferred. ``replays``: each limit's replay of a demand with the
+    requests sent as ``closed`` says (None: :func:`plain_replays`)."""
     demand, requests = replayed.demand, replayed.requests
     out: list[Bound] = []
     replays_of: Replays = replays or (
@@ -190,12 +195,38 @@ def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start:
             other = demand_of(replayed.recording.samples, replayed.recording.period_ns, cores)
             out.append(Bound("the hidden demand", f"on {cores} CPU{'s' if cores > 1 else ''}",
                              answer(replays_of(other, replayed.closed))))
+    if demand.coarse:
+        rows = (f"the rows ({demand.resolution_ns / MS:g} ms apart, periods of "
+                f"{demand.period_ns / MS:g} ms)")
+        if requests:
+            out.append(Bound(rows, "each hold where the rows lay it", answer(plain_replays(
+                replayed, demand, replayed.closed, burst_ns, laid=True))))
+        else:
+            out.append(Bound(rows, "each row's CPU wanted at its start",
+                             answer(replays_of(bunched(demand), replayed.closed))))
     if requests:
         base = replays_of(demand, replayed.closed)
         n = len(requests)
         for side, words in ((-1, "a lower order statistic"), (1, "a higher one")):
             out.append(Bound(f"the tail ({n} requests decide the p99)", words,
                              answer(base, judge_tail(side))))
+        if (covered := tail_covered(n, 99)) < SIDE:
+            out.append(Bound(f"the tail ({n} requests decide the p99)",
+                             f"their largest lies above the p99 only {100 * covered:.0f} % "
+                             f"of the time: {tail_needs(99)} requests bound it", None,
+                             note=True))
+        drawn = load_of(demand, requests, replayed.closed).drawn
+        if drawn is not None and drawn.unknown:
+            unknown = (f"the CPU of {drawn.unknown} of {drawn.count} requests "
+                       f"({100 * drawn.share:.0f} %) not known")
+            if drawn.drawn:
+                for shift, words in ((-SHIFT, "drawn a quarter lighter"),
+                                     (SHIFT, "drawn a quarter heavier")):
+                    out.append(Bound(unknown, words, answer(plain_replays(
+                        replayed, demand, replayed.closed, burst_ns, shift))))
+            else:
+                out.append(Bound(unknown, f"their rows' share: fewer than {MIN_DONORS} "
+                                 "unthrottled requests to draw it from", None, note=True))
         if replayed.closed is None:
             inferred = load_of(demand, requests, None).closed
             other_shape = not inferred
