@@ -188,19 +188,20 @@ def advise_workload(workload: Workload, since_s: float, until: float | None,
     start, floor, ceiling = search_span(workload.limit_cpus, got.windows)
     runs: dict[int | None, Path] = {}
     if window.requests_from is not None:
-        replayed = load_replay(got.recordings[0].path, window.requests_from, window.period_ms)
+        replayed = load_replay(got.recordings[0].path, window.requests_from, window.period_ms,
+                               window.start_epoch_ns, window.align)
         advice = search(saving_replays(replayed, window, runs), target, start=start, floor=floor,
                         ceiling=ceiling)
         if advice.at is not None and advice.at.millicores is not None:
             burst_ns = round((window.burst_ms or 0.0) * MS)
             advice = replace(advice, range=range_of(advice.at.millicores, bounds(
                 replayed, target, burst_ns, start=start, floor=floor, ceiling=ceiling), ceiling))
-        placed = replayed.placed
+        placed, clock = replayed.placed, replayed.clock
     else:
         advice = advise_pods(got.windows, workload.limit_cpus, target)
-        placed = None
+        placed, clock = None, None
     base = replay_answer(got.recordings[0], got.windows[0].demand, [], placed,
-                         window.requests_from)
+                         window.requests_from, clock)
     part: dict[str, Any] = {
         "name": str(ref), "limit_cpus": workload.limit_cpus,
         "limit_level": workload.limit_level,

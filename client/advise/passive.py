@@ -79,6 +79,8 @@ class Window:
     burst_ms: float | None = None
     name: str | None = None        # the runs' prefix (None: passive-<date>-<time>)
     data_dir: Path = Path("raw-data")
+    start_epoch_ns: int | None = None   # a relative file's (hey, oha) tool start (--start)
+    align: bool = True                  # False: keep that stated clock (--no-align)
 
     def prefix(self) -> str:
         return self.name or "passive-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -107,7 +109,8 @@ def record_window(target: ServiceGroup, window: Window, duration_s: float, inter
 def advise_timeline(timeline: Path, target: LatencyGoal, window: Window) -> Answer:
     """The answer from the recorded window at ``timeline`` (and its requests), with its range
     (:func:`bounds`); none where the record cannot show the demand (:func:`unseen`)."""
-    replayed = load_replay(timeline, window.requests_from, window.period_ms)
+    replayed = load_replay(timeline, window.requests_from, window.period_ms,
+                           window.start_epoch_ns, window.align)
     runs: dict[int | None, Path] = {}
     burst_ns = round((window.burst_ms or 0.0) * MS)
     replay_at = (plain_replays(replayed, replayed.demand, replayed.closed, burst_ns)
@@ -125,7 +128,7 @@ def advise_timeline(timeline: Path, target: LatencyGoal, window: Window) -> Answ
         advice = replace(advice, range=range_of(advice.at.millicores, bounds(
             replayed, target, burst_ns, start=start, floor=floor, ceiling=ceiling), ceiling))
     base = replay_answer(replayed.recording, replayed.demand, [], replayed.placed,
-                         window.requests_from)
+                         window.requests_from, replayed.clock)
     return Answer(advice, replay=base, period_ms=replayed.period_ns / MS,
                   by_requests=replayed.requests is not None, runs=runs)
 

@@ -425,10 +425,11 @@ class Load:
 @dataclass(frozen=True)
 class CpuDrawn:
     """The requests whose CPU a throttled record did not show (a throttle may have held them
-    and another request shared their rows, with no ``Server-Timing``: their rows' share is a
-    mean, the heavy and the light alike): ``unknown`` of them, of ``count``; ``drawn`` of
-    those were given a CPU from the ``donors``, the requests no throttle held and no other
-    request shared a row with (their CPU is the rows'), rank for rank by their latency less
+    while another request ran beside them, or on coarse rows, in rows others shared; with no
+    ``Server-Timing``: their rows' share is a mean, the heavy and the light alike):
+    ``unknown`` of them, of ``count``; ``drawn`` of those were given a CPU from the
+    ``donors``, the requests no throttle held and none ran beside (on coarse rows: none
+    shared a row with; their CPU is the rows'), rank for rank by their latency less
     their hold, so the heavy stay heavy (:func:`draw_cpu`), scaled so that together they use
     the CPU their rows show (the quota moved when it ran, not how much); ``shift``: the
     ranks moved up (+) or down (-) by that share of them (a bound of the range)."""
@@ -447,13 +448,14 @@ class CpuDrawn:
     def says(self) -> str:
         """In one phrase, what was assumed."""
         if not self.unknown:
-            return "each request's CPU is its rows' (no throttle hid it)"
+            return ("each request's CPU is its rows' (none a throttle held ran beside "
+                    "another)")
         if not self.drawn:
             return (f"the CPU of {self.unknown} of {self.count} requests is not known (a "
-                    "throttle held them in rows they shared) and is their rows' share: fewer "
+                    "throttle held them beside others) and is their rows' share: fewer "
                     f"than {MIN_DONORS} requests ran unthrottled and alone to draw it from")
-        return (f"the CPU of {self.drawn} of {self.count} requests a throttle held in rows "
-                f"they shared is drawn from the {self.donors} that ran unthrottled and alone, "
+        return (f"the CPU of {self.drawn} of {self.count} requests a throttle held beside "
+                f"others is drawn from the {self.donors} that ran unthrottled and alone, "
                 "rank for rank by latency less hold, scaled to their rows' CPU (heavy ones "
                 "stay heavy; assumed: a request slower under throttling was a heavier one)")
 
@@ -551,6 +553,22 @@ def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = N
     return Load(tuple(jobs), lanes, tuple(background), drawn)
 
 
+def _beside(reqs: Sequence[Request]) -> list[bool]:
+    """Whether each request (sorted by start) ran at the same time as another, beyond the
+    file's rounding (:func:`client.data.loadshape.time_step`)."""
+    spans = [(r.start_ns, r.start_ns + r.latency_ns) for r in reqs]
+    step = time_step(spans)
+    slack = 2 * step if step > 1 else 0
+    out = [False] * len(spans)
+    latest, owner = -1, -1   # the latest end so far, and whose
+    for i, (start, end) in enumerate(spans):
+        if owner >= 0 and start + slack < latest:
+            out[i] = out[owner] = True
+        if end > latest:
+            latest, owner = end, i
+    return out
+
+
 def _draw(demand: Demand, reqs: Sequence[Request],
           spans: Sequence[Sequence[tuple[int, float]]], weight: Sequence[float],
           cpus: list[float], walls: list[int], shift: float, laid: bool) -> CpuDrawn:
@@ -563,15 +581,18 @@ def _draw(demand: Demand, reqs: Sequence[Request],
     def held_by(r: Request) -> bool:
         return r.held_ns > 0 or held_at_most(demand, r.start_ns, r.start_ns + r.latency_ns) > 0
 
+    beside = _beside(reqs)
     unknown, donors = [], []
     for i, (r, mine) in enumerate(zip(reqs, spans)):
         if r.cpu_ns:
             continue
-        single = alone(mine)
+        # one after another on fine rows, a row's CPU splits by time as it ran; a request
+        # beside another, or in coarse rows with others, gets their mean
+        shown = not beside[i] and (not demand.coarse or alone(mine))
         if held_by(r):
-            if not single:
+            if not shown:
                 unknown.append(i)
-        elif single:
+        elif shown:
             donors.append(cpus[i])
     if not unknown or len(donors) < MIN_DONORS:
         return CpuDrawn(len(reqs), len(unknown), 0, len(donors), shift)

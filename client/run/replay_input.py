@@ -12,8 +12,8 @@ from pathlib import Path
 
 from client.data.attribution import held
 from client.data.files import read_run
-from client.data.formats import (HEAD_BYTES, RUN, read_results, recognise, run_shape,
-                                 run_zero_epoch_ns)
+from client.data.formats import (EPOCH, HEAD_BYTES, RUN, read_results, recognise,
+                                 run_shape, run_zero_epoch_ns)
 from client.data.loadshape import LoadShape
 from client.data.metadata import RunMetadata
 from client.data.record import RawDataError, RequestRecord
@@ -57,6 +57,7 @@ class Placed:
     # loop (one or C at a time), False an open loop (--rate, an access log); None: read from
     # their gaps (inferred, or not known)
     closed: bool | None = None
+    relative: bool = False   # the file's times are relative to the tool's start (--start)
 
 
 def _limits(samples: list[CgroupSample], meta: TimelineMetadata | None
@@ -167,22 +168,27 @@ def _run_records(path: Path, recording: Recording
     return [replace(r, start_ns=r.start_ns + base) for r in run.records], how + says, closed
 
 
-def _imported_records(path: Path, recording: Recording
-                      ) -> tuple[list[RequestRecord], str, bool | None]:
+def _imported_records(path: Path, recording: Recording, start_epoch_ns: int | None,
+                      offset_ns: int) -> tuple[list[RequestRecord], str, bool | None, bool]:
     imported = read_results(path)
     if recording.zero_epoch_ns is None:
         raise RawDataError(f"{recording.path}: its JSON has no clock to place {path}'s "
                            "requests on (expected the JSON 'http-timing record' writes)")
+    relative = imported.clock != EPOCH
     try:
-        records = place_requests(imported, recording.zero_epoch_ns, None, 0)
+        records = place_requests(imported, recording.zero_epoch_ns,
+                                 start_epoch_ns if relative else None, offset_ns)
     except ValueError:
         raise RawDataError(
-            f"{path}: {imported.format} times are relative to the tool's own start: make it a "
-            f"run with http-timing import {path} --timeline {recording.path} --start EPOCH, "
-            "then give --requests-from that run's CSV") from None
+            f"{path}: {imported.format} times are relative to the tool's own start: give "
+            "--start EPOCH (date +%s.%N just before it ran; advise --passive then lines it "
+            "up with the throttling), or make it a run with http-timing import "
+            f"{path} --timeline {recording.path} --start EPOCH and give that run's CSV"
+            ) from None
     shape = shape_of(imported, records)
-    return (records, f"by their Unix times ({imported.format})" + _shape_says(shape),
-            _closed(shape))
+    how = ("by the tool's start (--start) and its relative times" if relative else
+           "by their Unix times") + f" ({imported.format})"
+    return records, how + _shape_says(shape), _closed(shape), relative
 
 
 def _outside(path: Path, records: list[RequestRecord], recording: Recording, how: str) -> str:
@@ -204,17 +210,22 @@ def _outside(path: Path, records: list[RequestRecord], recording: Recording, how
             "timeline recorded during the load, or import the file with --start or --offset")
 
 
-def read_requests(path: Path, recording: Recording) -> Placed:
-    """The requests of ``path`` on the recording's clock (see the module's docstring)."""
+def read_requests(path: Path, recording: Recording, start_epoch_ns: int | None = None,
+                  offset_ns: int = 0) -> Placed:
+    """The requests of ``path`` on the recording's clock (see the module's docstring): a
+    file with relative times (hey, oha) by the tool's start, ``start_epoch_ns``; another
+    tool's file moved by ``offset_ns`` (a clock check's shift)."""
     if not path.exists():
         raise RawDataError(f"{path}: no such file")
     if path.is_dir():
         raise RawDataError(f"{path}: is a directory, not a file of requests")
     closed: bool | None = None
+    relative = False
     if _is_run_file(path):
         records, how, closed = _run_records(path, recording)
     else:
-        records, how, closed = _imported_records(path, recording)
+        records, how, closed, relative = _imported_records(path, recording, start_epoch_ns,
+                                                           offset_ns)
     first, last = recording.samples[0].t_ns, recording.samples[-1].t_ns
     ok = [r for r in records if not r.error]
     inside = [r for r in ok if first <= r.start_ns and r.start_ns + r.latency_ns <= last]
@@ -222,4 +233,5 @@ def read_requests(path: Path, recording: Recording) -> Placed:
         raise RawDataError(_outside(path, records, recording, how))
     walls = held([(r.start_ns, r.start_ns + r.latency_ns) for r in inside],
                  [recording.samples], [recording.period_ns])
-    return Placed(inside, walls, len(ok) - len(inside), len(records) - len(ok), how, closed)
+    return Placed(inside, walls, len(ok) - len(inside), len(records) - len(ok), how, closed,
+                  relative)
