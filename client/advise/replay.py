@@ -47,13 +47,29 @@ def requests_of(placed: Placed) -> list[Request]:
 
 
 def _loop(demand: Demand, placed: Placed) -> str:
+    """How the replay sends the requests, and where that comes from, in one phrase: the
+    run's JSON or the file says (``Placed.shape``), the requests show it (inferred), or
+    nothing does ("concurrency not known": each at its recorded time)."""
     lanes = load_of(demand, requests_of(placed), placed.closed).lanes
-    how = ("as the run's plan says" if placed.closed is not None else
-           "read from the gaps between them")
+    shape = placed.shape
     if lanes:
-        return (f"closed loop: {'one' if lanes == 1 else lanes} at a time, each sent its "
-                f"recorded gap after the one before it ended ({how})")
-    return f"open loop: each sent at its recorded time ({how})"
+        said = (f"closed loop of {'one (one after another)' if lanes == 1 else lanes}: each "
+                "sent its recorded gap after the one before it ended")
+    else:
+        said = "open loop: each sent at its recorded time"
+    if shape is None:   # nothing says: the replay read the gaps
+        where = ("inferred: read from the gaps between them (the file does not say)" if lanes
+                 else "concurrency not known: the file does not say and the gaps do not show "
+                 "one")
+    elif shape.source in ("said", "column", "format"):
+        where = f"from {placed.shape_from}: {shape.why}"
+        if lanes and shape.connections and shape.connections != lanes:
+            where += f"; the requests run in {'one lane' if lanes == 1 else f'{lanes} lanes'}"
+    elif shape.source == "inferred":
+        where = shape.why
+    else:
+        where = f"concurrency not known: {shape.why}"
+    return f"{said} ({where})"
 
 
 def _cpu(demand: Demand, placed: Placed) -> dict[str, Any] | None:
