@@ -32,9 +32,10 @@ from client.data.files import FileWriteError
 from client.data.naming import check_file_name, run_name
 from client.run.service_group import ServiceGroup, ServiceGroupError
 from client.run.timeline_record import TimelineSpec, record_timeline
+from cpuquota.account import CpuStat
 
-__all__ = ["UNSEEN_SHARE", "Replays", "Window", "advise_timeline", "bounds", "record_window",
-           "saving_replays", "search", "unseen"]
+__all__ = ["UNSEEN_SHARE", "WHAT_TO_GIVE", "Replays", "Window", "advise_timeline", "bounds",
+           "hidden_throughout", "record_window", "saving_replays", "search", "unseen"]
 
 UNSEEN_SHARE = 0.05   # fewer unthrottled periods than this share: no stretch shows the demand
 SHIFT = 0.25          # the requests whose CPU is not known: drawn this share of ranks either way
@@ -133,13 +134,20 @@ def advise_timeline(timeline: Path, target: LatencyGoal, window: Window) -> Answ
                   by_requests=replayed.requests is not None, runs=runs)
 
 
+def hidden_throughout(stat: CpuStat) -> bool:
+    """Whether a window sat throttled in (nearly) every period it ran: fewer unthrottled
+    periods than two and :data:`UNSEEN_SHARE` of them, so no stretch shows what the group
+    wanted."""
+    unthrottled = stat.nr_periods - stat.nr_throttled
+    return stat.nr_periods > 0 and unthrottled < max(2, UNSEEN_SHARE * stat.nr_periods)
+
+
 def unseen(replayed: ReplayInputs) -> str | None:
     """Why the record cannot show the demand the quota hid, in one line (None: it can): it
     sat throttled in (nearly) every period it ran, so no unthrottled stretch shows what the
     group wanted, and its requests do not carry their own CPU (Server-Timing)."""
     stat = replayed.demand.recorded
-    unthrottled = stat.nr_periods - stat.nr_throttled
-    if stat.nr_periods <= 0 or unthrottled >= max(2, UNSEEN_SHARE * stat.nr_periods):
+    if not hidden_throughout(stat):
         return None
     requests = replayed.requests
     if requests and all(r.cpu_ns for r in requests):
@@ -147,8 +155,11 @@ def unseen(replayed: ReplayInputs) -> str | None:
     return (f"{replayed.recording.path}: throttled in {stat.nr_throttled} of its "
             f"{stat.nr_periods} periods, so no unthrottled stretch shows the CPU the quota hid"
             f"{', and its requests carry no Server-Timing (cpu;dur=)' if requests else ''}: "
-            "record a window with unthrottled stretches (a higher limit for a while, or a "
-            "lighter load), or give the requests of a server that sends Server-Timing")
+            f"{WHAT_TO_GIVE}")
+
+
+WHAT_TO_GIVE = ("record a window with unthrottled stretches (a higher limit for a while, or a "
+                "lighter load), or give the requests of a server that sends Server-Timing")
 
 
 def plain_replays(replayed: ReplayInputs, demand: Demand, closed: bool | None,
