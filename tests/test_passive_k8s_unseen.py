@@ -60,6 +60,8 @@ def test_pods_throttled_throughout_get_no_answer_and_the_reason(
         "window (web-a: 20 of 20, web-b: 20 of 20 periods)")
     assert "no unthrottled stretch shows the CPU the quota hid" in reason
     assert "record a window with unthrottled stretches" in reason   # what to give
+    # what the record shows is kept: the window without a limit and at its own
+    assert [r["cpus"] for r in said["replays"]] == [0.3] and said["no_limit"]["cpus"] is None
 
 
 def test_one_pod_with_unthrottled_stretches_is_enough_to_answer(

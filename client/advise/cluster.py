@@ -13,13 +13,13 @@ from pathlib import Path
 from client.advise import AdviseError
 from client.advise.answer import Answer
 from client.advise.passive import (WHAT_TO_GIVE, Window, bounds, hidden_throughout,
-                                   saving_replays, search, unseen)
+                                   saving_replays, search, unanswered, unseen)
 from client.advise.replay import load_replay, replay_answer
 from client.analysis.goal import LatencyGoal
 from client.analysis.cluster import (MS, ClusterRow, PodWindow, WorkloadLimits, no_quota,
                                      pod_window, pooled_replays, replica_note, search_span,
                                      usage_p95, vpa_rule)
-from client.analysis.passive import PassiveAdvice, judge
+from client.analysis.passive import PassiveAdvice
 from client.analysis.passive_range import Bound, range_of
 from client.analysis.replay import LimitRow, ReplayError, added_delay, bunched, replay
 from client.run.k8s_workloads import Fetched, Workload, fetch_windows
@@ -206,8 +206,7 @@ def advise_workload(workload: Workload, since_s: float, until: float | None,
                                window.start_epoch_ns, window.align)
         replay_at = saving_replays(replayed, window, runs)
         if (why := unseen(replayed)) is not None:
-            advice = PassiveAdvice(target, judge(None, replay_at(None), target), (), None,
-                                   None, floor, ceiling, why)
+            advice = unanswered(replay_at, target, start, floor, ceiling, why)
         else:
             advice = search(replay_at, target, start=start, floor=floor, ceiling=ceiling)
         if advice.at is not None and advice.at.millicores is not None:
@@ -216,8 +215,7 @@ def advise_workload(workload: Workload, since_s: float, until: float | None,
                 replayed, target, burst_ns, start=start, floor=floor, ceiling=ceiling), ceiling))
         placed, clock = replayed.placed, replayed.clock
     elif (why := unseen_pods(str(ref), got.windows)) is not None:
-        free = judge(None, _pooled(got.windows)(None), target)
-        advice = PassiveAdvice(target, free, (), None, None, floor, ceiling, why)
+        advice = unanswered(_pooled(got.windows), target, start, floor, ceiling, why)
         placed, clock = None, None
     else:
         advice = advise_pods(got.windows, workload.limit_cpus, target)

@@ -35,7 +35,8 @@ from client.run.timeline_record import TimelineSpec, record_timeline
 from cpuquota.account import CpuStat
 
 __all__ = ["UNSEEN_SHARE", "WHAT_TO_GIVE", "Replays", "Window", "advise_timeline", "bounds",
-           "hidden_throughout", "record_window", "saving_replays", "search", "unseen"]
+           "hidden_throughout", "record_window", "saving_replays", "search", "unanswered",
+           "unseen"]
 
 UNSEEN_SHARE = 0.05   # fewer unthrottled periods than this share: no stretch shows the demand
 SHIFT = 0.25          # the requests whose CPU is not known: drawn this share of ranks either way
@@ -121,8 +122,7 @@ def advise_timeline(timeline: Path, target: LatencyGoal, window: Window) -> Answ
     start = min(ceiling, round(recorded[0] * 1000)) if recorded else ceiling // 2
     floor = floor_millicores(replayed.period_ns / MS)
     if (why := unseen(replayed)) is not None:
-        free = judge(None, replay_at(None), target)
-        advice = PassiveAdvice(target, free, (), None, None, floor, ceiling, why)
+        advice = unanswered(replay_at, target, start, floor, ceiling, why)
     else:
         advice = search(replay_at, target, start=start, floor=floor, ceiling=ceiling)
     if advice.at is not None and advice.at.millicores is not None:
@@ -132,6 +132,14 @@ def advise_timeline(timeline: Path, target: LatencyGoal, window: Window) -> Answ
                          window.requests_from, replayed.clock)
     return Answer(advice, replay=base, period_ms=replayed.period_ns / MS,
                   by_requests=replayed.requests is not None, runs=runs)
+
+
+def unanswered(replay_at: Callable[[int | None], LimitRow], target: LatencyGoal, at: int,
+               floor: int, ceiling: int, why: str) -> PassiveAdvice:
+    """No answer, and ``why``; the window replayed without a limit and at ``at`` millicores
+    (the recorded limit) is kept, as what the record shows."""
+    return PassiveAdvice(target, judge(None, replay_at(None), target),
+                         (judge(at, replay_at(at), target),), None, None, floor, ceiling, why)
 
 
 def hidden_throughout(stat: CpuStat) -> bool:
