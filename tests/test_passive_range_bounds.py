@@ -107,3 +107,16 @@ def test_the_share_of_requests_whose_cpu_is_not_known_widens_the_range(tmp_path:
     assert span.low < at.millicores
     assert 300 <= span.low <= 330
     assert f"drawn a quarter lighter: {span.low / 1000:g} CPU" in named[0]
+
+
+def test_coarse_rows_with_requests_say_what_was_taken_of_each_hold(tmp_path: Path) -> None:
+    # the node agent's rows, 70 ms apart, of a closed loop of 4 at 0.1 CPU
+    # (tests/data/node_replay/c4): where in its row a throttle lay is not known
+    data = Path(__file__).parent / "data" / "node_replay" / "c4"
+    answer = advise_timeline(data / "agent.cgroup.csv", LatencyGoal(60.0),
+                             Window(data / "run.csv", name="p", data_dir=tmp_path))
+    span = answer.advice.range
+    assert span is not None
+    assert ("the rows (70 ms apart, periods of 100 ms) (where in its row each throttle lay is "
+            "not known: a request a throttle may have held is taken to run only its own CPU, "
+            "the least it can)") in span.widened_by

@@ -65,7 +65,7 @@ def advise_pods(pods: Sequence[PodWindow], limit_cpus: float | None,
         other = [replace(p, demand=bunched(p.demand)) if p.demand.coarse else p for p in pods]
         at = search(_pooled(other), target, start=start, floor=floor, ceiling=ceiling).at
         rows = max(d.resolution_ns for d in coarse) / MS
-        found.append(Bound(f"the rows ({rows:g} ms apart, periods of "
+        found.append(Bound(f"the rows ({rows:.0f} ms apart, periods of "
                            f"{coarse[0].period_ns / MS:g} ms)",
                            "each row's CPU wanted at its start",
                            None if at is None else at.millicores))

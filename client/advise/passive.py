@@ -171,16 +171,15 @@ WHAT_TO_GIVE = ("record a window with unthrottled stretches (a higher limit for 
 
 
 def plain_replays(replayed: ReplayInputs, demand: Demand, closed: bool | None,
-                  burst_ns: int, shift: float = 0.0,
-                  laid: bool = False) -> Callable[[int | None], LimitRow]:
+                  burst_ns: int, shift: float = 0.0) -> Callable[[int | None], LimitRow]:
     """Each limit replayed on ``demand`` (the requests' load as ``closed`` says, their CPU
-    drawn ``shift`` ranks up or down, their holds ``laid``: ``load_of``), nothing saved."""
+    drawn ``shift`` ranks up or down: ``load_of``), nothing saved."""
     period_ns = replayed.period_ns
     if replayed.requests is None:
         return lambda millicores: LimitRow(replay(
             demand, None if millicores is None else millicores / 1000, burst_ns, period_ns),
             None)
-    load = load_of(demand, replayed.requests, closed, shift, laid)
+    load = load_of(demand, replayed.requests, closed, shift)
     return lambda millicores: LimitRow(*replay_load(
         demand, load, None if millicores is None else millicores / 1000, burst_ns, period_ns))
 
@@ -193,8 +192,8 @@ def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start:
     """The answer under each bounding assumption of what the record could not show (see
     ``client.analysis.passive_range``): the hidden demand on 1 CPU and on the CPUs in flight
     (its requests at once, at most the machine's; without requests, the machine's), where
-    the record was throttled; on coarse rows, the holds as laid (with requests) or each row's
-    CPU at its start (without); the tail's order statistics on either side, with requests,
+    the record was throttled; on coarse rows, each row's CPU wanted at its start (without
+    requests; with them, a note of what was taken); the tail's order statistics on either side, with requests,
     and a note where they are too few for their largest to bound the p99; the CPU the
     record hid drawn a quarter of the ranks lighter and heavier; the loop open and closed,
     where its shape was inferred. ``replays``: each limit's replay of a demand with the
@@ -218,11 +217,15 @@ def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start:
             out.append(Bound("the hidden demand", f"on {cores} CPU{'s' if cores > 1 else ''}",
                              answer(replays_of(other, replayed.closed))))
     if demand.coarse:
-        rows = (f"the rows ({demand.resolution_ns / MS:g} ms apart, periods of "
+        rows = (f"the rows ({demand.resolution_ns / MS:.0f} ms apart, periods of "
                 f"{demand.period_ns / MS:g} ms)")
         if requests:
-            out.append(Bound(rows, "each hold where the rows lay it", answer(plain_replays(
-                replayed, demand, replayed.closed, burst_ns, laid=True))))
+            # the other end (each held no longer than its rows allow) leaves a request a
+            # throttle held most of its latency on the node agent's rows: a bound so loose
+            # it says nothing, so it is named, not searched
+            out.append(Bound(rows, "where in its row each throttle lay is not known: a "
+                             "request a throttle may have held is taken to run only its own "
+                             "CPU, the least it can", None, note=True))
         else:
             out.append(Bound(rows, "each row's CPU wanted at its start",
                              answer(replays_of(bunched(demand), replayed.closed))))

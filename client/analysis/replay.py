@@ -493,7 +493,7 @@ def _lanes(reqs: Sequence[Request]) -> tuple[list[int | None], list[int]]:
 
 
 def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = None,
-            shift: float = 0.0, laid: bool = False) -> Load:
+            shift: float = 0.0) -> Load:
     """The requests (sorted by start) as work: each one's CPU is the group's usage while it
     ran, an interval's usage shared among the requests overlapping it (by each one's own CPU
     spread over its latency when every request has one, else by overlap); usage that overlaps
@@ -504,9 +504,7 @@ def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = N
     where it lay. ``closed``: whether the requests were sent in a closed loop, when their
     file says (None: read from their gaps). Where the record was throttled and the requests
     do not all carry their own CPU, a request whose CPU it hid gets one drawn from those it
-    showed (:class:`CpuDrawn`; ``shift`` moves the ranks drawn, a bound of the range).
-    ``laid``: on coarse rows, each request's recorded hold taken as laid (as on fine rows),
-    not its CPU (:func:`_unheld`; the other bound of where a throttle lay in its row)."""
+    showed (:class:`CpuDrawn`; ``shift`` moves the ranks drawn, a bound of the range)."""
     reqs = sorted(requests, key=lambda r: r.start_ns)
     follows, gaps = _lanes(reqs)
     if closed is None:   # the file does not say: a closed loop sends the next request as soon
@@ -544,10 +542,10 @@ def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = N
                 background[k] += c * (1 - most / cpu)
             cpu = float(most)
         cpus.append(cpu)
-    walls = [_unheld(demand, r, cpu, laid) for r, cpu in zip(reqs, cpus)]
+    walls = [_unheld(demand, r, cpu) for r, cpu in zip(reqs, cpus)]
     drawn = None
     if not own and demand.throttled_wall_ns > 0:
-        drawn = _draw(demand, reqs, spans, weight, cpus, walls, shift, laid)
+        drawn = _draw(demand, reqs, spans, weight, cpus, walls, shift)
     jobs = [Job(r.start_ns, wall, cpu, after if closed else None, gap if closed else 0)
             for r, cpu, wall, after, gap in zip(reqs, cpus, walls, follows, gaps)]
     return Load(tuple(jobs), lanes, tuple(background), drawn)
@@ -571,7 +569,7 @@ def _beside(reqs: Sequence[Request]) -> list[bool]:
 
 def _draw(demand: Demand, reqs: Sequence[Request],
           spans: Sequence[Sequence[tuple[int, float]]], weight: Sequence[float],
-          cpus: list[float], walls: list[int], shift: float, laid: bool) -> CpuDrawn:
+          cpus: list[float], walls: list[int], shift: float) -> CpuDrawn:
     """Give each request whose CPU the throttled record did not show (see :class:`CpuDrawn`)
     a CPU drawn from the requests' whose CPU it showed (:func:`draw_cpu`), in ``cpus``, and
     at least that much wall time (on one CPU), in ``walls``; what was done."""
@@ -604,7 +602,7 @@ def _draw(demand: Demand, reqs: Sequence[Request],
     for i, cpu in zip(unknown, (c * scale for c in picked)):
         r = reqs[i]
         cpus[i] = cpu = min(cpu, float(r.latency_ns * demand.cores))
-        walls[i] = max(_unheld(demand, r, cpu, laid), min(r.latency_ns, math.ceil(cpu)))
+        walls[i] = max(_unheld(demand, r, cpu), min(r.latency_ns, math.ceil(cpu)))
     return CpuDrawn(len(reqs), len(unknown), len(unknown), len(donors), shift)
 
 
@@ -634,16 +632,15 @@ def _own_shares(reqs: Sequence[Request], spans: Sequence[Sequence[tuple[int, flo
     return out
 
 
-def _unheld(demand: Demand, r: Request, cpu_ns: float, laid: bool = False) -> int:
+def _unheld(demand: Demand, r: Request, cpu_ns: float) -> int:
     """A request's wall time not held by throttling: its latency less the recorded hold.
 
     On coarse rows (:attr:`Demand.coarse`) the hold's place in its row is not known (the
     hold laid on a row's middle can cover a request that ran all along), and the part of it
     the stretches miss would run at every limit: a request a throttle may have held
     (:func:`held_at_most`) is taken as its CPU, work run on one CPU, never more than its
-    latency. ``laid``: the hold as laid, on coarse rows too."""
-    if laid or not demand.coarse or held_at_most(demand, r.start_ns,
-                                                 r.start_ns + r.latency_ns) <= 0:
+    latency."""
+    if not demand.coarse or held_at_most(demand, r.start_ns, r.start_ns + r.latency_ns) <= 0:
         return max(0, r.latency_ns - r.held_ns)
     return min(r.latency_ns, math.ceil(cpu_ns))
 
