@@ -184,9 +184,9 @@ def _imported_records(path: Path, recording: Recording, start_epoch_ns: int | No
     except ValueError:
         raise RawDataError(
             f"{path}: {imported.format} times are relative to the tool's own start: give "
-            "--start EPOCH (date +%s.%N just before it ran; advise --passive then lines it "
-            "up with the throttling), or make it a run with http-timing import "
-            f"{path} --timeline {recording.path} --start EPOCH and give that run's CSV"
+            "--start EPOCH (date +%s.%N just before it ran; advise --passive takes it and "
+            "lines the requests up with the throttling), or make it a run with http-timing "
+            f"import {path} --timeline {recording.path} --start EPOCH and give that run's CSV"
             ) from None
     shape = shape_of(imported, records)
     how = ("by the tool's start (--start) and its relative times" if relative else
