@@ -95,8 +95,9 @@ def test_a_real_services_record_replays_with_the_kernels_counts_and_the_runs_pla
     assert recorded["throttled_ms"] == pytest.approx((last.throttled_ns - first.throttled_ns)
                                                      / 1e6)
     requests = data["requests"]
-    assert requests["loop"] == ("closed loop: one at a time, each sent its recorded gap after "
-                                "the one before it ended (as the run's plan says)")
+    assert requests["loop"] == ("closed loop of one (one after another): each sent its "
+                                "recorded gap after the one before it ended (from the run's "
+                                "JSON: the run's plan)")
     assert requests["count"] + requests["outside_window"] + requests["failed"] == 10
     (replayed,) = data["limits"]
     assert 0 < replayed["periods_throttled"] <= replayed["periods"]

@@ -70,7 +70,7 @@ def test_predict_says_where_the_loop_came_from(tmp_path: Path) -> None:
     said = json.loads(http_timing("predict", "--timeline", "agent.cgroup.csv",
                                   "--requests-from", "run.csv", "--cpus", "0.5", "--json",
                                   cwd=tmp_path).stdout)["requests"]["loop"]
-    assert said.startswith("closed loop: one at a time") and "the run's plan" in said, said
+    assert said.startswith("closed loop of one (one after another)") and "the run's plan" in said, said
     _with_meta(tmp_path, tool="vegeta (http-timing import)")
     said = json.loads(http_timing("predict", "--timeline", "agent.cgroup.csv",
                                   "--requests-from", "run.csv", "--cpus", "0.5", "--json",

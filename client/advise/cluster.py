@@ -12,7 +12,8 @@ from pathlib import Path
 
 from client.advise import AdviseError
 from client.advise.answer import Answer
-from client.advise.passive import Window, bounds, saving_replays, search
+from client.advise.passive import (WHAT_TO_GIVE, Window, bounds, hidden_throughout,
+                                   saving_replays, search, unanswered, unseen)
 from client.advise.replay import load_replay, replay_answer
 from client.analysis.goal import LatencyGoal
 from client.analysis.cluster import (MS, ClusterRow, PodWindow, WorkloadLimits, no_quota,
@@ -20,7 +21,7 @@ from client.analysis.cluster import (MS, ClusterRow, PodWindow, WorkloadLimits, 
                                      usage_p95, vpa_rule)
 from client.analysis.passive import PassiveAdvice
 from client.analysis.passive_range import Bound, range_of
-from client.analysis.replay import LimitRow, ReplayError, added_delay, replay
+from client.analysis.replay import LimitRow, ReplayError, added_delay, bunched, replay
 from client.run.k8s_workloads import Fetched, Workload, fetch_windows
 from client.run.replay_input import Recording, read_recording
 from cpuquota.limit import NO_QUOTA
@@ -60,7 +61,28 @@ def advise_pods(pods: Sequence[PodWindow], limit_cpus: float | None,
             at = search(_pooled(other), target, start=start, floor=floor, ceiling=ceiling).at
             found.append(Bound("the hidden demand", f"on {cores} CPU{'s' if cores > 1 else ''}",
                                None if at is None else at.millicores))
+    if coarse := [p.demand for p in pods if p.demand.coarse]:
+        other = [replace(p, demand=bunched(p.demand)) if p.demand.coarse else p for p in pods]
+        at = search(_pooled(other), target, start=start, floor=floor, ceiling=ceiling).at
+        rows = max(d.resolution_ns for d in coarse) / MS
+        found.append(Bound(f"the rows ({rows:.0f} ms apart, periods of "
+                           f"{coarse[0].period_ns / MS:g} ms)",
+                           "each row's CPU wanted at its start",
+                           None if at is None else at.millicores))
     return replace(advice, range=range_of(advice.at.millicores, found, ceiling))
+
+
+def unseen_pods(name: str, pods: Sequence[PodWindow]) -> str | None:
+    """Why the pods' windows cannot show the demand the quota hid, in one line (None: one
+    can): every one sat throttled in (nearly) every period it ran, and no requests say
+    their own CPU (the added delay is judged)."""
+    if not pods or not all(hidden_throughout(p.demand.recorded) for p in pods):
+        return None
+    counts = ", ".join(f"{p.pod}: {p.demand.recorded.nr_throttled} of "
+                       f"{p.demand.recorded.nr_periods}" for p in pods)
+    return (f"{name}: {'each of its pods was' if len(pods) > 1 else 'its pod was'} throttled "
+            f"in nearly every period of its window ({counts} periods), so no unthrottled "
+            f"stretch shows the CPU the quota hid: {WHAT_TO_GIVE} (--requests-from, one pod)")
 
 
 def row_of(workload: WorkloadLimits, pods: Sequence[PodWindow], target: LatencyGoal,
@@ -180,19 +202,26 @@ def advise_workload(workload: Workload, since_s: float, until: float | None,
     start, floor, ceiling = search_span(workload.limit_cpus, got.windows)
     runs: dict[int | None, Path] = {}
     if window.requests_from is not None:
-        replayed = load_replay(got.recordings[0].path, window.requests_from, window.period_ms)
-        advice = search(saving_replays(replayed, window, runs), target, start=start, floor=floor,
-                        ceiling=ceiling)
+        replayed = load_replay(got.recordings[0].path, window.requests_from, window.period_ms,
+                               window.start_epoch_ns, window.align)
+        replay_at = saving_replays(replayed, window, runs)
+        if (why := unseen(replayed)) is not None:
+            advice = unanswered(replay_at, target, start, floor, ceiling, why)
+        else:
+            advice = search(replay_at, target, start=start, floor=floor, ceiling=ceiling)
         if advice.at is not None and advice.at.millicores is not None:
             burst_ns = round((window.burst_ms or 0.0) * MS)
             advice = replace(advice, range=range_of(advice.at.millicores, bounds(
                 replayed, target, burst_ns, start=start, floor=floor, ceiling=ceiling), ceiling))
-        placed = replayed.placed
+        placed, clock = replayed.placed, replayed.clock
+    elif (why := unseen_pods(str(ref), got.windows)) is not None:
+        advice = unanswered(_pooled(got.windows), target, start, floor, ceiling, why)
+        placed, clock = None, None
     else:
         advice = advise_pods(got.windows, workload.limit_cpus, target)
-        placed = None
+        placed, clock = None, None
     base = replay_answer(got.recordings[0], got.windows[0].demand, [], placed,
-                         window.requests_from)
+                         window.requests_from, clock)
     part: dict[str, Any] = {
         "name": str(ref), "limit_cpus": workload.limit_cpus,
         "limit_level": workload.limit_level,

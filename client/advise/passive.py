@@ -25,18 +25,21 @@ from client.analysis.advise import bracket, floor_millicores, shape
 from client.analysis.goal import LatencyGoal
 from client.analysis.passive import (LESS, JudgedReplay, PassiveAdvice, RowJudge, judge,
                                      judge_tail)
-from client.analysis.passive_range import Bound, range_of
-from client.analysis.replay import (Demand, LimitRow, demand_of, in_flight, load_of, replay,
-                                    replay_load)
+from client.analysis.passive_range import SIDE, Bound, range_of, tail_covered, tail_needs
+from client.analysis.replay import (MIN_DONORS, Demand, LimitRow, bunched, demand_of, in_flight,
+                                    load_of, replay, replay_load)
 from client.data.files import FileWriteError
 from client.data.naming import check_file_name, run_name
 from client.run.service_group import ServiceGroup, ServiceGroupError
 from client.run.timeline_record import TimelineSpec, record_timeline
+from cpuquota.account import CpuStat
 
-__all__ = ["UNSEEN_SHARE", "Replays", "Window", "advise_timeline", "bounds", "record_window",
-           "saving_replays", "search", "unseen"]
+__all__ = ["UNSEEN_SHARE", "WHAT_TO_GIVE", "Replays", "Window", "advise_timeline", "bounds",
+           "hidden_throughout", "record_window", "saving_replays", "search", "unanswered",
+           "unseen"]
 
 UNSEEN_SHARE = 0.05   # fewer unthrottled periods than this share: no stretch shows the demand
+SHIFT = 0.25          # the requests whose CPU is not known: drawn this share of ranks either way
 
 
 def _verdicts(rows: Sequence[JudgedReplay]) -> dict[int, bool]:
@@ -78,6 +81,8 @@ class Window:
     burst_ms: float | None = None
     name: str | None = None        # the runs' prefix (None: passive-<date>-<time>)
     data_dir: Path = Path("raw-data")
+    start_epoch_ns: int | None = None   # a relative file's (hey, oha) tool start (--start)
+    align: bool = True                  # False: keep that stated clock (--no-align)
 
     def prefix(self) -> str:
         return self.name or "passive-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -106,7 +111,8 @@ def record_window(target: ServiceGroup, window: Window, duration_s: float, inter
 def advise_timeline(timeline: Path, target: LatencyGoal, window: Window) -> Answer:
     """The answer from the recorded window at ``timeline`` (and its requests), with its range
     (:func:`bounds`); none where the record cannot show the demand (:func:`unseen`)."""
-    replayed = load_replay(timeline, window.requests_from, window.period_ms)
+    replayed = load_replay(timeline, window.requests_from, window.period_ms,
+                           window.start_epoch_ns, window.align)
     runs: dict[int | None, Path] = {}
     burst_ns = round((window.burst_ms or 0.0) * MS)
     replay_at = (plain_replays(replayed, replayed.demand, replayed.closed, burst_ns)
@@ -116,17 +122,32 @@ def advise_timeline(timeline: Path, target: LatencyGoal, window: Window) -> Answ
     start = min(ceiling, round(recorded[0] * 1000)) if recorded else ceiling // 2
     floor = floor_millicores(replayed.period_ns / MS)
     if (why := unseen(replayed)) is not None:
-        free = judge(None, replay_at(None), target)
-        advice = PassiveAdvice(target, free, (), None, None, floor, ceiling, why)
+        advice = unanswered(replay_at, target, start, floor, ceiling, why)
     else:
         advice = search(replay_at, target, start=start, floor=floor, ceiling=ceiling)
     if advice.at is not None and advice.at.millicores is not None:
         advice = replace(advice, range=range_of(advice.at.millicores, bounds(
             replayed, target, burst_ns, start=start, floor=floor, ceiling=ceiling), ceiling))
     base = replay_answer(replayed.recording, replayed.demand, [], replayed.placed,
-                         window.requests_from)
+                         window.requests_from, replayed.clock)
     return Answer(advice, replay=base, period_ms=replayed.period_ns / MS,
                   by_requests=replayed.requests is not None, runs=runs)
+
+
+def unanswered(replay_at: Callable[[int | None], LimitRow], target: LatencyGoal, at: int,
+               floor: int, ceiling: int, why: str) -> PassiveAdvice:
+    """No answer, and ``why``; the window replayed without a limit and at ``at`` millicores
+    (the recorded limit) is kept, as what the record shows."""
+    return PassiveAdvice(target, judge(None, replay_at(None), target),
+                         (judge(at, replay_at(at), target),), None, None, floor, ceiling, why)
+
+
+def hidden_throughout(stat: CpuStat) -> bool:
+    """Whether a window sat throttled in (nearly) every period it ran: fewer unthrottled
+    periods than two and :data:`UNSEEN_SHARE` of them, so no stretch shows what the group
+    wanted."""
+    unthrottled = stat.nr_periods - stat.nr_throttled
+    return stat.nr_periods > 0 and unthrottled < max(2, UNSEEN_SHARE * stat.nr_periods)
 
 
 def unseen(replayed: ReplayInputs) -> str | None:
@@ -134,8 +155,7 @@ def unseen(replayed: ReplayInputs) -> str | None:
     sat throttled in (nearly) every period it ran, so no unthrottled stretch shows what the
     group wanted, and its requests do not carry their own CPU (Server-Timing)."""
     stat = replayed.demand.recorded
-    unthrottled = stat.nr_periods - stat.nr_throttled
-    if stat.nr_periods <= 0 or unthrottled >= max(2, UNSEEN_SHARE * stat.nr_periods):
+    if not hidden_throughout(stat):
         return None
     requests = replayed.requests
     if requests and all(r.cpu_ns for r in requests):
@@ -143,20 +163,23 @@ def unseen(replayed: ReplayInputs) -> str | None:
     return (f"{replayed.recording.path}: throttled in {stat.nr_throttled} of its "
             f"{stat.nr_periods} periods, so no unthrottled stretch shows the CPU the quota hid"
             f"{', and its requests carry no Server-Timing (cpu;dur=)' if requests else ''}: "
-            "record a window with unthrottled stretches (a higher limit for a while, or a "
-            "lighter load), or give the requests of a server that sends Server-Timing")
+            f"{WHAT_TO_GIVE}")
+
+
+WHAT_TO_GIVE = ("record a window with unthrottled stretches (a higher limit for a while, or a "
+                "lighter load), or give the requests of a server that sends Server-Timing")
 
 
 def plain_replays(replayed: ReplayInputs, demand: Demand, closed: bool | None,
-                  burst_ns: int) -> Callable[[int | None], LimitRow]:
-    """Each limit replayed on ``demand`` (the requests' load as ``closed`` says), nothing
-    saved."""
+                  burst_ns: int, shift: float = 0.0) -> Callable[[int | None], LimitRow]:
+    """Each limit replayed on ``demand`` (the requests' load as ``closed`` says, their CPU
+    drawn ``shift`` ranks up or down: ``load_of``), nothing saved."""
     period_ns = replayed.period_ns
     if replayed.requests is None:
         return lambda millicores: LimitRow(replay(
             demand, None if millicores is None else millicores / 1000, burst_ns, period_ns),
             None)
-    load = load_of(demand, replayed.requests, closed)
+    load = load_of(demand, replayed.requests, closed, shift)
     return lambda millicores: LimitRow(*replay_load(
         demand, load, None if millicores is None else millicores / 1000, burst_ns, period_ns))
 
@@ -169,9 +192,12 @@ def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start:
     """The answer under each bounding assumption of what the record could not show (see
     ``client.analysis.passive_range``): the hidden demand on 1 CPU and on the CPUs in flight
     (its requests at once, at most the machine's; without requests, the machine's), where
-    the record was throttled; the tail's order statistics on either side, with requests; the
-    loop open and closed, where its shape was inferred. ``replays``: each limit's replay of
-    a demand with the requests sent as ``closed`` says (None: :func:`plain_replays`)."""
+    the record was throttled; on coarse rows, each row's CPU wanted at its start (without
+    requests; with them, a note of what was taken); the tail's order statistics on either side, with requests,
+    and a note where they are too few for their largest to bound the p99; the CPU the
+    record hid drawn a quarter of the ranks lighter and heavier; the loop open and closed,
+    where its shape was inferred. ``replays``: each limit's replay of a demand with the
+    requests sent as ``closed`` says (None: :func:`plain_replays`)."""
     demand, requests = replayed.demand, replayed.requests
     out: list[Bound] = []
     replays_of: Replays = replays or (
@@ -190,12 +216,42 @@ def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start:
             other = demand_of(replayed.recording.samples, replayed.recording.period_ns, cores)
             out.append(Bound("the hidden demand", f"on {cores} CPU{'s' if cores > 1 else ''}",
                              answer(replays_of(other, replayed.closed))))
+    if demand.coarse:
+        rows = (f"the rows ({demand.resolution_ns / MS:.0f} ms apart, periods of "
+                f"{demand.period_ns / MS:g} ms)")
+        if requests:
+            # the other end (each held no longer than its rows allow) leaves a request a
+            # throttle held most of its latency on the node agent's rows: a bound so loose
+            # it says nothing, so it is named, not searched
+            out.append(Bound(rows, "where in its row each throttle lay is not known: a "
+                             "request a throttle may have held is taken to run only its own "
+                             "CPU, the least it can", None, note=True))
+        else:
+            out.append(Bound(rows, "each row's CPU wanted at its start",
+                             answer(replays_of(bunched(demand), replayed.closed))))
     if requests:
         base = replays_of(demand, replayed.closed)
         n = len(requests)
         for side, words in ((-1, "a lower order statistic"), (1, "a higher one")):
             out.append(Bound(f"the tail ({n} requests decide the p99)", words,
                              answer(base, judge_tail(side))))
+        if (covered := tail_covered(n, 99)) < SIDE:
+            out.append(Bound(f"the tail ({n} requests decide the p99)",
+                             f"their largest lies above the p99 only {100 * covered:.0f} % "
+                             f"of the time: {tail_needs(99)} requests bound it", None,
+                             note=True))
+        drawn = load_of(demand, requests, replayed.closed).drawn
+        if drawn is not None and drawn.unknown:
+            unknown = (f"the CPU of {drawn.unknown} of {drawn.count} requests "
+                       f"({100 * drawn.share:.0f} %) not known")
+            if drawn.drawn:
+                for shift, words in ((-SHIFT, "drawn a quarter lighter"),
+                                     (SHIFT, "drawn a quarter heavier")):
+                    out.append(Bound(unknown, words, answer(plain_replays(
+                        replayed, demand, replayed.closed, burst_ns, shift))))
+            else:
+                out.append(Bound(unknown, f"their rows' share: fewer than {MIN_DONORS} "
+                                 "unthrottled requests to draw it from", None, note=True))
         if replayed.closed is None:
             inferred = load_of(demand, requests, None).closed
             other_shape = not inferred

@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from client.advise.replayed_limit import ReplayedLimit
+from client.analysis.clock import ALIGN_RATIO, align_records
 from client.analysis.replay import (Demand, LimitRow, ReplayError, Request, demand_of,
                                     in_flight, load_of)
 from client.data.record import RawDataError
 from client.data.summary import percentile
 from client.run.replay_input import Placed, Recording, read_recording, read_requests
 
-__all__ = ["MS", "ReplayInputs", "load_replay", "replay_answer", "replay_says", "replayed_limit",
+__all__ = ["MS", "ReplayInputs", "aligned", "load_replay", "replay_answer", "replay_says", "replayed_limit",
            "requests_of"]
 
 MS = 1_000_000
@@ -46,13 +47,36 @@ def requests_of(placed: Placed) -> list[Request]:
 
 
 def _loop(demand: Demand, placed: Placed) -> str:
+    """How the replay sends the requests, and where that comes from, in one phrase: the
+    run's JSON or the file says (``Placed.shape``), the requests show it (inferred), or
+    nothing does ("concurrency not known": each at its recorded time)."""
     lanes = load_of(demand, requests_of(placed), placed.closed).lanes
-    how = ("as the run's plan says" if placed.closed is not None else
-           "read from the gaps between them")
+    shape = placed.shape
     if lanes:
-        return (f"closed loop: {'one' if lanes == 1 else lanes} at a time, each sent its "
-                f"recorded gap after the one before it ended ({how})")
-    return f"open loop: each sent at its recorded time ({how})"
+        said = (f"closed loop of {'one (one after another)' if lanes == 1 else lanes}: each "
+                "sent its recorded gap after the one before it ended")
+    else:
+        said = "open loop: each sent at its recorded time"
+    if shape is None:   # nothing says: the replay read the gaps
+        where = ("inferred: read from the gaps between them (the file does not say)" if lanes
+                 else "concurrency not known: the file does not say and the gaps do not show "
+                 "one")
+    elif shape.source in ("said", "column", "format"):
+        where = f"from {placed.shape_from}: {shape.why}"
+        if lanes and shape.connections and shape.connections != lanes:
+            where += f"; the requests run in {'one lane' if lanes == 1 else f'{lanes} lanes'}"
+    elif shape.source == "inferred":
+        where = shape.why
+    else:
+        where = f"concurrency not known: {shape.why}"
+    return f"{said} ({where})"
+
+
+def _cpu(demand: Demand, placed: Placed) -> dict[str, Any] | None:
+    """What the replay took each request's CPU to be, where the record hid some of it (None:
+    the record was not throttled, or the requests carry their own CPU)."""
+    drawn = load_of(demand, requests_of(placed), placed.closed).drawn
+    return None if drawn is None else drawn.to_dict()
 
 
 @dataclass(frozen=True)
@@ -64,6 +88,7 @@ class ReplayInputs:
     demand: Demand
     placed: Placed | None          # the requests as placed on the timeline (None: none given)
     requests: list[Request] | None
+    clock: dict[str, Any] | None = None   # a relative file's clock check (:func:`aligned`)
 
     @property
     def closed(self) -> bool | None:
@@ -71,17 +96,51 @@ class ReplayInputs:
         return None if self.placed is None else self.placed.closed
 
 
-def load_replay(timeline: Path, requests_from: Path | None,
-                period_ms: float | None) -> ReplayInputs:
-    """The timeline at ``timeline`` and the requests of ``requests_from``, ready to replay;
-    a file the replay cannot use is a one-line ``RawDataError``."""
+def aligned(path: Path, recording: Recording, placed: Placed, start_epoch_ns: int | None,
+            align: bool) -> tuple[Placed, dict[str, Any] | None]:
+    """A file with relative times (hey, oha) placed by ``--start``, lined up with the
+    throttling as ``import`` lines it up (``client.analysis.clock.align_records``): the shift
+    applied where it fits clearly better than the stated clock; ``align`` False
+    (``--no-align``) keeps the stated clock. And what was done (None: not such a file)."""
+    if not placed.relative:
+        return placed, None
+    if not align:
+        return placed, {"shift_s": 0.0, "applied": False,
+                        "says": "the stated clock (--start), not aligned: --no-align"}
+    alignment = align_records(placed.records, recording.samples, recording.period_ns, True)
+    if alignment is None:
+        return placed, {"shift_s": 0.0, "applied": False,
+                        "says": "the stated clock (--start): too few requests or no "
+                        "throttling to line them up with"}
+    if not alignment.applied:
+        why = ("the stated clock fits best" if abs(alignment.shift_ns) < MS else
+               f"the best shift near it, {alignment.describe()}, is not clearly better: "
+               f"{ALIGN_RATIO:g}x is needed")
+        return placed, {"shift_s": 0.0, "applied": False,
+                        "says": f"the stated clock (--start): {why}"}
+    moved = read_requests(path, recording, start_epoch_ns, alignment.shift_ns)
+    return moved, {"shift_s": alignment.shift_ns / 1e9, "applied": True,
+                   "says": f"aligned: a shift of {alignment.describe()}, applied to --start "
+                   "(--no-align keeps the stated clock)"}
+
+
+def load_replay(timeline: Path, requests_from: Path | None, period_ms: float | None,
+                start_epoch_ns: int | None = None, align: bool = True) -> ReplayInputs:
+    """The timeline at ``timeline`` and the requests of ``requests_from``, ready to replay
+    (a relative file's by ``start_epoch_ns``, lined up with the throttling unless ``align``
+    is False: :func:`aligned`); a file the replay cannot use is a one-line
+    ``RawDataError``."""
     recording = read_recording(timeline)
     period_ns = round(period_ms * MS) if period_ms else recording.period_ns
     try:
         demand = demand_of(recording.samples, recording.period_ns)
     except ReplayError as exc:
         raise RawDataError(f"{timeline}: {exc}") from None
-    placed = read_requests(requests_from, recording) if requests_from is not None else None
+    placed, clock = None, None
+    if requests_from is not None:
+        placed, clock = aligned(requests_from, recording,
+                                read_requests(requests_from, recording, start_epoch_ns),
+                                start_epoch_ns, align)
     requests = None if placed is None else requests_of(placed)
     if requests and demand.throttled_wall_ns > 0:
         # the quota capped the rate the group was seen to run at: the CPUs it could use at
@@ -89,7 +148,7 @@ def load_replay(timeline: Path, requests_from: Path | None,
         most = min(os.cpu_count() or 1, in_flight(requests))
         if most > demand.cores:
             demand = demand_of(recording.samples, recording.period_ns, most)
-    return ReplayInputs(recording, period_ns, demand, placed, requests)
+    return ReplayInputs(recording, period_ns, demand, placed, requests, clock)
 
 
 def replayed_limit(replayed: ReplayInputs, requests_from: Path) -> ReplayedLimit:
@@ -102,8 +161,10 @@ def replayed_limit(replayed: ReplayInputs, requests_from: Path) -> ReplayedLimit
 
 
 def replay_answer(recording: Recording, demand: Demand, rows: list[LimitRow],
-                  placed: Placed | None, requests_file: Path | None) -> dict[str, Any]:
-    """The figures ``--json`` prints and the text shows."""
+                  placed: Placed | None, requests_file: Path | None,
+                  clock: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The figures ``--json`` prints and the text shows (``clock``: a relative file's clock
+    check, :func:`aligned`)."""
     first = recording.samples[0]
     quota = any(c is not None for c in recording.limits)   # none: no throttling is claimed
     return {
@@ -126,6 +187,8 @@ def replay_answer(recording: Recording, demand: Demand, rows: list[LimitRow],
             "file": str(requests_file), "count": len(placed.records),
             "outside_window": placed.outside, "failed": placed.failed, "placed": placed.how,
             "loop": _loop(demand, placed),
+            "cpu": _cpu(demand, placed), "clock": clock,
+            "delayed_by_throttling": sum(1 for h in placed.held_ns if h > 0),
             "measured": {f"p{q}_ms": percentile([r.latency_ns / MS for r in placed.records], q)
                          for q in (50, 90, 99)}},
         "limits": [row.to_dict() for row in rows],

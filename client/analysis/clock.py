@@ -26,7 +26,13 @@ import math
 
 import numpy as np
 
-__all__ = ["ALIGN_RATIO", "Alignment", "ClockEstimate", "Fit", "align", "estimate_shift"]
+from client.data.attribution import CounterSample, throttled_stretches
+from client.data.record import RequestRecord
+
+__all__ = ["ALIGN_RATIO", "CHECK_WINDOW_NS", "Alignment", "ClockEstimate", "Fit", "align",
+           "align_records", "estimate_shift"]
+
+CHECK_WINDOW_NS = 2_000_000_000   # the clock check looks this far either way
 
 GRID_NS = 1_000_000
 HIGH_RATIO = 1.5      # the best line-up beats the next one this many times over: "high"
@@ -230,3 +236,20 @@ def align(requests: Sequence[tuple[int, int]], stretches: Sequence[tuple[int, in
                   key=lambda f: f.shift_ns)
     return Alignment(tied[len(tied) // 2], stated,
                      f"searched {below / 1e6:+g} to {above / 1e6:+g} ms of the stated clock")
+
+
+def align_records(records: Sequence[RequestRecord], timeline: Sequence[CounterSample],
+                  period_ns: int | None, relative: bool) -> Alignment | None:
+    """:func:`align` over the shifts within the check's reach (:data:`CHECK_WINDOW_NS`) that
+    keep every request inside the timeline. A relative file's ``--start`` is ``date`` just
+    before the tool, whose zero comes after it (its start-up: ms, tens of ms on a busy
+    machine): the shifts searched near it run from -10 ms to 0.9 period. Unix times (the
+    host's clock, or another's) are moved only by an unambiguous line-up. ``import`` and
+    ``advise --passive`` align their requests through it."""
+    period = period_ns or 100_000_000
+    near = (-10_000_000, period * 9 // 10) if relative else (0, 0)
+    lo = max(-CHECK_WINDOW_NS, timeline[0].t_ns - min(r.start_ns for r in records))
+    hi = min(CHECK_WINDOW_NS, timeline[-1].t_ns - max(r.end_ns for r in records))
+    stretches = throttled_stretches(timeline, period_ns)
+    return align([(r.start_ns, r.end_ns) for r in records], stretches, lo, hi,
+                 period_ns=period_ns, near_ns=near)

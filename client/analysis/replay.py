@@ -60,7 +60,7 @@ import bisect
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from client.data.summary import percentile
@@ -68,8 +68,8 @@ from client.data.attribution import CounterSample, period_phase, throttle_events
 from client.data.loadshape import CLOSED_GAP_NS, chains, is_closed, time_step
 from cpuquota.account import CpuStat, QuotaAccount
 
-__all__ = ["CLOSED_GAP_NS", "MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "Demand", "Job", "LimitRow",
-           "Load",
+__all__ = ["CLOSED_GAP_NS", "MIN_DONORS", "MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "CpuDrawn",
+           "Demand", "Job", "LimitRow", "Load", "bunched", "draw_cpu",
            "ReplayError", "Replayed", "Request", "added_delay", "demand_of", "held_at_most",
            "in_flight", "load_of",
            "predicted_latency", "replay", "replay_limits", "replay_load"]
@@ -214,6 +214,30 @@ def _counted_bounds(timeline: Sequence[CounterSample],
         if periods > 0 and b.throttled_ns == a.throttled_ns:
             out.append((a.t_ns - periods * period_ns, b.t_ns, periods * period_ns))
     return tuple(out)
+
+
+def bunched(demand: Demand) -> Demand:
+    """The demand with each row's CPU wanted as soon as its row began, on all its CPUs, and
+    none for the rest of the row: on coarse rows (:attr:`Demand.coarse`) where in its row
+    the CPU was wanted is not known, and the even spread :func:`replay` takes is its
+    smoothest; this is its burstiest (a bound of the range)."""
+    starts: list[int] = []
+    wanted: list[float] = []
+    used: list[float] = []
+    ends = (*demand.starts_ns[1:], demand.end_ns)
+    for s, e, w, u in zip(demand.starts_ns, ends, demand.wanted_ns,
+                          demand.used_ns or demand.wanted_ns):
+        burst = math.ceil(max(w, u) / demand.cores)
+        if 0 < burst < e - s:
+            starts += [s, s + burst]
+            wanted += [w, 0.0]
+            used += [u, 0.0]
+        else:
+            starts.append(s)
+            wanted.append(w)
+            used.append(u)
+    return replace(demand, starts_ns=tuple(starts), wanted_ns=tuple(wanted),
+                   used_ns=tuple(used))
 
 
 def held_at_most(demand: Demand, start_ns: int, end_ns: int) -> int:
@@ -385,15 +409,77 @@ class Load:
     """The recorded requests as work: a closed loop of ``lanes`` clients (each request sent
     when the one before it in its lane has ended, so a slower limit sends the rest later) or
     an open loop (``lanes`` 0: each at its own time, an access log's); and the group's CPU
-    outside every request, per interval."""
+    outside every request, per interval; and how many requests' CPU the record did not show
+    (:class:`CpuDrawn`)."""
 
     jobs: tuple[Job, ...]
     lanes: int
     background_ns: tuple[float, ...]
+    drawn: CpuDrawn | None = None
 
     @property
     def closed(self) -> bool:
         return self.lanes > 0
+
+
+@dataclass(frozen=True)
+class CpuDrawn:
+    """The requests whose CPU a throttled record did not show (a throttle may have held them
+    while another request ran beside them, or on coarse rows, in rows others shared; with no
+    ``Server-Timing``: their rows' share is a mean, the heavy and the light alike):
+    ``unknown`` of them, of ``count``; ``drawn`` of those were given a CPU from the
+    ``donors``, the requests no throttle held and none ran beside (on coarse rows: none
+    shared a row with; their CPU is the rows'), rank for rank by their latency less
+    their hold, so the heavy stay heavy (:func:`draw_cpu`), scaled so that together they use
+    the CPU their rows show (the quota moved when it ran, not how much); ``shift``: the
+    ranks moved up (+) or down (-) by that share of them (a bound of the range)."""
+
+    count: int
+    unknown: int
+    drawn: int
+    donors: int
+    shift: float = 0.0
+
+    @property
+    def share(self) -> float:
+        """The share of the requests whose CPU is not known."""
+        return self.unknown / self.count if self.count else 0.0
+
+    def says(self) -> str:
+        """In one phrase, what was assumed."""
+        if not self.unknown:
+            return ("each request's CPU is its rows' (none a throttle held ran beside "
+                    "another)")
+        if not self.drawn:
+            return (f"the CPU of {self.unknown} of {self.count} requests is not known (a "
+                    "throttle held them beside others) and is their rows' share: fewer "
+                    f"than {MIN_DONORS} requests ran unthrottled and alone to draw it from")
+        return (f"the CPU of {self.drawn} of {self.count} requests a throttle held beside "
+                f"others is drawn from the {self.donors} that ran unthrottled and alone, "
+                "rank for rank by latency less hold, scaled to their rows' CPU (heavy ones "
+                "stay heavy; assumed: a request slower under throttling was a heavier one)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requests": self.count, "not_known": self.unknown, "drawn": self.drawn,
+                "from_unthrottled": self.donors, "says": self.says()}
+
+
+MIN_DONORS = 10   # fewer unthrottled requests than this: no distribution to draw from
+
+
+def draw_cpu(keys: Sequence[float], donors_ns: Sequence[float], shift: float = 0.0
+             ) -> list[float]:
+    """Each of the requests ranked by ``keys`` (heavier: a larger key) given the CPU at the
+    same rank of ``donors_ns``, the empirical distribution (pure): the ``i``-th smallest of
+    ``m`` keys gets the donors' quantile ``(i + 0.5) / m`` (moved by ``shift``, clamped), so
+    their CPU keeps the donors' spread and order, not the mean."""
+    ordered = sorted(donors_ns)
+    n, m = len(ordered), len(keys)
+    out = [0.0] * m
+    for rank, i in enumerate(sorted(range(m), key=lambda i: keys[i])):
+        at = min(1.0 - 1e-12, max(0.0, (rank + 0.5) / m + shift))
+        out[i] = float(ordered[min(n - 1, int(at * n))])
+    return out
 
 
 def _lanes(reqs: Sequence[Request]) -> tuple[list[int | None], list[int]]:
@@ -406,7 +492,8 @@ def _lanes(reqs: Sequence[Request]) -> tuple[list[int | None], list[int]]:
     return chains(spans, 2 * step if step > 1 else 0)
 
 
-def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = None) -> Load:
+def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = None,
+            shift: float = 0.0) -> Load:
     """The requests (sorted by start) as work: each one's CPU is the group's usage while it
     ran, an interval's usage shared among the requests overlapping it (by each one's own CPU
     spread over its latency when every request has one, else by overlap); usage that overlaps
@@ -415,7 +502,9 @@ def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = N
     each one is its own CPU times the group's over the requests' (:func:`_own_shares`). No
     request is given more CPU than its latency on the group's CPUs: the rest is background
     where it lay. ``closed``: whether the requests were sent in a closed loop, when their
-    file says (None: read from their gaps)."""
+    file says (None: read from their gaps). Where the record was throttled and the requests
+    do not all carry their own CPU, a request whose CPU it hid gets one drawn from those it
+    showed (:class:`CpuDrawn`; ``shift`` moves the ranks drawn, a bound of the range)."""
     reqs = sorted(requests, key=lambda r: r.start_ns)
     follows, gaps = _lanes(reqs)
     if closed is None:   # the file does not say: a closed loop sends the next request as soon
@@ -444,17 +533,77 @@ def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = N
     shares = [[(k, ran[k] * w / weight[k]) for k, w in mine] for mine in spans]
     if own and demand.coarse:
         shares = _own_shares(reqs, spans, sum(u for u, w in zip(ran, weight) if w))
-    jobs = []
-    for r, mine, after, gap in zip(reqs, shares, follows, gaps):
+    cpus = []
+    for r, mine in zip(reqs, shares):
         cpu = sum(c for _k, c in mine)
         most = r.latency_ns * demand.cores
         if cpu > most:   # more than it could have run: the rest was the group's own
             for k, c in mine:
                 background[k] += c * (1 - most / cpu)
             cpu = float(most)
-        jobs.append(Job(r.start_ns, _unheld(demand, r, cpu), cpu,
-                        after if closed else None, gap if closed else 0))
-    return Load(tuple(jobs), lanes, tuple(background))
+        cpus.append(cpu)
+    walls = [_unheld(demand, r, cpu) for r, cpu in zip(reqs, cpus)]
+    drawn = None
+    if not own and demand.throttled_wall_ns > 0:
+        drawn = _draw(demand, reqs, spans, weight, cpus, walls, shift)
+    jobs = [Job(r.start_ns, wall, cpu, after if closed else None, gap if closed else 0)
+            for r, cpu, wall, after, gap in zip(reqs, cpus, walls, follows, gaps)]
+    return Load(tuple(jobs), lanes, tuple(background), drawn)
+
+
+def _beside(reqs: Sequence[Request]) -> list[bool]:
+    """Whether each request (sorted by start) ran at the same time as another, beyond the
+    file's rounding (:func:`client.data.loadshape.time_step`)."""
+    spans = [(r.start_ns, r.start_ns + r.latency_ns) for r in reqs]
+    step = time_step(spans)
+    slack = 2 * step if step > 1 else 0
+    out = [False] * len(spans)
+    latest, owner = -1, -1   # the latest end so far, and whose
+    for i, (start, end) in enumerate(spans):
+        if owner >= 0 and start + slack < latest:
+            out[i] = out[owner] = True
+        if end > latest:
+            latest, owner = end, i
+    return out
+
+
+def _draw(demand: Demand, reqs: Sequence[Request],
+          spans: Sequence[Sequence[tuple[int, float]]], weight: Sequence[float],
+          cpus: list[float], walls: list[int], shift: float) -> CpuDrawn:
+    """Give each request whose CPU the throttled record did not show (see :class:`CpuDrawn`)
+    a CPU drawn from the requests' whose CPU it showed (:func:`draw_cpu`), in ``cpus``, and
+    at least that much wall time (on one CPU), in ``walls``; what was done."""
+    def alone(mine: Sequence[tuple[int, float]]) -> bool:
+        return all(weight[k] <= w * (1 + 1e-9) for k, w in mine)
+
+    def held_by(r: Request) -> bool:
+        return r.held_ns > 0 or held_at_most(demand, r.start_ns, r.start_ns + r.latency_ns) > 0
+
+    beside = _beside(reqs)
+    unknown, donors = [], []
+    for i, (r, mine) in enumerate(zip(reqs, spans)):
+        if r.cpu_ns:
+            continue
+        # one after another on fine rows, a row's CPU splits by time as it ran; a request
+        # beside another, or in coarse rows with others, gets their mean
+        shown = not beside[i] and (not demand.coarse or alone(mine))
+        if held_by(r):
+            if not shown:
+                unknown.append(i)
+        elif shown:
+            donors.append(cpus[i])
+    if not unknown or len(donors) < MIN_DONORS:
+        return CpuDrawn(len(reqs), len(unknown), 0, len(donors), shift)
+    keys = [float(reqs[i].latency_ns - reqs[i].held_ns) + reqs[i].latency_ns * 1e-9
+            for i in unknown]
+    picked = draw_cpu(keys, donors, shift)
+    # together they used what their rows show: the distribution's shape, the rows' total
+    scale = sum(cpus[i] for i in unknown) / max(1e-9, sum(picked))
+    for i, cpu in zip(unknown, (c * scale for c in picked)):
+        r = reqs[i]
+        cpus[i] = cpu = min(cpu, float(r.latency_ns * demand.cores))
+        walls[i] = max(_unheld(demand, r, cpu), min(r.latency_ns, math.ceil(cpu)))
+    return CpuDrawn(len(reqs), len(unknown), len(unknown), len(donors), shift)
 
 
 def _idle_rate(demand: Demand, weight: Sequence[float]) -> float:

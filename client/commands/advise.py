@@ -107,6 +107,14 @@ def build_advise_parser() -> argparse.ArgumentParser:
                          help="with --passive: the window's requests (a run's CSV, a load "
                          "tool's file or an access log, as import reads them); without, the "
                          "added delay of a random arrival is judged")
+    passive.add_argument("--start", type=instant, metavar="EPOCH",
+                         help="with --passive --requests-from a file of relative times (hey, "
+                         "oha): the tool's start, Unix seconds (date +%%s.%%N just before it "
+                         "ran); the requests are then lined up with the throttling, as "
+                         "import lines them up")
+    passive.add_argument("--no-align", action="store_true",
+                         help="with --start: keep the stated clock (do not apply the shift that "
+                         "lines the slow requests up with the throttling)")
     passive.add_argument("--since", type=duration, metavar="DURATION",
                          help="with --passive --k8s NS/KIND/NAME: the window the node agent "
                          "recorded, the last DURATION (90s, 10m, 1h; default 10m)")
@@ -169,6 +177,8 @@ def _advise(argv: list[str]) -> int:
         return advise_passive(opts, argv, goal_from(opts))
     passive_only = [flag for flag, value in (("--timeline", opts.timeline),
                                              ("--requests-from", opts.requests_from),
+                                             ("--start", opts.start),
+                                             ("--no-align", opts.no_align or None),
                                              ("--since", opts.since), ("--until", opts.until),
                                              ("--replicas", opts.replicas),
                                              ("--spread", opts.spread), ("--seed", opts.seed),
@@ -280,7 +290,8 @@ def advise_passive(opts: argparse.Namespace, argv: list[str], target: LatencyGoa
 
     if problem := passive_problem(opts):
         raise CliError(problem)
-    window = Window(opts.requests_from, opts.period_ms, opts.burst_ms, opts.name, opts.data_dir)
+    window = Window(opts.requests_from, opts.period_ms, opts.burst_ms, opts.name, opts.data_dir,
+                    None if opts.start is None else round(opts.start * 1e9), not opts.no_align)
     since = DEFAULT_SINCE_S if opts.since is None else opts.since
     hpa_given = [flag for flag, value in (
         ("--hpa-target", opts.hpa_target), ("--hpa", opts.hpa or None), ("--min", opts.min),

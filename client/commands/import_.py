@@ -29,7 +29,8 @@ from datetime import datetime, timezone
 from collections.abc import Callable
 from pathlib import Path
 
-from client.analysis.clock import ALIGN_RATIO, Alignment, ClockEstimate, align, estimate_shift
+from client.analysis.clock import (ALIGN_RATIO, CHECK_WINDOW_NS, Alignment, ClockEstimate,
+                                   align_records, estimate_shift)
 from client.analysis.detect import no_limit_note
 from client.commands.options import CliError, OneLineParser, check_folder
 from client.data.formats import EPOCH, IMPORTERS, Imported, read_results
@@ -51,7 +52,6 @@ from client.run.importing import (ImportedRun, ImportSpec, build_imported, only_
 __all__ = ["build_import_parser", "command_import", "shape_line"]
 
 PROG = "http-timing import"
-CHECK_WINDOW_NS = 2_000_000_000   # the clock check looks this far either way
 
 
 def _seconds(flag: str) -> Callable[[str], int]:
@@ -249,7 +249,7 @@ def _import(opts: argparse.Namespace, argv: list[str], name: str, imported: Impo
     fine = placeable(imported, period_ns)
     estimate = (_check(records, timeline, period_ns, -CHECK_WINDOW_NS, CHECK_WINDOW_NS)
                 if fine else None)
-    alignment = (_align(records, timeline, period_ns, imported.clock != EPOCH)
+    alignment = (align_records(records, timeline, period_ns, imported.clock != EPOCH)
                  if fine and opts.offset is None and not opts.no_align else None)
     shift = alignment.shift_ns if alignment is not None and alignment.applied else 0
     if shift:
@@ -262,22 +262,6 @@ def _import(opts: argparse.Namespace, argv: list[str], name: str, imported: Impo
     save_imported(spec, run)
     _print(run, imported, spec, estimate, _check_says(opts, alignment))
     return 0
-
-
-def _align(records: list[RequestRecord], timeline: list[CgroupSample], period_ns: int | None,
-           relative: bool) -> Alignment | None:
-    """:func:`client.analysis.clock.align` over the shifts within the check's reach that keep
-    every request inside the timeline. A relative file's ``--start`` is ``date`` just before
-    the tool, whose zero comes after it (its start-up: ms, tens of ms on a busy machine): the
-    shifts searched near it run from -10 ms to 0.9 period. Unix times (the host's clock, or
-    another's) are moved only by an unambiguous line-up."""
-    period = period_ns or 100_000_000
-    near = (-10_000_000, period * 9 // 10) if relative else (0, 0)
-    lo = max(-CHECK_WINDOW_NS, timeline[0].t_ns - min(r.start_ns for r in records))
-    hi = min(CHECK_WINDOW_NS, timeline[-1].t_ns - max(r.end_ns for r in records))
-    stretches = throttled_stretches(timeline, period_ns)
-    return align([(r.start_ns, r.end_ns) for r in records], stretches, lo, hi,
-                 period_ns=period_ns, near_ns=near)
 
 
 def _check_says(opts: argparse.Namespace, alignment: Alignment | None) -> str:

@@ -245,4 +245,9 @@ def passive_problem(opts: argparse.Namespace) -> str | None:
         return "--passive --cgroup needs --duration S: how long to record the group"
     if opts.timeline is not None and opts.duration is not None:
         return "--duration goes with --passive --cgroup (--timeline is already recorded)"
+    for flag, value in (("--start", getattr(opts, "start", None)),
+                        ("--no-align", getattr(opts, "no_align", False) or None)):
+        if value is not None and opts.requests_from is None:
+            return (f"{flag} goes with --requests-from FILE (a load tool's file of relative "
+                    "times: hey's, oha's)")
     return None

@@ -52,6 +52,10 @@ def _head(answer: dict[str, Any]) -> list[str]:
                      f"{requests['loop']}; measured in the record: p50 "
                      f"{_ms(measured['p50_ms'])} ms, p90 {_ms(measured['p90_ms'])} ms, p99 "
                      f"{_ms(measured['p99_ms'])} ms")
+        if requests.get("clock") is not None:
+            lines.append(f"requests' clock: {requests['clock']['says']}")
+        if requests.get("cpu") is not None:
+            lines.append(f"requests' CPU: {requests['cpu']['says']}")
     else:
         lines.append("requests: none given; added delay: the wait until the group runs again "
                      "for a request arriving at a random instant of the window")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from client.data.attribution import held
 from client.data.files import read_run
-from client.data.formats import (HEAD_BYTES, RUN, read_results, recognise, run_shape,
-                                 run_zero_epoch_ns)
+from client.data.formats import (EPOCH, HEAD_BYTES, RUN, read_results, recognise,
+                                 run_shape, run_zero_epoch_ns)
 from client.data.loadshape import LoadShape
 from client.data.metadata import RunMetadata
 from client.data.record import RawDataError, RequestRecord
@@ -57,6 +57,9 @@ class Placed:
     # loop (one or C at a time), False an open loop (--rate, an access log); None: read from
     # their gaps (inferred, or not known)
     closed: bool | None = None
+    relative: bool = False   # the file's times are relative to the tool's start (--start)
+    shape: LoadShape | None = None   # the load's shape as the file says or shows (None: no word)
+    shape_from: str = ""             # where it says it: "the run's JSON", "the file (NAME)"
 
 
 def _limits(samples: list[CgroupSample], meta: TimelineMetadata | None
@@ -147,16 +150,16 @@ def _shape_says(shape: LoadShape | None) -> str:
 
 
 def _run_records(path: Path, recording: Recording
-                 ) -> tuple[list[RequestRecord], str, bool | None]:
+                 ) -> tuple[list[RequestRecord], str, LoadShape | None]:
     """A run's requests on the recording's clock: by the run's clock zero (its JSON's
     ``clock.zero_epoch_ns``, which ``import`` uses too); an older run without one by its
     ``started_at``, taken before its warm-up, and the answer says so. And how they were sent
     (:func:`sent_closed`)."""
     run = read_run(path)
     shape = run_shape(run.metadata)
-    closed, says = _closed(shape), _shape_says(shape)
+    says = _shape_says(shape)
     if _same_file(timeline_path(run.path), recording.path):
-        return run.records, "on the run's own timeline (one clock)" + says, closed
+        return run.records, "on the run's own timeline (one clock)" + says, shape
     zero, how = run_zero_epoch_ns(run.metadata)
     if zero is None or recording.zero_epoch_ns is None:
         raise RawDataError(f"{path}: cannot place its requests on {recording.path}: "
@@ -164,25 +167,31 @@ def _run_records(path: Path, recording: Recording
     if not recording.zero_exact:
         how += "; the timeline's zero by its started_at (before its warm-up)"
     base = zero - recording.zero_epoch_ns
-    return [replace(r, start_ns=r.start_ns + base) for r in run.records], how + says, closed
+    return [replace(r, start_ns=r.start_ns + base) for r in run.records], how + says, shape
 
 
-def _imported_records(path: Path, recording: Recording
-                      ) -> tuple[list[RequestRecord], str, bool | None]:
+def _imported_records(path: Path, recording: Recording, start_epoch_ns: int | None,
+                      offset_ns: int
+                      ) -> tuple[list[RequestRecord], str, LoadShape, bool]:
     imported = read_results(path)
     if recording.zero_epoch_ns is None:
         raise RawDataError(f"{recording.path}: its JSON has no clock to place {path}'s "
                            "requests on (expected the JSON 'http-timing record' writes)")
+    relative = imported.clock != EPOCH
     try:
-        records = place_requests(imported, recording.zero_epoch_ns, None, 0)
+        records = place_requests(imported, recording.zero_epoch_ns,
+                                 start_epoch_ns if relative else None, offset_ns)
     except ValueError:
         raise RawDataError(
-            f"{path}: {imported.format} times are relative to the tool's own start: make it a "
-            f"run with http-timing import {path} --timeline {recording.path} --start EPOCH, "
-            "then give --requests-from that run's CSV") from None
+            f"{path}: {imported.format} times are relative to the tool's own start: give "
+            "--start EPOCH (date +%s.%N just before it ran; advise --passive takes it and "
+            "lines the requests up with the throttling), or make it a run with http-timing "
+            f"import {path} --timeline {recording.path} --start EPOCH and give that run's CSV"
+            ) from None
     shape = shape_of(imported, records)
-    return (records, f"by their Unix times ({imported.format})" + _shape_says(shape),
-            _closed(shape))
+    how = ("by the tool's start (--start) and its relative times" if relative else
+           "by their Unix times") + f" ({imported.format})"
+    return records, how + _shape_says(shape), shape, relative
 
 
 def _outside(path: Path, records: list[RequestRecord], recording: Recording, how: str) -> str:
@@ -204,17 +213,22 @@ def _outside(path: Path, records: list[RequestRecord], recording: Recording, how
             "timeline recorded during the load, or import the file with --start or --offset")
 
 
-def read_requests(path: Path, recording: Recording) -> Placed:
-    """The requests of ``path`` on the recording's clock (see the module's docstring)."""
+def read_requests(path: Path, recording: Recording, start_epoch_ns: int | None = None,
+                  offset_ns: int = 0) -> Placed:
+    """The requests of ``path`` on the recording's clock (see the module's docstring): a
+    file with relative times (hey, oha) by the tool's start, ``start_epoch_ns``; another
+    tool's file moved by ``offset_ns`` (a clock check's shift)."""
     if not path.exists():
         raise RawDataError(f"{path}: no such file")
     if path.is_dir():
         raise RawDataError(f"{path}: is a directory, not a file of requests")
-    closed: bool | None = None
-    if _is_run_file(path):
-        records, how, closed = _run_records(path, recording)
+    relative = False
+    shape: LoadShape | None
+    if run_file := _is_run_file(path):
+        records, how, shape = _run_records(path, recording)
     else:
-        records, how, closed = _imported_records(path, recording)
+        records, how, shape, relative = _imported_records(path, recording, start_epoch_ns,
+                                                          offset_ns)
     first, last = recording.samples[0].t_ns, recording.samples[-1].t_ns
     ok = [r for r in records if not r.error]
     inside = [r for r in ok if first <= r.start_ns and r.start_ns + r.latency_ns <= last]
@@ -222,4 +236,6 @@ def read_requests(path: Path, recording: Recording) -> Placed:
         raise RawDataError(_outside(path, records, recording, how))
     walls = held([(r.start_ns, r.start_ns + r.latency_ns) for r in inside],
                  [recording.samples], [recording.period_ns])
-    return Placed(inside, walls, len(ok) - len(inside), len(records) - len(ok), how, closed)
+    return Placed(inside, walls, len(ok) - len(inside), len(records) - len(ok), how,
+                  _closed(shape), relative, shape,
+                  "the run's JSON" if run_file else f"the file ({path.name})")
