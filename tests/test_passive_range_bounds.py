@@ -13,7 +13,7 @@ from client.analysis.goal import LatencyGoal
 from client.analysis.passive_range import tail_covered, tail_needs, tail_rank
 from client.data.timeline_meta import TimelineClock, TimelineMetadata, write_timeline_metadata
 from tests.test_commands_import import GROUP, ZERO
-from tests.test_replay_cpu_drawn import record
+from tests.test_replay_cpu_drawn import write_record
 
 MS = 1_000_000
 PERIOD_MS = 100
@@ -84,17 +84,7 @@ def test_a_p99_of_few_requests_says_their_largest_may_lie_below_it(tmp_path: Pat
 
 
 def test_the_share_of_requests_whose_cpu_is_not_known_widens_the_range(tmp_path: Path) -> None:
-    samples, requests, _throttled = record()
-    (tmp_path / "t.cgroup.csv").write_text(
-        "t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns\n" + "".join(
-            f"{s.t_ns},{s.usage_ns},{s.nr_periods},{s.nr_throttled},{s.throttled_ns}\n"
-            for s in samples))
-    write_timeline_metadata(tmp_path / "t.json", TimelineMetadata(
-        "t", TimelineClock(ZERO, 100), cgroup={**GROUP, "quota_us": 30000, "cpus": 0.3},
-        host="here"))
-    (tmp_path / "r.csv").write_text("".join(
-        f"{ZERO + r.start_ns},200,{r.latency_ns},0,78,,,,{i},GET,http://x/y,\n"
-        for i, r in enumerate(requests)))
+    write_record(tmp_path)
     answer = advise_timeline(tmp_path / "t.cgroup.csv", LatencyGoal(150.0),
                              Window(tmp_path / "r.csv", name="p", data_dir=tmp_path / "raw"))
     span, at = answer.advice.range, answer.advice.at

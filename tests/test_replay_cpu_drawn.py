@@ -51,6 +51,27 @@ def record() -> tuple[list[CgroupSample], list[Request], list[int]]:
     return samples, [Request(s, e - s, h) for (s, e), h in zip(spans, holds)], throttled
 
 
+def write_record(directory: Path) -> None:
+    """:func:`record` as files: the group's timeline at 0.3 CPU (t.cgroup.csv, t.json) and
+    its requests in the run format (r.csv), on the clock of tests.test_commands_import."""
+    from client.data.timeline_meta import (TimelineClock, TimelineMetadata,
+                                           write_timeline_metadata)
+    from tests.test_commands_import import GROUP, ZERO
+
+    samples, requests, _throttled = record()
+    (directory / "t.cgroup.csv").write_text(
+        "t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns\n" + "".join(
+            f"{s.t_ns},{s.usage_ns},{s.nr_periods},{s.nr_throttled},{s.throttled_ns}\n"
+            for s in samples))
+    write_timeline_metadata(directory / "t.json", TimelineMetadata(
+        "t", TimelineClock(ZERO, 100), cgroup={**GROUP, "quota_us": 30000, "cpus": 0.3},
+        host="here"))
+    (directory / "r.csv").write_text("".join(
+        f"{ZERO + r.start_ns},200,{r.latency_ns},0,78,,,,{i},GET,http://x/y,\n"
+        for i, r in enumerate(requests)))
+
+
+
 def test_drawing_keeps_the_donors_distribution_and_the_keys_order() -> None:
     donors = [2.0] * 8 + [20.0] * 2
     drawn = draw_cpu([5, 1, 9, 3, 7, 2, 8, 4, 6, 10], donors)
@@ -109,22 +130,9 @@ def test_requests_with_their_own_cpu_or_too_few_donors_are_not_drawn() -> None:
 
 
 def test_advise_passive_says_what_it_assumed_of_the_cpu_the_record_hid(tmp_path: Path) -> None:
-    from client.data.timeline_meta import (TimelineClock, TimelineMetadata,
-                                           write_timeline_metadata)
     from tests.support import http_timing
-    from tests.test_commands_import import GROUP, ZERO
 
-    samples, requests, _throttled = record()
-    (tmp_path / "t.cgroup.csv").write_text(
-        "t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns\n" + "".join(
-            f"{s.t_ns},{s.usage_ns},{s.nr_periods},{s.nr_throttled},{s.throttled_ns}\n"
-            for s in samples))
-    write_timeline_metadata(tmp_path / "t.json", TimelineMetadata(
-        "t", TimelineClock(ZERO, 100), cgroup={**GROUP, "quota_us": 30000, "cpus": 0.3},
-        host="here"))
-    (tmp_path / "r.csv").write_text("".join(
-        f"{ZERO + r.start_ns},200,{r.latency_ns},0,78,,,,{i},GET,http://x/y,\n"
-        for i, r in enumerate(requests)))
+    write_record(tmp_path)
     args = ("advise", "--passive", "--timeline", "t.cgroup.csv", "--requests-from", "r.csv",
             "--p99", "200")
     result = http_timing(*args, "--json", cwd=tmp_path)
