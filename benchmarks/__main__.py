@@ -21,7 +21,7 @@ from pathlib import Path
 
 from benchmarks.records import ENV, PAGE, RESULTS, latest, write_page
 
-__all__ = ["CHOSEN", "NODE", "main", "run_one"]
+__all__ = ["CHOSEN", "LONG", "NODE", "main", "run_one"]
 
 # what ``make bench`` runs, with the arguments it gives each (root and this host only)
 CHOSEN: dict[str, tuple[str, ...]] = {
@@ -39,6 +39,8 @@ CHOSEN: dict[str, tuple[str, ...]] = {
 # run by name only: they use the project's Kubernetes node (under its lock, as docs/benchmarks.md
 # says: ``flock /tmp/kube.lock timeout 1200 ...``)
 NODE: tuple[str, ...] = ("agent_cost_node", "cluster_scale", "commands_remote", "passive_vs_live")
+# run by name only: root and this host, but longer than ``make bench`` should take (~10 min)
+LONG: tuple[str, ...] = ("advise_matrix",)
 PACKAGE = Path(__file__).resolve().parent
 
 
@@ -77,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = known()
     if opts.list:
         for name in names:
-            note = "  (make bench)" if name in CHOSEN else "  (the node)" if name in NODE else ""
+            note = ("  (make bench)" if name in CHOSEN else "  (the node)" if name in NODE
+                    else "  (by name: long)" if name in LONG else "")
             print(f"{name}{note}")
         return 0
     unknown = [n for n in opts.names if n not in names]

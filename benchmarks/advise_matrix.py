@@ -2,7 +2,7 @@
 loads, two recordings (issue 57's matrix).
 
     sudo .venv/bin/python -m benchmarks.advise_matrix [--shapes burn-service threaded go]
-        [--loads sequential c4 open bursts] [--recorded 1 0.3] [--p99 25 60 30 60]
+        [--loads sequential c4 open bursts] [--recorded 1 0.3] [--p99 40 100 50 90]
         [--out DIR]
     .venv/bin/python -m benchmarks.advise_matrix --replay-kept DIR
 
@@ -36,6 +36,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,6 +60,7 @@ LOADS = ("sequential", "c4", "open", "bursts")
 GOAL = 0.25          # issue 57: within 25 %
 ENOUGH = 0.90        # ... in at least 90 % of the cells
 GO_BURNER = HERE / "go_burner" / "main.go"
+UNMEETABLE = "cannot be met by a CPU limit"   # advise's reason when even no limit misses
 
 
 def log(msg: str) -> None:
@@ -83,17 +85,21 @@ class Verdict:
 
 def verdict(passive: float | None, low: float | None, high: float | None,
             sure: bool | None, live: float | None, *, has_range: bool = True,
-            goal: float = GOAL) -> Verdict:
+            unmeetable: bool = False, goal: float = GOAL) -> Verdict:
     """The cell's verdict. ``passive``: A_passive (None: no answer, exit 3); ``low``/``high``:
     its range (``high`` None: no limit up to the ceiling met the goal under one assumption, the
     range open above; ``has_range`` False: the answer came without a range); ``sure``:
     ``recommended.sure``; ``live``: A_live (None: live advise found no limit that meets the
-    goal: then only no passive answer agrees)."""
+    goal: then only no passive answer agrees); ``unmeetable``: the passive half gave no answer
+    because it found the goal cannot be met (a claim, where live met it a wrong one), not
+    because the record cannot tell."""
     if live is None:
         agree = passive is None
         return Verdict(None, agree, None, agree or sure is False,
                        "both: none" if agree else "live: none")
     if passive is None:
+        if unmeetable:
+            return Verdict(None, False, None, False, "says unmeetable")
         return Verdict(None, False, None, True, "no answer (says why)")
     ratio = passive / live
     within = abs(ratio - 1) <= goal + 1e-9
@@ -291,7 +297,7 @@ def passive_half(cell: Path, out: Path) -> list[dict[str, Any]]:
         high = (span.get("high") or {}).get("cpus")
         reason = said.get("reason") or (done.stderr.strip().splitlines() or [""])[-1]
         v = verdict(rec_.get("cpus"), low, high, rec_.get("sure"), a_live,
-                    has_range=bool(span))
+                    has_range=bool(span), unmeetable=UNMEETABLE in str(reason))
         demand = said.get("demand") or {}
         rows.append({"shape": meta["shape"], "load": meta["load"], "p99_ms": meta["p99_ms"],
                      "recorded_cpus": rec["cpus"], "periods_throttled": rec["periods_throttled"],
@@ -314,11 +320,22 @@ def cpus_text(value: float | None) -> str:
     return "none" if value is None else f"{value:.3g}"
 
 
+def short_reason(reason: str | None, code: int) -> str:
+    """Why the passive half gave no answer, in a few words."""
+    said = reason or ""
+    if "no unthrottled stretch" in said:
+        return "no unthrottled stretch"
+    if UNMEETABLE in said:
+        found = re.search(r"\(p99 ([\d.]+) >", said)
+        return f"unmeetable (p99 {found.group(1) if found else '?'} ms unlimited)"
+    return f"exit {code}"
+
+
 def row_line(r: dict[str, Any]) -> str:
     v = r["verdict"]
     share = f"{100 * r['periods_throttled'] / r['periods']:.0f} %" if r["periods"] else "–"
     if r["a_passive"] is None:
-        answer = "none (exit 3)" if r["passive_exit"] == 3 else f"none (exit {r['passive_exit']})"
+        answer = f"none: {short_reason(r['passive_reason'], r['passive_exit'])}"
     elif r["range_low"] is None:
         answer = cpus_text(r["a_passive"])
     else:
@@ -357,7 +374,10 @@ def print_table(rows: list[dict[str, Any]], head: str) -> dict[str, Any]:
 
 def replay_kept(work: Path) -> int:
     """``--replay-kept``: the passive half of every kept cell again, against its live answer."""
-    cells = sorted(p.parent for p in work.glob("*/cell.json"))
+    order = {f"{shape}-{load}": (i, j) for i, shape in enumerate(SHAPES)
+             for j, load in enumerate(LOADS)}
+    cells = sorted((p.parent for p in work.glob("*/cell.json")),
+                   key=lambda c: (order.get(c.name, (len(SHAPES), 0)), c.name))
     if not cells:
         raise SystemExit(f"--replay-kept {work}: no kept cells (*/cell.json) there")
     out = Path(tempfile.mkdtemp(prefix="advise-matrix-replay-"))
@@ -386,12 +406,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                              "(default 1 0.3)")
     parser.add_argument("--p99", type=float, nargs="+", default=None, metavar="MS",
                         help="the p99 goal per load, in --loads' order (default: sequential "
-                             "25, c4 60, open 30, bursts 60)")
+                             "40, c4 100, open 50, bursts 90)")
     parser.add_argument("--requests", type=int, default=240,
                         help="requests of a sequential run (default 240: a window of > 1 s "
                              "at 1 CPU)")
-    parser.add_argument("--duration", type=float, default=1.5,
-                        help="seconds of the c4, open and bursts loads (default 1.5)")
+    parser.add_argument("--duration", type=float, default=3.0,
+                        help="seconds of the c4, open and bursts loads (default 3)")
     parser.add_argument("--rate", type=float, default=55.0,
                         help="the open load's requests/s (default 55: near 0.3 CPU)")
     parser.add_argument("--burst-rate", type=float, default=30.0,
@@ -410,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not opts.replay_kept.is_dir():
             parser.error(f"--replay-kept {opts.replay_kept}: not a folder of kept runs")
         return replay_kept(opts.replay_kept)
-    defaults = {"sequential": 25.0, "c4": 60.0, "open": 30.0, "bursts": 60.0}
+    defaults = {"sequential": 40.0, "c4": 100.0, "open": 50.0, "bursts": 90.0}
     goals = opts.p99 or [defaults[load] for load in opts.loads]
     if len(goals) == 1:
         goals = goals * len(opts.loads)

@@ -62,3 +62,9 @@ def test_the_goal_is_ninety_percent_within_and_no_cell_that_misleads() -> None:
     s = summary([within] * 19 + [silent])
     assert s["share_within"] == 0.95 and s["misleading"] == 1 and not s["met"]
     assert not summary([])["met"]
+
+
+def test_no_answer_that_claims_the_goal_cannot_be_met_misleads_where_live_met_it() -> None:
+    v = verdict(None, None, None, None, 0.6, unmeetable=True)
+    assert not v.within and not v.says_so and v.word == "says unmeetable"
+    assert verdict(None, None, None, None, None, unmeetable=True).within
