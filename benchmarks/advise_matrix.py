@@ -347,26 +347,47 @@ def row_line(r: dict[str, Any]) -> str:
             f"{'yes' if v['within'] else 'no'} | {v['word']} |")
 
 
-HEADER = ("| shape | load | p99 goal ms | recorded at CPU | periods throttled | A_passive CPU "
-          "[range] | A_live CPU | passive / live | within 25 %? | the range |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+def cell_text(r: dict[str, Any]) -> str:
+    """One recording's cell of the table: the periods it throttled, A_passive [range] and
+    passive / live, then the verdict: ``within``, else what the range says (``misleads``:
+    nothing says the answer is off)."""
+    v = r["verdict"]
+    share = f"{100 * r['periods_throttled'] / r['periods']:.0f} %" if r["periods"] else "–"
+    word = ("within" if v["within"] else "misleads" if not v["says_so"]
+            else "range holds" if v["in_range"] else "not sure")
+    if r["a_passive"] is None:
+        why = short_reason(r["passive_reason"], r["passive_exit"]).split(" (")[0]
+        return f"{share}: none, {why}" + ("" if v["says_so"] else f": {word}")
+    span = ""
+    if r["range_low"] is not None:
+        high = "∞" if r["range_open"] else cpus_text(r["range_high"])
+        span = f" [{cpus_text(r['range_low'])}–{high}]"
+    ratio = "" if v["ratio"] is None else f" ×{v['ratio']:.2f}"
+    return f"{share}: {cpus_text(r['a_passive'])}{span}{ratio} {word}"
 
 
 def print_table(rows: list[dict[str, Any]], head: str) -> dict[str, Any]:
+    """The summary, then the table: a row a shape and load, a column a recording."""
     verdicts = [Verdict(**r["verdict"]) for r in rows]
     s = summary(verdicts)
-    misses = [f"{r['shape']} {r['load']} at {r['recorded_cpus']:g}" for r in rows
-              if not r["verdict"]["within"]]
     silent = [f"{r['shape']} {r['load']} at {r['recorded_cpus']:g}" for r in rows
               if not r["verdict"]["says_so"]]
+    recorded = sorted({r["recorded_cpus"] for r in rows}, reverse=True)
     print(head)
     print(f"\nWithin 25 % of live: {s['within']} of {s['cells']} cells "
-          f"({100 * s['share_within']:.0f} %; goal 90 %); not within: "
-          f"{', '.join(misses) or 'none'}; of those, the range does not say so: "
+          f"({100 * s['share_within']:.0f} %; goal 90 %). Not within and not said so: "
           f"{', '.join(silent) or 'none'}. Goal {'met' if s['met'] else 'not met'}.\n")
-    print(HEADER)
+    print("| shape | load | p99 goal ms | A_live CPU | " + " | ".join(
+        f"recorded at {c:g} CPU: periods throttled: A_passive [range] ×live" for c in recorded)
+        + " |")
+    print("|---|---|---|---|" + "---|" * len(recorded))
+    cells: dict[tuple[str, str], dict[float, dict[str, Any]]] = {}
     for r in rows:
-        print(row_line(r))
+        cells.setdefault((r["shape"], r["load"]), {})[r["recorded_cpus"]] = r
+    for (shape, load), by in cells.items():
+        first = next(iter(by.values()))
+        print(f"| {shape} | {load} | {first['p99_ms']:g} | {cpus_text(first['a_live'])} | "
+              + " | ".join(cell_text(by[c]) if c in by else "–" for c in recorded) + " |")
     return s
 
 
@@ -459,12 +480,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     log(row_line(r))
                 rows += found
     after = loadavg()
-    s = print_table(rows, f"### advise --passive against live advise --cgroup, on the host: "
-                          f"~5 ms of CPU a request (bursts: 3 of 10 at ~15 ms); sequential "
-                          f"{opts.requests} requests, the others {opts.duration:g} s (open "
-                          f"{opts.rate:g}/s, bursts {opts.burst_rate:g}/s); runs kept in "
-                          f"{work}; load average {before} before, {after} after, "
-                          f"{os.cpu_count()} CPUs")
+    s = print_table(rows, f"### advise --passive against live advise --cgroup: ~5 ms of CPU a "
+                          f"request (bursts: 3 in 10 at ~15 ms); sequential {opts.requests} "
+                          f"requests, others {opts.duration:g} s (open {opts.rate:g}/s, bursts "
+                          f"{opts.burst_rate:g}/s); load average {before} before, {after} "
+                          f"after; runs in {work}")
     keep_record("advise_matrix", {"summary": s, "rows": rows, "work": str(work),
                                   "options": {k: (str(v) if isinstance(v, Path) else v)
                                               for k, v in vars(opts).items()}})
