@@ -263,8 +263,12 @@ def live_half(server: Server, load: str, goal: float, opts: argparse.Namespace,
                         "--profile-seconds", f"{opts.profile_seconds:g}", "--max-runs",
                         str(opts.max_runs), "--no-alternatives", "--name", "live",
                         "--data-dir", str(cell / "live"), "--pictures-dir",
-                        str(cell / "pictures"), "--json"], ok=(0, 3), timeout=1800)
-    (cell / "live.json").write_text(live.stdout)
+                        str(cell / "pictures"), "--json"], ok=(0, 2, 3), timeout=1800)
+    if live.returncode == 2:   # e.g. the goal missed even without a limit: no live answer
+        said = (live.stderr.strip().splitlines() or ["exit 2"])[-1]
+        (cell / "live.json").write_text(json.dumps({"recommended": None, "reason": said}))
+    else:
+        (cell / "live.json").write_text(live.stdout)
     answer = (json.loads(live.stdout).get("recommended") or {}).get("cpus")
     log(f"{server.shape} {load}: live {answer} CPU in {time.monotonic() - started:.0f} s")
     (cell / "cell.json").write_text(json.dumps(
