@@ -269,7 +269,7 @@ def live_half(server: Server, load: str, goal: float, opts: argparse.Namespace,
         (cell / "live.json").write_text(json.dumps({"recommended": None, "reason": said}))
     else:
         (cell / "live.json").write_text(live.stdout)
-    answer = (json.loads(live.stdout).get("recommended") or {}).get("cpus")
+    answer = (json.loads((cell / "live.json").read_text()).get("recommended") or {}).get("cpus")
     log(f"{server.shape} {load}: live {answer} CPU in {time.monotonic() - started:.0f} s")
     (cell / "cell.json").write_text(json.dumps(
         {"shape": server.shape, "load": load, "p99_ms": goal, "load_args": args,
