@@ -374,23 +374,20 @@ def print_table(rows: list[dict[str, Any]], head: str) -> dict[str, Any]:
     """The summary, then the table: a row a shape and load, a column a recording."""
     verdicts = [Verdict(**r["verdict"]) for r in rows]
     s = summary(verdicts)
-    silent = [f"{r['shape']} {r['load']} at {r['recorded_cpus']:g}" for r in rows
-              if not r["verdict"]["says_so"]]
     recorded = sorted({r["recorded_cpus"] for r in rows}, reverse=True)
     print(head)
     print(f"\nWithin 25 % of live: {s['within']} of {s['cells']} cells "
-          f"({100 * s['share_within']:.0f} %; goal 90 %). Not within and not said so: "
-          f"{', '.join(silent) or 'none'}. Goal {'met' if s['met'] else 'not met'}.\n")
-    print("| shape | load | p99 goal ms | A_live CPU | " + " | ".join(
-        f"recorded at {c:g} CPU: periods throttled: A_passive [range] ×live" for c in recorded)
-        + " |")
-    print("|---|---|---|---|" + "---|" * len(recorded))
+          f"({100 * s['share_within']:.0f} %; goal 90 %); misleading: {s['misleading']}. "
+          f"Goal {'met' if s['met'] else 'not met'}.\n")
+    print("| shape | load | A_live CPU | " + " | ".join(
+        f"at {c:g} CPU: periods throttled: A_passive [range] ×live" for c in recorded) + " |")
+    print("|---|---|---|" + "---|" * len(recorded))
     cells: dict[tuple[str, str], dict[float, dict[str, Any]]] = {}
     for r in rows:
         cells.setdefault((r["shape"], r["load"]), {})[r["recorded_cpus"]] = r
     for (shape, load), by in cells.items():
         first = next(iter(by.values()))
-        print(f"| {shape} | {load} | {first['p99_ms']:g} | {cpus_text(first['a_live'])} | "
+        print(f"| {shape} | {load} | {cpus_text(first['a_live'])} | "
               + " | ".join(cell_text(by[c]) if c in by else "–" for c in recorded) + " |")
     return s
 
@@ -484,11 +481,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     log(row_line(r))
                 rows += found
     after = loadavg()
+    said = ", ".join(f"{load} {goal:g}" for load, goal in zip(opts.loads, goals))
     s = print_table(rows, f"### advise --passive against live advise --cgroup: ~5 ms of CPU a "
-                          f"request (bursts: 3 in 10 at ~15 ms); sequential {opts.requests} "
-                          f"requests, others {opts.duration:g} s (open {opts.rate:g}/s, bursts "
-                          f"{opts.burst_rate:g}/s); load average {before} before, {after} "
-                          f"after; runs in {work}")
+                          f"request; p99 goals (ms): {said}; load average {before} before, "
+                          f"{after} after; runs in {work}")
     keep_record("advise_matrix", {"summary": s, "rows": rows, "work": str(work),
                                   "options": {k: (str(v) if isinstance(v, Path) else v)
                                               for k, v in vars(opts).items()}})
