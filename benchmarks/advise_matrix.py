@@ -1,5 +1,4 @@
-"""``advise --passive`` against live ``advise --cgroup`` on the host: three service shapes, four
-loads, two recordings (issue 57's matrix).
+"""``advise --passive`` against live ``advise --cgroup`` on the host (issue 57's matrix).
 
     sudo .venv/bin/python -m benchmarks.advise_matrix [--shapes burn-service threaded go]
         [--loads sequential c4 open bursts] [--recorded 1 0.3] [--p99 40 100 50 90]
@@ -371,14 +370,11 @@ def cell_text(r: dict[str, Any]) -> str:
 
 
 def print_table(rows: list[dict[str, Any]], head: str) -> dict[str, Any]:
-    """The summary, then the table: a row a shape and load, a column a recording."""
+    """The table, a row a shape and load, a column a recording; then ``head`` and the summary
+    (after it: docs/benchmarks.md shows a record's tables and what comes before them)."""
     verdicts = [Verdict(**r["verdict"]) for r in rows]
     s = summary(verdicts)
     recorded = sorted({r["recorded_cpus"] for r in rows}, reverse=True)
-    print(head)
-    print(f"\nWithin 25 % of live: {s['within']} of {s['cells']} cells "
-          f"({100 * s['share_within']:.0f} %; goal 90 %); misleading: {s['misleading']}. "
-          f"Goal {'met' if s['met'] else 'not met'}.\n")
     print("| shape | load | A_live CPU | " + " | ".join(
         f"at {c:g} CPU: periods throttled: A_passive [range] ×live" for c in recorded) + " |")
     print("|---|---|---|" + "---|" * len(recorded))
@@ -389,6 +385,9 @@ def print_table(rows: list[dict[str, Any]], head: str) -> dict[str, Any]:
         first = next(iter(by.values()))
         print(f"| {shape} | {load} | {cpus_text(first['a_live'])} | "
               + " | ".join(cell_text(by[c]) if c in by else "–" for c in recorded) + " |")
+    print(f"\n{head}\nWithin 25 % of live: {s['within']} of {s['cells']} cells "
+          f"({100 * s['share_within']:.0f} %; goal 90 %); misleading: {s['misleading']}. "
+          f"Goal {'met' if s['met'] else 'not met'}.")
     return s
 
 
@@ -408,7 +407,7 @@ def replay_kept(work: Path) -> int:
         mine = out / cell.name
         mine.mkdir()
         rows += passive_half(cell, mine)
-    print_table(rows, f"### advise --passive (commit {git_head()}) against the live answers "
+    print_table(rows, f"advise --passive (commit {git_head()}) against the live answers "
                       f"kept in {work}; passive runs in {out}")
     return 0
 
@@ -482,7 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows += found
     after = loadavg()
     said = ", ".join(f"{load} {goal:g}" for load, goal in zip(opts.loads, goals))
-    s = print_table(rows, f"### advise --passive against live advise --cgroup: ~5 ms of CPU a "
+    s = print_table(rows, f"advise --passive against live advise --cgroup: ~5 ms of CPU a "
                           f"request; p99 goals (ms): {said}; load average {before} before, "
                           f"{after} after; runs in {work}")
     keep_record("advise_matrix", {"summary": s, "rows": rows, "work": str(work),
