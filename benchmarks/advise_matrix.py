@@ -1,4 +1,4 @@
-"""``advise --passive`` against live ``advise --cgroup`` on the host (issue 57's matrix).
+"""Passive against live ``advise --cgroup`` on the host (issue 57's matrix).
 
     sudo .venv/bin/python -m benchmarks.advise_matrix [--shapes burn-service threaded go]
         [--loads sequential c4 open bursts] [--recorded 1 0.3] [--p99 40 100 50 90]

@@ -1,5 +1,6 @@
-"""``advise --passive`` against the live ``advise`` on the project's node, and the replay's
-predicted p99 against a live run at two limits (issue 46's benchmark).
+"""``advise --passive`` against live ``advise`` on the project's node (issue 46).
+
+The replay's predicted p99 against a live run at two limits, too.
 
     sudo .venv/bin/python -m benchmarks.passive_vs_live [--shapes sequential c4 bursts]
                                                         [--limit 100m] [--p99 30 60 60]
@@ -63,6 +64,7 @@ __all__ = ["NAMESPACE", "SHAPES", "main"]
 NAMESPACE = "tl-passive-bench"
 WORKLOAD = f"{NAMESPACE}/deployment/limited"
 SHAPES = ("sequential", "c4", "bursts")
+SUPERSEDED_BY = "advise_matrix"   # the page shows that one's table (benchmarks/records.py)
 GOAL = 0.25   # issue 46: within 25 %
 LESS = 0.75   # the second limit checked: 25 % below the first (as advise --passive shows)
 

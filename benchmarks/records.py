@@ -7,7 +7,8 @@ cgroup version, load average before and after), what it printed and its figures.
 part between ``<!-- generated: benchmark records -->`` and ``<!-- end generated -->`` shows the
 latest record of each benchmark (:func:`write_page`): what the benchmark measures (its module's
 docstring, first paragraph), the record's date, machine and command, and the tables it printed
-(the whole output stays in the record). Standard library only.
+(the whole output stays in the record); for a benchmark another supersedes
+(:func:`superseded_by`), only where its latest record is. Standard library only.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 __all__ = ["END", "ENV", "MARKER", "PAGE", "RESULTS", "cgroup_version", "cpu_model",
            "latest", "machine", "measures", "printed_tables", "record_path", "rewritten",
-           "section", "write_page", "write_record"]
+           "section", "superseded_by", "write_page", "write_record"]
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -118,6 +119,10 @@ def latest(directory: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _date(record: Mapping[str, Any]) -> datetime:
+    return datetime.fromisoformat(str(record["date"]))
+
+
 def _when_and_where(record: Mapping[str, Any]) -> str:
     m = record.get("machine", {})
     date = str(record["date"]).replace("T", " ").replace("+00:00", " UTC")
@@ -143,6 +148,23 @@ def measures(name: str, package: Path = HERE) -> str:
     except (OSError, SyntaxError, ValueError):
         return ""
     return " ".join((doc or "").split("\n\n")[0].split())
+
+
+def superseded_by(name: str, package: Path = HERE) -> str | None:
+    """The benchmark that supersedes ``name``: its module's ``SUPERSEDED_BY = "OTHER"`` (None
+    where it says none, or is not there). The page then shows where its latest record is, not
+    its tables."""
+    try:
+        tree = ast.parse((package / f"{name}.py").read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "SUPERSEDED_BY"
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            return node.value.value
+    return None
 
 
 def printed_tables(output: str) -> str:
@@ -174,9 +196,14 @@ def section(records: Mapping[str, Mapping[str, Any]]) -> str:
     for name in sorted(records):
         record = records[name]
         said = measures(name)
-        out += [f"### `benchmarks.{name}`", "", *([said, ""] if said else []),
-                _when_and_where(record), "", f"`{record.get('command', '')}`", "",
-                printed_tables(str(record.get("output", ""))), ""]
+        out += [f"### `benchmarks.{name}`", "", *([said, ""] if said else [])]
+        successor = superseded_by(name)
+        if successor:
+            out += [f"Superseded by `benchmarks.{successor}`; its latest record "
+                    f"`{RESULTS.name}/{record_path(Path(), name, _date(record)).name}`.", ""]
+        else:
+            out += [_when_and_where(record), "", f"`{record.get('command', '')}`", "",
+                    printed_tables(str(record.get("output", ""))), ""]
     return "\n".join(out).strip("\n")
 
 

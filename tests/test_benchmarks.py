@@ -21,6 +21,7 @@ import pytest
 from benchmarks.__main__ import CHOSEN, known
 from benchmarks.records import (END, ENV, MARKER, PAGE, RESULTS, cgroup_version, cpu_model,
                                 latest, machine, measures, printed_tables, rewritten,
+                                superseded_by,
                                 write_page, write_record)
 from benchmarks.support import burn_service, calibrate, scrape
 from cpuquota.limit import Limit
@@ -181,6 +182,23 @@ def test_the_page_shows_each_record_s_tables_with_the_lines_before_them() -> Non
         "load average before: 0.1\n\nthe title\n(a) the caption\n\n"
         "| limit | p99 ms |\n|---|---|\n| 0.3 | 76 |\n\nbetween\n\n| b |\n|---|\n| 1 |")
     assert printed_tables("run   p50\n0.3   5.1\n") == "```text\nrun   p50\n0.3   5.1\n```"
+
+
+def test_a_superseded_benchmark_shows_where_its_record_is_not_its_tables(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "old.py").write_text('"""Old."""\nSUPERSEDED_BY = "new"\n')
+    (tmp_path / "new.py").write_text('"""New."""\n')
+    assert superseded_by("old", tmp_path) == "new"
+    assert superseded_by("new", tmp_path) is None and superseded_by("gone", tmp_path) is None
+    fake_record(tmp_path, "old", 3, "| old table |\n|---|\n")
+    import benchmarks.records as records
+
+    monkeypatch.setattr(records, "superseded_by", lambda name: superseded_by(name, tmp_path))
+    text = records.section(latest(tmp_path))
+    assert "old table" not in text and "Superseded by `benchmarks.new`" in text
+    assert "Fake CPU" not in text   # nor its machine: the record has it
+    assert f"results/old-{started(3).astimezone(timezone.utc):%Y%m%dT%H%M%SZ}.json" in text
+    assert superseded_by("passive_vs_live") == "advise_matrix"
 
 
 def test_what_a_benchmark_measures_is_its_docstring_s_first_paragraph(tmp_path: Path) -> None:
