@@ -22,9 +22,11 @@ whose targets are 3 heavy requests (~15 ms) in every 10):
 
 A cell is a shape, a load and a recording. It is *within* when A_passive is within 25 % of
 A_live; otherwise the range *says so* when A_live lies inside it, when ``sure`` is false, or
-when there is no answer and one line says why (exit 3). The goal: within in at least 90 % of
-the cells, and every other cell says so. Prints one row a cell and keeps the record
-(``benchmarks/records.py``). Needs root. ``--replay-kept DIR`` (no root, no server): the
+when there is no answer and one line says why (exit 3; "cannot be met" where live met it is
+a claim, and misleads). The goal: within in at least 90 % of the cells, and every other cell
+says so. Prints a row a shape and load (a column a recording; each cell's detail on stderr
+and in the record) and keeps the record (``benchmarks/records.py``). Needs root; ~10 min,
+so ``make bench`` runs it by name only. ``--replay-kept DIR`` (no root, no server): the
 passive half recomputed from the runs an earlier run kept in ``DIR`` (its ``--out``), against
 the live answers kept there: how a change to the replay does against the same live runs.
 """
