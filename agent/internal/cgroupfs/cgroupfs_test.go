@@ -147,3 +147,59 @@ func TestLimitFilesReadCPUMax(t *testing.T) {
 		t.Fatalf("a quota written in place is read: %+v %v %v", l, ok, err)
 	}
 }
+
+// The kubelet's own v2 layout under the systemd cgroup driver with containerd: a pod's slice
+// by QoS class (Guaranteed directly under kubepods.slice), each container's
+// cri-containerd-<id>.scope below it beside the sandbox's, the uid with '_' for '-'.
+func TestFindPodDirectorySystemdContainerd(t *testing.T) {
+	uid := "0b3f9d3c-1d0e-4a9a-9f00-aabbccddeeff"
+	u := "0b3f9d3c_1d0e_4a9a_9f00_aabbccddeeff"
+	id := "6f1e2d3c4b5a69788796a5b4c3d2e1f00112233445566778899aabbccddeeff0"
+	pause := "a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1"
+	for _, pod := range []string{
+		"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + u + ".slice",
+		"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" + u + ".slice",
+		"kubepods.slice/kubepods-pod" + u + ".slice",
+	} {
+		top := t.TempDir()
+		other := "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod11111111_2222_3333_4444_555555555555.slice"
+		mkdirs(t, top, pod+"/cri-containerd-"+pause+".scope", pod+"/cri-containerd-"+id+".scope",
+			other+"/cri-containerd-"+id[:60]+"ffff.scope", "system.slice/containerd.service")
+		for _, asked := range []string{id, id[:12]} {
+			got, err := FindPodDirectory(top, uid, asked)
+			if err != nil || got != filepath.Join(top, pod, "cri-containerd-"+id+".scope") {
+				t.Fatalf("%s, container %s: %q %v", pod, asked, got, err)
+			}
+		}
+		if got, err := FindPodDirectory(top, uid, ""); err != nil || got != filepath.Join(top, pod) {
+			t.Fatalf("%s: the pod's slice: %q %v", pod, got, err)
+		}
+		if _, err := FindPodDirectory(top, uid, "fedcba987654"); err == nil {
+			t.Fatalf("%s: a container not in the pod's slice is an error", pod)
+		}
+	}
+}
+
+// A pod-level limit only (the kubelet's pod-level resources, or a pod whose containers have
+// none): the pod's slice binds; a tighter container quota binds instead. The container's own
+// "max" is no level.
+func TestQuotaLevelsOfTheSystemdLayout(t *testing.T) {
+	top := t.TempDir()
+	pod := filepath.Join(top, "kubepods.slice", "kubepods-burstable.slice", "kubepods-burstable-podx.slice")
+	ctr := filepath.Join(pod, "cri-containerd-abc.scope")
+	mkdirs(t, top, "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podx.slice/cri-containerd-abc.scope")
+	for _, d := range []string{filepath.Join(top, "kubepods.slice"), filepath.Dir(pod), ctr} {
+		write(t, filepath.Join(d, "cpu.max"), "max 100000\n")
+	}
+	write(t, filepath.Join(pod, "cpu.max"), "20000 100000\n")
+	group := "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podx.slice/cri-containerd-abc.scope"
+	levels := orderLevels(QuotaLevels(ctr, top, 2, group))
+	if len(levels) != 1 || levels[0].Dir != pod || levels[0].Group != filepath.Dir(group) || levels[0].CPUs() != 0.2 {
+		t.Fatalf("the pod's slice binds: %+v", levels)
+	}
+	write(t, filepath.Join(ctr, "cpu.max"), "10000 100000\n")
+	levels = orderLevels(QuotaLevels(ctr, top, 2, group))
+	if len(levels) != 2 || levels[0].Dir != ctr || levels[0].Group != group || levels[1].Dir != pod {
+		t.Fatalf("the container's tighter quota binds, the pod's next: %+v", levels)
+	}
+}
