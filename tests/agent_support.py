@@ -5,11 +5,15 @@ static source (stopped by its pid), and v1 groups with a quota made and removed 
 from __future__ import annotations
 
 import hashlib
+import http.server
+import json
 import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,7 +24,8 @@ import httpx
 from tests.support import ROOT, free_port, require
 
 AGENT_DIR = ROOT / "agent"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "throttle-lab" / "agent"
+CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+CACHE = CACHE_HOME / "throttle-lab" / "agent"
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")
 CPUACCT_ROOT = Path("/sys/fs/cgroup/cpuacct")
 
@@ -72,17 +77,34 @@ def running_agent(tmp_path: Path, targets: dict[str, Path], *extra: str,
                   timelines: Path | None = None) -> Iterator[RunningAgent]:
     """The agent with ``--source static`` on ``targets`` (name -> group), on a free loopback
     port; SIGTERM at the end (its timelines closed), by pid."""
-    binary = agent_binary()
     targets_file = tmp_path / "targets"
     write_targets(targets_file, targets)
-    timelines = timelines or tmp_path / "timelines"
+    with _agent(["--source", "static", "--targets", str(targets_file), *extra],
+                timelines or tmp_path / "timelines", targets_file) as agent:
+        yield agent
+
+
+@contextmanager
+def running_kube_agent(tmp_path: Path, kubeconfig: Path, node: str, *extra: str,
+                       start_s: float = 30) -> Iterator[RunningAgent]:
+    """The agent with ``--source kube`` (the API server ``kubeconfig`` names, e.g.
+    :func:`fake_pod_api`'s) watching ``node``'s labelled pods; SIGTERM at the end, by pid."""
+    with _agent(["--source", "kube", "--kubeconfig", str(kubeconfig), "--node", node, *extra],
+                tmp_path / "timelines", tmp_path / "no-targets", start_s) as agent:
+        yield agent
+
+
+@contextmanager
+def _agent(source: list[str], timelines: Path, targets_file: Path,
+           start_s: float = 30) -> Iterator[RunningAgent]:
+    binary = agent_binary()
     port = free_port()
-    proc = subprocess.Popen([str(binary), "--source", "static", "--targets", str(targets_file),
-                             "--timelines", str(timelines), "--listen", f"127.0.0.1:{port}",
-                             *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([str(binary), "--timelines", str(timelines),
+                             "--listen", f"127.0.0.1:{port}", *source],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     agent = RunningAgent(proc, f"http://127.0.0.1:{port}", timelines, targets_file)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + start_s
         while True:
             assert proc.poll() is None, proc.communicate()[1]
             try:
@@ -187,3 +209,84 @@ def parse_metrics(text: str) -> dict[str, float]:
             key, _, value = line.rpartition(" ")
             out[key] = float(value)
     return out
+
+
+def running_pod(namespace: str, name: str, uid: str, node: str,
+                containers: dict[str, str]) -> dict[str, object]:
+    """A running pod as the API serves it (labelled for the agent): ``containers`` is
+    name -> containerd id."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": namespace, "name": name, "uid": uid,
+                         "resourceVersion": "1", "labels": {"throttle-lab/record": "true"}},
+            "spec": {"nodeName": node, "containers": [{"name": c} for c in containers]},
+            "status": {"phase": "Running", "containerStatuses": [
+                {"name": c, "containerID": f"containerd://{cid}", "ready": True,
+                 "restartCount": 0, "image": "x", "imageID": "x",
+                 "state": {"running": {"startedAt": "2026-12-01T00:00:00Z"}}}
+                for c, cid in containers.items()]}}
+
+
+@contextmanager
+def fake_pod_api(tmp_path: Path, pods: list[dict[str, object]]) -> Iterator[Path]:
+    """An API server of pods alone, for the agent's Kube source without a cluster: a thread
+    of this process on a free loopback port that answers client-go's informer (the list of
+    ``pods``, then a watch held open with no event till the end); yields a kubeconfig for it.
+    Every request's path and query is in the kubeconfig's sibling ``api-requests.txt``."""
+    log = tmp_path / "api-requests.txt"
+    done = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:
+            with log.open("a") as f:
+                f.write(self.path + "\n")
+
+        def do_GET(self) -> None:
+            url = urllib.parse.urlsplit(self.path)
+            query = urllib.parse.parse_qs(url.query)
+            if url.path != "/api/v1/pods":
+                self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                 "reason": "NotFound", "code": 404})
+                return
+            if query.get("watch", [""])[0] not in ("true", "1"):
+                self._send(200, {"kind": "PodList", "apiVersion": "v1",
+                                 "metadata": {"resourceVersion": "1"}, "items": pods})
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.flush()
+            done.wait(float(query.get("timeoutSeconds", ["600"])[0]))
+            try:
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:
+                pass
+
+        def _send(self, code: int, body: dict[str, object]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    kubeconfig = tmp_path / "fake-api.kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {
+            "server": f"http://127.0.0.1:{server.server_address[1]}"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+        "users": [{"name": "fake", "user": {}}]}))
+    try:
+        yield kubeconfig
+    finally:
+        done.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(10)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.agent_support import CACHE_HOME, agent_binary, go_tool
 from tests.support import BIN, ROOT
 
 __all__ = ["FILES_ENV", "GUEST_ENV", "GUEST_TEST", "GuestRun", "GuestSession", "SELECT_ENV",
@@ -103,9 +104,13 @@ def precompile(files: list[Path]) -> None:
     again, at TCG's speed; the venv's packages have theirs from pip already. The bytecode goes
     where Python itself puts it (``__pycache__``, ignored by git), also where the environment
     says not to write it (``PYTHONDONTWRITEBYTECODE``): Python checks each file's source
-    against its bytecode when it reads it, so stale bytecode is never used."""
+    against its bytecode when it reads it, so stale bytecode is never used. The node agent's
+    binary (Go) is built here too, into the cache the guest reads (``XDG_CACHE_HOME``): built
+    inside, under TCG, it would take many minutes, and the guest cannot write the cache."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "check": False}
+    if go_tool() is not None:   # the node agent, built where the guest's tests look for it
+        agent_binary()
     subprocess.run([str(BIN / "python"), "-m", "compileall", "-q",
                     *[str(ROOT / name) for name in PACKAGES]], env=env, timeout=300, **quiet)  # type: ignore[call-overload]
     # pytest's own bytecode of the test modules it rewrites (assertions), as the guest collects them
@@ -145,6 +150,7 @@ def _guest_command(share: Path, files: list[Path], ci: str, select: str = "") ->
               *[str(f.relative_to(ROOT)) for f in files]]
     # unbuffered: what pytest wrote is in the share also when the guest is killed at the limit
     return (f"cd {shlex.quote(str(ROOT))} && export {GUEST_ENV}=cgroup2 CI={shlex.quote(ci)} "
+            f"XDG_CACHE_HOME={shlex.quote(str(CACHE_HOME))} "
             f"{STARTED_ENV}={shlex.quote(str(share / 'started'))} "
             f"PYTHONUNBUFFERED=1 MPLCONFIGDIR=/tmp/mpl PATH={shlex.quote(str(BIN))}:$PATH; "
             f"{shlex.join(pytest)} > {share / 'pytest.txt'} 2>&1; "

@@ -12,6 +12,7 @@ from tests.guest import guest_test_files
 def test_the_guest_runs_only_the_files_named() -> None:
     """THROTTLE_LAB_GUEST_FILES: those files' cgroup2 tests alone (one file in minutes); a
     name that is not a file with a cgroup2 test is an error that lists those that are."""
+    from tests.agent_support import CACHE_HOME
     from tests.guest import _guest_command
     from tests.support import ROOT
 
@@ -23,6 +24,7 @@ def test_the_guest_runs_only_the_files_named() -> None:
         guest_test_files(chosen="tests/test_usage_any_shape.py tests/test_docs.py")
     command = _guest_command(ROOT / "share", one, "true", "usage and fork")
     assert "PYTHONUNBUFFERED=1" in command and "faulthandler_timeout=" in command
+    assert f"XDG_CACHE_HOME={CACHE_HOME}" in command   # where the agent was built (precompile)
     assert command.count("tests/test_") == 1 and "-k 'usage and fork'" in command
 
 
