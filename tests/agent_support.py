@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,20 +86,22 @@ def running_agent(tmp_path: Path, targets: dict[str, Path], *extra: str,
 
 @contextmanager
 def running_kube_agent(tmp_path: Path, kubeconfig: Path, node: str, *extra: str,
-                       start_s: float = 30) -> Iterator[RunningAgent]:
+                       start_s: float = 30, wrap: Sequence[str] = ()) -> Iterator[RunningAgent]:
     """The agent with ``--source kube`` (the API server ``kubeconfig`` names, e.g.
-    :func:`fake_pod_api`'s) watching ``node``'s labelled pods; SIGTERM at the end, by pid."""
+    :func:`fake_pod_api`'s) watching ``node``'s labelled pods; SIGTERM at the end, by pid.
+    ``wrap``: a command that execs the agent's (its arguments follow), so its pid is the
+    agent's."""
     with _agent(["--source", "kube", "--kubeconfig", str(kubeconfig), "--node", node, *extra],
-                tmp_path / "timelines", tmp_path / "no-targets", start_s) as agent:
+                tmp_path / "timelines", tmp_path / "no-targets", start_s, wrap) as agent:
         yield agent
 
 
 @contextmanager
 def _agent(source: list[str], timelines: Path, targets_file: Path,
-           start_s: float = 30) -> Iterator[RunningAgent]:
+           start_s: float = 30, wrap: Sequence[str] = ()) -> Iterator[RunningAgent]:
     binary = agent_binary()
     port = free_port()
-    proc = subprocess.Popen([str(binary), "--timelines", str(timelines),
+    proc = subprocess.Popen([*wrap, str(binary), "--timelines", str(timelines),
                              "--listen", f"127.0.0.1:{port}", *source],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     agent = RunningAgent(proc, f"http://127.0.0.1:{port}", timelines, targets_file)

@@ -19,7 +19,8 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -27,6 +28,8 @@ import pytest
 
 from client.run.cgroup_sampler import read_sample
 from client.run.service_group import resolve_cgroup
+from cpuquota.cgroupfs import locate_cpu_controller
+from service.cgroup import empty_group, remove_group
 from tests.agent_support import (RunningAgent, fake_pod_api, parse_metrics, running_kube_agent,
                                  running_pod)
 from tests.cgroup_fixtures import nested_groups
@@ -40,6 +43,8 @@ CID = "e7a1c3f5" + "9" * 56
 NS, POD, CONTAINER, NODE = "shop", "web", "app", "guest-node"
 POD_SLICE = f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID_}.slice"
 SCOPE = f"{POD_SLICE}/cri-containerd-{CID}.scope"
+AGENT_SCOPE = ("kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod"
+               "0f1e2d3c_4b5a_4968_8776_a5b4c3d2e1f0.slice/cri-containerd-" + "a" * 64 + ".scope")
 BURN = ["sh", "-c", "while :; do :; done"]     # one process, cheap to start under TCG
 
 
@@ -121,14 +126,42 @@ def check_client(pod: Path, ctr: Path, binding: list[Path], pod_stat: dict[str, 
 def test_agent_and_k8s_lookup_on_the_kubelets_systemd_layout(tmp_path: Path) -> None:
     require_kernel_quota(2)
     pods = [running_pod(NS, POD, UID, NODE, {CONTAINER: CID})]
-    with nested_groups(SCOPE, POD_SLICE, 0.2) as (pod, ctr):
+    with nested_groups(SCOPE, POD_SLICE, 0.2) as (pod, ctr), agent_pod_group() as own:
         # as the kubelet's runtime does: the container's scope has the cpu controller too
         (pod / "cgroup.subtree_control").write_text("+cpu\n")
         assert (ctr / "cpu.max").read_text().split()[0] == "max"
+        # the agent as its DaemonSet's pod runs it: in its own pod's scope, in a cgroup
+        # namespace of its own (the v2 default), with the node's hierarchy mounted in
+        wrap = ["sh", "-c", f'echo $$ > {own}/cgroup.procs && exec unshare -C "$@"', "sh"]
         with fake_pod_api(tmp_path, pods) as kubeconfig, \
                 running_kube_agent(tmp_path, kubeconfig, NODE, "--interval", "50ms",
-                                   start_s=300) as agent:
+                                   start_s=300, wrap=wrap) as agent:
+            # (mountinfo shows a cgroup mount's root from the reader's namespace: read it there)
+            seen = subprocess.run(["nsenter", "-C", "-t", str(agent.proc.pid), "cat",
+                                   "/proc/self/mountinfo"], capture_output=True, text=True,
+                                  check=True).stdout.splitlines()
+            roots = [line.split()[3] for line in seen if " - cgroup2 " in line]
+            assert roots == ["/../../../.."], f"the agent sees the mount's root as {roots}"
             watch_both_levels(agent, pod, ctr)
+
+
+@contextmanager
+def agent_pod_group() -> Iterator[Path]:
+    """The agent's own pod's scope (BestEffort), below the kubepods.slice the test made;
+    removed at the end, the deepest first."""
+    top = Path(locate_cpu_controller().mount.mount_point)
+    made: list[Path] = []
+    try:
+        here = top / "kubepods.slice"
+        for part in AGENT_SCOPE.split("/")[1:]:
+            here = here / part
+            here.mkdir()
+            made.append(here)
+        yield here
+    finally:
+        for directory in reversed(made):
+            empty_group(directory)
+            remove_group(directory)
 
 
 def watch_both_levels(agent: RunningAgent, pod: Path, ctr: Path) -> None:
@@ -136,8 +169,8 @@ def watch_both_levels(agent: RunningAgent, pod: Path, ctr: Path) -> None:
     wait_for(lambda: timeline(agent, CONTAINER, "json").status_code == 200 and
              timeline(agent, "", "json").status_code == 200, "the agent's two timelines")
     meta = timeline(agent, CONTAINER, "json").json()["cgroup"]
-    assert (meta["path"], meta["quota_group"], meta["cpus"]) == (
-        str(ctr), "/" + POD_SLICE, 0.2), f"the pod's slice binds: {json.dumps(meta)}"
+    assert (meta["path"], meta["group"], meta["quota_group"], meta["cpus"]) == (
+        str(ctr), "/" + SCOPE, "/" + POD_SLICE, 0.2), f"the pod's slice binds: {json.dumps(meta)}"
     burner = subprocess.Popen(BURN)
     try:
         (ctr / "cgroup.procs").write_text(f"{burner.pid}\n")
@@ -168,7 +201,8 @@ def watch_both_levels(agent: RunningAgent, pod: Path, ctr: Path) -> None:
         wait_for(lambda: timeline(agent, CONTAINER, "json").json()["cgroup"]["quota_group"]
                  == "/" + SCOPE, "the container's quota in the agent's timeline")
         meta = timeline(agent, CONTAINER, "json").json()["cgroup"]
-        assert [lv["path"] for lv in meta["levels"]] == [str(ctr), str(pod)]
+        assert [(lv["path"], lv["group"]) for lv in meta["levels"]] == [
+        (str(ctr), "/" + SCOPE), (str(pod), "/" + POD_SLICE)]
         assert meta["cpus"] == 0.1
         os.kill(burner.pid, signal.SIGCONT)
         before = cpu_stat(ctr)["nr_throttled"]

@@ -376,6 +376,22 @@ def test_k8s_systemd_runtimes_without_kubectl(tmp_path: Path, runtime: str) -> N
     assert by_id.directory == container_dir and runner.calls == []
 
 
+def test_k8s_in_a_cgroup_namespace_names_the_groups_from_the_mount(tmp_path: Path) -> None:
+    """In a pod of a v2 node (a cgroup namespace of its own) the node's hierarchy, mounted
+    in, has the root ``/../../../..``: the groups are named as the node names them."""
+    top = tmp_path / "cgroup2"
+    v2_group(top, cpu_max=None)
+    proc = fake_proc(tmp_path / "proc", [mount_line(41, "/../../../..", top, "cgroup2", "rw")])
+    pod, container = pod_path("systemd", "burstable", UID)
+    v2_group(top / pod, "50000 100000")
+    v2_group(top / container, "max 100000")
+    for spec in (f"k8s:shop/web/{CID[:12]}", str(top / container)):
+        target = resolve_cgroup(spec, pod_uid=UID, proc=proc, run=NO_COMMANDS)
+        assert target.group == "/" + container, spec
+        assert [level.group for level in target.levels] == ["/" + pod], spec
+        assert target.to_metadata()["quota_group"] == "/" + pod
+
+
 def test_k8s_crio_passes_over_the_conmon_sibling(tmp_path: Path) -> None:
     # crio-conmon-<id>.scope sorts before crio-<id>.scope when the id starts past 'c'
     cid = "d" + CID[1:]

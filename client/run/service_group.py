@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 import errno
 import os
+import posixpath
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -342,7 +343,10 @@ def _from_k8s(spec: str, pod_uid: str | None, proc: Path, mounts: list[Mount],
 def _build(spec: str, directory: Path, version: int, group: str, proc: Path,
            mounts: list[Mount]) -> ServiceGroup:
     """Check the group's cpu files are readable; find the quotas at and above it and its
-    usage source."""
+    usage source. The group is named from the mount's root: in a cgroup namespace of its own
+    (a pod on a cgroup v2 node) mountinfo gives the node's hierarchy, mounted in, the root
+    ``/../../..``, and its groups are the node's ``/kubepods.slice/...``."""
+    group = posixpath.normpath("/" + group.lstrip("/"))
     mount = _mount_of(str(directory), mounts)
     top = Path(mount.mount_point) if mount is not None else directory
     try:

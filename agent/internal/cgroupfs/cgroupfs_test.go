@@ -203,3 +203,40 @@ func TestQuotaLevelsOfTheSystemdLayout(t *testing.T) {
 		t.Fatalf("the container's tighter quota binds, the pod's next: %+v", levels)
 	}
 }
+
+// The agent's pod on a v2 node has a cgroup namespace of its own: the node's hierarchy,
+// mounted in by hostPath, has the root "/../../../.." in its mountinfo. The groups are named
+// as the node names them, from the hierarchy's root.
+func TestGroupsInACgroupNamespaceAreNamedFromTheMount(t *testing.T) {
+	root := t.TempDir()
+	top, proc := filepath.Join(root, "cgroup"), filepath.Join(root, "proc")
+	pod := "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0b3f9d3c_1d0e_4a9a_9f00_aabbccddeeff.slice"
+	ctr := pod + "/cri-containerd-6f1e2d3c4b5a.scope"
+	mkdirs(t, top, ctr, "../proc/self")
+	write(t, filepath.Join(proc, "self", "mountinfo"), "41 31 0:38 /../../../.. "+top+" ro,relatime - cgroup2 cgroup2 rw\n")
+	write(t, filepath.Join(top, pod, "cpu.max"), "20000 100000\n")
+	write(t, filepath.Join(top, ctr, "cpu.max"), "max 100000\n")
+	for _, d := range []string{pod, ctr} {
+		write(t, filepath.Join(top, d, "cpu.stat"), "usage_usec 5\nuser_usec 3\nsystem_usec 2\nnr_periods 4\nnr_throttled 1\nthrottled_usec 70000\n")
+	}
+	r, err := NewResolver(proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPod, err := r.FromPod("k8s:ns/web/app", "0b3f9d3c-1d0e-4a9a-9f00-aabbccddeeff", "6f1e2d3c4b5a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byDir, err := r.FromDirectory(filepath.Join(top, ctr), filepath.Join(top, ctr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, got := range []Target{byPod, byDir} {
+		if got.Group != "/"+ctr || len(got.Levels) != 1 || got.Levels[0].Group != "/"+pod || got.Metadata()["quota_group"] != "/"+pod {
+			t.Fatalf("named from the mount: %q, levels %+v", got.Group, got.Levels)
+		}
+	}
+	if HierarchyPath("/") != "/" || HierarchyPath("") != "/" || HierarchyPath("/docker/x") != "/docker/x" {
+		t.Fatal("a path without '..' is itself")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -195,7 +196,14 @@ func (r *Resolver) FromPod(spec, uid, containerID string) (Target, error) {
 	return Target{}, fmt.Errorf("no cgroup for pod uid %s under kubepods", uid)
 }
 
+// HierarchyPath is a group's path as its hierarchy names it. In a cgroup namespace of its own
+// (a container's on a cgroup v2 node, as the agent's DaemonSet pod is) mountinfo gives the
+// node's /sys/fs/cgroup, mounted in by hostPath, the root "/../../../.." (the mount's root as
+// seen from the namespace's): the groups below it are named from the mount, /kubepods.slice/...
+func HierarchyPath(group string) string { return path.Clean("/" + group) }
+
 func (r *Resolver) build(spec, dir string, version int, group string) (Target, error) {
+	group = HierarchyPath(group)
 	top := dir
 	if m, ok := MountOf(dir, r.mounts); ok {
 		top = m.Point
