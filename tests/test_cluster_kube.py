@@ -140,8 +140,9 @@ def test_passive_replicas_answer_per_count(as_user: Loaded, tmp_path: Path) -> N
     """``--replicas 1,2``: one row per count from the one pod's window split 1/N; one
     replica's answer is the plain passive one; nothing is resized."""
     loaded = as_user
+    # one window for both answers: the agent goes on recording the busy pod meanwhile
     args = ["advise", "--passive", "--k8s", WORKLOAD, "--p99", "50", "--since", WHOLE,
-            "--json"]
+            "--until", f"{time.time() - 1:.3f}", "--json"]
     result = http_timing(*args, "--replicas", "1,2", cwd=tmp_path)
     assert result.returncode in (0, 3), result.stderr
     data = json.loads(result.stdout)
