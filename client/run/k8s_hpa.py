@@ -27,10 +27,9 @@ def hpa_for(ref: WorkloadRef, hpas: Iterable[Obj]) -> Obj | None:
 
 def read_hpa(ref: WorkloadRef) -> tuple[str, Obj] | None:
     """The workload's HPA from the API (its name and JSON; None: none scales it)."""
-    from client.run.k8s_workloads import _connect
-    from client.run.kube_api import api_problem
+    from client.run.kube_api import api_problem, connect_as
 
-    api = _connect()
+    api = connect_as(WorkloadError)
     try:
         from kubernetes import client
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from client.run.agent_timeline import (AgentTimelineError, OlderAgent, PodRef, agent_api,
                                       agent_on_node)
-from client.run.kube_api import KubeApi, KubeError, api_problem, REQUEST_TIMEOUT
+from client.run.kube_api import KubeApi, api_problem, connect_as, REQUEST_TIMEOUT
 
 __all__ = ["FETCH_WORKERS", "KINDS", "RECORD_LABEL", "Fetched", "PodInfo", "Workload",
            "WorkloadError", "WorkloadRef", "fetch_all_windows", "fetch_windows",
@@ -197,18 +197,10 @@ def _listed(api: KubeApi, what: str, namespace: str | None) -> list[Obj]:
     return list((listed if isinstance(listed, dict) else {}).get("items") or [])
 
 
-def _connect() -> KubeApi:
-    from client.run.kube_api import connect
-    try:
-        return connect()
-    except KubeError as exc:
-        raise WorkloadError(str(exc)) from None
-
-
 def list_workloads(namespace: str | None, api: KubeApi | None = None) -> list[Workload]:
     """Every Deployment, StatefulSet and DaemonSet of ``namespace`` (None: all), with its
     pods."""
-    api = api or _connect()
+    api = api or connect_as(WorkloadError)
     objs: list[Obj] = []
     kinds: list[str] = []
     for what, kind in (("deployments", "Deployment"), ("statefulsets", "StatefulSet"),

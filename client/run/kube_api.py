@@ -20,7 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KubeApi", "KubeError", "REQUEST_TIMEOUT", "api_problem", "connect",
+__all__ = ["KubeApi", "KubeError", "REQUEST_TIMEOUT", "api_problem", "connect", "connect_as",
            "context_namespace", "current_namespace"]
 
 REQUEST_TIMEOUT = 10.0   # seconds, each call (connect and read)
@@ -139,6 +139,15 @@ def connect(context: str | None = None) -> KubeApi:
     configuration.retries = False            # a lost server is said at once, not retried
     api_client = client.ApiClient(configuration)
     return KubeApi(api_client, configuration.host)
+
+
+def connect_as(error: type[Exception], context: str | None = None) -> KubeApi:
+    """:func:`connect`, its one-line failure raised as ``error`` (the caller's own kind, e.g.
+    ``client.run.k8s_workloads.WorkloadError``)."""
+    try:
+        return connect(context)
+    except KubeError as exc:
+        raise error(str(exc)) from None
 
 
 def api_problem(exc: Exception, verb: str, resource: str, namespace: str, name: str = "",
