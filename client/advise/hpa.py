@@ -23,14 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from client.advise import AdviseError
-from client.advise.replay import ReplayInputs, replay_answer
+from client.advise.cluster import pod_windows, recorded_workload
+from client.advise.passive import Window
+from client.advise.replay import ReplayInputs, load_replay, replay_answer
 from client.analysis.goal import LatencyGoal
-from client.analysis.hpa import HpaError, HpaRule, HpaRun, Replica, run_hpa
+from client.analysis.hpa import HpaError, HpaRule, HpaRun, Replica, rule_of, run_hpa
 from client.analysis.passive import JudgedReplay, judge
 from client.analysis.replay import Demand, LimitRow, Load, load_of, replay, replay_load
 from client.analysis.spread import SEED, pooled_rows
+from client.run.k8s_workloads import WorkloadRef
 
-__all__ = ["MIN_WINDOW_S", "HpaAnswer", "HpaAsked", "hpa_answer", "hpa_latency", "rates_of"]
+__all__ = ["MIN_WINDOW_S", "HpaAnswer", "HpaAsked", "HpaGiven", "hpa_answer", "hpa_latency",
+           "hpa_over", "rates_of"]
 
 MIN_WINDOW_S = 60.0   # under a minute, four syncs say nothing of the HPA
 
@@ -200,3 +204,91 @@ def hpa_answer(replayed: ReplayInputs, target: LatencyGoal, asked: HpaAsked,
                          requests_from)
     return HpaAnswer(asked, target, run, judged, highest, says, base,
                      replayed.requests is not None)
+
+
+@dataclass(frozen=True)
+class HpaGiven:
+    """The HPA as the options say it (None: the default, or the cluster HPA's): a target, or
+    ``own``, the workload's own HPA."""
+
+    target_pct: int | None = None
+    own: bool = False
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    limit_cpus: float | None = None
+    request_cpus: float | None = None
+    ready_after_s: float | None = None
+
+
+def _own_rule(ref: WorkloadRef, given: HpaGiven) -> tuple[HpaRule, str]:
+    """The rule of the HPA that scales the workload ``ref``, and where it came from."""
+    from client.run.k8s_hpa import read_hpa
+    from client.run.k8s_workloads import WorkloadError
+
+    try:
+        found = read_hpa(ref)
+    except WorkloadError as exc:
+        raise AdviseError(str(exc)) from None
+    if found is None:
+        raise AdviseError(f"no HorizontalPodAutoscaler scales {ref}: say one "
+                          "with --hpa-target PCT [--min N --max M]")
+    try:
+        rule = rule_of(found[1])
+    except HpaError as exc:
+        raise AdviseError(str(exc)) from None
+    return HpaRule(rule.target_pct, given.min_replicas or rule.min_replicas,
+                   given.max_replicas or rule.max_replicas, behavior=rule.behavior), \
+        f"HPA {found[0]}"
+
+
+def _check_given(given: HpaGiven, timeline: Path | None, k8s: str | None) -> None:
+    if given.own and given.target_pct is not None:
+        raise AdviseError("--hpa reads the workload's HPA; --hpa-target says one: give one of "
+                          "them")
+    if given.own and k8s is None:
+        raise AdviseError("--hpa reads the HPA of a workload: it goes with --k8s NS/KIND/NAME")
+    if timeline is None and k8s is None:
+        raise AdviseError("the HPA replay reads a recorded window: --timeline FILE or --k8s "
+                          "NS/KIND/NAME")
+
+
+def hpa_over(given: HpaGiven, target: LatencyGoal, window: Window, *, timeline: Path | None,
+             k8s: str | None, since_s: float, until: float | None) -> HpaAnswer:
+    """``advise --passive --hpa-target PCT`` (or ``--hpa``): the HPA's rule over the window of
+    ``timeline``, or of the workload ``k8s``'s one recorded pod (the ``since_s`` seconds to
+    ``until``), at the limit and request given or the record's and workload's."""
+    _check_given(given, timeline, k8s)
+    limit, request = given.limit_cpus, given.request_cpus
+    source = "--hpa-target"
+    rule = HpaRule(given.target_pct or 1, given.min_replicas or 1, given.max_replicas or 10)
+    path = timeline
+    if k8s is not None:
+        workload = recorded_workload(k8s)
+        if given.own:
+            rule, source = _own_rule(workload.ref, given)
+        limit = limit or workload.limit_cpus
+        request = request or workload.request_cpus
+        got = pod_windows(workload, since_s, window.data_dir, until=until)
+        if not got.windows:
+            raise AdviseError("; ".join(got.missing))
+        if len(got.windows) > 1:
+            raise AdviseError(f"{workload.ref} has {len(got.windows)} recorded pods: the HPA "
+                              "replay takes the whole load from one window, and the pods' "
+                              "windows are not summed; give the window of one (--timeline)")
+        path = got.recordings[0].path
+    assert path is not None
+    replayed = load_replay(path, window.requests_from, window.period_ms)
+    if limit is None:
+        limit = next((c for c in replayed.recording.limits if c is not None), None)
+    if limit is None:
+        raise AdviseError(f"{path}: the record shows no limit: give each replica's with "
+                          "--hpa-limit CPUS")
+    if request is None:
+        raise AdviseError("--hpa-request CPUS: the HPA's utilization is of each replica's CPU "
+                          "request, and the record does not say it")
+    if (problem := rule.problem()) is not None:
+        raise AdviseError(problem)
+    asked = HpaAsked(rule, limit, request, 30.0 if given.ready_after_s is None else
+                     given.ready_after_s, source=source)
+    return hpa_answer(replayed, target, asked, round((window.burst_ms or 0.0) * 1e6),
+                      window.requests_from)

@@ -399,72 +399,14 @@ def advise_hpa(opts: argparse.Namespace, window: Window, since: float,
                target: LatencyGoal) -> int:
     """``--passive --hpa-target PCT`` (or ``--hpa``): the HPA's rule over the window, the
     replicas per minute, the p99, the highest target that meets the goal."""
-    from client.advise.cluster import pod_windows, recorded_workload
-    from client.advise.hpa import HpaAsked, hpa_answer
-    from client.advise.replay import load_replay
-    from client.analysis.hpa import HpaError, HpaRule, rule_of
+    from client.advise.hpa import HpaGiven, hpa_over
+    from client.data.jsonsafe import json_ready
     from client.render.hpa import format_hpa
-    from client.run.k8s_workloads import WorkloadError
 
-    if opts.hpa and opts.hpa_target is not None:
-        raise CliError("--hpa reads the workload's HPA; --hpa-target says one: give one of them")
-    if opts.hpa and opts.k8s is None:
-        raise CliError("--hpa reads the HPA of a workload: it goes with --k8s NS/KIND/NAME")
-    if opts.timeline is None and opts.k8s is None:
-        raise CliError("the HPA replay reads a recorded window: --timeline FILE or --k8s "
-                       "NS/KIND/NAME")
-    limit, request = opts.hpa_limit, opts.hpa_request
-    source = "--hpa-target"
-    rule = HpaRule(opts.hpa_target or 1, opts.min or 1, opts.max or 10)
-    if opts.k8s is not None:
-        workload = recorded_workload(opts.k8s)
-        if opts.hpa:
-            from client.run.k8s_hpa import read_hpa
-            try:
-                found = read_hpa(workload.ref)
-            except WorkloadError as exc:
-                raise CliError(str(exc)) from None
-            if found is None:
-                raise CliError(f"no HorizontalPodAutoscaler scales {workload.ref}: say one "
-                               "with --hpa-target PCT [--min N --max M]")
-            try:
-                rule = rule_of(found[1])
-            except HpaError as exc:
-                raise CliError(str(exc)) from None
-            source = f"HPA {found[0]}"
-            rule = HpaRule(rule.target_pct, opts.min or rule.min_replicas,
-                           opts.max or rule.max_replicas, behavior=rule.behavior)
-        limit = limit or workload.limit_cpus
-        request = request or workload.request_cpus
-        got = pod_windows(workload, since, window.data_dir, until=opts.until)
-        if not got.windows:
-            raise CliError("; ".join(got.missing))
-        if len(got.windows) > 1:
-            raise CliError(f"{workload.ref} has {len(got.windows)} recorded pods: the HPA "
-                           "replay takes the whole load from one window, and the pods' "
-                           "windows are not summed; give the window of one (--timeline)")
-        path = got.recordings[0].path
-    else:
-        path = opts.timeline
-    replayed = load_replay(path, window.requests_from, window.period_ms)
-    if limit is None:
-        limit = next((c for c in replayed.recording.limits if c is not None), None)
-    if limit is None:
-        raise CliError(f"{path}: the record shows no limit: give each replica's with "
-                       "--hpa-limit CPUS")
-    if request is None:
-        raise CliError("--hpa-request CPUS: the HPA's utilization is of each replica's CPU "
-                       "request, and the record does not say it")
-    if (problem := rule.problem()) is not None:
-        raise CliError(problem)
-    asked = HpaAsked(rule, limit, request, 30.0 if opts.ready_after is None else
-                     opts.ready_after, source=source)
-    answer = hpa_answer(replayed, target, asked, round((window.burst_ms or 0.0) * 1e6),
-                        window.requests_from)
+    given = HpaGiven(opts.hpa_target, opts.hpa, opts.min, opts.max, opts.hpa_limit,
+                     opts.hpa_request, opts.ready_after)
+    answer = hpa_over(given, target, window, timeline=opts.timeline, k8s=opts.k8s,
+                      since_s=since, until=opts.until)
     said = answer.to_dict()
-    if opts.json:
-        from client.data.jsonsafe import json_ready
-        print(json.dumps(json_ready(said), indent=2))
-    else:
-        print(format_hpa(said))
+    print(json.dumps(json_ready(said), indent=2) if opts.json else format_hpa(said))
     return EXIT_OK if answer.met else EXIT_NOT_MET
