@@ -34,7 +34,8 @@ from client.advise import AdviseError
 from client.advise.answer import Answer
 from client.advise.search import Rules, Search
 from client.analysis.advise import (SAVING, Advice, Alternative, UsageResult,
-                                    alternative_guesses, conclude, needs_repeat, shape,
+                                    alternative_guesses, conclude, floor_millicores,
+                                    needs_repeat, shape,
                                     to_confirm, to_recheck, unmet_reason, unthrottled_miss,
                                     verdicts)
 from client.analysis.advise_model import (ModelPoint, Profile, build_profile, model_curve,
@@ -56,7 +57,7 @@ from client.run.record import RecordedRun, load_average
 from client.run.usage import UsageSample
 from cpuquota.limit import Limit
 
-__all__ = ["LESS", "Advisor", "Asked", "Hooks", "save_answer"]
+__all__ = ["LESS", "Advisor", "Asked", "Hooks", "save_answer", "span"]
 
 LESS = 0.75        # on a running service: "what 25 % less does"
 
@@ -342,3 +343,17 @@ def save_answer(answer: Answer, folder: Path, stem: str, *, less: Measured | Non
         path.write_text(json.dumps(answer.to_dict(), indent=2, allow_nan=False) + "\n",
                         encoding="utf-8")
     return [picture, tables, path]
+
+
+def span(at: AtLimit, period_ms: float, burst_ms: float) -> tuple[int, int, str]:
+    """The limits the search may try: the floor and the ceiling (millicores), the ceiling's
+    words; a service that cannot be given them is a one-line ``AdviseError``."""
+    limit_of, floor = shape(period_ms, burst_ms), floor_millicores(period_ms)
+    try:
+        ceiling, ceiling_words = at.ceiling(limit_of)
+        at.check([limit_of(floor)])
+    except ValueError as exc:
+        raise AdviseError(str(exc)) from None
+    if problem := at.problem():
+        raise AdviseError(problem)
+    return floor, ceiling, ceiling_words

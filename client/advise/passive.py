@@ -35,8 +35,8 @@ from client.run.timeline_record import TimelineSpec, record_timeline
 from cpuquota.account import CpuStat
 
 __all__ = ["UNSEEN_SHARE", "WHAT_TO_GIVE", "Replays", "Window", "advise_timeline", "bounds",
-           "hidden_throughout", "record_window", "saving_replays", "search", "unanswered",
-           "unseen"]
+           "hidden_throughout", "record_cgroup", "record_window", "saving_replays", "search",
+           "unanswered", "unseen"]
 
 UNSEEN_SHARE = 0.05   # fewer unthrottled periods than this share: no stretch shows the demand
 SHIFT = 0.25          # the requests whose CPU is not known: drawn this share of ranks either way
@@ -106,6 +106,21 @@ def record_window(target: ServiceGroup, window: Window, duration_s: float, inter
     except OSError as exc:
         raise AdviseError(f"cannot write {spec.csv_path}: {exc.strerror or exc}") from None
     return spec.csv_path
+
+
+def record_cgroup(spec: str, window: Window, duration_s: float, interval_s: float,
+                  command: Sequence[str], say: Callable[[str], None]) -> Path:
+    """``--cgroup TARGET --duration S``: the group resolved (the window's name checked
+    first) and recorded (:func:`record_window`); its timeline's path."""
+    from client.run.service_group import resolve_cgroup
+
+    if problem := check_file_name(window.prefix()):   # the name first, as always
+        raise AdviseError(problem)
+    try:
+        group = resolve_cgroup(spec, pod_uid=None)
+    except ServiceGroupError as exc:
+        raise AdviseError(str(exc)) from None
+    return record_window(group, window, duration_s, interval_s, command, say)
 
 
 def advise_timeline(timeline: Path, target: LatencyGoal, window: Window) -> Answer:

@@ -36,7 +36,7 @@ from client.analysis.spread import (RANDOM, SEED, Sizing, least, pooled_rows, sp
 from client.run.k8s_workloads import Fetched, Workload
 
 __all__ = ["MOST_REPLICAS", "Sized", "Spread", "check_counts", "replicas_timeline",
-           "replicas_workload", "spread_replays"]
+           "replicas_workload", "save_sized", "spread_of", "spread_replays"]
 
 MOST_REPLICAS = 64   # the most replicas a list may ask for
 
@@ -226,3 +226,29 @@ def check_counts(counts: Sequence[int]) -> str | None:
     if (most := max(counts)) > MOST_REPLICAS:
         return f"--replicas: {most} is more than {MOST_REPLICAS} replicas"
     return None
+
+
+def spread_of(counts: Sequence[int], how: str | None, seed: int | None) -> Spread:
+    """``--replicas``, ``--spread`` and ``--seed`` checked (one line each): the spread."""
+    if problem := check_counts(counts):
+        raise AdviseError(problem)
+    how = how or RANDOM
+    if seed is not None and how != RANDOM:
+        raise AdviseError(f"--seed goes with --spread random (--spread {how} has no picks)")
+    return Spread(tuple(counts), how, SEED if seed is None else seed)
+
+
+def save_sized(sized: Sized, pictures_dir: Path, prefix: str) -> dict[str, Any]:
+    """The answer's dict with its picture (``<pictures_dir>/<prefix>-replicas.png``) saved
+    and named (``picture``)."""
+    from client.data.files import FileWriteError
+    from client.data.naming import sweep_stem
+    from client.render.replicas import save_sizing_figure
+
+    answer = sized.to_dict()
+    try:
+        picture = save_sizing_figure(answer, pictures_dir / f"{sweep_stem(prefix, 'replicas')}.png")
+    except FileWriteError as exc:
+        raise AdviseError(str(exc)) from None
+    answer["picture"] = str(picture)
+    return answer

@@ -30,13 +30,17 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from client.advise import AdviseError
-from client.advise.live import LESS, Advisor, Asked, Hooks, save_answer
-from client.analysis.advise import floor_millicores, shape
+from client.advise.answer import Answer
+from client.advise.cluster import DEFAULT_SINCE_S
+from client.advise.live import LESS, Advisor, Asked, Hooks, save_answer, span
+from client.advise.passive import Window, record_cgroup
+from client.advise.replicas import save_sized, spread_of
+from client.advise.sources import Source, passive_over, replicas_over
+from client.advise.vpa import vpa_check
 from client.analysis.goal import LatencyGoal
-from client.analysis.spread import RANDOM, SEED, SPREADS
+from client.analysis.spread import SEED, SPREADS
 from client.commands.common import (EXIT_INTERRUPTED, EXIT_OK, add_inplace_arguments,
                                     add_load_arguments, add_target_arguments, at_limit_from,
                                     check_folders, check_inplace_options, plan_from,
@@ -53,9 +57,6 @@ from client.run.at_limit import AtLimit, InPlaceError
 from client.run.limiters import LimiterError
 from client.run.recorder import stop_on_terminate
 from cpuquota.limit import DEFAULT_PERIOD_MS
-
-if TYPE_CHECKING:
-    from client.advise.passive import Window
 
 __all__ = ["EXIT_NOT_MET", "LESS", "build_advise_parser", "command_advise", "goal_from"]
 
@@ -164,6 +165,21 @@ def goal_from(opts: argparse.Namespace) -> LatencyGoal:
     return target
 
 
+HPA_FLAGS = (("--hpa-target", "hpa_target"), ("--hpa", "hpa"), ("--min", "min"),
+             ("--max", "max"), ("--hpa-limit", "hpa_limit"), ("--hpa-request", "hpa_request"),
+             ("--ready-after", "ready_after"))
+PASSIVE_FLAGS = (("--timeline", "timeline"), ("--requests-from", "requests_from"),
+                 ("--start", "start"), ("--no-align", "no_align"), ("--since", "since"),
+                 ("--until", "until"), ("--replicas", "replicas"), ("--spread", "spread"),
+                 ("--seed", "seed"), *HPA_FLAGS)
+
+
+def given(opts: argparse.Namespace, flags: tuple[tuple[str, str], ...]) -> list[str]:
+    """The ``flags`` the command line gave (a switch: set)."""
+    return [flag for flag, name in flags
+            if (value := getattr(opts, name)) is not None and value is not False]
+
+
 def command_advise(argv: list[str]) -> int:
     try:
         return _advise(argv)
@@ -175,21 +191,7 @@ def _advise(argv: list[str]) -> int:
     opts = build_advise_parser().parse_args(argv)
     if opts.passive:
         return advise_passive(opts, argv, goal_from(opts))
-    passive_only = [flag for flag, value in (("--timeline", opts.timeline),
-                                             ("--requests-from", opts.requests_from),
-                                             ("--start", opts.start),
-                                             ("--no-align", opts.no_align or None),
-                                             ("--since", opts.since), ("--until", opts.until),
-                                             ("--replicas", opts.replicas),
-                                             ("--spread", opts.spread), ("--seed", opts.seed),
-                                             ("--hpa-target", opts.hpa_target),
-                                             ("--hpa", opts.hpa or None), ("--min", opts.min),
-                                             ("--max", opts.max),
-                                             ("--hpa-limit", opts.hpa_limit),
-                                             ("--hpa-request", opts.hpa_request),
-                                             ("--ready-after", opts.ready_after))
-                    if value is not None]
-    if passive_only:
+    if passive_only := given(opts, PASSIVE_FLAGS):
         raise CliError(f"{', '.join(passive_only)}: with --passive only (a recorded window)")
     if not check_inplace_options(opts) and opts.iterations is None:
         opts.iterations = DEFAULT_ITERATIONS   # burn-service's work per request
@@ -205,7 +207,8 @@ def _advise(argv: list[str]) -> int:
         raise CliError(f"--apply patches a Kubernetes Deployment: {at.spec} is not a pod of one "
                        "(see 'To keep it' in the answer)")
     if at.capabilities.patches:   # a Deployment's pod: is a VPA changing its limit too?
-        stop_at_vpa(opts, str(at.names["namespace"]), "Deployment", str(at.names["owner"]))
+        say_vpa(vpa_check(str(at.names["namespace"]), "Deployment", str(at.names["owner"]),
+                          opts.despite_vpa))
     asked = Asked(plan, target, prefix, started, opts.data_dir,
                   span(at, period_ms, opts.burst_ms), period_ms, opts.burst_ms, opts.warmup,
                   opts.profile_seconds, opts.max_runs, opts.alternatives)
@@ -213,92 +216,80 @@ def _advise(argv: list[str]) -> int:
         if why_not_kernel:
             print(f"advise: in-process throttle (no kernel quota here: {why_not_kernel})")
         advisor = Advisor(asked, at, Hooks(lambda line: print(line, flush=True), RunProgress))
-        try:
-            with stop_on_terminate(), at.holding():
-                advice = advisor.advise()
-                if opts.keep and advice.recommended is not None:
-                    at.keep(advice.recommended)
-        except KeyboardInterrupt:
-            print(f"\nhttp-timing advise: interrupted after {len(advisor.runs)} run(s); every "
-                  f"completed request is saved in {opts.data_dir}", file=sys.stderr)
-            if advisor.runs:
-                print(format_runs_table(advisor.runs), end="", file=sys.stderr)
-            return EXIT_INTERRUPTED
-        except InPlaceError as exc:   # the limit could not be put back
-            raise CliError(str(exc)) from None
-        if opts.apply and advice.recommended is not None:
-            try:
-                advisor.applied = at.patch_for_good(advice.recommended)
-            except LimiterError as exc:
-                raise CliError(str(exc)) from None
-            print(f"in place: {advisor.applied}", flush=True)
-        answer, words = advisor.answer(advice), advisor.words(advice)
-        files = save_answer(answer, opts.pictures_dir, sweep_stem(prefix, "advise"),
-                            less=advisor.less, words=words)
-        if not opts.json:
-            print()
-            print(format_advice(advice), end="")
-            print(words, end="")
-            print(f"\n{len(advice.runs) + (1 if advisor.less else 0)} runs in "
-                  f"{time.monotonic() - advisor.began:.0f} s; raw data in {opts.data_dir}; "
-                  + ", ".join(map(str, files)))
+        answer = advise_live(opts, advisor, at)
+    if answer is None:
+        return EXIT_INTERRUPTED
     if opts.json:
         print(json.dumps(answer.to_dict(), indent=2, allow_nan=False))
     return EXIT_OK if answer.met else EXIT_NOT_MET
 
 
-def stop_at_vpa(opts: argparse.Namespace, namespace: str, kind: str, name: str) -> None:
-    """Stop (one line, exit 2) where a VPA in an updating mode targets the workload, unless
-    ``--despite-vpa``: the VPA would change the limit again. With it, one line says so."""
-    from client.run.k8s_vpa import VpaError, updating_vpa, vpa_refusal
-    from client.run.kube_api import KubeError
-
+def advise_live(opts: argparse.Namespace, advisor: Advisor, at: AtLimit) -> Answer | None:
+    """The search run (``--keep``, ``--apply``: the answer left or patched), its answer
+    saved and said; None: interrupted (the runs so far said)."""
     try:
-        vpa = updating_vpa(namespace, kind, name)
-    except (VpaError, KubeError) as exc:
-        if opts.despite_vpa:
-            return
-        raise CliError(f"cannot tell whether a VPA targets {namespace}/{kind.lower()}/{name}: "
-                       f"{exc}; --despite-vpa goes on without knowing") from None
-    if vpa is None:
-        return
-    if not opts.despite_vpa:
-        raise CliError(vpa_refusal(vpa))
-    print(f"advise: --despite-vpa: {vpa.words()} targets {namespace}/{kind.lower()}/{name} "
-          "and may change its limit meanwhile", file=sys.stderr, flush=True)
-
-
-def span(at: AtLimit, period_ms: float, burst_ms: float) -> tuple[int, int, str]:
-    """The limits the search may try: the floor and the ceiling (millicores), the ceiling's
-    words; a service that cannot be given them is a one-line ``CliError``."""
-    limit_of, floor = shape(period_ms, burst_ms), floor_millicores(period_ms)
-    try:
-        ceiling, ceiling_words = at.ceiling(limit_of)
-        at.check([limit_of(floor)])
-    except ValueError as exc:
+        with stop_on_terminate(), at.holding():
+            advice = advisor.advise()
+            if opts.keep and advice.recommended is not None:
+                at.keep(advice.recommended)
+    except KeyboardInterrupt:
+        print(f"\nhttp-timing advise: interrupted after {len(advisor.runs)} run(s); every "
+              f"completed request is saved in {opts.data_dir}", file=sys.stderr)
+        if advisor.runs:
+            print(format_runs_table(advisor.runs), end="", file=sys.stderr)
+        return None
+    except InPlaceError as exc:   # the limit could not be put back
         raise CliError(str(exc)) from None
-    if problem := at.problem():
-        raise CliError(problem)
-    return floor, ceiling, ceiling_words
+    if opts.apply and advice.recommended is not None:
+        try:
+            advisor.applied = at.patch_for_good(advice.recommended)
+        except LimiterError as exc:
+            raise CliError(str(exc)) from None
+        print(f"in place: {advisor.applied}", flush=True)
+    answer, words = advisor.answer(advice), advisor.words(advice)
+    files = save_answer(answer, opts.pictures_dir, sweep_stem(advisor.asked.prefix, "advise"),
+                        less=advisor.less, words=words)
+    if not opts.json:
+        print()
+        print(format_advice(advice), end="")
+        print(words, end="")
+        print(f"\n{len(advice.runs) + (1 if advisor.less else 0)} runs in "
+              f"{time.monotonic() - advisor.began:.0f} s; raw data in {opts.data_dir}; "
+              + ", ".join(map(str, files)))
+    return answer
+
+
+def say_vpa(line: str | None) -> None:
+    """``--despite-vpa``'s line that a VPA may change the limit meanwhile, on stderr."""
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
+
+
+def check_until(opts: argparse.Namespace) -> None:
+    """``--until`` with ``--k8s``: not in the future."""
+    if opts.k8s is not None and opts.until is not None and opts.until > time.time():
+        raise CliError(f"--until {iso_utc(opts.until)} is in the future")
+
+
+def source_of(opts: argparse.Namespace, argv: list[str], window: Window, since: float
+              ) -> Source:
+    """Where the options say the window is (``--cgroup``: recorded when asked for)."""
+    def record() -> Path:
+        return record_cgroup(opts.cgroup, window, opts.duration, opts.cgroup_interval,
+                             ("http-timing", "advise", *argv), lambda line: print(
+                                 line, file=sys.stderr if opts.json else sys.stdout, flush=True))
+
+    return Source(opts.timeline, opts.k8s, since, opts.until, record)
 
 
 def advise_passive(opts: argparse.Namespace, argv: list[str], target: LatencyGoal) -> int:
     """``--passive``: the answer from the replay of a recorded window (no resize, no load)."""
-    from client.advise.cluster import DEFAULT_SINCE_S, advise_workload, recorded_workload
-    from client.advise.passive import Window, advise_timeline, record_window
-    from client.commands.common import service_group
-
     if problem := passive_problem(opts):
         raise CliError(problem)
     window = Window(opts.requests_from, opts.period_ms, opts.burst_ms, opts.name, opts.data_dir,
                     None if opts.start is None else round(opts.start * 1e9), not opts.no_align)
     since = DEFAULT_SINCE_S if opts.since is None else opts.since
-    hpa_given = [flag for flag, value in (
-        ("--hpa-target", opts.hpa_target), ("--hpa", opts.hpa or None), ("--min", opts.min),
-        ("--max", opts.max), ("--hpa-limit", opts.hpa_limit),
-        ("--hpa-request", opts.hpa_request), ("--ready-after", opts.ready_after))
-        if value is not None]
-    if hpa_given and opts.hpa_target is None and not opts.hpa:
+    if (hpa_given := given(opts, HPA_FLAGS)) and opts.hpa_target is None and not opts.hpa:
         raise CliError(f"{', '.join(hpa_given)}: with --hpa-target PCT, or --hpa (the "
                        "workload's own HPA, with --k8s)")
     if hpa_given:
@@ -307,91 +298,46 @@ def advise_passive(opts: argparse.Namespace, argv: list[str], target: LatencyGoa
                            "replicas)")
         return advise_hpa(opts, window, since, target)
     if opts.replicas is not None:
-        return advise_replicas(opts, argv, window, since, target)
+        return advise_replicas(opts, source_of(opts, argv, window, since), window, target)
     for flag, value in (("--spread", opts.spread), ("--seed", opts.seed)):
         if value is not None:
             raise CliError(f"{flag} goes with --replicas (how the load is spread over them)")
-    if opts.k8s is not None:
-        if opts.until is not None and opts.until > time.time():
-            raise CliError(f"--until {iso_utc(opts.until)} is in the future")
-        workload = recorded_workload(opts.k8s)
-        stop_at_vpa(opts, workload.ref.namespace, workload.ref.kind, workload.ref.name)
-        answer = advise_workload(workload, since, opts.until, target, window)
-    elif opts.timeline is not None:
-        answer = advise_timeline(opts.timeline, target, window)
-    else:
-        if problem := check_file_name(window.prefix()):   # the name first, as always
-            raise CliError(problem)
-        group = service_group(opts.cgroup, None)
-        assert group is not None
-        path = record_window(group, window, opts.duration, opts.cgroup_interval,
-                             ("http-timing", "advise", *argv), lambda line: print(
-                                 line, file=sys.stderr if opts.json else sys.stdout, flush=True))
-        answer = advise_timeline(path, target, window)
+    check_until(opts)
+    answer = passive_over(source_of(opts, argv, window, since), target, window,
+                          despite_vpa=opts.despite_vpa, say=say_vpa)
     if opts.json:
         print(json.dumps(answer.to_json(), indent=2))
         return EXIT_OK if answer.met else EXIT_NOT_MET
-    said = answer.to_dict()
     if answer.workload is not None:
         print("\n".join(format_workload(answer.workload, f"the last {since:g} s" if opts.until
                                         is None else f"the {since:g} s to {iso_utc(opts.until)}")))
-    print(format_passive(said))
+    print(format_passive(answer.to_dict()))
     if answer.runs:
         at = answer.advice.at
         print(format_predicted_runs(answer.runs, None if at is None else at.millicores))
     return EXIT_OK if answer.met else EXIT_NOT_MET
 
 
-def advise_replicas(opts: argparse.Namespace, argv: list[str], window: Window, since: float,
+def advise_replicas(opts: argparse.Namespace, source: Source, window: Window,
                     target: LatencyGoal) -> int:
     """``--passive --replicas``: each replica count's smallest limit, the least total; the
     table (or the JSON) and the picture (``<pictures-dir>/<prefix>-replicas.png``)."""
-    from client.advise.cluster import recorded_workload
-    from client.advise.replicas import Spread, check_counts, replicas_timeline, replicas_workload
-    from client.data.files import FileWriteError
-    from client.render.replicas import format_sizing, save_sizing_figure
+    from client.data.jsonsafe import json_ready
+    from client.render.replicas import format_sizing
 
-    counts = tuple(sorted(parse_counts(opts.replicas)))
-    if problem := check_counts(counts):
-        raise CliError(problem)
-    how = opts.spread or RANDOM
-    if opts.seed is not None and how != RANDOM:
-        raise CliError(f"--seed goes with --spread random (--spread {how} has no picks)")
-    spread = Spread(counts, how, SEED if opts.seed is None else opts.seed)
+    spread = spread_of(sorted(parse_counts(opts.replicas)), opts.spread, opts.seed)
     prefix = window.prefix()
     if problem := check_file_name(prefix, prefix=True):
         raise CliError(problem)
     check_folders(opts)
-    if opts.k8s is not None:
-        if opts.until is not None and opts.until > time.time():
-            raise CliError(f"--until {iso_utc(opts.until)} is in the future")
-        sized = replicas_workload(recorded_workload(opts.k8s), since, opts.until, target,
-                                  window, spread)
-    elif opts.timeline is not None:
-        sized = replicas_timeline(opts.timeline, target, window, spread)
-    else:
-        from client.advise.passive import record_window
-        from client.commands.common import service_group
-
-        group = service_group(opts.cgroup, None)
-        assert group is not None
-        path = record_window(group, window, opts.duration, opts.cgroup_interval,
-                             ("http-timing", "advise", *argv), lambda line: print(
-                                 line, file=sys.stderr if opts.json else sys.stdout, flush=True))
-        sized = replicas_timeline(path, target, window, spread)
-    answer = sized.to_dict()
-    try:
-        picture = save_sizing_figure(answer, opts.pictures_dir
-                                     / f"{sweep_stem(prefix, 'replicas')}.png")
-    except FileWriteError as exc:
-        raise CliError(str(exc)) from None
-    answer["picture"] = str(picture)
+    check_until(opts)
+    sized = replicas_over(source, target, window, spread)
+    answer = save_sized(sized, opts.pictures_dir, prefix)
     if opts.json:
-        from client.data.jsonsafe import json_ready
         print(json.dumps(json_ready(answer), indent=2))
     else:
         print(format_sizing(answer))
-        print(f"picture: {picture}")
+        print(f"picture: {answer['picture']}")
     return EXIT_OK if sized.met else EXIT_NOT_MET
 
 
