@@ -40,13 +40,13 @@ from client.advise.replicas import save_sized, spread_of
 from client.advise.sources import Source, passive_over, replicas_over
 from client.advise.vpa import vpa_check
 from client.analysis.goal import LatencyGoal
-from client.analysis.spread import SEED, SPREADS
 from client.commands.common import (EXIT_INTERRUPTED, EXIT_OK, add_inplace_arguments,
                                     add_load_arguments, add_target_arguments, at_limit_from,
                                     check_folders, check_inplace_options, plan_from,
                                     show_stopped)
-from client.commands.options import (CliError, OneLineParser, duration, instant, int_at_least,
-                                     iso_utc, number_above, number_at_least, parse_counts,
+from client.commands.options import (HPA_FLAGS, PASSIVE_FLAGS, CliError, OneLineParser,
+                                     add_passive_arguments, given, int_at_least, iso_utc,
+                                     number_above, number_at_least, parse_counts,
                                      passive_problem)
 from client.data.naming import check_file_name, sweep_stem
 from client.data.request import DEFAULT_ITERATIONS
@@ -95,61 +95,7 @@ def build_advise_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true",
                         help="print the answer as JSON (progress goes to stderr)")
     add_inplace_arguments(parser, keep=True)
-    passive = parser.add_argument_group(
-        "without touching the service (--passive: no resize, no load)")
-    passive.add_argument("--passive", action="store_true",
-                         help="answer from the replay of a recorded window "
-                         "(client.analysis.replay): --timeline FILE, or --cgroup TARGET "
-                         "--duration S to record it first")
-    passive.add_argument("--timeline", type=Path, metavar="NAME.cgroup.csv",
-                         help="with --passive: the recorded window (http-timing record's, a "
-                         "--cgroup run's, the node agent's)")
-    passive.add_argument("--requests-from", type=Path, metavar="FILE",
-                         help="with --passive: the window's requests (a run's CSV, a load "
-                         "tool's file or an access log, as import reads them); without, the "
-                         "added delay of a random arrival is judged")
-    passive.add_argument("--start", type=instant, metavar="EPOCH",
-                         help="with --passive --requests-from a file of relative times (hey, "
-                         "oha): the tool's start, Unix seconds (date +%%s.%%N just before it "
-                         "ran); the requests are then lined up with the throttling, as "
-                         "import lines them up")
-    passive.add_argument("--no-align", action="store_true",
-                         help="with --start: keep the stated clock (do not apply the shift that "
-                         "lines the slow requests up with the throttling)")
-    passive.add_argument("--since", type=duration, metavar="DURATION",
-                         help="with --passive --k8s NS/KIND/NAME: the window the node agent "
-                         "recorded, the last DURATION (90s, 10m, 1h; default 10m)")
-    passive.add_argument("--until", type=instant, metavar="TIME",
-                         help="with --passive --k8s NS/KIND/NAME: the window ends at TIME "
-                         "(unix seconds, or ISO 8601 with its zone: 2026-11-28T14:00:00Z) "
-                         "instead of now")
-    passive.add_argument("--replicas", metavar="N,N,...",
-                         help="with --passive: for each replica count, the smallest limit "
-                         "each that meets the target with the recorded load spread over them, "
-                         "and the least total (e.g. 1,2,3,4)")
-    passive.add_argument("--spread", choices=SPREADS, default=None,
-                         help="with --replicas: how the Service spreads the connections: "
-                         "random (default; kube-proxy's iptables mode) or round-robin (IPVS rr)")
-    passive.add_argument("--seed", type=int_at_least(0), default=None, metavar="N",
-                         help=f"with --spread random: the picks' seed (default {SEED})")
-    hpa = parser.add_argument_group(
-        "the HPA over the window (--passive: the replicas its rule runs, the p99 they give)")
-    hpa.add_argument("--hpa-target", type=int_at_least(1), metavar="PCT",
-                     help="replay an HPA with this CPU utilization target (%% of the request)")
-    hpa.add_argument("--hpa", action="store_true",
-                     help="with --k8s NS/KIND/NAME: replay the workload's own HPA "
-                     "(autoscaling/v2, a CPU utilization target)")
-    hpa.add_argument("--min", type=int_at_least(1), metavar="N",
-                     help="the HPA's minReplicas (default 1, or the cluster HPA's)")
-    hpa.add_argument("--max", type=int_at_least(1), metavar="N",
-                     help="the HPA's maxReplicas (default 10, or the cluster HPA's)")
-    hpa.add_argument("--hpa-limit", type=number_above(0), metavar="CPUS",
-                     help="each replica's CPU limit (default: the record's)")
-    hpa.add_argument("--hpa-request", type=number_above(0), metavar="CPUS",
-                     help="each replica's CPU request, what the utilization is of (default: "
-                     "the workload's)")
-    hpa.add_argument("--ready-after", type=number_at_least(0), default=None, metavar="S",
-                     help="a new replica serves S seconds after the HPA makes it (default 30)")
+    add_passive_arguments(parser)
     return parser
 
 
@@ -163,21 +109,6 @@ def goal_from(opts: argparse.Namespace) -> LatencyGoal:
         raise CliError(f"--p99 {opts.p99:g} ms is not below --timeout {opts.timeout:g} s: a "
                        "request that slow counts as failed")
     return target
-
-
-HPA_FLAGS = (("--hpa-target", "hpa_target"), ("--hpa", "hpa"), ("--min", "min"),
-             ("--max", "max"), ("--hpa-limit", "hpa_limit"), ("--hpa-request", "hpa_request"),
-             ("--ready-after", "ready_after"))
-PASSIVE_FLAGS = (("--timeline", "timeline"), ("--requests-from", "requests_from"),
-                 ("--start", "start"), ("--no-align", "no_align"), ("--since", "since"),
-                 ("--until", "until"), ("--replicas", "replicas"), ("--spread", "spread"),
-                 ("--seed", "seed"), *HPA_FLAGS)
-
-
-def given(opts: argparse.Namespace, flags: tuple[tuple[str, str], ...]) -> list[str]:
-    """The ``flags`` the command line gave (a switch: set)."""
-    return [flag for flag, name in flags
-            if (value := getattr(opts, name)) is not None and value is not False]
 
 
 def command_advise(argv: list[str]) -> int:
