@@ -7,7 +7,10 @@ are parsed.
 - :mod:`client.advise.live`: the live advice (:class:`client.advise.live.Advisor`), each limit
   judged by a run of a :class:`client.run.at_limit.AtLimit`;
 - :mod:`client.advise.passive`: ``advise --passive``, each limit judged by the replay of a
-  recorded window;
+  recorded window; :mod:`client.advise.sources`: where that window comes from (a timeline, a
+  workload's pods, a group recorded now); :mod:`client.advise.replicas` and
+  :mod:`client.advise.hpa`: the replica counts, the HPA's rule over it;
+- :mod:`client.advise.vpa`: the VPA that would change the limit, which stops the advice;
 - :mod:`client.advise.replay`: the replay's inputs read from their files
   (:func:`client.advise.replay.load_replay`), and the replay as a limit
   (:mod:`client.advise.replayed_limit`);
