@@ -8,19 +8,30 @@ is within 10 % of the largest that missed below it), each limit judged by its re
 of a run: with the recorded requests, their predicted p99 (and p90); without them, the added
 delay of a request arriving at a random instant (its p99 and p90). A target the replay without
 any limit misses is no limit's to meet: no recommendation, and the reason.
+
+The requests are judged as live advise judges a run's (``client.analysis.goal.judge_requests``):
+a predicted request over the target that no throttle of its replay delayed (its replayed span
+overlaps no stretch the replay sat throttled) is slow without throttling, what the record
+showed of it (the machine's other load, a wait that is not the quota), and is taken as the
+replay's median undelayed request.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from client.analysis.goal import LatencyGoal
 from client.analysis.passive_range import Range, tail_ms
 from client.analysis.replay import MS, LimitRow
+from client.data.summary import percentile
 
-__all__ = ["LESS", "JudgedReplay", "PassiveAdvice", "RowJudge", "judge", "judge_tail"]
+__all__ = ["LESS", "JudgedReplay", "PassiveAdvice", "RowJudge", "judge", "judge_tail",
+           "judged_latencies_ms"]
 
 LESS = 0.75   # the answer is shown beside a limit 25 % lower
 
@@ -41,11 +52,47 @@ class JudgedReplay:
         return {**self.row.to_dict(), "met": self.met, "missed": list(self.missed)}
 
 
+def delayed_in_replay(row: LimitRow) -> list[bool] | None:
+    """Whether a throttle of the replay delayed each predicted request: its span (sent, sent
+    plus its latency) overlaps a stretch the replay sat throttled (None: the row has no send
+    times, so it cannot say)."""
+    if row.latencies_ns is None or row.sent_ns is None:
+        return None
+    stretches = sorted(row.replayed.stretches)
+    starts = [s for s, _e in stretches]
+    ends = [e for _s, e in stretches]
+    longest = [0] * len(ends)   # the latest end among the stretches up to each one
+    for k, e in enumerate(ends):
+        longest[k] = max(e, longest[k - 1]) if k else e
+    out = []
+    for sent, latency in zip(row.sent_ns, row.latencies_ns):
+        k = bisect.bisect_left(starts, sent + latency) - 1   # the last stretch begun before
+        out.append(k >= 0 and longest[k] > sent)             # its end, and ended after it began
+    return out
+
+
+def judged_latencies_ms(row: LimitRow, target: LatencyGoal) -> list[float]:
+    """The row's predicted latencies (ms) as live advise judges a run's: each over the
+    target's tightest bound that no throttle of the replay delayed set to the median of the
+    undelayed ones (``client.analysis.goal.judge_requests``); without send times, as they
+    are."""
+    values = [v / MS for v in row.latencies_ns or ()]
+    delayed = delayed_in_replay(row)
+    if delayed is None or not values:
+        return values
+    free = [v for v, d in zip(values, delayed) if not d]
+    if not free:
+        return values
+    typical = float(np.median(free))
+    return [typical if v > target.tightest_ms and not d else v for v, d in zip(values, delayed)]
+
+
 def judge(millicores: int | None, row: LimitRow, target: LatencyGoal) -> JudgedReplay:
-    """The row against the target: the requests' predicted p90/p99 when it has them, else the
-    added delay's."""
+    """The row against the target: the requests' predicted p90/p99 as live advise judges a
+    run's (:func:`judged_latencies_ms`) when it has them, else the added delay's."""
     if row.latencies_ns is not None:
-        missed = target.misses(row.latency_ms(90), row.latency_ms(99), None)
+        values = judged_latencies_ms(row, target)
+        missed = target.misses(percentile(values, 90), percentile(values, 99), None)
     else:
         missed = target.misses(row.delay_ms(90), row.delay_ms(99), None)
     return JudgedReplay(millicores, row, missed)
@@ -61,7 +108,7 @@ def judge_tail(side: int) -> RowJudge:
     def judged(millicores: int | None, row: LimitRow, target: LatencyGoal) -> JudgedReplay:
         if row.latencies_ns is None:
             return judge(millicores, row, target)
-        values = [v / MS for v in row.latencies_ns]
+        values = judged_latencies_ms(row, target)
         return JudgedReplay(millicores, row, target.misses(
             tail_ms(values, 90, side), tail_ms(values, 99, side), None))
     return judged

@@ -104,12 +104,18 @@ def split_demand(demand: Demand, share: float) -> Demand:
 def pooled_rows(rows: Sequence[LimitRow]) -> LimitRow:
     """The replicas' replays as one: their requests' latencies together (None: no requests),
     their counters summed, their stretches end to end (a random instant at a random
-    replica)."""
+    replica), each one's send times moved with its stretches."""
     replayed = pooled_replays([row.replayed for row in rows])
     if any(row.latencies_ns is None for row in rows):
         return LimitRow(replayed, None)
+    sent: list[int] = []
+    offset = 0   # each replica's send times moved as pooled_replays moves its stretches
+    for row in rows:
+        lo, hi = row.replayed.window
+        sent += [v - lo + offset for v in row.sent_ns or ()]
+        offset += hi - lo
     return LimitRow(replayed, tuple(v for row in rows for v in row.latencies_ns or ()),
-                    tuple(v for row in rows for v in row.sent_ns or ()))
+                    tuple(sent) if all(row.sent_ns is not None for row in rows) else None)
 
 
 def spread_says(spread: str, seed: int, by_requests: bool, closed: bool | None) -> str:
