@@ -572,7 +572,9 @@ def _draw(demand: Demand, reqs: Sequence[Request],
           cpus: list[float], walls: list[int], shift: float) -> CpuDrawn:
     """Give each request whose CPU the throttled record did not show (see :class:`CpuDrawn`)
     a CPU drawn from the requests' whose CPU it showed (:func:`draw_cpu`), in ``cpus``, and
-    at least that much wall time (on one CPU), in ``walls``; what was done."""
+    at least that much wall time (on one CPU), in ``walls``, at most the donors' median wall
+    per CPU times its CPU (what it takes alone; its latency less its hold, if shorter);
+    what was done."""
     def alone(mine: Sequence[tuple[int, float]]) -> bool:
         return all(weight[k] <= w * (1 + 1e-9) for k, w in mine)
 
@@ -580,7 +582,7 @@ def _draw(demand: Demand, reqs: Sequence[Request],
         return r.held_ns > 0 or held_at_most(demand, r.start_ns, r.start_ns + r.latency_ns) > 0
 
     beside = _beside(reqs)
-    unknown, donors = [], []
+    unknown, donors, paces = [], [], []
     for i, (r, mine) in enumerate(zip(reqs, spans)):
         if r.cpu_ns:
             continue
@@ -592,6 +594,8 @@ def _draw(demand: Demand, reqs: Sequence[Request],
                 unknown.append(i)
         elif shown:
             donors.append(cpus[i])
+            if cpus[i] > 0:
+                paces.append(walls[i] / cpus[i])
     if not unknown or len(donors) < MIN_DONORS:
         return CpuDrawn(len(reqs), len(unknown), 0, len(donors), shift)
     keys = [float(reqs[i].latency_ns - reqs[i].held_ns) + reqs[i].latency_ns * 1e-9
@@ -599,10 +603,16 @@ def _draw(demand: Demand, reqs: Sequence[Request],
     picked = draw_cpu(keys, donors, shift)
     # together they used what their rows show: the distribution's shape, the rows' total
     scale = sum(cpus[i] for i in unknown) / max(1e-9, sum(picked))
+    # the wall a request alone takes a ns of CPU in, as the donors ran: a held request's
+    # latency less its hold also holds its wait behind the backlog the throttles built (the
+    # requests queued while the group ran), which the replay makes again where a limit
+    # builds one (the requests share the group's CPUs), so it is not the request's own
+    pace = max(1.0, sorted(paces)[len(paces) // 2]) if paces else math.inf
     for i, cpu in zip(unknown, (c * scale for c in picked)):
         r = reqs[i]
         cpus[i] = cpu = min(cpu, float(r.latency_ns * demand.cores))
-        walls[i] = max(_unheld(demand, r, cpu), min(r.latency_ns, math.ceil(cpu)))
+        own = min(_unheld(demand, r, cpu), math.ceil(cpu * pace) if cpu > 0 else 0)
+        walls[i] = max(own, min(r.latency_ns, math.ceil(cpu)))
     return CpuDrawn(len(reqs), len(unknown), len(unknown), len(donors), shift)
 
 
