@@ -617,13 +617,19 @@ def _draw(demand: Demand, reqs: Sequence[Request],
 
 
 def _idle_rate(demand: Demand, weight: Sequence[float]) -> float:
-    """The group's CPU per ns of wall time in the window's rows that overlap no request (0
-    without such rows): its own work, which runs beside the requests at the same rate."""
+    """The group's CPU per ns of wall time in the window's rows that overlap no request, the
+    median row's (0 without such rows): its own work, which runs beside the requests at the
+    same rate."""
     ends = (*demand.starts_ns[1:], demand.end_ns)
-    idle = [(e - s, u) for s, e, u, w in zip(demand.starts_ns, ends, demand.used_ns, weight)
-            if not w and e > s]
-    wall = sum(d for d, _u in idle)
-    return sum(u for _d, u in idle) / wall if wall else 0.0
+    rates = sorted(u / (e - s) for s, e, u, w in zip(demand.starts_ns, ends, demand.used_ns,
+                                                      weight) if not w and e > s)
+    if not rates:
+        return 0.0
+    # the median row's: a row beside the requests may hold their CPU (the counters read a
+    # row late or early of the client's clock, the last answer's work), and one such row
+    # would set the rate of every row with requests
+    mid = len(rates) // 2
+    return rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) / 2
 
 
 def _own_shares(reqs: Sequence[Request], spans: Sequence[Sequence[tuple[int, float]]],
