@@ -409,8 +409,11 @@ def replay_kept(work: Path) -> int:
         mine = out / cell.name
         mine.mkdir()
         rows += passive_half(cell, mine)
-    print_table(rows, f"advise --passive (commit {git_head()}) against the live answers "
-                      f"kept in {work}; passive runs in {out}")
+    s = print_table(rows, f"advise --passive (commit {git_head()}) against the live answers "
+                          f"kept in {work}; passive runs in {out}")
+    # a record of its own: the replay as it is now, judged by live answers measured before
+    keep_record("advise_matrix", {"summary": s, "rows": rows, "work": str(work),
+                                  "replayed_kept": True})
     return 0
 
 
