@@ -1,7 +1,8 @@
 """How sure a passive answer is (``client.analysis.passive_range``, ``advise --passive``'s
 ``recommended.range``): the limits that meet the goal under what the record could not show,
 on timelines the tests make up with known answers; a record that cannot show the demand the
-quota hid gets no answer, one line, exit 3."""
+quota hid (throttled throughout, and no requests to share the CPU the kernel counted) gets no
+answer, one line, exit 3."""
 
 from __future__ import annotations
 
@@ -111,26 +112,41 @@ def test_a_tail_decided_by_few_requests_widens_the_range(tmp_path: Path) -> None
     assert span.widened_by and span.widened_by[0].startswith("the tail (20 requests")
 
 
-def test_a_record_throttled_throughout_without_server_timing_gets_no_answer(
+def test_a_record_throttled_throughout_without_its_requests_gets_no_answer(
         tmp_path: Path) -> None:
     # 0.3 CPU, every period throttled: the first 30 ms of each ran, the rest sat throttled
     timeline(tmp_path, 2.0, 0.3, lambda t: 30.0 * (t // PERIOD_MS) + min(30, t % PERIOD_MS),
              lambda p: True)
-    vegeta_csv(tmp_path, [i * 100 for i in range(19)], latency_ms=90)
-    result = http_timing("advise", "--passive", "--timeline", "t.cgroup.csv",
-                         "--requests-from", "r.csv", "--p99", "60", "--json", cwd=tmp_path)
+    result = http_timing("advise", "--passive", "--timeline", "t.cgroup.csv", "--p99", "60",
+                         "--json", cwd=tmp_path)
     assert result.returncode == 3, result.stderr
     data = json.loads(result.stdout)
     assert data["recommended"] is None
     reason = data["reason"]
     assert "\n" not in reason and reason.startswith("t.cgroup.csv: throttled in 20 of its 20")
-    assert "no unthrottled stretch" in reason and "Server-Timing" in reason
-    assert "record a window with unthrottled stretches" in reason   # what to give
-    text = http_timing("advise", "--passive", "--timeline", "t.cgroup.csv",
-                       "--requests-from", "r.csv", "--p99", "60", cwd=tmp_path)
+    assert "no unthrottled stretch" in reason and "no requests were given" in reason
+    assert "--requests-from" in reason   # what to give
+    text = http_timing("advise", "--passive", "--timeline", "t.cgroup.csv", "--p99", "60",
+                       cwd=tmp_path)
     assert text.returncode == 3
     assert [line for line in text.stdout.splitlines()
             if line.startswith("no recommendation: ")] == [f"no recommendation: {reason}"]
+
+
+def test_a_record_throttled_throughout_with_its_requests_uses_the_cpu_the_kernel_counted(
+        tmp_path: Path) -> None:
+    # the same record, and its requests: one every 100 ms, each answered after 90 ms (30 ms
+    # of CPU at the start of its period, then held until the refill); one at a time, so each
+    # one's CPU is its rows' as the kernel counted it, 30 ms: 0.3 CPU runs each unthrottled
+    timeline(tmp_path, 2.0, 0.3, lambda t: 30.0 * (t // PERIOD_MS) + min(30, t % PERIOD_MS),
+             lambda p: True)
+    vegeta_csv(tmp_path, [i * 100 for i in range(19)], latency_ms=90)
+    result = http_timing("advise", "--passive", "--timeline", "t.cgroup.csv",
+                         "--requests-from", "r.csv", "--p99", "60", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["recommended"]["cpus"] == pytest.approx(0.3, abs=0.005)
+    assert data["requests"]["cpu"]["not_known"] == 0   # one at a time: each its rows' CPU
 
 
 def test_a_throttled_record_with_unthrottled_stretches_gets_an_answer_and_a_range(

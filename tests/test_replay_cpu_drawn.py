@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from client.analysis.replay import (MIN_DONORS, Request, demand_of, draw_cpu, load_of,
-                                    replay_load)
+from client.analysis.replay import (BY_WALL, MEAN, MIN_DONORS, ROWS, Request, demand_of,
+                                    draw_cpu, load_of, replay_load)
 from client.data.attribution import held
 from client.data.summary import percentile
 from client.data.timeline import CgroupSample
@@ -51,9 +51,10 @@ def record() -> tuple[list[CgroupSample], list[Request], list[int]]:
     return samples, [Request(s, e - s, h) for (s, e), h in zip(spans, holds)], throttled
 
 
-def write_record(directory: Path) -> None:
+def write_record(directory: Path, first: int = 0) -> None:
     """:func:`record` as files: the group's timeline at 0.3 CPU (t.cgroup.csv, t.json) and
-    its requests in the run format (r.csv), on the clock of tests.test_commands_import."""
+    its requests from the ``first``-th on in the run format (r.csv), on the clock of
+    tests.test_commands_import."""
     from client.data.timeline_meta import (TimelineClock, TimelineMetadata,
                                            write_timeline_metadata)
     from tests.test_commands_import import GROUP, ZERO
@@ -68,7 +69,7 @@ def write_record(directory: Path) -> None:
         host="here"))
     (directory / "r.csv").write_text("".join(
         f"{ZERO + r.start_ns},200,{r.latency_ns},0,78,,,,{i},GET,http://x/y,\n"
-        for i, r in enumerate(requests)))
+        for i, r in enumerate(requests) if i >= first))
 
 
 
@@ -142,3 +143,52 @@ def test_advise_passive_says_what_it_assumed_of_the_cpu_the_record_hid(tmp_path:
     text = http_timing(*args, cwd=tmp_path)
     assert [line for line in text.stdout.splitlines() if line.startswith("requests' CPU: ")
             ] == [f"requests' CPU: {cpu['says']}"]
+
+
+def test_too_few_donors_give_each_hidden_request_the_cpu_per_request_the_kernel_counted(
+        ) -> None:
+    samples, requests, throttled = record()
+    demand = demand_of(samples, PERIOD)
+    cut = 30 - (MIN_DONORS - 1)    # too few of the unthrottled requests left to draw from
+    few = requests[cut:]
+    hidden = [i - cut for i in throttled]
+    loads = {unseen: load_of(demand, few, closed=False, unseen=unseen)
+             for unseen in (MEAN, ROWS, BY_WALL)}
+    load = load_of(demand, few, closed=False)   # the answer's: the mean
+    drawn = load.drawn
+    assert drawn is not None and drawn.unseen == MEAN and not drawn.shape_seen
+    assert drawn.to_dict()["shape_seen"] is False
+    assert "CPU per request the kernel counted" in drawn.says()
+    assert "shape of its distribution was not seen" in drawn.says()
+    # each period's rows show 30 ms for its two requests: 15 ms each, whatever their latency
+    assert [load.jobs[i].cpu_ns for i in hidden] == pytest.approx([15.0 * MS] * len(hidden))
+    for unseen, each in loads.items():   # every way gives out the same CPU the rows show
+        assert sum(each.jobs[i].cpu_ns for i in hidden) == pytest.approx(15 * 30 * MS), unseen
+        assert sum(j.cpu_ns for j in each.jobs) + sum(each.background_ns) == pytest.approx(
+            demand.usage_ns)
+        assert all(each.jobs[i].wall_ns >= each.jobs[i].cpu_ns for i in hidden)
+    # by latency less hold: in proportion to it, the slowest the heaviest (the slow one of
+    # each pair taken as held 10 ms less: it ran 10 ms longer than its partner)
+    longer = [replace(r, held_ns=r.held_ns - 10 * MS) if i in hidden and r.latency_ns == 90 * MS
+              else r for i, r in enumerate(few)]
+    by_wall = load_of(demand, longer, closed=False, unseen=BY_WALL).jobs
+    per_ns = [by_wall[i].cpu_ns / (longer[i].latency_ns - longer[i].held_ns) for i in hidden]
+    assert per_ns == pytest.approx([per_ns[0]] * len(hidden))
+    slow = [i for i in hidden if few[i].latency_ns == 90 * MS]
+    fast = [i for i in hidden if few[i].latency_ns == 40 * MS]
+    assert min(by_wall[i].cpu_ns for i in slow) > max(by_wall[i].cpu_ns for i in fast)
+    assert sum(by_wall[i].cpu_ns for i in hidden) == pytest.approx(15 * 30 * MS)
+
+
+def test_advise_passive_widens_the_range_where_the_shape_of_the_cpu_was_not_seen(
+        tmp_path: Path) -> None:
+    from tests.support import http_timing
+
+    write_record(tmp_path, first=30 - (MIN_DONORS - 1))
+    result = http_timing("advise", "--passive", "--timeline", "t.cgroup.csv",
+                         "--requests-from", "r.csv", "--p99", "200", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["requests"]["cpu"]["shape_seen"] is False
+    widened = " ".join(data["recommended"]["widened_by"])
+    assert "the shape of its distribution was not seen" in widened

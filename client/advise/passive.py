@@ -26,8 +26,8 @@ from client.analysis.goal import LatencyGoal
 from client.analysis.passive import (LESS, JudgedReplay, PassiveAdvice, RowJudge, judge,
                                      judge_tail)
 from client.analysis.passive_range import SIDE, Bound, range_of, tail_covered, tail_needs
-from client.analysis.replay import (MIN_DONORS, Demand, LimitRow, bunched, demand_of, in_flight,
-                                    load_of, replay, replay_load)
+from client.analysis.replay import (BY_WALL, MEAN, MIN_DONORS, ROWS, Demand, LimitRow, bunched,
+                                    demand_of, in_flight, load_of, replay, replay_load)
 from client.data.files import FileWriteError
 from client.data.naming import check_file_name, run_name
 from client.run.service_group import ServiceGroup, ServiceGroupError
@@ -168,33 +168,35 @@ def hidden_throughout(stat: CpuStat) -> bool:
 def unseen(replayed: ReplayInputs) -> str | None:
     """Why the record cannot show the demand the quota hid, in one line (None: it can): it
     sat throttled in (nearly) every period it ran, so no unthrottled stretch shows what the
-    group wanted, and its requests do not carry their own CPU (Server-Timing)."""
+    group wanted, and no requests were given. With its requests it can: the kernel counted
+    the group's CPU over their rows, and each request is given its own (Server-Timing), its
+    rows' (one at a time), one drawn from those that ran unthrottled, or, where too few
+    did, the CPU per request the kernel counted, the range widened by the shape of the
+    distribution not seen (``client.analysis.replay.load_of``, :func:`bounds`)."""
     stat = replayed.demand.recorded
-    if not hidden_throughout(stat):
-        return None
-    requests = replayed.requests
-    if requests and all(r.cpu_ns for r in requests):
+    if not hidden_throughout(stat) or replayed.requests:
         return None
     return (f"{replayed.recording.path}: throttled in {stat.nr_throttled} of its "
-            f"{stat.nr_periods} periods, so no unthrottled stretch shows the CPU the quota hid"
-            f"{', and its requests carry no Server-Timing (cpu;dur=)' if requests else ''}: "
-            f"{WHAT_TO_GIVE}")
+            f"{stat.nr_periods} periods, so no unthrottled stretch shows the CPU the quota hid, "
+            f"and no requests were given to share the CPU the kernel counted: {WHAT_TO_GIVE}")
 
 
-WHAT_TO_GIVE = ("record a window with unthrottled stretches (a higher limit for a while, or a "
-                "lighter load), or give the requests of a server that sends Server-Timing")
+WHAT_TO_GIVE = ("give the window's requests (--requests-from), or record a window with "
+                "unthrottled stretches (a higher limit for a while, or a lighter load)")
 
 
 def plain_replays(replayed: ReplayInputs, demand: Demand, closed: bool | None,
-                  burst_ns: int, shift: float = 0.0) -> Callable[[int | None], LimitRow]:
+                  burst_ns: int, shift: float = 0.0, unseen: str = MEAN
+                  ) -> Callable[[int | None], LimitRow]:
     """Each limit replayed on ``demand`` (the requests' load as ``closed`` says, their CPU
-    drawn ``shift`` ranks up or down: ``load_of``), nothing saved."""
+    drawn ``shift`` ranks up or down, or where no distribution showed, given out as
+    ``unseen`` says: ``load_of``), nothing saved."""
     period_ns = replayed.period_ns
     if replayed.requests is None:
         return lambda millicores: LimitRow(replay(
             demand, None if millicores is None else millicores / 1000, burst_ns, period_ns),
             None)
-    load = load_of(demand, replayed.requests, closed, shift)
+    load = load_of(demand, replayed.requests, closed, shift, unseen)
     return lambda millicores: LimitRow(*replay_load(
         demand, load, None if millicores is None else millicores / 1000, burst_ns, period_ns))
 
@@ -210,7 +212,8 @@ def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start:
     the record was throttled; on coarse rows, each row's CPU wanted at its start (without
     requests; with them, a note of what was taken); the tail's order statistics on either side, with requests,
     and a note where they are too few for their largest to bound the p99; the CPU the
-    record hid drawn a quarter of the ranks lighter and heavier; the loop open and closed,
+    record hid drawn a quarter of the ranks lighter and heavier (where no distribution showed
+    to draw from, given out by each one's rows and by latency less hold, and a note); the loop open and closed,
     where its shape was inferred. ``replays``: each limit's replay of a demand with the
     requests sent as ``closed`` says (None: :func:`plain_replays`)."""
     demand, requests = replayed.demand, replayed.requests
@@ -264,9 +267,14 @@ def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start:
                                      (SHIFT, "drawn a quarter heavier")):
                     out.append(Bound(unknown, words, answer(plain_replays(
                         replayed, demand, replayed.closed, burst_ns, shift))))
-            else:
-                out.append(Bound(unknown, f"their rows' share: fewer than {MIN_DONORS} "
-                                 "unthrottled requests to draw it from", None, note=True))
+            else:   # the kernel's CPU per request each; the shape of its spread not seen
+                for spread, words in ((ROWS, "each its rows' share"),
+                                      (BY_WALL, "by latency less hold, the slowest heaviest")):
+                    out.append(Bound(unknown, words, answer(plain_replays(
+                        replayed, demand, replayed.closed, burst_ns, unseen=spread))))
+                out.append(Bound(unknown, f"each the CPU per request the kernel counted: "
+                                 f"fewer than {MIN_DONORS} ran unthrottled and alone, so the "
+                                 "shape of its distribution was not seen", None, note=True))
         if replayed.closed is None:
             inferred = load_of(demand, requests, None).closed
             other_shape = not inferred

@@ -68,7 +68,7 @@ from client.data.attribution import CounterSample, period_phase, throttle_events
 from client.data.loadshape import CLOSED_GAP_NS, chains, is_closed, time_step
 from cpuquota.account import CpuStat, QuotaAccount
 
-__all__ = ["CLOSED_GAP_NS", "MIN_DONORS", "MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "CpuDrawn",
+__all__ = ["BY_WALL", "CLOSED_GAP_NS", "MEAN", "MIN_DONORS", "ROWS", "MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "CpuDrawn",
            "Demand", "Job", "LimitRow", "Load", "bunched", "draw_cpu",
            "ReplayError", "Replayed", "Request", "added_delay", "demand_of", "held_at_most",
            "in_flight", "load_of",
@@ -78,6 +78,8 @@ MIN_WINDOW_NS = 1_000_000_000   # under a second, a replay says nothing worth re
 MIN_WINDOW_PERIODS = 2
 MS = 1_000_000
 STILL = 0.9                     # a group that ran 0.9 CPU or more in an interval used a CPU
+# too few requests showed their CPU: what those it hid get (:func:`load_of`'s ``unseen``)
+MEAN, ROWS, BY_WALL = "mean", "rows", "by wall"
 
 
 class ReplayError(ValueError):
@@ -439,6 +441,13 @@ class CpuDrawn:
     drawn: int
     donors: int
     shift: float = 0.0
+    unseen: str = MEAN   # too few donors: how the unknown ones were given their rows' CPU
+
+    @property
+    def shape_seen(self) -> bool:
+        """Whether the CPU of every request is the record's or drawn from a distribution it
+        showed (False: too few requests ran unthrottled and alone to show one)."""
+        return not self.unknown or bool(self.drawn)
 
     @property
     def share(self) -> float:
@@ -451,9 +460,14 @@ class CpuDrawn:
             return ("each request's CPU is its rows' (none a throttle held ran beside "
                     "another)")
         if not self.drawn:
+            given = {MEAN: "each is given the CPU per request the kernel counted over their "
+                           "rows (their mean)",
+                     ROWS: "each is given its rows' share",
+                     BY_WALL: "their rows' CPU is given out by latency less hold"}[self.unseen]
             return (f"the CPU of {self.unknown} of {self.count} requests is not known (a "
-                    "throttle held them beside others) and is their rows' share: fewer "
-                    f"than {MIN_DONORS} requests ran unthrottled and alone to draw it from")
+                    f"throttle held them beside others) and {given}: fewer than "
+                    f"{MIN_DONORS} requests ran unthrottled and alone, so the shape of its "
+                    "distribution was not seen")
         return (f"the CPU of {self.drawn} of {self.count} requests a throttle held beside "
                 f"others is drawn from the {self.donors} that ran unthrottled and alone, "
                 "rank for rank by latency less hold, scaled to their rows' CPU (heavy ones "
@@ -461,7 +475,8 @@ class CpuDrawn:
 
     def to_dict(self) -> dict[str, Any]:
         return {"requests": self.count, "not_known": self.unknown, "drawn": self.drawn,
-                "from_unthrottled": self.donors, "says": self.says()}
+                "from_unthrottled": self.donors, "shape_seen": self.shape_seen,
+                "says": self.says()}
 
 
 MIN_DONORS = 10   # fewer unthrottled requests than this: no distribution to draw from
@@ -493,7 +508,7 @@ def _lanes(reqs: Sequence[Request]) -> tuple[list[int | None], list[int]]:
 
 
 def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = None,
-            shift: float = 0.0) -> Load:
+            shift: float = 0.0, unseen: str = MEAN) -> Load:
     """The requests (sorted by start) as work: each one's CPU is the group's usage while it
     ran, an interval's usage shared among the requests overlapping it (by each one's own CPU
     spread over its latency when every request has one, else by overlap); usage that overlaps
@@ -504,7 +519,13 @@ def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = N
     where it lay. ``closed``: whether the requests were sent in a closed loop, when their
     file says (None: read from their gaps). Where the record was throttled and the requests
     do not all carry their own CPU, a request whose CPU it hid gets one drawn from those it
-    showed (:class:`CpuDrawn`; ``shift`` moves the ranks drawn, a bound of the range)."""
+    showed (:class:`CpuDrawn`; ``shift`` moves the ranks drawn, a bound of the range).
+    Where too few requests ran unthrottled and alone to draw from, the shape of the
+    distribution was not seen: ``unseen`` says what those requests are given, together the
+    CPU their rows show (the kernel's count less the background): :data:`MEAN`, each the
+    same, the CPU per request the kernel counted; :data:`ROWS`, each its own rows' share by
+    overlap; :data:`BY_WALL`, each in proportion to its latency less its hold (the slowest
+    the heaviest). The last two are bounds of the range."""
     reqs = sorted(requests, key=lambda r: r.start_ns)
     follows, gaps = _lanes(reqs)
     if closed is None:   # the file does not say: a closed loop sends the next request as soon
@@ -545,7 +566,7 @@ def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = N
     walls = [_unheld(demand, r, cpu) for r, cpu in zip(reqs, cpus)]
     drawn = None
     if not own and demand.throttled_wall_ns > 0:
-        drawn = _draw(demand, reqs, spans, weight, cpus, walls, shift)
+        drawn = _draw(demand, reqs, spans, weight, cpus, walls, shift, unseen)
     jobs = [Job(r.start_ns, wall, cpu, after if closed else None, gap if closed else 0)
             for r, cpu, wall, after, gap in zip(reqs, cpus, walls, follows, gaps)]
     return Load(tuple(jobs), lanes, tuple(background), drawn)
@@ -569,12 +590,13 @@ def _beside(reqs: Sequence[Request]) -> list[bool]:
 
 def _draw(demand: Demand, reqs: Sequence[Request],
           spans: Sequence[Sequence[tuple[int, float]]], weight: Sequence[float],
-          cpus: list[float], walls: list[int], shift: float) -> CpuDrawn:
+          cpus: list[float], walls: list[int], shift: float, unseen: str = MEAN) -> CpuDrawn:
     """Give each request whose CPU the throttled record did not show (see :class:`CpuDrawn`)
     a CPU drawn from the requests' whose CPU it showed (:func:`draw_cpu`), in ``cpus``, and
     at least that much wall time (on one CPU), in ``walls``, at most the donors' median wall
     per CPU times its CPU (what it takes alone; its latency less its hold, if shorter);
-    what was done."""
+    what was done. With fewer than :data:`MIN_DONORS` donors, the CPU their rows show is
+    given out as ``unseen`` says (:func:`load_of`)."""
     def alone(mine: Sequence[tuple[int, float]]) -> bool:
         return all(weight[k] <= w * (1 + 1e-9) for k, w in mine)
 
@@ -596,8 +618,11 @@ def _draw(demand: Demand, reqs: Sequence[Request],
             donors.append(cpus[i])
             if cpus[i] > 0:
                 paces.append(walls[i] / cpus[i])
-    if not unknown or len(donors) < MIN_DONORS:
-        return CpuDrawn(len(reqs), len(unknown), 0, len(donors), shift)
+    if not unknown:
+        return CpuDrawn(len(reqs), 0, 0, len(donors), shift)
+    if len(donors) < MIN_DONORS:
+        _unseen_shape(demand, reqs, unknown, cpus, walls, unseen)
+        return CpuDrawn(len(reqs), len(unknown), 0, len(donors), shift, unseen)
     keys = [float(reqs[i].latency_ns - reqs[i].held_ns) + reqs[i].latency_ns * 1e-9
             for i in unknown]
     picked = draw_cpu(keys, donors, shift)
@@ -614,6 +639,26 @@ def _draw(demand: Demand, reqs: Sequence[Request],
         own = min(_unheld(demand, r, cpu), math.ceil(cpu * pace) if cpu > 0 else 0)
         walls[i] = max(own, min(r.latency_ns, math.ceil(cpu)))
     return CpuDrawn(len(reqs), len(unknown), len(unknown), len(donors), shift)
+
+
+def _unseen_shape(demand: Demand, reqs: Sequence[Request], unknown: Sequence[int],
+                  cpus: list[float], walls: list[int], unseen: str) -> None:
+    """The CPU the rows show for the ``unknown`` requests (their shares in ``cpus``: the
+    kernel's count less the background) given out among them as ``unseen`` says
+    (:func:`load_of`), in ``cpus``; each at least that much wall time (on one CPU), at most
+    its latency, in ``walls``."""
+    if unseen == ROWS:
+        return
+    total = sum(cpus[i] for i in unknown)
+    if unseen == BY_WALL:
+        keys = [float(max(1, reqs[i].latency_ns - reqs[i].held_ns)) for i in unknown]
+    else:
+        keys = [1.0] * len(unknown)
+    whole = sum(keys)
+    for i, key in zip(unknown, keys):
+        r = reqs[i]
+        cpus[i] = cpu = min(total * key / whole, float(r.latency_ns * demand.cores))
+        walls[i] = max(_unheld(demand, r, cpu), min(r.latency_ns, math.ceil(cpu)))
 
 
 def _idle_rate(demand: Demand, weight: Sequence[float]) -> float:
