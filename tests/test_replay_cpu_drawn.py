@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from client.analysis.replay import (BY_WALL, MEAN, MIN_DONORS, ROWS, Request, demand_of,
-                                    draw_cpu, load_of, replay_load)
+                                    draw_cpu, load_of, placed_shift, replay_load)
 from client.data.attribution import held
 from client.data.summary import percentile
 from client.data.timeline import CgroupSample
@@ -91,11 +91,16 @@ def test_a_throttled_records_hidden_cpu_is_drawn_so_heavy_requests_stay_heavy() 
     assert drawn.unknown == drawn.drawn == len(throttled) == 30
     assert "rank for rank" in drawn.says() and "heavy ones stay heavy" in drawn.says()
     cpu = {i: load.jobs[i].cpu_ns for i in throttled}
-    # the unthrottled requests' distribution (a fifth of 20 ms, the rest 2 ms), scaled so
-    # that together they use the 30 ms each period's rows show for its two
-    scale = 15 * 30 / (6 * 20 + 24 * 2)
-    assert sorted(cpu.values()) == pytest.approx(
-        sorted([20.0 * MS * scale] * 6 + [2.0 * MS * scale] * 24))
+    # the unthrottled requests' values (a fifth of 20 ms, the rest 2 ms), as far up their
+    # distribution as the 30 ms each period's rows show for its two puts them (15 ms each on
+    # average: the held were mostly heavy ones), not every value scaled up to that total
+    values = sorted(cpu.values())
+    assert sum(values) == pytest.approx(15 * 30 * MS)
+    heavier = [v for v in values if v > 10 * MS]
+    assert len(heavier) in (21, 22)   # 20 k + 2 (30 - k) = 450 ms: k = 21.7
+    assert heavier == pytest.approx([20.0 * MS] * len(heavier), rel=0.05)
+    assert values[:30 - len(heavier)] == pytest.approx([2.0 * MS] * (30 - len(heavier)),
+                                                       rel=0.05)
     assert sum(j.cpu_ns for j in load.jobs) + sum(load.background_ns) == pytest.approx(
         demand.usage_ns)   # every ns of the rows' CPU is a request's or the background's
     slow = [i for i in throttled if requests[i].latency_ns == 90 * MS]
@@ -109,14 +114,28 @@ def test_a_throttled_records_hidden_cpu_is_drawn_so_heavy_requests_stay_heavy() 
     flat = replace(load, jobs=tuple(
         replace(j, cpu_ns=mean, wall_ns=max(j.wall_ns, math.ceil(mean))) if i in cpu else j
         for i, j in enumerate(load.jobs)))
-    _r, kept, _s = replay_load(demand, load, 0.4)
-    _r, meaned, _s = replay_load(demand, flat, 0.4)
+    _r, kept, _s = replay_load(demand, load, 0.35)
+    _r, meaned, _s = replay_load(demand, flat, 0.35)
 
     def p99(latencies: tuple[int, ...]) -> float:
         return percentile([latencies[i] / MS for i in throttled], 99)
 
-    assert p99(kept) > p99(meaned) + 50   # 0.4 CPU runs the mean pair in a period, not a heavy one
+    assert p99(kept) > p99(meaned) + 50   # 0.35 CPU runs the mean pair in a period, not a heavy one
     assert percentile([v / MS for v in kept], 99) >= percentile([v / MS for v in meaned], 99)
+
+
+def test_the_draw_is_placed_where_the_rows_total_puts_it_in_the_distribution() -> None:
+    # donors: 8 of 2 ms, 2 of 20 ms (mean 5.6); four requests drawn for whose rows show 80
+    # ms: at the donors' own ranks they would get 2, 2, 2, 20 ms, scaled x2.8 to 80 ms (one
+    # of 57 ms, where no request used more than 20); placed, they are the heavy ones
+    donors = [2.0] * 8 + [20.0] * 2
+    keys = [1.0, 2.0, 3.0, 4.0]
+    assert sum(draw_cpu(keys, donors)) == 26.0
+    shift = placed_shift(keys, donors, 80.0)
+    assert draw_cpu(keys, donors, shift) == [20.0] * 4
+    assert placed_shift(keys, donors, 26.0) == pytest.approx(0.0, abs=0.1)   # a fair sample
+    lighter = draw_cpu(keys, donors, placed_shift(keys, donors, 8.0))
+    assert lighter == [2.0] * 4
 
 
 def test_requests_with_their_own_cpu_or_too_few_donors_are_not_drawn() -> None:

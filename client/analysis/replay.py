@@ -69,7 +69,7 @@ from client.data.loadshape import CLOSED_GAP_NS, chains, is_closed, time_step
 from cpuquota.account import CpuStat, QuotaAccount
 
 __all__ = ["BY_WALL", "CLOSED_GAP_NS", "MEAN", "MIN_DONORS", "ROWS", "MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "CpuDrawn",
-           "Demand", "Job", "LimitRow", "Load", "bunched", "draw_cpu",
+           "Demand", "Job", "LimitRow", "Load", "bunched", "draw_cpu", "placed_shift",
            "ReplayError", "Replayed", "Request", "added_delay", "demand_of", "held_at_most",
            "in_flight", "load_of",
            "predicted_latency", "replay", "replay_limits", "replay_load"]
@@ -432,8 +432,9 @@ class CpuDrawn:
     ``unknown`` of them, of ``count``; ``drawn`` of those were given a CPU from the
     ``donors``, the requests no throttle held and none ran beside (on coarse rows: none
     shared a row with; their CPU is the rows'), rank for rank by their latency less
-    their hold, so the heavy stay heavy (:func:`draw_cpu`), scaled so that together they use
-    the CPU their rows show (the quota moved when it ran, not how much); ``shift``: the
+    their hold, so the heavy stay heavy (:func:`draw_cpu`), the ranks placed where together
+    they use the CPU their rows show (:func:`placed_shift`: the quota moved when it ran, not
+    how much; a heavy request is the likelier to be held), what is left scaled; ``shift``: the
     ranks moved up (+) or down (-) by that share of them (a bound of the range)."""
 
     count: int
@@ -470,8 +471,9 @@ class CpuDrawn:
                     "distribution was not seen")
         return (f"the CPU of {self.drawn} of {self.count} requests a throttle held beside "
                 f"others is drawn from the {self.donors} that ran unthrottled and alone, "
-                "rank for rank by latency less hold, scaled to their rows' CPU (heavy ones "
-                "stay heavy; assumed: a request slower under throttling was a heavier one)")
+                "rank for rank by latency less hold, as far up their distribution as their "
+                "rows' CPU puts them (heavy ones stay heavy; assumed: a request slower under "
+                "throttling was a heavier one)")
 
     def to_dict(self) -> dict[str, Any]:
         return {"requests": self.count, "not_known": self.unknown, "drawn": self.drawn,
@@ -495,6 +497,28 @@ def draw_cpu(keys: Sequence[float], donors_ns: Sequence[float], shift: float = 0
         at = min(1.0 - 1e-12, max(0.0, (rank + 0.5) / m + shift))
         out[i] = float(ordered[min(n - 1, int(at * n))])
     return out
+
+
+def placed_shift(keys: Sequence[float], donors_ns: Sequence[float], total_ns: float) -> float:
+    """The shift of :func:`draw_cpu`'s ranks (in [-1, 1]) whose draw comes nearest to
+    ``total_ns`` together (pure): where the requests drawn for used more than the donors'
+    mean, they were the heavier part of the distribution, and they get its heavier values
+    rather than every value scaled up (a 15 ms request kept at 15 ms, not made 25)."""
+    def drawn(shift: float) -> float:
+        return sum(draw_cpu(keys, donors_ns, shift))
+
+    low, high = -1.0, 1.0
+    if drawn(high) <= total_ns:
+        return high
+    if drawn(low) >= total_ns:
+        return low
+    for _ in range(40):   # the sum grows with the shift, in steps
+        middle = (low + high) / 2
+        if drawn(middle) < total_ns:
+            low = middle
+        else:
+            high = middle
+    return low if total_ns - drawn(low) <= drawn(high) - total_ns else high
 
 
 def _lanes(reqs: Sequence[Request]) -> tuple[list[int | None], list[int]]:
@@ -625,9 +649,12 @@ def _draw(demand: Demand, reqs: Sequence[Request],
         return CpuDrawn(len(reqs), len(unknown), 0, len(donors), shift, unseen)
     keys = [float(reqs[i].latency_ns - reqs[i].held_ns) + reqs[i].latency_ns * 1e-9
             for i in unknown]
-    picked = draw_cpu(keys, donors, shift)
-    # together they used what their rows show: the distribution's shape, the rows' total
-    scale = sum(cpus[i] for i in unknown) / max(1e-9, sum(picked))
+    # together they used what their rows show: the donors' values, as far up their
+    # distribution as that total puts them (the held are not a fair sample: a heavy request
+    # is the likelier to meet a throttle), then what is left scaled
+    total = sum(cpus[i] for i in unknown)
+    picked = draw_cpu(keys, donors, placed_shift(keys, donors, total) + shift)
+    scale = total / max(1e-9, sum(picked))
     # the wall a request alone takes a ns of CPU in, as the donors ran: a held request's
     # latency less its hold also holds its wait behind the backlog the throttles built (the
     # requests queued while the group ran), which the replay makes again where a limit
