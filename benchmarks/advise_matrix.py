@@ -23,8 +23,12 @@ whose targets are 3 heavy requests (~15 ms) in every 10):
 A cell is a shape, a load and a recording. It is *within* when A_passive is within 25 % of
 A_live; otherwise the range *says so* when A_live lies inside it, when ``sure`` is false, or
 when there is no answer and one line says why (exit 3; "cannot be met" where live met it is
-a claim, and misleads). The goal: within in at least 90 % of the cells, and every other cell
-says so. Prints a row a shape and load (a column a recording; each cell's detail on stderr
+a claim, and misleads). A cell whose two halves ran on a machine loaded differently (the
+group's CPU per request, or the latency of the requests no throttle delayed, more than 1.25
+times apart between the recording and live advise: :func:`load_differs`) is marked; if it is
+neither within nor says so, it is *not comparable* (measure it again on a quiet machine),
+not misleading, and never within. The goal: within in at least 90 % of the cells, and every
+other cell says so. Prints a row a shape and load (a column a recording; each cell's detail on stderr
 and in the record) and keeps the record (``benchmarks/records.py``). Needs root; ~10 min,
 so ``make bench`` runs it by name only. ``--replay-kept DIR`` (no root, no server): the
 passive half recomputed from the runs an earlier run kept in ``DIR`` (its ``--out``), against
@@ -45,7 +49,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +58,8 @@ from benchmarks.support import (BURNER, HERE, HTTP_TIMING, get, keep_record, loa
 from cpuquota.cgroupfs import locate_cpu_controller
 from cpuquota.limit import Limit
 
-__all__ = ["GOAL", "LOADS", "SHAPES", "Verdict", "main", "summary", "verdict"]
+__all__ = ["GOAL", "LOADS", "SHAPES", "Pace", "Verdict", "live_pace", "load_differs", "main",
+           "pace_of", "summary", "verdict"]
 
 SHAPES = ("burn-service", "threaded", "go")
 LOADS = ("sequential", "c4", "open", "bursts")
@@ -82,6 +87,17 @@ class Verdict:
     in_range: bool | None
     says_so: bool
     word: str
+    # the machine's load differed between the recording and live advise (:func:`load_differs`):
+    # a cell that is neither within nor says so is then not comparable, not misleading
+    differed: str | None = None
+
+    @property
+    def misleads(self) -> bool:
+        return not self.says_so and not self.differed
+
+    @property
+    def not_comparable(self) -> bool:
+        return not self.says_so and bool(self.differed)
 
 
 def verdict(passive: float | None, low: float | None, high: float | None,
@@ -116,14 +132,84 @@ def verdict(passive: float | None, low: float | None, high: float | None,
 
 
 def summary(verdicts: Sequence[Verdict], enough: float = ENOUGH) -> dict[str, Any]:
-    """The matrix's figures: cells, within, the share within, those that neither are within
-    nor say so, and whether the goal is met."""
+    """The matrix's figures: cells, within, the share within (of every cell), those that
+    neither are within nor say so (misleading; where the machine's load differed between the
+    two halves, not comparable instead: measure them again on a quiet machine), and whether
+    the goal is met (a cell not comparable is not within: it never helps)."""
     cells = len(verdicts)
     within = sum(1 for v in verdicts if v.within)
-    silent = sum(1 for v in verdicts if not v.says_so)
+    silent = sum(1 for v in verdicts if v.misleads)
     share = within / cells if cells else 0.0
     return {"cells": cells, "within": within, "share_within": share, "misleading": silent,
+            "not_comparable": sum(1 for v in verdicts if v.not_comparable),
+            "load_differed": sum(1 for v in verdicts if v.differed),
             "met": bool(cells) and share >= enough - 1e-9 and silent == 0}
+
+
+# -- the same load in both halves (pure) ----------------------------------------------------
+
+SAME_LOAD = 1.25    # a figure of the two halves more than this far apart: the load differed
+FREE_ENOUGH = 0.75  # the recording's undelayed requests compared when they are this share
+
+
+@dataclass(frozen=True)
+class Pace:
+    """What one half shows of the machine it ran on, for the same load: the group's CPU per
+    request (the kernel's usage over the requests), and the median latency of the requests
+    no throttle delayed and their share (None: none)."""
+
+    cpu_ms: float
+    free_ms: float | None
+    free_share: float
+
+
+def load_differs(recorded: Pace, live: Pace, limit: float = SAME_LOAD,
+                 free_enough: float = FREE_ENOUGH) -> str | None:
+    """Why the machine's load differed between a recording and live advise on the same load,
+    in a phrase (None: nothing shows it did): the group's CPU per request, or the latency of
+    the requests no throttle delayed (the recording's, where most were undelayed, against
+    live's run without a limit), more than ``limit`` times apart. A busier machine runs the
+    same request slower (its wall, shared) and often on more CPU (caches)."""
+    said = []
+    if min(recorded.cpu_ms, live.cpu_ms) > 0:
+        ratio = recorded.cpu_ms / live.cpu_ms
+        if max(ratio, 1 / ratio) > limit:
+            said.append(f"CPU per request {recorded.cpu_ms:.2f} ms recorded, {live.cpu_ms:.2f} "
+                        f"live (×{ratio:.2f})")
+    if (recorded.free_ms and live.free_ms and recorded.free_share >= free_enough
+            and live.free_share >= free_enough):
+        ratio = recorded.free_ms / live.free_ms
+        if max(ratio, 1 / ratio) > limit:
+            said.append(f"undelayed requests' median {recorded.free_ms:.1f} ms recorded, "
+                        f"{live.free_ms:.1f} live unlimited (×{ratio:.2f})")
+    return "; ".join(said) or None
+
+
+def pace_of(stem: Path) -> Pace:
+    """:class:`Pace` of a run kept as ``STEM.csv`` and its timeline ``STEM.cgroup.csv``."""
+    with Path(f"{stem}.cgroup.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    with Path(f"{stem}.csv").open() as f:
+        requests = list(csv.DictReader(f))
+    used = int(rows[-1]["usage_ns"]) - int(rows[0]["usage_ns"]) if len(rows) > 1 else 0
+    free = sorted(int(r["latency_ns"]) for r in requests
+                  if not int(r.get("cgroup_held_ns") or 0)
+                  and not int(r.get("cgroup_nr_throttled") or 0))
+    n = len(requests)
+    return Pace(used / n / 1e6 if n else 0.0,
+                free[len(free) // 2] / 1e6 if free else None, len(free) / n if n else 0.0)
+
+
+def live_pace(runs: Path) -> Pace | None:
+    """:class:`Pace` of live advise's runs kept in ``runs``: the median CPU per request over
+    them, the latency of its run without a limit (``*-none``); None: no runs kept."""
+    stems = sorted(Path(str(p)[:-len(".cgroup.csv")]) for p in runs.glob("*.cgroup.csv"))
+    paces = [pace_of(stem) for stem in stems if Path(f"{stem}.csv").exists()]
+    if not paces:
+        return None
+    cpu = sorted(p.cpu_ms for p in paces)[len(paces) // 2]
+    free = [pace_of(stem) for stem in stems if stem.name.endswith("-none")]
+    return Pace(cpu, free[0].free_ms if free else None, 1.0 if free else 0.0)
 
 
 # -- the servers ----------------------------------------------------------------------------
@@ -284,9 +370,12 @@ def passive_half(cell: Path, out: Path) -> list[dict[str, Any]]:
     meta = json.loads((cell / "cell.json").read_text())
     live = json.loads((cell / "live.json").read_text())
     a_live = (live.get("recommended") or {}).get("cpus")
+    live_seen = live_pace(cell / "live")
     rows = []
     for rec in meta["recordings"]:
         name = rec["name"]
+        differed = (None if live_seen is None
+                    else load_differs(pace_of(cell / name), live_seen))
         done = http_timing(["advise", "--passive", "--timeline", str(cell / f"{name}.cgroup.csv"),
                             "--requests-from", str(cell / f"{name}.csv"), "--p99",
                             f"{meta['p99_ms']:g}", "--name", f"passive-{name}", "--data-dir",
@@ -301,8 +390,9 @@ def passive_half(cell: Path, out: Path) -> list[dict[str, Any]]:
         low = (span.get("low") or {}).get("cpus")
         high = (span.get("high") or {}).get("cpus")
         reason = said.get("reason") or (done.stderr.strip().splitlines() or [""])[-1]
-        v = verdict(rec_.get("cpus"), low, high, rec_.get("sure"), a_live,
-                    has_range=bool(span), unmeetable=UNMEETABLE in str(reason))
+        v = replace(verdict(rec_.get("cpus"), low, high, rec_.get("sure"), a_live,
+                            has_range=bool(span), unmeetable=UNMEETABLE in str(reason)),
+                    differed=differed)
         demand = said.get("demand") or {}
         rows.append({"shape": meta["shape"], "load": meta["load"], "p99_ms": meta["p99_ms"],
                      "recorded_cpus": rec["cpus"], "periods_throttled": rec["periods_throttled"],
@@ -358,11 +448,15 @@ def cell_text(r: dict[str, Any]) -> str:
     nothing says the answer is off)."""
     v = r["verdict"]
     share = f"{100 * r['periods_throttled'] / r['periods']:.0f} %" if r["periods"] else "–"
-    word = ("within" if v["within"] else "misleads" if not v["says_so"]
+    differed = v.get("differed")
+    word = ("within" if v["within"] else
+            ("load differed" if differed else "misleads") if not v["says_so"]
             else "range holds" if v["in_range"] else "not sure")
+    if differed and v["says_so"]:
+        word += " (load differed)"
     if r["a_passive"] is None:
         why = short_reason(r["passive_reason"], r["passive_exit"]).split(" (")[0]
-        return f"{share}: none, {why}" + ("" if v["says_so"] else f": {word}")
+        return f"{share}: none, {why}" + ("" if v["says_so"] and not differed else f": {word}")
     span = ""
     if r["range_low"] is not None:
         high = "∞" if r["range_open"] else cpus_text(r["range_high"])
@@ -388,8 +482,14 @@ def print_table(rows: list[dict[str, Any]], head: str) -> dict[str, Any]:
         print(f"| {shape} | {load} | {cpus_text(first['a_live'])} | "
               + " | ".join(cell_text(by[c]) if c in by else "–" for c in recorded) + " |")
     print(f"\n{head}\nWithin 25 % of live: {s['within']} of {s['cells']} cells "
-          f"({100 * s['share_within']:.0f} %; goal 90 %); misleading: {s['misleading']}. "
-          f"Goal {'met' if s['met'] else 'not met'}.")
+          f"({100 * s['share_within']:.0f} %; goal 90 %); misleading: {s['misleading']}"
+          + (f"; not comparable (the machine's load differed between record and live): "
+             f"{s['not_comparable']}" if s.get("not_comparable") else "")
+          + f". Goal {'met' if s['met'] else 'not met'}.")
+    for r in rows:
+        if r["verdict"].get("differed"):
+            print(f"load differed: {r['shape']} {r['load']} recorded at "
+                  f"{r['recorded_cpus']:g} CPU: {r['verdict']['differed']}")
     return s
 
 

@@ -1,11 +1,16 @@
 """benchmarks/advise_matrix.py's verdict of a cell (issue 57): the passive answer within 25 % of
 the live one, else its range must say so (the live answer inside it, ``sure`` false, or no
 answer with its reason); the matrix meets its goal with 90 % of the cells within and no cell
-that misleads. Pure logic: the figures are the benchmark's."""
+that misleads; a cell whose two halves ran on a machine loaded differently is marked, and where
+it neither is within nor says so it is not comparable, not misleading. Pure logic: the figures
+are the benchmark's, or files made up here."""
 
 from __future__ import annotations
 
-from benchmarks.advise_matrix import summary, verdict
+from dataclasses import replace
+from pathlib import Path
+
+from benchmarks.advise_matrix import Pace, live_pace, load_differs, pace_of, summary, verdict
 
 
 def test_within_25_percent_either_way_is_within_whatever_the_range() -> None:
@@ -68,3 +73,52 @@ def test_no_answer_that_claims_the_goal_cannot_be_met_misleads_where_live_met_it
     v = verdict(None, None, None, None, 0.6, unmeetable=True)
     assert not v.within and not v.says_so and v.word == "says unmeetable"
     assert verdict(None, None, None, None, None, unmeetable=True).within
+
+
+def test_a_slower_machine_in_one_half_is_a_load_that_differed() -> None:
+    quiet = Pace(5.0, 5.6, 1.0)
+    # the same request took twice the wall on the same CPU: the machine was busier live
+    said = load_differs(quiet, Pace(5.2, 12.1, 1.0))
+    assert said is not None and "5.6 ms recorded, 12.1 live" in said and "×0.46" in said
+    assert load_differs(quiet, Pace(7.0, 5.6, 1.0)) is not None   # more CPU a request
+    assert load_differs(quiet, Pace(5.5, 6.5, 1.0)) is None       # within 1.25 both ways
+    # a recording whose requests were mostly delayed: its undelayed ones are the quick ones
+    assert load_differs(Pace(5.0, 5.6, 0.3), Pace(5.2, 12.1, 1.0)) is None
+    assert load_differs(quiet, Pace(5.2, None, 0.0)) is None      # live: no run unlimited
+
+
+def test_a_cell_whose_load_differed_is_not_comparable_rather_than_misleading() -> None:
+    within = verdict(1.0, 0.9, 1.1, True, 1.0)
+    silent = verdict(1.4, 1.3, 1.45, True, 1.0)
+    marked = replace(silent, differed="CPU per request ×1.4")
+    assert silent.misleads and not marked.misleads and marked.not_comparable
+    assert not replace(within, differed="x").not_comparable   # within stays within
+    s = summary([within] * 19 + [marked])
+    assert (s["misleading"], s["not_comparable"], s["load_differed"]) == (0, 1, 1)
+    assert s["within"] == 19 and s["met"]                     # 95 % within, none misleads
+    s = summary([within] * 8 + [marked] * 2)
+    assert s["share_within"] == 0.8 and not s["met"]          # never counted within
+
+
+def test_pace_is_read_from_a_kept_run_and_live_takes_its_unlimited_run(tmp_path: Path) -> None:
+    def run(stem: str, usage_ms: list[int], latencies_ms: list[float],
+            held: list[int]) -> None:
+        (tmp_path / f"{stem}.cgroup.csv").write_text(
+            "t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns\n" + "".join(
+                f"{i * 10**8},{u * 10**6},{i},0,0\n" for i, u in enumerate(usage_ms)))
+        (tmp_path / f"{stem}.csv").write_text(
+            "seq,start_ns,latency_ns,status,cgroup_nr_throttled,cgroup_held_ns\n" + "".join(
+                f"{i},{i * 10**7},{round(v * 10**6)},200,{int(h > 0)},{h}\n"
+                for i, (v, h) in enumerate(zip(latencies_ms, held))))
+
+    run("rec", [0, 12, 20], [5, 6, 40, 7], [0, 0, 30 * 10**6, 0])
+    rec = pace_of(tmp_path / "rec")
+    assert rec.cpu_ms == 5.0 and rec.free_share == 0.75 and rec.free_ms == 6.0
+    (tmp_path / "live").mkdir()
+    for name, used in (("live/a-none", 40), ("live/a-0.5", 24), ("live/a-0.4", 28)):
+        run(name, [0, used], [12.0] * 4, [0] * 4)
+    live = live_pace(tmp_path / "live")
+    assert live is not None and live.cpu_ms == 7.0 and live.free_ms == 12.0
+    said = load_differs(rec, live)
+    assert said is not None and "CPU per request 5.00 ms recorded, 7.00 live" in said
+    assert live_pace(tmp_path / "none-here") is None
