@@ -81,7 +81,10 @@ def test_a_slower_machine_in_one_half_is_a_load_that_differed() -> None:
     said = load_differs(quiet, Pace(5.2, 12.1, 1.0))
     assert said is not None and "5.6 ms recorded, 12.1 live" in said and "×0.46" in said
     assert load_differs(quiet, Pace(7.0, 5.6, 1.0)) is not None   # more CPU a request
-    assert load_differs(quiet, Pace(5.5, 6.5, 1.0)) is None       # within 1.25 both ways
+    assert load_differs(quiet, Pace(5.5, 6.2, 1.0)) is None       # within 1.15 both ways
+    # the same median, a tail 1.22 times heavier: busy at times
+    tail = load_differs(Pace(5.0, 22.8, 1.0, 39.3), Pace(5.0, 21.4, 1.0, 32.2))
+    assert tail is not None and "p90 39.3 ms recorded, 32.2 live" in tail and "median" not in tail
     # a recording whose requests were mostly delayed: its undelayed ones are the quick ones
     assert load_differs(Pace(5.0, 5.6, 0.3), Pace(5.2, 12.1, 1.0)) is None
     assert load_differs(quiet, Pace(5.2, None, 0.0)) is None      # live: no run unlimited
@@ -114,6 +117,7 @@ def test_pace_is_read_from_a_kept_run_and_live_takes_its_unlimited_run(tmp_path:
     run("rec", [0, 12, 20], [5, 6, 40, 7], [0, 0, 30 * 10**6, 0])
     rec = pace_of(tmp_path / "rec")
     assert rec.cpu_ms == 5.0 and rec.free_share == 0.75 and rec.free_ms == 6.0
+    assert rec.free_p90_ms == 6.0   # of 5, 6, 7: the 90th percentile's rank below it
     (tmp_path / "live").mkdir()
     for name, used in (("live/a-none", 40), ("live/a-0.5", 24), ("live/a-0.4", 28)):
         run(name, [0, used], [12.0] * 4, [0] * 4)
