@@ -68,3 +68,40 @@ def test_one_pod_with_unthrottled_stretches_is_enough_to_answer(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     said = _answer(tmp_path, monkeypatch, True, False)
     assert said["met"] and said["reason"] is None and said["recommended"]["cpus"] > 0
+
+
+def test_cluster_exits_3_when_no_workload_could_be_advised(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    import client.commands.cluster as command
+    from client.analysis.cluster import NO_WINDOW, WorkloadLimits, none_advised
+    from client.commands import main as http_timing
+    from client.run.replay_input import read_recording
+
+    (tmp_path / "w").mkdir()
+    recording = read_recording(_pod(tmp_path / "w", "web-a", False))
+    seen = cluster.row_of(WorkloadLimits("shop/deployment/web", 0.3, 0.3), [cluster.pod_window(
+        "web-a", recording.samples, recording.period_ns, recording.limits,
+        recording.zero_epoch_ns)], LatencyGoal(10.0, None, None))
+    assert seen.recommended_cpus is not None
+    # the replay found none, and said why; a workload none of whose pods' windows came
+    unmet = dataclasses.replace(seen, recommended_cpus=None, notes=(
+        "no recommendation: the target cannot be met by a CPU limit",))
+    empty = dataclasses.replace(unmet, workload="shop/deployment/api", notes=(NO_WINDOW,))
+    assert none_advised([unmet, empty]) and not none_advised([unmet, seen])
+    no_quota = dataclasses.replace(unmet, workload="shop/deployment/x", no_quota="no quota")
+    assert none_advised([unmet, no_quota]) and not none_advised([no_quota])
+    not_replayed = dataclasses.replace(unmet, notes=())   # Prometheus's long windows
+    assert not none_advised([not_replayed]) and not none_advised([])
+
+    # the command: every row says why it has no recommendation, exit 3 (one line why)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(command, "list_workloads", lambda namespace: [WEB])
+    monkeypatch.setattr(command, "_vpa_modes", lambda namespace: {})
+    for rows, code in (([unmet, empty], 3), ([unmet, seen], 0)):
+        monkeypatch.setattr(command, "_rows", lambda *args, rows=rows, **kwargs: (rows, []))
+        assert http_timing(["cluster", "-n", "shop"]) == code
+        err = capsys.readouterr().err
+        assert ("no workload could be advised" in err) == (code == 3), err

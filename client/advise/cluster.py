@@ -16,9 +16,9 @@ from client.advise.passive import (WHAT_TO_GIVE, Window, bounds, hidden_througho
                                    saving_replays, search, unanswered, unseen)
 from client.advise.replay import load_replay, replay_answer
 from client.analysis.goal import LatencyGoal
-from client.analysis.cluster import (MS, ClusterRow, PodWindow, WorkloadLimits, no_quota,
-                                     pod_window, pooled_replays, replica_note, search_span,
-                                     usage_p95, vpa_rule)
+from client.analysis.cluster import (MS, NO_RECOMMENDATION, ClusterRow, PodWindow,
+                                     WorkloadLimits, no_quota, pod_window, pooled_replays,
+                                     replica_note, search_span, usage_p95, vpa_rule)
 from client.analysis.passive import PassiveAdvice
 from client.analysis.passive_range import Bound, range_of
 from client.analysis.replay import LimitRow, ReplayError, added_delay, bunched, replay
@@ -109,7 +109,7 @@ def row_of(workload: WorkloadLimits, pods: Sequence[PodWindow], target: LatencyG
         advice = replace(advice, at=None, range=None)
     at, span = advice.at, advice.range
     if at is None and not exclusive:
-        notes.append(f"no recommendation: {advice.reason}")
+        notes.append(f"{NO_RECOMMENDATION}{advice.reason}")
     elif span is not None and not span.sure:
         notes.append(f"the recommended limit's {span.words()}")
     return ClusterRow(

@@ -37,7 +37,8 @@ from client.data.attribution import CounterSample, throttle_events
 from cpuquota.account import CpuStat
 from cpuquota.limit import NO_QUOTA
 
-__all__ = ["CEILING_CPUS", "ClusterRow", "PodWindow", "WorkloadLimits", "no_quota", "per_period",
+__all__ = ["CEILING_CPUS", "NO_RECOMMENDATION", "NO_WINDOW", "ClusterRow", "PodWindow",
+           "WorkloadLimits", "no_quota", "none_advised", "per_period",
            "pod_window", "pooled_replays", "replica_note", "search_span", "sort_rows", "usage_p95",
            "vpa_rule"]
 
@@ -253,3 +254,18 @@ def sort_rows(rows: Sequence[ClusterRow]) -> list[ClusterRow]:
     return sorted(rows, key=lambda r: (r.no_quota is not None, -r.cost[0], -r.cost[1],
                                        r.workload))
 
+
+NO_WINDOW = "no window to replay"       # a row's note: none of its pods' windows came
+NO_RECOMMENDATION = "no recommendation: "  # ... its replay gave none, and why
+
+
+def none_advised(rows: Sequence[ClusterRow]) -> bool:
+    """Whether no workload could be advised though each was replayed (``cluster`` exits 3,
+    as ``advise`` does): rows with a quota, none of them with a recommended limit, each
+    saying why (no window to replay, or its replay's reason). Rows without a quota carry
+    no claim; rows that were not replayed (Prometheus's longer windows) are not a failure."""
+    quota = [r for r in rows if r.no_quota is None]
+    return bool(quota) and all(
+        r.recommended_cpus is None
+        and any(n == NO_WINDOW or n.startswith(NO_RECOMMENDATION) for n in r.notes)
+        for r in quota)

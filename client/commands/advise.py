@@ -40,6 +40,7 @@ from client.advise.replicas import save_sized, spread_of
 from client.advise.sources import Source, passive_over, replicas_over
 from client.advise.vpa import vpa_check
 from client.analysis.goal import LatencyGoal
+from client.commands.exits import EXIT_NOT_MET
 from client.commands.common import (EXIT_INTERRUPTED, EXIT_OK, add_inplace_arguments,
                                     add_load_arguments, add_target_arguments, at_limit_from,
                                     check_folders, check_inplace_options, plan_from,
@@ -60,7 +61,6 @@ from cpuquota.limit import DEFAULT_PERIOD_MS
 
 __all__ = ["EXIT_NOT_MET", "LESS", "build_advise_parser", "command_advise", "goal_from"]
 
-EXIT_NOT_MET = 3   # no limit up to the ceiling met the target
 
 
 def build_advise_parser() -> argparse.ArgumentParser:

@@ -24,10 +24,12 @@ from pathlib import Path
 
 from client.advise.cluster import DEFAULT_SINCE_S, pod_windows, row_of
 from client.analysis.goal import LatencyGoal
-from client.analysis.cluster import ClusterRow, WorkloadLimits, no_quota, sort_rows
+from client.analysis.cluster import (NO_WINDOW, ClusterRow, WorkloadLimits, no_quota,
+                                     none_advised, sort_rows)
 from client.analysis.cluster_prometheus import (combined, covers, departed_pods,
                                                 prometheus_row, resolution)
 from client.commands.common import EXIT_OK
+from client.commands.exits import EXIT_NOT_MET
 from client.commands.options import (CliError, OneLineParser, check_folder, duration, instant,
                                      iso_utc, number_above)
 from client.data.jsonsafe import json_ready
@@ -118,7 +120,7 @@ def _rows(workloads: list[Workload], since_s: float, until: float | None, dest: 
         if not got.windows:
             rows.append(ClusterRow(str(workload.ref), workload.limit_cpus,
                                    workload.request_cpus, 0, 0.0, None, None, None, None, None,
-                                   None, None, None, None, ("no window to replay",),
+                                   None, None, None, None, (NO_WINDOW,),
                                    tuple(got.missing),
                                    no_quota=None if workload.limit_cpus is not None
                                    else no_quota(None)))
@@ -268,4 +270,7 @@ def command_cluster(argv: list[str]) -> int:
     if unrecorded:
         print(f"{len(unrecorded)} workload(s) not recorded (no pod labelled "
               f"throttle-lab/record=true): {', '.join(unrecorded)}", file=sys.stderr)
+    if none_advised(rows):   # as advise: no recommendation, each row says why
+        print("no workload could be advised: each row's notes say why", file=sys.stderr)
+        return EXIT_NOT_MET
     return EXIT_OK

@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["EXIT_FAILED_REQUESTS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "silence_stdout"]
+__all__ = ["EXIT_FAILED_REQUESTS", "EXIT_INTERRUPTED", "EXIT_NOT_MET", "EXIT_OK", "EXIT_USAGE",
+           "silence_stdout"]
 
 EXIT_OK, EXIT_FAILED_REQUESTS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_NOT_MET = 3   # no recommendation: no limit met the target, or nothing could be said
 
 
 def silence_stdout() -> None:
