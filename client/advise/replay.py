@@ -98,29 +98,34 @@ class ReplayInputs:
 
 def aligned(path: Path, recording: Recording, placed: Placed, start_epoch_ns: int | None,
             align: bool) -> tuple[Placed, dict[str, Any] | None]:
-    """A file with relative times (hey, oha) placed by ``--start``, lined up with the
-    throttling as ``import`` lines it up (``client.analysis.clock.align_records``): the shift
-    applied where it fits clearly better than the stated clock; ``align`` False
-    (``--no-align``) keeps the stated clock. And what was done (None: not such a file)."""
-    if not placed.relative:
+    """Another tool's file lined up with the throttling as ``import`` lines it up
+    (``client.analysis.clock.align_records``): relative times (hey, oha) placed by
+    ``--start``, searched near it; Unix times (a clock that may be off the host's: another
+    machine's, a container's) moved only by an unambiguous line-up. The shift is applied
+    where it fits clearly better than the stated clock; ``align`` False (``--no-align``)
+    keeps the stated clock. And what was done (None: an http-timing run, on the host's
+    clock)."""
+    if not placed.relative and not placed.foreign:
         return placed, None
+    stated = "the stated clock (--start)" if placed.relative else "the file's own clock"
     if not align:
         return placed, {"shift_s": 0.0, "applied": False,
-                        "says": "the stated clock (--start), not aligned: --no-align"}
-    alignment = align_records(placed.records, recording.samples, recording.period_ns, True)
+                        "says": f"{stated}, not aligned: --no-align"}
+    alignment = align_records(placed.records, recording.samples, recording.period_ns,
+                              placed.relative)
     if alignment is None:
         return placed, {"shift_s": 0.0, "applied": False,
-                        "says": "the stated clock (--start): too few requests or no "
-                        "throttling to line them up with"}
+                        "says": f"{stated}: too few requests or no throttling to line them "
+                        "up with"}
     if not alignment.applied:
         why = ("the stated clock fits best" if abs(alignment.shift_ns) < MS else
                f"the best shift near it, {alignment.describe()}, is not clearly better: "
                f"{ALIGN_RATIO:g}x is needed")
-        return placed, {"shift_s": 0.0, "applied": False,
-                        "says": f"the stated clock (--start): {why}"}
+        return placed, {"shift_s": 0.0, "applied": False, "says": f"{stated}: {why}"}
     moved = read_requests(path, recording, start_epoch_ns, alignment.shift_ns)
+    to = "applied to --start" if placed.relative else "applied to the file's times"
     return moved, {"shift_s": alignment.shift_ns / 1e9, "applied": True,
-                   "says": f"aligned: a shift of {alignment.describe()}, applied to --start "
+                   "says": f"aligned: a shift of {alignment.describe()}, {to} "
                    "(--no-align keeps the stated clock)"}
 
 

@@ -60,6 +60,9 @@ class Placed:
     relative: bool = False   # the file's times are relative to the tool's start (--start)
     shape: LoadShape | None = None   # the load's shape as the file says or shows (None: no word)
     shape_from: str = ""             # where it says it: "the run's JSON", "the file (NAME)"
+    # another tool's file (not an http-timing run, whose times are the host's clock): its
+    # clock may be off the host's, and a clock check may move it
+    foreign: bool = False
 
 
 def _limits(samples: list[CgroupSample], meta: TimelineMetadata | None
@@ -238,4 +241,4 @@ def read_requests(path: Path, recording: Recording, start_epoch_ns: int | None =
                  [recording.samples], [recording.period_ns])
     return Placed(inside, walls, len(ok) - len(inside), len(records) - len(ok), how,
                   _closed(shape), relative, shape,
-                  "the run's JSON" if run_file else f"the file ({path.name})")
+                  "the run's JSON" if run_file else f"the file ({path.name})", not run_file)
