@@ -28,7 +28,7 @@ group's CPU per request, or the latency of the requests no throttle delayed, mor
 times apart between the recording and live advise: :func:`load_differs`) is marked; if it is
 neither within nor says so, it is *not comparable* (measure it again on a quiet machine),
 not misleading, and never within. The goal: within in at least 90 % of the cells, and every
-other cell says so. Prints a row a shape and load (a column a recording; each cell's detail on stderr
+other cell says so (none not comparable). Prints a row a shape and load (a column a recording; each cell's detail on stderr
 and in the record) and keeps the record (``benchmarks/records.py``). Needs root; ~10 min,
 so ``make bench`` runs it by name only. ``--replay-kept DIR`` (no root, no server): the
 passive half recomputed from the runs an earlier run kept in ``DIR`` (its ``--out``), against
@@ -135,7 +135,8 @@ def summary(verdicts: Sequence[Verdict], enough: float = ENOUGH) -> dict[str, An
     """The matrix's figures: cells, within, the share within (of every cell), those that
     neither are within nor say so (misleading; where the machine's load differed between the
     two halves, not comparable instead: measure them again on a quiet machine), and whether
-    the goal is met (a cell not comparable is not within: it never helps)."""
+    the goal is met (a cell not comparable is not within, and the goal waits for it to be
+    measured again: it never helps)."""
     cells = len(verdicts)
     within = sum(1 for v in verdicts if v.within)
     silent = sum(1 for v in verdicts if v.misleads)
@@ -143,7 +144,8 @@ def summary(verdicts: Sequence[Verdict], enough: float = ENOUGH) -> dict[str, An
     return {"cells": cells, "within": within, "share_within": share, "misleading": silent,
             "not_comparable": sum(1 for v in verdicts if v.not_comparable),
             "load_differed": sum(1 for v in verdicts if v.differed),
-            "met": bool(cells) and share >= enough - 1e-9 and silent == 0}
+            "met": bool(cells) and share >= enough - 1e-9 and silent == 0
+            and not any(v.not_comparable for v in verdicts)}
 
 
 # -- the same load in both halves (pure) ----------------------------------------------------
@@ -495,7 +497,7 @@ def print_table(rows: list[dict[str, Any]], head: str) -> dict[str, Any]:
           + (f"; not comparable (the machine's load differed between record and live): "
              f"{s['not_comparable']}" if s.get("not_comparable") else "")
           + f". Goal {'met' if s['met'] else 'not met'}"
-          + ("; measure the cells not comparable again on a quiet machine."
+          + (": measure the cells not comparable again on a quiet machine."
              if s.get("not_comparable") else "."))
     for r in rows:
         if r["verdict"].get("differed"):
