@@ -92,11 +92,12 @@ def test_the_share_of_requests_whose_cpu_is_not_known_widens_the_range(tmp_path:
     named = [w for w in span.widened_by
              if w.startswith("the CPU of 30 of 60 requests (50 %) not known (")]
     assert len(named) == 1, span.widened_by
-    # drawn a quarter lighter, none of the 30 is drawn from the heavy fifth: each gets the
-    # same share of its period's 30 ms, and 0.3 CPU (the rows' rate) meets the goal
+    # the ranks are placed where the rows' total puts them (mostly heavy); a quarter heavier,
+    # all 30 are drawn from the heavy fifth and scaled to the rows: each gets the same share
+    # of its period's 30 ms, and 0.3 CPU (the rows' rate) meets the goal
     assert span.low < at.millicores
     assert 300 <= span.low <= 330
-    assert f"drawn a quarter lighter: {span.low / 1000:g} CPU" in named[0]
+    assert f"drawn a quarter heavier: {span.low / 1000:g} CPU" in named[0]
 
 
 def test_coarse_rows_with_requests_say_what_was_taken_of_each_hold(tmp_path: Path) -> None:

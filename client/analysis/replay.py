@@ -590,7 +590,7 @@ def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = N
     walls = [_unheld(demand, r, cpu) for r, cpu in zip(reqs, cpus)]
     drawn = None
     if not own and demand.throttled_wall_ns > 0:
-        drawn = _draw(demand, reqs, spans, weight, cpus, walls, shift, unseen)
+        drawn = _draw(demand, reqs, spans, weight, cpus, walls, shift, unseen, background)
     jobs = [Job(r.start_ns, wall, cpu, after if closed else None, gap if closed else 0)
             for r, cpu, wall, after, gap in zip(reqs, cpus, walls, follows, gaps)]
     return Load(tuple(jobs), lanes, tuple(background), drawn)
@@ -614,7 +614,8 @@ def _beside(reqs: Sequence[Request]) -> list[bool]:
 
 def _draw(demand: Demand, reqs: Sequence[Request],
           spans: Sequence[Sequence[tuple[int, float]]], weight: Sequence[float],
-          cpus: list[float], walls: list[int], shift: float, unseen: str = MEAN) -> CpuDrawn:
+          cpus: list[float], walls: list[int], shift: float, unseen: str,
+          background: list[float]) -> CpuDrawn:
     """Give each request whose CPU the throttled record did not show (see :class:`CpuDrawn`)
     a CPU drawn from the requests' whose CPU it showed (:func:`draw_cpu`), in ``cpus``, and
     at least that much wall time (on one CPU), in ``walls``, at most the donors' median wall
@@ -645,7 +646,7 @@ def _draw(demand: Demand, reqs: Sequence[Request],
     if not unknown:
         return CpuDrawn(len(reqs), 0, 0, len(donors), shift)
     if len(donors) < MIN_DONORS:
-        _unseen_shape(demand, reqs, unknown, cpus, walls, unseen)
+        _unseen_shape(demand, reqs, unknown, cpus, walls, unseen, spans, background)
         return CpuDrawn(len(reqs), len(unknown), 0, len(donors), shift, unseen)
     keys = [float(reqs[i].latency_ns - reqs[i].held_ns) + reqs[i].latency_ns * 1e-9
             for i in unknown]
@@ -669,22 +670,41 @@ def _draw(demand: Demand, reqs: Sequence[Request],
 
 
 def _unseen_shape(demand: Demand, reqs: Sequence[Request], unknown: Sequence[int],
-                  cpus: list[float], walls: list[int], unseen: str) -> None:
+                  cpus: list[float], walls: list[int], unseen: str,
+                  spans: Sequence[Sequence[tuple[int, float]]], background: list[float]
+                  ) -> None:
     """The CPU the rows show for the ``unknown`` requests (their shares in ``cpus``: the
     kernel's count less the background) given out among them as ``unseen`` says
-    (:func:`load_of`), in ``cpus``; each at least that much wall time (on one CPU), at most
-    its latency, in ``walls``."""
+    (:func:`load_of`), in ``cpus``, none more than its latency on the group's CPUs (what a
+    request cannot hold goes to the others; what none can, to the background where they
+    ran); each at least that much wall time (on one CPU), at most its latency, in
+    ``walls``."""
     if unseen == ROWS:
         return
-    total = sum(cpus[i] for i in unknown)
-    if unseen == BY_WALL:
-        keys = [float(max(1, reqs[i].latency_ns - reqs[i].held_ns)) for i in unknown]
-    else:
-        keys = [1.0] * len(unknown)
-    whole = sum(keys)
-    for i, key in zip(unknown, keys):
-        r = reqs[i]
-        cpus[i] = cpu = min(total * key / whole, float(r.latency_ns * demand.cores))
+    remaining = sum(cpus[i] for i in unknown)
+    key = {i: float(max(1, reqs[i].latency_ns - reqs[i].held_ns)) if unseen == BY_WALL
+           else 1.0 for i in unknown}
+    cap = {i: float(reqs[i].latency_ns * demand.cores) for i in unknown}
+    left = set(unknown)
+    while left:   # water-filling: the capped take their cap, the rest share what is left
+        whole = sum(key[i] for i in left)
+        over = {i for i in left if remaining * key[i] / whole > cap[i]}
+        if not over:
+            for i in left:
+                cpus[i] = remaining * key[i] / whole
+            remaining = 0.0
+            break
+        for i in over:
+            cpus[i] = cap[i]
+            remaining -= cap[i]
+        left -= over
+    if remaining > 0:   # every one at its cap: the rest was the group's own
+        weights = [(k, w) for i in unknown for k, w in spans[i]]
+        total = sum(w for _k, w in weights)
+        for k, w in weights:
+            background[k] += remaining * w / total if total else 0.0
+    for i in unknown:
+        r, cpu = reqs[i], cpus[i]
         walls[i] = max(_unheld(demand, r, cpu), min(r.latency_ns, math.ceil(cpu)))
 
 
