@@ -3,14 +3,16 @@
 (tests/test_cluster_agents.py). It serves what ``cluster`` asks: the workloads' lists, the
 recorder's pods of a node, the API's groups (none beyond the built-in: no VPA), and an
 agent's ``/windows`` (streamed a line at a time, as the Go agent does), or, for an older
-agent, a 404 there and ``/timeline`` a pod at a time. Every request is kept (path and query). Stopped by the context manager."""
+agent, a 404 there and ``/timeline`` a pod at a time; and, where a test gives them, any GET
+or PATCH it answers itself (a Deployment's scale and its pods, ``tests/test_replicas_live.py``).
+Every request is kept (path and query; a PATCH's body). Stopped by the context manager."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,6 +35,10 @@ class Cluster:
     agents: dict[str, str] = field(default_factory=dict)
     windows: dict[str, tuple[str, str]] = field(default_factory=dict)
     delay_s: float = 0.0
+    # served before the above where it answers (None: not its path): a GET of a path, and a
+    # PATCH of a path with its JSON body; each returns the object to answer with
+    get: Callable[[str], Any] | None = None
+    patch: Callable[[str, Any], Any] | None = None
     asked: list[tuple[str, dict[str, list[str]]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -60,7 +66,11 @@ def _handler(cluster: Cluster) -> type[BaseHTTPRequestHandler]:
             with cluster.lock:
                 cluster.asked.append((path, query))
             proxy = f"/api/v1/namespaces/{RECORDER}/pods/"
-            if path == f"/api/v1/namespaces/{RECORDER}/pods":
+            with cluster.lock:
+                got = None if cluster.get is None else cluster.get(path)
+            if got is not None:
+                self.send(200, json.dumps(got).encode())
+            elif path == f"/api/v1/namespaces/{RECORDER}/pods":
                 node = query["fieldSelector"][0].removeprefix("spec.nodeName=")
                 items = [] if node not in cluster.agents else [{
                     "metadata": {"name": f"agent-{node}", "namespace": RECORDER},
@@ -81,6 +91,19 @@ def _handler(cluster: Cluster) -> type[BaseHTTPRequestHandler]:
             else:
                 self.send(404, json.dumps({"kind": "Status", "message": f"{path} not found"
                                            }).encode())
+
+        def do_PATCH(self) -> None:   # noqa: N802 - the stdlib's name
+            path = unquote(urlsplit(self.path).path)
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                              or b"null")
+            with cluster.lock:
+                cluster.asked.append((path, {"PATCH": [json.dumps(body)]}))
+                got = None if cluster.patch is None else cluster.patch(path, body)
+            if got is None:
+                self.send(404, json.dumps({"kind": "Status", "message": f"{path} not found"
+                                           }).encode())
+            else:
+                self.send(200, json.dumps(got).encode())
 
         def agent(self, kind: str, endpoint: str, query: Mapping[str, list[str]]) -> None:
             if kind == "down":

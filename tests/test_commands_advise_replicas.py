@@ -81,7 +81,8 @@ def test_replicas_go_with_passive(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
                                   capsys: pytest.CaptureFixture[str]) -> None:
     code, err = exit_code_and_errors(["advise", "--p99", "15", "--replicas", "1,2"], tmp_path,
                                      monkeypatch, capsys)
-    assert code == 2 and "--replicas: with --passive only" in err, err
+    assert code == 2 and ("--replicas without --passive goes with --k8s NS/deployment/NAME"
+                          in err), err
 
 
 def test_a_workloads_pods_are_split_m_over_n(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from client.advise import AdviseError
 from client.advise.cluster import advise_pods, pod_windows
@@ -238,9 +238,14 @@ def spread_of(counts: Sequence[int], how: str | None, seed: int | None) -> Sprea
     return Spread(tuple(counts), how, SEED if seed is None else seed)
 
 
-def save_sized(sized: Sized, pictures_dir: Path, prefix: str) -> dict[str, Any]:
-    """The answer's dict with its picture (``<pictures_dir>/<prefix>-replicas.png``) saved
-    and named (``picture``)."""
+class _Answer(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def save_sized(sized: _Answer, pictures_dir: Path, prefix: str) -> dict[str, Any]:
+    """The answer's dict (passive, :class:`Sized`, or live,
+    ``client.advise.replicas_live.LiveSized``) with its picture
+    (``<pictures_dir>/<prefix>-replicas.png``) saved and named (``picture``)."""
     from client.data.files import FileWriteError
     from client.data.naming import sweep_stem
     from client.render.replicas import save_sizing_figure

@@ -18,7 +18,9 @@ NS/deployment/NAME``, with ``--url URL``): the same search, each limit set in pl
 back at the end whatever ends it (``--keep``: leave the answer; ``--apply``: patch the pod's
 Deployment). ``--passive`` answers from a recorded window instead (``client.advise.passive``).
 ``--passive --replicas 1,2,3,4``: for each replica count the smallest limit each, the load
-spread over them, and the least total (``client.advise.replicas``).
+spread over them, and the least total (``client.advise.replicas``); without ``--passive``,
+with ``--k8s NS/deployment/NAME``, the same measured: the Deployment scaled to each count, every
+pod resized in place, the count and every limit put back (``client.advise.replicas_live``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from client.render.advise import format_advice, format_runs_table
 from client.render.progress import RunProgress
 from client.render.replay import format_passive, format_predicted_runs, format_workload
 from client.run.at_limit import AtLimit, InPlaceError
+from client.run.k8s_workloads import WorkloadRef
 from client.run.limiters import LimiterError
 from client.run.recorder import stop_on_terminate
 from cpuquota.limit import DEFAULT_PERIOD_MS
@@ -95,6 +98,14 @@ def build_advise_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true",
                         help="print the answer as JSON (progress goes to stderr)")
     add_inplace_arguments(parser, keep=True)
+    live = parser.add_argument_group(
+        "replicas, live (--k8s NS/deployment/NAME --replicas N,N,...: scaled, resized, put back)")
+    live.add_argument("--despite-hpa", action="store_true",
+                      help="with --replicas on a live Deployment: go on though an HPA scales "
+                      "it (it may change the count under the runs; default: stop, one line)")
+    live.add_argument("--pending-timeout", type=number_above(0), default=None, metavar="S",
+                      help="with --replicas on a live Deployment: a pod unscheduled this many "
+                      "seconds means the nodes cannot hold that many replicas (default 60)")
     add_passive_arguments(parser)
     return parser
 
@@ -122,6 +133,10 @@ def _advise(argv: list[str]) -> int:
     opts = build_advise_parser().parse_args(argv)
     if opts.passive:
         return advise_passive(opts, argv, goal_from(opts))
+    if opts.replicas is not None:
+        return advise_replicas_live(opts, argv, goal_from(opts))
+    if live_only := given(opts, LIVE_REPLICAS_FLAGS):
+        raise CliError(f"{', '.join(live_only)}: with --k8s NS/deployment/NAME --replicas only")
     if passive_only := given(opts, PASSIVE_FLAGS):
         raise CliError(f"{', '.join(passive_only)}: with --passive only (a recorded window)")
     if not check_inplace_options(opts) and opts.iterations is None:
@@ -188,6 +203,95 @@ def advise_live(opts: argparse.Namespace, advisor: Advisor, at: AtLimit) -> Answ
               f"{time.monotonic() - advisor.began:.0f} s; raw data in {opts.data_dir}; "
               + ", ".join(map(str, files)))
     return answer
+
+
+LIVE_REPLICAS_FLAGS = (("--despite-hpa", "despite_hpa"), ("--pending-timeout", "pending_timeout"))
+
+
+def live_replicas_checked(opts: argparse.Namespace) -> tuple[tuple[int, ...], WorkloadRef]:
+    """``--replicas`` without ``--passive``: the counts and the Deployment, or a one-line
+    ``CliError``."""
+    from client.advise.replicas import check_counts
+    from client.run.k8s_workloads import WorkloadError, parse_workload_ref
+
+    counts = tuple(sorted(set(parse_counts(opts.replicas))))
+    if problem := check_counts(counts):
+        raise CliError(problem)
+    if opts.k8s is None:
+        raise CliError("--replicas without --passive goes with --k8s NS/deployment/NAME (the "
+                       "Deployment scaled to each count, its pods resized in place)")
+    if other := [f for f in given(opts, PASSIVE_FLAGS) if f != "--replicas"]:
+        raise CliError(f"{', '.join(other)}: with --passive only (live, the Service spreads "
+                       "the load)")
+    if opts.keep or opts.apply:
+        raise CliError("--keep, --apply: not with --replicas (the count and every limit are "
+                       "put back at the end)")
+    try:
+        ref = parse_workload_ref(opts.k8s)
+    except WorkloadError as exc:
+        raise CliError(str(exc)) from None
+    if ref.kind != "Deployment":
+        raise CliError(f"--k8s {opts.k8s} --replicas: a Deployment only (it is scaled)")
+    return counts, ref
+
+
+def advise_replicas_live(opts: argparse.Namespace, argv: list[str], target: LatencyGoal
+                         ) -> int:
+    """``--k8s NS/deployment/NAME --replicas``: the Deployment scaled to each count, every pod
+    resized in place, the load timed through ``--url``; the count and every limit put back
+    (``client.advise.replicas_live``). The table (or JSON) and the picture."""
+    from client.advise.replicas_live import LiveAsked, hpa_refusal, run_at, size_live
+    from client.data.jsonsafe import json_ready
+    from client.render.replicas import format_sizing
+    from client.run.k8s_hpa import read_hpa
+    from client.run.k8s_scale import PENDING_TIMEOUT_S, Scaler
+    from client.run.k8s_workloads import WorkloadError
+    from client.run.kube_api import connect_as
+
+    counts, ref = live_replicas_checked(opts)
+    check_inplace_options(opts)
+    started = datetime.now(timezone.utc)
+    plan = plan_from(opts)
+    check_folders(opts)
+    prefix = started.strftime("%Y%m%d-%H%M%S") if opts.name is None else opts.name
+    if problem := check_file_name(prefix, prefix=True):
+        raise CliError(problem)
+    try:
+        api = connect_as(WorkloadError)
+        said = hpa_refusal(str(ref), read_hpa(ref), opts.despite_hpa)
+    except WorkloadError as exc:
+        raise CliError(str(exc)) from None
+    say_vpa(said)
+    say_vpa(vpa_check(ref.namespace, "Deployment", ref.name, opts.despite_vpa))
+    asked = LiveAsked(counts, target, plan, prefix, started, opts.data_dir,
+                      DEFAULT_PERIOD_MS if opts.period_ms is None else opts.period_ms,
+                      opts.burst_ms or 0.0, opts.max_runs)
+    scaler = Scaler(api, ref, pending_timeout_s=opts.pending_timeout or PENDING_TIMEOUT_S)
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    with contextlib.redirect_stdout(sys.stderr if opts.json else sys.stdout):
+        try:
+            with stop_on_terminate():
+                sized = size_live(asked, scaler,
+                                  lambda: at_limit_from(opts, argv, "advise", plan)[0],
+                                  run_at(asked, say, RunProgress), say)
+        except KeyboardInterrupt:
+            print(f"\nhttp-timing advise: interrupted; the replica count and every limit are "
+                  f"put back; every completed request is saved in {opts.data_dir}",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except InPlaceError as exc:   # a limit could not be put back
+            raise CliError(str(exc)) from None
+    answer = save_sized(sized, opts.pictures_dir, prefix)
+    if opts.json:
+        print(json.dumps(json_ready(answer), indent=2))
+    else:
+        print()
+        print(format_sizing(answer))
+        print(f"picture: {answer['picture']}")
+    return EXIT_OK if sized.met else EXIT_NOT_MET
 
 
 def say_vpa(line: str | None) -> None:

@@ -1,7 +1,7 @@
-"""``advise --passive --replicas``: the table of replica counts against their smallest limit
+"""``advise --passive --replicas`` (and live, ``--k8s ... --replicas``): the table of replica counts against their smallest limit
 and total CPU (:func:`format_sizing`) and its picture, total CPU against N with the goal met
 or not (:func:`save_sizing_figure`). Both read the answer's JSON
-(``client.advise.replicas.Sized.to_dict``)."""
+(``client.advise.replicas.Sized.to_dict``, ``client.advise.replicas_live.LiveSized.to_dict``)."""
 
 from __future__ import annotations
 
@@ -53,9 +53,13 @@ def format_sizing(answer: Mapping[str, Any]) -> str:
                      _range(row), "-" if row["sure"] is None else ("yes" if row["sure"] else "no"),
                      "<- least" if row["least"] else ""])
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    lines = [f"advise --passive --replicas: {goal}; per replica up to "
-             f"{answer['ceiling_cpus_per_replica']:g} CPU",
-             f"replay of {answer['timeline']}: a window of {answer['window']['seconds']:.2f} s",
+    live = bool(answer.get("live"))
+    ceiling = answer["ceiling_cpus_per_replica"]
+    up_to = "" if ceiling is None else f"; per replica up to {ceiling:g} CPU"
+    source = (f"runs on {answer['workload']['name']}, scaled to each N and resized in place: "
+              f"{answer['load']}" if live else
+              f"replay of {answer['timeline']}: a window of {answer['window']['seconds']:.2f} s")
+    lines = [f"advise {'--k8s' if live else '--passive'} --replicas: {goal}{up_to}", source,
              f"spread: {answer['spread']['says']}",
              f"judged by {answer['judged_by']}", "",
              "  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
@@ -70,7 +74,12 @@ def format_sizing(answer: Mapping[str, Any]) -> str:
     else:
         lines.append(f"least total: {best['replicas']} replica"
                      f"{'s' if best['replicas'] > 1 else ''} of {best['cpus']:g} CPU = "
-                     f"{best['total_cpus']:g} CPU (predicted by the replay, not measured)")
+                     f"{best['total_cpus']:g} CPU ("
+                     + ("measured" if live else "predicted by the replay, not measured") + ")")
+    if live and (back := answer.get("restored")):
+        lines.append(f"put back: {back['replicas']} replicas; every pod's limit "
+                     + ("as before" if back["limits_as_before"] else
+                        f"NOT as before: {back['limits_cpus']}"))
     return "\n".join(lines)
 
 
@@ -79,7 +88,7 @@ def sizing_figure(answer: Mapping[str, Any]) -> Figure:
     not (drawn at N × the ceiling); the least total marked. The caller closes it."""
     fig, ax = pyplot().subplots(figsize=(9, 5.5), dpi=100)
     rows = answer["replicas"]
-    ceiling = answer["ceiling_cpus_per_replica"]
+    ceiling = answer["ceiling_cpus_per_replica"] or 0.0
     met = [r for r in rows if r["met"]]
     missed = [r for r in rows if not r["met"]]
     if met:
@@ -106,9 +115,10 @@ def sizing_figure(answer: Mapping[str, Any]) -> Figure:
     ax.set_ylabel("total CPU limit (N × L, CPUs)", fontsize=12)
     ax.set_ylim(bottom=0)
     how = answer["spread"]["how"]
-    spread = "split evenly" if how == "even" else f"spread {how}"
+    spread = ("measured, spread by the Service" if answer.get("live") else
+              "replayed, split evenly" if how == "even" else f"replayed, spread {how}")
     ax.set_title(f"replicas × limit for p99 <= {answer['target']['p99_ms']:g} ms "
-                 f"(replayed, {spread})", fontsize=12)
+                 f"({spread})", fontsize=12)
     ax.grid(True, alpha=0.3)
     legend_outside(ax, 9, below=True, wrap=70)
     return fig

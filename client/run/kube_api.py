@@ -68,6 +68,24 @@ class KubeApi:
             raise ApiException.from_response(http_resp=response, body=None, data=None)
         return json.loads(response.data)
 
+    def patch_json(self, path: str, body: Any, timeout: float = REQUEST_TIMEOUT) -> Any:
+        """PATCH ``path`` with ``body`` as a JSON merge patch; the answer's JSON. Failures as
+        :meth:`get_json`'s."""
+        import json
+
+        from kubernetes.client.exceptions import ApiException  # type: ignore[import-untyped]
+
+        method, url, headers, data, post = self.api_client.param_serialize(
+            "PATCH", path, header_params={"Accept": "application/json",
+                                          "Content-Type": "application/merge-patch+json"},
+            body=body, auth_settings=["BearerToken"])
+        response = self.api_client.call_api(method, url, header_params=headers, body=data,
+                                            post_params=post, _request_timeout=timeout)
+        response.read()
+        if not 200 <= int(response.status) <= 299:
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return json.loads(response.data)
+
     def to_json(self, obj: Any) -> Any:
         """An API object as the API's JSON (camelCase keys, as ``kubectl get -o json``)."""
         return self.api_client.sanitize_for_serialization(obj)
