@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, replace
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,8 @@ from client.analysis.replay import Demand, LimitRow, Load, load_of, replay, repl
 from client.analysis.spread import SEED, pooled_rows
 from client.run.k8s_workloads import WorkloadRef
 
-__all__ = ["MIN_WINDOW_S", "HpaAnswer", "HpaAsked", "HpaGiven", "hpa_answer", "hpa_latency",
-           "hpa_over", "rates_of"]
+__all__ = ["MIN_WINDOW_S", "HpaAnswer", "HpaAsked", "HpaGiven", "cluster_hpa", "hpa_answer",
+           "hpa_latency", "hpa_over", "rates_of"]
 
 MIN_WINDOW_S = 60.0   # under a minute, four syncs say nothing of the HPA
 
@@ -292,3 +293,40 @@ def hpa_over(given: HpaGiven, target: LatencyGoal, window: Window, *, timeline: 
                      given.ready_after_s, source=source)
     return hpa_answer(replayed, target, asked, round((window.burst_ms or 0.0) * 1e6),
                       window.requests_from)
+
+
+def cluster_hpa(hpa: dict[str, Any], limit_cpus: float | None, request_cpus: float | None,
+                timelines: Sequence[Path], target: LatencyGoal) -> dict[str, Any]:
+    """``cluster``'s words for the HPA that scales a workload: its target, min and max, and,
+    where the record allows (one recorded pod's window of a minute or more, a limit and a
+    request), the highest target that keeps ``target`` at the current limit
+    (:func:`hpa_answer`, the added delay judged); else why not."""
+    meta, spec = hpa.get("metadata") or {}, hpa.get("spec") or {}
+    out: dict[str, Any] = {
+        "name": f"{meta.get('namespace')}/{meta.get('name')}",
+        "min": int(spec.get("minReplicas") or 1), "max": spec.get("maxReplicas"),
+        "target_cpu_utilization_pct": None, "highest_target_pct": None, "predicted_met": None}
+    try:
+        rule = rule_of(hpa)
+    except HpaError as exc:
+        return {**out, "says": str(exc)}
+    out["target_cpu_utilization_pct"] = rule.target_pct
+    why = None
+    if len(timelines) != 1:
+        why = ("no window to replay" if not timelines else
+               f"{len(timelines)} recorded pods: the HPA's replay takes the whole load from one "
+               "pod's window")
+    elif limit_cpus is None:
+        why = "no CPU limit: the replay runs each replica at the limit"
+    elif request_cpus is None:
+        why = "no CPU request: the HPA's utilization is of the request"
+    if why is not None:
+        return {**out, "says": f"highest target not replayed: {why}"}
+    assert limit_cpus is not None and request_cpus is not None
+    try:
+        answer = hpa_answer(load_replay(timelines[0], None, None), target,
+                            HpaAsked(rule, limit_cpus, request_cpus, source=f"HPA {out['name']}"))
+    except AdviseError as exc:
+        return {**out, "says": f"highest target not replayed: {exc}"}
+    return {**out, "highest_target_pct": answer.highest, "predicted_met": answer.met,
+            "says": answer.highest_says}

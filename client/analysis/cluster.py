@@ -220,6 +220,9 @@ class ClusterRow:
     # then no figure of throttling, and the row is listed apart
     no_quota: str | None = None
     vpa_mode: str | None = None    # the updateMode of a VPA that targets it (None: none)
+    # the HPA that scales it: its target, min and max, the highest target that keeps the goal
+    # at the limit (``client.advise.hpa.cluster_hpa``; None: no HPA)
+    hpa: dict[str, Any] | None = None
 
     @property
     def cost(self) -> tuple[float, float]:
@@ -239,7 +242,7 @@ class ClusterRow:
                 "low": self.recommended_range[0], "high": self.recommended_range[1]},
             "recommended_sure": self.sure, "recommended_widened_by": list(self.widened_by),
             "throttled_period_wait_p99_ms": self.wait_p99_ms, "no_quota": self.no_quota,
-            "vpa_mode": self.vpa_mode,
+            "vpa_mode": self.vpa_mode, "hpa": self.hpa,
             "notes": list(self.notes), "missing": list(self.missing),
             "sources": {"periods": "the pods' cpu.stat, as the node agent recorded it",
                         "added_delay": "for a request arriving at a random instant at a "

@@ -9,7 +9,9 @@ The workloads and their pods come from the API (``client.run.k8s_workloads``); e
 pod's window of the last ``--since`` from its node's agent through the API server's
 ``pods/proxy``, as ``import --timeline k8s:`` fetches it. With ``--prometheus``, the agent's
 counters as Prometheus kept them instead (``client.analysis.cluster_prometheus``): longer
-windows, without what needs each period. A window ends now, or at ``--until``.
+windows, without what needs each period. A window ends now, or at ``--until``. A workload
+that an HPA scales has it in its row: its CPU target, min-max, and, where the record allows,
+the highest target that keeps the delay goal at the current limit (``client.advise.hpa``).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from client.advise.cluster import DEFAULT_SINCE_S, pod_windows, row_of
+from client.advise.hpa import cluster_hpa
 from client.analysis.goal import LatencyGoal
 from client.analysis.cluster import (NO_WINDOW, ClusterRow, WorkloadLimits, no_quota,
                                      none_advised, sort_rows)
@@ -37,6 +41,7 @@ from client.render.cluster import format_cluster, format_cluster_csv, save_clust
 from client.run.k8s_workloads import (RECORD_LABEL, Workload, WorkloadError, WorkloadRef,
                                       fetch_all_windows, list_workloads,
                                       stream_all_windows)
+from client.run.k8s_hpa import hpa_for, list_hpas
 from client.run.k8s_vpa import Vpa, VpaError, list_vpas, vpa_modes
 from client.run.kube_api import KubeError, connect, current_namespace
 from client.run.prometheus import Prometheus, PrometheusError, open_prometheus
@@ -106,7 +111,8 @@ def agents_keep(since_s: float, until: float | None, now: float) -> bool:
 
 
 def _rows(workloads: list[Workload], since_s: float, until: float | None, dest: Path,
-          target: LatencyGoal, pictures: Path | None = None
+          target: LatencyGoal, pictures: Path | None = None,
+          hpas: dict[str, dict[str, Any]] | None = None
           ) -> tuple[list[ClusterRow], list[str]]:
     rows: list[ClusterRow] = []
     unrecorded = [str(w.ref) for w in workloads if not any(p.recorded for p in w.pods)]
@@ -117,15 +123,19 @@ def _rows(workloads: list[Workload], since_s: float, until: float | None, dest: 
         got = pod_windows(workload, since_s, dest, fetched)
         limits = WorkloadLimits(str(workload.ref), workload.limit_cpus, workload.request_cpus,
                                 workload.replicas)
+        hpa = None if hpas is None or str(workload.ref) not in hpas else cluster_hpa(
+            hpas[str(workload.ref)], workload.limit_cpus, workload.request_cpus,
+            [r.path for r in got.recordings], target)
         if not got.windows:
             rows.append(ClusterRow(str(workload.ref), workload.limit_cpus,
                                    workload.request_cpus, 0, 0.0, None, None, None, None, None,
                                    None, None, None, None, (NO_WINDOW,),
                                    tuple(got.missing),
                                    no_quota=None if workload.limit_cpus is not None
-                                   else no_quota(None)))
+                                   else no_quota(None), hpa=hpa))
             continue
-        rows.append(row_of(limits, got.windows, target, got.missing))
+        rows.append(dataclasses.replace(row_of(limits, got.windows, target, got.missing),
+                                        hpa=hpa))
         if pictures is not None:
             ref = workload.ref
             save_cluster_picture(rows[-1], got.windows, pictures /
@@ -190,6 +200,21 @@ def _vpa_modes(namespace: str | None) -> dict[str, Vpa]:
             for (ns, kind, name), vpa in vpa_modes(vpas).items()}
 
 
+def _hpas(namespace: str | None, workloads: list[Workload]) -> dict[str, dict[str, Any]]:
+    """Each workload (``NS/kind/NAME``) -> the HPA that scales it; {} (said in one line on
+    stderr) where they cannot be read."""
+    try:
+        found = list_hpas(namespace)
+    except WorkloadError as exc:
+        print(f"http-timing cluster: HPA not known: {exc}", file=sys.stderr)
+        return {}
+    out = {}
+    for w in workloads:
+        if (hpa := hpa_for(w.ref, found)) is not None:
+            out[str(w.ref)] = hpa
+    return out
+
+
 def command_cluster(argv: list[str]) -> int:
     opts = build_cluster_parser().parse_args(argv)
     check_folder("--data-dir", opts.data_dir)
@@ -219,7 +244,7 @@ def command_cluster(argv: list[str]) -> int:
         workloads = list_workloads(namespace)
     except (WorkloadError, KubeError) as exc:
         raise CliError(str(exc)) from None
-    vpas = _vpa_modes(namespace)
+    vpas, hpas = _vpa_modes(namespace), _hpas(namespace, workloads)
     if not any(p.recorded for w in workloads for p in w.pods):
         raise CliError(f"no workload in {where} has a pod the node agent records: label its "
                        "pods throttle-lab/record=true (and kubectl apply -k k8s/recorder)")
@@ -229,6 +254,9 @@ def command_cluster(argv: list[str]) -> int:
             try:
                 rows, unrecorded, asked = _prometheus_rows(prometheus, workloads, namespace,
                                                            opts.since, opts.until, dest, target)
+                rows = [r if r.workload not in hpas else dataclasses.replace(
+                    r, hpa=cluster_hpa(hpas[r.workload], r.limit_cpus, r.request_cpus, [],
+                                       target)) for r in rows]
             except PrometheusError as exc:
                 raise CliError(str(exc)) from None
             source = f" from Prometheus at {prometheus.where}"
@@ -237,7 +265,7 @@ def command_cluster(argv: list[str]) -> int:
                      "says": resolution(asked.step_s)}
         else:
             rows, unrecorded = _rows(workloads, opts.since, opts.until, dest, target,
-                                     opts.picture)
+                                     opts.picture, hpas)
             source = " from the node agents"
     pod_level = {str(w.ref) for w in workloads if w.limit_level == "pod"}
     rows = [r if r.workload not in pod_level else dataclasses.replace(

@@ -36,6 +36,35 @@ def _throttled(row: ClusterRow) -> str:
     return f"{row.periods_throttled}/{row.periods}{share}"
 
 
+def _hpa(row: ClusterRow) -> str:
+    """The HPA's cell: its CPU target, min-max, and the highest target that keeps the goal."""
+    hpa = row.hpa
+    if hpa is None:
+        return "-"
+    if hpa["target_cpu_utilization_pct"] is None:
+        return "not CPU"
+    highest = hpa["highest_target_pct"]
+    return (f"{hpa['target_cpu_utilization_pct']} % {hpa['min']}-{hpa['max']}"
+            + ("" if highest is None else f" (≤ {highest} %)"))
+
+
+def _hpa_note(row: ClusterRow) -> list[str]:
+    hpa = row.hpa
+    if hpa is None:
+        return []
+    target = ("" if hpa["target_cpu_utilization_pct"] is None else
+              f"CPU {hpa['target_cpu_utilization_pct']} % of the request, ")
+    return [f"HPA {hpa['name']}: {target}{hpa['min']} to {hpa['max']} replicas; "
+            f"{hpa['says']}"]
+
+
+def _with_hpa(cells: tuple[str, ...], row: ClusterRow | None, hpas: bool) -> tuple[str, ...]:
+    """The cells with the HPA's after VPA MODE (the seventh) where any row has an HPA."""
+    if not hpas:
+        return cells
+    return (*cells[:7], "HPA" if row is None else _hpa(row), *cells[7:])
+
+
 def _aligned(table: Sequence[Sequence[str]]) -> list[str]:
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     return ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
@@ -46,21 +75,25 @@ def _aligned(table: Sequence[Sequence[str]]) -> list[str]:
 def format_cluster(rows: Sequence[ClusterRow], header: str) -> str:
     """The table of the workloads with a quota; those without, apart (no throttling figure:
     none can happen there); then each row's notes and the pods left out."""
-    table = [("WORKLOAD", "LIMIT", "REQUEST", "PODS", "P95(krr)", "VPA", "VPA MODE",
-              "PERIODS THROTTLED", "DELAY P99", "RECOMMENDED", "→ DELAY P99")]
-    apart = [("WORKLOAD", "LIMIT", "REQUEST", "PODS", "P95(krr)", "VPA", "VPA MODE",
-              "RECOMMENDED")]
+    hpas = any(r.hpa is not None for r in rows)
+    table = [_with_hpa(("WORKLOAD", "LIMIT", "REQUEST", "PODS", "P95(krr)", "VPA", "VPA MODE",
+                        "PERIODS THROTTLED", "DELAY P99", "RECOMMENDED", "→ DELAY P99"),
+                       None, hpas)]
+    apart = [_with_hpa(("WORKLOAD", "LIMIT", "REQUEST", "PODS", "P95(krr)", "VPA", "VPA MODE",
+                        "RECOMMENDED"), None, hpas)]
     for r in rows:
         if r.no_quota is not None:
-            apart.append((r.workload, _cpus(r.limit_cpus, "none"), _cpus(r.request_cpus, "none"),
-                          str(r.pods), _cpus(r.usage_p95_cpus), _cpus(r.vpa_cpus),
-                          r.vpa_mode or "-", _cpus(r.recommended_cpus)))
+            apart.append(_with_hpa((r.workload, _cpus(r.limit_cpus, "none"),
+                                    _cpus(r.request_cpus, "none"), str(r.pods),
+                                    _cpus(r.usage_p95_cpus), _cpus(r.vpa_cpus),
+                                    r.vpa_mode or "-", _cpus(r.recommended_cpus)), r, hpas))
             continue
-        table.append((r.workload, _cpus(r.limit_cpus, "none"), _cpus(r.request_cpus, "none"),
-                      str(r.pods), _cpus(r.usage_p95_cpus), _cpus(r.vpa_cpus),
-                      r.vpa_mode or "-", _throttled(r),
-                      _ms(r.delay_p99_now_ms), _cpus(r.recommended_cpus),
-                      _ms(r.predicted_delay_p99_ms)))
+        table.append(_with_hpa((r.workload, _cpus(r.limit_cpus, "none"),
+                                _cpus(r.request_cpus, "none"), str(r.pods),
+                                _cpus(r.usage_p95_cpus), _cpus(r.vpa_cpus), r.vpa_mode or "-",
+                                _throttled(r), _ms(r.delay_p99_now_ms),
+                                _cpus(r.recommended_cpus), _ms(r.predicted_delay_p99_ms)),
+                               r, hpas))
     lines = [header, ""]
     if len(table) > 1 or len(apart) == 1:
         lines += _aligned(table)
@@ -68,11 +101,16 @@ def format_cluster(rows: Sequence[ClusterRow], header: str) -> str:
         lines += [*([""] if len(table) > 1 else []),
                   f"{NO_QUOTA}, so no throttling figure ({len(apart) - 1} workload(s)):",
                   *_aligned(apart)]
-    notes = [f"{r.workload}: {note}" for r in rows for note in (*r.notes, *r.missing)]
+    notes = [f"{r.workload}: {note}" for r in rows
+             for note in (*r.notes, *_hpa_note(r), *r.missing)]
     if notes:
         lines += ["", *notes]
     lines += ["", "LIMIT, REQUEST, P95, VPA, RECOMMENDED: CPUs per pod. VPA MODE: the "
-              "updateMode of a VerticalPodAutoscaler that targets it. PERIODS THROTTLED: the "
+              "updateMode of a VerticalPodAutoscaler that targets it. "
+              + ("HPA: the CPU target of the HorizontalPodAutoscaler that scales it, its min-max "
+                 "replicas, (≤) the highest target that keeps the delay at the limit (its "
+                 "replay). " if hpas else "")
+              + "PERIODS THROTTLED: the "
               "kernel's counters in the windows. DELAY P99: ms a request arriving at a random "
               "instant waits for the quota, now and (→) at the recommended limit (its replay)."]
     return "\n".join(lines)

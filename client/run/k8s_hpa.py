@@ -9,7 +9,7 @@ from typing import Any
 
 from client.run.k8s_workloads import WorkloadError, WorkloadRef
 
-__all__ = ["hpa_for", "read_hpa"]
+__all__ = ["hpa_for", "list_hpas", "read_hpa"]
 
 Obj = dict[str, Any]
 
@@ -23,6 +23,25 @@ def hpa_for(ref: WorkloadRef, hpas: Iterable[Obj]) -> Obj | None:
                 and target.get("name") == ref.name):
             return hpa
     return None
+
+
+def list_hpas(namespace: str | None, api: Any = None) -> list[Obj]:
+    """The HPAs (``autoscaling/v2``'s JSON) of ``namespace`` (None: every namespace), read as
+    ``cluster`` reads the workloads (``get_json``, no models); ``WorkloadError`` (one line)
+    when they cannot be."""
+    from client.run.kube_api import REQUEST_TIMEOUT, api_problem, connect_as
+
+    api = api or connect_as(WorkloadError)
+    where = "" if namespace is None else f"/namespaces/{namespace}"
+    try:
+        listed = api.get_json(f"/apis/autoscaling/v2{where}/horizontalpodautoscalers",
+                              REQUEST_TIMEOUT)
+    except Exception as exc:
+        if getattr(exc, "status", None) == 404:   # the API serves no autoscaling/v2: none
+            return []
+        raise WorkloadError(api_problem(exc, "list", "horizontalpodautoscalers",
+                                        namespace or "(all)", "", api.server)) from None
+    return list((listed if isinstance(listed, dict) else {}).get("items") or [])
 
 
 def read_hpa(ref: WorkloadRef) -> tuple[str, Obj] | None:
