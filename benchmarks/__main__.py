@@ -38,7 +38,8 @@ CHOSEN: dict[str, tuple[str, ...]] = {
 }
 # run by name only: they use the project's Kubernetes node (under its lock, as docs/benchmarks.md
 # says: ``flock /tmp/kube.lock timeout 1200 ...``)
-NODE: tuple[str, ...] = ("agent_cost_node", "cluster_scale", "commands_remote", "passive_vs_live")
+NODE: tuple[str, ...] = ("agent_cost_node", "cluster_scale", "commands_remote", "passive_vs_live",
+                         "replicas_passive_vs_live")
 # run by name only: root and this host, but longer than ``make bench`` should take (~10 min)
 LONG: tuple[str, ...] = ("advise_matrix",)
 PACKAGE = Path(__file__).resolve().parent
