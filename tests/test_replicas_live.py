@@ -246,6 +246,18 @@ def test_each_count_its_smallest_limit_the_least_total_and_all_put_back(
     assert any("restored" in line for line in said)
 
 
+def test_a_search_cut_short_by_max_runs_says_so(deployment: Deployment, tmp_path: Path) -> None:
+    api = connect()
+    few = LiveAsked((1,), GOAL, LoadPlan.from_options(requests=100), "t",
+                    datetime.now(timezone.utc), tmp_path, 100.0, max_runs=2)
+    sized = size_live(few, scaler(), lambda: opened(api), Rule(deployment))
+    (row,) = sized.to_dict()["replicas"]
+    assert not row["met"] and sized.least is None
+    assert "none of the limits tried, up to" in row["reason"]
+    assert "(--max-runs 2 reached)" in row["reason"]
+    assert_back(deployment)
+
+
 @pytest.mark.parametrize("stop", [KeyboardInterrupt(), AdviseError("the run failed")],
                          ids=["ctrl-c", "error"])
 def test_ctrl_c_or_an_error_mid_search_puts_the_count_and_limits_back(

@@ -216,8 +216,13 @@ def size_live(asked: LiveAsked, scaler: Scaler, open_at: Callable[[], AtLimit], 
                     search.at(search.start, "guess")
                     search.run()
                 best, _ = conclude(search.rows, target)
+                top = max((r.millicores or 0 for r in search.rows), default=0)
                 reason = None if best is not None else (
-                    f"no limit up to {words} each met {target.describe()} with {n} replicas")
+                    f"no limit up to {words} each met {target.describe()} with {n} replicas"
+                    if top >= ceiling else
+                    f"none of the limits tried, up to {top / 1000:g} CPU each, met "
+                    f"{target.describe()} with {n} replicas (--max-runs {asked.max_runs} "
+                    "reached)")
                 sizings.append(LiveSizing(n, tuple(search.rows), best, ceiling, pods.ready,
                                           reason))
     except WorkloadError as exc:
