@@ -5,10 +5,19 @@ recorder's pods of a node, the API's groups (none beyond the built-in: no VPA), 
 agent's ``/windows`` (streamed a line at a time, as the Go agent does), or, for an older
 agent, a 404 there and ``/timeline`` a pod at a time; and, where a test gives them, any GET
 or PATCH it answers itself (a Deployment's scale and its pods, ``tests/test_replicas_live.py``).
-Every request is kept (path and query; a PATCH's body). Stopped by the context manager."""
+Every request is kept (path and query; a PATCH's body).
+
+For the pod-level resize (``client.run.limiters.kubernetes``), it serves ``pods`` (NS/NAME ->
+the pod's JSON), ``/version``, and ``pods/resize`` as ``resize`` says: ``ok`` (the spec merged,
+a dry run only answered; the "kubelet" posts ``status.resources`` and writes the pod's quota
+file, ``quota_dirs``), ``404`` (a server before 1.33), ``422`` (the gate off, the API
+server's own message), ``drop`` (answered unchanged) or ``infeasible`` (stored, never acted
+on: ``PodResizePending``); a Deployment's patch is kept. Every patch is kept in ``patches``
+(path, query, body). Stopped by the context manager."""
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -39,6 +48,11 @@ class Cluster:
     # PATCH of a path with its JSON body; each returns the object to answer with
     get: Callable[[str], Any] | None = None
     patch: Callable[[str, Any], Any] | None = None
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    resize: str = "ok"
+    version: str = "v1.37.2"
+    quota_dirs: dict[str, Path] = field(default_factory=dict)
+    patches: list[tuple[str, dict[str, list[str]], Any]] = field(default_factory=list)
     asked: list[tuple[str, dict[str, list[str]]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -83,6 +97,14 @@ def _handler(cluster: Cluster) -> type[BaseHTTPRequestHandler]:
                 agent, _, endpoint = path.removeprefix(proxy).partition("/proxy/")
                 self.agent(cluster.agents.get(cluster.node_of_agent(agent), "down"),
                            endpoint, query)
+            elif path.rstrip("/") == "/version":
+                self.send(200, json.dumps({
+                    "major": "1", "minor": cluster.version.split(".")[1],
+                    "gitVersion": cluster.version, "gitCommit": "", "gitTreeState": "clean",
+                    "buildDate": "1970-01-01T00:00:00Z", "goVersion": "go1.26",
+                    "compiler": "gc", "platform": "linux/amd64"}).encode())
+            elif (key := _pod_key(path)) is not None and key in cluster.pods:
+                self.send(200, json.dumps(cluster.pods[key]).encode())
             elif path in cluster.lists:
                 self.send(200, json.dumps({"metadata": {}, "items": cluster.lists[path]}).encode())
             elif path in ("/apis", "/apis/"):   # discovery: no API group beyond the built-in
@@ -93,17 +115,61 @@ def _handler(cluster: Cluster) -> type[BaseHTTPRequestHandler]:
                                            }).encode())
 
         def do_PATCH(self) -> None:   # noqa: N802 - the stdlib's name
-            path = unquote(urlsplit(self.path).path)
+            url = urlsplit(self.path)
+            path, query = unquote(url.path), parse_qs(url.query)
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0))
                               or b"null")
             with cluster.lock:
-                cluster.asked.append((path, {"PATCH": [json.dumps(body)]}))
+                cluster.asked.append((path, {**query, "PATCH": [json.dumps(body)]}))
+                cluster.patches.append((path, query, body))
                 got = None if cluster.patch is None else cluster.patch(path, body)
-            if got is None:
-                self.send(404, json.dumps({"kind": "Status", "message": f"{path} not found"
-                                           }).encode())
-            else:
+            if got is not None:
                 self.send(200, json.dumps(got).encode())
+                return
+            if "/deployments/" in path:
+                name = path.rsplit("/", 1)[-1]
+                self.send(200, json.dumps({
+                    "kind": "Deployment", "apiVersion": "apps/v1", "metadata": {"name": name},
+                    "spec": {"selector": {"matchLabels": {}}, "template": {}}}).encode())
+                return
+            key = _pod_key(path.removesuffix("/resize"))
+            if not path.endswith("/resize") or key not in cluster.pods or \
+                    cluster.resize == "404":
+                self.send(404, json.dumps({"kind": "Status", "status": "Failure",
+                                           "message": "the server could not find the "
+                                           "requested resource", "code": 404}).encode())
+                return
+            if cluster.resize == "422":
+                self.send(422, json.dumps({
+                    "kind": "Status", "status": "Failure", "reason": "Invalid", "code": 422,
+                    "message": f'Pod "{key.split("/")[1]}" is invalid: : Forbidden: resize '
+                               "of pods with pod-level resources is forbidden when "
+                               "InPlacePodLevelResourcesVerticalScalingEnabled feature gate "
+                               "is disabled"}).encode())
+                return
+            pod = cluster.pods[key]
+            merged = _merged(pod, body) if cluster.resize != "drop" else pod
+            if "dryRun" not in query:
+                with cluster.lock:
+                    cluster.pods[key] = merged
+                    self.kubelet(key, merged)
+            self.send(200, json.dumps(cluster.pods[key] if "dryRun" not in query
+                                      else merged).encode())
+
+        def kubelet(self, key: str, pod: dict[str, Any]) -> None:
+            status = pod.setdefault("status", {})
+            if cluster.resize == "infeasible":
+                status["conditions"] = [{"type": "PodResizePending", "status": "True",
+                                         "reason": "Infeasible", "message":
+                                         "InPlacePodLevelResourcesVerticalScaling is disabled"}]
+                return
+            resources = copy.deepcopy((pod.get("spec") or {}).get("resources") or {})
+            status["resources"] = resources
+            cpu = (resources.get("limits") or {}).get("cpu")
+            if key in cluster.quota_dirs and cpu:
+                quota = round(float(cpu[:-1]) * 100 if cpu.endswith("m") else
+                              float(cpu) * 100000)
+                (cluster.quota_dirs[key] / "cpu.cfs_quota_us").write_text(str(quota))
 
         def agent(self, kind: str, endpoint: str, query: Mapping[str, list[str]]) -> None:
             if kind == "down":
@@ -146,6 +212,29 @@ def _handler(cluster: Cluster) -> type[BaseHTTPRequestHandler]:
             self.wfile.flush()
 
     return Handler
+
+
+def _pod_key(path: str) -> str | None:
+    """``/api/v1/namespaces/NS/pods/NAME`` -> ``NS/NAME`` (None: another path)."""
+    parts = path.strip("/").split("/")
+    if len(parts) == 6 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods":
+        return f"{parts[3]}/{parts[5]}"
+    return None
+
+
+def _merged(pod: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A resize's strategic merge on the pod: ``spec.resources`` key by key, containers by
+    name."""
+    out = copy.deepcopy(pod)
+    spec, change = out.setdefault("spec", {}), patch.get("spec") or {}
+    for key, values in (change.get("resources") or {}).items():
+        spec.setdefault("resources", {}).setdefault(key, {}).update(values)
+    for container in change.get("containers") or []:
+        for mine in spec.get("containers") or []:
+            if mine.get("name") == container.get("name"):
+                for key, values in (container.get("resources") or {}).items():
+                    mine.setdefault("resources", {}).setdefault(key, {}).update(values)
+    return out
 
 
 @contextmanager

@@ -15,7 +15,7 @@ import pytest
 from client.run.service_group import resolve_cgroup
 from client.run.limiters import LIMITERS, LimiterError
 from client.run.limiters.kubernetes import (KubernetesLimiter, container_name, cpu_cores,
-                                            pod_level_problem, resize_body, resize_state)
+                                            resize_body, resize_state)
 from cpuquota.limit import Limit
 from tests.cgroup_fixtures import fake_proc, mount_line, v1_group
 
@@ -208,22 +208,17 @@ def test_a_cluster_without_pods_resize_is_one_line_saying_1_33(tmp_path: Path) -
                            "needs Kubernetes 1.33+") and "\n" not in line
 
 
-def test_a_pod_level_limit_that_binds_is_said_before_any_resize(tmp_path: Path) -> None:
-    """KEP-2837: spec.resources.limits.cpu on the pod's group. A container's resize would not
-    change what binds: refused at once, in one line, naming the pod-level limit."""
-    only_pod = pod(limit="", request=None)
-    only_pod["spec"]["resources"] = {"limits": {"cpu": "400m"}}
-    line = pod_level_problem(only_pod, "app")
-    assert line is not None and line.startswith("pod shop/api-1 has a pod-level CPU limit "
-                                                "(0.4 CPU, spec.resources.limits.cpu)")
-    api = ScriptedApi(only_pod, tmp_path)
-    with pytest.raises(LimiterError, match="pod-level CPU limit"):
-        limiter(tmp_path, api)
-    assert api.patches == []
+def test_a_container_limit_below_the_pod_level_one_is_the_containers_to_resize(
+        tmp_path: Path) -> None:
+    """KEP-2837: a pod-level limit above the container's own leaves the container's binding:
+    the container is resized as before (the pod level's own resize:
+    tests/test_run_limiters_pod_level.py)."""
     below = pod(limit="300m")
-    below["spec"]["resources"] = {"limits": {"cpu": "400m"}}   # the container's binds
-    assert pod_level_problem(below, "app") is None
-    assert pod_level_problem(pod(), "app") is None
+    below["spec"]["resources"] = {"limits": {"cpu": "400m"}}
+    limits = limiter(tmp_path, ScriptedApi(below, tmp_path))
+    assert limits.level == "container" and limits.description.endswith("container app")
+    limits.apply(Limit(0.25))
+    assert limits.read() is not None
 
 
 def test_registered_as_k8s() -> None:

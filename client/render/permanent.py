@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from client.analysis.advise import docker_flags, kubernetes_cpu
-from client.run.limiters.kubernetes import deployment_patch, pod_request_for
+from client.run.limiters.kubernetes import (deployment_patch, pod_level_deployment_patch,
+                                            pod_request_for)
 from cpuquota.limit import Limit
 
 __all__ = ["PERMANENT", "cgroup_permanent", "docker_permanent", "kubernetes_permanent",
@@ -109,10 +110,33 @@ def kubernetes_permanent(namespace: str, deployment: str, container: str,
     return lines
 
 
+def pod_level_permanent(namespace: str, deployment: str, limit: Limit,
+                        request: str | None = None,
+                        tied: Mapping[str, float | None] | None = None) -> list[str]:
+    """The ``kubectl patch`` line for a Deployment whose pod-level limit binds (its pod
+    template's ``spec.resources``, KEP-2837)."""
+    cpu = kubernetes_cpu(limit)
+    patch = pod_level_deployment_patch(limit, request, tied)
+    lines = [f"Deployment {namespace}/{deployment}, pod-level spec.resources: limits.cpu {cpu}"
+             + (f", requests.cpu {request}" if request is not None else ""),
+             f"  kubectl patch deployment {deployment} -n {namespace} --type strategic -p "
+             f"'{json.dumps(patch, separators=(',', ':'))}'",
+             "  kustomize: the same under spec.template.spec.resources of a patch of "
+             f"Deployment {deployment}"]
+    return lines
+
+
 def pod_permanent(names: Mapping[str, Any], limit: Limit) -> list[str]:
     """A pod's limit for good: its Deployment's patch, or where a bare pod's limit lives."""
     namespace, container = str(names["namespace"]), str(names["container"])
     request = pod_request_for(names, limit)
+    if names.get("level") == "pod":
+        if names.get("owner"):
+            return pod_level_permanent(namespace, str(names["owner"]), limit, request,
+                                       names.get("tied") or None)
+        return [f"pod {namespace}/{names['pod']} (no Deployment): a resize lasts until the pod "
+                f"is made again; set spec.resources.limits.cpu: {kubernetes_cpu(limit)} (the "
+                "pod level) in whatever makes it"]
     if names.get("owner"):
         return kubernetes_permanent(namespace, str(names["owner"]), container, limit, request)
     return [f"pod {namespace}/{names['pod']} (no Deployment): a resize lasts until the pod is "

@@ -20,7 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KubeApi", "KubeError", "REQUEST_TIMEOUT", "api_problem", "connect", "connect_as",
+__all__ = ["KubeApi", "KubeError", "REQUEST_TIMEOUT", "api_message", "api_problem", "connect", "connect_as",
            "context_namespace", "current_namespace"]
 
 REQUEST_TIMEOUT = 10.0   # seconds, each call (connect and read)
@@ -182,7 +182,7 @@ def api_problem(exc: Exception, verb: str, resource: str, namespace: str, name: 
         return f"no such {kind}: {namespace}/{name}" if name else f"no such namespace: {namespace}"
     if status:
         reason = getattr(exc, "reason", None) or ""
-        body = _message(getattr(exc, "body", None))
+        body = api_message(getattr(exc, "body", None))
         return f"{verb} {resource} {namespace}/{name} refused ({status} {reason}): {body}".rstrip(
             ": ")
     # urllib3's errors, a timeout, or the client's ApiException of status 0 around them (a
@@ -193,7 +193,8 @@ def api_problem(exc: Exception, verb: str, resource: str, namespace: str, name: 
             f"{namespace}/{name}: {cause[:160]}")
 
 
-def _message(body: Any) -> str:
+def api_message(body: Any) -> str:
+    """The ``message`` of an API error's JSON body (its text where not JSON), cut short."""
     import json
 
     if not body:

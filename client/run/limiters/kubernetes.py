@@ -15,6 +15,15 @@ Registered as ``k8s`` in ``client.run.limiters.LIMITERS`` (``--cgroup k8s:NS/POD
   reads it back; for a pod on another node, its node's agent counts the pod's rows under the
   new quota (``client.run.limiters.quota_source``: :func:`through_agent`). A resize the kubelet reports ``Infeasible``, or still ``Deferred`` at the
   timeout (the ``PodResizePending`` condition), ends with one line saying why.
+- **The pod level** (``spec.resources``, KEP-2837): where the pod-level CPU limit binds
+  (:func:`binding_level`: the container has none of its own, or one equal to it), the body
+  (:func:`pod_resize_body`) sets ``spec.resources.limits.cpu``, the pod-level request moved
+  as a container's is, and the containers tied to it moved along; in force once
+  ``status.resources`` says it. Before anything changes a dry-run resize asks whether the API
+  server takes it (Kubernetes 1.36+, InPlacePodLevelResourcesVerticalScaling): a 404 or 422
+  is one line (:func:`pod_level_refused`). A resize the kubelet cannot act on
+  (``Infeasible``) has the spec put back before the line. ``--apply`` patches the pod
+  template's ``spec.resources`` (:func:`pod_level_deployment_patch`).
 - **Refused**: a container whose ``resizePolicy`` for cpu is ``RestartContainer`` (unless
   ``--allow-restart``); a period other than 100 ms (the kubelet's, node-wide); a burst; "no
   limit".
@@ -33,15 +42,16 @@ from typing import Any
 
 from client.run.agent_timeline import AgentLink
 from client.run.service_group import ServiceGroup
-from client.run.kube_api import api_problem
+from client.run.kube_api import api_message, api_problem
 from client.run.limiters.base import Limiter, LimiterError
 from client.run.limiters.quota_source import AgentQuota, GroupFiles, QuotaSource
 from cpuquota.limit import Limit
 
-__all__ = ["KubernetesLimiter", "container_name", "cpu_cores", "cpu_quantity", "deployment_patch",
-           "deployment_pods", "find_deployment_pods", "identity", "parse_workload",
-           "pod_request_for", "resize_body", "resize_state", "restarts_on_resize",
-           "through_agent"]
+__all__ = ["KubernetesLimiter", "binding_level", "container_name", "cpu_cores", "cpu_quantity",
+           "deployment_patch", "deployment_pods", "find_deployment_pods", "identity",
+           "parse_workload", "pod_level_cpus", "pod_level_deployment_patch", "pod_level_refused",
+           "pod_request_for", "pod_resize_body", "resize_body", "resize_state",
+           "restarts_on_resize", "through_agent", "tied_containers"]
 
 # a user who reaches the pod through its node's agent holds the roles of this file
 USER_RBAC = ("the ClusterRole throttle-lab-pod-resizer in k8s/recorder/user-rbac.yaml grants "
@@ -144,22 +154,127 @@ def resize_body(pod: Pod, container: str, limit: Limit, *, request: float | None
     return _body(container, {"limits": {"cpu": new}, "requests": {"cpu": f"{wanted}m"}})
 
 
-def pod_level_problem(pod: Pod, container: str) -> str | None:
-    """Why a container's resize would not change what binds: the pod has a pod-level CPU
-    limit (``spec.resources``, KEP-2837) at or below the container's, on the pod's group
-    (None: the container's limit binds)."""
-    pod_level = cpu_cores((((pod.get("spec") or {}).get("resources") or {}).get("limits")
-                           or {}).get("cpu"))
+def pod_level_cpus(pod: Pod, key: str = "limits") -> float | None:
+    """The pod-level ``resources.<key>.cpu`` (``spec.resources``, KEP-2837), None: none."""
+    return cpu_cores((((pod.get("spec") or {}).get("resources") or {}).get(key)
+                      or {}).get("cpu"))
+
+
+def _own_cpu(container: Mapping[str, Any], key: str = "limits") -> float | None:
+    return cpu_cores(((container.get("resources") or {}).get(key) or {}).get("cpu"))
+
+
+def binding_level(pod: Pod, container: str) -> str:
+    """Which level's CPU limit binds ``container``: ``"pod"`` where the pod has a pod-level
+    limit and the container none of its own or one equal to it (the API keeps a container's
+    at or below the pod's; the kubelet writes the pod's on a container without one, so both
+    groups show the same quota: the spec says the limit is the pod's), else ``"container"``."""
+    pod_level = pod_level_cpus(pod)
     if pod_level is None:
-        return None
-    own = cpu_cores(((_container(pod, container).get("resources") or {}).get("limits")
-                     or {}).get("cpu"))
-    if own is not None and own < pod_level:
-        return None
-    return (f"pod {_pod_name(pod)} has a pod-level CPU limit ({pod_level:g} CPU, "
-            "spec.resources.limits.cpu), the one that binds: advise resizes a container's "
-            "limit only; judge it from its recorded window with advise --passive --k8s "
-            "NS/KIND/NAME, or --cgroup k8s:NS/POD with watch and record")
+        return "container"
+    own = _own_cpu(_container(pod, container))
+    return "container" if own is not None and round(own * 1000) < round(pod_level * 1000) \
+        else "pod"
+
+
+def tied_containers(pod: Pod) -> list[str]:
+    """The containers whose own cpu limit equals the pod-level one: a pod-level resize moves
+    theirs with it (a container's may not exceed the pod's, and one left above would bind)."""
+    pod_level = pod_level_cpus(pod)
+    if pod_level is None:
+        return []
+    return [str(c.get("name")) for c in (pod.get("spec") or {}).get("containers") or []
+            if (own := _own_cpu(c)) is not None and round(own * 1000) == round(pod_level * 1000)]
+
+
+def pod_resize_body(pod: Pod, limit: Limit, *, request: float | None = None,
+                    tied: Mapping[str, float | None] | None = None) -> dict[str, Any]:
+    """The ``resize`` patch that sets the pod-level cpu limit (``spec.resources.limits.cpu``)
+    to ``limit``, the QoS class kept as :func:`resize_body` keeps a container's: a Guaranteed
+    pod's pod-level request moves with it, a Burstable one's stays at ``request`` (the one it
+    had when we came) unless the limit is below it. ``tied``: the containers whose own limit
+    moves with the pod's (:func:`tied_containers`), each with the cpu request it had when we
+    came. ``LimiterError`` when the QoS class, the containers' own limits or their requests
+    do not allow it."""
+    resources = (pod.get("spec") or {}).get("resources") or {}
+    limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+    if "cpu" not in limits:
+        raise LimiterError(f"pod {_pod_name(pod)} has no pod-level cpu limit "
+                           "(spec.resources.limits.cpu) to resize")
+    qos = (pod.get("status") or {}).get("qosClass")
+    new = cpu_quantity(limit)
+    tied = dict(tied if tied is not None else
+                {name: _own_cpu(_container(pod, name), "requests") for name in
+                 tied_containers(pod)})
+    containers = (pod.get("spec") or {}).get("containers") or []
+    for c in containers:
+        own = _own_cpu(c)
+        if c.get("name") not in tied and own is not None and round(own * 1000) > limit.millicores:
+            raise LimiterError(f"{limit.cpus:g} CPU is below container {c.get('name')}'s own "
+                               f"cpu limit ({own:g} CPU), which may not exceed the pod's")
+    moved: list[dict[str, Any]] = []
+    for name, had in tied.items():
+        change: dict[str, Any] = {"limits": {"cpu": new}}
+        if had is not None:
+            change["requests"] = {"cpu": f"{min(round(had * 1000), limit.millicores)}m"}
+        moved.append({"name": name, "resources": change})
+    asked = sum(round((_own_cpu(c, "requests") or 0) * 1000) if c.get("name") not in tied
+                else min(round((tied[str(c.get("name"))] or 0) * 1000), limit.millicores)
+                for c in containers)
+    pod_change: dict[str, Any] = {"limits": {"cpu": new}}
+    now = cpu_cores(requests.get("cpu"))
+    had = request if request is not None else now
+    if qos == "Guaranteed":
+        pod_change["requests"] = {"cpu": new}
+        wanted = limit.millicores
+    elif had is not None:
+        wanted = min(round(had * 1000), limit.millicores)
+        memory_equal = (limits.get("memory") is not None and
+                        limits.get("memory") == requests.get("memory"))
+        if wanted == limit.millicores and qos == "Burstable" and memory_equal:
+            raise LimiterError(f"{limit.cpus:g} CPU is not above pod {_pod_name(pod)}'s "
+                               f"pod-level cpu request ({had:g} CPU): a request equal to the "
+                               "limit would make the pod Guaranteed (the API refuses a QoS "
+                               "change)")
+        if now is None or round(now * 1000) != wanted:
+            pod_change["requests"] = {"cpu": f"{wanted}m"}
+    else:
+        wanted = None
+    if wanted is not None and asked > wanted:
+        raise LimiterError(f"{limit.cpus:g} CPU is below the sum of pod {_pod_name(pod)}'s "
+                           f"containers' cpu requests ({asked / 1000:g} CPU), which the "
+                           "pod-level request may not be below")
+    body: dict[str, Any] = {"spec": {"resources": pod_change}}
+    if moved:
+        body["spec"]["containers"] = moved
+    return body
+
+
+def pod_level_deployment_patch(limit: Limit, request: str | None = None,
+                               tied: Mapping[str, float | None] | None = None
+                               ) -> dict[str, Any]:
+    """The strategic-merge patch ``--apply`` sends where the pod-level limit binds: the pod
+    template's ``spec.resources`` (and the containers whose own limit moves with it)."""
+    resources: dict[str, Any] = {"limits": {"cpu": cpu_quantity(limit)}}
+    if request is not None:
+        resources["requests"] = {"cpu": request}
+    spec: dict[str, Any] = {"resources": resources}
+    if tied:
+        spec["containers"] = [
+            {"name": name, "resources": {"limits": {"cpu": cpu_quantity(limit)}, **(
+                {"requests": {"cpu": cpu_quantity(limit)}} if had is not None and
+                round(had * 1000) > limit.millicores else {})}} for name, had in tied.items()]
+    return {"spec": {"template": {"spec": spec}}}
+
+
+def pod_level_refused(why: str, pod: str, version: str | None) -> str:
+    """The line for a pod-level resize the API server refuses (``why``: its 422 and message,
+    or that it dropped the change): what it needs and what to do instead."""
+    return (f"the API server refuses to resize pod {pod}'s pod-level resources ({why}): "
+            "in-place resize of spec.resources needs Kubernetes 1.36+ with "
+            f"InPlacePodLevelResourcesVerticalScaling on (this one is {version or 'unknown'}); "
+            "judge it from its recorded window with advise --passive --k8s NS/KIND/NAME, or "
+            "set the limit in its Deployment (spec.template.spec.resources) and let it roll out")
 
 
 def resize_missing(status: int | None, version: str | None) -> str | None:
@@ -260,25 +375,74 @@ class KubernetesLimiter(Limiter):
                                      {"_request_timeout": request_timeout})
         first = self.read_pod()
         self.container = container_name(first, container)
-        if (problem := pod_level_problem(first, self.container)) is not None:
-            raise LimiterError(problem)
-        if restarts_on_resize(first, self.container) and not allow_restart:
-            raise LimiterError(f"container {self.container} of pod {namespace}/{pod} restarts "
-                               "on a cpu resize (resizePolicy RestartContainer): "
-                               "--allow-restart lets advise restart it")
+        self.level = binding_level(first, self.container)
+        moving = [self.container] if self.level == "container" else [
+            str(c.get("name")) for c in (first.get("spec") or {}).get("containers") or []
+            if _own_cpu(c) is None or str(c.get("name")) in tied_containers(first)]
+        for name in moving:
+            if restarts_on_resize(first, name) and not allow_restart:
+                raise LimiterError(f"container {name} of pod {namespace}/{pod} restarts "
+                                   "on a cpu resize (resizePolicy RestartContainer): "
+                                   "--allow-restart lets advise restart it")
         spec = _container(first, self.container)
         requests = (spec.get("resources") or {}).get("requests") or {}
         limits = (spec.get("resources") or {}).get("limits") or {}
-        self.request = cpu_cores(requests.get("cpu"))     # as we came: put back at the end
+        # as we came: put back at the end (the pod level's where it binds)
+        self.request = cpu_cores(requests.get("cpu"))
         self.original_cpu = limits.get("cpu")
+        self.tied: dict[str, float | None] = {}
+        if self.level == "pod":
+            self.request = pod_level_cpus(first, "requests")
+            self.original_cpu = ((first.get("spec") or {}).get("resources") or {}).get(
+                "limits", {}).get("cpu")
+            self.tied = {name: _own_cpu(_container(first, name), "requests")
+                         for name in tied_containers(first)}
         self.qos = (first.get("status") or {}).get("qosClass")
         self.before = identity(first, self.container)
-        self.description = f"pods/resize of {namespace}/{pod}, container {self.container}"
+        self.what = (f"container {self.container}" if self.level == "container" else
+                     "its pod-level resources (spec.resources)")
+        self.description = f"pods/resize of {namespace}/{pod}, {self.what}"
         self.names: dict[str, Any] = {"namespace": namespace, "pod": pod,
                                       "container": self.container, "qos": self.qos,
-                                      "owner": _owner(first),
+                                      "owner": _owner(first), "level": self.level,
+                                      "tied": dict(self.tied),
                                       "request_millicores": (None if self.request is None else
                                                              round(self.request * 1000))}
+        if self.level == "pod":
+            self._probe(first)
+
+    def _probe(self, first: Pod) -> None:
+        """Before anything changes: whether the API server resizes this pod's pod-level
+        resources, by a dry run of a resize 1m above the limit it has (nothing is stored);
+        ``LimiterError`` in one line where it refuses (no pods/resize, the gate off)."""
+        now = pod_level_cpus(first)
+        assert now is not None
+        probe = Limit((round(now * 1000) + 1) / 1000)
+        body = pod_resize_body(first, probe, request=self.request, tied=self.tied)
+        try:
+            back = self.api.patch_namespaced_pod_resize(self.pod, self.namespace, body,
+                                                        dry_run="All", **self.call)
+        except Exception as exc:
+            raise LimiterError(self._refused(exc)) from None
+        said = pod_level_cpus(self.to_json(back)) if back is not None else None
+        if said is not None and round(said * 1000) != probe.millicores:
+            raise LimiterError(pod_level_refused("a dry run dropped the change",
+                                                 f"{self.namespace}/{self.pod}",
+                                                 self._version()))
+
+    def _refused(self, exc: Exception) -> str:
+        """The line for a failed ``pods/resize`` patch (404: no subresource; 422 at the pod
+        level: the gate off or an older server)."""
+        status = getattr(exc, "status", None)
+        if status == 404 and self._pod_there() and \
+                (missing := resize_missing(status, self._version())) is not None:
+            return missing
+        if status == 422 and self.level == "pod":
+            message = api_message(getattr(exc, "body", None))
+            return pod_level_refused(f"{status}: {message}" if message else str(status),
+                                     f"{self.namespace}/{self.pod}", self._version())
+        return _api_problem(exc, "patch", "pods/resize", self.namespace, self.pod,
+                            self.server, self.rbac)
 
     def read_pod(self) -> Pod:
         try:
@@ -307,17 +471,24 @@ class KubernetesLimiter(Limiter):
     def apply(self, limit: Limit | None) -> None:
         self.check(limit)
         assert limit is not None
-        body = resize_body(self.read_pod(), self.container, limit, request=self.request,
-                           allow_restart=self.allow_restart)
+        pod = self.read_pod()
+        body = (pod_resize_body(pod, limit, request=self.request, tied=self.tied)
+                if self.level == "pod" else
+                resize_body(pod, self.container, limit, request=self.request,
+                            allow_restart=self.allow_restart))
         try:
             self.api.patch_namespaced_pod_resize(self.pod, self.namespace, body, **self.call)
         except Exception as exc:
-            status = getattr(exc, "status", None)
-            if status == 404 and self._pod_there() and \
-                    (missing := resize_missing(status, self._version())) is not None:
-                raise LimiterError(missing) from None
-            raise LimiterError(_api_problem(exc, "patch", "pods/resize", self.namespace,
-                                            self.pod, self.server, self.rbac)) from None
+            raise LimiterError(self._refused(exc)) from None
+        if self.level == "pod":
+            try:
+                self._await_status(limit, time.monotonic() + self.timeout)
+            except LimiterError:
+                self._undo(pod)   # the spec back as it was: the kubelet did not act on it
+                raise
+            self.quota.wait_for(Limit(limit.cpus, 100.0, 0.0), timeout=15.0)
+            self._await_status(limit, time.monotonic() + self.timeout)
+            return
         deadline = time.monotonic() + self.timeout
         self._await_status(limit, deadline)
         self.quota.wait_for(Limit(limit.cpus, 100.0, 0.0), timeout=15.0)
@@ -325,6 +496,20 @@ class KubernetesLimiter(Limiter):
         # an earlier resize (still at this limit) may be posted later; the quota now shows
         # this resize acted on, so the status must show it again, after that one
         self._await_status(limit, deadline)
+
+    def _undo(self, before: Pod) -> None:
+        """After a pod-level resize the kubelet would not act on: the pod's spec back to the
+        limit it had (``before``), so nothing changed is left behind (best effort: the
+        refusal is the line the caller says)."""
+        cpu = pod_level_cpus(before)
+        if cpu is None:
+            return
+        try:
+            body = pod_resize_body(self.read_pod(), Limit(cpu), request=self.request,
+                                   tied=self.tied)
+            self.api.patch_namespaced_pod_resize(self.pod, self.namespace, body, **self.call)
+        except Exception:
+            pass
 
     def _pod_there(self) -> bool:
         try:
@@ -348,9 +533,13 @@ class KubernetesLimiter(Limiter):
         while True:
             pod = self.read_pod()
             applied, pending = resize_state(pod, self.container)
+            if self.level == "pod":
+                applied = cpu_cores((((pod.get("status") or {}).get("resources") or {}).get(
+                    "limits") or {}).get("cpu"))   # the kubelet's pod-level status
             if pending is not None and pending.startswith("Infeasible"):
-                raise LimiterError(f"the kubelet cannot resize {self.namespace}/{self.pod} to "
-                                   f"{cpu_quantity(limit)}: {pending}")
+                what = "" if self.level == "container" else "'s pod-level resources"
+                raise LimiterError(f"the kubelet cannot resize {self.namespace}/{self.pod}"
+                                   f"{what} to {cpu_quantity(limit)}: {pending}")
             if pending is None and applied is not None and \
                     round(applied * 1000) == limit.millicores:
                 break
@@ -384,14 +573,18 @@ class KubernetesLimiter(Limiter):
         if not owner:
             raise LimiterError(f"--apply: pod {self.namespace}/{self.pod} has no Deployment "
                                "to patch")
-        body = deployment_patch(self.container, limit, pod_request_for(self.names, limit))
+        request = pod_request_for(self.names, limit)
+        body = (pod_level_deployment_patch(limit, request, self.tied) if self.level == "pod"
+                else deployment_patch(self.container, limit, request))
         try:
             self.apps.patch_namespaced_deployment(owner, self.namespace, body, **self.call)
         except Exception as exc:
             raise LimiterError(api_problem(exc, "patch", "deployments", self.namespace, owner,
                                            self.server)) from None
-        return (f"applied: deployment {self.namespace}/{owner}, container {self.container}: "
-                f"limits.cpu {cpu_quantity(limit)} (rolling out: kubectl rollout status "
+        where = (f"container {self.container}: limits.cpu" if self.level == "container" else
+                 "pod-level spec.resources.limits.cpu")
+        return (f"applied: deployment {self.namespace}/{owner}, {where} "
+                f"{cpu_quantity(limit)} (rolling out: kubectl rollout status "
                 f"deployment/{owner} -n {self.namespace})")
 
     def restore_hint(self, limit: Limit | None) -> str:
@@ -401,7 +594,15 @@ class KubernetesLimiter(Limiter):
             resources["requests"] = {"cpu": cpu}
         elif self.request is not None:
             resources["requests"] = {"cpu": f"{round(self.request * 1000)}m"}
-        patch = json.dumps(_body(self.container, resources), separators=(",", ":"))
+        body = _body(self.container, resources)
+        if self.level == "pod":
+            body = {"spec": {"resources": resources}}
+            if self.tied:
+                body["spec"]["containers"] = [
+                    {"name": name, "resources": {"limits": {"cpu": cpu}, **(
+                        {} if had is None else {"requests": {"cpu": f"{round(had * 1000)}m"}})}}
+                    for name, had in self.tied.items()]
+        patch = json.dumps(body, separators=(",", ":"))
         return (f"kubectl patch pod {self.pod} -n {self.namespace} --subresource resize "
                 f"--patch '{patch}'")
 

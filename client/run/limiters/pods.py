@@ -45,7 +45,7 @@ class PodsLimiter(Limiter):
                                f"({said}): a rollout under way? Try again once it is done")
         pods = [limiter.pod for limiter in self.limiters]
         self.description = (f"pods/resize of the {len(pods)} pods of deployment {deployment} "
-                            f"({', '.join(pods)}), container {first.container}")
+                            f"({', '.join(pods)}), {first.what}")
         agents = [lim.quota.where for lim in self.limiters if isinstance(lim.quota, AgentQuota)]
         if agents:   # pods on other nodes: each quota read back from its node's agent
             self.description += f", each quota read back from {', '.join(agents)}"
