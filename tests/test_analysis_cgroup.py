@@ -82,6 +82,27 @@ def test_cgroup_report_without_a_limit_or_samples_has_none_for_unknowns() -> Non
     assert unlimited.periods == 10 and unlimited.periods_at_quota == 0
 
 
+def test_the_same_quota_on_two_levels_is_named_by_the_first() -> None:
+    """A pod-level limit (KEP-2837) the kubelet writes on the container's group too: both
+    levels hold 0.2 CPU and both count throttles (on the node, 2026-12-02: 61 of 61 periods
+    each, the pod's 4.43 s throttled, the container's 3.78 s). The report names the first
+    level (the pod's, as the resolver orders them for a pod-level limit) whichever counted
+    more; a level of another quota that throttled most is still the one named."""
+    timeline = [CgroupSample(s.t_ns, s.usage_ns, s.nr_periods, s.nr_throttled,
+                             s.throttled_ns // 2, None, None,
+                             ((s.nr_periods, s.nr_throttled, s.throttled_ns),))
+                for s in TWO_THROTTLES]
+    records = [RequestRecord(0, 0, 101 * MS, 200), RequestRecord(1, 251 * MS, 2 * MS, 200)]
+    pod_first = [("/kubepods/pod1", Limit(0.2, source="cgroup")),
+                 ("/kubepods/pod1/ctr", Limit(0.2, source="cgroup"))]
+    report = cgroup_report(records, timeline, pod_first[0][1], pod_first)
+    assert report.levels[1].throttled_ms > report.levels[0].throttled_ms > 0
+    assert report.quota_group == "/kubepods/pod1"
+    other = [("/kubepods/pod1/ctr", Limit(0.5, source="cgroup")),
+             ("/kubepods/pod1", Limit(0.2, source="cgroup"))]
+    assert cgroup_report(records, timeline, other[0][1], other).quota_group == "/kubepods/pod1"
+
+
 def test_two_quota_levels_and_pressure_name_the_group_that_throttled() -> None:
     # level 0: a container's 0.5 CPU (never throttled); level 1: the pod's 0.2 CPU, whose
     # counters are TWO_THROTTLES'; PSI "some" grows with the throttled time

@@ -364,6 +364,38 @@ def test_k8s_a_pod_of_one_container_is_watched_at_its_container(tmp_path: Path,
                           run=Runner({"kubectl": waiting})).directory == pod_dir
 
 
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("driver", ["cgroupfs", "systemd"])
+def test_k8s_a_pod_level_limit_is_named_on_a_tie(tmp_path: Path, version: int,
+                                                 driver: str) -> None:
+    """KEP-2837: the pod's spec.resources.limits.cpu, the container without one of its own.
+    The kubelet writes the same quota on both groups; the spec says it is the pod's, so the
+    pod's level is the one named (its cpu.stat the timeline's counters), the container's
+    after it. A container limit of its own below the pod's is the container's."""
+    proc, pod_dir, container_dir = k8s_host(tmp_path, version, driver, "burstable")
+
+    def pod(own: str | None) -> CommandResult:
+        return CommandResult(0, json.dumps({"metadata": {"uid": UID}, "spec": {
+            "resources": {"limits": {"cpu": "500m"}},
+            "containers": [{"name": "app", "resources": {} if own is None else
+                            {"limits": {"cpu": own}}}]}, "status": {"containerStatuses": [
+                                {"name": "app", "containerID": f"containerd://{CID}"}]}}), "")
+
+    for spec in ("k8s:shop/web", "k8s:shop/web/app"):
+        target = resolve_cgroup(spec, proc=proc, run=Runner({"kubectl": pod(None)}))
+        assert target.directory == container_dir
+        assert [level.directory for level in target.levels] == [pod_dir, container_dir]
+        assert target.to_metadata()["quota_group"] == target.levels[0].group
+        assert target.stat_path == pod_dir / "cpu.stat"
+        assert target.limit == Limit(0.5, source="cgroup")
+    tied = resolve_cgroup("k8s:shop/web", proc=proc, run=Runner({"kubectl": pod("0.5")}))
+    assert tied.levels[0].directory == pod_dir
+    (container_dir / ("cpu.cfs_quota_us" if version == 1 else "cpu.max")).write_text(
+        "30000\n" if version == 1 else "30000 100000\n")
+    own = resolve_cgroup("k8s:shop/web", proc=proc, run=Runner({"kubectl": pod("300m")}))
+    assert [level.directory for level in own.levels] == [container_dir, pod_dir]
+
+
 @pytest.mark.parametrize("runtime", ["docker", "crio", "cri-containerd"])
 def test_k8s_systemd_runtimes_without_kubectl(tmp_path: Path, runtime: str) -> None:
     proc, pod_dir, container_dir = k8s_host(tmp_path, 2, "systemd", "burstable", runtime)

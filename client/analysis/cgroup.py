@@ -7,7 +7,7 @@ flows continuously: between samples it is interpolated linearly.
 
 When the timeline holds several quota levels (the watched group's and its ancestors': a
 container's and its pod's), each level's throttling is summed apart and the report names the
-group that throttled most. Where the group's ``cpu.pressure`` (PSI) was sampled, the report
+group that throttled most (of levels with the same quota, the first: the resolver's order). Where the group's ``cpu.pressure`` (PSI) was sampled, the report
 gives the time its tasks waited for a CPU, whatever the cause (a quota or a busy machine).
 """
 
@@ -264,8 +264,7 @@ def cgroup_report(requests: Sequence[Any], timeline: Sequence[CounterSample],
                                           if h and s.ok]),
         other_latency=_latency_group([s.latency_ns for s, h in zip(spans, hit)
                                       if not h and s.ok]),
-        quota_group=(max(level_reports, key=lambda lv: lv.throttled_ms).group
-                     if level_reports else None),
+        quota_group=_quota_group(level_reports),
         levels=level_reports, pressure_some_ms=some, pressure_full_ms=full,
         usage_counter=counter, usage_resolution_ms=resolution_ms, usage_unknown=unknown,
         per_period_unknown=unknown or coarse)
@@ -303,6 +302,19 @@ def coarse_usage(resolution_ms: float | None, quota_ns: int | None) -> str | Non
         return None
     return (f"usage counted in {resolution_ms:g} ms steps (clock ticks of reaped processes), "
             f"too coarse for one period's {quota_ns / 1e6:g} ms quota")
+
+
+def _quota_group(levels: Sequence[QuotaLevelReport]) -> str | None:
+    """The group the report names: the level that throttled most, or, where that level's
+    quota is the first level's (the same limit on two groups: a pod-level one the kubelet
+    writes on the container too), the first, as the resolver ordered them (the pod's where
+    the pod's spec says the limit is pod-level)."""
+    if not levels:
+        return None
+    most = max(levels, key=lambda lv: lv.throttled_ms)
+    first = levels[0]
+    same = (most.quota_cpus, most.period_ms) == (first.quota_cpus, first.period_ms)
+    return first.group if same else most.group
 
 
 def _level_report(group: str, quota: Limit, timeline: Sequence[CounterSample],

@@ -114,8 +114,9 @@ def parse_k8s_spec(spec: str) -> tuple[str, str, str | None]:
 
 
 def kubernetes_pod(namespace: str, pod: str, container: str | None, pod_uid: str | None,
-                   run: CommandRunner) -> tuple[str, str | None]:
-    """(pod UID, container id or None): ``--pod-uid`` when given, else ``kubectl get pod``
+                   run: CommandRunner) -> tuple[str, str | None, bool]:
+    """(pod UID, container id or None, whether the pod-level limit binds it: :func:`pod_level_binds`):
+    ``--pod-uid`` when given, else ``kubectl get pod``
     (the API server that the user's kubeconfig names: run from anywhere that reaches it);
     a container's id from ``.status.containerStatuses`` (or CONTAINER itself when it is a
     hex container id, so no kubectl is needed).
@@ -143,9 +144,43 @@ def kubernetes_pod(namespace: str, pod: str, container: str | None, pod_uid: str
     if container is None:
         statuses = document.get("status", {}).get("containerStatuses") or []
         if len(statuses) == 1 and statuses[0].get("containerID"):
-            return uid.lower(), str(statuses[0]["containerID"]).split("://", 1)[-1]
-        return uid.lower(), None
-    return uid.lower(), direct_id or _container_id(document, namespace, pod, container)
+            return (uid.lower(), str(statuses[0]["containerID"]).split("://", 1)[-1],
+                    pod_level_binds(document, statuses[0].get("name")))
+        return uid.lower(), None, pod_level_binds(document, None)
+    cid = direct_id or _container_id(document, namespace, pod, container)
+    named = next((str(s.get("name")) for s in document.get("status", {}).get(
+        "containerStatuses") or [] if str(s.get("containerID") or "").endswith(cid)), container)
+    return uid.lower(), cid, pod_level_binds(document, named)
+
+
+def pod_level_binds(document: dict[str, Any], container: str | None) -> bool:
+    """Whether the pod's pod-level CPU limit (``spec.resources.limits.cpu``, KEP-2837) is the
+    one that binds ``container`` (None: the pod's group, every container): set, and the
+    container has no cpu limit of its own or one equal to it. The kubelet writes the pod's
+    limit on a container without one too, so the two groups hold the same quota: the spec
+    says which it is (``client.run.limiters.kubernetes.binding_level`` alike)."""
+    spec = document.get("spec") or {}
+    pod_level = _millicores(((spec.get("resources") or {}).get("limits") or {}).get("cpu"))
+    if pod_level is None:
+        return False
+    for c in spec.get("containers") or []:
+        if container is not None and c.get("name") != container:
+            continue
+        own = _millicores(((c.get("resources") or {}).get("limits") or {}).get("cpu"))
+        if own is not None and own < pod_level:
+            return False
+    return True
+
+
+def _millicores(quantity: Any) -> int | None:
+    """``"300m"`` -> 300, ``"0.5"`` -> 500; None for none or what is not a CPU quantity."""
+    if quantity is None:
+        return None
+    text = str(quantity).strip()
+    try:
+        return round(float(text[:-1])) if text.endswith("m") else round(float(text) * 1000)
+    except ValueError:
+        return None
 
 
 def _kubectl_failure(result: CommandResult, namespace: str, pod: str, container: str | None,

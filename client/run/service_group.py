@@ -318,7 +318,7 @@ def _from_directory(spec: str, directory: Path, proc: Path, mounts: list[Mount])
 def _from_k8s(spec: str, pod_uid: str | None, proc: Path, mounts: list[Mount],
               run: CommandRunner) -> ServiceGroup:
     namespace, pod, container = parse_k8s_spec(spec)
-    uid, container_id = kubernetes_pod(namespace, pod, container, pod_uid, run)
+    uid, container_id, pod_level = kubernetes_pod(namespace, pod, container, pod_uid, run)
     errors: list[str] = []
     for mount in cpu_mounts(mounts):
         try:
@@ -330,7 +330,10 @@ def _from_k8s(spec: str, pod_uid: str | None, proc: Path, mounts: list[Mount],
             relative = os.path.relpath(directory, mount.mount_point)
             group = mount.root.rstrip("/") + "/" + relative
             version = 1 if mount.fstype == "cgroup" else 2
-            return _build(spec, directory, version, group, proc, mounts)
+            # a tie of the pod's and the container's quota is the pod level's where the
+            # pod's spec says the limit is pod-level
+            pod_dir = (directory.parent if container_id else directory) if pod_level else None
+            return _build(spec, directory, version, group, proc, mounts, tie_to=pod_dir)
     if errors:
         raise ServiceGroupError(errors[0])
     where = ", ".join(m.mount_point for m in cpu_mounts(mounts)) or "no cpu hierarchy mounted"
@@ -341,7 +344,7 @@ def _from_k8s(spec: str, pod_uid: str | None, proc: Path, mounts: list[Mount],
 # ---- the group's files ---------------------------------------------------------------------
 
 def _build(spec: str, directory: Path, version: int, group: str, proc: Path,
-           mounts: list[Mount]) -> ServiceGroup:
+           mounts: list[Mount], tie_to: Path | None = None) -> ServiceGroup:
     """Check the group's cpu files are readable; find the quotas at and above it and its
     usage source. The group is named from the mount's root: in a cgroup namespace of its own
     (a pod on a cgroup v2 node) mountinfo gives the node's hierarchy, mounted in, the root
@@ -350,7 +353,7 @@ def _build(spec: str, directory: Path, version: int, group: str, proc: Path,
     mount = _mount_of(str(directory), mounts)
     top = Path(mount.mount_point) if mount is not None else directory
     try:
-        levels = _levels(quota_levels(directory, top, version, group))
+        levels = _levels(quota_levels(directory, top, version, group), tie_to)
     except LimitError as exc:
         raise ServiceGroupError(f"{directory}: unexpected quota: {exc}") from None
     own_files = _exists(directory / ("cpu.cfs_quota_us" if version == 1 else "cpu.max"))
@@ -377,9 +380,9 @@ def _build(spec: str, directory: Path, version: int, group: str, proc: Path,
                         version == 2 and _exists(directory / "cpu.pressure"))
 
 
-def _levels(found: list[CpuLimit]) -> tuple[QuotaLevel, ...]:
-    """The quota levels, the tightest first (the nearest of equals), then the rest nearest
-    first."""
+def _levels(found: list[CpuLimit], tie_to: Path | None = None) -> tuple[QuotaLevel, ...]:
+    """The quota levels, the tightest first (of equals, ``tie_to``'s where it is one of them:
+    a pod whose limit is pod-level; else the nearest), then the rest nearest first."""
     levels = [QuotaLevel(Path(c.path), c.group or "/",
                          Limit(c.quota_us / c.period_us, c.period_us / 1000,
                                min(c.burst_us or 0, c.quota_us) / 1000, "cgroup"), c.burst_us)
@@ -387,6 +390,11 @@ def _levels(found: list[CpuLimit]) -> tuple[QuotaLevel, ...]:
     if not levels:
         return ()
     tightest = min(levels, key=lambda level: level.limit.cpus)
+    tied = [level for level in levels if level.directory == tie_to and
+            level.limit.quota_us * tightest.limit.period_us ==
+            tightest.limit.quota_us * level.limit.period_us]
+    if tied:
+        tightest = tied[0]
     return (tightest, *(level for level in levels if level is not tightest))
 
 

@@ -146,7 +146,7 @@ func (a *Agent) resolve(want source.Want) (cgroupfs.Target, error) {
 	if want.Container != "" {
 		spec += "/" + want.Container
 	}
-	return a.resolver.FromPod(spec, want.PodUID, want.ContainerID)
+	return a.resolver.FromPod(spec, want.PodUID, want.ContainerID, want.PodLevel)
 }
 
 func (a *Agent) start(want source.Want) error {
@@ -316,7 +316,7 @@ func (a *Agent) checkQuotas() {
 	limits := map[string]*cgroupfs.Level{} // directory -> its quota (nil: none), this round
 	var changed []string
 	for key, w := range a.watched {
-		levels := cgroupfs.OrderLevels(a.quotaChain(w.target, limits))
+		levels := cgroupfs.OrderLevels(a.quotaChain(w.target, limits), w.target.TieDir)
 		if !reflect.DeepEqual(levelsMeta(levels), levelsMeta(w.target.Levels)) {
 			changed = append(changed, key)
 		}

@@ -204,6 +204,39 @@ func TestQuotaLevelsOfTheSystemdLayout(t *testing.T) {
 	}
 }
 
+// A pod-level limit the kubelet writes on the container's group too (KEP-2837, 1.37): both
+// levels hold 0.3 CPU. Resolved as the pod's spec says (podLevel), the pod's group is named
+// first; without it, the nearest (the container's).
+func TestAPodLevelTieNamesThePodsGroup(t *testing.T) {
+	root := t.TempDir()
+	top, proc := filepath.Join(root, "cgroup"), filepath.Join(root, "proc")
+	pod := "kubepods/burstable/pod0b3f9d3c-1d0e-4a9a-9f00-aabbccddeeff"
+	ctr := pod + "/6f1e2d3c4b5a"
+	mkdirs(t, top, ctr, "../proc/self")
+	write(t, filepath.Join(proc, "self", "mountinfo"), "41 31 0:38 / "+top+" rw,relatime - cgroup2 cgroup2 rw\n")
+	for _, d := range []string{pod, ctr} {
+		write(t, filepath.Join(top, d, "cpu.max"), "30000 100000\n")
+		write(t, filepath.Join(top, d, "cpu.stat"), "usage_usec 5\nuser_usec 3\nsystem_usec 2\nnr_periods 4\nnr_throttled 1\nthrottled_usec 70000\n")
+	}
+	r, err := NewResolver(proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for podLevel, first := range map[bool]string{true: pod, false: ctr} {
+		got, err := r.FromPod("k8s:ns/web/app", "0b3f9d3c-1d0e-4a9a-9f00-aabbccddeeff", "6f1e2d3c4b5a", podLevel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Levels) != 2 || got.Levels[0].Dir != filepath.Join(top, first) || got.Metadata()["quota_group"] != "/"+first || got.StatDir() != filepath.Join(top, first) {
+			t.Fatalf("podLevel %v: %s first, got %+v", podLevel, first, got.Levels)
+		}
+		again := OrderLevels(QuotaLevels(got.Dir, top, 2, got.Group), got.TieDir)
+		if again[0].Dir != got.Levels[0].Dir {
+			t.Fatalf("the quota check orders them as the resolver did: %+v", again)
+		}
+	}
+}
+
 // The agent's pod on a v2 node has a cgroup namespace of its own: the node's hierarchy,
 // mounted in by hostPath, has the root "/../../../.." in its mountinfo. The groups are named
 // as the node names them, from the hierarchy's root.
@@ -223,7 +256,7 @@ func TestGroupsInACgroupNamespaceAreNamedFromTheMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byPod, err := r.FromPod("k8s:ns/web/app", "0b3f9d3c-1d0e-4a9a-9f00-aabbccddeeff", "6f1e2d3c4b5a")
+	byPod, err := r.FromPod("k8s:ns/web/app", "0b3f9d3c-1d0e-4a9a-9f00-aabbccddeeff", "6f1e2d3c4b5a", false)
 	if err != nil {
 		t.Fatal(err)
 	}

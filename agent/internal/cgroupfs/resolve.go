@@ -49,6 +49,10 @@ type Target struct {
 	Usage    Usage
 	BurstUS  *int64
 	Pressure bool // the group has cpu.pressure (PSI, v2)
+	// TieDir: the level named first where its quota equals the tightest (a pod's group whose
+	// limit is pod-level, KEP-2837: the kubelet writes it on the container's group too);
+	// "" for none
+	TieDir string
 }
 
 // StatDir is the directory whose cpu.stat gives the timeline's first counters: the quota in
@@ -175,7 +179,9 @@ func (r *Resolver) FromDirectory(spec, dir string) (Target, error) {
 }
 
 // FromPod resolves a pod's group (containerID "") or one container's, in every cpu hierarchy.
-func (r *Resolver) FromPod(spec, uid, containerID string) (Target, error) {
+// podLevel: the pod's spec says its CPU limit is pod-level and binds the container (see
+// Target.TieDir).
+func (r *Resolver) FromPod(spec, uid, containerID string, podLevel bool) (Target, error) {
 	var firstErr error
 	for _, m := range CPUMounts(r.mounts) {
 		dir, err := FindPodDirectory(m.Point, uid, containerID)
@@ -187,7 +193,14 @@ func (r *Resolver) FromPod(spec, uid, containerID string) (Target, error) {
 		}
 		if dir != "" {
 			rel, _ := filepath.Rel(m.Point, dir)
-			return r.build(spec, dir, m.Version(), strings.TrimRight(m.Root, "/")+"/"+rel)
+			tie := ""
+			if podLevel {
+				tie = dir
+				if containerID != "" {
+					tie = filepath.Dir(dir)
+				}
+			}
+			return r.buildTie(spec, dir, m.Version(), strings.TrimRight(m.Root, "/")+"/"+rel, tie)
 		}
 	}
 	if firstErr != nil {
@@ -203,12 +216,16 @@ func (r *Resolver) FromPod(spec, uid, containerID string) (Target, error) {
 func HierarchyPath(group string) string { return path.Clean("/" + group) }
 
 func (r *Resolver) build(spec, dir string, version int, group string) (Target, error) {
+	return r.buildTie(spec, dir, version, group, "")
+}
+
+func (r *Resolver) buildTie(spec, dir string, version int, group, tie string) (Target, error) {
 	group = HierarchyPath(group)
 	top := dir
 	if m, ok := MountOf(dir, r.mounts); ok {
 		top = m.Point
 	}
-	levels := orderLevels(QuotaLevels(dir, top, version, group))
+	levels := orderLevelsTie(QuotaLevels(dir, top, version, group), tie)
 	ownFile := "cpu.max"
 	if version == 1 {
 		ownFile = "cpu.cfs_quota_us"
@@ -225,7 +242,7 @@ func (r *Resolver) build(spec, dir string, version int, group string) (Target, e
 		return Target{}, fmt.Errorf("no throttling counters in %s/cpu.stat", dir)
 	}
 	t := Target{Spec: spec, Dir: dir, Version: version, Group: group, Levels: levels,
-		Usage: r.usageSource(dir, version, group, stat)}
+		Usage: r.usageSource(dir, version, group, stat), TieDir: tie}
 	if len(levels) > 0 {
 		t.BurstUS = levels[0].BurstUS
 	} else {
@@ -289,8 +306,8 @@ func ReadLimit(dir string, version int, group string) (Level, bool) {
 	return Level{Dir: dir, Group: group, QuotaUS: quota, PeriodUS: period, BurstUS: readBurst(dir, version)}, true
 }
 
-// OrderLevels is orderLevels for the agent's quota check.
-func OrderLevels(levels []Level) []Level { return orderLevels(levels) }
+// OrderLevels is the resolver's order for the agent's quota check (tie: Target.TieDir).
+func OrderLevels(levels []Level, tie string) []Level { return orderLevelsTie(levels, tie) }
 
 // Top is the mount point of the hierarchy holding dir.
 func (r *Resolver) Top(dir string) string {
@@ -301,13 +318,22 @@ func (r *Resolver) Top(dir string) string {
 }
 
 // orderLevels: the tightest first (the nearest of equals), then the rest nearest first.
-func orderLevels(levels []Level) []Level {
+func orderLevels(levels []Level) []Level { return orderLevelsTie(levels, "") }
+
+// orderLevelsTie: orderLevels, but of the levels as tight as the tightest, the one in
+// directory tie first where it is one of them.
+func orderLevelsTie(levels []Level, tie string) []Level {
 	if len(levels) == 0 {
 		return nil
 	}
 	tightest := 0
 	for i, l := range levels {
 		if l.CPUs() < levels[tightest].CPUs() {
+			tightest = i
+		}
+	}
+	for i, l := range levels {
+		if tie != "" && l.Dir == tie && l.QuotaUS*levels[tightest].PeriodUS == levels[tightest].QuotaUS*l.PeriodUS {
 			tightest = i
 		}
 	}

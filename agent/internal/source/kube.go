@@ -43,9 +43,32 @@ func PodWants(pod *corev1.Pod) []Want {
 			id = id[i+3:]
 		}
 		out = append(out, Want{Key: ns + "/" + name + "/" + c.Name, Namespace: ns, Pod: name,
-			Container: c.Name, PodUID: uid, ContainerID: id})
+			Container: c.Name, PodUID: uid, ContainerID: id, PodLevel: PodLevelBinds(pod, c.Name)})
 	}
 	return out
+}
+
+// PodLevelBinds: whether the pod's pod-level CPU limit (spec.resources.limits.cpu, KEP-2837)
+// binds the container: set, and the container has no cpu limit of its own or one equal to it
+// (the API keeps a container's at or below the pod's). The kubelet writes the pod's limit on
+// a container without one too: the two groups hold the same quota, the spec says whose it is.
+func PodLevelBinds(pod *corev1.Pod, container string) bool {
+	if pod.Spec.Resources == nil {
+		return false
+	}
+	podCPU, ok := pod.Spec.Resources.Limits[corev1.ResourceCPU]
+	if !ok {
+		return false
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name != container {
+			continue
+		}
+		if own, has := c.Resources.Limits[corev1.ResourceCPU]; has && own.MilliValue() < podCPU.MilliValue() {
+			return false
+		}
+	}
+	return true
 }
 
 // Run starts the informer and calls update with the whole set after every change.

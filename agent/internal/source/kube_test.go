@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -38,6 +39,27 @@ func TestPodWants(t *testing.T) {
 	}
 	if PodWants(pod("pending", "x", false, "service")) != nil {
 		t.Fatal("a pod that is not running has no groups to watch")
+	}
+}
+
+// A pod-level CPU limit (spec.resources, KEP-2837) binds a container without a limit of its
+// own or with one equal to it; a tighter container limit binds instead.
+func TestPodLevelBindsTheContainer(t *testing.T) {
+	p := pod("podlevel", "u-2", true, "service")
+	if PodWants(p)[1].PodLevel {
+		t.Fatal("no pod-level limit: the container's")
+	}
+	p.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("300m")}}
+	p.Spec.Containers = []corev1.Container{{Name: "service"}}
+	if w := PodWants(p); !w[1].PodLevel || w[0].PodLevel {
+		t.Fatalf("the pod level binds the container: %+v", w)
+	}
+	for own, binds := range map[string]bool{"0.3": true, "200m": false} {
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(own)}
+		if PodLevelBinds(p, "service") != binds {
+			t.Fatalf("own limit %s: pod level binds %v", own, !binds)
+		}
 	}
 }
 

@@ -15,6 +15,9 @@ type Want struct {
 	PodUID      string
 	ContainerID string
 	Spec        string
+	// PodLevel: the pod's CPU limit is pod-level (spec.resources, KEP-2837) and binds this
+	// container (it has none of its own, or one equal): on a tie the pod's group is named
+	PodLevel bool
 }
 
 // Source calls update with the whole set of groups to watch, every time it changes, until
