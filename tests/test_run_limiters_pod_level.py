@@ -12,11 +12,13 @@ import copy
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from client.render.permanent import permanent_lines
+from client.run.inplace import InPlace
 from client.run.kube_api import connect
 from client.run.limiters import LimiterError
 from client.run.limiters.kubernetes import (KubernetesLimiter, binding_level, pod_resize_body,
@@ -199,3 +201,22 @@ def test_the_pod_levels_qos_class_is_kept() -> None:
     below["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "100m"}}
     with pytest.raises(LimiterError, match="below the sum of pod shop/api-1's containers'"):
         pod_resize_body(below, Limit(0.05))
+
+
+def test_ctrl_c_puts_the_pod_level_limit_back(served: tuple[Cluster, Path]) -> None:
+    """As the container's: the block that changes the limit puts it back however it ends."""
+    cluster, group = served
+    limits = limiter(group)
+    held = InPlace(SimpleNamespace(spec="k8s:shop/api-1"), limits, limits.read(), None)
+    said: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        with held.restoring(said.append):
+            held.apply(Limit(0.2))
+            assert (group / "cpu.cfs_quota_us").read_text() == "20000"
+            raise KeyboardInterrupt
+    assert said[0].startswith("in place: k8s:shop/api-1 now has ") and \
+        "kubectl patch pod api-1 -n shop --subresource resize" in said[0]
+    assert said[-1].startswith("in place: restored: ") and "pod-level resources" in said[-1]
+    assert cluster.pods[KEY]["spec"] == pod_level_pod()["spec"]
+    assert cluster.pods[KEY]["status"]["resources"] == pod_level_pod()["status"]["resources"]
+    assert (group / "cpu.cfs_quota_us").read_text() == "30000"
