@@ -24,9 +24,11 @@ from client.run.limiters import LimiterError
 from client.run.limiters.kubernetes import (KubernetesLimiter, binding_level, pod_resize_body,
                                             tied_containers)
 from client.run.limiters.quota_source import GroupFiles
+from client.run.pod_reach import THROUGH_API_ENV
 from cpuquota.limit import Limit
 from tests.cgroup_fixtures import v1_group
 from tests.fake_kube import Cluster, fake_kube
+from tests.support import http_timing
 
 KEY = "shop/api-1"
 RESIZE = "/api/v1/namespaces/shop/pods/api-1/resize"
@@ -220,3 +222,27 @@ def test_ctrl_c_puts_the_pod_level_limit_back(served: tuple[Cluster, Path]) -> N
     assert cluster.pods[KEY]["spec"] == pod_level_pod()["spec"]
     assert cluster.pods[KEY]["status"]["resources"] == pod_level_pod()["status"]["resources"]
     assert (group / "cpu.cfs_quota_us").read_text() == "30000"
+
+
+@pytest.mark.parametrize("mode", ["422", "404"])
+def test_advise_on_a_cluster_that_refuses_is_one_line_exit_2(
+        served: tuple[Cluster, Path], tmp_path: Path, mode: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``advise --cgroup k8s:`` as a user runs it (the pod on another node: through its
+    agent), the API server refusing: one line saying why and what to do, exit 2, no stored
+    change."""
+    cluster, _ = served
+    cluster.resize, cluster.version = mode, "v1.35.4"
+    cluster.pods[KEY]["spec"]["nodeName"] = "node-a"
+    cluster.agents["node-a"] = "new"
+    monkeypatch.setenv(THROUGH_API_ENV, "1")
+    result = http_timing("advise", "--cgroup", "k8s:shop/api-1", "--url",
+                         "http://127.0.0.1:9/", "--p99", "50", cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    needs = ("needs Kubernetes 1.36+ with InPlacePodLevelResourcesVerticalScaling on"
+             if mode == "422" else "in-place resize needs Kubernetes 1.33+")
+    assert needs in lines[0], lines[0]
+    assert [dry for dry, _ in resizes(cluster)] == [True]
+    assert cluster.pods[KEY]["spec"]["resources"] == pod_level_pod()["spec"]["resources"]
