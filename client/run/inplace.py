@@ -27,8 +27,6 @@ command to put it back by hand is printed before anything changes (for ``kill -9
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
@@ -39,6 +37,7 @@ from client.data.files import Run
 from client.data.metadata import SweepInfo
 from client.data.record import RequestRecord
 from client.data.timeline import CgroupSample
+from client.run.signals import ignoring_signals
 from client.run.agent_marks import mark_through_agent, mark_through_agents
 from client.run.agent_timeline import AgentLink, AgentTimelineError, agent_link
 from client.run.at_limit import AtLimit, Capabilities, InPlaceError
@@ -373,7 +372,7 @@ class InPlace(AtLimit):
 
     def restore(self) -> str:
         """Put ``restore_to`` back (Ctrl-C and SIGTERM ignored meanwhile); what was done."""
-        with _ignoring_signals():
+        with ignoring_signals():
             try:
                 settled = same_limit(self.limiter.read(), self.restore_to)
             except LimiterError:
@@ -463,15 +462,3 @@ def timeline_usage(timeline: Sequence[CgroupSample] | None) -> list[UsageSample]
         out.append(timeline[-1])
     return [UsageSample(s.t_ns / 1e9, s.usage_ns / 1e9) for s in out]
 
-
-@contextmanager
-def _ignoring_signals() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)

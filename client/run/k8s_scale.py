@@ -15,14 +15,13 @@ The user needs ``get`` and ``patch`` on ``deployments/scale`` and ``list`` on po
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from client.run.signals import ignoring_signals
 from client.run.k8s_workloads import WorkloadError, WorkloadRef
 from client.run.kube_api import KubeApi, api_problem
 
@@ -184,7 +183,7 @@ class Scaler:
             failed = exc
             raise
         finally:
-            with _ignoring_signals():
+            with ignoring_signals():
                 try:
                     if self.replicas() != self.original:
                         self.patch(self.original)
@@ -198,15 +197,3 @@ class Scaler:
                     if failed is None:
                         raise WorkloadError(line) from None
 
-
-@contextmanager
-def _ignoring_signals() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
