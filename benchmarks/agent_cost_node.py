@@ -1,9 +1,9 @@
 """What the node agent (agent/, Go) costs on each of the project's Kubernetes nodes: 10 and
-100 pods a node, 0 and 5 of them throttling.
+100 pods a node, 0 and 5 of them throttling (issue 59: 110, the kubelet's default, and 10).
 
     sudo .venv/bin/python -m benchmarks.agent_cost_node [--pods 10 100] [--busy 5]
                                                         [--seconds 30] [--interval 100ms]
-                                                        [--nodes NAME ...]
+                                                        [--nodes NAME ...] [--busy-limit 200m]
 
 The project's nodes must be up (``make kube-node`` or ``NODES=2``; this module never starts or
 stops them). In a namespace of its own (``tl-cost-test``, deleted at the end), per node (every
@@ -12,7 +12,8 @@ image, each with a 200m CPU limit: the pod's group and its container's each get 
 the kubelet makes them) is scaled to each ``--pods`` count, every node at once, and the agent
 measured on each node in turn; then one row per node where ``--busy`` of the largest count,
 on that node only, burn CPU in a loop (the service image, ``python``) and are throttled all
-the time. The agent is the host binary (the same loop as the DaemonSet) with its
+the time (under ``--busy-limit``: 10 pods at 200m would take both of this machine's CPUs).
+The agent is the host binary (the same loop as the DaemonSet) with its
 Kubernetes source: it watches the node's pods through the API (admin kubeconfig) and samples
 both groups of every selected pod on its ``--node`` (two timelines a pod; a node's groups are
 under its own cgroup root, found by the agent), at ``--interval`` (the DaemonSet's 100 ms) while a group
@@ -85,14 +86,17 @@ def deployment(name: str, replicas: int, image: str, command: list[str] | None,
                                            "automountServiceAccountToken": False}}}}
 
 
-def scale(sizes: dict[str, tuple[int, int]]) -> None:
-    """Per node (by name), its idle and busy Deployments at these sizes, every pod running."""
+def scale(sizes: dict[str, tuple[int, int]], busy_limit: str = "200m") -> None:
+    """Per node (by name), its idle and busy Deployments at these sizes (the busy ones under
+    ``busy_limit``), every pod running."""
     items, names = [], []
     for i, (node, (idle, busy)) in enumerate(sizes.items()):
         names += [f"idle-{i}", f"busy-{i}"]
-        items += [deployment(f"idle-{i}", idle, PAUSE_IMAGE, None, node),
-                  deployment(f"busy-{i}", busy, SERVICE_IMAGE,
-                             ["python3", "-c", "while True: pass"], node)]
+        burner = deployment(f"busy-{i}", busy, SERVICE_IMAGE,
+                            ["python3", "-c", "while True: pass"], node)
+        burner["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] = \
+            busy_limit
+        items += [deployment(f"idle-{i}", idle, PAUSE_IMAGE, None, node), burner]
     kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
                                                   "items": items}))
     for name in names:
@@ -187,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, nargs="+", default=[10, 100], help="pods a node")
     parser.add_argument("--busy", type=int, default=5,
                         help="throttled pods in the last rows, of the largest count (0: no row)")
+    parser.add_argument("--busy-limit", default="200m",
+                        help="the throttled pods' CPU limit (default 200m)")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--interval", default="100ms",
                         help="the agent's --interval (default: the DaemonSet's, 100ms)")
@@ -231,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for pods, burning, busy, flags, idle_interval in cases:
             scale({node: (pods - busy, busy) if node == burning else (pods, 0)
-                   for node in nodes})
+                   for node in nodes}, args.busy_limit)
             for node in [burning] if burning else nodes:
                 r = measure(binary, node, pods, args.seconds, flags, args.hold)
                 met = ("yes" if r["cpu_percent"] <= GOAL_CPU_PERCENT and
@@ -243,8 +249,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows.append({"node": node, "pods": pods, "busy": busy,
                              "idle_interval": idle_interval, "goal_met": met == "yes", **r})
         print(f"\n({describe_load('after')}; goal: <= {GOAL_CPU_PERCENT:g} % of one CPU and "
-              f"<= {GOAL_RSS_MIB:g} MiB for 100 pods, {args.busy} throttling, on each node)")
+              f"<= {GOAL_RSS_MIB:g} MiB for {top} pods, {args.busy} throttling under "
+              f"{args.busy_limit}, on each node)")
         keep_record("agent_cost_node", {"interval": args.interval, "seconds": args.seconds,
+                                        "pods": args.pods, "busy": args.busy,
+                                        "busy_limit": args.busy_limit,
                                         "nodes": nodes, "rows": rows})
     finally:   # the record is kept first: deleting many pods takes a while
         kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=600s", timeout=660)

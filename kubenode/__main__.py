@@ -22,10 +22,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1,
                         help="up: node 1 and this many minus one joined to it (default 1)")
     args = parser.parse_args(argv)
-    lay = layout()
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
+
+    try:
+        lay = layout()
+    except ValueError as exc:
+        log(f"kubenode: {exc}")
+        return 2
 
     if not 1 <= args.nodes <= MAX_NODES:
         log(f"kubenode: --nodes {args.nodes}: a cluster here has 1 to {MAX_NODES} nodes")

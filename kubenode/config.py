@@ -8,7 +8,7 @@ from pathlib import Path
 __all__ = ["KUBE_VERSION", "CONTAINERD_VERSION", "RUNC_VERSION", "CONTAINERD_BINARIES", "COREDNS_VERSION", "TRAEFIK_VERSION", "KUBE_BINARIES", "Layout",
            "layout", "HOST_ADDR", "NODE_ADDR", "VETH_HOST", "VETH_NODE", "POD_CIDR",
            "SERVICE_CIDR", "CLUSTER_CIDR", "API_SERVICE_IP", "DNS_SERVICE_IP", "NODE_NAME",
-           "CGROUP_ROOT", "API_PORT", "MAX_NODES", "LINK_CIDR", "Member", "member"]
+           "CGROUP_ROOT", "API_PORT", "MAX_NODES", "MAX_PODS", "MAX_PODS_CEILING", "LINK_CIDR", "Member", "member"]
 
 KUBE_VERSION = "v1.37.2"
 # containerd 2 and runc, built from the module proxy like Kubernetes (Debian's containerd 1.6
@@ -27,6 +27,11 @@ NODE_ADDR = "10.250.0.2"
 VETH_HOST = "tlnode-h"
 VETH_NODE = "tlnode-n"
 POD_CIDR = "10.244.0.0/24"
+# each kubelet's maxPods: 100 idle pods for the agent's cost benchmark beside the demo and
+# system pods (a node's pod range, a /24, holds 253 addresses; pods past that run in the
+# node's network, hostNetwork); THROTTLE_LAB_KUBE_MAX_PODS sets another, up to the ceiling
+MAX_PODS = 150
+MAX_PODS_CEILING = 1000
 CLUSTER_CIDR = "10.244.0.0/16"
 SERVICE_CIDR = "10.96.0.0/12"
 API_SERVICE_IP = "10.96.0.1"
@@ -97,10 +102,12 @@ def member(index: int) -> Member:
 
 @dataclass(frozen=True)
 class Layout:
-    """The directories: ``cache`` (builds, kept across nodes) and ``state`` (one node's life)."""
+    """The directories: ``cache`` (builds, kept across nodes) and ``state`` (one node's life);
+    ``max_pods``, each kubelet's ``maxPods``."""
 
     cache: Path
     state: Path
+    max_pods: int = MAX_PODS
 
     @property
     def kube_dir(self) -> Path:
@@ -141,7 +148,15 @@ class Layout:
 
 def layout() -> Layout:
     """The cache and state directories, from ``THROTTLE_LAB_KUBE_CACHE`` / ``THROTTLE_LAB_KUBE_STATE``
-    (defaults outside any checkout, so every worktree and CI run shares one build)."""
+    (defaults outside any checkout, so every worktree and CI run shares one build), and the
+    kubelets' ``maxPods`` from ``THROTTLE_LAB_KUBE_MAX_PODS`` (default :data:`MAX_PODS`; a
+    benchmark's node of more pods); ``ValueError`` (one line) for a count that is not one."""
     cache = Path(os.environ.get("THROTTLE_LAB_KUBE_CACHE", "/var/cache/throttle-lab"))
     state = Path(os.environ.get("THROTTLE_LAB_KUBE_STATE", "/var/lib/throttle-lab-node"))
-    return Layout(cache=cache, state=state)
+    text = os.environ.get("THROTTLE_LAB_KUBE_MAX_PODS", "").strip()
+    if not text:
+        return Layout(cache=cache, state=state)
+    if not text.isdigit() or not 1 <= int(text) <= MAX_PODS_CEILING:
+        raise ValueError(f"THROTTLE_LAB_KUBE_MAX_PODS={text}: a count of pods a node, 1 to "
+                         f"{MAX_PODS_CEILING}")
+    return Layout(cache=cache, state=state, max_pods=int(text))

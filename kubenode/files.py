@@ -131,9 +131,7 @@ def kubelet_config(lay: Layout, m: Member = FIRST, *, cgroup_v1: bool = False) -
         "failSwapOn": False,
         "protectKernelDefaults": False,
         "podCIDR": m.pod_cidr,
-        # 100 idle pods for the agent's cost benchmark beside the demo and system pods (the
-        # pod range, a /24, holds 253 addresses)
-        "maxPods": 150,
+        "maxPods": lay.max_pods,   # config.MAX_PODS unless THROTTLE_LAB_KUBE_MAX_PODS
         "serializeImagePulls": False,
         # A busy shared disk must not evict the node's pods: only a nearly full one does.
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "2%",

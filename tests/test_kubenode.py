@@ -15,7 +15,8 @@ import pytest
 
 from kubenode import build, files, host, images, proc
 from kubenode.addons import COREFILE, coredns_manifests
-from kubenode.config import DNS_SERVICE_IP, Layout
+from kubenode.__main__ import main as kubenode_main
+from kubenode.config import DNS_SERVICE_IP, MAX_PODS, MAX_PODS_CEILING, Layout, layout
 from kubenode.steps import Step, StepError, pending, run_down, run_up, updatable
 from kubenode.traefik import (LOG_DIR_IN_POD, MANIFEST_ANNOTATION, manifest_digest,
                               traefik_manifests)
@@ -116,6 +117,20 @@ def test_configs_say_what_the_node_needs(tmp_path: Path) -> None:
     assert files.KUBELET_SYSCTLS["kernel/panic_on_oops"] == "1"
     admin = json.loads(files.kubeconfig(lay, "admin"))
     assert admin["users"][0]["user"]["client-key"].endswith("pki/admin.key")
+
+
+def test_max_pods_is_the_kubelets_default_unless_the_environment_sets_another(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    monkeypatch.delenv("THROTTLE_LAB_KUBE_MAX_PODS", raising=False)
+    assert json.loads(files.kubelet_config(layout()))["maxPods"] == MAX_PODS == 150
+    monkeypatch.setenv("THROTTLE_LAB_KUBE_MAX_PODS", "520")
+    assert json.loads(files.kubelet_config(layout()))["maxPods"] == 520
+    for bad in ("many", "0", str(MAX_PODS_CEILING + 1), "-3"):
+        monkeypatch.setenv("THROTTLE_LAB_KUBE_MAX_PODS", bad)
+        assert kubenode_main(["status"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"THROTTLE_LAB_KUBE_MAX_PODS={bad}:" in err, err
 
 
 def test_coredns_answers_nxdomain_outside_the_cluster_in_a_block_of_its_own() -> None:
