@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -140,48 +141,49 @@ def measure(binary: Path, node: str, pods: int, seconds: float, extra: list[str]
     own = CPUACCT / f"throttle-lab-bench-agent-node-{os.getpid()}"
     proc: subprocess.Popen[bytes] | None = None
     port = free_port()
+    tmp = tempfile.mkdtemp(prefix="agent-cost-node-")   # removed once the agent stopped
     try:
         own.mkdir()
-        with tempfile.TemporaryDirectory() as tmp:
-            proc = subprocess.Popen(
-                ["sh", "-c", f'echo $$ > {own}/cgroup.procs && exec "$@"', "sh", str(binary),
-                 "--source", "kube", "--kubeconfig", str(KUBECONFIG), "--node", node,
-                 "--selector", SELECTOR, "--timelines", str(Path(tmp, "timelines")),
-                 "--listen", f"127.0.0.1:{port}", *extra],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            deadline = time.monotonic() + 120
-            while True:   # every pod's two groups watched
-                if proc.poll() is not None:
-                    raise SystemExit("the agent stopped: " +
-                                     (proc.stderr.read().decode()[-500:] if proc.stderr else ""))
-                if metric(scrape(port, missing_ok=True), "throttle_lab_agent_timelines") >= 2 * pods:
-                    break
-                if time.monotonic() > deadline:
-                    raise SystemExit("the agent did not watch every pod within 2 min")
-                time.sleep(0.5)
-            time.sleep(hold_s + 1.0)   # the new groups' hold over
-            before = scrape(port)
-            usage0, cpu0, t0 = int((own / "cpuacct.usage").read_text()), proc_cpu_s(proc.pid), \
-                time.monotonic()
-            time.sleep(seconds)
-            usage1, cpu1, t1 = int((own / "cpuacct.usage").read_text()), proc_cpu_s(proc.pid), \
-                time.monotonic()
-            after = scrape(port)
-            rss, hwm = status_kib(proc.pid, "VmRSS"), status_kib(proc.pid, "VmHWM")
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
-            rows = {rate: (metric(after, f'throttle_lab_agent_rows_total{{rate="{rate}"}}') -
-                           metric(before, f'throttle_lab_agent_rows_total{{rate="{rate}"}}'))
-                    / (t1 - t0) for rate in ("fast", "idle")}
-            return {"timelines": metric(after, "throttle_lab_agent_timelines"),
-                    "cpu_percent": 100 * (usage1 - usage0) / 1e9 / (t1 - t0),
-                    "stat_percent": 100 * (cpu1 - cpu0) / (t1 - t0),
-                    "rss_mib": rss / 1024, "hwm_mib": hwm / 1024,
-                    "fast_rows": rows["fast"], "idle_rows": rows["idle"]}
+        proc = subprocess.Popen(
+            ["sh", "-c", f'echo $$ > {own}/cgroup.procs && exec "$@"', "sh", str(binary),
+             "--source", "kube", "--kubeconfig", str(KUBECONFIG), "--node", node,
+             "--selector", SELECTOR, "--timelines", str(Path(tmp, "timelines")),
+             "--listen", f"127.0.0.1:{port}", *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while True:   # every pod's two groups watched
+            if proc.poll() is not None:
+                raise SystemExit("the agent stopped: " +
+                                 (proc.stderr.read().decode()[-500:] if proc.stderr else ""))
+            if metric(scrape(port, missing_ok=True), "throttle_lab_agent_timelines") >= 2 * pods:
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit("the agent did not watch every pod within 2 min")
+            time.sleep(0.5)
+        time.sleep(hold_s + 1.0)   # the new groups' hold over
+        before = scrape(port)
+        usage0, cpu0, t0 = int((own / "cpuacct.usage").read_text()), proc_cpu_s(proc.pid), \
+            time.monotonic()
+        time.sleep(seconds)
+        usage1, cpu1, t1 = int((own / "cpuacct.usage").read_text()), proc_cpu_s(proc.pid), \
+            time.monotonic()
+        after = scrape(port)
+        rss, hwm = status_kib(proc.pid, "VmRSS"), status_kib(proc.pid, "VmHWM")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        rows = {rate: (metric(after, f'throttle_lab_agent_rows_total{{rate="{rate}"}}') -
+                       metric(before, f'throttle_lab_agent_rows_total{{rate="{rate}"}}'))
+                / (t1 - t0) for rate in ("fast", "idle")}
+        return {"timelines": metric(after, "throttle_lab_agent_timelines"),
+                "cpu_percent": 100 * (usage1 - usage0) / 1e9 / (t1 - t0),
+                "stat_percent": 100 * (cpu1 - cpu0) / (t1 - t0),
+                "rss_mib": rss / 1024, "hwm_mib": hwm / 1024,
+                "fast_rows": rows["fast"], "idle_rows": rows["idle"]}
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
         if own.exists():
             own.rmdir()
 

@@ -13,8 +13,9 @@ removed at the end), ``--workloads`` Deployments of one pod each in a namespace 
 burn CPU in a loop under a 50m limit, throttled in every period (the pods of
 ``benchmarks.agent_cost_node``). ``--host-network`` runs the idle ones in their node's network
 (``hostNetwork``: a node's pod range, a /24, gives at most 253 pods an address); past 150 pods a
-node the node needs a larger ``maxPods`` (``THROTTLE_LAB_KUBE_MAX_PODS=520 python -m kubenode up
---nodes 2``). The pods running once their count stopped growing for a minute, or after
+node the node needs a larger ``maxPods`` (``THROTTLE_LAB_KUBE_MAX_PODS=520`` in the environment
+of ``python -m kubenode up --nodes 2`` and of this module, which finds the node up by its
+configuration). The pods running once their count stopped growing for a minute, or after
 ``--up-within`` seconds, are the ones the node held: the benchmark goes on with them and says
 how many (and how fast they came up). After ``--settle`` seconds of recording, each of
 ``cluster -n NS --since S --p99 50 --json`` and ``cluster -A ...`` runs ``--repeats`` times as a
