@@ -23,7 +23,8 @@ user who holds only the roles of k8s/recorder/user-rbac.yaml (``benchmarks.comma
 kubeconfig): the median wall time, the child's peak RSS (``ru_maxrss`` from ``wait4``), the
 rows it printed and whether the throttling ones come first; the goal (issue 59): at most
 200 MiB, and 10 s for 1,000 workloads, or 10 ms a workload held beside a fixed 1 s where the node
-held fewer. ``--profile FILE`` also runs
+held fewer. ``--profile FILE`` also runs (after the record; its windows kept with
+``--keep-windows DIR``)
 ``cluster -n NS`` once under cProfile and prints where its time went; ``--baseline DIR``
 times another revision's ``client`` package beside this checkout's, in each repeat. Prints the
 table and writes the record (``benchmarks/records.py``; ``python -m benchmarks
@@ -159,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="seconds of recording after every pod runs")
     parser.add_argument("--profile", type=Path, metavar="FILE",
                         help="also profile one cluster -n NS into FILE (cProfile)")
+    parser.add_argument("--keep-windows", type=Path, metavar="DIR",
+                        help="the profiled run keeps the windows it fetched in DIR")
     parser.add_argument("--host-network", action="store_true",
                         help="the idle pods in their node's network (no pod address: past "
                         "the 253 a node's /24 gives)")
@@ -211,11 +214,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             for i in range(opts.repeats):
                 for name, args in commands.items():
                     for way, environ in ways.items():
-                        runs.setdefault(name + way, []).append(
-                            timed_cluster([*args, *tail], environ))
+                        got = timed_cluster([*args, *tail], environ)
+                        runs.setdefault(name + way, []).append(got)
+                        log(f"{name + way}: {got['wall_s']:.2f} s, "
+                            f"{got['peak_rss_mib']:.0f} MiB, exit {got['exit']}")
                 log(f"repeat {i + 1} of {opts.repeats} done")
-            if opts.profile is not None:
-                profile([*commands["cluster -n NS"], *tail], env, opts.profile)
             goal_s = goal_wall_s(held)
             print(f"| command (`--since {opts.since} --p99 50 --json`) | wall s (median) | runs, s "
                   "| peak RSS MiB (max) | rows | throttling first | exit | goal met |")
@@ -254,6 +257,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           "settle_s": opts.settle, "nodes": nodes,
                                           "baseline": None if opts.baseline is None
                                           else str(opts.baseline), "rows": rows})
+            if opts.profile is not None:   # after the record: not in its figures
+                keep = [] if opts.keep_windows is None else ["--data-dir",
+                                                             str(opts.keep_windows)]
+                profile([*commands["cluster -n NS"], *tail, *keep], env, opts.profile)
         finally:   # the record kept first: deleting many pods takes a while
             n.kubectl("delete", "clusterrolebinding", f"{NAMESPACE}-workloads",
                       "--ignore-not-found", check=False)
