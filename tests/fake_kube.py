@@ -105,8 +105,13 @@ def _handler(cluster: Cluster) -> type[BaseHTTPRequestHandler]:
                     "compiler": "gc", "platform": "linux/amd64"}).encode())
             elif (key := _pod_key(path)) is not None and key in cluster.pods:
                 self.send(200, json.dumps(cluster.pods[key]).encode())
-            elif path in cluster.lists:
-                self.send(200, json.dumps({"metadata": {}, "items": cluster.lists[path]}).encode())
+            elif path in cluster.lists:   # ``limit`` a page, ``continue`` the next, as the API
+                items = cluster.lists[path]
+                start = int(query.get("continue", ["0"])[0])
+                end = start + int(query.get("limit", [str(len(items))])[0])
+                more = {"continue": str(end)} if end < len(items) else {}
+                self.send(200, json.dumps({"metadata": more,
+                                           "items": items[start:end]}).encode())
             elif path in ("/apis", "/apis/"):   # discovery: no API group beyond the built-in
                 self.send(200, json.dumps({"kind": "APIGroupList", "apiVersion": "v1",
                                            "groups": []}).encode())

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from client.run import k8s_workloads
-from client.run.kube_api import KubeApi
+from client.run.kube_api import KubeApi, connect
 from client.run.k8s_workloads import (fetch_all_windows, fold_pods, list_workloads,
                                       stream_all_windows)
 from tests.fake_kube import Cluster, fake_kube
@@ -177,6 +177,22 @@ def test_the_workloads_are_listed_without_building_the_clients_models(
         + LISTS["/apis/apps/v1/namespaces/shop/statefulsets"],
         ["Deployment"] * 3 + ["StatefulSet"], LISTS["/apis/apps/v1/namespaces/shop/replicasets"],
         PODS)
+
+
+def test_a_list_is_read_a_page_at_a_time_keeping_only_what_the_rows_use(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    whole = list_workloads("shop")
+    monkeypatch.setattr(k8s_workloads, "LIST_PAGE", 3)
+    big = dict(PODS[0], status={"phase": "Running", "conditions": [{"x": "y" * 1000}]})
+    cluster.lists["/api/v1/namespaces/shop/pods"] = [big, *PODS[1:]]
+    cluster.asked.clear()
+    assert list_workloads("shop") == whole
+    pages = [q for path, q in cluster.asked if path == "/api/v1/namespaces/shop/pods"]
+    assert [q.get("continue") for q in pages] == [None, ["3"], ["6"]]   # 8 pods, 3 a page
+    assert all(q["limit"] == ["3"] for q in pages)
+    slim = k8s_workloads._listed(connect(), "pods", "shop")
+    assert len(slim) == len(PODS) and "conditions" not in slim[0]["status"]
+    assert slim[0]["metadata"]["labels"] == RECORDED
 
 
 def test_cluster_lists_every_workload_and_marks_the_node_whose_agent_does_not_answer(

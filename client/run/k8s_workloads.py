@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from client.run.agent_timeline import (AgentTimelineError, OlderAgent, PodRef, agent_api,
                                       agent_on_node)
@@ -177,24 +178,57 @@ def fold_pods(workloads: Iterable[Obj], kinds: Iterable[str], replicasets: Itera
     return out
 
 
+LIST_PAGE = 500   # objects a list request asks for (the API's ``limit``; ``continue`` for more)
+
+
+def _slim(obj: Obj) -> Obj:
+    """What :func:`fold_pods` reads of a listed object, and nothing else: a list of 1,000 pods
+    parsed whole held tens of MiB of fields no row uses (managedFields, status conditions)."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    labels = meta.get("labels") or {}
+    template = ((spec.get("template") or {}).get("spec") or {})
+    return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
+                         "labels": ({RECORD_LABEL[0]: labels[RECORD_LABEL[0]]}
+                                    if RECORD_LABEL[0] in labels else {}),
+                         "ownerReferences": [{"kind": r.get("kind"), "name": r.get("name")}
+                                             for r in meta.get("ownerReferences") or []],
+                         "deletionTimestamp": meta.get("deletionTimestamp")},
+            "spec": {"nodeName": spec.get("nodeName"), "replicas": spec.get("replicas"),
+                     "template": {"spec": {
+                         "resources": template.get("resources"),
+                         "containers": [{"resources": c.get("resources")}
+                                        for c in template.get("containers") or []]}}},
+            "status": {"phase": status.get("phase"),
+                       "desiredNumberScheduled": status.get("desiredNumberScheduled")}}
+
+
 def _listed(api: KubeApi, what: str, namespace: str | None) -> list[Obj]:
-    """``list`` of pods, replicasets, deployments, statefulsets or daemonsets, as JSON."""
+    """``list`` of pods, replicasets, deployments, statefulsets or daemonsets, as JSON, each
+    object :func:`_slim`, :data:`LIST_PAGE` at a time."""
     # the raw answer, parsed as JSON, through the client's ApiClient alone: neither the
     # client's models nor its API classes (whose import took most of a 1,000-workload list)
     group = "/api/v1" if what == "pods" else "/apis/apps/v1"
     where = "" if namespace is None else f"/namespaces/{namespace}"
-    try:
-        listed = api.get_json(f"{group}{where}/{what}", REQUEST_TIMEOUT)
-    except ValueError:
-        raise WorkloadError(f"the API server at {api.server} sent a list of {what} that is "
-                            "not JSON") from None
-    except Exception as exc:
-        raise WorkloadError(api_problem(exc, "list", what, namespace or "(all)", "",
-                                        api.server).replace(
-            "(the Role in k8s/advise-rbac.yaml grants what advise needs)",
-            "(cluster reads the workloads and their pods: list pods, replicasets, "
-            "deployments, statefulsets, daemonsets)")) from None
-    return list((listed if isinstance(listed, dict) else {}).get("items") or [])
+    out: list[Obj] = []
+    token = ""
+    while True:
+        query = urlencode({"limit": LIST_PAGE, **({"continue": token} if token else {})})
+        try:
+            listed = api.get_json(f"{group}{where}/{what}?{query}", REQUEST_TIMEOUT)
+        except ValueError:
+            raise WorkloadError(f"the API server at {api.server} sent a list of {what} that "
+                                "is not JSON") from None
+        except Exception as exc:
+            raise WorkloadError(api_problem(exc, "list", what, namespace or "(all)", "",
+                                            api.server).replace(
+                "(the Role in k8s/advise-rbac.yaml grants what advise needs)",
+                "(cluster reads the workloads and their pods: list pods, replicasets, "
+                "deployments, statefulsets, daemonsets)")) from None
+        listed = listed if isinstance(listed, dict) else {}
+        out += [_slim(obj) for obj in listed.get("items") or [] if isinstance(obj, dict)]
+        token = str((listed.get("metadata") or {}).get("continue") or "")
+        if not token:
+            return out
 
 
 def list_workloads(namespace: str | None, api: KubeApi | None = None) -> list[Workload]:
