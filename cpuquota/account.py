@@ -174,6 +174,32 @@ class QuotaAccount:
         fires = self._debt // self.quota_ns + 1
         return self._next_ns + (fires - 1) * self.period_ns
 
+    def serve_steady(self, rate: float, start_ns: int, end_ns: int) -> int:
+        """Serve CPU wanted at a steady ``rate`` (CPUs, > 0) from ``start_ns``, a period
+        boundary, over whole periods up to ``end_ns``, and return the time it got to: as
+        charging ``rate * period`` at each boundary, one period at a time, would leave the
+        account, in one step. Only where no period can run out (no burst, no debt, the
+        period's charge within the quota, the quota not spent before the boundary); else it
+        does nothing and returns ``start_ns`` (the caller charges step by step). Call it
+        after :meth:`throttled_until` answered ``start_ns``."""
+        period, quota = self.period_ns, self.quota_ns
+        if (rate <= 0 or self.burst_ns or self._debt or not self._active
+                or self._throttled_since is not None or self._now != start_ns
+                or self._next_ns != start_ns + period
+                or self._pool != quota or self._snap != quota):
+            return start_ns
+        periods = (end_ns - start_ns) // period
+        charge = round(rate * period)
+        if periods < 1 or not 0 < charge <= quota or math.ceil(quota / rate) < period:
+            return start_ns
+        # each boundary but the last passed: refilled to the quota (no burst, nothing owed),
+        # not idle; the last one's charge made, the boundary itself still ahead
+        end = start_ns + periods * period
+        self._nr_periods += periods - 1
+        self._pool, self._snap, self._idle = quota - charge, quota, False
+        self._now = self._next_ns = end
+        return end
+
     def run(self, cpu_ns: int, start_ns: int, *, cpus: float = 1.0,
             overshoot_ns: int = 0) -> RunResult:
         """Simulate one piece of work of ``cpu_ns`` CPU that asks for the CPU at ``start_ns``.

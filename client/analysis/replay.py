@@ -310,6 +310,11 @@ def replay(demand: Demand, cpus: float | None, burst_ns: int = 0,
                 stretches.append((t, resume))
                 held_until = resume
                 continue
+            if backlog <= 0 and 0 < arriving <= cores:   # whole periods at once where none
+                step = account.serve_steady(arriving, t, t1)   # can run out
+                if step > t:
+                    t = step
+                    continue
             rate = float(cores) if backlog > 0 else min(arriving, float(cores))
             if rate <= 0:
                 t = t1
