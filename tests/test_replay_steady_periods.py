@@ -76,3 +76,28 @@ def test_an_idle_pods_coarse_rows_take_whole_periods_at_once() -> None:
     assert replayed.stretches == () and replayed.stats.nr_throttled == 0
     assert replayed.stats.nr_periods == 1200
     assert sum(served) >= 0.8 * demand.window_ns   # most of the window in whole periods
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_added_delay_is_the_wait_percentile_of_its_stretches(seed: int) -> None:
+    """By its definition: P(wait > w) = sum(max(0, length - w)) / window falls to 1 - q."""
+    from client.analysis.replay import Replayed, added_delay
+    from cpuquota.account import CpuStat
+
+    rng = random.Random(seed)
+    t, stretches = 0, []
+    for _ in range(rng.randrange(1, 400)):
+        t += rng.randrange(1, PERIOD_NS)
+        length = rng.choice([rng.randrange(1, PERIOD_NS), PERIOD_NS // 2, 1_000_000])
+        stretches.append((t, t + length))
+        t += length
+    window = (0, t + rng.randrange(0, 10 * t))
+    for q in (50.0, 90.0, 99.0, 99.9):
+        got = added_delay(Replayed(0.1, tuple(stretches), CpuStat(), window), q)
+
+        def above(w: float) -> float:
+            return sum(max(0.0, e - s - w) for s, e in stretches) / window[1]
+        if got == 0.0:
+            assert above(0.0) <= 1 - q / 100 + 1e-12, (q, above(0.0))
+        else:
+            assert above(got) <= 1 - q / 100 + 1e-12 < above(got * (1 - 1e-9)) + 2e-12, q
