@@ -160,6 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="seconds of recording after every pod runs")
     parser.add_argument("--profile", type=Path, metavar="FILE",
                         help="also profile one cluster -n NS into FILE (cProfile)")
+    parser.add_argument("--delete-within", type=float, default=600.0, metavar="S",
+                        help="wait at most S seconds for the namespace's deletion (default "
+                        "600; the node's own stop removes what is left)")
     parser.add_argument("--keep-windows", type=Path, metavar="DIR",
                         help="the profiled run keeps the windows it fetched in DIR")
     parser.add_argument("--host-network", action="store_true",
@@ -266,8 +269,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "--ignore-not-found", check=False)
             n.kubectl("-n", "throttle-lab-recorder", "delete", "rolebinding",
                       f"{NAMESPACE}-timelines", "--ignore-not-found", check=False)
-            n.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=600s",
-                      check=False, timeout=660)
+            n.kubectl("delete", "namespace", NAMESPACE, "--wait=true",
+                      f"--timeout={opts.delete_within:g}s", check=False,
+                      timeout=opts.delete_within + 60)
     return 0
 
 
