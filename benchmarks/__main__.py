@@ -49,7 +49,7 @@ def known() -> list[str]:
     """Every benchmark module (those that are not support)."""
     return sorted(p.stem for p in PACKAGE.glob("*.py")
                   if p.stem not in {"__init__", "__main__", "support", "records",
-                                    "burner_server"})
+                                    "burner_server", "fake_kube", "prometheus_server"})
 
 
 def run_one(name: str, results: Path = RESULTS) -> bool:

@@ -1,11 +1,11 @@
-"""For tests/test_cluster_prometheus.py: Debian's Prometheus on loopback (its own data
-directory, a free port), either scraping the node agent run on the host against v1 groups
-with a quota (tests/agent_support.py) every second, or holding series backfilled by promtool;
-stopped by its pid, its data directory removed."""
+"""For tests/test_cluster_prometheus.py: Debian's Prometheus on loopback
+(benchmarks/prometheus_server.py: its own data directory, a free port), either scraping the
+node agent run on the host against v1 groups with a quota (tests/agent_support.py) every
+second, or holding series backfilled by promtool; stopped by its pid, its data directory
+removed."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
+from benchmarks.prometheus_server import Labels, Missing, backfill, binary, openmetrics
+from benchmarks.prometheus_server import prometheus_running as running
 from tests.agent_support import quota_groups, running_agent
-from tests.support import free_port, require, stop_by_pid
+from tests.support import require
 
 BURN = "sh -c 'while :; do :; done'"
 
@@ -37,51 +38,14 @@ def prometheus_scraping(work: Path, target: str) -> Iterator[str]:
 @contextmanager
 def prometheus_running(work: Path, config: dict[str, Any], args: Sequence[str] = ()
                        ) -> Iterator[str]:
-    """Debian's Prometheus with ``config`` on loopback (a free port, its data in ``work``,
-    ``args`` added); yields its base URL once it is ready; stopped by its pid, its data
-    directory removed."""
-    binary = shutil.which("prometheus")
-    require(binary is not None, "prometheus is not installed (scripts/install-system-deps.sh)")
-    assert binary is not None
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    with open(work / "log", "wb") as log:
-        proc = subprocess.Popen([binary, f"--config.file={work / 'prometheus.yml'}",
-                                 f"--storage.tsdb.path={work / 'data'}",
-                                 f"--web.listen-address=127.0.0.1:{port}", *args],
-                                stdout=subprocess.DEVNULL, stderr=log)
-    base = f"http://127.0.0.1:{port}"
+    """benchmarks/prometheus_server.py's (its own data directory, a free port, ``args``
+    added), skipped where Prometheus is not installed; yields its base URL once ready."""
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (work / "log").read_text()[-2000:]
-            try:
-                if httpx.get(base + "/-/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "prometheus did not become ready"
-            time.sleep(0.2)
+        binary("prometheus")
+    except Missing as exc:
+        require(False, str(exc))
+    with running(work, config, args) as base:
         yield base
-    finally:
-        stop_by_pid(proc)
-        shutil.rmtree(work / "data", ignore_errors=True)
-
-
-Labels = tuple[tuple[str, str], ...]
-
-
-def openmetrics(series: Mapping[str, Mapping[Labels, Sequence[tuple[float, float]]]]) -> str:
-    """OpenMetrics text of ``series`` (metric name -> labels -> samples (unix s, value)), each
-    family typed unknown (its samples named as given), for promtool's backfill."""
-    lines = []
-    for name, by_labels in series.items():
-        lines.append(f"# TYPE {name} unknown")
-        for labels, samples in by_labels.items():
-            text = ",".join(f'{k}="{v}"' for k, v in labels)
-            lines += [f"{name}{{{text}}} {v!r} {t:.3f}" for t, v in samples]
-    return "\n".join(lines) + "\n# EOF\n"
 
 
 @contextmanager
@@ -90,15 +54,14 @@ def backfilled_prometheus(work: Path, series: Mapping[str, Mapping[Labels, Seque
     """Debian's Prometheus holding ``series`` (see :func:`openmetrics`), backfilled into its
     empty data directory by ``promtool tsdb create-blocks-from openmetrics``, scraping
     nothing; yields its base URL; stopped and its data removed at the end."""
-    promtool = shutil.which("promtool")
-    require(promtool is not None, "promtool is not installed (scripts/install-system-deps.sh)")
-    assert promtool is not None
+    try:
+        binary("promtool")
+    except Missing as exc:
+        require(False, str(exc))
     work.mkdir(parents=True, exist_ok=True)
     (work / "series.om").write_text(openmetrics(series))
     try:
-        subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics",
-                        str(work / "series.om"), str(work / "data")], check=True,
-                       capture_output=True, timeout=300)
+        backfill(work / "series.om", work / "data", timeout=300)
     finally:
         (work / "series.om").unlink()
     # retention long enough for a backfilled week, whatever the series' age

@@ -29,7 +29,8 @@ from tests.support import gone
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "benchmarks"
-NOT_BENCHMARKS = {"__init__", "__main__", "support", "records", "burner_server"}
+NOT_BENCHMARKS = {"__init__", "__main__", "support", "records", "burner_server", "fake_kube",
+                  "prometheus_server"}
 BENCHMARKS = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in NOT_BENCHMARKS)
 MODULES = sorted(p.stem for p in PACKAGE.glob("*.py"))
 

@@ -1,6 +1,6 @@
 """``cluster`` and ``advise --passive --k8s`` through the node agents, one request a node: a real
 HTTP server on loopback stands in for the API server and each node's agent behind its
-``pods/proxy`` (tests/fake_kube.py). Each node's agent is asked once (``/windows``, streamed)
+``pods/proxy`` (benchmarks/fake_kube.py). Each node's agent is asked once (``/windows``, streamed)
 for all its pods' windows, the nodes at once, and a workload is handed on as soon as its pods'
 windows are in; an older agent (404) is asked a pod at a time; a node whose agent does not
 answer marks its pods and the rest are listed. The workloads are listed from the API's JSON,
@@ -21,7 +21,7 @@ from client.run import k8s_workloads
 from client.run.kube_api import KubeApi, connect
 from client.run.k8s_workloads import (fetch_all_windows, fold_pods, list_workloads,
                                       stream_all_windows)
-from tests.fake_kube import Cluster, fake_kube
+from benchmarks.fake_kube import Cluster, fake_kube
 from client.commands import main as http_timing
 
 DATA = Path(__file__).parent / "data" / "cluster"   # windows in the agent's format

@@ -38,7 +38,7 @@ from client.run.prometheus_query import (MAX_STEPS, PEAK_PER_POINT, SERIES_PER_P
 from cpuquota.limit import NO_QUOTA
 from tests.prometheus_support import Labels, Scraped, backfilled_prometheus, scraped_agent
 from client.commands import main as http_timing
-from tests.fake_kube import Cluster, fake_kube
+from benchmarks.fake_kube import Cluster, fake_kube
 from tests.support import exit_code_and_errors, free_port
 
 CLUSTER_DATA = Path(__file__).parent / "data" / "cluster"   # the agent's timelines
@@ -350,7 +350,7 @@ def test_cluster_says_the_step_its_answer_had(backfilled: str, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     """The whole command, its workloads from a fake API server on loopback
-    (tests/fake_kube.py), its figures from the backfilled Prometheus."""
+    (benchmarks/fake_kube.py), its figures from the backfilled Prometheus."""
     template = {"replicas": 1, "template": {"spec": {"containers": [
         {"name": "c", "resources": {"limits": {"cpu": "500m"}, "requests": {"cpu": "500m"}}}]}}}
     lists = {

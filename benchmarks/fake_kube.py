@@ -1,6 +1,6 @@
 """A real HTTP server on loopback standing in for the API server and, behind its
-``pods/proxy``, each node's agent, for the client's tests where no node is at hand
-(tests/test_cluster_agents.py). It serves what ``cluster`` asks: the workloads' lists, the
+``pods/proxy``, each node's agent, where no node is at hand: for the client's tests
+(tests/test_cluster_agents.py) and ``benchmarks.prometheus_week``. Not a benchmark. It serves what ``cluster`` asks: the workloads' lists, the
 recorder's pods of a node, the API's groups (none beyond the built-in: no VPA), and an
 agent's ``/windows`` (streamed a line at a time, as the Go agent does), or, for an older
 agent, a 404 there and ``/timeline`` a pod at a time; and, where a test gives them, any GET
