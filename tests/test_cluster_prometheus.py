@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
+import re
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -230,25 +232,34 @@ def test_each_pods_figures_are_what_its_backfilled_series_say(backfilled: str,
     assert 0 < last_before - before_reset <= 150 * totals.step_s / SCRAPE_S
 
 
-def test_the_queries_name_at_most_the_points_they_say_and_no_raw_samples(
+def test_the_queries_name_at_most_the_points_they_say_and_hold_no_pods_raw_samples(
         backfilled: str) -> None:
     prometheus = Asking(backfilled)
     since_s = 7 * 3600
     totals = pod_totals(prometheus, pods_seen(prometheus, None, since_s, AT), since_s, AT)
     paths = [path for path, _ in prometheus.paths]
-    assert paths == ["/api/v1/series"] + ["/api/v1/query"] * 3 * 2   # a batch a namespace
+    # a batch a namespace: which pods span the window without a reset (one query), then
+    # theirs, 2 (shop's db-0; other's two) and the others', 3 at the steps (shop's pod with
+    # a reset and the one that left)
+    assert paths == ["/api/v1/series"] + ["/api/v1/query"] * (1 + 2 + 3 + 1 + 2)
+    one_series = math.ceil((since_s + LOOKBACK_S) / SCRAPE_S) + 1   # raw samples, at most
     for query, points in totals.asked:
-        assert f"[{1000 * since_s - 30_000}ms:60000ms]" in query   # steps, not samples
+        # steps, not samples: a range of raw samples only for resets(), a series at a time
+        for span, step in re.findall(r"\[(\d+)ms(:\d+ms)?\]", query):
+            assert step == ":60000ms" or (int(span) == 1000 * (since_s + LOOKBACK_S)
+                                          and "resets(" in query), query
         stats = httpx.get(backfilled + "/api/v1/query", timeout=30, params={
             "query": query, "time": f"{AT + totals.shift_ms / 1000:.3f}",
             "stats": "all"}).json()["data"]["stats"]["samples"]
         assert stats["totalQueryableSamples"] <= points, (query, stats, points)
         assert stats["peakSamples"] <= PEAK_PER_POINT * points, (query, stats, points)
+        if "resets(" in query:
+            assert stats["peakSamples"] <= 2 * one_series, (query, stats)
     # the raw samples a pod's series hold in the window, which the old query asked for
     raw = sum(1 for series in SERIES[("shop", WEB_A)].values() for samples in series.values()
               for t, _ in samples if AT - since_s < t <= AT)
-    asked_a_pod = sum(points for _, points in totals.asked) / len(totals.pods)
-    assert asked_a_pod < raw / 3, (asked_a_pod, raw)   # 60 s steps, not 15 s scrapes
+    at_steps = sum(points for query, points in totals.asked if ":60000ms]" in query)
+    assert at_steps / len(totals.pods) < raw / 3, (at_steps, raw)   # 60 s steps, not 15 s
 
 
 def test_batches_hold_at_most_the_series_a_query_may_name(
@@ -258,12 +269,16 @@ def test_batches_hold_at_most_the_series_a_query_may_name(
     whole = pod_totals(prometheus, pods, 7 * 3600, AT)
     monkeypatch.setattr(prometheus_query, "SERIES_PER_QUERY", SERIES_PER_POD)   # a pod each
     one_by_one = pod_totals(prometheus, pods, 7 * 3600, AT)
-    assert len(one_by_one.asked) == 3 * len(pods) and len(whole.asked) == 3
+    # together: which pods span the window, db-0's 2 queries and the 3 of the two others;
+    # a pod each: those of each
+    assert len(whole.asked) == 1 + 2 + 3 and len(one_by_one.asked) == 3 + 2 * (1 + 3)
     assert one_by_one.pods == whole.pods
 
 
-def test_a_query_refused_for_its_size_is_asked_again_in_halves(backfilled: str,
-                                                              tiny: str) -> None:
+def test_a_query_refused_for_its_size_is_asked_again_in_halves(
+        backfilled: str, tiny: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every pod asked at the steps (as one with a reset is): the queries that can be refused
+    monkeypatch.setattr(prometheus_query, "_whole", lambda answer: (set(), {}))
     pods = pods_seen(open_prometheus(backfilled), "shop", 2 * 3600, AT)
     assert len(pods) == 2
     expected = pod_totals(open_prometheus(backfilled), pods, 2 * 3600, AT)
@@ -299,7 +314,8 @@ def test_a_timeout_is_split_too_and_other_refusals_are_not() -> None:
         return 200, json.dumps({"status": "success",
                                 "data": {"resultType": "vector", "result": []}}).encode()
     totals = pod_totals(Prometheus("fake", get), [("shop", "a"), ("shop", "b")], 3600, AT)
-    assert len(totals.asked) == 6 and len(asked) == 9   # each refused, then each pod's
+    # each refused, then each pod's: which span the window, then the three at the steps
+    assert len(totals.asked) == 2 + 6 and len(asked) == 3 + 9
 
     def bad(path: str, params: Mapping[str, str]) -> tuple[int, bytes]:
         return 400, json.dumps({"status": "error", "errorType": "bad_data",
@@ -372,11 +388,11 @@ def test_cluster_says_the_step_its_answer_had(backfilled: str, tmp_path: Path,
         text = capsys.readouterr().out
     said = answer["resolution"]
     assert (said["step_s"], said["steps"], said["end"]) == (60, 420, AT)
-    assert said["queries"] == 3 and "cannot see a period of 100 ms" in said["says"]
+    assert said["queries"] == 4 and "cannot see a period of 100 ms" in said["says"]
     (row,) = answer["workloads"]
     assert row["pods"] == 2   # and the one that left
     assert ("Prometheus at 60 s steps: usage is each step's average, which cannot see a "
-            "period of 100 ms (420 of them, 3 queries)") in text
+            "period of 100 ms (420 of them, 4 queries)") in text
 
 
 # ---- the folding, on figures as the queries give them -----------------------------------------

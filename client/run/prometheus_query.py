@@ -1,16 +1,30 @@
 """The bounded queries ``cluster --prometheus`` asks (``client.run.prometheus`` reaches the
-server): never a raw sample of a series, each pod's figures evaluated by Prometheus at a step
-fitting the window, as robusta-dev/krr asks its own.
+server): never a raw sample of a series in an answer, nor a pod's held at once, each pod's
+figures evaluated by Prometheus at a step fitting the window, as robusta-dev/krr asks its own.
 
 - The pods: the series API (the index, no sample read) lists every pod the agents'
   ``periods`` counter, or its ``no_quota`` gauge, names in the window (a group with no quota
   has no counter of periods: the agent says it has none instead).
 - Then, for pods in batches (one namespace each, at most :data:`SERIES_PER_QUERY` series and
-  :data:`POINTS_PER_QUERY` points a query), three instant queries of subqueries at the step:
-  the counters' increase (each step's, summed: a reset counts what followed it), the usage
-  rate's p95 and p90 over the steps (``quantile_over_time``), and each pod's first and last
+  :data:`POINTS_PER_QUERY` points a query), one instant query says which pods span the
+  window without a reset: the time of each one's ``periods`` (or ``no_quota``) sample at the
+  window's start, at its first step and at its end, and the resets of its counters over the
+  raw samples the steps take (``resets()``, which Prometheus evaluates a series at a time).
+- Those pods (most, in a cluster whose pods live longer than the window) get two queries: an
+  instant one of their counters at the window's end less at its start (what the steps'
+  increases sum to when nothing resets), and the usage rate's p95 and p90 over the steps
+  (``quantile_over_time`` of each step's increase).
+- The others (a pod that began or left within the window, or whose counters reset) get three
+  instant queries of subqueries at the step: the counters' increase (each step's, summed: a
+  reset counts what followed it), the usage rate's p95 and p90, and each pod's first and last
   sample's time of its ``periods`` counter and of its ``no_quota`` gauge (which says whether
   its group had no quota in the window).
+
+Evaluating each step's increase of every counter costs Prometheus a vector match a step and
+series (a week: 10,080 steps of each of a pod's 17 counters; benchmarks/prometheus_week.py);
+the counters at two instants cost two lookups a series.
+A gap in a pod's series longer than Prometheus's lookback (5 min) is counted as the counter
+says on the cheap path, and not at all at the steps (no step sees both its ends).
 
 A step's increase is the counter at the step less the counter a step before (each the last
 sample at or before it), or after a reset the counter; summed over the steps, a pod's figure
@@ -52,6 +66,7 @@ BUCKETS = 13              # the agent's wait histogram: 12 bounds and +Inf (agen
 SERIES_PER_POD = len(COUNTERS) - 1 + BUCKETS   # the counters' query's answer, a pod
 QUANTILES = {"p95": 0.95, "p90": 0.9}
 EDGES = ("periods", "no_quota")   # the series whose first and last sample the edges query finds
+LOOKBACK_MS = 300_000     # Prometheus's default: a selector takes a sample this old at most
 
 
 def step_for(since_s: float, min_step_s: int = MIN_STEP_S) -> int:
@@ -171,19 +186,86 @@ def _queries(namespace: str, pods: Sequence[str], step_ms: int, steps: int, leve
             ("edges", edges, n * 2 * len(EDGES) * steps)]
 
 
+def _whole_queries(namespace: str, pods: Sequence[str], step_ms: int, steps: int, level: str,
+                   shift_ms: int) -> list[tuple[str, str, int]]:
+    """(what, PromQL, points) of the queries for pods whose series span the window without a
+    reset (:func:`_ends_query` says which): their counters' figure is the counter at the
+    window's end less at its start (the steps' increases summed, without a step's work),
+    their usage rates each step's increase, with no reset to handle."""
+    sub = _range(step_ms, steps)
+    sel = _selector([AGENT_METRICS[k] for k in COUNTERS], namespace, pods, level)
+
+    def named(offset_ms: int) -> str:
+        return f'label_replace({sel}{_offset(offset_ms)}, "metric", "$1", "__name__", "(.+)")'
+    usage = _selector([AGENT_METRICS["usage_seconds"]], namespace, pods, level)
+    rate = (f"({usage}{_offset(shift_ms)} - {usage}{_offset(shift_ms + step_ms)})")
+    quantiles = " or ".join(
+        f'label_replace(max by (namespace, pod) (quantile_over_time({q:g}, {rate}{sub}))'
+        f' / {step_ms / 1000:g}, "q", "{key}", "", "")' for key, q in QUANTILES.items())
+    n = len(pods)
+    return [("counters_whole", "sum by (namespace, pod, metric, le) "
+             f"({named(shift_ms)} - {named(shift_ms + steps * step_ms)})",
+             n * SERIES_PER_POD * 2),
+            ("usage_whole", quantiles, n * len(QUANTILES) * (steps + 1))]
+
+
+def _ends_query(namespace: str, pods: Sequence[str], step_ms: int, steps: int, level: str,
+                shift_ms: int) -> tuple[str, str, int]:
+    """(what, PromQL, points) of the query saying, for each pod, whether its series span the
+    window without a reset: the time of the sample of each of :data:`EDGES` at the window's
+    start, at its first step and at its end (each a selector's, as a step takes it), and the
+    resets of its counters over the raw samples the steps take (evaluated a series at a
+    time; ``points`` counts them at the shipped 15 s scrape)."""
+    terms = [f'label_replace(label_replace(timestamp('
+             f'{_selector([AGENT_METRICS[key]], namespace, pods, level)}{_offset(at)}), '
+             f'"edge", "{edge}", "", ""), "metric", "{key}", "", "")'
+             for key in EDGES for edge, at in (("start", shift_ms + steps * step_ms),
+                                               ("first", shift_ms + (steps - 1) * step_ms),
+                                               ("last", shift_ms))]
+    span = steps * step_ms + LOOKBACK_MS
+    resets = " or ".join(
+        f'label_replace(resets({_selector([AGENT_METRICS[key]], namespace, pods, level)}'
+        f'[{span}ms]{_offset(shift_ms)}), "metric", "{key}", "", "")'
+        for key in (*COUNTERS, "usage_seconds"))
+    terms.append(f'label_replace(max by (namespace, pod) ({resets}), "edge", "resets", "", "")')
+    n = len(pods)
+    return ("ends", " or ".join(terms),
+            n * (3 * len(EDGES) + (SERIES_PER_POD + 1) * math.ceil(span / 15_000)))
+
+
+def _whole(answer: list[tuple[dict[str, str], float]]) -> tuple[set[str], dict[str, PodTotals]]:
+    """The pods the ends query found spanning the window without a reset, and each pod's
+    edges (first and last sample's time, the metrics seen) as it found them."""
+    ends: dict[str, dict[str, dict[str, float]]] = {}
+    for labels, value in answer:
+        ends.setdefault(labels.get("pod", ""), {}).setdefault(
+            labels.get("metric", ""), {})[labels.get("edge", "")] = value
+    whole, edges = set(), {}
+    for pod, by in ends.items():
+        seen = {key: e for key, e in by.items() if key in EDGES}
+        reset = by.get("", {}).get("resets", 0.0) > 0
+        if not reset and seen and all({"start", "first", "last"} <= e.keys()
+                                      for e in seen.values()):
+            whole.add(pod)
+            edges[pod] = PodTotals(first_s=min(e["first"] for e in seen.values()),
+                                   last_s=max(e["last"] for e in seen.values()),
+                                   seen=set(seen))
+    return whole, edges
+
+
 def _fold(totals: Totals, what: str, answer: list[tuple[dict[str, str], float]]) -> None:
     keys = {name: key for key, name in AGENT_METRICS.items()}
     for labels, value in answer:
         pod = totals.pods.setdefault((labels.get("namespace", ""), labels.get("pod", "")),
                                      PodTotals())
-        if what == "counters":
+        if what in ("counters", "counters_whole"):
             key = keys.get(labels.get("metric", ""))
             if key == "wait_bucket":
                 le = float(labels.get("le", "+Inf"))
                 pod.buckets[le] = pod.buckets.get(le, 0.0) + value
             elif key is not None:
                 pod.counters[key] = pod.counters.get(key, 0.0) + value
-        elif what == "usage":
+        elif what in ("usage", "usage_whole"):
             pod.usage[labels.get("q", "")] = value
         else:
             pod.seen.add(labels.get("metric", ""))
@@ -207,9 +289,9 @@ def _ask(prometheus: Prometheus, totals: Totals, namespace: str, pods: list[str]
          what: str) -> list[tuple[str, str, int, Answer]]:
     """The batch's query ``what`` (what, query, points, answer); refused for its size, asked
     again for each half of the pods."""
-    (query, points), = [(q, n) for w, q, n in _queries(
-        namespace, pods, totals.step_ms, totals.steps, totals.level, totals.shift_ms)
-        if w == what]
+    args = (namespace, pods, totals.step_ms, totals.steps, totals.level, totals.shift_ms)
+    (query, points), = [(q, n) for w, q, n in (*_queries(*args), *_whole_queries(*args),
+                                               _ends_query(*args)) if w == what]
     try:
         return [(what, query, points,
                  prometheus.query(query, totals.end + totals.shift_ms / 1000))]
@@ -258,9 +340,22 @@ def pod_totals(prometheus: Prometheus, pods: Iterable[tuple[str, str]], since_s:
     by_ns: dict[str, list[str]] = {}
     for ns, pod in sorted(set(pods)):
         by_ns.setdefault(ns, []).append(pod)
-    jobs = [(ns, batch, what) for ns, names in by_ns.items()
-            for batch in _batches(names, steps) for what in ("counters", "usage", "edges")]
-    with ThreadPoolExecutor(max_workers=max(1, min(QUERY_WORKERS, len(jobs)))) as pool:
+    batches = [(ns, batch) for ns, names in by_ns.items() for batch in _batches(names, steps)]
+    workers = max(1, min(QUERY_WORKERS, len(batches)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        # which pods span the window without a reset: theirs are the cheap queries
+        jobs: list[tuple[str, list[str], str]] = []
+        for (ns, batch), answers in zip(batches, pool.map(
+                lambda b: _ask(prometheus, totals, b[0], b[1], "ends"), batches)):
+            answer = [a for *_, got in answers for a in got]
+            totals.asked += [(query, points) for _, query, points, _ in answers]
+            whole, edges = _whole(answer)
+            for pod, found in edges.items():
+                totals.pods[(ns, pod)] = found
+            rest = [p for p in batch if p not in whole]
+            jobs += [(ns, sorted(whole), what) for what in ("counters_whole", "usage_whole")
+                     if whole]
+            jobs += [(ns, rest, what) for what in ("counters", "usage", "edges") if rest]
         for answers in pool.map(lambda job: _ask(prometheus, totals, *job), jobs):
             for what, query, points, answer in answers:
                 totals.asked.append((query, points))
