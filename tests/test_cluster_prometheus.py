@@ -395,6 +395,43 @@ def test_cluster_says_the_step_its_answer_had(backfilled: str, tmp_path: Path,
             "period of 100 ms (420 of them, 4 queries)") in text
 
 
+def one_workload(namespace: str, labelled: bool) -> dict[str, list[object]]:
+    """The API's lists of ``namespace``: Deployment web, its ReplicaSet, its one pod."""
+    template = {"replicas": 1, "template": {"spec": {"containers": [
+        {"name": "c", "resources": {"limits": {"cpu": "500m"}, "requests": {"cpu": "500m"}}}]}}}
+    one = pod(WEB_A, ("ReplicaSet", "web-5d8f9c7b6"), namespace)
+    if not labelled:
+        one["metadata"] = {"name": WEB_A, "namespace": namespace, "labels": {},
+                           "ownerReferences": [{"kind": "ReplicaSet", "name": "web-5d8f9c7b6"}]}
+    base = f"/apis/apps/v1/namespaces/{namespace}"
+    return {f"{base}/deployments": [{"metadata": {"name": "web", "namespace": namespace},
+                                     "spec": template, "status": {}}],
+            f"{base}/statefulsets": [], f"{base}/daemonsets": [],
+            f"{base}/replicasets": [{"metadata": {
+                "name": "web-5d8f9c7b6", "namespace": namespace,
+                "ownerReferences": [{"kind": "Deployment", "name": "web"}]}}],
+            f"/api/v1/namespaces/{namespace}/pods": [one]}
+
+
+@pytest.mark.parametrize("namespace, labelled, expected", [
+    ("shop", False, "no workload in namespace shop has a pod the node agent records: label "
+     "its pods throttle-lab/record=true"),
+    # recorded, but Prometheus holds nothing of that namespace's pods
+    ("quiet", True, "holds no series of the node agent's counters for the recorded pods of "
+     "namespace quiet in the 3600 s to "),
+])
+def test_a_namespace_with_no_recorded_workload_is_one_line(
+        backfilled: str, namespace: str, labelled: bool, expected: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    with fake_kube(Cluster(one_workload(namespace, labelled)), tmp_path) as config:
+        monkeypatch.setenv("KUBECONFIG", str(config))
+        code, err = exit_code_and_errors(
+            ["cluster", "-n", namespace, "--prometheus", backfilled, "--since", "1h",
+             "--until", f"{AT:.3f}"], tmp_path, monkeypatch, capsys)
+    assert code == 2 and expected in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
 # ---- the folding, on figures as the queries give them -----------------------------------------
 
 def busy_totals(step_s: int = 60) -> Totals:

@@ -157,6 +157,12 @@ def _prometheus_rows(prometheus: Prometheus, workloads: list[Workload], namespac
                              seen)
     wanted = {(w.ref.namespace, p.name) for w in workloads for p in w.pods if p.recorded}
     wanted |= {(w.ref.namespace, pod) for w, gone in zip(workloads, departed) for pod in gone}
+    if not wanted & seen:
+        where = "any namespace" if namespace is None else f"namespace {namespace}"
+        raise PrometheusError(
+            f"Prometheus at {prometheus.where} holds no series of the node agent's counters "
+            f"for the recorded pods of {where} in the {since_s:g} s to "
+            f"{iso_utc(at)}: does it scrape the agents (k8s/recorder/prometheus.yml)?")
     found = pod_totals(prometheus, wanted & seen, since_s, at)
     rows, unrecorded = [], []
     fetched = fetch_all_windows(

@@ -92,7 +92,8 @@ class Prometheus:
             error = str(answer.get("error") or status)
             raise PrometheusRefused(f"Prometheus at {self.where} refused the query {what}: "
                                     f"{error}", str(answer.get("errorType") or ""), error)
-        return answer.get("data") or {}
+        data = answer.get("data")
+        return {} if data is None else data   # an empty list stays one: no series matched
 
     def check(self) -> None:
         """One query (``1``): ``PrometheusError`` when it does not answer."""
