@@ -9,7 +9,8 @@ figures evaluated by Prometheus at a step fitting the window, as robusta-dev/krr
   :data:`POINTS_PER_QUERY` points a query), one instant query says which pods span the
   window without a reset: the time of each one's ``periods`` (or ``no_quota``) sample at the
   window's start, at its first step and at its end, and the resets of its counters over the
-  raw samples the steps take (``resets()``, which Prometheus evaluates a series at a time).
+  raw samples the steps take (``resets()`` of the three whose resets say all the others',
+  which Prometheus evaluates a series at a time).
 - Those pods (most, in a cluster whose pods live longer than the window) get two queries: an
   instant one of their counters at the window's end less at its start (what the steps'
   increases sum to when nothing resets), and the usage rate's p95 and p90 over the steps
@@ -67,6 +68,10 @@ SERIES_PER_POD = len(COUNTERS) - 1 + BUCKETS   # the counters' query's answer, a
 QUANTILES = {"p95": 0.95, "p90": 0.9}
 EDGES = ("periods", "no_quota")   # the series whose first and last sample the edges query finds
 LOOKBACK_MS = 300_000     # Prometheus's default: a selector takes a sample this old at most
+# the series whose resets say a pod's counters reset: the kernel's (cpu.stat's and the usage,
+# made with the group) and the agent's (the wait histogram and the coarse periods, counted
+# since the agent began watching the group: its +Inf bucket counts every wait)
+RESET_WITNESSES = (("periods", ""), ("usage_seconds", ""), ("wait_bucket", ',le="+Inf"'))
 
 
 def step_for(since_s: float, min_step_s: int = MIN_STEP_S) -> int:
@@ -214,8 +219,8 @@ def _ends_query(namespace: str, pods: Sequence[str], step_ms: int, steps: int, l
     """(what, PromQL, points) of the query saying, for each pod, whether its series span the
     window without a reset: the time of the sample of each of :data:`EDGES` at the window's
     start, at its first step and at its end (each a selector's, as a step takes it), and the
-    resets of its counters over the raw samples the steps take (evaluated a series at a
-    time; ``points`` counts them at the shipped 15 s scrape)."""
+    resets of its counters (:data:`RESET_WITNESSES`) over the raw samples the steps take
+    (evaluated a series at a time; ``points`` counts them at the shipped 15 s scrape)."""
     terms = [f'label_replace(label_replace(timestamp('
              f'{_selector([AGENT_METRICS[key]], namespace, pods, level)}{_offset(at)}), '
              f'"edge", "{edge}", "", ""), "metric", "{key}", "", "")'
@@ -224,13 +229,13 @@ def _ends_query(namespace: str, pods: Sequence[str], step_ms: int, steps: int, l
                                                ("last", shift_ms))]
     span = steps * step_ms + LOOKBACK_MS
     resets = " or ".join(
-        f'label_replace(resets({_selector([AGENT_METRICS[key]], namespace, pods, level)}'
-        f'[{span}ms]{_offset(shift_ms)}), "metric", "{key}", "", "")'
-        for key in (*COUNTERS, "usage_seconds"))
+        f'label_replace(resets({_selector([AGENT_METRICS[key]], namespace, pods, level)[:-1]}'
+        f'{extra}}}[{span}ms]{_offset(shift_ms)}), "metric", "{key}", "", "")'
+        for key, extra in RESET_WITNESSES)
     terms.append(f'label_replace(max by (namespace, pod) ({resets}), "edge", "resets", "", "")')
     n = len(pods)
     return ("ends", " or ".join(terms),
-            n * (3 * len(EDGES) + (SERIES_PER_POD + 1) * math.ceil(span / 15_000)))
+            n * (3 * len(EDGES) + len(RESET_WITNESSES) * math.ceil(span / 15_000)))
 
 
 def _whole(answer: list[tuple[dict[str, str], float]]) -> tuple[set[str], dict[str, PodTotals]]:
