@@ -40,8 +40,9 @@ CHOSEN: dict[str, tuple[str, ...]] = {
 # says: ``flock /tmp/kube.lock timeout 1200 ...``)
 NODE: tuple[str, ...] = ("agent_cost_node", "cluster_scale", "commands_remote", "passive_vs_live",
                          "replicas_passive_vs_live")
-# run by name only: root and this host, but longer than ``make bench`` should take (~10 min)
-LONG: tuple[str, ...] = ("advise_matrix",)
+# run by name only: this host, but longer than ``make bench`` should take (~10 min; the
+# week of Prometheus series ~25 min, its backfill most of it)
+LONG: tuple[str, ...] = ("advise_matrix", "prometheus_week")
 PACKAGE = Path(__file__).resolve().parent
 
 

@@ -40,17 +40,21 @@ def binary(name: str) -> str:
 
 @contextmanager
 def prometheus_running(work: Path, config: dict[str, Any], args: Sequence[str] = (),
-                       procs: list[subprocess.Popen[bytes]] | None = None) -> Iterator[str]:
+                       procs: list[subprocess.Popen[bytes]] | None = None,
+                       data: Path | None = None) -> Iterator[str]:
     """Debian's Prometheus with ``config`` on loopback (a free port, its data in
     ``work/data``, ``args`` added); yields its base URL once it is ready (its process
-    appended to ``procs`` if given); stopped by its pid, its data directory removed."""
+    appended to ``procs`` if given); stopped by its pid, its data directory removed (one
+    given as ``data`` is used instead, and kept)."""
     prometheus = binary("prometheus")
+    kept = data is not None
+    data = data if data is not None else work / "data"
     work.mkdir(parents=True, exist_ok=True)
     (work / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     with open(work / "log", "wb") as log:
         proc = subprocess.Popen([prometheus, f"--config.file={work / 'prometheus.yml'}",
-                                 f"--storage.tsdb.path={work / 'data'}",
+                                 f"--storage.tsdb.path={data}",
                                  f"--web.listen-address=127.0.0.1:{port}", *args],
                                 stdout=subprocess.DEVNULL, stderr=log)
     if procs is not None:
@@ -73,7 +77,8 @@ def prometheus_running(work: Path, config: dict[str, Any], args: Sequence[str] =
         yield base
     finally:
         stop_process(proc, 20.0)
-        shutil.rmtree(work / "data", ignore_errors=True)
+        if not kept:
+            shutil.rmtree(data, ignore_errors=True)
 
 
 def openmetrics(series: Mapping[str, Mapping[Labels, Sequence[tuple[float, float]]]]) -> str:
