@@ -2,7 +2,7 @@
 and, where the record allows (one recorded pod's window of a minute or more, a limit and a
 request), the highest target that keeps the delay goal at the current limit, the same figure
 ``advise --passive --hpa`` replays (``client.advise.hpa.hpa_answer``); else why not. Against the
-fake API server and agent (tests/fake_kube.py)."""
+fake API server and agent (benchmarks/fake_kube.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from client.advise.replay import load_replay
 from client.analysis.goal import LatencyGoal
 from client.analysis.hpa import rule_of
 from client.commands import main as http_timing
-from tests.fake_kube import Cluster, fake_kube
+from benchmarks.fake_kube import Cluster, fake_kube
 from tests.test_advise_hpa import ramp_capture
 from tests.test_cluster_agents import WINDOW, pod, workload
 

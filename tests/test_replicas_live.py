@@ -1,6 +1,6 @@
 """``advise --k8s NS/deployment/NAME --replicas``'s scale-and-restore logic
 (``client.advise.replicas_live``, ``client.run.k8s_scale``) against the fake API server
-(tests/fake_kube.py) standing in for a Deployment: its ``scale`` subresource, its pods (the
+(benchmarks/fake_kube.py) standing in for a Deployment: its ``scale`` subresource, its pods (the
 ones past what the nodes hold stay Pending, unscheduled, as the scheduler leaves them), each
 pod's limit changed by ``pods/resize``.
 
@@ -36,7 +36,7 @@ from client.run.limiters.kubernetes import cpu_cores
 from client.run.plan import LoadPlan
 from client.run.record import RunSpec
 from cpuquota.limit import Limit
-from tests.fake_kube import Cluster, fake_kube
+from benchmarks.fake_kube import Cluster, fake_kube
 from tests.support import http_timing
 
 NS, NAME, HASH = "shop", "web", "5d"

@@ -1,6 +1,6 @@
 """A pod whose CPU limit binds at the pod level (``spec.resources.limits.cpu``, KEP-2837):
 ``client.run.limiters.kubernetes`` resizes the pod-level resources through ``pods/resize``,
-against the fake API server (tests/fake_kube.py) through the official client: the bodies it
+against the fake API server (benchmarks/fake_kube.py) through the official client: the bodies it
 sends, its dry-run question before anything changes, and one line for each refusal (a server
 without ``pods/resize``, the gate off: 422, a change dropped, a kubelet that cannot act), with
 nothing changed left behind; ``--apply``'s Deployment patch at the pod level. The same on the
@@ -27,7 +27,7 @@ from client.run.limiters.quota_source import GroupFiles
 from client.run.pod_reach import THROUGH_API_ENV
 from cpuquota.limit import Limit
 from tests.cgroup_fixtures import v1_group
-from tests.fake_kube import Cluster, fake_kube
+from benchmarks.fake_kube import Cluster, fake_kube
 from tests.support import http_timing
 
 KEY = "shop/api-1"
