@@ -133,17 +133,29 @@ def test_a_pod_level_limit_is_the_workloads_limit_where_it_binds() -> None:
 # ---- a row from the timelines -----------------------------------------------------------------
 
 def test_a_throttled_workload_counts_what_the_kernel_counted_in_its_pods() -> None:
-    pods = [window("shop_web-a"), window("shop_web-b")]
+    pods = [window("shop_web-a"), window("shop_web-c")]
     row = row_of(WorkloadLimits("shop/deployment/web", 0.5, 0.5), pods, TARGET)
-    a, b = counted("shop_web-a"), counted("shop_web-b")
-    assert (row.periods, row.periods_throttled) == (a[0] + b[0], a[1] + b[1])
-    assert row.throttled_ms == (a[2] + b[2]) / 1e6
+    a, c = counted("shop_web-a"), counted("shop_web-c")
+    assert (row.periods, row.periods_throttled) == (a[0] + c[0], a[1] + c[1])
+    assert row.throttled_ms == (a[2] + c[2]) / 1e6
     assert row.pods == 2 and row.window_s == 20.0
     assert row.delay_p99_now_ms is not None and row.delay_p99_now_ms > TARGET.p99_ms
     assert row.recommended_cpus is not None and row.recommended_cpus > 0.5   # it needs more
     assert row.predicted_delay_p99_ms is not None
     assert row.predicted_delay_p99_ms <= TARGET.p99_ms   # the replay at the answer meets it
     assert any(note.startswith("estimated: ") for note in row.notes)   # throttled: estimated
+
+
+def test_a_workload_throttled_throughout_gets_no_recommendation_and_why() -> None:
+    """As `advise --passive --k8s` answers it (exit 3): every pod sat throttled in nearly
+    every period, so no stretch shows the CPU the quota hid."""
+    pods = [window("shop_web-a"), window("shop_web-b")]
+    a, b = counted("shop_web-a"), counted("shop_web-b")
+    assert a[1] >= a[0] - 1 and b[1] >= b[0] - 1, (a, b)   # throttled throughout
+    row = row_of(WorkloadLimits("shop/deployment/web", 0.5, 0.5), pods, TARGET)
+    assert (row.periods, row.periods_throttled) == (a[0] + b[0], a[1] + b[1])
+    assert row.recommended_cpus is None and row.recommended_range is None
+    assert any("no unthrottled stretch" in note for note in row.notes), row.notes
 
 
 def test_a_workload_with_no_limit_makes_no_throttling_claim() -> None:

@@ -107,6 +107,9 @@ def row_of(workload: WorkloadLimits, pods: Sequence[PodWindow], target: LatencyG
     advice = advise_pods(pods, workload.limit_cpus, target)
     if exclusive:   # a limit is no quota there: nothing to recommend
         advice = replace(advice, at=None, range=None)
+    elif limited and (why := unseen_pods(str(workload.workload), pods)) is not None:
+        # as `advise --passive --k8s` answers it (exit 3): no stretch shows the hidden demand
+        advice = replace(advice, at=None, range=None, reason=why)
     at, span = advice.at, advice.range
     if at is None and not exclusive:
         notes.append(f"{NO_RECOMMENDATION}{advice.reason}")

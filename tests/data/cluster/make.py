@@ -48,6 +48,7 @@ def write(name: str, seconds: int, burst_ms: int, every_ms: int, cpus: float | N
 if __name__ == "__main__":
     write("shop_web-a", 10, 70, 100, 0.5)            # 70 ms per 100 ms at 0.5 CPU: throttled
     write("shop_web-b", 10, 60, 100, 0.5)
+    write("shop_web-c", 10, 120, 300, 0.5)           # bursts: throttled 2 periods in 3
     write("shop_worker-a", 10, 20, 100, 1.0)         # well under its limit: never throttled
     write("shop_cache-0", 10, 30, 100, None)         # no limit
     write("shop_api-a", 10, 40, 100, 0.3)            # one replica all along...
