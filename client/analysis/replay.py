@@ -168,15 +168,19 @@ def demand_of(timeline: Sequence[CounterSample], period_ns: int,
     rate = max((w / (e - s) for w, s, e in zip(wanted, starts, ends) if e > s), default=1.0)
     if cores is None:
         cores = max(1, math.ceil(rate * STILL))
-    hidden, walls = 0.0, 0
+    hidden, walls, last_end = 0.0, 0, start
+    skip = list(range(len(wanted) + 1))   # see _take_after
     for event in throttle_events(timeline, period_ns):
         length = event.end_ns - event.start_ns
         if length <= 0 or event.throttled_ns <= 0:
             continue
         # summed over the CPUs it was throttled on; at most what the group's CPUs could run
         walls += length
+        if event.end_ns < last_end:   # out of order: rows skipped may have been refilled
+            skip = list(range(len(wanted) + 1))
+        last_end = event.end_ns
         moved = _take_after(wanted, starts, ends, event.end_ns,
-                            min(event.throttled_ns, length * cores))
+                            min(event.throttled_ns, length * cores), skip)
         hidden += moved
         _spread(wanted, starts, ends, event.start_ns, event.end_ns, moved)
     phase = period_phase(timeline, period_ns)
@@ -264,19 +268,43 @@ def _spread(wanted: list[float], starts: list[int], ends: list[int], lo: int, hi
 
 
 def _take_after(wanted: list[float], starts: list[int], ends: list[int], at: int,
-                amount: float) -> float:
+                amount: float, skip: list[int] | None = None) -> float:
     """Take up to ``amount`` from the demand after ``at``, the earliest first (the backlog that
     ran once the throttle ended); how much was taken. No more than ran: CPU the group never
-    used in the window is not counted as wanted."""
+    used in the window is not counted as wanted.
+
+    ``skip`` (one entry a row and one past the end; ``list(range(len(wanted) + 1))`` to begin
+    with): rows after the first that were found empty are passed over from then on (a
+    throttled pod's later rows were emptied by its earlier throttles, and each took a scan of
+    them all). It holds while the ``at`` of successive calls does not go back: the demand
+    :func:`_spread` adds after a take lies in rows before the next call's first row, or in it
+    (always read). None: every row is read."""
     asked = amount
-    for i in range(bisect.bisect_right(ends, at), len(starts)):
+    first = bisect.bisect_right(ends, at)
+    i = first
+    while i < len(starts):
         if amount <= 0:
             break
         share = 1.0 if starts[i] >= at else (ends[i] - at) / (ends[i] - starts[i])
         taken = min(amount, wanted[i] * share)
         wanted[i] -= taken
         amount -= taken
+        if skip is None:
+            i += 1
+            continue
+        if i > first and wanted[i] <= 0:
+            skip[i] = i + 1
+        i = _live(skip, i + 1)
     return asked - amount
+
+
+def _live(skip: list[int], i: int) -> int:
+    """The first row from ``i`` not passed over (path-halving, so each is passed over about
+    once)."""
+    while skip[i] != i:
+        skip[i] = skip[skip[i]]
+        i = skip[i]
+    return i
 
 
 def replay(demand: Demand, cpus: float | None, burst_ns: int = 0,
