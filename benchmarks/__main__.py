@@ -42,7 +42,7 @@ NODE: tuple[str, ...] = ("agent_cost_node", "cluster_scale", "commands_remote", 
                          "replicas_passive_vs_live")
 # run by name only: this host, but longer than ``make bench`` should take (~10 min; the
 # week of Prometheus series ~25 min, its backfill most of it)
-LONG: tuple[str, ...] = ("advise_matrix", "prometheus_week")
+LONG: tuple[str, ...] = ("advise_matrix", "cluster_offline", "prometheus_week")
 PACKAGE = Path(__file__).resolve().parent
 
 

@@ -1,0 +1,136 @@
+"""``cluster`` over N one-pod workloads without the node: the command's wall time and peak RSS,
+its windows served by a fake API server on loopback (issue 59).
+
+    .venv/bin/python -m benchmarks.cluster_offline [--workloads 200 1000] [--throttling-every 10]
+                                                   [--since 120 600] [--profile]
+
+The workloads are ``--workloads`` one-pod Deployments in namespace ``bench`` on two nodes, listed
+by benchmarks/fake_kube.py, whose agents answer ``/windows`` (streamed, one request a node) with
+windows like the node agent's over ``--since`` seconds: an idle pause pod's 1 s rows, and, for
+one workload in ``--throttling-every``, a throttled pod's 100 ms rows (about 0.45 CPUs under a
+0.5 CPU limit, throttled in most periods). ``http-timing cluster -n bench --since S --until END
+--json`` runs once for each N and S: its wall time, CPU time and peak RSS (``ru_maxrss`` from
+``wait4``). Goal (at 1,000 workloads): at most 10 s and 200 MiB. ``--profile`` runs the first
+case once more under cProfile and prints its top entries. The node's own figure, through the
+API server's proxy: benchmarks.cluster_scale. Needs no root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pstats
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from benchmarks.fake_kube import Cluster, fake_kube
+from benchmarks.prometheus_week import NAMESPACE, pod_name, timed, workload_lists
+from benchmarks.support import HTTP_TIMING, ROOT, describe_load, keep_record, run_main
+
+GOALS = {"wall_s": 10.0, "rss_mib": 200.0}
+PERIOD_NS = 100_000_000
+
+
+def meta(name: str, interval_s: float, zero_ns: int) -> str:
+    return json.dumps({
+        "cgroup": {"cpus": 0.5, "levels": [], "path": f"/kubepods/{name}", "period_us": 100000,
+                   "quota_us": 50000},
+        "clock": {"timeline": "CLOCK_MONOTONIC", "unit": "ns since zero",
+                  "zero_epoch_ns": zero_ns, "zero_uncertainty_ns": 1000},
+        "interval_s": interval_s, "name": name, "tool": "throttle-lab-agent", "version": ""})
+
+
+def window(since_s: int, throttled: bool, seed: int) -> str:
+    """An agent's CSV over ``since_s``: 1 s rows of a pause pod (a few µs of CPU a second),
+    or 100 ms rows of a pod held by its 0.5 CPU limit in most periods."""
+    rng = random.Random(seed)
+    step = PERIOD_NS if throttled else 1_000_000_000
+    lines = ["t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns"]
+    usage = periods = nr = held = 0
+    for i in range(since_s * 1_000_000_000 // step + 1):
+        t = i * step + rng.randrange(-step // 100, step // 100 + 1) if i else 0
+        lines.append(f"{t},{usage},{periods},{nr},{held}")
+        if throttled:
+            usage += rng.randrange(40_000_000, 50_000_001)
+            periods += 1
+            if rng.random() < 0.8:
+                nr, held = nr + 1, held + rng.randrange(5_000_000, 60_000_000)
+        else:
+            usage += rng.randrange(2_000, 20_000)
+            periods += 10
+    return "\n".join(lines) + "\n"
+
+
+def windows(pods: int, every: int, since_s: int, zero_ns: int) -> dict[str, tuple[str, str]]:
+    idle = window(since_s, False, 0)
+    out = {}
+    for i in range(pods):
+        name, throttled = pod_name(i), i % every == 0
+        out[f"{NAMESPACE}/{name}"] = (window(since_s, True, i) if throttled else idle,
+                                      meta(f"{NAMESPACE}_{name}", 0.1 if throttled else 1.0,
+                                           zero_ns))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", type=int, nargs="+", default=[200, 1000])
+    parser.add_argument("--throttling-every", type=int, default=10)
+    parser.add_argument("--since", type=int, nargs="+", default=[120, 600])
+    parser.add_argument("--profile", action="store_true")
+    opts = parser.parse_args(argv)
+    print(f"({describe_load('before')}; {os.uname().nodename})\n")
+    print("| workloads | throttling | --since s | wall s | CPU s | peak RSS MiB | rows | exit |")
+    print("|---|---|---|---|---|---|---|---|")
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="cluster-offline-") as tmp:
+        work = Path(tmp)
+        for n in opts.workloads:
+            for since in opts.since:
+                until = time.time()   # the windows end now, as the agent's would
+                fake = Cluster(workload_lists(n), {"node-1": "new", "node-2": "new"},
+                               windows(n, opts.throttling_every, since,
+                                       int((until - since) * 1e9)))
+                with fake_kube(fake, work) as kubeconfig:
+                    env = dict(os.environ, KUBECONFIG=str(kubeconfig), PYTHONPATH=os.pathsep.join(
+                        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+                    args = ["cluster", "-n", NAMESPACE, "--since", str(since), "--until",
+                            f"{until:.3f}", "--json"]
+                    got = timed(args, env)
+                    answer = got.pop("answer", None) or {}
+                    got.update(workloads=n, throttling=len(range(0, n, opts.throttling_every)),
+                               since_s=since, rows=len(answer.get("workloads", [])))
+                    runs.append(got)
+                    print(f"| {n} | {got['throttling']} | {since} | {got['wall_s']:.1f} | "
+                          f"{got['cpu_s']:.1f} | {got['rss_mib']:.0f} | {got['rows']} | "
+                          f"{got['exit']} |", flush=True)
+                    if "error" in got:
+                        print(f"\nerror: {got['error']}\n")
+                    if opts.profile and len(runs) == 1:
+                        path = work / "cluster.prof"
+                        subprocess.run([sys.executable, "-m", "cProfile", "-o", str(path),
+                                        str(HTTP_TIMING), *args], env=env, cwd=work,
+                                       stdout=subprocess.DEVNULL, check=False)
+                        pstats.Stats(str(path), stream=sys.stderr).sort_stats(
+                            "tottime").print_stats(25)
+    largest = [g for g in runs if g["workloads"] == max(opts.workloads)]
+    worst = {"wall_s": max(g["wall_s"] for g in largest),
+             "rss_mib": max(g["rss_mib"] for g in largest)}
+    met = {k: worst[k] <= GOALS[k] and all(g["exit"] == 0 for g in largest) for k in GOALS}
+    print(f"\nAt {max(opts.workloads)} workloads (the worst --since): {worst['wall_s']:.1f} s "
+          f"(goal {GOALS['wall_s']:g}: {'met' if met['wall_s'] else 'not met'}), "
+          f"{worst['rss_mib']:.0f} MiB (goal {GOALS['rss_mib']:g}: "
+          f"{'met' if met['rss_mib'] else 'not met'}).")
+    print(f"\n({describe_load('after')})")
+    keep_record("cluster_offline", {"runs": runs, "worst": worst, "goals": GOALS, "met": met})
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
