@@ -204,7 +204,7 @@ def test_clusters_recommended_limit_has_its_range_where_the_windows_were_throttl
     from client.analysis.cluster import WorkloadLimits
 
     row = row_of(WorkloadLimits("shop/deployment/web", 0.5, 0.5),
-                 [window("shop_web-a"), window("shop_web-b")], TARGET)
+                 [window("shop_web-a"), window("shop_web-c")], TARGET)
     said = row.to_dict()
     span = said["recommended_range_cpus"]
     assert row.recommended_cpus is not None and span is not None
