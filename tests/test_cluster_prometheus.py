@@ -28,7 +28,7 @@ from client.advise.cluster import row_of
 from client.analysis.cluster import WorkloadLimits, pod_window
 from client.analysis.cluster_prometheus import (FROM_AGENTS, LEFT_OUT, NOT_IN_PROMETHEUS,
                                                 bucket_quantile, combined, covers,
-                                                departed_pods, prometheus_row)
+                                                departed_pods, prometheus_row, resolution)
 from client.commands.cluster import _prometheus_rows
 from client.render.cluster import format_cluster, format_cluster_csv
 from client.run import prometheus_query
@@ -136,6 +136,17 @@ def stepwise(samples: Samples, totals: Totals) -> list[float]:
     return out
 
 
+def usage_stepwise(samples: Samples, totals: Totals) -> list[float]:
+    """As :func:`stepwise`, at the usage quantiles' steps: the window's last."""
+    out = []
+    for k in range(1, totals.usage_steps + 1):
+        now = at_or_before(samples, totals.usage_start + k * totals.usage_step_s)
+        before = at_or_before(samples, totals.usage_start + (k - 1) * totals.usage_step_s)
+        if now is not None and before is not None:
+            out.append(now[1] - before[1] if now[1] >= before[1] else now[1])
+    return out
+
+
 @pytest.fixture(scope="module")
 def backfilled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with backfilled_prometheus(tmp_path_factory.mktemp("backfilled"), om_series()) as base:
@@ -173,6 +184,41 @@ def test_a_steps_size_fits_the_window() -> None:
     assert window(7 * 86400, 1000.5) == (60_000, 10_080, 1000.5)
     assert window(90, 1000.0) == (45_000, 2, 1000.0)
     assert window(20.5, 1000.0) == (20_500, 1, 1000.0)   # shorter than a step: one
+
+
+@pytest.mark.parametrize("since_s, most, every", [(2 * 3600, 50, 3), (7 * 3600, 100, 5),
+                                                  (7 * 3600, 50, 9)])
+def test_the_usage_quantiles_are_at_a_coarser_step_of_whole_steps_when_many(
+        backfilled: str, monkeypatch: pytest.MonkeyPatch, since_s: float, most: int,
+        every: int) -> None:
+    # a week's 10,080 steps are 2,016 of 5 m for the quantiles; here, fewer steps and a lower
+    # bound make the same (and one that leaves steps at the window's start out of them)
+    assert prometheus_query.USAGE_MAX_STEPS == 2_016
+    monkeypatch.setattr(prometheus_query, "USAGE_MAX_STEPS", most)
+    prometheus = Asking(backfilled)
+    seen = pods_seen(prometheus, None, since_s, AT)
+    totals = pod_totals(prometheus, seen, since_s, AT)
+    assert (totals.step_s, totals.steps) == (60, since_s // 60)
+    assert totals.usage_every == every and totals.usage_step_s == 60 * every
+    assert totals.usage_steps == totals.steps // every <= most
+    assert totals.usage_start == pytest.approx(AT - totals.usage_steps * 60 * every)
+    for pod, got in totals.pods.items():
+        series = SERIES[pod]
+        rates = np.asarray(usage_stepwise(series["usage_seconds"][""], totals))
+        rates /= totals.usage_step_s
+        assert got.usage["p95"] == pytest.approx(np.percentile(rates, 95), rel=1e-9), pod
+        assert got.usage["p90"] == pytest.approx(np.percentile(rates, 90), rel=1e-9), pod
+        if pod != NO_QUOTA_POD:   # the counters stay at every step
+            assert got.total("periods") == pytest.approx(
+                sum(stepwise(series["periods"][""], totals)), rel=1e-9, abs=1e-9), pod
+    quantiles = [q for _, params in prometheus.paths if "quantile_over_time" in
+                 (q := params.get("query", ""))]
+    assert quantiles and all(f":{60_000 * every}ms]" in q for q in quantiles)
+    # the row says the quantiles' step
+    row = prometheus_row(WorkloadLimits("shop/deployment/web", 2.0, 2.0), "shop",
+                         [p for ns, p in seen if ns == "shop"], totals)
+    assert f"per {60 * every:g} s step" in dict(row.sources)["usage_p95_cpus"]
+    assert f"usage quantiles at {60 * every:g} s" in resolution(60, totals.usage_step_s)
 
 
 @pytest.mark.parametrize("since_s", [2 * 3600, 7 * 3600])

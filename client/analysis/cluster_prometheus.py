@@ -38,14 +38,18 @@ LEFT_OUT = ("added delay p99 now, the recommended limit and its predicted delay:
 NOT_IN_PROMETHEUS = "not in Prometheus"
 
 
-def resolution(step_s: float) -> str:
-    """What a step of ``step_s`` lets the figures see, one clause."""
-    return (f"Prometheus at {step_s:g} s steps: usage is each step's average, which cannot "
-            "see a period of 100 ms")
+def resolution(step_s: float, usage_step_s: float | None = None) -> str:
+    """What a step of ``step_s`` (the usage quantiles': ``usage_step_s``) lets the figures
+    see, one clause."""
+    usage_s = step_s if usage_step_s is None else usage_step_s
+    return (f"Prometheus at {step_s:g} s steps"
+            + ("" if usage_s == step_s else f", its usage quantiles at {usage_s:g} s")
+            + ": usage is each " + ("" if usage_s == step_s else f"{usage_s:g} s ")
+            + "step's average, which cannot see a period of 100 ms")
 
 
 def sources(step_s: float) -> tuple[tuple[str, str], ...]:
-    """Each figure's source at a step of ``step_s``."""
+    """Each figure's source at a usage quantiles' step of ``step_s``."""
     return (
         ("periods", "the node agent's cpu.stat counters in Prometheus: each pod's counter at "
          "the window's end less at its start"),
@@ -116,7 +120,7 @@ def prometheus_row(workload: WorkloadLimits, namespace: str, pod_names: Sequence
     pods = [found[(namespace, p)] for p in (*pod_names, *departed) if (namespace, p) in found]
     missing = tuple(f"{namespace}/{p}: {NOT_IN_PROMETHEUS} (no series of the node agent's "
                     "counters in the window)" for p in pod_names if (namespace, p) not in found)
-    said = sources(totals.step_s)
+    said = sources(totals.usage_step_s)
     if not pods:
         return ClusterRow(workload.workload, workload.limit_cpus, workload.request_cpus, 0,
                           0.0, None, None, None, None, None, None, None, None, None,

@@ -267,8 +267,10 @@ def command_cluster(argv: list[str]) -> int:
                 raise CliError(str(exc)) from None
             source = f" from Prometheus at {prometheus.where}"
             steps = {"step_s": asked.step_s, "steps": asked.steps, "start": asked.start,
-                     "end": asked.end, "queries": len(asked.asked),
-                     "says": resolution(asked.step_s)}
+                     "end": asked.end, "usage_step_s": asked.usage_step_s,
+                     "usage_steps": asked.usage_steps, "usage_start": asked.usage_start,
+                     "queries": len(asked.asked),
+                     "says": resolution(asked.step_s, asked.usage_step_s)}
         else:
             rows, unrecorded = _rows(workloads, opts.since, opts.until, dest, target,
                                      opts.picture, hpas)
