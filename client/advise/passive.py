@@ -231,7 +231,9 @@ def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start:
         machine = max(1, ceiling // 1000)
         most = min(machine, in_flight(requests)) if requests else machine
         for cores in sorted({1, max(1, most)} - {demand.cores}):
-            other = demand_of(replayed.recording.samples, replayed.recording.period_ns, cores)
+            other = replace(demand_of(replayed.recording.samples,
+                                      replayed.recording.period_ns, cores),
+                            partial=demand.partial)
             out.append(Bound("the hidden demand", f"on {cores} CPU{'s' if cores > 1 else ''}",
                              answer(replays_of(other, replayed.closed))))
     if demand.coarse:

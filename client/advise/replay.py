@@ -6,7 +6,7 @@ figures ``predict --timeline`` and ``advise --passive`` say about the window
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +153,8 @@ def load_replay(timeline: Path, requests_from: Path | None, period_ms: float | N
         most = min(os.cpu_count() or 1, in_flight(requests))
         if most > demand.cores:
             demand = demand_of(recording.samples, recording.period_ns, most)
+    if placed is not None and placed.partial:
+        demand = replace(demand, partial=placed.partial)
     return ReplayInputs(recording, period_ns, demand, placed, requests, clock)
 
 

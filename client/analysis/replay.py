@@ -108,6 +108,12 @@ class Demand:
     # periods throttled the kernel counted in a row whose throttled time did not grow (it
     # comes with a later row): (the row's start less those periods, its end, those periods)
     counted: tuple[tuple[int, int, int], ...] = ()
+    # the requests the window holds only part of (left out of the replay: it ended, or
+    # began, while they ran): (start, latency, the server's CPU or 0). The CPU the rows show
+    # during them is theirs, neither the replayed requests' nor the group's own: an open
+    # loop recorded at its limit ends with a queue of them, and shared among the requests
+    # beside them it made each one heavier (:func:`load_of`)
+    partial: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def coarse(self) -> bool:
@@ -610,13 +616,23 @@ def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = N
                 weight[k] += w
                 mine.append((k, w))
         spans.append(mine)
+    theirs = list(weight)   # the replayed requests' weight alone
+    for lo, latency, cpu_ns in demand.partial:   # a part-held request's share is its own
+        hi = lo + latency
+        for k in range(max(0, bisect.bisect_right(starts, lo) - 1), len(starts)):
+            if starts[k] >= hi:
+                break
+            overlap = min(hi, ends[k]) - max(lo, starts[k])
+            if overlap > 0 and latency > 0:
+                weight[k] += cpu_ns * overlap / latency if own else float(overlap)
     rate = _idle_rate(demand, weight)
     background = [min(used, rate * (ends[k] - starts[k])) if weight[k] else used
                   for k, used in enumerate(demand.used_ns)]
     ran = [used - bg for used, bg in zip(demand.used_ns, background)]
     shares = [[(k, ran[k] * w / weight[k]) for k, w in mine] for mine in spans]
     if own and demand.coarse:
-        shares = _own_shares(reqs, spans, sum(u for u, w in zip(ran, weight) if w))
+        shares = _own_shares(reqs, spans, sum(u * t / w for u, t, w in zip(ran, theirs, weight)
+                                              if t))
     cpus = []
     for r, mine in zip(reqs, shares):
         cpu = sum(c for _k, c in mine)
@@ -630,6 +646,8 @@ def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = N
     drawn = None
     if not own and demand.throttled_wall_ns > 0:
         drawn = _draw(demand, reqs, spans, weight, cpus, walls, shift, unseen, background)
+    if not closed and demand.throttled_wall_ns > 0 and not demand.coarse:
+        _unqueued(reqs, cpus, walls)
     jobs = [Job(r.start_ns, wall, cpu, after if closed else None, gap if closed else 0)
             for r, cpu, wall, after, gap in zip(reqs, cpus, walls, follows, gaps)]
     return Load(tuple(jobs), lanes, tuple(background), drawn)
@@ -745,6 +763,26 @@ def _unseen_shape(demand: Demand, reqs: Sequence[Request], unknown: Sequence[int
     for i in unknown:
         r, cpu = reqs[i], cpus[i]
         walls[i] = max(_unheld(demand, r, cpu), min(r.latency_ns, math.ceil(cpu)))
+
+
+def _unqueued(reqs: Sequence[Request], cpus: Sequence[float], walls: list[int]) -> None:
+    """An open loop recorded throttled: each request that ran beside another given, in
+    ``walls``, at most the wall a request alone takes for its CPU (the median wall per CPU of
+    those that ran alone and unheld; with fewer than :data:`MIN_DONORS`, one CPU's), at
+    least its CPU on one CPU. The quota queued the requests the loop kept sending, and a
+    request's latency less its hold also holds its wait behind the others in that queue
+    (the group ran them): the replay makes that queue again where a limit builds one (the
+    requests share the group's CPUs), so it is not the request's own wall; kept, it would
+    hold every request at any limit (issue 57's matrix: an asyncio server's open loop at
+    0.3 CPU read "cannot be met" where live met the goal at 0.38)."""
+    beside = _beside(reqs)
+    paces = sorted(w / c for r, c, w, b in zip(reqs, cpus, walls, beside)
+                   if not b and not r.held_ns and c > 0)
+    pace = max(1.0, paces[len(paces) // 2]) if len(paces) >= MIN_DONORS else 1.0
+    for i, (r, cpu) in enumerate(zip(reqs, cpus)):
+        if beside[i] and cpu > 0:
+            walls[i] = max(min(walls[i], math.ceil(cpu * pace)),
+                           min(r.latency_ns, math.ceil(cpu)))
 
 
 def _idle_rate(demand: Demand, weight: Sequence[float]) -> float:

@@ -63,6 +63,11 @@ class Placed:
     # another tool's file (not an http-timing run, whose times are the host's clock): its
     # clock may be off the host's, and a clock check may move it
     foreign: bool = False
+    # the successful requests left out that ran in the window for part of their time (it
+    # ended, or began, while they ran): (start, latency, the server's CPU or 0); the CPU the
+    # window's rows show during them is theirs, not the others' (an open loop recorded at
+    # saturation ends with a queue of them)
+    partial: tuple[tuple[int, int, int], ...] = ()
 
 
 def _limits(samples: list[CgroupSample], meta: TimelineMetadata | None
@@ -161,8 +166,9 @@ def _run_records(path: Path, recording: Recording
     run = read_run(path)
     shape = run_shape(run.metadata)
     says = _shape_says(shape)
+    records = [_from_origin(r) for r in run.records]
     if _same_file(timeline_path(run.path), recording.path):
-        return run.records, "on the run's own timeline (one clock)" + says, shape
+        return records, "on the run's own timeline (one clock)" + says, shape
     zero, how = run_zero_epoch_ns(run.metadata)
     if zero is None or recording.zero_epoch_ns is None:
         raise RawDataError(f"{path}: cannot place its requests on {recording.path}: "
@@ -170,7 +176,21 @@ def _run_records(path: Path, recording: Recording
     if not recording.zero_exact:
         how += "; the timeline's zero by its started_at (before its warm-up)"
     base = zero - recording.zero_epoch_ns
-    return [replace(r, start_ns=r.start_ns + base) for r in run.records], how + says, shape
+    return ([replace(r, start_ns=r.start_ns + base, scheduled_ns=r.start_ns + base
+                     if r.scheduled_ns is not None else None) for r in records],
+            how + says, shape)
+
+
+def _from_origin(record: RequestRecord) -> RequestRecord:
+    """An open loop's request from its intended send time (``scheduled_ns``), where its
+    latency runs from: a client that fell behind a throttled server sent it late, and
+    placed at that late send with the latency from the schedule, it ran past its end, its
+    wall held the client's wait, and at another limit the replay would send it late again,
+    where a limit that keeps up sends it on time (issue 57's matrix: go's open loop at 0.3
+    CPU, sent up to 640 ms late, advised 0.753 CPU where live met the goal at 0.384)."""
+    if record.scheduled_ns is None:
+        return record
+    return replace(record, start_ns=record.scheduled_ns)
 
 
 def _imported_records(path: Path, recording: Recording, start_epoch_ns: int | None,
@@ -239,6 +259,10 @@ def read_requests(path: Path, recording: Recording, start_epoch_ns: int | None =
         raise RawDataError(_outside(path, records, recording, how))
     walls = held([(r.start_ns, r.start_ns + r.latency_ns) for r in inside],
                  [recording.samples], [recording.period_ns])
+    partial = tuple((r.start_ns, r.latency_ns, r.server_cpu_ns or 0) for r in ok
+                    if r.start_ns < last and r.start_ns + r.latency_ns > first
+                    and not (first <= r.start_ns and r.start_ns + r.latency_ns <= last))
     return Placed(inside, walls, len(ok) - len(inside), len(records) - len(ok), how,
                   _closed(shape), relative, shape,
-                  "the run's JSON" if run_file else f"the file ({path.name})", not run_file)
+                  "the run's JSON" if run_file else f"the file ({path.name})", not run_file,
+                  partial)
