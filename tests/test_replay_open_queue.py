@@ -1,5 +1,5 @@
-"""An open loop recorded throttled (issue 57's matrix: the loop at 55/s, ~5 ms of CPU a
-request, recorded at 0.3 CPU) is replayed as the load was sent, not as the quota queued it:
+"""An open loop (issue 57's matrix: the loop at 55/s, ~5 ms of CPU a request, recorded at
+0.3 CPU; its bursts at 1 CPU) is replayed as the load was sent, not as the queue held it:
 
 - each request from its intended send time (``scheduled_ns``, where an open loop's latency
   runs from): a client that fell behind the throttled server sent it late, and the replay
@@ -48,6 +48,14 @@ def test_an_open_loops_request_beside_others_runs_its_cpu_alone() -> None:
     assert demand.throttled_wall_ns > 0
     walls = [j.wall_ns for j in load_of(demand, requests(), closed=False).jobs]
     assert walls == pytest.approx([5 * MS] * 4, rel=0.03), walls   # the rows' split
+
+
+def test_unthrottled_too() -> None:
+    samples = [CgroupSample(s.t_ns, s.usage_ns, s.nr_periods, 0, 0) for s in record()]
+    demand = demand_of(samples, PERIOD)
+    assert demand.throttled_wall_ns == 0
+    walls = [j.wall_ns for j in load_of(demand, requests(), closed=False).jobs]
+    assert walls == pytest.approx([5 * MS] * 4, rel=0.03), walls
 
 
 def test_a_closed_loop_keeps_its_walls() -> None:

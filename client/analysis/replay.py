@@ -646,7 +646,7 @@ def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = N
     drawn = None
     if not own and demand.throttled_wall_ns > 0:
         drawn = _draw(demand, reqs, spans, weight, cpus, walls, shift, unseen, background)
-    if not closed and demand.throttled_wall_ns > 0 and not demand.coarse:
+    if not closed and not demand.coarse:
         _unqueued(reqs, cpus, walls)
     jobs = [Job(r.start_ns, wall, cpu, after if closed else None, gap if closed else 0)
             for r, cpu, wall, after, gap in zip(reqs, cpus, walls, follows, gaps)]
@@ -766,15 +766,16 @@ def _unseen_shape(demand: Demand, reqs: Sequence[Request], unknown: Sequence[int
 
 
 def _unqueued(reqs: Sequence[Request], cpus: Sequence[float], walls: list[int]) -> None:
-    """An open loop recorded throttled: each request that ran beside another given, in
-    ``walls``, at most the wall a request alone takes for its CPU (the median wall per CPU of
-    those that ran alone and unheld; with fewer than :data:`MIN_DONORS`, one CPU's), at
-    least its CPU on one CPU. The quota queued the requests the loop kept sending, and a
-    request's latency less its hold also holds its wait behind the others in that queue
-    (the group ran them): the replay makes that queue again where a limit builds one (the
-    requests share the group's CPUs), so it is not the request's own wall; kept, it would
-    hold every request at any limit (issue 57's matrix: an asyncio server's open loop at
-    0.3 CPU read "cannot be met" where live met the goal at 0.38)."""
+    """An open loop: each request that ran beside another given, in ``walls``, at most the
+    wall a request alone takes for its CPU (the median wall per CPU of those that ran alone
+    and unheld; with fewer than :data:`MIN_DONORS`, one CPU's), at least its CPU on one
+    CPU. The loop kept sending while the group was busy (the quota, or a burst, queued the
+    requests), and a request's latency less its hold also holds its wait behind the others
+    in that queue (the group ran them): the replay makes that queue again where a limit
+    builds one (the requests share the group's CPUs), so it is not the request's own wall;
+    kept, it would hold every request at any limit, and count the queue twice at a lower
+    one (issue 57's matrix: an asyncio server's open loop at 0.3 CPU read "cannot be met"
+    where live met the goal at 0.38; its bursts recorded at 1 CPU advised 0.471 for 0.31)."""
     beside = _beside(reqs)
     paces = sorted(w / c for r, c, w, b in zip(reqs, cpus, walls, beside)
                    if not b and not r.held_ns and c > 0)
