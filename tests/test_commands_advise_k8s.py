@@ -296,6 +296,10 @@ def test_the_advise_rbac_is_strictly_valid_and_least() -> None:
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
             {"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["patch"]},
             {"apiGroups": ["autoscaling.k8s.io"], "resources": ["verticalpodautoscalers"],
+             "verbs": ["list"]},
+            # advise --replicas: the count changed and put back, and an HPA that would fight it
+            {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch"]},
+            {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"],
              "verbs": ["list"]}],
         "throttle-lab-advise-apply": [
             {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"]}]}
@@ -310,7 +314,9 @@ def test_the_api_grants_what_the_role_says_and_a_missing_one_is_one_line(
                                     ("patch", "pods --subresource resize", "yes"),
                                     ("patch", "deployments", "yes"), ("delete", "pods", "no"),
                                     ("patch", "pods", "no"), ("get", "secrets", "no"),
-                                    ("patch", "deployments --subresource scale", "no")):
+                                    ("patch", "deployments --subresource scale", "yes"),
+                                    ("list", "horizontalpodautoscalers", "yes"),
+                                    ("delete", "deployments", "no")):
         got = node.kubectl("auth", "can-i", "-n", NS, "--as", sa, verb, *resource.split(),
                            check=False).stdout.strip()
         assert got == allowed, (verb, resource)
