@@ -84,9 +84,8 @@ def test_cgroup_report_without_a_limit_or_samples_has_none_for_unknowns() -> Non
 
 def test_the_same_quota_on_two_levels_is_named_by_the_first() -> None:
     """A pod-level limit (KEP-2837) the kubelet writes on the container's group too: both
-    levels hold 0.2 CPU and both count throttles (on the node, 2026-12-02: 61 of 61 periods
-    each, the pod's 4.43 s throttled, the container's 3.78 s). The report names the first
-    level (the pod's, as the resolver orders them for a pod-level limit) whichever counted
+    levels hold 0.2 CPU and both count throttles, the one or the other more. The report
+    names the first level (the pod's, as the resolver orders them for a pod-level limit) whichever counted
     more; a level of another quota that throttled most is still the one named."""
     timeline = [CgroupSample(s.t_ns, s.usage_ns, s.nr_periods, s.nr_throttled,
                              s.throttled_ns // 2, None, None,
