@@ -6,7 +6,8 @@ each staging module with its published version. CoreDNS is a plain ``go install`
 the ``replace`` lines of its own go.mod (all to published forks). The pause program is
 kubernetes' own ``build/pause/linux/pause.c``, linked static. containerd 2 (``containerd``, its shim
 ``containerd-shim-runc-v2``, ``ctr``) and runc are ``go install``-ed at their tags as their
-Makefiles build them (runc with cgo and libseccomp). Each build is skipped when its
+Makefiles build them (runc with cgo and libseccomp). metrics-server (the resource metrics API the
+HPA controller reads) is a plain ``go install`` too. Each build is skipped when its
 result is already in the cache (a stamp file is written last, so a half build is redone).
 """
 from __future__ import annotations
@@ -20,10 +21,12 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from kubenode.config import (CONTAINERD_BINARIES, CONTAINERD_VERSION, COREDNS_VERSION,
-                             KUBE_BINARIES, KUBE_VERSION, RUNC_VERSION, TRAEFIK_VERSION, Layout)
+                             KUBE_BINARIES, KUBE_VERSION, METRICS_SERVER_VERSION, RUNC_VERSION,
+                             TRAEFIK_VERSION, Layout)
 
 __all__ = ["BuildError", "go_binary", "kube_gomod", "traefik_gomod", "build_kubernetes",
-           "build_coredns", "build_containerd", "build_runc", "build_pause", "build_traefik", "build_all", "kube_ldflags",
+           "build_coredns", "build_containerd", "build_runc", "build_pause", "build_traefik", "build_metrics_server",
+           "build_all", "kube_ldflags",
            "PAUSE_TAG", "module_dir"]
 
 PAUSE_TAG = "3.10.1"
@@ -239,6 +242,23 @@ def build_traefik(lay: Layout, log: Log = print) -> Path:
     return target
 
 
+def build_metrics_server(lay: Layout, log: Log = print) -> Path:
+    """metrics-server, static: it runs as a host process in node 1's namespaces."""
+    target = lay.metrics_server_bin
+    if _stamp(target.parent).exists() and target.exists():
+        return target
+    log_file = target.parent / "build.log"
+    log(f"building metrics-server {METRICS_SERVER_VERSION} (~8 min on a cold cache), "
+        f"log: {log_file}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _run([go_binary(), "install", "-trimpath", "-ldflags", "-s -w",
+          f"sigs.k8s.io/metrics-server/cmd/metrics-server@{METRICS_SERVER_VERSION}"],
+         cwd=target.parent, log_file=log_file,
+         env=_env({"CGO_ENABLED": "0", "GOBIN": str(target.parent)}))
+    _stamp(target.parent).write_text(METRICS_SERVER_VERSION + "\n")
+    return target
+
+
 def build_pause(lay: Layout, log: Log = print) -> Path:
     """kubernetes' pause.c, ``gcc -static``, as the pause image's only file."""
     target = lay.pause_bin
@@ -265,3 +285,4 @@ def build_all(lay: Layout, log: Log = print) -> None:
     build_coredns(lay, log)
     build_pause(lay, log)
     build_traefik(lay, log)
+    build_metrics_server(lay, log)

@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["KUBE_VERSION", "CONTAINERD_VERSION", "RUNC_VERSION", "CONTAINERD_BINARIES", "COREDNS_VERSION", "TRAEFIK_VERSION", "KUBE_BINARIES", "Layout",
+__all__ = ["KUBE_VERSION", "CONTAINERD_VERSION", "RUNC_VERSION", "CONTAINERD_BINARIES", "COREDNS_VERSION", "TRAEFIK_VERSION", "METRICS_SERVER_VERSION", "METRICS_SERVER_PORT", "KUBE_BINARIES", "Layout",
            "layout", "HOST_ADDR", "NODE_ADDR", "VETH_HOST", "VETH_NODE", "POD_CIDR",
            "SERVICE_CIDR", "CLUSTER_CIDR", "API_SERVICE_IP", "DNS_SERVICE_IP", "NODE_NAME",
            "CGROUP_ROOT", "API_PORT", "MAX_NODES", "MAX_PODS", "MAX_PODS_CEILING", "LINK_CIDR", "Member", "member"]
@@ -18,6 +18,10 @@ RUNC_VERSION = "v1.5.3"
 CONTAINERD_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
 COREDNS_VERSION = "v1.15.0"
 TRAEFIK_VERSION = "v3.6.12"
+# The resource metrics API (metrics.k8s.io) the cluster's HPA controller reads: metrics-server,
+# a host process in node 1's namespaces, listening on the node's address.
+METRICS_SERVER_VERSION = "v0.8.0"
+METRICS_SERVER_PORT = 4443
 KUBE_BINARIES = ("kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                  "kubectl", "kube-proxy")
 
@@ -133,6 +137,10 @@ class Layout:
     @property
     def traefik_bin(self) -> Path:
         return self.cache / f"traefik-{TRAEFIK_VERSION}" / "traefik"
+
+    @property
+    def metrics_server_bin(self) -> Path:
+        return self.cache / f"metrics-server-{METRICS_SERVER_VERSION}" / "metrics-server"
 
     @property
     def pause_bin(self) -> Path:

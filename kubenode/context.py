@@ -13,9 +13,26 @@ from kubenode import host
 from kubenode.config import MAX_NODES, Layout, Member, member
 from kubenode.proc import read_pidfile, run, start_daemon, stop_pidfile
 
-__all__ = ["Node", "BIND_MOUNTS", "Log", "containerd_addresses"]
+__all__ = ["Node", "BIND_MOUNTS", "Log", "REFUSALS", "containerd_addresses", "refusal"]
 
 Log = Callable[[str], None]
+
+# What a daemon's log says when it refuses the host, and the one line that says what to do.
+REFUSALS = {
+    "kubelet is configured to not run on a host using cgroup v1": (
+        "the kubelet refuses this host's cgroup v1 (failCgroupV1, true by default from "
+        "Kubernetes 1.35 on): give its KubeletConfiguration failCgroupV1: false, as kubenode "
+        "does on a v1 host, or run the node on a cgroup v2 host"),
+}
+
+
+def refusal(name: str, log_text: str) -> str | None:
+    """The one line for a daemon that exited because it refuses the host (None: another
+    reason; its log's last lines say it)."""
+    for said, line in REFUSALS.items():
+        if said in log_text:
+            return f"{name} exited: {line}"
+    return None
 
 # The paths that the kubelet, containerd and the CNI plugins hard-code: inside the node's mount
 # namespace each is a bind mount of a directory of the node's own (state dir -> path).
@@ -109,7 +126,8 @@ class Node:
         deadline = time.monotonic() + timeout
         while not ready():
             if daemon is not None and not self.daemon_alive(daemon):
-                raise RuntimeError(f"{daemon} exited: {self.log_tail(daemon)}")
+                raise RuntimeError(refusal(daemon, self.log_tail(daemon, 50))
+                                   or f"{daemon} exited: {self.log_tail(daemon)}")
             if time.monotonic() > deadline:
                 tail = f": {self.log_tail(daemon)}" if daemon else ""
                 raise RuntimeError(f"{what} not ready after {timeout:.0f} s{tail}")

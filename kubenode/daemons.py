@@ -1,11 +1,11 @@
 """The node's daemons' command lines (each started inside the node's namespaces)."""
 from __future__ import annotations
 
-from kubenode.config import API_PORT, NODE_ADDR, SERVICE_CIDR
+from kubenode.config import API_PORT, METRICS_SERVER_PORT, NODE_ADDR, SERVICE_CIDR
 from kubenode.context import Node
 
 __all__ = ["containerd_cmd", "etcd_cmd", "apiserver_cmd", "controller_manager_cmd",
-           "scheduler_cmd", "kubelet_cmd", "proxy_cmd"]
+           "scheduler_cmd", "kubelet_cmd", "proxy_cmd", "metrics_server_cmd"]
 
 
 def containerd_cmd(n: Node) -> list[str]:
@@ -39,6 +39,16 @@ def apiserver_cmd(n: Node) -> list[str]:
             "--authorization-mode", "Node,RBAC",
             "--enable-admission-plugins", "NodeRestriction",
             "--allow-privileged=true",
+            # the aggregation layer (metrics.k8s.io): the front proxy's identity, and the
+            # APIService's endpoints dialled as they are (metrics-server is a host process)
+            "--requestheader-client-ca-file", str(k / "ca.crt"),
+            "--requestheader-allowed-names", "front-proxy-client",
+            "--requestheader-username-headers", "X-Remote-User",
+            "--requestheader-group-headers", "X-Remote-Group",
+            "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+            "--proxy-client-cert-file", str(k / "front-proxy-client.crt"),
+            "--proxy-client-key-file", str(k / "front-proxy-client.key"),
+            "--enable-aggregator-routing=true",
             "--profiling=false"]
 
 
@@ -72,3 +82,20 @@ def kubelet_cmd(n: Node) -> list[str]:
 def proxy_cmd(n: Node) -> list[str]:
     return [n.bin("kube-proxy"), "--config", str(n.p("kube-proxy.json")),
             "--hostname-override", n.member.name]
+
+
+def metrics_server_cmd(n: Node) -> list[str]:
+    """metrics-server on the node's address: its own client certificate (the kubelets' CA
+    trusts it, its ClusterRole reads nodes/metrics), the kubelets' serving certificates checked
+    against the node's CA, a 15 s resolution (the HPA's sync period)."""
+    k = n.p("pki")
+    kc = str(n.p("metrics-server.kubeconfig"))
+    return [str(n.lay.metrics_server_bin), "--kubeconfig", kc,
+            "--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc,
+            "--bind-address", NODE_ADDR, "--secure-port", str(METRICS_SERVER_PORT),
+            "--tls-cert-file", str(k / "metrics-server-serving.crt"),
+            "--tls-private-key-file", str(k / "metrics-server-serving.key"),
+            "--kubelet-certificate-authority", str(k / "ca.crt"),
+            "--kubelet-preferred-address-types", "InternalIP",
+            "--kubelet-use-node-status-port",
+            "--metric-resolution", "15s"]

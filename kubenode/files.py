@@ -108,9 +108,13 @@ state = "{base / 'state'}"
 """
 
 
-def kubelet_config(lay: Layout, m: Member = FIRST, *, cgroup_v1: bool = False) -> str:
+def kubelet_config(lay: Layout, m: Member = FIRST, *, cgroup_v1: bool = False,
+                   static_cpus: bool = False) -> str:
     """The kubelet's configuration; on a cgroup v1 host (``cgroup_v1``) ``failCgroupV1: false``,
-    since the kubelet refuses v1 by default from 1.35 on (KEP-5573)."""
+    since the kubelet refuses v1 by default from 1.35 on (KEP-5573). ``static_cpus``: the
+    static CPU manager, 100m (so CPU 0) reserved for the system (a Guaranteed container with an
+    integer CPU request gets CPUs of its own and, since 1.33, no CFS quota); only where a test asks
+    (:func:`kubenode.node.cpu_manager_policy`)."""
     home = m.home(lay)
     pki = home / "pki"
     doc = {
@@ -142,6 +146,11 @@ def kubelet_config(lay: Layout, m: Member = FIRST, *, cgroup_v1: bool = False) -
     }
     if cgroup_v1:
         doc["failCgroupV1"] = False
+    if static_cpus:
+        doc["cpuManagerPolicy"] = "static"
+        # the static policy needs a reservation: 100m keeps CPU 0 out of the exclusive pool
+        # and 1.9 CPUs allocatable, room for one 1-CPU pod beside the agent's requests
+        doc["systemReserved"] = {"cpu": "100m"}
     return json.dumps(doc, indent=2) + "\n"
 
 

@@ -13,7 +13,8 @@ from typing import Sequence
 from kubenode.config import layout
 from kubenode.proc import run
 
-__all__ = ["single_binary_archive", "ctr_binary", "ctr_import", "ctr_images"]
+__all__ = ["single_binary_archive", "ctr_binary", "ctr_import", "ctr_images", "ctr_ref",
+           "has_image"]
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
@@ -63,6 +64,20 @@ def ctr_binary() -> str:
 def ctr_images(address: str) -> set[str]:
     out = run([ctr_binary(), "--address", address, "-n", "k8s.io", "images", "ls", "-q"]).stdout
     return {line.strip() for line in out.splitlines() if line.strip()}
+
+
+def ctr_ref(tag: str) -> str:
+    """containerd's name for an imported ``name:tag``: the CRI normalises an unqualified name
+    as Docker does, under Docker Hub's domain (nothing is pulled: the images are imported)."""
+    first = tag.split("/")[0]
+    if "/" in tag and ("." in first or ":" in first or first == "localhost"):
+        return tag
+    return ("docker.io/library/" if "/" not in tag else "docker.io/") + tag
+
+
+def has_image(address: str, tag: str) -> bool:
+    """Whether the containerd at ``address`` holds the imported ``tag`` (:func:`ctr_ref`)."""
+    return ctr_ref(tag) in ctr_images(address)
 
 
 def ctr_import(address: str, archive: Path) -> None:

@@ -12,6 +12,7 @@ takes the joined nodes down first, then node 1.
 """
 from __future__ import annotations
 
+import base64
 import fcntl
 import json
 import os
@@ -23,9 +24,9 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from kubenode import build, daemons, files, host, images, pki
-from kubenode.addons import coredns_manifests
-from kubenode.config import (CLUSTER_CIDR, HOST_ADDR, LINK_CIDR, MAX_NODES, NODE_ADDR, POD_CIDR,
-                             SERVICE_CIDR, VETH_HOST, VETH_NODE, Layout, layout, member)
+from kubenode.addons import METRICS_APISERVICE, coredns_manifests, metrics_server_manifests
+from kubenode.config import (CLUSTER_CIDR, HOST_ADDR, LINK_CIDR, MAX_NODES, METRICS_SERVER_PORT,
+                             NODE_ADDR, POD_CIDR, SERVICE_CIDR, VETH_HOST, VETH_NODE, Layout, layout, member)
 from kubenode.context import BIND_MOUNTS, Log, Node, containerd_addresses
 from kubenode.proc import ns_inode, pids_in_namespace, read_pidfile, run, start_daemon, stop_pid
 from kubenode.steps import Step, pending, run_down, run_up, updatable
@@ -33,7 +34,7 @@ from kubenode.traefik import MANIFEST_ANNOTATION, manifest_digest, traefik_manif
 
 __all__ = ["Node", "STEPS", "JOINING_STEPS", "steps", "up", "down", "status", "shell_exports",
            "is_up", "reusable", "leftovers", "joined", "leave",
-           "load_project_images", "status_json", "traefik_log_dir"]
+           "load_project_images", "status_json", "traefik_log_dir", "cpu_manager_policy"]
 
 # --- the steps ----------------------------------------------------------------------------
 
@@ -60,7 +61,8 @@ def _state_undo(n: Node) -> None:
     shutil.rmtree(n.home)
 
 
-KUBECONFIGS = ("admin", "kubelet", "controller-manager", "scheduler", "kube-proxy")
+KUBECONFIGS = ("admin", "kubelet", "controller-manager", "scheduler", "kube-proxy",
+               "metrics-server")
 
 
 def _config_files(n: Node) -> dict[Path, str]:
@@ -339,17 +341,11 @@ def _archives(n: Node) -> dict[str, Callable[[], Path]]:
     return {files.PAUSE_IMAGE: pause, files.COREDNS_IMAGE: coredns, files.TRAEFIK_IMAGE: traefik}
 
 
-def _image_ref(tag: str) -> str:
-    """containerd's name for an imported ``name:tag`` (docker's normalisation)."""
-    return tag if "/" in tag.split(":")[0] and "." in tag.split("/")[0] else (
-        "docker.io/library/" + tag if "/" not in tag else "docker.io/" + tag)
-
-
 def _system_images_ok(n: Node) -> bool:
     if not n.daemon_alive("containerd"):
         return False
     have = images.ctr_images(n.containerd_address)
-    return all(_image_ref(tag) in have for tag in _archives(n))
+    return all(images.ctr_ref(tag) in have for tag in _archives(n))
 
 
 def _system_images_do(n: Node) -> None:
@@ -394,6 +390,35 @@ def _traefik_do(n: Node) -> None:
     n.wait("Traefik", lambda: _traefik_ok(n), 180)
 
 
+def _metrics_api_ok(n: Node) -> bool:
+    """The APIService ``v1beta1.metrics.k8s.io`` Available: the API server reaches
+    metrics-server and metrics-server answers it."""
+    if not n.api_ready():
+        return False
+    out = n.kubectl("get", "apiservice", METRICS_APISERVICE, "-o",
+                    'jsonpath={.status.conditions[?(@.type=="Available")].status}',
+                    check=False).stdout
+    return out.strip() == "True"
+
+
+def _metrics_server_ok(n: Node) -> bool:
+    return (n.daemon_alive("metrics-server") and n.listening(METRICS_SERVER_PORT)
+            and _metrics_api_ok(n))
+
+
+def _metrics_server_do(n: Node) -> None:
+    """metrics-server's API objects applied (its rights first: it reads the front proxy's CA
+    from kube-system as it starts; the Service and EndpointSlice naming the node's address,
+    the APIService), then metrics-server started in node 1's namespaces."""
+    bundle = base64.b64encode(n.p("pki", "ca.crt").read_bytes()).decode()
+    n.kubectl("apply", "-f", "-", input=metrics_server_manifests(bundle))
+    n.stop("metrics-server")
+    n.daemon("metrics-server", daemons.metrics_server_cmd(n))
+    n.wait("metrics-server", lambda: n.listening(METRICS_SERVER_PORT), 60,
+           daemon="metrics-server")
+    n.wait("the metrics API", lambda: _metrics_api_ok(n), 120, daemon="metrics-server")
+
+
 def _cgroup_root_undo(n: Node) -> None:
     _kill_pods(n)
     host.remove_cgroup_root(n.member.cgroup_root)
@@ -430,6 +455,9 @@ STEPS: list[Step[Node]] = [
          do=lambda n: None if build.build_pause(n.lay, n.log) else None),
     Step("build traefik", check=lambda n: (n.lay.traefik_bin.parent / ".complete").exists(),
          do=lambda n: None if build.build_traefik(n.lay, n.log) else None),
+    Step("build metrics-server",
+         check=lambda n: (n.lay.metrics_server_bin.parent / ".complete").exists(),
+         do=lambda n: None if build.build_metrics_server(n.lay, n.log) else None),
     STATE,
     Step("certificates", lambda n: pki.pki_complete(n.p("pki")),
          lambda n: pki.make_pki(n.p("pki"))),
@@ -447,6 +475,8 @@ STEPS: list[Step[Node]] = [
     _daemon_step("kube-scheduler", daemons.scheduler_cmd, _ready(10259), 120),
     KUBELET,
     KUBE_PROXY,
+    Step("metrics-server", _metrics_server_ok, _metrics_server_do,
+         lambda n: n.stop("metrics-server")),
     Step("coredns", lambda n: n.deployment_ready("kube-system", "coredns"), _coredns_do,
          update=True),
     Step("traefik", _traefik_ok, _traefik_do, update=True),
@@ -675,6 +705,34 @@ def load_project_images(lay: Layout | None = None, log: Log = print,
                 raise
             log("the Docker engine went away: again")
     raise AssertionError("unreachable")
+
+
+KUBELET_HEALTHZ = 10248   # the kubelet's default healthz port (127.0.0.1, its node's netns)
+
+
+def cpu_manager_policy(lay: Layout | None = None, index: int = 2, policy: str = "static",
+                       log: Log = print) -> None:
+    """Node ``index``'s kubelet restarted with the CPU manager ``policy`` (``static``: 100m,
+    so CPU 0, reserved, exclusive CPUs for Guaranteed integer-CPU containers; ``none``: the node's
+    default), its ``cpu_manager_state`` removed first (the kubelet refuses a state file of
+    another policy); returns once it serves again and its node is Ready. Only where a test
+    asks, and put back by it (``none``): the other tests run under the default."""
+    if policy not in ("static", "none"):
+        raise ValueError(f"a CPU manager policy is static or none, not {policy!r}")
+    lay = lay or layout()
+    n = Node(lay, log, member=member(index))
+    if not n.daemon_alive("kubelet"):
+        raise RuntimeError(f"node {n.member.name}'s kubelet is not running")
+    n.stop("kubelet")
+    n.wait("the kubelet stopped", lambda: not n.listening(KUBELET_HEALTHZ), 30)
+    n.p("mnt", "var-lib-kubelet", "cpu_manager_state").unlink(missing_ok=True)
+    n.p("kubelet.json").write_text(files.kubelet_config(lay, n.member,
+                                                        cgroup_v1=host.cgroup_v1(),
+                                                        static_cpus=policy == "static"))
+    n.daemon("kubelet", daemons.kubelet_cmd(n))
+    n.wait("the kubelet", lambda: n.listening(KUBELET_HEALTHZ) and n.node_ready(), 180,
+           daemon="kubelet")
+    log(f"[kubenode] node {n.member.name}: kubelet restarted with cpuManagerPolicy {policy}")
 
 
 def _require_root() -> None:

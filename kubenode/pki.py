@@ -1,6 +1,12 @@
 """The node's certificates, made with openssl: one CA, a certificate per component, the
 service-account key pair. EC P-256 keys (fast to make, accepted by every component). A node
-that joins node 1 gets its kubelet's and kube-proxy's certificates signed by node 1's CA."""
+that joins node 1 gets its kubelet's and kube-proxy's certificates signed by node 1's CA.
+
+The aggregation layer (metrics.k8s.io, served by metrics-server) takes three more: the API
+server's front-proxy client (the requestheader CA is the one CA, the name ``front-proxy-client``
+the only one allowed to assert a user), metrics-server's client certificate (its user, bound to
+its ClusterRole) and its serving one (the name the aggregator dials,
+``metrics-server.kube-system.svc``)."""
 from __future__ import annotations
 
 import shutil
@@ -44,6 +50,10 @@ CERTS = (
     Cert("controller-manager", "/CN=system:kube-controller-manager"),
     Cert("scheduler", "/CN=system:kube-scheduler"),
     KUBE_PROXY_CERT,
+    Cert("front-proxy-client", "/CN=front-proxy-client"),
+    Cert("metrics-server", "/CN=system:metrics-server"),
+    Cert("metrics-server-serving", "/CN=metrics-server",
+         ("DNS:metrics-server.kube-system.svc", f"IP:{NODE_ADDR}"), server=True),
 )
 
 

@@ -12,6 +12,7 @@ error of the session).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -34,7 +35,7 @@ from tests.support import ROOT, require
 
 __all__ = ["BEFORE", "HostView", "busy_deployment", "host_view", "missing_node_tools", "NODES", "SECOND_NODE_TAINT",
            "node_session", "require_node_tools", "iptables_lines", "toleration",
-           "wait_for", "NODE_PATHS", "namespace_gone", "namespaced_overlay", "pods_namespace",
+           "wait_for", "NODE_PATHS", "live_pods", "namespace_gone", "one_live_pod", "namespaced_overlay", "pods_namespace",
            "shipped_limit"]
 
 # (containerd, its shim, ctr and runc are the node's own, built into the cache.)
@@ -203,6 +204,23 @@ def node_session() -> Iterator[node.Node]:
                     for field in before.__dataclass_fields__
                     if getattr(before, field) != getattr(after, field)}
             assert not diff, f"the host after the node differs from before: {diff}"
+
+
+def live_pods(node: node.Node, namespace: str, component: str) -> list[dict[str, Any]]:
+    """The pods labelled ``app.kubernetes.io/component=<component>`` in ``namespace`` that are
+    not being deleted, by name."""
+    out = node.kubectl("-n", namespace, "get", "pod", "-l",
+                       f"app.kubernetes.io/component={component}", "-o", "json")
+    pods = [p for p in json.loads(out.stdout)["items"]
+            if not p["metadata"].get("deletionTimestamp")]
+    return sorted(pods, key=lambda p: p["metadata"]["name"])
+
+
+def one_live_pod(node: node.Node, namespace: str, component: str) -> dict[str, Any]:
+    """The one such pod (an assert names them when there is not exactly one)."""
+    pods = live_pods(node, namespace, component)
+    assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+    return pods[0]
 
 
 def namespace_gone(node: node.Node, namespace: str, timeout: float = 180) -> None:

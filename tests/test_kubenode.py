@@ -111,6 +111,10 @@ def test_configs_say_what_the_node_needs(tmp_path: Path) -> None:
     assert kubelet["clusterDNS"] == [DNS_SERVICE_IP]
     assert "failCgroupV1" not in kubelet            # a cgroup v2 host: the kubelet's default
     assert json.loads(files.kubelet_config(lay, cgroup_v1=True))["failCgroupV1"] is False
+    # the static CPU manager only where asked (tests/test_exclusive_cpus_kube.py)
+    assert "cpuManagerPolicy" not in kubelet and "systemReserved" not in kubelet
+    static = json.loads(files.kubelet_config(lay, static_cpus=True))
+    assert (static["cpuManagerPolicy"], static["systemReserved"]) == ("static", {"cpu": "100m"})
     proxy = json.loads(files.kube_proxy_config(lay))
     assert proxy["conntrack"] == {"maxPerCore": 0}
     assert proxy["mode"] == "iptables"
@@ -140,6 +144,52 @@ def test_coredns_answers_nxdomain_outside_the_cluster_in_a_block_of_its_own() ->
     items = json.loads(coredns_manifests())["items"]
     service = next(i for i in items if i["kind"] == "Service")
     assert service["spec"]["clusterIP"] == DNS_SERVICE_IP
+
+
+def test_the_metrics_api_is_served_by_the_host_process_on_the_nodes_address(
+        tmp_path: Path) -> None:
+    """metrics-server's wiring: the APIService's Service has no selector and its one
+    EndpointSlice names the address and port metrics-server listens on (the port names match,
+    as the aggregator's resolver asks), the API server dials endpoints and carries a front
+    proxy, metrics-server's certificates are the pki's, and down stops it (its undo)."""
+    from kubenode import daemons, pki
+    from kubenode.addons import METRICS_APISERVICE, metrics_server_manifests
+    from kubenode.config import METRICS_SERVER_PORT, NODE_ADDR
+    from kubenode.context import Node
+    from kubenode.node import KUBECONFIGS, STEPS
+
+    items = {i["kind"]: i for i in json.loads(metrics_server_manifests("Q0E="))["items"]}
+    service, slice_ = items["Service"], items["EndpointSlice"]
+    assert "selector" not in service["spec"]
+    assert slice_["metadata"]["labels"]["kubernetes.io/service-name"] == \
+        service["metadata"]["name"]
+    assert slice_["endpoints"][0]["addresses"] == [NODE_ADDR]
+    assert [(p["name"], p["port"]) for p in slice_["ports"]] == \
+        [(service["spec"]["ports"][0]["name"], METRICS_SERVER_PORT)]
+    api = items["APIService"]
+    assert api["metadata"]["name"] == METRICS_APISERVICE and api["spec"]["caBundle"] == "Q0E="
+    assert api["spec"]["service"]["name"] == service["metadata"]["name"]
+    node = Node(Layout(cache=tmp_path / "cache", state=tmp_path / "state"))
+    server = daemons.apiserver_cmd(node)
+    assert "--enable-aggregator-routing=true" in server
+    proxy = server[server.index("--proxy-client-cert-file") + 1]
+    assert Path(proxy).name == "front-proxy-client.crt"
+    assert server[server.index("--requestheader-allowed-names") + 1] == "front-proxy-client"
+    names = {c.name: c for c in pki.CERTS}
+    assert names["front-proxy-client"].subject.endswith("CN=front-proxy-client")
+    assert "DNS:metrics-server.kube-system.svc" in names["metrics-server-serving"].sans
+    metrics = daemons.metrics_server_cmd(node)
+    assert metrics[0] == str(node.lay.metrics_server_bin)
+    assert metrics[metrics.index("--bind-address") + 1] == NODE_ADDR
+    assert metrics[metrics.index("--secure-port") + 1] == str(METRICS_SERVER_PORT)
+    assert Path(metrics[metrics.index("--tls-cert-file") + 1]).name == \
+        "metrics-server-serving.crt"
+    assert "metrics-server" in KUBECONFIGS
+    step = next(s for s in STEPS if s.name == "metrics-server")
+    assert step.undo is not None and not step.update
+    order = [s.name for s in STEPS]
+    assert order.index("kubelet") < order.index("metrics-server")
+    assert order.index("build metrics-server") < order.index("state directory")
 
 
 def test_steps_run_what_is_missing_and_undo_in_reverse() -> None:
@@ -308,3 +358,34 @@ def test_cgroup_v1_is_what_the_kernel_mounts_at_sys_fs_cgroup() -> None:
     fs_type = subprocess.run(["stat", "-f", "-c", "%T", "/sys/fs/cgroup"], capture_output=True,
                              text=True, check=True).stdout.strip()
     assert host.cgroup_v1() is (fs_type != "cgroup2fs")
+
+
+def test_an_imported_images_containerd_name_is_the_cris_normalisation() -> None:
+    """The node's checks look images up by the name the CRI gives an imported tag: an
+    unqualified one under Docker Hub's domain, a qualified one as it is."""
+    from kubenode.images import ctr_ref
+    assert ctr_ref("throttle-lab:latest") == "docker.io/library/throttle-lab:latest"
+    assert ctr_ref("traefik/whoami:v1") == "docker.io/traefik/whoami:v1"
+    assert ctr_ref("localhost/pause:3.10") == "localhost/pause:3.10"
+    assert ctr_ref("example.test:5000/a/b:1") == "example.test:5000/a/b:1"
+
+
+def test_a_kubelet_that_refuses_cgroup_v1_is_one_line_saying_what_to_do(tmp_path: Path) -> None:
+    """The kubelet 1.37.2's own words (pkg/kubelet/apis/config/validation) in its log, the
+    daemon gone: ``wait`` raises one line naming failCgroupV1 and the way out; another exit
+    keeps the log's last lines."""
+    from kubenode.context import Node
+
+    node = Node(Layout(cache=tmp_path / "cache", state=tmp_path / "state"))
+    node.p("logs").mkdir(parents=True)
+    node.p("logs", "kubelet.log").write_text(
+        "I1202 flags...\nE1202 run.go:72] \"command failed\" err=\"failed to validate kubelet "
+        "configuration, error: kubelet is configured to not run on a host using cgroup v1. "
+        "cgroup v1 support is unsupported and will be removed in a future release\"\n")
+    with pytest.raises(RuntimeError) as refused:
+        node.wait("kubelet", lambda: False, 5, daemon="kubelet")
+    said = str(refused.value)
+    assert "\n" not in said and "failCgroupV1: false" in said and "cgroup v2" in said, said
+    node.p("logs", "kubelet.log").write_text("E1202 something else broke\n")
+    with pytest.raises(RuntimeError, match="kubelet exited: E1202 something else broke"):
+        node.wait("kubelet", lambda: False, 5, daemon="kubelet")
