@@ -1,7 +1,8 @@
-"""The replay serves whole periods of a steady demand at once where none can run out
-(``QuotaAccount.serve_steady``; a 1 s row of an idle pod was ten steps of the account, and
-``cluster`` replays each limit of its search on every pod): the same stretches and the same
-counters as a period at a time, on rows of every spacing, idle, steady, bursty and throttled,
+"""The replay through the quota's account (``_stepped``: with a burst, and what the replay
+without one keeps in local variables, tests/test_replay_plain.py) serves whole periods of a
+steady demand at once where none can run out (``QuotaAccount.serve_steady``; a 1 s row of an
+idle pod was ten steps of the account): the same stretches and the same counters as a
+period at a time, on rows of every spacing, idle, steady, bursty and throttled,
 at limits above and below what they used, bunched too."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import random
 
 import pytest
 
-from client.analysis.replay import bunched, demand_of, replay
+from client.analysis.replay import _stepped, bunched, demand_of
 from client.data.timeline import CgroupSample
 from cpuquota.account import QuotaAccount
 
@@ -51,10 +52,10 @@ def test_whole_periods_at_once_replay_as_one_at_a_time(seed: int,
     demand = demand_of(timeline(seed), PERIOD_NS)
     demands = [demand, bunched(demand)] if demand.coarse else [demand]
     limits = [0.002, 0.01, 0.05, 0.2, 0.5, 1.0, 2.0]
-    fast = [replay(d, cpus) for d in demands for cpus in limits]
+    fast = [_stepped(d, cpus, 0, PERIOD_NS) for d in demands for cpus in limits]
     with monkeypatch.context() as m:
         one_period_at_a_time(m)
-        slow = [replay(d, cpus) for d in demands for cpus in limits]
+        slow = [_stepped(d, cpus, 0, PERIOD_NS) for d in demands for cpus in limits]
     assert fast == slow
     assert any(r.stretches for r in slow) or all(r.stats.nr_throttled == 0 for r in slow)
 
@@ -70,7 +71,7 @@ def test_an_idle_pods_coarse_rows_take_whole_periods_at_once() -> None:
         return start_ns + served[-1]
     QuotaAccount.serve_steady = counted   # type: ignore[method-assign]
     try:
-        replayed = replay(demand, 0.2)
+        replayed = _stepped(demand, 0.2, 0, PERIOD_NS)
     finally:
         QuotaAccount.serve_steady = real   # type: ignore[method-assign]
     assert replayed.stretches == () and replayed.stats.nr_throttled == 0

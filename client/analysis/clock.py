@@ -11,7 +11,8 @@ answer is ambiguous ("low").
 :func:`align` decides whether to move the stated clock (a relative file's ``--start``, taken
 a few ms before the tool sent its first request; another host's clock). The candidate is the
 line-up above when it is unambiguous ("high"), else the shift near the stated clock (the
-tool's start-up moves it by ms, not by periods) whose holds fit the latencies best
+tool's start-up moves it by ms, not by periods; Unix times, :data:`UNIX_NEAR_NS` either
+way) whose holds fit the latencies best
 (:class:`Fit`: no hold longer than a latency allows, then the least mismatch). It is applied
 when it fits clearly better than the stated clock (:attr:`Alignment.applied`), and how much
 better is said; ``--offset`` and ``--no-align`` keep the caller's clock.
@@ -29,8 +30,8 @@ import numpy as np
 from client.data.attribution import CounterSample, throttled_stretches
 from client.data.record import RequestRecord
 
-__all__ = ["ALIGN_RATIO", "CHECK_WINDOW_NS", "Alignment", "ClockEstimate", "Fit", "align",
-           "align_records", "estimate_shift"]
+__all__ = ["ALIGN_RATIO", "CHECK_WINDOW_NS", "UNIX_NEAR_NS", "Alignment", "ClockEstimate", "Fit",
+           "align", "align_records", "estimate_shift"]
 
 CHECK_WINDOW_NS = 2_000_000_000   # the clock check looks this far either way
 
@@ -38,6 +39,9 @@ GRID_NS = 1_000_000
 HIGH_RATIO = 1.5      # the best line-up beats the next one this many times over: "high"
 ALIGN_RATIO = 1.5     # a shift's line-up beats the stated clock's this many times over: applied
 TIED = 0.02           # shifts whose mismatch is within 2 % of the least fit as well
+# Unix times (the host's clock, or another's kept by NTP: off by ms) are searched this far
+# either way of their own clock; further off, a line-up a period away fits almost as well
+UNIX_NEAR_NS = 25_000_000
 
 
 @dataclass(frozen=True)
@@ -244,10 +248,14 @@ def align_records(records: Sequence[RequestRecord], timeline: Sequence[CounterSa
     keep every request inside the timeline. A relative file's ``--start`` is ``date`` just
     before the tool, whose zero comes after it (its start-up: ms, tens of ms on a busy
     machine): the shifts searched near it run from -10 ms to 0.9 period. Unix times (the
-    host's clock, or another's) are moved only by an unambiguous line-up. ``import`` and
-    ``advise --passive`` align their requests through it."""
+    host's clock, or another's a few ms off it) by :data:`UNIX_NEAR_NS` either way (at most
+    half a period), or by an unambiguous line-up: a clock 10 ms off marks the requests
+    beside each throttle, and throttling that repeats every period never lines up
+    unambiguously (issue 57). ``import`` and ``advise --passive`` align their requests
+    through it."""
     period = period_ns or 100_000_000
-    near = (-10_000_000, period * 9 // 10) if relative else (0, 0)
+    reach = min(UNIX_NEAR_NS, period // 2 - GRID_NS)
+    near = (-10_000_000, period * 9 // 10) if relative else (-reach, reach)
     lo = max(-CHECK_WINDOW_NS, timeline[0].t_ns - min(r.start_ns for r in records))
     hi = min(CHECK_WINDOW_NS, timeline[-1].t_ns - max(r.end_ns for r in records))
     stretches = throttled_stretches(timeline, period_ns)

@@ -35,7 +35,11 @@ each request its recorded latency, within a period.
 
 A request's CPU is the rows' CPU shared among the requests in them: by each one's own CPU
 (``Request.cpu_ns``, the server's ``Server-Timing``, when every request has one) spread over
-its latency, else by overlap; never more than its latency on the group's CPUs. The group's
+its latency, else by overlap; never more than its latency on the group's CPUs. Where the
+record was throttled (or its rows are coarse, below) and every request has its own CPU, each
+one is its own times the group's over theirs (:func:`_own_shares`): a server the quota held
+queued them, each waited most of its latency and ran at its end, so the rows of the queue's
+drain are the few still in flight's, two to three times their own spread evenly. The group's
 own work (its runtime, probes: what the window's rows with no request show, CPU per wall
 time) runs at that rate in the rows with requests too, as background: a throttled record
 stretches the same requests over many more periods, and that work is not theirs (shared
@@ -63,14 +67,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from client.data.summary import percentile
-from client.data.attribution import CounterSample, period_phase, throttle_events
+from client.data.attribution import (CounterSample, ThrottleEvent, period_phase,
+                                     throttle_events)
 from client.data.loadshape import CLOSED_GAP_NS, chains, is_closed, time_step
 from cpuquota.account import CpuStat, QuotaAccount
 
 __all__ = ["BY_WALL", "CLOSED_GAP_NS", "MEAN", "MIN_DONORS", "ROWS", "MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "CpuDrawn",
            "Demand", "Job", "LimitRow", "Load", "bunched", "draw_cpu", "placed_shift",
-           "ReplayError", "Replayed", "Request", "added_delay", "demand_of", "held_at_most",
+           "ReplayError", "Replayed", "Replayer", "Request", "added_delay", "demand_of", "held_at_most",
            "in_flight", "load_of",
            "predicted_latency", "replay", "replay_limits", "replay_load"]
 
@@ -150,7 +157,8 @@ class Replayed:
 
 
 def demand_of(timeline: Sequence[CounterSample], period_ns: int,
-              cores: int | None = None) -> Demand:
+              cores: int | None = None, *,
+              events: Sequence[ThrottleEvent] | None = None) -> Demand:
     """The demand the timeline shows (see the module's docstring); ``ReplayError`` for a
     window under :data:`MIN_WINDOW_NS` or :data:`MIN_WINDOW_PERIODS` periods, or with no
     usage. ``cores``: the CPUs the group could use at once, when the caller knows better
@@ -176,7 +184,8 @@ def demand_of(timeline: Sequence[CounterSample], period_ns: int,
         cores = max(1, math.ceil(rate * STILL))
     hidden, walls, last_end = 0.0, 0, start
     skip = list(range(len(wanted) + 1))   # see _take_after
-    for event in throttle_events(timeline, period_ns):
+    # ``events``: the timeline's throttle_events(timeline, period_ns), when the caller has them
+    for event in throttle_events(timeline, period_ns) if events is None else events:
         length = event.end_ns - event.start_ns
         if length <= 0 or event.throttled_ns <= 0:
             continue
@@ -316,11 +325,130 @@ def _live(skip: list[int], i: int) -> int:
 def replay(demand: Demand, cpus: float | None, burst_ns: int = 0,
            period_ns: int | None = None) -> Replayed:
     """The demand served under ``cpus`` (None: no limit) per ``period_ns`` (default: the
-    record's), on the record's period grid."""
+    record's), on the record's period grid. A search replays one demand at many limits:
+    :class:`Replayer` works out once what does not depend on the limit."""
+    return Replayer(demand, burst_ns, period_ns)(cpus)
+
+
+class Replayer:
+    """Each limit's :func:`replay` of one demand (called with the limit's CPUs, None: no
+    limit), the same figures, what does not depend on the limit worked out once.
+
+    A limit whose quota no period of the demand can spend (:func:`_most_charged`: the CPU each
+    period wants, its rows' rounding on top, under the quota; no burst, no row wanting more
+    CPU than the group's or CPU in no time) throttles nowhere, and its replay is the same at
+    every such limit: no stretch, and the periods the account counted, which depend only on
+    which periods were charged. Those are counted once, without the account; any other
+    limit is replayed step by step (:func:`_stepped_plain`; with a burst, :func:`_stepped`)."""
+
+    def __init__(self, demand: Demand, burst_ns: int = 0, period_ns: int | None = None
+                 ) -> None:
+        self.demand, self.burst_ns = demand, burst_ns
+        self.period_ns = period_ns or demand.period_ns
+        self.origin_ns = (demand.origin_ns if self.period_ns == demand.period_ns
+                          else demand.start_ns)
+        self._most: float | None = None   # see _most_charged (worked out when first asked)
+        self._worked = False
+        self._periods: int | None = None
+
+    def __call__(self, cpus: float | None, stop: tuple[float, float] | None = None
+                 ) -> Replayed:
+        """The replay at ``cpus``; with ``stop`` (``(wait_ns, budget_ns)``), a replay
+        stepped ends once its stretches' time beyond ``wait_ns`` each passes ``budget_ns``
+        (:func:`_stepped_plain`): its figures then only what ran until then, for a search
+        that keeps only the verdict of such a limit (the wait lies above ``wait_ns`` in
+        more of the window than the budget, whatever the rest holds)."""
+        demand = self.demand
+        if cpus is None:
+            return Replayed(None, (), CpuStat(), (demand.start_ns, demand.end_ns))
+        if not self.burst_ns:
+            if self.never_throttled(cpus):
+                if self._periods is None:
+                    self._periods = _periods_charged(demand, self.period_ns, self.origin_ns)
+                return Replayed(cpus, (), CpuStat(self._periods),
+                                (demand.start_ns, demand.end_ns))
+        if not self.burst_ns:
+            return _stepped_plain(demand, cpus, self.period_ns, stop)
+        return _stepped(demand, cpus, self.burst_ns, self.period_ns)
+
+
+    def never_throttled(self, cpus: float) -> bool:
+        """Whether no period of the demand can spend the quota of ``cpus`` (nor of any more):
+        its replay there has no stretch, counted in closed form (:func:`_most_charged`)."""
+        if self.burst_ns:
+            return False
+        if not self._worked:
+            self._most = _most_charged(self.demand, self.period_ns, self.origin_ns)
+            self._worked = True
+        return self._most is not None and self._most < max(1, round(cpus * self.period_ns))
+
+
+def _most_charged(demand: Demand, period: int, origin: int) -> float | None:
+    """A quota above this is never spent in any period (:class:`Replayer`); None where the
+    demand can queue without a limit (a row wanting more CPU than ``demand.cores``, or CPU
+    wanted in no time) or its rows go back in time.
+
+    Without a throttle and with nothing queued, :func:`_stepped_plain` serves each row as it
+    comes, in pieces split at the period boundaries (whole periods at once the same),
+    charging each piece's CPU rounded to the ns when it ends: a period is charged at most
+    the CPU its rows want in it and half a ns a piece (at most one a row beginning in it,
+    and one), and while that is under the quota the runtime never runs out, nor ends a
+    step, at any such limit. The CPU each period wants, from the cumulative demand at the
+    boundaries, is within a thousandth of a ns of the pieces' sum: a ns a piece covers it."""
+    starts = np.asarray(demand.starts_ns, dtype=np.int64)
+    ends = np.append(starts[1:], np.int64(demand.end_ns))
+    wanted = np.maximum(np.asarray(demand.wanted_ns, dtype=float), 0.0)
+    lengths = ends - starts
+    if (lengths < 0).any() or (wanted[lengths == 0] > 0).any():
+        return None
+    busy = lengths > 0
+    if (wanted[busy] / lengths[busy] > demand.cores).any():
+        return None
+    first = (demand.start_ns - origin) // period   # the boundaries are origin + k * period
+    last = (demand.end_ns - origin) // period + 1
+    bounds = origin + np.arange(first, last + 1, dtype=np.int64) * period
+    times = np.append(starts, np.int64(demand.end_ns)).astype(float)
+    cumulative = np.concatenate(([0.0], np.cumsum(wanted)))
+    fluid = np.diff(np.interp(bounds.astype(float), times, cumulative))
+    begun = np.bincount((starts - origin) // period - first, minlength=last - first + 1)
+    return float((fluid + begun[:len(fluid)] + 2.0).max())
+
+
+def _periods_charged(demand: Demand, period: int, origin: int) -> int:
+    """The periods the account counts where no limit throttles (:func:`_most_charged`): its
+    timer counts a boundary from the first charged period of a run of them to the boundary
+    after its last (which finds it idle and stops it), up to the window's end; a piece is
+    charged where its CPU rounds to a ns or more."""
+    ends = (*demand.starts_ns[1:], demand.end_ns)
+    first = (demand.start_ns - origin) // period   # the boundaries are origin + k * period
+    count = (demand.end_ns - origin) // period - first + 2
+    charged = np.zeros(count, dtype=bool)
+    for t0, t1, wanted in zip(demand.starts_ns, ends, demand.wanted_ns):
+        if t1 <= t0 or wanted <= 0:
+            continue
+        arriving = wanted / (t1 - t0)
+        k = (t0 - origin) // period + 1   # a piece's period: the one its next boundary ends
+        edge = origin + k * period
+        if round(arriving * (min(t1, edge) - t0)) > 0:
+            charged[k - first] = True
+        if t1 <= edge:
+            continue
+        whole = (t1 - origin) // period    # the whole periods up to the last boundary
+        if whole > k and round(arriving * period) > 0:
+            charged[k + 1 - first:whole + 1 - first] = True
+        tail = origin + whole * period
+        if t1 > tail and round(arriving * (t1 - tail)) > 0:
+            charged[whole + 1 - first] = True
+    last = (demand.end_ns - origin) // period   # the last boundary the window passes
+    counted = charged.copy()   # a charged period's boundary, and the one after (it stops)
+    counted[1:] |= charged[:-1]
+    return int(counted[:max(0, last - first + 1)].sum())
+
+
+def _stepped(demand: Demand, cpus: float, burst_ns: int, period_ns: int) -> Replayed:
+    """The demand served under ``cpus`` step by step through the quota's account."""
     window = (demand.start_ns, demand.end_ns)
-    if cpus is None:
-        return Replayed(None, (), CpuStat(), window)
-    period = period_ns or demand.period_ns
+    period = period_ns
     origin = demand.origin_ns if period == demand.period_ns else demand.start_ns
     account = QuotaAccount(max(1, round(cpus * period)), period, burst_ns, origin)
     before = account.stats(demand.start_ns)
@@ -365,6 +493,186 @@ def replay(demand: Demand, cpus: float | None, burst_ns: int = 0,
     after = account.stats(demand.end_ns)
     clipped = tuple((s, min(e, demand.end_ns)) for s, e in stretches if s < demand.end_ns)
     return Replayed(cpus, clipped, after - before, window)
+
+
+def _stepped_plain(demand: Demand, cpus: float, period: int,
+                   stop: tuple[float, float] | None = None) -> Replayed:
+    """:func:`_stepped` without a burst, the account's bookkeeping (``QuotaAccount`` at no
+    burst: each boundary refills the runtime to the quota) kept in local variables: the
+    same steps, the same figures, without a call a step (the replays of a throttled pod's
+    window are most of ``cluster``'s time). Pinned to :func:`_stepped` by
+    tests/test_replay_plain.py.
+
+    ``stop``: ``(wait_ns, budget_ns)``, to end the replay (its figures then only what ran
+    so far) once its stretches' time beyond ``wait_ns`` each passes ``budget_ns``: the wait
+    for a random instant then lies above ``wait_ns`` in more of the window than that budget
+    says, whatever the rest holds (:meth:`Replayer.verdict`)."""
+    origin = demand.origin_ns if period == demand.period_ns else demand.start_ns
+    quota = max(1, round(cpus * period))
+    pool, debt, active, idle, nxt, now = quota, 0, False, False, 0, origin
+    since: int | None = None
+    nr_periods = nr_throttled = throttled_ns = 0
+    stretches: list[tuple[int, int]] = []
+    wait, budget = stop if stop is not None else (0.0, math.inf)
+    beyond = 0.0   # the stretches' time beyond ``wait`` each, so far
+    backlog, held_until, cores = 0.0, demand.start_ns, demand.cores
+    edge = demand.start_ns - 1   # the next boundary after the time last asked (none yet)
+    fcores = float(cores)
+    ceil = math.ceil
+    ends = (*demand.starts_ns[1:], demand.end_ns)
+    for t0, t1, wanted in zip(demand.starts_ns, ends, demand.wanted_ns):
+        if t1 <= t0:
+            backlog += wanted
+            continue
+        arriving = wanted / (t1 - t0)
+        t = t0
+        while t < t1:
+            if t < held_until:   # throttled: the demand queues
+                step = held_until if held_until < t1 else t1
+                backlog += arriving * (step - t)
+                t = step
+                continue
+            # the account's throttled_until(t): the boundaries up to t (inclusive) pass
+            if t > now:
+                now = t
+            while active and nxt <= now:
+                nr_periods += 1
+                pool = quota
+                if since is None:
+                    if idle:
+                        active = False
+                    else:
+                        idle = True
+                else:
+                    nr_throttled += 1
+                    paid = pool if pool < debt else debt
+                    pool -= paid
+                    debt -= paid
+                    if pool > 0:
+                        throttled_ns += nxt - since
+                        since = None
+                    idle = False
+                nxt += period
+            if debt:
+                paid = pool if pool < debt else debt
+                pool -= paid
+                debt -= paid
+            if pool <= 0:
+                if not active:
+                    active = True
+                    nxt = origin + ((now - origin) // period + 1) * period
+                if since is None:
+                    since = now
+                resume = nxt + (debt // quota) * period
+                if resume > t:
+                    stretches.append((t, resume))
+                    held_until = resume
+                    beyond += max(0.0, min(resume, demand.end_ns) - t - wait)
+                    if beyond > budget:
+                        break
+                    continue
+            elif now > t:
+                stretches.append((t, now))
+                held_until = now
+                beyond += max(0.0, min(now, demand.end_ns) - t - wait)
+                if beyond > budget:
+                    break
+                continue
+            if backlog <= 0 and 0 < arriving <= cores:   # whole periods at once where none
+                # can run out: the account's serve_steady
+                if (not debt and active and since is None and now == t and nxt == t + period
+                        and pool == quota):
+                    periods = (t1 - t) // period
+                    charge = round(arriving * period)
+                    if (periods >= 1 and 0 < charge <= quota
+                            and ceil(quota / arriving) >= period):
+                        nr_periods += periods - 1
+                        pool, idle = quota - charge, False
+                        now = nxt = t + periods * period
+                        t = now
+                        continue
+            rate = fcores if backlog > 0 else (arriving if arriving < fcores else fcores)
+            if rate <= 0:
+                t = t1
+                continue
+            if not edge - period <= t < edge:   # the next boundary after t
+                edge = origin + ((t - origin) // period + 1) * period
+            step = edge if edge < t1 else t1
+            # the runtime left at t (the boundaries up to t have passed)
+            left = pool - debt
+            out = t + ceil((left if left > 1 else 1) / rate)
+            if out < step:
+                step = out
+            if backlog > 0 and cores > arriving:
+                out = t + ceil(backlog / (cores - arriving))
+                if out < step:
+                    step = out
+            if step <= t:
+                step = t + 1
+            used = rate * (step - t)
+            queued = backlog + arriving * (step - t) - used
+            backlog = queued if queued > 0.0 else 0.0
+            # the account's charge(round(used), step): the boundaries before step pass
+            if step > now:
+                now = step
+            while active and nxt < now:
+                nr_periods += 1
+                pool = quota
+                if since is None:
+                    if idle:
+                        active = False
+                    else:
+                        idle = True
+                else:
+                    nr_throttled += 1
+                    paid = pool if pool < debt else debt
+                    pool -= paid
+                    debt -= paid
+                    if pool > 0:
+                        throttled_ns += nxt - since
+                        since = None
+                    idle = False
+                nxt += period
+            charged = round(used)
+            if charged:
+                if not active:
+                    active = True
+                    nxt = origin + ((now - 1 - origin) // period + 1) * period
+                idle = False
+                if debt or charged > pool:   # owed: paid out of the runtime left
+                    debt += charged
+                    paid = pool if pool < debt else debt
+                    pool -= paid
+                    debt -= paid
+                else:
+                    pool -= charged
+            t = step
+        if beyond > budget:   # the wait's share above ``wait`` passed the budget: stop
+            break
+    end = demand.end_ns   # the account's stats(end): the boundaries up to it pass
+    if end > now:
+        now = end
+    while active and nxt <= now:
+        nr_periods += 1
+        pool = quota
+        if since is None:
+            if idle:
+                active = False
+            else:
+                idle = True
+        else:
+            nr_throttled += 1
+            paid = pool if pool < debt else debt
+            pool -= paid
+            debt -= paid
+            if pool > 0:
+                throttled_ns += nxt - since
+                since = None
+            idle = False
+        nxt += period
+    clipped = tuple((s, min(e, end)) for s, e in stretches if s < end)
+    return Replayed(cpus, clipped, CpuStat(nr_periods, nr_throttled, throttled_ns),
+                    (demand.start_ns, end))
 
 
 def added_delay(replayed: Replayed, q: float) -> float:
@@ -582,10 +890,10 @@ def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = N
     ran, an interval's usage shared among the requests overlapping it (by each one's own CPU
     spread over its latency when every request has one, else by overlap); usage that overlaps
     no request is background, and so is that usage's rate (CPU per wall time,
-    :func:`_idle_rate`) in the rows with requests. On coarse rows with the requests' own CPU,
-    each one is its own CPU times the group's over the requests' (:func:`_own_shares`). No
-    request is given more CPU than its latency on the group's CPUs: the rest is background
-    where it lay. ``closed``: whether the requests were sent in a closed loop, when their
+    :func:`_idle_rate`) in the rows with requests. On coarse rows or a throttled record, with
+    the requests' own CPU, each one is its own CPU times the group's over the requests'
+    (:func:`_own_shares`). No request is given more CPU than its latency on the group's
+    CPUs: the rest is background where it lay. ``closed``: whether the requests were sent in a closed loop, when their
     file says (None: read from their gaps). Where the record was throttled and the requests
     do not all carry their own CPU, a request whose CPU it hid gets one drawn from those it
     showed (:class:`CpuDrawn`; ``shift`` moves the ranks drawn, a bound of the range).
@@ -630,7 +938,7 @@ def load_of(demand: Demand, requests: Sequence[Request], closed: bool | None = N
                   for k, used in enumerate(demand.used_ns)]
     ran = [used - bg for used, bg in zip(demand.used_ns, background)]
     shares = [[(k, ran[k] * w / weight[k]) for k, w in mine] for mine in spans]
-    if own and demand.coarse:
+    if own and (demand.coarse or demand.throttled_wall_ns > 0):
         shares = _own_shares(reqs, spans, sum(u * t / w for u, t, w in zip(ran, theirs, weight)
                                               if t))
     cpus = []
@@ -804,12 +1112,17 @@ def _idle_rate(demand: Demand, weight: Sequence[float]) -> float:
 
 def _own_shares(reqs: Sequence[Request], spans: Sequence[Sequence[tuple[int, float]]],
                 ran_ns: float) -> list[list[tuple[int, float]]]:
-    """Each request's CPU on coarse rows: its own (``cpu_ns``, the server's) times the CPU the
-    rows overlapping the requests show over the requests' own, laid where it ran as its
-    weight lies. A row holds several requests and a throttle's place in it is not known, so
-    a row shared among them by weight gives one request another's CPU; the ratio (what the
-    group runs around a request: the server, its runtime; ``ran_ns`` is the rows' CPU less
-    the group's own steady work) is the window's."""
+    """Each request's CPU on coarse rows or in a throttled record: its own (``cpu_ns``, the
+    server's) times the CPU the rows overlapping the requests show over the requests' own,
+    laid where it ran as its weight lies. A row holds several requests and a throttle's
+    place in it is not known, so a row shared among them by weight gives one request
+    another's CPU; and under a quota the requests queue, each running its CPU at the end of
+    its latency, not spread over it: shared by weight, the rows of the queue's drain (the
+    load stopped, the group ran the backlog) went to the few requests still in flight
+    (issue 57's matrix: burn-service's open loop at 0.3 CPU gave its last requests 18 ms
+    for their own 6 and advised 0.637 CPU for live's 0.412). The ratio (what the group runs
+    around a request: the server, its runtime; ``ran_ns`` is the rows' CPU less the group's
+    own steady work) is the window's."""
     scale = ran_ns / sum(r.cpu_ns or 0 for r in reqs)
     out = []
     for r, mine in zip(reqs, spans):

@@ -133,6 +133,11 @@ def _quota(quota: str, period: str) -> QuotaSetting:
 
 def _sample(row: list[str], pressure: bool, levels: int = 0,
             quotas: bool = False) -> CgroupSample:
+    if not pressure and not levels and len(row) == (7 if quotas else 5):
+        # the node agent's rows (and a one-level record's): a sample a line of them, read
+        # without the general case's lists (a cluster reads hundreds of thousands)
+        return CgroupSample(int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]),
+                            None, None, (), (_quota(row[5], row[6]),) if quotas else ())
     t_ns, usage_ns, periods, throttled, throttled_ns = (int(v) for v in row[:5])
     some: int | None = None
     full: int | None = None
