@@ -17,7 +17,7 @@ from client.analysis.goal import LatencyGoal
 from client.advise.cluster import row_of
 from client.analysis.cluster import PodWindow, WorkloadLimits, per_period, pod_window, sort_rows
 from client.commands import main as http_timing
-from client.commands.cluster import agents_keep
+from client.advise.cluster_rows import agents_keep
 from client.commands.kubectl_plugin import main as kubectl_throttle
 from client.commands.options import duration, instant
 from client.data.timeline import read_timeline

@@ -1,11 +1,13 @@
 """``cluster`` shows the HPA in the row of a workload that has one: its CPU target and min-max,
-and, where the record allows (one recorded pod's window of a minute or more, a limit and a
-request), the highest target that keeps the delay goal at the current limit, the same figure
+and, where the record allows (a window of a minute or more, several recorded pods' used CPU
+pooled, a limit and a request), the highest target that keeps the delay goal at the current limit, the same figure
 ``advise --passive --hpa`` replays (``client.advise.hpa.hpa_answer``); else why not. Against the
 fake API server and agent (benchmarks/fake_kube.py)."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 from collections.abc import Iterator
@@ -15,10 +17,12 @@ from typing import Any
 import pytest
 
 from client.advise.hpa import HpaAsked, hpa_answer
+from client.advise.pooled import pooled_load
 from client.advise.replay import load_replay
 from client.analysis.goal import LatencyGoal
 from client.analysis.hpa import rule_of
 from client.commands import main as http_timing
+from client.render.cluster import HPA_COLUMNS
 from benchmarks.fake_kube import Cluster, fake_kube
 from tests.test_advise_hpa import ramp_capture
 from tests.test_cluster_agents import WINDOW, pod, workload
@@ -71,7 +75,7 @@ def fake(tmp_path: Path, hpas: list[dict[str, Any]]) -> Cluster:
                                          pod("cache-5d-a", "cache-5d", "node-1"),
                                          pod("worker-5d-a", "worker-5d", "node-1")],
         HPAS: hpas}, {"node-1": "new"}, {
-        "shop/web-5d-a": ramp, "shop/api-5d-a": WINDOW, "shop/api-5d-b": WINDOW,
+        "shop/web-5d-a": ramp, "shop/api-5d-a": ramp, "shop/api-5d-b": ramp,
         "shop/cache-5d-a": WINDOW, "shop/worker-5d-a": WINDOW})
 
 
@@ -106,9 +110,16 @@ def test_each_workloads_hpa_is_in_its_row_with_the_highest_target_where_the_reco
     assert one["says"] == replayed.highest_says
     two = rows["shop/deployment/api"]["hpa"]
     assert (two["target_cpu_utilization_pct"], two["min"], two["max"]) == (60, 2, 6)
-    assert two["highest_target_pct"] is None
-    assert two["says"] == ("highest target not replayed: 2 recorded pods: the HPA's replay "
-                           "takes the whole load from one pod's window")
+    # two recorded pods: their used CPU pooled (twice the ramp), not refused
+    (tmp_path / "b").mkdir()
+    pods = [timeline, ramp_capture(tmp_path / "b", row_ms=ROW_MS)[0]]
+    pooled = pooled_load(pods)
+    both = hpa_answer(pooled.replayed, LatencyGoal(30.0, None, None),
+                      HpaAsked(rule_of(hpa("api", "api", low=2, high=6)), 0.2, 0.1),
+                      pooled=pooled)
+    assert two["pooled"]["count"] == 2
+    assert two["highest_target_pct"] == both.highest is not None
+    assert two["says"] == f"{both.highest_says} (2 recorded pods' used CPU pooled)"
     other = rows["shop/deployment/cache"]["hpa"]
     assert other["target_cpu_utilization_pct"] is None
     assert "scales on Resource memory Utilization" in other["says"]
@@ -126,8 +137,8 @@ def test_the_table_has_an_hpa_column_only_where_one_scales_a_workload(
     web_line = next(line for line in text.splitlines()
                     if line.startswith("shop/deployment/web "))
     assert re.search(r"  60 % 1-8 \(≤ \d+ %\)  ", web_line), web_line
-    assert "shop/deployment/api: HPA shop/api: CPU 60 % of the request, 2 to 6 replicas; " \
-        "highest target not replayed: 2 recorded pods" in text
+    assert re.search(r"shop/deployment/api: HPA shop/api: CPU 60 % of the request, 2 to 6 "
+                     r"replicas; .*\(2 recorded pods' used CPU pooled\)", text), text
     (tmp_path / "none").mkdir()
     with fake_kube(fake(tmp_path / "none", []), tmp_path / "none") as config:
         monkeypatch.setenv("KUBECONFIG", str(config))
@@ -136,3 +147,68 @@ def test_the_table_has_an_hpa_column_only_where_one_scales_a_workload(
     header = next(line for line in plain.splitlines() if line.startswith("WORKLOAD"))
     assert "HPA" not in header.split() and "HPA" not in plain
 
+
+
+def test_the_csv_has_the_hpa_columns_of_the_tables_cell(
+        kubeconfig: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``cluster --csv``: the HPA's name, target, min, max and highest target in columns of
+    their own (empty where no HPA scales the workload), the same figures as ``--json``."""
+    assert http_timing(["cluster", "-n", "shop", "--p99", "30", "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    hpas = {r["workload"]: r["hpa"] for r in said["workloads"] + said["no_quota"]}
+    assert http_timing(["cluster", "-n", "shop", "--p99", "30", "--csv"]) == 0
+    lines = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    rows = {r["workload"]: r for r in lines}
+    assert set(rows) == set(hpas)
+    for name, row in rows.items():
+        got = [row[c] for c in HPA_COLUMNS]
+        want = hpas[name] or {}
+        assert got == ["" if want.get(k) is None else str(want[k])
+                       for k in HPA_COLUMNS.values()], (name, got, want)
+    web_row = rows["shop/deployment/web"]
+    assert (web_row["hpa"], web_row["hpa_target_cpu_utilization_pct"], web_row["hpa_min"],
+            web_row["hpa_max"]) == ("shop/web", "60", "1", "8")
+    assert web_row["hpa_highest_target_pct"].isdigit()
+    assert rows["shop/deployment/cache"]["hpa_target_cpu_utilization_pct"] == ""
+    assert "scales on Resource memory Utilization" in rows["shop/deployment/cache"]["notes"]
+    assert [rows["shop/deployment/worker"][c] for c in HPA_COLUMNS] == [""] * len(HPA_COLUMNS)
+
+
+def test_advise_hpa_on_a_workload_of_two_recorded_pods_pools_them(
+        kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``advise --passive --k8s shop/deployment/api --hpa``: its two recorded pods (the ramp
+    each) pooled, answered as the library answers their pooled load, instead of refused."""
+    args = ["advise", "--passive", "--k8s", "shop/deployment/api", "--p99", "30", "--hpa"]
+    code = http_timing([*args, "--json"])
+    out = capsys.readouterr()
+    assert code in (0, 3), out.err
+    said = json.loads(out.out)
+    assert said["pooled"]["count"] == 2 and said["pooled"]["pods"] == ["api-5d-a", "api-5d-b"]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    pooled = pooled_load([ramp_capture(tmp_path / d, row_ms=ROW_MS)[0] for d in "ab"])
+    both = hpa_answer(pooled.replayed, LatencyGoal(30.0, None, None),
+                      HpaAsked(rule_of(hpa("api", "api", low=2, high=6)), 0.2, 0.1),
+                      pooled=pooled).to_dict()
+    assert said["per_minute"] == both["per_minute"]
+    assert said["highest_target_pct"] == both["highest_target_pct"]
+    assert (said["hpa"]["min"], said["hpa"]["max"]) == (2, 6)
+    assert http_timing(args) == code
+    text = capsys.readouterr().out
+    assert "the load pooled from 2 pods (api-5d-a, api-5d-b)" in text, text
+
+
+def test_advise_hpa_with_no_recorded_pod_is_one_line_exit_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing to pool: the workload's pods are not recorded."""
+    cluster = fake(tmp_path, [hpa("api", "api", low=2, high=6)])
+    cluster.lists["/api/v1/namespaces/shop/pods"] = [pod("api-5d-a", "api-5d", "node-1", False),
+                                                     pod("api-5d-b", "api-5d", "node-1", False)]
+    with fake_kube(cluster, tmp_path) as config:
+        monkeypatch.setenv("KUBECONFIG", str(config))
+        code = http_timing(["advise", "--passive", "--k8s", "shop/deployment/api", "--p99",
+                            "30", "--hpa"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "no pod of shop/deployment/api is recorded" in err, err

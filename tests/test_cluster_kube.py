@@ -138,16 +138,23 @@ def test_passive_advise_answers_from_the_recorded_window(as_user: Loaded, tmp_pa
 
 def test_passive_replicas_answer_per_count(as_user: Loaded, tmp_path: Path) -> None:
     """``--replicas 1,2``: one row per count from the one pod's window split 1/N; one
-    replica's answer is the plain passive one; nothing is resized."""
+    replica's answer is the plain passive one; nothing is resized. The busy Deployment has no
+    Service (the user lists the namespace's): one line, exit 2, unless ``--spread`` says how
+    its requests would be spread."""
     loaded = as_user
     # one window for both answers: the agent goes on recording the busy pod meanwhile
     args = ["advise", "--passive", "--k8s", WORKLOAD, "--p99", "50", "--since", WHOLE,
             "--until", f"{time.time() - 1:.3f}", "--json"]
-    result = http_timing(*args, "--replicas", "1,2", cwd=tmp_path)
+    refused = http_timing(*args, "--replicas", "1,2", cwd=tmp_path)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, \
+        refused.stderr
+    assert f"no Service in namespace {NS} selects the pods of" in refused.stderr
+    result = http_timing(*args, "--replicas", "1,2", "--spread", "random", cwd=tmp_path)
     assert result.returncode in (0, 3), result.stderr
     data = json.loads(result.stdout)
     assert [r["replicas"] for r in data["replicas"]] == [1, 2]
     assert data["workload"]["recorded_pods"] == 1 and data["spread"]["how"] == "even"
+    assert "--spread random assumed over what the Service does" in data["spread"]["says"]
     assert (tmp_path / data["picture"]).exists()
     plain = json.loads(http_timing(*args, cwd=tmp_path).stdout)
     if plain["recommended"] is not None:

@@ -29,7 +29,7 @@ from client.analysis.cluster import WorkloadLimits, pod_window
 from client.analysis.cluster_prometheus import (FROM_AGENTS, LEFT_OUT, NOT_IN_PROMETHEUS,
                                                 bucket_quantile, combined, covers,
                                                 departed_pods, prometheus_row, resolution)
-from client.commands.cluster import _prometheus_rows
+from client.advise.cluster_rows import prometheus_rows
 from client.render.cluster import format_cluster, format_cluster_csv
 from client.run import prometheus_query
 from client.run.k8s_workloads import fold_pods
@@ -391,7 +391,7 @@ def test_the_commands_rows_count_the_pods_that_left_and_say_the_step(
         [pod(WEB_A, ("ReplicaSet", "web-5d8f9c7b6")), pod("db-0", ("StatefulSet", "db")),
          pod("db-1", ("StatefulSet", "db"))])
     since_s = 7 * 3600
-    rows, unrecorded, totals = _prometheus_rows(open_prometheus(backfilled), workloads, "shop",
+    rows, unrecorded, totals = prometheus_rows(open_prometheus(backfilled), workloads, "shop",
                                                 since_s, AT, tmp_path, TARGET)
     assert unrecorded == [] and totals.step_s == 60 and totals.steps == 420
     web = next(r for r in rows if r.workload == "shop/deployment/web")

@@ -10,6 +10,8 @@ are parsed.
   recorded window; :mod:`client.advise.sources`: where that window comes from (a timeline, a
   workload's pods, a group recorded now); :mod:`client.advise.replicas` and
   :mod:`client.advise.hpa`: the replica counts, the HPA's rule over it;
+- :mod:`client.advise.cluster_rows`: ``cluster``'s table, a row a recorded workload, from the
+  node agents or Prometheus;
 - :mod:`client.advise.vpa`: the VPA that would change the limit, which stops the advice;
 - :mod:`client.advise.replay`: the replay's inputs read from their files
   (:func:`client.advise.replay.load_replay`), and the replay as a limit

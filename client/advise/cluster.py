@@ -21,9 +21,11 @@ from client.analysis.cluster import (MS, NO_RECOMMENDATION, ClusterRow, PodWindo
                                      replica_note, search_span, usage_p95, vpa_rule)
 from client.analysis.passive import PassiveAdvice
 from client.analysis.passive_range import Bound, range_of
-from client.analysis.replay import LimitRow, ReplayError, added_delay, bunched, replay
+from client.analysis.replay import (LimitRow, Replayed, Replayer, ReplayError, added_delay,
+                                    bunched)
 from client.run.k8s_workloads import Fetched, Workload, fetch_windows
 from client.run.replay_input import Recording, read_recording
+from cpuquota.account import CpuStat
 from cpuquota.limit import NO_QUOTA
 
 __all__ = ["DEFAULT_SINCE_S", "PodWindows", "advise_pods", "advise_workload", "pod_windows",
@@ -32,44 +34,79 @@ __all__ = ["DEFAULT_SINCE_S", "PodWindows", "advise_pods", "advise_workload", "p
 DEFAULT_SINCE_S = 600.0   # the window, when none is asked for: the last 10 minutes
 
 
-def _pooled(pods: Sequence[PodWindow]) -> Callable[[int | None], LimitRow]:
-    """Each limit replayed on every pod's window, pooled (once per limit)."""
+def _pooled(pods: Sequence[PodWindow], verdict_of: LatencyGoal | None = None
+            ) -> Callable[[int | None], LimitRow]:
+    """Each limit replayed on every pod's window, pooled (once per limit). With
+    ``verdict_of``, for a search whose answer alone is kept: a limit's replays end once its
+    added delay's p99 must miss that target's (their time beyond it passes the 1 % of the
+    pooled windows the p99 allows, with a margin), the rest of them left out: its row then
+    misses it as the whole replay's would, its figures only what ran."""
     cache: dict[int | None, LimitRow] = {}
+    each = [Replayer(p.demand) for p in pods]
+    total = sum(p.demand.window_ns for p in pods)
+    wait = None if verdict_of is None else verdict_of.p99_ms * MS * (1 + 1e-6) + 1
+    budget = (1.0 - 99 / 100.0) * total * (1 + 1e-9) + 1
 
     def replay_at(millicores: int | None) -> LimitRow:
         if millicores not in cache:
             cpus = None if millicores is None else millicores / 1000
-            cache[millicores] = LimitRow(pooled_replays([replay(p.demand, cpus) for p in pods]), None)
+            if wait is None or cpus is None:
+                cache[millicores] = LimitRow(pooled_replays([at(cpus) for at in each]), None)
+                return cache[millicores]
+            replays, spent = [], 0.0
+            for at, pod in zip(each, pods):
+                if spent > budget:   # it misses already: the other pods left out
+                    replays.append(Replayed(cpus, (), CpuStat(),
+                                            (pod.demand.start_ns, pod.demand.end_ns)))
+                    continue
+                replays.append(at(cpus, (wait, budget - spent)))
+                spent += sum(max(0.0, e - s - wait) for s, e in replays[-1].stretches)
+            cache[millicores] = LimitRow(pooled_replays(replays), None)
         return cache[millicores]
     return replay_at
 
 
 def advise_pods(pods: Sequence[PodWindow], limit_cpus: float | None,
-                target: LatencyGoal) -> PassiveAdvice:
+                target: LatencyGoal, *, whole: bool = True) -> PassiveAdvice:
     """The smallest per-pod limit whose replay of every pod's window, pooled, meets
     ``target`` by the added delay; and its range where a window was throttled: the same
     search with the demand run on 1 CPU and on as many as the search's ceiling (the CPUs a
-    pod could use at once are not in its record)."""
+    pod could use at once are not in its record). ``whole=False``: only the answer, its
+    range and its reason are read, not the other limits' rows, so those that miss are
+    replayed until they must (:func:`_pooled`); the answer's is whole, and where none met,
+    the search runs again whole for its reason's figures."""
     start, floor, ceiling = search_span(limit_cpus, pods)
-    advice = search(_pooled(pods), target, start=start, floor=floor, ceiling=ceiling)
+    advice = search(_pooled(pods, None if whole else target), target, start=start,
+                    floor=floor, ceiling=ceiling)
+    if not whole and advice.at is None:
+        advice = search(_pooled(pods), target, start=start, floor=floor, ceiling=ceiling)
     if advice.at is None or advice.at.millicores is None:
         return advice
     found = []
     if any(p.demand.throttled_wall_ns > 0 for p in pods):
         for cores in sorted({1, max(1, ceiling // 1000)} - {max(p.demand.cores for p in pods)}):
             other = [replace(p, demand=replace(p.demand, cores=cores)) for p in pods]
-            at = search(_pooled(other), target, start=start, floor=floor, ceiling=ceiling).at
             found.append(Bound("the hidden demand", f"on {cores} CPU{'s' if cores > 1 else ''}",
-                               None if at is None else at.millicores))
+                               _answer(other, target, start, floor, ceiling)))
     if coarse := [p.demand for p in pods if p.demand.coarse]:
         other = [replace(p, demand=bunched(p.demand)) if p.demand.coarse else p for p in pods]
-        at = search(_pooled(other), target, start=start, floor=floor, ceiling=ceiling).at
         rows = max(d.resolution_ns for d in coarse) / MS
         found.append(Bound(f"the rows ({rows:.0f} ms apart, periods of "
                            f"{coarse[0].period_ns / MS:g} ms)",
                            "each row's CPU wanted at its start",
-                           None if at is None else at.millicores))
+                           _answer(other, target, start, floor, ceiling)))
     return replace(advice, range=range_of(advice.at.millicores, found, ceiling))
+
+
+def _answer(pods: Sequence[PodWindow], target: LatencyGoal, start: int, floor: int,
+            ceiling: int) -> int | None:
+    """The search's answer on these windows (its rows not kept): the floor where no limit
+    from it up throttles any of them (every limit meets, unlimited too, and the search
+    steps down to the floor), else searched, each limit replayed until it must miss."""
+    if all(Replayer(p.demand).never_throttled(floor / 1000) for p in pods):
+        return floor
+    at = search(_pooled(pods, target), target, start=start, floor=floor, ceiling=ceiling).at
+    return None if at is None else at.millicores
 
 
 def unseen_pods(name: str, pods: Sequence[PodWindow]) -> str | None:
@@ -104,7 +141,7 @@ def row_of(workload: WorkloadLimits, pods: Sequence[PodWindow], target: LatencyG
                      "(the demand the quota hid is taken from the throttled time)")
     if (moved := replica_note(pods)) is not None:
         notes.append(moved)
-    advice = advise_pods(pods, workload.limit_cpus, target)
+    advice = advise_pods(pods, workload.limit_cpus, target, whole=False)
     if exclusive:   # a limit is no quota there: nothing to recommend
         advice = replace(advice, at=None, range=None)
     elif limited and (why := unseen_pods(str(workload.workload), pods)) is not None:

@@ -3,7 +3,8 @@ recorded window at a limit and request, the replicas it would have run per minut
 p99 that gives; and the highest target that keeps the goal at that limit.
 
 The window's demand is the whole load: a timeline is one group, a workload's one recorded pod
-its only one (:func:`hpa_workload` refuses several). Each instant the load is spread over the
+its only one; a workload's several recorded pods are pooled (``client.advise.pooled``: the CPU
+each used, summed on the wall clock), as an HPA that scaled it ran them. Each instant the load is spread over the
 replicas then ready, as a Service spreads it over its ready endpoints:
 
 - with the requests, each one goes to a ready replica picked at random (the seed's) at the
@@ -26,6 +27,7 @@ from typing import Any
 from client.advise import AdviseError
 from client.advise.cluster import pod_windows, recorded_workload
 from client.advise.passive import Window
+from client.advise.pooled import PooledLoad, pooled_load
 from client.advise.replay import ReplayInputs, load_replay, replay_answer
 from client.analysis.goal import LatencyGoal
 from client.analysis.hpa import HpaError, HpaRule, HpaRun, Replica, rule_of, run_hpa
@@ -112,6 +114,7 @@ class HpaAnswer:
     highest_says: str
     replay: dict[str, Any]
     by_requests: bool
+    pooled: PooledLoad | None = None
 
     @property
     def met(self) -> bool:
@@ -142,7 +145,11 @@ class HpaAnswer:
                           "periods_throttled": row.replayed.stats.nr_throttled,
                           "periods": row.replayed.stats.nr_periods},
             "highest_target_pct": self.highest, "highest_target_says": self.highest_says,
+            "pooled": None if self.pooled is None else self.pooled.to_dict(),
         })
+        if self.pooled is not None:
+            out["timeline"] = (f"{self.pooled.to_dict()['count']} pods' windows pooled "
+                               f"({out['timeline']} and the others)")
         return out
 
 
@@ -164,9 +171,11 @@ def _judge(replayed: ReplayInputs, asked: HpaAsked, rule: HpaRule, target: Laten
 
 
 def hpa_answer(replayed: ReplayInputs, target: LatencyGoal, asked: HpaAsked,
-               burst_ns: int = 0, requests_from: Path | None = None) -> HpaAnswer:
+               burst_ns: int = 0, requests_from: Path | None = None,
+               pooled: PooledLoad | None = None) -> HpaAnswer:
     """The HPA over the window, and the highest target that meets ``target`` (searched by
-    halves over whole percents, lower targets running more replicas)."""
+    halves over whole percents, lower targets running more replicas); ``pooled``: the window
+    is several pods' pooled (``replayed`` is its ``replayed``)."""
     window_s = replayed.demand.window_ns / 1e9
     if window_s < MIN_WINDOW_S:
         raise AdviseError(f"{replayed.recording.path}: the window is {window_s:.0f} s; the HPA "
@@ -204,7 +213,7 @@ def hpa_answer(replayed: ReplayInputs, target: LatencyGoal, asked: HpaAsked,
     base = replay_answer(replayed.recording, replayed.demand, [], replayed.placed,
                          requests_from)
     return HpaAnswer(asked, target, run, judged, highest, says, base,
-                     replayed.requests is not None)
+                     replayed.requests is not None, pooled)
 
 
 @dataclass(frozen=True)
@@ -256,13 +265,14 @@ def _check_given(given: HpaGiven, timeline: Path | None, k8s: str | None) -> Non
 def hpa_over(given: HpaGiven, target: LatencyGoal, window: Window, *, timeline: Path | None,
              k8s: str | None, since_s: float, until: float | None) -> HpaAnswer:
     """``advise --passive --hpa-target PCT`` (or ``--hpa``): the HPA's rule over the window of
-    ``timeline``, or of the workload ``k8s``'s one recorded pod (the ``since_s`` seconds to
-    ``until``), at the limit and request given or the record's and workload's."""
+    ``timeline``, or of the workload ``k8s``'s recorded pods (the ``since_s`` seconds to
+    ``until``; several pooled: ``client.advise.pooled``), at the limit and request given or the record's and workload's."""
     _check_given(given, timeline, k8s)
     limit, request = given.limit_cpus, given.request_cpus
     source = "--hpa-target"
     rule = HpaRule(given.target_pct or 1, given.min_replicas or 1, given.max_replicas or 10)
     path = timeline
+    pooled = None
     if k8s is not None:
         workload = recorded_workload(k8s)
         if given.own:
@@ -272,13 +282,16 @@ def hpa_over(given: HpaGiven, target: LatencyGoal, window: Window, *, timeline: 
         got = pod_windows(workload, since_s, window.data_dir, until=until)
         if not got.windows:
             raise AdviseError("; ".join(got.missing))
+        if len(got.windows) > 1 and window.requests_from is not None:
+            raise AdviseError(f"--requests-from with {workload.ref}: its {len(got.windows)} "
+                              "recorded pods are pooled and the requests' file is not "
+                              "spread over them; the pooled replay judges the added delay")
         if len(got.windows) > 1:
-            raise AdviseError(f"{workload.ref} has {len(got.windows)} recorded pods: the HPA "
-                              "replay takes the whole load from one window, and the pods' "
-                              "windows are not summed; give the window of one (--timeline)")
+            pooled = pooled_load([r.path for r in got.recordings], window.period_ms)
         path = got.recordings[0].path
     assert path is not None
-    replayed = load_replay(path, window.requests_from, window.period_ms)
+    replayed = (pooled.replayed if pooled is not None else
+                load_replay(path, window.requests_from, window.period_ms))
     if limit is None:
         limit = next((c for c in replayed.recording.limits if c is not None), None)
     if limit is None:
@@ -292,14 +305,14 @@ def hpa_over(given: HpaGiven, target: LatencyGoal, window: Window, *, timeline: 
     asked = HpaAsked(rule, limit, request, 30.0 if given.ready_after_s is None else
                      given.ready_after_s, source=source)
     return hpa_answer(replayed, target, asked, round((window.burst_ms or 0.0) * 1e6),
-                      window.requests_from)
+                      window.requests_from, pooled)
 
 
 def cluster_hpa(hpa: dict[str, Any], limit_cpus: float | None, request_cpus: float | None,
                 timelines: Sequence[Path], target: LatencyGoal) -> dict[str, Any]:
     """``cluster``'s words for the HPA that scales a workload: its target, min and max, and,
-    where the record allows (one recorded pod's window of a minute or more, a limit and a
-    request), the highest target that keeps ``target`` at the current limit
+    where the record allows (a window of a minute or more, several recorded pods' pooled, a
+    limit and a request), the highest target that keeps ``target`` at the current limit
     (:func:`hpa_answer`, the added delay judged); else why not."""
     meta, spec = hpa.get("metadata") or {}, hpa.get("spec") or {}
     out: dict[str, Any] = {
@@ -312,10 +325,8 @@ def cluster_hpa(hpa: dict[str, Any], limit_cpus: float | None, request_cpus: flo
         return {**out, "says": str(exc)}
     out["target_cpu_utilization_pct"] = rule.target_pct
     why = None
-    if len(timelines) != 1:
-        why = ("no window to replay" if not timelines else
-               f"{len(timelines)} recorded pods: the HPA's replay takes the whole load from one "
-               "pod's window")
+    if not timelines:
+        why = "no window to replay"
     elif limit_cpus is None:
         why = "no CPU limit: the replay runs each replica at the limit"
     elif request_cpus is None:
@@ -324,9 +335,15 @@ def cluster_hpa(hpa: dict[str, Any], limit_cpus: float | None, request_cpus: flo
         return {**out, "says": f"highest target not replayed: {why}"}
     assert limit_cpus is not None and request_cpus is not None
     try:
-        answer = hpa_answer(load_replay(timelines[0], None, None), target,
-                            HpaAsked(rule, limit_cpus, request_cpus, source=f"HPA {out['name']}"))
+        pooled = pooled_load(timelines) if len(timelines) > 1 else None
+        answer = hpa_answer(load_replay(timelines[0], None, None) if pooled is None
+                            else pooled.replayed, target,
+                            HpaAsked(rule, limit_cpus, request_cpus, source=f"HPA {out['name']}"),
+                            pooled=pooled)
     except AdviseError as exc:
         return {**out, "says": f"highest target not replayed: {exc}"}
+    says = answer.highest_says
+    if pooled is not None:
+        says += f" ({len(pooled.pods)} recorded pods' used CPU pooled)"
     return {**out, "highest_target_pct": answer.highest, "predicted_met": answer.met,
-            "says": answer.highest_says}
+            "says": says, "pooled": None if pooled is None else pooled.to_dict()}

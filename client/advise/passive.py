@@ -27,7 +27,7 @@ from client.analysis.passive import (LESS, JudgedReplay, PassiveAdvice, RowJudge
                                      judge_tail)
 from client.analysis.passive_range import SIDE, Bound, range_of, tail_covered, tail_needs
 from client.analysis.replay import (BY_WALL, MEAN, MIN_DONORS, ROWS, Demand, LimitRow, bunched,
-                                    demand_of, in_flight, load_of, replay, replay_load)
+                                    Replayer, demand_of, in_flight, load_of, replay_load)
 from client.data.files import FileWriteError
 from client.data.naming import check_file_name, run_name
 from client.run.service_group import ServiceGroup, ServiceGroupError
@@ -193,9 +193,9 @@ def plain_replays(replayed: ReplayInputs, demand: Demand, closed: bool | None,
     ``unseen`` says: ``load_of``), nothing saved."""
     period_ns = replayed.period_ns
     if replayed.requests is None:
-        return lambda millicores: LimitRow(replay(
-            demand, None if millicores is None else millicores / 1000, burst_ns, period_ns),
-            None)
+        at = Replayer(demand, burst_ns, period_ns)
+        return lambda millicores: LimitRow(at(None if millicores is None else millicores / 1000),
+                                           None)
     load = load_of(demand, replayed.requests, closed, shift, unseen)
     return lambda millicores: LimitRow(*replay_load(
         demand, load, None if millicores is None else millicores / 1000, burst_ns, period_ns))
@@ -216,8 +216,6 @@ def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start:
     to draw from, given out by each one's rows and by latency less hold, and a note); the loop open and closed,
     where its shape was inferred. ``replays``: each limit's replay of a demand with the
     requests sent as ``closed`` says (None: :func:`plain_replays`)."""
-    demand, requests = replayed.demand, replayed.requests
-    out: list[Bound] = []
     replays_of: Replays = replays or (
         lambda other, closed: plain_replays(replayed, other, closed, burst_ns))
 
@@ -227,62 +225,97 @@ def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start:
                     judge=row_judge).at
         return None if at is None else at.millicores
 
-    if demand.throttled_wall_ns > 0:
-        machine = max(1, ceiling // 1000)
-        most = min(machine, in_flight(requests)) if requests else machine
-        for cores in sorted({1, max(1, most)} - {demand.cores}):
-            other = replace(demand_of(replayed.recording.samples,
-                                      replayed.recording.period_ns, cores),
-                            partial=demand.partial)
-            out.append(Bound("the hidden demand", f"on {cores} CPU{'s' if cores > 1 else ''}",
-                             answer(replays_of(other, replayed.closed))))
-    if demand.coarse:
-        rows = (f"the rows ({demand.resolution_ns / MS:.0f} ms apart, periods of "
-                f"{demand.period_ns / MS:g} ms)")
-        if requests:
-            # the other end (each held no longer than its rows allow) leaves a request a
-            # throttle held most of its latency on the node agent's rows: a bound so loose
-            # it says nothing, so it is named, not searched
-            out.append(Bound(rows, "where in its row each throttle lay is not known: a "
-                             "request a throttle may have held is taken to run only its own "
-                             "CPU, the least it can", None, note=True))
-        else:
-            out.append(Bound(rows, "each row's CPU wanted at its start",
-                             answer(replays_of(bunched(demand), replayed.closed))))
-    if requests:
-        base = replays_of(demand, replayed.closed)
-        n = len(requests)
-        for side, words in ((-1, "a lower order statistic"), (1, "a higher one")):
-            out.append(Bound(f"the tail ({n} requests decide the p99)", words,
-                             answer(base, judge_tail(side))))
-        if (covered := tail_covered(n, 99)) < SIDE:
-            out.append(Bound(f"the tail ({n} requests decide the p99)",
-                             f"their largest lies above the p99 only {100 * covered:.0f} % "
-                             f"of the time: {tail_needs(99)} requests bound it", None,
-                             note=True))
-        drawn = load_of(demand, requests, replayed.closed).drawn
-        if drawn is not None and drawn.unknown:
-            unknown = (f"the CPU of {drawn.unknown} of {drawn.count} requests "
-                       f"({100 * drawn.share:.0f} %) not known")
-            if drawn.drawn:
-                for shift, words in ((-SHIFT, "drawn a quarter lighter"),
-                                     (SHIFT, "drawn a quarter heavier")):
-                    out.append(Bound(unknown, words, answer(plain_replays(
-                        replayed, demand, replayed.closed, burst_ns, shift))))
-            else:   # the kernel's CPU per request each; the shape of its spread not seen
-                for spread, words in ((ROWS, "each its rows' share"),
-                                      (BY_WALL, "by latency less hold, the slowest heaviest")):
-                    out.append(Bound(unknown, words, answer(plain_replays(
-                        replayed, demand, replayed.closed, burst_ns, unseen=spread))))
-                out.append(Bound(unknown, f"each the CPU per request the kernel counted: "
-                                 f"fewer than {MIN_DONORS} ran unthrottled and alone, so the "
-                                 "shape of its distribution was not seen", None, note=True))
-        if replayed.closed is None:
-            inferred = load_of(demand, requests, None).closed
-            other_shape = not inferred
-            out.append(Bound("the load's shape (inferred)",
-                             "closed loop" if other_shape else "open loop",
-                             answer(replays_of(demand, other_shape))))
+    out = _hidden_bounds(replayed, answer, replays_of, ceiling)
+    out += _coarse_bounds(replayed, answer, replays_of)
+    if replayed.requests:
+        out += _tail_bounds(replayed, answer, replays_of, burst_ns)
+    return out
+
+
+Searched = Callable[..., "int | None"]   # the search's answer over a limit's replay (a judge)
+
+
+def _hidden_bounds(replayed: ReplayInputs, answer: Searched, replays_of: Replays,
+                   ceiling: int) -> list[Bound]:
+    """Where the record was throttled: the hidden demand on 1 CPU and on the CPUs in flight
+    (its requests at once, at most the machine's; without requests, the machine's)."""
+    demand, requests = replayed.demand, replayed.requests
+    if demand.throttled_wall_ns <= 0:
+        return []
+    machine = max(1, ceiling // 1000)
+    most = min(machine, in_flight(requests)) if requests else machine
+    out = []
+    for cores in sorted({1, max(1, most)} - {demand.cores}):
+        other = replace(demand_of(replayed.recording.samples,
+                                  replayed.recording.period_ns, cores),
+                        partial=demand.partial)
+        out.append(Bound("the hidden demand", f"on {cores} CPU{'s' if cores > 1 else ''}",
+                         answer(replays_of(other, replayed.closed))))
+    return out
+
+
+def _coarse_bounds(replayed: ReplayInputs, answer: Searched, replays_of: Replays) -> list[Bound]:
+    """On coarse rows: each row's CPU wanted at its start (without requests; with them, a
+    note of what was taken)."""
+    demand = replayed.demand
+    if not demand.coarse:
+        return []
+    rows = (f"the rows ({demand.resolution_ns / MS:.0f} ms apart, periods of "
+            f"{demand.period_ns / MS:g} ms)")
+    if replayed.requests:
+        # the other end (each held no longer than its rows allow) leaves a request a
+        # throttle held most of its latency on the node agent's rows: a bound so loose
+        # it says nothing, so it is named, not searched
+        return [Bound(rows, "where in its row each throttle lay is not known: a "
+                      "request a throttle may have held is taken to run only its own "
+                      "CPU, the least it can", None, note=True)]
+    return [Bound(rows, "each row's CPU wanted at its start",
+                  answer(replays_of(bunched(demand), replayed.closed)))]
+
+
+def _tail_bounds(replayed: ReplayInputs, answer: Searched, replays_of: Replays,
+                 burst_ns: int) -> list[Bound]:
+    """With requests: the tail's order statistics on either side (and a note where they are
+    too few for their largest to bound the p99); the CPU the record hid drawn a quarter of
+    the ranks lighter and heavier (where no distribution showed to draw from, given out by
+    each one's rows and by latency less hold, and a note); the loop open and closed, where
+    its shape was inferred."""
+    demand, requests = replayed.demand, replayed.requests
+    assert requests
+    out = []
+    base = replays_of(demand, replayed.closed)
+    n = len(requests)
+    for side, words in ((-1, "a lower order statistic"), (1, "a higher one")):
+        out.append(Bound(f"the tail ({n} requests decide the p99)", words,
+                         answer(base, judge_tail(side))))
+    if (covered := tail_covered(n, 99)) < SIDE:
+        out.append(Bound(f"the tail ({n} requests decide the p99)",
+                         f"their largest lies above the p99 only {100 * covered:.0f} % "
+                         f"of the time: {tail_needs(99)} requests bound it", None,
+                         note=True))
+    drawn = load_of(demand, requests, replayed.closed).drawn
+    if drawn is not None and drawn.unknown:
+        unknown = (f"the CPU of {drawn.unknown} of {drawn.count} requests "
+                   f"({100 * drawn.share:.0f} %) not known")
+        if drawn.drawn:
+            for shift, words in ((-SHIFT, "drawn a quarter lighter"),
+                                 (SHIFT, "drawn a quarter heavier")):
+                out.append(Bound(unknown, words, answer(plain_replays(
+                    replayed, demand, replayed.closed, burst_ns, shift))))
+        else:   # the kernel's CPU per request each; the shape of its spread not seen
+            for spread, words in ((ROWS, "each its rows' share"),
+                                  (BY_WALL, "by latency less hold, the slowest heaviest")):
+                out.append(Bound(unknown, words, answer(plain_replays(
+                    replayed, demand, replayed.closed, burst_ns, unseen=spread))))
+            out.append(Bound(unknown, f"each the CPU per request the kernel counted: "
+                             f"fewer than {MIN_DONORS} ran unthrottled and alone, so the "
+                             "shape of its distribution was not seen", None, note=True))
+    if replayed.closed is None:
+        inferred = load_of(demand, requests, None).closed
+        other_shape = not inferred
+        out.append(Bound("the load's shape (inferred)",
+                         "closed loop" if other_shape else "open loop",
+                         answer(replays_of(demand, other_shape))))
     return out
 
 

@@ -101,7 +101,8 @@ def aligned(path: Path, recording: Recording, placed: Placed, start_epoch_ns: in
     """Another tool's file lined up with the throttling as ``import`` lines it up
     (``client.analysis.clock.align_records``): relative times (hey, oha) placed by
     ``--start``, searched near it; Unix times (a clock that may be off the host's: another
-    machine's, a container's) moved only by an unambiguous line-up. The shift is applied
+    machine's, a container's) searched a few ms either way, or moved by an unambiguous
+    line-up. The shift is applied
     where it fits clearly better than the stated clock; ``align`` False (``--no-align``)
     keeps the stated clock. And what was done (None: an http-timing run, on the host's
     clock)."""

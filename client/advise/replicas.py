@@ -30,13 +30,13 @@ from client.analysis.cluster import search_span
 from client.analysis.goal import LatencyGoal
 from client.analysis.passive import PassiveAdvice, judge
 from client.analysis.passive_range import range_of
-from client.analysis.replay import Demand, LimitRow, load_of, replay, replay_load
+from client.analysis.replay import Demand, LimitRow, Replayer, load_of, replay_load
 from client.analysis.spread import (RANDOM, SEED, Sizing, least, pooled_rows, split_demand,
                                     spread_load, spread_says)
 from client.run.k8s_workloads import Fetched, Workload
 
 __all__ = ["MOST_REPLICAS", "Sized", "Spread", "check_counts", "replicas_timeline",
-           "replicas_workload", "save_sized", "spread_of", "spread_replays"]
+           "replicas_workload", "save_sized", "service_spread", "spread_of", "spread_replays"]
 
 MOST_REPLICAS = 64   # the most replicas a list may ask for
 
@@ -48,6 +48,7 @@ class Spread:
     counts: tuple[int, ...]
     how: str = RANDOM
     seed: int = SEED
+    given: bool = False   # --spread said it (over what a workload's Services say)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class Sized:
                           "a random instant at a random replica (p99, p90): no requests "
                           "given"),
             "spread": {"how": self.spread.how if self.by_requests else "even",
+                       "given": self.spread.given,
                        "seed": self.spread.seed if self.by_requests
                        and self.spread.how == RANDOM else None, "says": self.says},
             "ceiling_cpus_per_replica": self.ceiling / 1000,
@@ -108,12 +110,11 @@ def spread_replays(replayed: ReplayInputs, replicas: int, spread: Spread, burst_
     def replays(demand: Demand, closed: bool | None) -> Callable[[int | None], LimitRow]:
         cache: dict[int | None, LimitRow] = {}
         if replayed.requests is None:
-            part = split_demand(demand, 1 / replicas)
+            part = Replayer(split_demand(demand, 1 / replicas), burst_ns, period_ns)
 
             def at_split(millicores: int | None) -> LimitRow:
                 if millicores not in cache:
-                    cache[millicores] = LimitRow(replay(part, _cpus(millicores), burst_ns,
-                                                        period_ns), None)
+                    cache[millicores] = LimitRow(part(_cpus(millicores)), None)
                 return cache[millicores]
             return at_split
         loads = spread_load(load_of(demand, replayed.requests, closed), replicas, spread.how,
@@ -219,6 +220,28 @@ def replicas_workload(workload: Workload, since_s: float, until: float | None,
     return Sized(target, spread, tuple(sizings), says, False, base, ceiling, part)
 
 
+def service_spread(workload: Workload, spread: Spread, services: list[Any] | None = None
+                   ) -> str:
+    """What the workload's Services (``services``: its namespace's, None: read from the API)
+    say of the spread, as a clause for the answer's ``says``; ``AdviseError`` (one line) where
+    they cannot tell it and ``--spread`` was not given."""
+    from client.run.k8s_services import list_services, spreading
+    from client.run.k8s_workloads import WorkloadError
+
+    try:
+        listed = list_services(workload.ref.namespace) if services is None else services
+    except WorkloadError as exc:
+        raise AdviseError(str(exc)) from None
+    told = spreading(workload.ref, dict(workload.labels), listed)
+    if told.unknown is None:
+        return f"through Service {told.service} (a cluster IP, no session affinity)"
+    if not spread.given:
+        raise AdviseError(f"--replicas: {told.unknown}, so how the requests are spread over N "
+                          "replicas cannot be told: give --spread random (kube-proxy's "
+                          "iptables mode) or --spread round-robin (IPVS rr) to assume one")
+    return f"--spread {spread.how} assumed over what the Service does: {told.unknown}"
+
+
 def check_counts(counts: Sequence[int]) -> str | None:
     """Why the replica counts cannot be searched, in one line (None: they can)."""
     if not counts:
@@ -232,10 +255,9 @@ def spread_of(counts: Sequence[int], how: str | None, seed: int | None) -> Sprea
     """``--replicas``, ``--spread`` and ``--seed`` checked (one line each): the spread."""
     if problem := check_counts(counts):
         raise AdviseError(problem)
-    how = how or RANDOM
-    if seed is not None and how != RANDOM:
+    if seed is not None and (how or RANDOM) != RANDOM:
         raise AdviseError(f"--seed goes with --spread random (--spread {how} has no picks)")
-    return Spread(tuple(counts), how, SEED if seed is None else seed)
+    return Spread(tuple(counts), how or RANDOM, SEED if seed is None else seed, how is not None)
 
 
 class _Answer(Protocol):

@@ -7,13 +7,14 @@ replica count's (``--replicas``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from client.advise.answer import Answer
 from client.advise.cluster import advise_workload, recorded_workload
 from client.advise.passive import Window, advise_timeline
-from client.advise.replicas import Sized, Spread, replicas_timeline, replicas_workload
+from client.advise.replicas import (Sized, Spread, replicas_timeline, replicas_workload,
+                                    service_spread)
 from client.advise.vpa import vpa_check
 from client.analysis.goal import LatencyGoal
 
@@ -48,9 +49,13 @@ def passive_over(source: Source, target: LatencyGoal, window: Window, *, despite
 
 
 def replicas_over(source: Source, target: LatencyGoal, window: Window, spread: Spread) -> Sized:
-    """Each replica count's smallest limit over the window, and the least total."""
+    """Each replica count's smallest limit over the window, and the least total; a
+    workload's stopped first where its Services cannot tell the spread and ``--spread`` was
+    not given (``client.advise.replicas.service_spread``)."""
     if source.k8s is not None:
-        return replicas_workload(recorded_workload(source.k8s), source.since_s, source.until,
-                                 target, window, spread)
+        workload = recorded_workload(source.k8s)
+        through = service_spread(workload, spread)
+        sized = replicas_workload(workload, source.since_s, source.until, target, window, spread)
+        return replace(sized, says=f"{sized.says}; {through}")
     timeline = source.timeline if source.timeline is not None else source.record()
     return replicas_timeline(timeline, target, window, spread)

@@ -81,10 +81,10 @@ def _per_second(samples: Sequence[CounterSample]) -> tuple[float, ...]:
 def pod_window(pod: str, samples: Sequence[CounterSample], period_ns: int,
                limits: Sequence[float | None], zero_epoch_ns: int | None) -> PodWindow:
     """The pod's window (``ReplayError`` for one too short or idle, as ``demand_of``)."""
-    demand = demand_of(samples, period_ns)
+    events = throttle_events(samples, period_ns)   # once, for the demand and the record
+    demand = demand_of(samples, period_ns, events=events)
     limit = next((c for c in limits if c is not None), None)
-    stretches = tuple((e.start_ns, e.end_ns) for e in throttle_events(samples, period_ns)
-                      if e.end_ns > e.start_ns)
+    stretches = tuple((e.start_ns, e.end_ns) for e in events if e.end_ns > e.start_ns)
     recorded = Replayed(limit, stretches, demand.recorded, (demand.start_ns, demand.end_ns))
     epoch = (None, None) if zero_epoch_ns is None else (zero_epoch_ns + demand.start_ns,
                                                         zero_epoch_ns + demand.end_ns)

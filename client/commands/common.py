@@ -279,8 +279,9 @@ def add_inplace_arguments(parser: argparse.ArgumentParser, *, keep: bool) -> Non
                        "as one sum; --url a Service's or an Ingress's address the host "
                        "reaches, spreading the requests over the pods)")
     group.add_argument("--container", metavar="NAME",
-                       help="with a pod: the container whose cpu limit is changed (needed "
-                       "where a pod has several)")
+                       help="with a pod: the container whose cpu limit is changed (where a "
+                       "pod has several and only one has a cpu limit, or serves the URL's "
+                       "port, that one; else needed)")
     group.add_argument("--allow-restart", action="store_true",
                        help="with a pod: resize a container whose resizePolicy for cpu is "
                        "RestartContainer (it restarts at each limit)")
@@ -355,7 +356,7 @@ def at_limit_from(opts: argparse.Namespace, argv: list[str], command: str, plan:
     from client.advise import AdviseError
     from client.advise.services import Running, open_running
     from client.run.at_limit import StartedService
-    from client.run.measure import Load
+    from client.run.measure import Traffic
 
     if check_inplace_options(opts):
         running = Running(
@@ -365,10 +366,12 @@ def at_limit_from(opts: argparse.Namespace, argv: list[str], command: str, plan:
         try:
             return open_running(running, ["http-timing", command, *argv],
                                 iterations=opts.iterations, timeout=opts.timeout,
-                                warmup=opts.warmup), None
+                                warmup=opts.warmup,
+                                say=lambda line: print(f"{command}: {line}", file=sys.stderr,
+                                                       flush=True)), None
         except AdviseError as exc:
             raise CliError(str(exc)) from None
     backend, why_not_kernel = backend_from(opts)
-    load = Load(plan, opts.iterations, opts.timeout, opts.warmup)
+    load = Traffic(plan, opts.iterations, opts.timeout, opts.warmup)
     return StartedService(backend, load, ("http-timing", command, *argv),
                           on_started=on_started, on_stopped=on_stopped), why_not_kernel

@@ -13,13 +13,14 @@ import argparse
 import math
 import re
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
 from client import __version__
 from client.data.folders import folder_problem
 from client.data.naming import limit_text
+from client.data.timefmt import iso_utc
 from cpuquota.limit import Limit, LimitError, zero_limit
 
 __all__ = ["HPA_FLAGS", "PASSIVE_FLAGS", "CliError", "OneLineParser", "add_passive_arguments",
@@ -216,11 +217,6 @@ def instant(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r}: expected unix seconds or an ISO 8601 time "
                                          "with its zone, such as 2026-11-28T14:00:00Z")
     return moment.timestamp()
-
-
-def iso_utc(unix_s: float) -> str:
-    """Unix seconds as :func:`instant` reads them back: ``2026-11-28T14:00:00+00:00``."""
-    return datetime.fromtimestamp(unix_s, timezone.utc).isoformat(timespec="seconds")
 
 
 LOAD_OPTIONS = ("url", "requests", "concurrency", "rate", "max_throttled")  # not with --passive

@@ -10,7 +10,7 @@ from pathlib import Path
 from client.analysis.cluster import ClusterRow, PodWindow, per_period
 from cpuquota.limit import NO_QUOTA
 
-__all__ = ["CSV_COLUMNS", "MAX_PODS_DRAWN", "format_cluster", "format_cluster_csv",
+__all__ = ["CSV_COLUMNS", "HPA_COLUMNS", "MAX_PODS_DRAWN", "format_cluster", "format_cluster_csv",
            "save_cluster_picture"]
 
 MAX_PODS_DRAWN = 4
@@ -18,7 +18,13 @@ MAX_PODS_DRAWN = 4
 CSV_COLUMNS = ("workload", "limit_cpus", "request_cpus", "pods", "window_s", "usage_p95_cpus",
                "vpa_cpus", "periods", "periods_throttled", "throttled_ms",
                "added_delay_p99_now_ms", "recommended_cpus", "predicted_added_delay_p99_ms",
-               "predicted_periods_throttled", "no_quota", "vpa_mode", "notes")
+               "predicted_periods_throttled", "no_quota", "vpa_mode", "hpa",
+               "hpa_target_cpu_utilization_pct", "hpa_min", "hpa_max",
+               "hpa_highest_target_pct", "notes")
+# the HPA's columns: its name, CPU target, min and max, the highest target that keeps the goal
+# (empty: no HPA scales the workload, or, for the target, it scales on another metric)
+HPA_COLUMNS = {"hpa": "name", "hpa_target_cpu_utilization_pct": "target_cpu_utilization_pct",
+               "hpa_min": "min", "hpa_max": "max", "hpa_highest_target_pct": "highest_target_pct"}
 
 
 def _cpus(value: float | None, none: str = "-") -> str:
@@ -117,13 +123,15 @@ def format_cluster(rows: Sequence[ClusterRow], header: str) -> str:
 
 
 def format_cluster_csv(rows: Sequence[ClusterRow]) -> str:
-    """One line per workload, the columns of :data:`CSV_COLUMNS` (empty: not known)."""
+    """One line per workload, the columns of :data:`CSV_COLUMNS` (empty: not known); the
+    HPA's (:data:`HPA_COLUMNS`) as the table's HPA cell, its words in the notes as the table's."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for r in rows:
         d = r.to_dict()
-        d["notes"] = "; ".join((*r.notes, *r.missing))
+        d.update({column: (r.hpa or {}).get(key) for column, key in HPA_COLUMNS.items()})
+        d["notes"] = "; ".join((*r.notes, *_hpa_note(r), *r.missing))
         writer.writerow(["" if d[c] is None else d[c] for c in CSV_COLUMNS])
     return out.getvalue()
 

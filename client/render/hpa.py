@@ -23,7 +23,10 @@ def format_hpa(answer: Mapping[str, Any]) -> str:
              f"{hpa['max']}; each replica limit {hpa['limit_cpus']:g} CPU, request "
              f"{hpa['request_cpus']:g} CPU, ready {hpa['ready_after_s']:g} s after it is made",
              f"replay of {answer['timeline']}: a window of {answer['window']['seconds']:.0f} s; "
-             f"goal {goal}", f"judged by {answer['judged_by']}", ""]
+             f"goal {goal}", f"judged by {answer['judged_by']}"]
+    if answer.get("pooled"):
+        lines.append(answer["pooled"]["says"])
+    lines.append("")
     header = ["minute", "replicas", "most", "ready at its end"]
     rows = [[str(m["minute"]), str(m["replicas"]), str(m["most"]), str(m["ready_at_end"])]
             for m in answer["per_minute"]]

@@ -1,0 +1,239 @@
+"""``cluster``'s table: a row per recorded workload of a namespace (or of every namespace),
+from the node agents' windows or from Prometheus, each annotated with what the API says of
+it (a pod-level limit, a VPA that changes the limit, an HPA that scales it).
+
+The workloads and their pods come from the API (``client.run.k8s_workloads``); each recorded
+pod's window from its node's agent, as ``import --timeline k8s:`` fetches it, each workload
+replayed as soon as its windows are in (:func:`rows_from_agents`). With Prometheus, the agent's
+counters as it kept them instead (``client.analysis.cluster_prometheus``): longer windows,
+without what needs each period unless the agents keep the window too
+(:func:`prometheus_rows`). Nothing here prints: what could not be read beside the rows is in
+:attr:`ClusterTable.said`; a problem the user can fix is an :class:`AdviseError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from client.advise import AdviseError
+from client.advise.cluster import pod_windows, row_of
+from client.advise.hpa import cluster_hpa
+from client.analysis.cluster import (NO_WINDOW, ClusterRow, PodWindow, WorkloadLimits,
+                                     no_quota, sort_rows)
+from client.analysis.cluster_prometheus import (combined, covers, departed_pods,
+                                                prometheus_row, resolution)
+from client.analysis.goal import LatencyGoal
+from client.data.timefmt import iso_utc
+from client.run.k8s_hpa import hpa_for, list_hpas
+from client.run.k8s_vpa import Vpa, VpaError, list_vpas, vpa_modes
+from client.run.k8s_workloads import (RECORD_LABEL, Workload, WorkloadError, WorkloadRef,
+                                      fetch_all_windows, list_workloads, stream_all_windows)
+from client.run.kube_api import KubeError, connect
+from client.run.prometheus import Prometheus, PrometheusError
+from client.run.prometheus_query import Totals, pod_totals, pods_seen
+
+__all__ = ["AGENT_WINDOWS_S", "POD_LEVEL", "ClusterTable", "rows_from_agents", "agents_keep",
+           "cluster_table", "prometheus_rows"]
+
+POD_LEVEL = ("the pod-level limit (spec.resources.limits.cpu, on the pod's group) is the one "
+             "that binds: LIMIT is it, the quota counted is the pod's")
+AGENT_WINDOWS_S = 3600.0   # with Prometheus: the agents' windows are asked for up to this
+
+# a workload's picture: its row, its pods' windows, where to draw it
+Draw = Callable[[ClusterRow, Sequence[PodWindow], Path], object]
+
+
+@dataclass(frozen=True)
+class ClusterTable:
+    """The rows (sorted: throttling first), the workloads with no recorded pod, where the
+    figures came from (``"the node agents"``, ``"Prometheus at URL"``), Prometheus's steps
+    (None: from the agents), and what could not be read beside them, a line each."""
+
+    namespace: str | None
+    rows: list[ClusterRow]
+    unrecorded: list[str]
+    source: str
+    resolution: dict[str, Any] | None
+    said: tuple[str, ...] = ()
+
+    @property
+    def where(self) -> str:
+        return "every namespace" if self.namespace is None else f"namespace {self.namespace}"
+
+
+def agents_keep(since_s: float, until: float | None, now: float) -> bool:
+    """Whether the window of ``since_s`` seconds to ``until`` (None: ``now``) begins within
+    the :data:`AGENT_WINDOWS_S` the node agents are asked for."""
+    return (now if until is None else until) - since_s >= now - AGENT_WINDOWS_S
+
+
+def cluster_table(namespace: str | None, since_s: float, until: float | None,
+                  target: LatencyGoal, dest: Path, prometheus: Prometheus | None = None,
+                  pictures: Path | None = None, draw: Draw | None = None) -> ClusterTable:
+    """The table of ``namespace`` (None: every namespace) over the ``since_s`` to ``until``
+    (None: now), the windows kept in ``dest``; with ``pictures`` and ``draw``, each workload's
+    picture drawn there (from the agents' windows only)."""
+    said: list[str] = []
+    try:
+        workloads = list_workloads(namespace)
+    except (WorkloadError, KubeError) as exc:
+        raise AdviseError(str(exc)) from None
+    vpas, hpas = _vpa_modes(namespace, said), _hpas(namespace, workloads, said)
+    where = "every namespace" if namespace is None else f"namespace {namespace}"
+    if not any(p.recorded for w in workloads for p in w.pods):
+        raise AdviseError(f"no workload in {where} has a pod the node agent records: label its "
+                          "pods throttle-lab/record=true (and kubectl apply -k k8s/recorder)")
+    steps = None
+    if prometheus is not None:
+        try:
+            rows, unrecorded, asked = prometheus_rows(prometheus, workloads, namespace,
+                                                      since_s, until, dest, target)
+        except PrometheusError as exc:
+            raise AdviseError(str(exc)) from None
+        rows = [r if r.workload not in hpas else dataclasses.replace(
+            r, hpa=cluster_hpa(hpas[r.workload], r.limit_cpus, r.request_cpus, [], target))
+            for r in rows]
+        source = f"Prometheus at {prometheus.where}"
+        steps = {"step_s": asked.step_s, "steps": asked.steps, "start": asked.start,
+                 "end": asked.end, "usage_step_s": asked.usage_step_s,
+                 "usage_steps": asked.usage_steps, "usage_start": asked.usage_start,
+                 "queries": len(asked.asked),
+                 "says": resolution(asked.step_s, asked.usage_step_s)}
+    else:
+        rows, unrecorded = rows_from_agents(workloads, since_s, until, dest, target,
+                                      pictures if draw is not None else None, hpas, draw)
+        source = "the node agents"
+    return ClusterTable(namespace, _annotated(rows, workloads, vpas), unrecorded, source,
+                        steps, tuple(said))
+
+
+def _annotated(rows: list[ClusterRow], workloads: Sequence[Workload],
+               vpas: dict[str, Vpa]) -> list[ClusterRow]:
+    """The rows with what the API says of their workloads: a pod-level limit, a VPA."""
+    pod_level = {str(w.ref) for w in workloads if w.limit_level == "pod"}
+    rows = [r if r.workload not in pod_level else dataclasses.replace(
+        r, notes=(POD_LEVEL, *r.notes)) for r in rows]
+    return [r if r.workload not in vpas else dataclasses.replace(
+        r, vpa_mode=vpas[r.workload].mode, notes=(*r.notes, *(
+            [f"under {vpas[r.workload].words()}: its updater changes the limit again, so a "
+             "limit set by hand would not stay"] if vpas[r.workload].updating else [])))
+        for r in rows]
+
+
+def rows_from_agents(workloads: list[Workload], since_s: float, until: float | None, dest: Path,
+               target: LatencyGoal, pictures: Path | None = None,
+               hpas: dict[str, dict[str, Any]] | None = None, draw: Draw | None = None
+               ) -> tuple[list[ClusterRow], list[str]]:
+    """Each recorded workload's row from its pods' windows (the agents'), and the workloads
+    with no recorded pod."""
+    rows: list[ClusterRow] = []
+    unrecorded = [str(w.ref) for w in workloads if not any(p.recorded for p in w.pods)]
+    # each workload replayed as soon as its windows are in, while the others arrive
+    for workload, fetched in stream_all_windows(
+            [w for w in workloads if any(p.recorded for p in w.pods)], since_s, dest,
+            until=until):
+        got = pod_windows(workload, since_s, dest, fetched)
+        limits = WorkloadLimits(str(workload.ref), workload.limit_cpus, workload.request_cpus,
+                                workload.replicas)
+        hpa = None if hpas is None or str(workload.ref) not in hpas else cluster_hpa(
+            hpas[str(workload.ref)], workload.limit_cpus, workload.request_cpus,
+            [r.path for r in got.recordings], target)
+        if not got.windows:
+            rows.append(ClusterRow(str(workload.ref), workload.limit_cpus,
+                                   workload.request_cpus, 0, 0.0, None, None, None, None, None,
+                                   None, None, None, None, (NO_WINDOW,),
+                                   tuple(got.missing),
+                                   no_quota=None if workload.limit_cpus is not None
+                                   else no_quota(None), hpa=hpa))
+            continue
+        rows.append(dataclasses.replace(row_of(limits, got.windows, target, got.missing),
+                                        hpa=hpa))
+        if pictures is not None and draw is not None:
+            ref = workload.ref
+            draw(rows[-1], got.windows,
+                 pictures / f"{ref.namespace}_{ref.kind.lower()}_{ref.name}.png")
+    return sort_rows(rows), unrecorded
+
+
+def prometheus_rows(prometheus: Prometheus, workloads: list[Workload], namespace: str | None,
+                    since_s: float, until: float | None, dest: Path, target: LatencyGoal
+                    ) -> tuple[list[ClusterRow], list[str], Totals]:
+    """Each recorded workload's row from Prometheus in the ``since_s`` to ``until`` (None:
+    now), and what Prometheus was asked; a window the agents keep (:func:`agents_keep`)
+    takes what needs each period from the agents' windows when they cover what Prometheus
+    saw."""
+    at = time.time() if until is None else until
+    seen = pods_seen(prometheus, namespace, since_s, at)
+    departed = departed_pods([(w.ref.namespace, w.ref.kind, w.ref.name) for w in workloads],
+                             [(w.ref.namespace, p.name) for w in workloads for p in w.pods],
+                             seen)
+    wanted = {(w.ref.namespace, p.name) for w in workloads for p in w.pods if p.recorded}
+    wanted |= {(w.ref.namespace, pod) for w, gone in zip(workloads, departed) for pod in gone}
+    if not wanted & seen:
+        where = "any namespace" if namespace is None else f"namespace {namespace}"
+        raise PrometheusError(
+            f"Prometheus at {prometheus.where} holds no series of the node agent's counters "
+            f"for the recorded pods of {where} in the {since_s:g} s to "
+            f"{iso_utc(at)}: does it scrape the agents (k8s/recorder/prometheus.yml)?")
+    found = pod_totals(prometheus, wanted & seen, since_s, at)
+    rows, unrecorded = [], []
+    fetched = fetch_all_windows(
+        [w for w in workloads if any(p.recorded for p in w.pods)], since_s, dest,
+        until=until) if agents_keep(since_s, until, time.time()) else {}
+    for workload, gone in zip(workloads, departed):
+        if not any(p.recorded for p in workload.pods) and not gone:
+            unrecorded.append(str(workload.ref))
+            continue
+        limits = WorkloadLimits(str(workload.ref), workload.limit_cpus, workload.request_cpus,
+                                workload.replicas)
+        row = prometheus_row(limits, workload.ref.namespace,
+                             [p.name for p in workload.pods if p.recorded], found, gone)
+        unlabelled = tuple(f"{workload.ref.namespace}/{p.name}: not recorded (label it "
+                           f"{RECORD_LABEL[0]}={RECORD_LABEL[1]} for the node agent)"
+                           for p in workload.pods if not p.recorded)
+        row = dataclasses.replace(row, missing=(*row.missing, *unlabelled))
+        if workload.ref in fetched and row.pods:
+            got = pod_windows(workload, since_s, dest, fetched[workload.ref])
+            short = (covers(got.windows, workload.ref.namespace,
+                            [p.name for p in workload.pods], found) if got.windows
+                     else "no window" + (f" ({got.missing[0]})" if got.missing else ""))
+            if short is None:
+                row = combined(row, row_of(limits, got.windows, target))
+            else:
+                row = dataclasses.replace(row, notes=(*row.notes, f"not from the agents: "
+                                                      f"{short}"))
+        rows.append(row)
+    return sort_rows(rows), unrecorded, found
+
+
+def _vpa_modes(namespace: str | None, said: list[str]) -> dict[str, Vpa]:
+    """Each targeted workload (``NS/kind/NAME``) -> its VPA; {} where the API has none, or
+    (a line in ``said``) where they cannot be read."""
+    try:
+        vpas = list_vpas(connect(), namespace)
+    except (VpaError, KubeError) as exc:
+        said.append(f"VPA MODE not known: {exc}")
+        return {}
+    return {str(WorkloadRef(ns, kind, name)): vpa
+            for (ns, kind, name), vpa in vpa_modes(vpas).items()}
+
+
+def _hpas(namespace: str | None, workloads: list[Workload],
+          said: list[str]) -> dict[str, dict[str, Any]]:
+    """Each workload (``NS/kind/NAME``) -> the HPA that scales it; {} (a line in ``said``)
+    where they cannot be read."""
+    try:
+        found = list_hpas(namespace)
+    except WorkloadError as exc:
+        said.append(f"HPA not known: {exc}")
+        return {}
+    out = {}
+    for w in workloads:
+        if (hpa := hpa_for(w.ref, found)) is not None:
+            out[str(w.ref)] = hpa
+    return out
