@@ -38,9 +38,10 @@ import yaml
 
 from client.run.cgroup_lookup import find_pod_directory
 from kubenode import node as kubenode
-from kubenode.images import ctr_binary
+from kubenode.images import has_image
+from kubenode.project_images import SERVICE_IMAGE
 from tests.advise_support import advice, check_counted_by_the_group
-from tests.kube import namespace_gone, namespaced_overlay, shipped_limit, wait_for
+from tests.kube import namespace_gone, namespaced_overlay, one_live_pod, shipped_limit, wait_for
 from tests.support import BIN, ROOT, stop_by_pid
 
 pytestmark = pytest.mark.node
@@ -66,12 +67,7 @@ class Deployed:
     env: dict[str, str]          # KUBECONFIG and kubectl on PATH, for http-timing
 
     def pod(self) -> dict[str, Any]:
-        out = self.node.kubectl("-n", NS, "get", "pod", "-l",
-                                "app.kubernetes.io/component=limited", "-o", "json")
-        pods = [p for p in json.loads(out.stdout)["items"]
-                if not p["metadata"].get("deletionTimestamp")]
-        assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
-        return pods[0]
+        return one_live_pod(self.node, NS, "limited")
 
     def state(self) -> tuple[Any, ...]:
         """What must be as before: the container's resources (spec and status), restart
@@ -84,9 +80,7 @@ class Deployed:
 
 
 def _has_service_image(node: kubenode.Node) -> bool:
-    out = subprocess.run([ctr_binary(), "--address", node.containerd_address, "-n", "k8s.io", "images",
-                          "ls", "-q"], capture_output=True, text=True, timeout=60)
-    return "docker.io/library/throttle-lab:latest" in out.stdout.split()
+    return has_image(node.containerd_address, SERVICE_IMAGE)
 
 
 @pytest.fixture(scope="module")
@@ -282,6 +276,67 @@ def test_a_signal_mid_sweep_puts_the_limit_back(deployed: Deployed, tmp_path: Pa
     assert deployed.state() == before
 
 
+def quotas_of(pod: dict[str, Any]) -> tuple[int, int]:
+    """The kernel's ``cpu.cfs_quota_us`` of the pod's group and of its container's."""
+    cid = pod["status"]["containerStatuses"][0]["containerID"].split("://")[-1]
+    container = find_pod_directory(CPU, pod["metadata"]["uid"], cid)
+    assert container is not None
+    return quota_of(pod), int((container / "cpu.cfs_quota_us").read_text())
+
+
+def test_a_resize_by_another_mid_search_stops_it_and_puts_all_back(deployed: Deployed,
+                                                                   tmp_path: Path) -> None:
+    """Another controller (as a VPA's updater in InPlaceOrRecreate does) resizes the pod
+    through pods/resize while advise's profile run is under way: one line naming what
+    changed, exit 2, and spec, status and the kernel's quota files as before the search."""
+    before, pod = deployed.state(), deployed.pod()
+    name, ip = pod["metadata"]["name"], pod["status"]["podIP"]
+    shipped = quotas_of(pod)
+    print(f"quotas before (pod, container): {shipped}")
+    assert shipped == (LIMIT.quota_us, LIMIT.quota_us)
+    other = {"spec": {"containers": [{"name": "burn-service", "resources": {
+        "limits": {"cpu": "900m"}, "requests": {"cpu": "900m"}}}]}}   # both, as a VPA moves them
+    sent: list[tuple[int, int]] = []      # the tool's quotas when the other resize was sent
+    failed: list[BaseException] = []
+
+    def resize_meanwhile() -> None:
+        try:   # the tool's first resize in force (the profile's), its run under way
+            seen = wait_for("the tool's resize", lambda: (q := quotas_of(deployed.pod()))[0]
+                            != LIMIT.quota_us and q, 120, 0.1)
+            time.sleep(1.0)
+            sent.append(seen)
+            deployed.node.kubectl("-n", NS, "patch", "pod", name, "--subresource", "resize",
+                                  "--patch", json.dumps(other))
+        except BaseException as exc:   # said by the test below
+            failed.append(exc)
+
+    thread = threading.Thread(target=resize_meanwhile, daemon=True)
+    thread.start()
+    result = timed(deployed, "advise", "--k8s", f"{NS}/deployment/limited", "--url",
+                   URL.format(ip=ip), "--p99", "80", "--requests", "60", "--profile-seconds",
+                   "4", "--name", "v", cwd=tmp_path, timeout=600)
+    thread.join(timeout=130)
+    print(result.stdout[-3000:], result.stderr[-3000:])
+    assert not failed, failed
+    print(f"quotas when the other resize was sent (pod, container): {sent}")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    line = lines[0]
+    tool_m = sent[0][0] // 100   # the tool's limit in millicores, as its quota says
+    assert "its limit changed during run v-advise-" in line, line
+    assert f"container burn-service's limits.cpu {tool_m}m -> 900m" in line, line
+    # the kubelet may not have written the new quota yet when the run ended
+    assert "the quota (" not in line or "-> 90000/100000 µs" in line, line
+    assert "a VPA's updater (InPlaceOrRecreate) or another controller" in line
+    assert "--despite-vpa does not help here" in line
+    assert f"in place: restored: {LIMIT.cpus:g} CPU" in result.stdout
+    after = quotas_of(deployed.pod())
+    print(f"quotas after (pod, container): {after}")
+    assert after == shipped
+    wait_for("the pod as before", lambda: deployed.state() == before, 60, 0.2)
+
+
 def rbac_docs() -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
 
@@ -300,7 +355,9 @@ def test_the_advise_rbac_is_strictly_valid_and_least() -> None:
             # advise --replicas: the count changed and put back, and an HPA that would fight it
             {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch"]},
             {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"],
-             "verbs": ["list"]}],
+             "verbs": ["list"]},
+            # advise --passive --replicas: how the pods' Service spreads the requests
+            {"apiGroups": [""], "resources": ["services"], "verbs": ["list"]}],
         "throttle-lab-advise-apply": [
             {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"]}]}
 
@@ -316,6 +373,7 @@ def test_the_api_grants_what_the_role_says_and_a_missing_one_is_one_line(
                                     ("patch", "pods", "no"), ("get", "secrets", "no"),
                                     ("patch", "deployments --subresource scale", "yes"),
                                     ("list", "horizontalpodautoscalers", "yes"),
+                                    ("list", "services", "yes"), ("get", "services", "no"),
                                     ("delete", "deployments", "no")):
         got = node.kubectl("auth", "can-i", "-n", NS, "--as", sa, verb, *resource.split(),
                            check=False).stdout.strip()
@@ -340,8 +398,8 @@ def test_apply_patches_the_deployment(deployed: Deployed, monkeypatch: pytest.Mo
     """``--apply``'s patch (the limiter's, as advise calls it at the end) through the real API:
     the Deployment's template gets the limit, its request kept (above the limit: moved), and
     rolls out; put back to the shipped limit after. Last in this file: it replaces the pod."""
-    from client.run.service_group import resolve_cgroup
     from client.run.limiters import LimiterOptions, limiter_for
+    from client.run.service_group import resolve_cgroup
     from cpuquota.limit import Limit
 
     for key in ("KUBECONFIG", "PATH"):

@@ -36,10 +36,9 @@ from client.run.cgroup_lookup import find_pod_directory
 from kubenode import node as kubenode
 from kubenode.traefik import INGRESS_CLASS, WEB_PORT
 from tests.advise_support import advice, check_counted_by_the_group
-from tests.kube import namespace_gone, namespaced_overlay, shipped_limit, wait_for
+from tests.kube import live_pods, namespace_gone, namespaced_overlay, shipped_limit, wait_for
 from tests.support import BIN, ROOT, stop_by_pid
-from tests.test_commands_advise_k8s import (CPU, Proxy, _has_service_image,
-                                            kubeconfig_through, timed)
+from tests.test_commands_advise_k8s import CPU, Proxy, _has_service_image, kubeconfig_through, timed
 
 pytestmark = pytest.mark.node
 
@@ -82,11 +81,7 @@ class Deployed:
     base: str                    # Traefik's web entry point, from the host
 
     def pods(self) -> list[dict[str, Any]]:
-        out = self.node.kubectl("-n", NS, "get", "pod", "-l",
-                                "app.kubernetes.io/component=limited", "-o", "json")
-        pods = [p for p in json.loads(out.stdout)["items"]
-                if not p["metadata"].get("deletionTimestamp")]
-        return sorted(pods, key=lambda p: p["metadata"]["name"])
+        return live_pods(self.node, NS, "limited")
 
     def state(self) -> list[tuple[Any, ...]]:
         """Per pod what must be as before: the container's resources (spec and status),

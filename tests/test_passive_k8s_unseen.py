@@ -75,7 +75,7 @@ def test_cluster_exits_3_when_no_workload_could_be_advised(
         capsys: pytest.CaptureFixture[str]) -> None:
     import dataclasses
 
-    import client.commands.cluster as command
+    import client.advise.cluster_rows as command
     from client.analysis.cluster import NO_WINDOW, WorkloadLimits, none_advised
     from client.commands import main as http_timing
     from client.run.replay_input import read_recording
@@ -99,9 +99,10 @@ def test_cluster_exits_3_when_no_workload_could_be_advised(
     # the command: every row says why it has no recommendation, exit 3 (one line why)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(command, "list_workloads", lambda namespace: [WEB])
-    monkeypatch.setattr(command, "_vpa_modes", lambda namespace: {})
+    monkeypatch.setattr(command, "_vpa_modes", lambda namespace, said: {})
+    monkeypatch.setattr(command, "_hpas", lambda namespace, workloads, said: {})
     for rows, code in (([unmet, empty], 3), ([unmet, seen], 0)):
-        monkeypatch.setattr(command, "_rows", lambda *args, rows=rows, **kwargs: (rows, []))
+        monkeypatch.setattr(command, "rows_from_agents", lambda *args, rows=rows, **kwargs: (rows, []))
         assert http_timing(["cluster", "-n", "shop"]) == code
         err = capsys.readouterr().err
         assert ("no workload could be advised" in err) == (code == 3), err

@@ -23,12 +23,14 @@ from typing import Any
 import pytest
 import yaml
 
+from client.analysis.cluster import NO_RECOMMENDATION, NO_WINDOW
 from client.run.cgroup_lookup import find_pod_directory
 from cpuquota.cgroupfs import read_cpu_stat
 from kubenode import node as kubenode
-from kubenode.images import ctr_binary
+from kubenode.images import has_image
+from kubenode.project_images import SERVICE_IMAGE
 from tests.advise_support import advice
-from tests.kube import namespace_gone, wait_for
+from tests.kube import namespace_gone, one_live_pod, wait_for
 from tests.recorder_support import RECORDER_NS
 from tests.support import BIN, ROOT
 
@@ -63,12 +65,7 @@ class PodLevel:
     agent: str        # the node agent's pod (the session's recorder)
 
     def pod(self) -> dict[str, Any]:
-        out = self.node.kubectl("-n", NS, "get", "pod", "-l",
-                                "app.kubernetes.io/component=podlevel", "-o", "json")
-        pods = [p for p in json.loads(out.stdout)["items"]
-                if not p["metadata"].get("deletionTimestamp")]
-        assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
-        return pods[0]
+        return one_live_pod(self.node, NS, "podlevel")
 
     def groups(self, pod: dict[str, Any]) -> tuple[Path, Path]:
         """(the pod's group, its container's) under the node's cgroup root."""
@@ -92,9 +89,7 @@ class PodLevel:
 
 
 def _has_service_image(node: kubenode.Node) -> bool:
-    out = subprocess.run([ctr_binary(), "--address", node.containerd_address, "-n", "k8s.io",
-                          "images", "ls", "-q"], capture_output=True, text=True, timeout=60)
-    return "docker.io/library/throttle-lab:latest" in out.stdout.split()
+    return has_image(node.containerd_address, SERVICE_IMAGE)
 
 
 @pytest.fixture(scope="module")
@@ -205,8 +200,14 @@ def test_advise_resizes_the_pod_level_in_place_and_puts_it_back(pod_level: PodLe
 def test_cluster_lists_it_at_the_pod_level_limit(pod_level: PodLevel, tmp_path: Path) -> None:
     result = timed(pod_level, "cluster", "-n", NS, "--since", "1h", "--json", cwd=tmp_path,
                    timeout=300)
-    assert result.returncode == 0, result.stderr
+    # 3: no workload could be advised, each row saying why (its window, recorded while the
+    # advise test swept the pod at lower limits, may sit throttled in nearly every period)
+    assert result.returncode in (0, 3), (result.stderr, result.stdout)
     (row,) = json.loads(result.stdout)["workloads"]
     assert row["workload"] == f"{NS}/deployment/podlevel" and row["limit_cpus"] == 0.3, row
+    if result.returncode == 3:
+        assert row["recommended_cpus"] is None, row
+        assert any(note == NO_WINDOW or note.startswith(NO_RECOMMENDATION)
+                   for note in row["notes"]), row
     assert any(note.startswith("the pod-level limit (spec.resources.limits.cpu, on the pod's "
                                "group) is the one that binds") for note in row["notes"]), row

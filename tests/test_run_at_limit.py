@@ -9,7 +9,7 @@ import pytest
 
 from client.analysis.advise import shape
 from client.run.at_limit import AtLimit, StartedService
-from client.run.measure import Load
+from client.run.measure import Traffic
 from client.run.plan import LoadPlan
 from client.run.targets import resolve_backend
 from cpuquota.limit import Limit
@@ -17,7 +17,7 @@ from cpuquota.limit import Limit
 
 def started(backend: str) -> AtLimit:
     found, _ = resolve_backend(backend)
-    return StartedService(found, Load(LoadPlan.from_options(requests=3), iterations=100),
+    return StartedService(found, Traffic(LoadPlan.from_options(requests=3), iterations=100),
                           ("http-timing", "sweep"))
 
 

@@ -13,7 +13,7 @@ import pytest
 from client.run.at_limit import Capabilities, StartedService
 from client.run.inplace import InPlace
 from client.run.limiters.base import Limiter
-from client.run.measure import Load
+from client.run.measure import Traffic
 from client.run.plan import LoadPlan
 from client.run.targets import resolve_backend
 from cpuquota.limit import Limit
@@ -47,7 +47,7 @@ class FakeLimiter(Limiter):
 
 def test_a_started_service_declares_nothing_to_put_back() -> None:
     backend, _ = resolve_backend("inprocess")
-    at = StartedService(backend, Load(LoadPlan.from_options(requests=3)), ("http-timing",))
+    at = StartedService(backend, Traffic(LoadPlan.from_options(requests=3)), ("http-timing",))
     assert at.capabilities == Capabilities()
     assert at.capabilities.removes and at.can_remove
     assert not (at.capabilities.restores or at.capabilities.keeps or at.capabilities.evidence

@@ -13,7 +13,7 @@ import pytest
 from client.data.files import read_run
 from client.data.metadata import SweepInfo
 from client.data.record import RequestRecord
-from client.run.measure import BURN_PATH, Load, Measurement, Started, measure, target_spec
+from client.run.measure import BURN_PATH, Measurement, Started, Traffic, measure, target_spec
 from client.run.plan import LoadPlan
 from client.run.record import RunSpec
 from client.run.targets import TargetOptions
@@ -46,7 +46,7 @@ class Shown:
 
 
 def spec_for(tmp_path: Path, requests: int = 6, name: str = "m"):  # type: ignore[no-untyped-def]
-    load = Load(LoadPlan.from_options(requests=requests), iterations=300, warmup=1)
+    load = Traffic(LoadPlan.from_options(requests=requests), iterations=300, warmup=1)
     return lambda target: target_spec(target, load, name=name, data_dir=tmp_path,
                                       command=["test"], sweep=SWEEP)
 

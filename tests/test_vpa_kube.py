@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from kubenode import node as kubenode
-from kubenode.images import ctr_binary
-from tests.kube import namespace_gone, namespaced_overlay, shipped_limit
+from kubenode.images import has_image
+from kubenode.project_images import SERVICE_IMAGE
+from tests.kube import namespace_gone, namespaced_overlay, one_live_pod, shipped_limit
 from tests.support import BIN, ROOT
 
 pytestmark = pytest.mark.node
@@ -36,12 +37,7 @@ class UnderVpa:
     env: dict[str, str]
 
     def pod(self) -> dict[str, Any]:
-        out = self.node.kubectl("-n", NS, "get", "pod", "-l",
-                                "app.kubernetes.io/component=limited", "-o", "json")
-        pods = [p for p in json.loads(out.stdout)["items"]
-                if not p["metadata"].get("deletionTimestamp")]
-        assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
-        return pods[0]
+        return one_live_pod(self.node, NS, "limited")
 
     def state(self) -> tuple[Any, ...]:
         pod = self.pod()
@@ -59,9 +55,7 @@ class UnderVpa:
 
 
 def _has_service_image(node: kubenode.Node) -> bool:
-    out = subprocess.run([ctr_binary(), "--address", node.containerd_address, "-n", "k8s.io",
-                          "images", "ls", "-q"], capture_output=True, text=True, timeout=60)
-    return "docker.io/library/throttle-lab:latest" in out.stdout.split()
+    return has_image(node.containerd_address, SERVICE_IMAGE)
 
 
 @pytest.fixture(scope="module")

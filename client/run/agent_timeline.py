@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from urllib.parse import urlencode
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +19,11 @@ from typing import Any
 
 from client.data.files import write_whole
 from client.data.folders import make_folder
-from client.run.kube_api import KubeError, connect
+from client.run.kube_api import KubeApi, KubeError, connect
 
 __all__ = ["RECORDER_NAMESPACE", "RECORDER_LABEL", "AGENT_PORT", "READER_ROLE", "AgentLink",
-           "AgentTimelineError", "NoTimeline", "OlderAgent", "PodRef", "agent_api", "agent_link",
+           "AgentTimelineError", "NoTimeline", "OlderAgent", "PodRef", "agent_api", "agent_kube",
+           "agent_link",
            "agent_on_node", "parse_pod_ref", "fetch_timeline"]
 
 RECORDER_NAMESPACE = "throttle-lab-recorder"     # k8s/recorder/namespace.yaml
@@ -77,6 +79,15 @@ def agent_api() -> Any:
         raise AgentTimelineError(str(exc)) from None
 
 
+def agent_kube() -> KubeApi:
+    """:func:`agent_api`'s cluster without the core client (its models take seconds to
+    import): what a node's agent and its windows are asked through (:func:`agent_on_node`)."""
+    try:
+        return connect()
+    except KubeError as exc:
+        raise AgentTimelineError(str(exc)) from None
+
+
 def _reason(exc: Exception) -> str:
     body = getattr(exc, "body", None)
     if isinstance(body, (bytes, bytearray)):
@@ -87,10 +98,16 @@ def _reason(exc: Exception) -> str:
 def _agent_on(api: Any, node: str, namespace: str) -> str:
     from kubernetes.client.exceptions import ApiException  # type: ignore[import-untyped]
     try:   # the raw answer, as JSON: no model built
-        raw = api.list_namespaced_pod(namespace, label_selector=RECORDER_LABEL,
-                                      field_selector=f"spec.nodeName={node}",
-                                      _preload_content=False)
-        pods = json.loads(raw.data).get("items") or []
+        if isinstance(api, KubeApi):
+            query = urlencode({"labelSelector": RECORDER_LABEL,
+                               "fieldSelector": f"spec.nodeName={node}"})
+            pods = api.get_json(f"/api/v1/namespaces/{namespace}/pods?{query}").get(
+                "items") or []
+        else:
+            raw = api.list_namespaced_pod(namespace, label_selector=RECORDER_LABEL,
+                                          field_selector=f"spec.nodeName={node}",
+                                          _preload_content=False)
+            pods = json.loads(raw.data).get("items") or []
     except ApiException as exc:
         if getattr(exc, "status", None) == 403:
             raise AgentTimelineError(f"not allowed to list the node agents in {namespace} "
@@ -169,6 +186,26 @@ def _open(api: Any, namespace: str, agent: str, endpoint: str,
         raise AgentTimelineError(f"the agent {namespace}/{agent} answered {exc.status}: "
                                  f"{_message(str(exc.body or ''))}") from None
     return raw[0] if isinstance(raw, tuple) else raw
+
+
+def _lines(response: Any, size: int = 1 << 16) -> Iterator[bytes]:
+    """The response's lines as they arrive (the last one maybe without its newline), read a
+    buffer at a time: urllib3's ``readline`` reads a byte at a time (io's without ``peek``),
+    and a node's windows are megabytes (200 windows took 13 s)."""
+    read = getattr(response, "read1", None) or response.read
+    pending = b""
+    while True:
+        chunk = read(size)
+        if not chunk:
+            break
+        pending += chunk
+        start = 0
+        while (end := pending.find(b"\n", start)) >= 0:
+            yield pending[start:end + 1]
+            start = end + 1
+        pending = pending[start:]
+    if pending:
+        yield pending
 
 
 def _message(body: str) -> str:
@@ -269,10 +306,7 @@ class AgentLink:
                 raise AgentTimelineError(f"{where} answered {status}: {_message(body)}")
             make_folder(dest_dir)
             done = False
-            while not done:
-                raw = response.readline()
-                if not raw:
-                    break
+            for raw in _lines(response):
                 try:
                     line = json.loads(raw)
                 except ValueError:
@@ -280,7 +314,7 @@ class AgentLink:
                                              "JSON") from None
                 if line.get("done"):
                     done = True
-                    continue
+                    break
                 ref = left.pop(str(line.get("key")), None)
                 if ref is None:
                     continue

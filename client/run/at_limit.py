@@ -32,7 +32,7 @@ from typing import Any
 from client.data.metadata import SweepInfo
 from client.data.record import RequestRecord
 from client.run.limiters import LimiterError
-from client.run.measure import Load, Measurement, Progress, Started, measure, target_spec
+from client.run.measure import Measurement, Progress, Started, Traffic, measure, target_spec
 from client.run.plan import LoadPlan
 from client.run.record import settle_s
 from client.run.targets import Backend, ServiceError, Target
@@ -180,7 +180,7 @@ class StartedService(AtLimit):
     --replicas``); ``on_started``/``on_stopped``: what the command shows of the services."""
 
     backend: Backend
-    load: Load
+    load: Traffic
     command: tuple[str, ...]
     replicas: int = 0
     on_started: Callable[[Started, float], None] | None = None

@@ -44,7 +44,7 @@ from client.run.at_limit import AtLimit, Capabilities, InPlaceError
 from client.run.cgroup_lookup import CommandRunner, run_command
 from client.run.service_group import ServiceGroup, ServiceGroupError, combine_pods, resolve_cgroup
 from client.run.limiters import Limiter, LimiterError, LimiterOptions, limiter_for
-from client.run.limiters.base import machine_cpus, same_limit
+from client.run.limiters.base import machine_cpus
 from client.run.measure import Measurement, Progress, measure
 from client.run.plan import LoadPlan
 from client.run.record import settle_s
@@ -53,8 +53,13 @@ from client.run.record import RunSpec
 from client.run.usage import UsageSample
 from cpuquota.limit import NO_QUOTA, Limit
 
-__all__ = ["GroupHere", "InPlace", "InPlaceError", "PodThroughAgent", "PodsThroughAgents",
-           "Watched", "describe_limit", "limit_dict", "timeline_usage"]
+__all__ = ["GroupHere", "InPlace", "InPlaceError", "LimitChanged", "PodThroughAgent",
+           "PodsThroughAgents", "Watched", "describe_limit", "limit_dict", "timeline_usage"]
+
+
+class LimitChanged(InPlaceError):
+    """A limit this tool set that something else changed before the run at it ended (a
+    VPA's updater, another controller): one line, from what to what and who does that."""
 
 
 def limit_dict(limit: Limit | None) -> dict[str, Any] | None:
@@ -361,6 +366,20 @@ class InPlace(AtLimit):
         """Set ``limit`` and wait until the quota file reads it back."""
         self.limiter.apply(limit)
 
+    def held(self, limit: Limit | None, name: str) -> None:
+        """After run ``name``: ``LimitChanged`` (one line) where the target no longer holds
+        ``limit``, the one this tool set before it (something else resized it meanwhile: that
+        run's figures are not for ``limit``)."""
+        try:
+            drift = self.limiter.drift(limit)
+        except LimiterError as exc:
+            raise InPlaceError(f"{self.target.spec}: after run {name}, its limit could not be "
+                               f"read: {exc}") from None
+        if drift is not None:
+            raise LimitChanged(f"{self.target.spec}: its limit changed during run {name}, "
+                               f"after this tool set {describe_limit(limit)}: {drift}; that "
+                               "run's figures are not for the limit it was to measure")
+
     def keep(self, limit: Limit | None) -> None:
         """``--keep``: leave ``limit`` in force at the end instead of the original."""
         self.restore_to = limit
@@ -373,8 +392,8 @@ class InPlace(AtLimit):
     def restore(self) -> str:
         """Put ``restore_to`` back (Ctrl-C and SIGTERM ignored meanwhile); what was done."""
         with ignoring_signals():
-            try:
-                settled = same_limit(self.limiter.read(), self.restore_to)
+            try:   # the quota and (a pod) its spec: a resize by another may be in both
+                settled = self.limiter.drift(self.restore_to) is None
             except LimiterError:
                 settled = False   # not readable now (the agent?): set it again all the same
             if settled:
@@ -438,6 +457,7 @@ class InPlace(AtLimit):
         measured = measure(spec, progress=progress, observers=observers)
         if measured.interrupted:
             return measured   # kept as recorded: Ctrl-C does not wait for the agent
+        self.held(limit, name)
         measured.recorded.run = self.target.marked(measured.run)
         if sample_usage and (usage := timeline_usage(measured.run.timeline)):
             measured.usage = usage

@@ -8,7 +8,8 @@ asked once for all its pods' windows (``/windows``, streamed; an older agent a p
 every node at once.
 
 The user needs ``list`` on pods, replicasets, deployments, statefulsets and daemonsets in the
-namespaces read, and what ``import --timeline k8s:`` needs (k8s/recorder/user-rbac.yaml).
+namespaces read, and what ``import --timeline k8s:`` needs (k8s/recorder/user-rbac.yaml);
+``advise --passive --replicas`` lists services too (``client.run.k8s_services``).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from client.run.agent_timeline import (AgentTimelineError, OlderAgent, PodRef, agent_api,
-                                      agent_on_node)
+from client.run.agent_timeline import (AgentTimelineError, OlderAgent, PodRef, agent_kube,
+                                       agent_on_node)
 from client.run.kube_api import KubeApi, api_problem, connect_as, REQUEST_TIMEOUT
 
 __all__ = ["FETCH_WORKERS", "KINDS", "RECORD_LABEL", "Fetched", "PodInfo", "Workload",
@@ -73,6 +74,7 @@ class Workload:
     replicas: int | None         # spec.replicas (a DaemonSet: the pods it should run)
     pods: tuple[PodInfo, ...]
     limit_level: str | None = None   # "pod" (spec.resources) or "containers": which binds
+    labels: tuple[tuple[str, str], ...] = ()   # the pod template's labels (Services select)
 
 
 def parse_workload_ref(text: str) -> WorkloadRef:
@@ -174,8 +176,14 @@ def fold_pods(workloads: Iterable[Obj], kinds: Iterable[str], replicasets: Itera
         out.append(Workload(ref, _template_cpus(obj, "limits"), _template_cpus(obj, "requests"),
                             None if replicas is None else int(replicas),
                             tuple(sorted(by_owner.get((ref.namespace, kind, ref.name), []),
-                                         key=lambda p: p.name)), limit_level(obj)))
+                                         key=lambda p: p.name)), limit_level(obj),
+                            _template_labels(obj)))
     return out
+
+
+def _template_labels(workload: Obj) -> tuple[tuple[str, str], ...]:
+    meta = ((workload.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    return tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items()))
 
 
 LIST_PAGE = 500   # objects a list request asks for (the API's ``limit``; ``continue`` for more)
@@ -187,6 +195,8 @@ def _slim(obj: Obj) -> Obj:
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     labels = meta.get("labels") or {}
     template = ((spec.get("template") or {}).get("spec") or {})
+    template_labels = (((spec.get("template") or {}).get("metadata") or {}).get("labels")
+                       or {})
     return {"metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"),
                          "labels": ({RECORD_LABEL[0]: labels[RECORD_LABEL[0]]}
                                     if RECORD_LABEL[0] in labels else {}),
@@ -194,7 +204,7 @@ def _slim(obj: Obj) -> Obj:
                                              for r in meta.get("ownerReferences") or []],
                          "deletionTimestamp": meta.get("deletionTimestamp")},
             "spec": {"nodeName": spec.get("nodeName"), "replicas": spec.get("replicas"),
-                     "template": {"spec": {
+                     "template": {"metadata": {"labels": template_labels}, "spec": {
                          "resources": template.get("resources"),
                          "containers": [{"resources": c.get("resources")}
                                         for c in template.get("containers") or []]}}},
@@ -324,7 +334,7 @@ def stream_all_windows(workloads: Sequence[Workload], since_s: float, dest: Path
     if not by_node:
         return
     try:
-        api = agent_api()
+        api = agent_kube()
     except AgentTimelineError as exc:
         for workload in workloads:
             if waiting[workload.ref]:

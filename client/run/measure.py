@@ -5,7 +5,7 @@ command (``run``, ``sweep``, ``advise``) and benchmark goes through.
     -> record_run, the progress shown -> [caller's look while the target still runs]
     -> target.stop() by its own id, whatever happened
 
-- **What is sent where** is decided in one place: :class:`Load` (the plan, the path and its
+- **What is sent where** is decided in one place: :class:`Traffic` (the plan, the path and its
   ``?iterations=N``, timeout, warm-up) and :func:`target_spec` (a started target's URLs,
   what it is, the run's name and files). ``http-timing run`` times a URL it is given, not a
   target it starts: it builds its own :class:`RunSpec` and calls ``measure(spec)``.
@@ -42,7 +42,7 @@ from client.run.targets.replicas import ReplicaSet
 from client.run.usage import UsageSample, UsageSampler
 from cpuquota.limit import DEFAULT_PERIOD_MS
 
-__all__ = ["BURN_PATH", "Load", "Measurement", "Progress", "Started", "measure", "target_spec"]
+__all__ = ["BURN_PATH", "Measurement", "Progress", "Started", "Traffic", "measure", "target_spec"]
 
 BURN_PATH = "/cpuBurnFlow"   # burn-service's request (``?iterations=N``: N calibrated 1 us steps)
 
@@ -62,7 +62,7 @@ class Progress(Protocol):
 
 
 @dataclass(frozen=True)
-class Load:
+class Traffic:
     """What each run of a command sends to a target it started, and how: the same for every
     target (a sweep's limits, an advice's runs)."""
 
@@ -77,7 +77,7 @@ class Load:
         return tuple(build_url(base + self.path, self.iterations) for base in target.urls)
 
 
-def target_spec(target: Started, load: Load, *, name: str, data_dir: Path,
+def target_spec(target: Started, load: Traffic, *, name: str, data_dir: Path,
                 command: Sequence[str], sweep: SweepInfo | None = None,
                 settle_s: float = DEFAULT_PERIOD_MS / 1000) -> RunSpec:
     """The run of ``load`` against a started ``target``: its URL (a replica set's requests go

@@ -17,8 +17,9 @@ from typing import Any
 from cpuquota.cgroupfs import available_cpus, read_cpu_limit
 from cpuquota.limit import Limit, LimitError
 
-__all__ = ["Limiter", "LimiterError", "burst_file", "machine_cpus", "quota_file", "quota_file_problem", "read_quota",
-           "same_limit", "wait_for_quota", "write_quota"]
+__all__ = ["Limiter", "LimiterError", "burst_file", "machine_cpus", "quota_file",
+           "quota_file_problem", "quota_words", "read_quota", "same_limit", "wait_for_quota",
+           "write_quota"]
 
 SOURCE = "cgroup"
 
@@ -71,6 +72,16 @@ class Limiter(ABC):
         """After the restore: what stayed as it was (a pod's restarts, container id)."""
         return None
 
+    def drift(self, limit: Limit | None) -> str | None:
+        """Whether ``limit``, set by :meth:`apply`, is still what the target holds: None when
+        it is, else what changed from it and who changes it, in words for one line
+        (``LimiterError`` when it cannot be read). Here: the quota files."""
+        now = self.read()
+        if same_limit(now, limit):
+            return None
+        return (f"{self.description}: {quota_words(limit)} -> {quota_words(now)}: another "
+                "process or controller writes this group's quota")
+
     def patch_deployment(self, limit: Limit) -> str:
         """``--apply``: make ``limit`` permanent where the target has a Deployment; what was
         done, in one line (``LimiterError`` where it has none)."""
@@ -106,6 +117,14 @@ def read_quota(directory: Path, version: int) -> Limit | None:
                      min(found.burst_us or 0, found.quota_us) / 1000, SOURCE)
     except LimitError as exc:
         raise LimiterError(f"{directory}: unexpected quota: {exc}") from None
+
+
+def quota_words(limit: Limit | None) -> str:
+    """A quota as the kernel's files hold it: ``50000/100000 µs`` (``no quota``)."""
+    if limit is None:
+        return "no quota"
+    burst = f" (burst {limit.burst_us})" if limit.burst_us else ""
+    return f"{limit.quota_us}/{limit.period_us} µs{burst}"
 
 
 def same_limit(a: Limit | None, b: Limit | None) -> bool:

@@ -43,14 +43,14 @@ from typing import Any
 from client.run.agent_timeline import AgentLink
 from client.run.service_group import ServiceGroup
 from client.run.kube_api import api_message, api_problem
-from client.run.limiters.base import Limiter, LimiterError
+from client.run.limiters.base import Limiter, LimiterError, quota_words, same_limit
 from client.run.limiters.quota_source import AgentQuota, GroupFiles, QuotaSource
 from cpuquota.limit import Limit
 
 __all__ = ["KubernetesLimiter", "binding_level", "container_name", "cpu_cores", "cpu_quantity",
            "deployment_patch", "deployment_pods", "find_deployment_pods", "identity",
-           "parse_workload", "pod_level_cpus", "pod_level_deployment_patch", "pod_level_refused",
-           "pod_request_for", "pod_resize_body", "resize_body", "resize_state",
+           "parse_workload", "pick_container", "pod_level_cpus", "pod_level_deployment_patch",
+           "pod_level_refused", "pod_request_for", "pod_resize_body", "resize_body", "resize_state",
            "restarts_on_resize", "through_agent", "tied_containers"]
 
 # a user who reaches the pod through its node's agent holds the roles of this file
@@ -315,6 +315,35 @@ def container_name(pod: Pod, given: str | None) -> str:
                        f"{', '.join(containers) or 'none'})")
 
 
+def pick_container(pod: Pod, port: int | None) -> tuple[str | None, str | None]:
+    """The container to resize where a pod of several is named without ``--container``, and
+    the line that says why: the only one with a CPU limit of its own, else the only one with
+    a limit that serves ``port`` (the target URL's). (None, None): one container, or a
+    pod-level limit (that level is resized). ``LimiterError`` naming the containers where
+    neither picks one."""
+    containers = list((pod.get("spec") or {}).get("containers") or [])
+    if len(containers) <= 1 or pod_level_cpus(pod) is not None:
+        return None, None
+    names = [str(c.get("name")) for c in containers]
+    limited = [c for c in containers if _own_cpu(c) is not None]
+    listed = f"pod {_pod_name(pod)} has {len(names)} containers ({', '.join(names)})"
+    if len(limited) == 1:
+        name = str(limited[0].get("name"))
+        return name, (f"{listed}: resizing {name}, the only one with a CPU limit (--container "
+                      "NAME for another)")
+    serving = [c for c in limited if port is not None and
+               any(p.get("containerPort") == port for p in c.get("ports") or [])]
+    if len(serving) == 1:
+        name = str(serving[0].get("name"))
+        return name, (f"{listed}: resizing {name}, the only one with a CPU limit that serves "
+                      f"port {port} (--container NAME for another)")
+    which = (f"{', '.join(str(c.get('name')) for c in limited)} have a CPU limit"
+             if limited else "none has a CPU limit")
+    serves = ("" if port is None or not limited else
+              f", and not one of them alone serves port {port}")
+    raise LimiterError(f"{listed}; {which}{serves}: say which with --container NAME")
+
+
 def _guaranteed(container: Mapping[str, Any]) -> bool:
     resources = container.get("resources") or {}
     limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
@@ -551,6 +580,34 @@ class KubernetesLimiter(Limiter):
         if not self.allow_restart and identity(pod, self.container) != self.before:
             raise LimiterError(f"container {self.container} of {self.namespace}/{self.pod} "
                                "restarted or was replaced during the resize")
+
+    def drift(self, limit: Limit | None) -> str | None:
+        """Whether the pod still holds ``limit`` as this limiter set it: the spec's cpu limit
+        at the level that binds, and the quota where it is read back (:attr:`quota`); None
+        when both do, else what each went from and to, and who does that (a VPA's updater
+        in ``InPlaceOrRecreate`` resizes a pod in place as this does)."""
+        if limit is None:
+            return super().drift(limit)
+        pod = self.read_pod()
+        if self.level == "pod":
+            where, spec_cpu = "spec.resources.limits.cpu", pod_level_cpus(pod)
+        else:
+            where = f"container {self.container}'s limits.cpu"
+            spec_cpu = _own_cpu(_container(pod, self.container))
+        changed = []
+        if spec_cpu is None or round(spec_cpu * 1000) != limit.millicores:
+            now = "none" if spec_cpu is None else f"{round(spec_cpu * 1000)}m"
+            changed.append(f"the pod's {where} {cpu_quantity(limit)} -> {now}")
+        want = Limit(limit.cpus, 100.0, 0.0)
+        quota = self.quota.read()
+        if not same_limit(quota, want):
+            changed.append(f"the quota ({self.quota.where}) {quota_words(want)} -> "
+                           f"{quota_words(quota)}")
+        if not changed:
+            return None
+        return (f"{', '.join(changed)}: a VPA's updater (InPlaceOrRecreate) or another "
+                f"controller resizes {self.namespace}/{self.pod} too (--despite-vpa does not help "
+                "here: stop it, e.g. the VPA's updateMode Off, then run again)")
 
     def unchanged(self) -> str:
         """What the restore says of the container: its restart count and id as when we came

@@ -75,6 +75,11 @@ class PodsLimiter(Limiter):
             if not same_limit(limiter.read(), limit):
                 limiter.apply(limit)
 
+    def drift(self, limit: Limit | None) -> str | None:
+        """Each pod's :meth:`KubernetesLimiter.drift`, joined (None: every pod holds it)."""
+        found = [words for limiter in self.limiters if (words := limiter.drift(limit))]
+        return "; ".join(found) if found else None
+
     def unchanged(self) -> str:
         return "; ".join(limiter.unchanged() for limiter in self.limiters)
 
