@@ -39,7 +39,7 @@ CHOSEN: dict[str, tuple[str, ...]] = {
 # run by name only: they use the project's Kubernetes node (under its lock, as docs/benchmarks.md
 # says: ``flock /tmp/kube.lock timeout 1200 ...``)
 NODE: tuple[str, ...] = ("agent_cost_node", "cluster_scale", "commands_remote", "passive_vs_live",
-                         "replicas_passive_vs_live")
+                         "replicas_passive_vs_live", "hpa_vs_controller")
 # run by name only: this host, but longer than ``make bench`` should take (~10 min; the
 # week of Prometheus series ~25 min, its backfill most of it)
 LONG: tuple[str, ...] = ("advise_matrix", "cluster_offline", "prometheus_week")

@@ -9,8 +9,9 @@ Every request is kept (path and query; a PATCH's body).
 
 For the pod-level resize (``client.run.limiters.kubernetes``), it serves ``pods`` (NS/NAME ->
 the pod's JSON), ``/version``, and ``pods/resize`` as ``resize`` says: ``ok`` (the spec merged,
-a dry run only answered; the "kubelet" posts ``status.resources`` and writes the pod's quota
-file, ``quota_dirs``), ``404`` (a server before 1.33), ``422`` (the gate off, the API
+a dry run only answered; the "kubelet" posts ``status.resources`` and each container's
+``resources`` and writes the pod's quota file, ``quota_dirs``: the pod-level limit, else its one
+container's), ``404`` (a server before 1.33), ``422`` (the gate off, the API
 server's own message), ``drop`` (answered unchanged) or ``infeasible`` (stored, never acted
 on: ``PodResizePending``); a Deployment's patch is kept. Every patch is kept in ``patches``
 (path, query, body). Stopped by the context manager."""
@@ -169,8 +170,17 @@ def _handler(cluster: Cluster) -> type[BaseHTTPRequestHandler]:
                                          "InPlacePodLevelResourcesVerticalScaling is disabled"}]
                 return
             resources = copy.deepcopy((pod.get("spec") or {}).get("resources") or {})
-            status["resources"] = resources
+            if resources:
+                status["resources"] = resources
+            containers = (pod.get("spec") or {}).get("containers") or []
+            for container in containers:   # each container's as the kubelet posts it
+                for posted in status.get("containerStatuses") or []:
+                    if posted.get("name") == container.get("name") and \
+                            container.get("resources"):
+                        posted["resources"] = copy.deepcopy(container["resources"])
             cpu = (resources.get("limits") or {}).get("cpu")
+            if cpu is None and len(containers) == 1:   # no pod level: the container's binds
+                cpu = ((containers[0].get("resources") or {}).get("limits") or {}).get("cpu")
             if key in cluster.quota_dirs and cpu:
                 quota = round(float(cpu[:-1]) * 100 if cpu.endswith("m") else
                               float(cpu) * 100000)

@@ -46,11 +46,11 @@ import httpx
 from benchmarks.passive_vs_live import http_timing, limit_patch, the_node
 from benchmarks.support import ROOT, keep_record, loadavg, recorder_on_every_node, run_main
 
-__all__ = ["NAMESPACE", "main"]
+__all__ = ["NAMESPACE", "host_of", "main", "overlay", "put_back", "the_deployment"]
 
 NAMESPACE = "tl-replicas-bench"
 WORKLOAD = f"{NAMESPACE}/deployment/limited"
-HOST = f"limited.{NAMESPACE}.localhost"
+HOST = f"limited.{NAMESPACE}.localhost"   # host_of(NAMESPACE)
 GOAL = 0.25   # issue 60: the predicted p99 within 25 % of the measured
 
 
@@ -58,10 +58,15 @@ def log(msg: str) -> None:
     print(f"[replicas_passive_vs_live] {msg}", file=sys.stderr, flush=True)
 
 
-def overlay(directory: Path, limit: str) -> Path:
-    """``k8s/`` in :data:`NAMESPACE`: the limited Deployment at ``limit``, its Service and its
-    Ingress on the node's Traefik class and :data:`HOST`; the Job, the limitless Deployment
-    and its Ingress deleted."""
+def host_of(namespace: str) -> str:
+    """The Ingress's host in ``namespace`` (send with ``Host:`` it)."""
+    return f"limited.{namespace}.localhost"
+
+
+def overlay(directory: Path, limit: str, namespace: str = NAMESPACE) -> Path:
+    """``k8s/`` in ``namespace``: the limited Deployment at ``limit``, its Service and its
+    Ingress on the node's Traefik class and :func:`host_of` it; the Job, the limitless
+    Deployment and its Ingress deleted."""
     from kubenode.traefik import INGRESS_CLASS
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -76,7 +81,7 @@ def overlay(directory: Path, limit: str) -> Path:
                             ("networking.k8s.io/v1", "Ingress", "limitless")))
     (directory / "kustomization.yaml").write_text(f"""apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
-namespace: {NAMESPACE}
+namespace: {namespace}
 resources:
   - {os.path.relpath(ROOT / "k8s", directory)}
 patches:
@@ -89,25 +94,26 @@ patches:
         value: {INGRESS_CLASS}
       - op: replace
         path: /spec/rules/0/host
-        value: {HOST}
+        value: {host_of(namespace)}
 {limit_patch(limit)}""")
     return directory
 
 
 @contextmanager
-def the_deployment(n: Any, work: Path, limit: str, path: str) -> Iterator[str]:
-    """The Deployment, Service and Ingress in :data:`NAMESPACE`; yields Traefik's base URL
-    (send with ``Host:`` :data:`HOST`). The namespace is deleted at the end."""
+def the_deployment(n: Any, work: Path, limit: str, path: str,
+                   namespace: str = NAMESPACE) -> Iterator[str]:
+    """The Deployment, Service and Ingress in ``namespace``; yields Traefik's base URL
+    (send with ``Host:`` :func:`host_of` it). The namespace is deleted at the end."""
     from kubenode.traefik import WEB_PORT
 
     deadline = time.monotonic() + 300
-    while "Terminating" in n.kubectl("get", "namespace", NAMESPACE, check=False).stdout:
+    while "Terminating" in n.kubectl("get", "namespace", namespace, check=False).stdout:
         if time.monotonic() > deadline:
-            raise SystemExit(f"namespace {NAMESPACE} still Terminating after 5 min")
+            raise SystemExit(f"namespace {namespace} still Terminating after 5 min")
         time.sleep(2)
-    n.kubectl("apply", "-k", str(overlay(work / "overlay", limit)), timeout=120)
+    n.kubectl("apply", "-k", str(overlay(work / "overlay", limit, namespace)), timeout=120)
     try:
-        n.kubectl("-n", NAMESPACE, "rollout", "status", "deployment/limited",
+        n.kubectl("-n", namespace, "rollout", "status", "deployment/limited",
                   "--timeout=300s", timeout=320)
         traefik = n.kubectl("-n", "kube-system", "get", "pod", "-l",
                             "app.kubernetes.io/name=traefik", "--field-selector",
@@ -115,29 +121,30 @@ def the_deployment(n: Any, work: Path, limit: str, path: str) -> Iterator[str]:
                             "jsonpath={.items[0].status.podIP}").stdout.strip()
         base = f"http://{traefik}:{WEB_PORT}"
         deadline = time.monotonic() + 120
-        while not _answers(base + path):
+        while not _answers(base + path, host_of(namespace)):
             if time.monotonic() > deadline:
-                raise SystemExit(f"{HOST} did not answer through Traefik in 120 s")
+                raise SystemExit(f"{host_of(namespace)} did not answer through Traefik in "
+                                 "120 s")
             time.sleep(0.5)
         yield base
     finally:
-        n.kubectl("delete", "namespace", NAMESPACE, "--wait=true", "--timeout=300s",
+        n.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=300s",
                   check=False, timeout=320)
 
 
-def _answers(url: str) -> bool:
+def _answers(url: str, host: str = HOST) -> bool:
     try:
-        return all(httpx.get(url, headers={"Host": HOST}, timeout=2).status_code == 200
+        return all(httpx.get(url, headers={"Host": host}, timeout=2).status_code == 200
                    for _ in range(5))
     except httpx.HTTPError:
         return False
 
 
-def put_back(n: Any) -> dict[str, Any]:
+def put_back(n: Any, namespace: str = NAMESPACE) -> dict[str, Any]:
     """The Deployment's count and its pods' CPU limits as kubectl reads them now."""
-    deployment = json.loads(n.kubectl("-n", NAMESPACE, "get", "deployment", "limited", "-o",
+    deployment = json.loads(n.kubectl("-n", namespace, "get", "deployment", "limited", "-o",
                                       "json").stdout)
-    pods = json.loads(n.kubectl("-n", NAMESPACE, "get", "pods", "-l",
+    pods = json.loads(n.kubectl("-n", namespace, "get", "pods", "-l",
                                 "app.kubernetes.io/component=limited", "-o", "json").stdout)
     return {"replicas": deployment["spec"]["replicas"],
             "limits": sorted(p["spec"]["containers"][0]["resources"]["limits"]["cpu"]

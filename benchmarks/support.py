@@ -270,9 +270,9 @@ def recorder_on_every_node(n: Any, work: Path, log: Callable[[str], None]) -> It
     from kubenode import node as kubenode
     from kubenode import project_images, recorder
     from kubenode.context import containerd_addresses
-    from kubenode.images import ctr_images
+    from kubenode.images import has_image
 
-    if any("docker.io/library/" + project_images.SERVICE_IMAGE not in ctr_images(address)
+    if any(not has_image(address, project_images.SERVICE_IMAGE)
            for address in containerd_addresses(n.lay)):
         kubenode.load_project_images(n.lay, log, ROOT)
     ns = recorder.RECORDER_NAMESPACE

@@ -7,10 +7,20 @@ are the benchmark's, or files made up here."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.advise_matrix import Pace, live_pace, load_differs, pace_of, summary, verdict
+from benchmarks.advise_matrix import (
+    Pace,
+    live_answers,
+    live_pace,
+    live_span,
+    load_differs,
+    pace_of,
+    summary,
+    verdict,
+)
 
 
 def test_within_25_percent_either_way_is_within_whatever_the_range() -> None:
@@ -27,6 +37,33 @@ def test_beyond_25_percent_the_range_must_hold_the_live_answer() -> None:
     missed = verdict(0.5, 0.4, 0.6, True, 1.0)
     assert not missed.within and missed.in_range is False and not missed.says_so
     assert not verdict(0.74, 0.7, 0.8, True, 1.0).within
+
+
+def test_live_answers_that_differ_are_the_reference_s_range() -> None:
+    # live said 0.31 and 0.48 on the same load: within 25 % of either is within
+    for passive in (0.2325, 0.354, 0.6):
+        v = verdict(passive, passive, passive, True, 0.31, live_high=0.48)
+        assert v.within and v.says_so, passive
+    assert verdict(0.4, 0.4, 0.4, True, 0.31, live_high=0.48).ratio == 1.0
+    low = verdict(0.2, 0.2, 0.2, True, 0.31, live_high=0.48)
+    assert not low.within and low.ratio is not None and abs(low.ratio - 0.2 / 0.31) < 1e-12
+    high = verdict(0.7, 0.7, 0.7, True, 0.31, live_high=0.48)
+    assert not high.within and high.ratio is not None and abs(high.ratio - 0.7 / 0.48) < 1e-12
+    # a passive range overlapping the live span holds a live answer
+    assert verdict(0.7, 0.45, 0.8, True, 0.31, live_high=0.48).in_range
+    assert verdict(0.7, 0.5, 0.8, True, 0.31, live_high=0.48).in_range is False
+
+
+def test_live_answers_are_read_in_run_order_and_spanned(tmp_path: Path) -> None:
+    for name, cpus in (("live", 0.48), ("live-2", None), ("live-3", 0.31)):
+        answer = {"recommended": None if cpus is None else {"cpus": cpus}}
+        (tmp_path / f"{name}.json").write_text(json.dumps(answer))
+    (tmp_path / "live-5.json").write_text("{}")   # after a gap: not a run of this cell
+    answers, first = live_answers(tmp_path)
+    assert answers == [0.48, None, 0.31] and first == {"recommended": {"cpus": 0.48}}
+    assert live_span(answers) == (0.31, 0.48)
+    assert live_span([None]) == (None, None)
+    assert live_answers(tmp_path / "none") == ([], {})
 
 
 def test_a_range_open_above_holds_any_live_answer_over_its_low_end() -> None:
