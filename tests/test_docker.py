@@ -21,6 +21,12 @@ import httpx
 import pytest
 import yaml
 
+from cpuquota.account import CpuStat
+from cpuquota.cgroupfs import (
+    find_cpu_controller,
+    parse_cpu_stat,
+    read_text,
+)
 from tests.dockerd import (
     TEST_CLIENT_IMAGE,
     BuildResult,
@@ -36,7 +42,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.timeout(1200)]
 
 REQUEST_CPU_MS = 8.0  # each request burns about this much CPU: ~4 fit in one 30 ms quota,
 REQUESTS = 150        # so roughly every fourth request waits for the next period
-STALL_MS = 40.0     # a 0.3 CPU quota stops the container for up to ~70 ms per 100 ms period
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +85,19 @@ def calibrate_iterations(container: Container, cpu_ms: float = REQUEST_CPU_MS) -
     cpu_ns = min(httpx.get(container.base_url + "/cpuBurnFlow", params={"iterations": probe},
                            timeout=30).json()["cpu_ns"] for _ in range(5))
     return max(1000, min(1_000_000, round(probe * cpu_ms * 1e6 / max(cpu_ns, 1))))
+
+
+def container_cpu_stat(container: Container) -> CpuStat:
+    """The container's cpu.stat, read from the host: its group from ``/proc/<pid>/cgroup``,
+    found in the host's mounts."""
+    pid = docker("inspect", "-f", "{{.State.Pid}}", container.id).stdout.strip()
+    controller = find_cpu_controller(read_text(f"/proc/{pid}/cgroup"),
+                                     read_text("/proc/self/mountinfo"))
+    assert controller is not None, f"no cpu controller for the container's pid {pid}"
+    group = controller.directory
+    stat = parse_cpu_stat(read_text(group / "cpu.stat"), controller.version)
+    assert stat is not None, f"{group}/cpu.stat has no bandwidth counters"
+    return stat
 
 
 def time_run(container: Container, name: str, data_dir: Path,
@@ -163,44 +181,38 @@ def test_limits_report_the_engine_quota(limited: Container, limitless: Container
     assert httpx.get(limitless.base_url + "/limits").json()["cgroup"]["quota_us"] is None
 
 
-def stall_shows(slow: dict[str, Any], free: dict[str, Any]) -> bool:
-    """The limited run's p90 lands in the stall (up to ~70 ms) and the free one's far below.
-    Generous: other work on a shared machine slows both runs and shortens the stalls."""
-    return ((slow["p90_ms"] > STALL_MS or slow["p90_ms"] > 3 * free["p90_ms"])
-            and free["p90_ms"] < slow["p90_ms"] / 1.5)
-
-
 def test_quota_stalls_the_limited_container_only(limited: Container, limitless: Container,
                                                  tmp_path: Path) -> None:
+    """The kernel stops the --cpus 0.3 container and never the free one, and the requests say
+    so: one run of each, judged by the containers' own cpu.stat read from the host. How long
+    the stalls were against the free run's latencies is printed, not judged: a busy machine
+    blurs both (docs/benchmarks.md has the figures)."""
     iterations = calibrate_iterations(limitless)
-    figures = []
-    for attempt in range(1, 4):  # a busy shared machine can blur one run; the kernel cannot lie
-        free, free_rows = time_run(limitless, f"docker-limitless-{attempt}", tmp_path, iterations)
-        slow, slow_rows = time_run(limited, f"docker-limited-{attempt}", tmp_path, iterations)
-        figures.append(f"{iterations} iterations; --cpus 0.3: p50 {slow['p50_ms']:.1f} ms "
-                       f"p90 {slow['p90_ms']:.1f} ms max {slow['max_ms']:.1f} ms | no limit: "
-                       f"p50 {free['p50_ms']:.1f} ms p90 {free['p90_ms']:.1f} ms "
-                       f"max {free['max_ms']:.1f} ms")
-        print("\n" + figures[-1])
-        assert free["count"] == slow["count"] == REQUESTS
-        assert free["errors"] == slow["errors"] == 0
-        # The kernel says why: many limited requests were throttled, none of the free ones.
-        # Back to back, the quota runs out about once per 30 ms of the run's CPU and stops the
-        # request in flight: at least half as many as that (counted from what the requests
-        # cost as they ran, Server-Timing cpu: what a pass costs can fall well below what it
-        # was when the iterations were sized)
-        throttled = [r for r in slow_rows if int(r["kernel_nr_throttled"] or 0) > 0]
-        run_cpu_ms = sum(int(r["server_cpu_ns"] or 0) for r in slow_rows) / 1e6
-        assert len(throttled) >= max(3, run_cpu_ms / 30 / 2), (
-            f"only {len(throttled)} throttled requests in {run_cpu_ms:.0f} ms of CPU")
-        assert all(int(r["kernel_nr_throttled"] or 0) == 0 for r in free_rows)
-        if stall_shows(slow, free):
-            return
-    # A request that takes far longer than its CPU time without any limit: other processes hold
-    # the CPU, so the container could not use more than its quota anyway.
-    require(free["p50_ms"] < 2.5 * REQUEST_CPU_MS,
-            "the machine is too busy for a CPU quota to make a difference: " + figures[-1])
-    pytest.fail("the p90 of the --cpus 0.3 run never showed the stall:\n" + "\n".join(figures))
+    kernel = {"free": container_cpu_stat(limitless), "before": container_cpu_stat(limited)}
+    free, free_rows = time_run(limitless, "docker-limitless", tmp_path, iterations)
+    slow, slow_rows = time_run(limited, "docker-limited", tmp_path, iterations)
+    kernel["after"] = container_cpu_stat(limited)
+    print(f"\n{iterations} iterations; --cpus 0.3: p50 {slow['p50_ms']:.1f} ms "
+          f"p90 {slow['p90_ms']:.1f} ms max {slow['max_ms']:.1f} ms | no limit: "
+          f"p50 {free['p50_ms']:.1f} ms p90 {free['p90_ms']:.1f} ms max {free['max_ms']:.1f} ms")
+    assert free["count"] == slow["count"] == REQUESTS
+    assert free["errors"] == slow["errors"] == 0
+    # The requests ran one at a time, so a period throttled during one is counted by that
+    # request alone: the rows add up to no more than the kernel's count, and to most of it (a
+    # period can also run out between two requests, or in the health check).
+    periods = kernel["after"].nr_throttled - kernel["before"].nr_throttled
+    seen = sum(int(r["kernel_nr_throttled"] or 0) for r in slow_rows)
+    delayed = sum(1 for r in slow_rows if int(r["kernel_nr_throttled"] or 0) > 0)
+    counts = (f"the container's cpu.stat: {periods} periods throttled; the rows: {seen} "
+              f"periods in {delayed} requests delayed by throttling")
+    print(counts)
+    assert periods >= 1 and delayed >= 1, counts
+    assert delayed <= seen <= periods, counts
+    assert seen >= periods / 2, counts
+    # the free container has no quota: no period of it was throttled, no request claims one
+    free_after = container_cpu_stat(limitless)
+    assert free_after.nr_throttled == kernel["free"].nr_throttled == 0, free_after
+    assert all(int(r["kernel_nr_throttled"] or 0) == 0 for r in free_rows)
 
 
 def _compose_command() -> list[str] | None:
