@@ -22,8 +22,8 @@ import pytest
 from client.data.files import read_run
 from cpuquota.account import CpuStat
 from cpuquota.cgroupfs import locate_cpu_controller, read_cpu_stat
-from tests.support import (BIN, favour_group, http_timing, require, require_kernel_quota,
-                           service_process, stop_by_pid)
+from tests.support import (BIN, favour_group, http_timing, one_cpu, require,
+                           require_kernel_quota, service_process, stop_by_pid)
 
 CPUS = "0.1"
 ITERATIONS = 30_000     # ~30 ms of CPU (calibrated): each request spans three 10 ms quotas
@@ -63,13 +63,15 @@ class Recording:
 
 @contextmanager
 def recorded_service(tmp_path: Path) -> Iterator[Recording]:
-    """burn-service --cpus 0.1 (its group's weight raised: ``favour_group``), and
+    """burn-service --cpus 0.1 (its group's weight raised: ``favour_group``; its threads on
+    one CPU: ``one_cpu``), and
     ``http-timing record`` on its group from before the load until after it (SIGTERM); both
     stopped by pid."""
     require_kernel_quota()
     with service_process(["--cpus", CPUS]) as (base, _proc):
         group = Path(httpx.get(base + "/limits", timeout=5).json()["cgroup"]["path"])
         favour_group(group)   # a busy machine must not starve it below its quota
+        one_cpu(group)        # its throttled time is then its wall time (summed over CPUs)
         proc = subprocess.Popen([str(BIN / "http-timing"), "record", str(group), "--name", "t"],
                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)

@@ -20,7 +20,7 @@ from kubenode import node as kubenode
 from kubenode import project_images, recorder
 from kubenode.config import NODE_NAME
 from kubenode.context import containerd_addresses
-from kubenode.images import ctr_images
+from kubenode.images import has_image
 from tests.support import ROOT
 
 __all__ = ["RECORDER_NS", "cpu_stat", "exported_throttled", "kubectl_json", "recorder_up",
@@ -66,7 +66,7 @@ def recorder_up(node: kubenode.Node, overlay: Path) -> Iterator[dict[str, Any]]:
     agent's running pod (its JSON). Afterwards the recorder, the user RBAC and the timelines
     are deleted (the recorder waited for: it writes the timelines until it ends)."""
     lay = node.lay
-    if any("docker.io/library/" + project_images.SERVICE_IMAGE not in ctr_images(address)
+    if any(not has_image(address, project_images.SERVICE_IMAGE)
            for address in containerd_addresses(lay)):   # each node's
         kubenode.load_project_images(lay, print, ROOT)
     try:

@@ -80,6 +80,24 @@ def favour_group(group: Path) -> None:
     raise AssertionError(f"{group}: neither cpu.shares nor cpu.weight (not a cpu group)")
 
 
+def one_cpu(group: Path) -> None:
+    """Pin every thread in ``group`` to one CPU (the lowest it may use; the threads it starts
+    later inherit it). The kernel sums a group's throttled time over the CPUs it
+    was throttled on: a service whose idle thread wakes on a second CPU while the quota is
+    spent counts that CPU's wait too, more often on a busy machine. On one CPU the throttled
+    time is the wall time the group sat throttled, what a one-thread test can judge."""
+    cpu = min(os.sched_getaffinity(0))
+    for name in ("tasks", "cgroup.threads"):   # v1, v2
+        if (group / name).exists():
+            for tid in (group / name).read_text().split():
+                try:
+                    os.sched_setaffinity(int(tid), {cpu})
+                except ProcessLookupError:     # a thread that ended meanwhile
+                    pass
+            return
+    raise AssertionError(f"{group}: neither tasks nor cgroup.threads (not a cgroup)")
+
+
 def stop_by_pid(proc: subprocess.Popen[Any], first: int = signal.SIGTERM,
                 grace: float = 20.0) -> None:
     """Stop ``proc`` by its own pid if it still runs, also when a test failed or timed out

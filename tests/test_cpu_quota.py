@@ -29,7 +29,7 @@ from service.cgroup import remove_group
 from cpuquota.limit import Limit
 from cpuquota.account import CpuStat
 from service.cpu_quota import QuotaRun, describe_run, setup_error_message
-from tests.support import (BIN, GUEST_START_S, HIERARCHIES, in_v2_guest, require,
+from tests.support import (BIN, favour_group, GUEST_START_S, HIERARCHIES, in_v2_guest, require,
                            require_kernel_quota, service_process, stop_by_pid)
 
 CPU_QUOTA = str(BIN / "cpu-quota")
@@ -112,7 +112,9 @@ def test_runs_the_command_inside_its_own_group(cgroup_version: int) -> None:
     require_kernel_quota(cgroup_version)
     code = ("import json, sys\nfrom cpuquota.cgroupfs import limit_in_force\n"
             "print(json.dumps(limit_in_force().as_dict()))\nsys.exit(3)")
-    result = run_cpu_quota(["--cpus", "0.5", "--period-ms", "50", "--", sys.executable, "-c", code])
+    # under TCG with the host suites beside it, Python alone takes half a minute to start
+    result = run_cpu_quota(["--cpus", "0.5", "--period-ms", "50", "--", sys.executable, "-c", code],
+                           timeout=180)
     assert result.returncode == 3, result.stderr
     seen = json.loads(result.stdout)
     assert (seen["quota_us"], seen["period_us"], seen["cpus"]) == (25000, 50000, 0.5)
@@ -556,6 +558,7 @@ def test_burn_service_starts_before_its_quota_and_answers_under_it() -> None:
               f"{at_first.nr_periods} periods under the quota ({at_first.nr_throttled} "
               f"throttled): {outside_ns / 1e6:.0f} ms before it")
         assert outside_ns >= 200_000_000, (used_ns, at_first)
+        favour_group(group)   # on a busy machine the quota, not the load, decides how it runs
         timing = _get(f"{base}/cpuBurnFlow?iterations=30000").headers["server-timing"]
         after = read_cpu_stat(group, version)
         assert after is not None and after.nr_throttled - at_first.nr_throttled >= 1, \

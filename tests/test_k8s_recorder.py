@@ -112,13 +112,13 @@ def test_the_users_rbac_reaches_the_agents_through_the_proxy_and_no_further() ->
     cluster = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
     assert [(r["resources"], r["verbs"]) for r in cluster["throttle-lab-pod-reader"]["rules"]] \
         == [(["pods"], ["get"])]
-    # cluster and advise --passive --k8s: list the workloads, their pods and HPAs, read
-    # nothing else
+    # cluster and advise --passive --k8s: list the workloads, their pods, HPAs and Services
+    # (--replicas), read nothing else
     workloads = cluster["throttle-lab-workload-reader"]["rules"]
     assert all(r["verbs"] == ["list"] for r in workloads), workloads
     assert sorted(res for r in workloads for res in r["resources"]) == [
         "daemonsets", "deployments", "horizontalpodautoscalers", "pods", "replicasets",
-        "statefulsets", "verticalpodautoscalers"]
+        "services", "statefulsets", "verticalpodautoscalers"]
     # cluster --prometheus k8s:NS/SERVICE: get services/proxy, bound in Prometheus's namespace
     assert [(r["resources"], r["verbs"])
             for r in cluster["throttle-lab-prometheus-reader"]["rules"]] == [

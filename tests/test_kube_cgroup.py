@@ -74,8 +74,7 @@ def kubectl_json(node: kubenode.Node, *args: str) -> dict:  # type: ignore[type-
 def service_image(kube_node: kubenode.Node) -> None:
     """The project's service image in the node: imported once (built from this checkout's
     docker/Dockerfile) when the node does not have it yet."""
-    have = node_images.ctr_images(kube_node.containerd_address)
-    if f"docker.io/library/{SERVICE_IMAGE}" not in have:
+    if not node_images.has_image(kube_node.containerd_address, SERVICE_IMAGE):
         kubenode.load_project_images(kube_node.lay, print, ROOT)
 
 
