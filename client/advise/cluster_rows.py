@@ -14,14 +14,18 @@ without what needs each period unless the agents keep the window too
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 from client.advise import AdviseError
-from client.advise.cluster import pod_windows, row_of
+from client.advise.cluster import PodWindows, pod_windows, row_of
 from client.advise.hpa import cluster_hpa
 from client.analysis.cluster import (NO_WINDOW, ClusterRow, PodWindow, WorkloadLimits,
                                      no_quota, sort_rows)
@@ -31,17 +35,20 @@ from client.analysis.goal import LatencyGoal
 from client.data.timefmt import iso_utc
 from client.run.k8s_hpa import hpa_for, list_hpas
 from client.run.k8s_vpa import Vpa, VpaError, list_vpas, vpa_modes
-from client.run.k8s_workloads import (RECORD_LABEL, Workload, WorkloadError, WorkloadRef,
+from client.run.k8s_workloads import (RECORD_LABEL, Fetched, Workload, WorkloadError, WorkloadRef,
                                       fetch_all_windows, list_workloads, stream_all_windows)
 from client.run.kube_api import KubeError, connect
 from client.run.prometheus import Prometheus, PrometheusError
 from client.run.prometheus_query import Totals, pod_totals, pods_seen
 
-__all__ = ["AGENT_WINDOWS_S", "POD_LEVEL", "ClusterTable", "rows_from_agents", "agents_keep",
-           "cluster_table", "prometheus_rows"]
+__all__ = ["AGENT_WINDOWS_S", "MAX_JOBS", "POD_LEVEL", "POOL_FROM", "ClusterTable",
+           "agents_keep", "cluster_table", "jobs_default", "prometheus_rows",
+           "replay_processes", "rows_from_agents"]
 
 POD_LEVEL = ("the pod-level limit (spec.resources.limits.cpu, on the pod's group) is the one "
              "that binds: LIMIT is it, the quota counted is the pod's")
+MAX_JOBS = 8              # cluster's worker processes, when not told (--jobs)
+POOL_FROM = 16            # fewer recorded workloads than this are replayed in one process
 AGENT_WINDOWS_S = 3600.0   # with Prometheus: the agents' windows are asked for up to this
 
 # a workload's picture: its row, its pods' windows, where to draw it
@@ -52,7 +59,8 @@ Draw = Callable[[ClusterRow, Sequence[PodWindow], Path], object]
 class ClusterTable:
     """The rows (sorted: throttling first), the workloads with no recorded pod, where the
     figures came from (``"the node agents"``, ``"Prometheus at URL"``), Prometheus's steps
-    (None: from the agents), and what could not be read beside them, a line each."""
+    (None: from the agents), what could not be read beside them, a line each, and the
+    processes the replays ran in."""
 
     namespace: str | None
     rows: list[ClusterRow]
@@ -60,6 +68,7 @@ class ClusterTable:
     source: str
     resolution: dict[str, Any] | None
     said: tuple[str, ...] = ()
+    processes: int = 1   # the processes the agents' windows were replayed in
 
     @property
     def where(self) -> str:
@@ -74,10 +83,12 @@ def agents_keep(since_s: float, until: float | None, now: float) -> bool:
 
 def cluster_table(namespace: str | None, since_s: float, until: float | None,
                   target: LatencyGoal, dest: Path, prometheus: Prometheus | None = None,
-                  pictures: Path | None = None, draw: Draw | None = None) -> ClusterTable:
+                  pictures: Path | None = None, draw: Draw | None = None,
+                  jobs: int = 1) -> ClusterTable:
     """The table of ``namespace`` (None: every namespace) over the ``since_s`` to ``until``
     (None: now), the windows kept in ``dest``; with ``pictures`` and ``draw``, each workload's
-    picture drawn there (from the agents' windows only)."""
+    picture drawn there (from the agents' windows only); the agents' windows replayed in
+    ``jobs`` processes (:func:`rows_from_agents`)."""
     said: list[str] = []
     try:
         workloads = list_workloads(namespace)
@@ -88,7 +99,7 @@ def cluster_table(namespace: str | None, since_s: float, until: float | None,
     if not any(p.recorded for w in workloads for p in w.pods):
         raise AdviseError(f"no workload in {where} has a pod the node agent records: label its "
                           "pods throttle-lab/record=true (and kubectl apply -k k8s/recorder)")
-    steps = None
+    steps, processes = None, 1
     if prometheus is not None:
         try:
             rows, unrecorded, asked = prometheus_rows(prometheus, workloads, namespace,
@@ -106,10 +117,14 @@ def cluster_table(namespace: str | None, since_s: float, until: float | None,
                  "says": resolution(asked.step_s, asked.usage_step_s)}
     else:
         rows, unrecorded = rows_from_agents(workloads, since_s, until, dest, target,
-                                      pictures if draw is not None else None, hpas, draw)
+                                            pictures if draw is not None else None, hpas,
+                                            draw, jobs)
         source = "the node agents"
+        processes = replay_processes(jobs, sum(any(p.recorded for p in w.pods)
+                                               for w in workloads),
+                                     pictures is not None and draw is not None)
     return ClusterTable(namespace, _annotated(rows, workloads, vpas), unrecorded, source,
-                        steps, tuple(said))
+                        steps, tuple(said), processes)
 
 
 def _annotated(rows: list[ClusterRow], workloads: Sequence[Workload],
@@ -125,37 +140,108 @@ def _annotated(rows: list[ClusterRow], workloads: Sequence[Workload],
         for r in rows]
 
 
+def jobs_default() -> int:
+    """The processes ``cluster`` replays in when not told (``--jobs``): the CPUs this
+    process may run on, at most :data:`MAX_JOBS`."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(MAX_JOBS, cpus))
+
+
+def replay_processes(jobs: int, recorded: int, drawing: bool) -> int:
+    """The processes :func:`rows_from_agents` replays ``recorded`` workloads in: one where
+    it draws pictures (in this process) or has fewer than :data:`POOL_FROM`, else ``jobs``
+    (at most one a workload)."""
+    if drawing or recorded < POOL_FROM:
+        return 1
+    return max(1, min(jobs, recorded))
+
+
+def _agent_row(workload: Workload, since_s: float, dest: Path, fetched: Fetched,
+               target: LatencyGoal, hpa: dict[str, Any] | None
+               ) -> tuple[ClusterRow, PodWindows]:
+    """A workload's row from its pods' fetched windows, and the windows (``hpa``: the HPA
+    that scales it, None for none)."""
+    got = pod_windows(workload, since_s, dest, fetched)
+    words = None if hpa is None else cluster_hpa(
+        hpa, workload.limit_cpus, workload.request_cpus, [r.path for r in got.recordings],
+        target)
+    if not got.windows:
+        return ClusterRow(str(workload.ref), workload.limit_cpus, workload.request_cpus, 0, 0.0,
+                          None, None, None, None, None, None, None, None, None, (NO_WINDOW,),
+                          tuple(got.missing),
+                          no_quota=None if workload.limit_cpus is not None
+                          else no_quota(None), hpa=words), got
+    limits = WorkloadLimits(str(workload.ref), workload.limit_cpus, workload.request_cpus,
+                            workload.replicas)
+    return dataclasses.replace(row_of(limits, got.windows, target, got.missing),
+                               hpa=words), got
+
+
+def _row_in_worker(workload: Workload, since_s: float, dest: Path, fetched: Fetched,
+                   target: LatencyGoal, hpa: dict[str, Any] | None) -> ClusterRow:
+    """:func:`_agent_row` in a worker process: the row alone goes back (the windows are
+    read there, from the files the parent fetched)."""
+    return _agent_row(workload, since_s, dest, fetched, target, hpa)[0]
+
+
+PR_SET_PDEATHSIG = 1   # prctl(2): the signal a process gets when its parent ends
+
+
+def _quiet_worker(parent: int) -> None:
+    """A worker leaves Ctrl-C to the command (which ends the pool): no traceback of its own;
+    and it ends with the command, however that ends (SIGTERM, SIGKILL: on Linux the kernel
+    sends it SIGKILL then, ``PR_SET_PDEATHSIG``), and at once if the command has already."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):   # not Linux: the pool's own shutdown only
+        return
+    if os.getppid() != parent:   # the command ended before the call above
+        os._exit(1)
+
+
 def rows_from_agents(workloads: list[Workload], since_s: float, until: float | None, dest: Path,
                target: LatencyGoal, pictures: Path | None = None,
-               hpas: dict[str, dict[str, Any]] | None = None, draw: Draw | None = None
-               ) -> tuple[list[ClusterRow], list[str]]:
+               hpas: dict[str, dict[str, Any]] | None = None, draw: Draw | None = None,
+               jobs: int = 1) -> tuple[list[ClusterRow], list[str]]:
     """Each recorded workload's row from its pods' windows (the agents'), and the workloads
-    with no recorded pod."""
+    with no recorded pod. Each workload is replayed as soon as its windows are in, while the
+    others arrive; with ``jobs`` above 1 and at least :data:`POOL_FROM` recorded workloads
+    (and no picture to draw), in that many worker processes (the replays are pure Python:
+    one process uses one CPU), the rows the same as in one."""
     rows: list[ClusterRow] = []
     unrecorded = [str(w.ref) for w in workloads if not any(p.recorded for p in w.pods)]
-    # each workload replayed as soon as its windows are in, while the others arrive
-    for workload, fetched in stream_all_windows(
-            [w for w in workloads if any(p.recorded for p in w.pods)], since_s, dest,
-            until=until):
-        got = pod_windows(workload, since_s, dest, fetched)
-        limits = WorkloadLimits(str(workload.ref), workload.limit_cpus, workload.request_cpus,
-                                workload.replicas)
-        hpa = None if hpas is None or str(workload.ref) not in hpas else cluster_hpa(
-            hpas[str(workload.ref)], workload.limit_cpus, workload.request_cpus,
-            [r.path for r in got.recordings], target)
-        if not got.windows:
-            rows.append(ClusterRow(str(workload.ref), workload.limit_cpus,
-                                   workload.request_cpus, 0, 0.0, None, None, None, None, None,
-                                   None, None, None, None, (NO_WINDOW,),
-                                   tuple(got.missing),
-                                   no_quota=None if workload.limit_cpus is not None
-                                   else no_quota(None), hpa=hpa))
-            continue
-        rows.append(dataclasses.replace(row_of(limits, got.windows, target, got.missing),
-                                        hpa=hpa))
-        if pictures is not None and draw is not None:
+    recorded = [w for w in workloads if any(p.recorded for p in w.pods)]
+    arriving = stream_all_windows(recorded, since_s, dest, until=until)
+    hpa_of = {} if hpas is None else hpas
+    drawing = pictures is not None and draw is not None
+    if (processes := replay_processes(jobs, len(recorded), drawing)) > 1:
+        # spawned, not forked: the fetch runs in threads, and a worker needs only the
+        # replay's modules
+        with ProcessPoolExecutor(processes, mp_context=get_context("spawn"),
+                                 initializer=_quiet_worker, initargs=(os.getpid(),)) as pool:
+            try:
+                futures = [pool.submit(_row_in_worker, workload, since_s, dest, fetched,
+                                       target, hpa_of.get(str(workload.ref)))
+                           for workload, fetched in arriving]
+                rows = [f.result() for f in futures]
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+        return sort_rows(rows), unrecorded
+    for workload, fetched in arriving:
+        row, got = _agent_row(workload, since_s, dest, fetched, target,
+                              hpa_of.get(str(workload.ref)))
+        rows.append(row)
+        if pictures is not None and draw is not None and got.windows:   # drawing
             ref = workload.ref
-            draw(rows[-1], got.windows,
+            draw(row, got.windows,
                  pictures / f"{ref.namespace}_{ref.kind.lower()}_{ref.name}.png")
     return sort_rows(rows), unrecorded
 

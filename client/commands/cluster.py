@@ -25,17 +25,19 @@ from pathlib import Path
 
 from client.advise import AdviseError
 from client.advise.cluster import DEFAULT_SINCE_S
-from client.advise.cluster_rows import AGENT_WINDOWS_S, agents_keep, cluster_table
+from client.advise.cluster_rows import (AGENT_WINDOWS_S, MAX_JOBS, POOL_FROM, agents_keep,
+                                       cluster_table, jobs_default)
 from client.analysis.cluster import none_advised
 from client.analysis.goal import LatencyGoal
 from client.commands.common import EXIT_OK
-from client.commands.exits import EXIT_NOT_MET
+from client.commands.exits import EXIT_INTERRUPTED, EXIT_NOT_MET
 from client.commands.options import (CliError, OneLineParser, check_folder, duration, instant,
-                                     iso_utc, number_above)
+                                     int_in, iso_utc, number_above)
 from client.data.jsonsafe import json_ready
 from client.render.cluster import format_cluster, format_cluster_csv, save_cluster_picture
 from client.run.kube_api import KubeError, current_namespace
 from client.run.prometheus import PrometheusError, open_prometheus
+from client.run.recorder import stop_on_terminate
 
 __all__ = ["DEFAULT_DELAY_MS", "build_cluster_parser", "command_cluster"]
 
@@ -89,10 +91,24 @@ def build_cluster_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", type=Path, metavar="DIR",
                         help="keep the fetched windows there (<ns>_<pod>.cgroup.csv and .json; "
                         "default: a temporary folder, removed)")
+    parser.add_argument("--jobs", type=int_in(1, 64), metavar="N",
+                        help="replay the agents' windows in N processes at once (default: the "
+                        f"CPUs this process may use, at most {MAX_JOBS}; 1: in this process; "
+                        f"a table of fewer than {POOL_FROM} recorded workloads, or with "
+                        "--picture, is replayed in this process)")
     return parser
 
 
 def command_cluster(argv: list[str]) -> int:
+    try:
+        with stop_on_terminate():   # SIGTERM as Ctrl-C: the workers end with the pool
+            return _cluster(argv)
+    except KeyboardInterrupt:
+        print("http-timing cluster: interrupted (nothing was changed)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _cluster(argv: list[str]) -> int:
     opts = build_cluster_parser().parse_args(argv)
     check_folder("--data-dir", opts.data_dir)
     check_folder("--picture", opts.picture)
@@ -123,7 +139,8 @@ def command_cluster(argv: list[str]) -> int:
         dest = opts.data_dir if opts.data_dir is not None else Path(scratch)
         try:
             table = cluster_table(namespace, opts.since, opts.until, target, dest, prometheus,
-                                  opts.picture, save_cluster_picture)
+                                  opts.picture, save_cluster_picture,
+                                  opts.jobs if opts.jobs is not None else jobs_default())
         except AdviseError as exc:
             raise CliError(str(exc)) from None
     for line in table.said:
@@ -138,6 +155,7 @@ def command_cluster(argv: list[str]) -> int:
         print(json.dumps(json_ready({
             "namespace": namespace, "since_s": opts.since, "until": opts.until,
             "source": table.source, "resolution": steps,
+            "replay_processes": table.processes,
             "target": {"added_delay_p99_ms": delay},
             "workloads": [r.to_dict() for r in rows if r.no_quota is None],
             # listed apart: no quota on their pods' groups, so no throttling figure
