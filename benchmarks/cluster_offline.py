@@ -1,7 +1,7 @@
 """``cluster`` offline over N one-pod workloads (issue 59): wall time and peak RSS.
 
-    .venv/bin/python -m benchmarks.cluster_offline [--workloads 200 1000] [--throttling-every 10]
-                                                   [--since 120 600] [--profile]
+    .venv/bin/python -m benchmarks.cluster_offline [--workloads 1000] [--throttling-every 10]
+                                                   [--since 120 600] [--jobs 1 0] [--profile]
 
 The workloads are ``--workloads`` one-pod Deployments in namespace ``bench`` on two nodes, listed
 by benchmarks/fake_kube.py, whose agents answer ``/windows`` (streamed, one request a node) with
@@ -10,8 +10,11 @@ one workload in ``--throttling-every``, a throttled pod's 100 ms rows (about 0.4
 0.5 CPU limit, throttled in most periods). ``http-timing cluster -n bench --since S --until END
 --json`` runs once for each N and S: its wall time, CPU time and peak RSS (``ru_maxrss`` from
 ``wait4``), its modules' bytecode cached (in a scratch folder, ``PYTHONPYCACHEPREFIX``, as an
-installed package has it; a run before the first compiles it). Goal (at 1,000 workloads): at
-most 10 s and 200 MiB. ``--profile`` runs the first
+installed package has it; a run before the first compiles it). Each case runs at each
+``--jobs`` (0: the command's default, the CPUs it may use; 1: one process); the peak RSS is
+then the most the command and its workers held at once (their PSS summed, sampled every
+20 ms: the pages they share, numpy's and Python's, once; their RSS summed beside it), and the
+goal is judged on the default. Goal (at 1,000 workloads): at most 10 s and 200 MiB. ``--profile`` runs the first
 case once more under cProfile and prints its top entries. The node's own figure, through the
 API server's proxy: benchmarks.cluster_scale. Needs no root.
 """
@@ -32,7 +35,7 @@ from pathlib import Path
 
 from benchmarks.fake_kube import Cluster, fake_kube
 from benchmarks.prometheus_week import NAMESPACE, pod_name, timed, workload_lists
-from benchmarks.support import HTTP_TIMING, ROOT, describe_load, keep_record, run_main
+from benchmarks.support import HTTP_TIMING, ROOT, keep_record, run_main
 
 GOALS = {"wall_s": 10.0, "rss_mib": 200.0}
 PERIOD_NS = 100_000_000
@@ -81,14 +84,16 @@ def windows(pods: int, every: int, since_s: int, zero_ns: int) -> dict[str, tupl
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", type=int, nargs="+", default=[200, 1000])
+    parser.add_argument("--workloads", type=int, nargs="+", default=[1000])
     parser.add_argument("--throttling-every", type=int, default=10)
     parser.add_argument("--since", type=int, nargs="+", default=[120, 600])
+    parser.add_argument("--jobs", type=int, nargs="+", default=[1, 0],
+                        help="cluster's --jobs for each case (0: its default)")
     parser.add_argument("--profile", action="store_true")
     opts = parser.parse_args(argv)
-    print(f"({describe_load('before')}; {os.uname().nodename})\n")
-    print("| workloads | throttling | --since s | wall s | CPU s | peak RSS MiB | rows | exit |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| workloads | throttling | --since s | --jobs | wall s | CPU s | peak PSS MiB | "
+          "peak RSS MiB (largest; sum) | rows | exit |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     runs = []
     with tempfile.TemporaryDirectory(prefix="cluster-offline-") as tmp:
         work = Path(tmp)
@@ -103,36 +108,48 @@ def main(argv: Sequence[str] | None = None) -> int:
                         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
                         PYTHONPYCACHEPREFIX=str(work / "pycache"))
                     env.pop("PYTHONDONTWRITEBYTECODE", None)
-                    args = ["cluster", "-n", NAMESPACE, "--since", str(since), "--until",
+                    base = ["cluster", "-n", NAMESPACE, "--since", str(since), "--until",
                             f"{until:.3f}", "--json"]
                     if not runs:   # the bytecode compiled, once
-                        timed(args, env)
-                    got = timed(args, env)
-                    answer = got.pop("answer", None) or {}
-                    got.update(workloads=n, throttling=len(range(0, n, opts.throttling_every)),
-                               since_s=since, rows=len(answer.get("workloads", [])))
-                    runs.append(got)
-                    print(f"| {n} | {got['throttling']} | {since} | {got['wall_s']:.1f} | "
-                          f"{got['cpu_s']:.1f} | {got['rss_mib']:.0f} | {got['rows']} | "
-                          f"{got['exit']} |", flush=True)
-                    if "error" in got:
-                        print(f"\nerror: {got['error']}\n")
-                    if opts.profile and len(runs) == 1:
+                        timed(base, env)
+                    for jobs in opts.jobs:
+                        args = [*base, "--jobs", str(jobs)] if jobs else base
+                        got = timed(args, env)
+                        answer = got.pop("answer", None) or {}
+                        # its memory: the processes' PSS summed (shared pages once), or its
+                        # own peak where a sample missed it
+                        got["memory_mib"] = max(got["rss_mib"], got["tree_pss_mib"])
+                        got.update(workloads=n, since_s=since, jobs=jobs or "default",
+                                   throttling=len(range(0, n, opts.throttling_every)),
+                                   rows=len(answer.get("workloads", [])))
+                        runs.append(got)
+                        print(f"| {n} | {got['throttling']} | {since} | {got['jobs']} | "
+                              f"{got['wall_s']:.1f} | {got['cpu_s']:.1f} | "
+                              f"{got['memory_mib']:.0f} | {got['rss_mib']:.0f}; "
+                              f"{got['tree_rss_mib']:.0f} | {got['rows']} | {got['exit']} |",
+                              flush=True)
+                        if "error" in got:
+                            print(f"\nerror: {got['error']}\n")
+                    args = base
+                    if opts.profile and len(runs) == len(opts.jobs):
                         path = work / "cluster.prof"
                         subprocess.run([sys.executable, "-m", "cProfile", "-o", str(path),
                                         str(HTTP_TIMING), *args], env=env, cwd=work,
                                        stdout=subprocess.DEVNULL, check=False)
-                        pstats.Stats(str(path), stream=sys.stderr).sort_stats(
-                            "tottime").print_stats(25)
+                        for order in ("tottime", "cumulative"):   # own time; and below
+                            pstats.Stats(str(path), stream=sys.stderr).sort_stats(
+                                order).print_stats(25)
+    # judged as a user runs it: cluster's own --jobs (where the runs include it)
     largest = [g for g in runs if g["workloads"] == max(opts.workloads)]
+    largest = [g for g in largest if g["jobs"] == "default"] or largest
     worst = {"wall_s": max(g["wall_s"] for g in largest),
-             "rss_mib": max(g["rss_mib"] for g in largest)}
+             "rss_mib": max(g["memory_mib"] for g in largest)}
     met = {k: worst[k] <= GOALS[k] and all(g["exit"] == 0 for g in largest) for k in GOALS}
-    print(f"\nAt {max(opts.workloads)} workloads (the worst --since): {worst['wall_s']:.1f} s "
+    print(f"\nAt {max(opts.workloads)} workloads (the worst --since, cluster's own --jobs): "
+          f"{worst['wall_s']:.1f} s "
           f"(goal {GOALS['wall_s']:g}: {'met' if met['wall_s'] else 'not met'}), "
           f"{worst['rss_mib']:.0f} MiB (goal {GOALS['rss_mib']:g}: "
           f"{'met' if met['rss_mib'] else 'not met'}).")
-    print(f"\n({describe_load('after')})")
     keep_record("cluster_offline", {"runs": runs, "worst": worst, "goals": GOALS, "met": met})
     return 0
 
