@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -20,14 +21,14 @@ from benchmarks.cluster_offline import windows
 from benchmarks.fake_kube import Cluster, fake_kube
 from benchmarks.prometheus_week import NAMESPACE, workload_lists
 from client.advise.cluster_rows import POOL_FROM, replay_processes
-from tests.support import BIN, http_timing, require, stop_by_pid
+from tests.support import BIN, http_timing, require, require_kernel_quota, stop_by_pid
 
 WORKLOADS = POOL_FROM + 4
 SINCE_S = 20
 
 
-def table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str
-          ) -> tuple[int, dict[str, object], str]:
+def table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str,
+          prefix: Sequence[str] = ()) -> tuple[int, dict[str, object], str]:
     until = time.time()
     fake = Cluster(workload_lists(WORKLOADS), {"node-1": "new", "node-2": "new"},
                    windows(WORKLOADS, 4, SINCE_S, int((until - SINCE_S) * 1e9)))
@@ -35,7 +36,8 @@ def table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str
     with fake_kube(fake, tmp_path) as kubeconfig:
         monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
         done = http_timing("cluster", "-n", NAMESPACE, "--since", str(SINCE_S), "--until",
-                           f"{until:.3f}", "--json", *extra, cwd=tmp_path, timeout=240)
+                           f"{until:.3f}", "--json", *extra, cwd=tmp_path, timeout=240,
+                           prefix=prefix)
     return done.returncode, json.loads(done.stdout or "{}"), done.stderr
 
 
@@ -154,3 +156,20 @@ def test_the_workers_end_with_the_command(tmp_path: Path, monkeypatch: pytest.Mo
     for p in left:   # not left behind even when the test fails
         os.kill(p, signal.SIGKILL)
     assert not left, f"still running 30 s after the command ended: {left}"
+
+
+@pytest.mark.root
+@pytest.mark.timeout(300)
+def test_under_a_one_cpu_quota_it_replays_in_one_process(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run as in a pod limited to 1 CPU (``cpu-quota --cpus 1``: a real kernel quota on its
+    group), ``cluster`` starts no worker: more processes could not run at once; ``--jobs``
+    still says how many."""
+    require_kernel_quota()
+    quota = [str(BIN / "cpu-quota"), "--cpus", "1", "--quiet", "--"]
+    code, default, err = table(tmp_path / "default", monkeypatch, prefix=quota)
+    assert code == 0, err
+    assert default["replay_processes"] == 1, default["replay_processes"]
+    code, told, err = table(tmp_path / "told", monkeypatch, "--jobs", "2", prefix=quota)
+    assert code == 0, err
+    assert told["replay_processes"] == 2 and told["workloads"] == default["workloads"]

@@ -14,6 +14,7 @@ without what needs each period unless the agents keep the window too
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import signal
 import time
@@ -40,6 +41,7 @@ from client.run.k8s_workloads import (RECORD_LABEL, Fetched, Workload, WorkloadE
 from client.run.kube_api import KubeError, connect
 from client.run.prometheus import Prometheus, PrometheusError
 from client.run.prometheus_query import Totals, pod_totals, pods_seen
+from client.run.service_group import resolve_cgroup
 
 __all__ = ["AGENT_WINDOWS_S", "MAX_JOBS", "POD_LEVEL", "POOL_FROM", "ClusterTable",
            "agents_keep", "cluster_table", "jobs_default", "prometheus_rows",
@@ -142,11 +144,18 @@ def _annotated(rows: list[ClusterRow], workloads: Sequence[Workload],
 
 def jobs_default() -> int:
     """The processes ``cluster`` replays in when not told (``--jobs``): the CPUs this
-    process may run on, at most :data:`MAX_JOBS`."""
+    process may run on (its affinity), no more than its cgroup's quota in force rounded up
+    (a pod or container limited to 1.5 CPUs: 2), at most :data:`MAX_JOBS`."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
+    try:
+        limit = resolve_cgroup(f"pid:{os.getpid()}").limit
+    except (ValueError, OSError):   # a ServiceGroupError is one
+        limit = None   # no cgroup to read (not Linux, or no cpu controller): the CPUs alone
+    if limit is not None:
+        cpus = min(cpus, math.ceil(limit.cpus - 1e-9))
     return max(1, min(MAX_JOBS, cpus))
 
 

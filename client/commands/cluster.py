@@ -93,7 +93,8 @@ def build_cluster_parser() -> argparse.ArgumentParser:
                         "default: a temporary folder, removed)")
     parser.add_argument("--jobs", type=int_in(1, 64), metavar="N",
                         help="replay the agents' windows in N processes at once (default: the "
-                        f"CPUs this process may use, at most {MAX_JOBS}; 1: in this process; "
+                        "CPUs this process may use, no more than its cgroup's CPU quota, at "
+                        f"most {MAX_JOBS}; 1: in this process; "
                         f"a table of fewer than {POOL_FROM} recorded workloads, or with "
                         "--picture, is replayed in this process)")
     return parser
