@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.fake_kube import Cluster, fake_kube
-from benchmarks.prometheus_week import NAMESPACE, pod_name, timed, workload_lists
-from benchmarks.support import HTTP_TIMING, ROOT, keep_record, run_main
+from benchmarks.prometheus_week import NAMESPACE, pod_name, workload_lists
+from benchmarks.support import HTTP_TIMING, ROOT, keep_record, run_main, timed
 
 GOALS = {"wall_s": 10.0, "rss_mib": 200.0}
 PERIOD_NS = 100_000_000

@@ -20,7 +20,8 @@ configuration). The pods running once their count stopped growing for a minute, 
 how many (and how fast they came up). After ``--settle`` seconds of recording, each of
 ``cluster -n NS --since S --p99 50 --json`` and ``cluster -A ...`` runs ``--repeats`` times as a
 user who holds only the roles of k8s/recorder/user-rbac.yaml (``benchmarks.commands_remote``'s
-kubeconfig): the median wall time, the child's peak RSS (``ru_maxrss`` from ``wait4``), the
+kubeconfig): the median wall time, the child's peak memory (``ru_maxrss`` from ``wait4``; with
+workers, their PSS summed, sampled), the
 rows it printed and whether the throttling ones come first; the goal (issue 59): at most
 200 MiB, and 10 s for 1,000 workloads, or 10 ms a workload held beside a fixed 1 s where the node
 held fewer. ``--profile FILE`` also runs (after the record; its windows kept with
@@ -40,7 +41,6 @@ import pstats
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,7 +48,7 @@ from typing import Any
 
 from benchmarks import agent_cost_node, commands_remote
 from benchmarks.support import (HTTP_TIMING, describe_load, keep_record,
-                                recorder_on_every_node, run_main)
+                                recorder_on_every_node, run_main, timed)
 
 __all__ = ["NAMESPACE", "main", "timed_cluster"]
 
@@ -119,24 +119,21 @@ def held_pods(n: Any, want: int, within_s: float, stalled_s: float = 60.0
 
 
 def timed_cluster(args: Sequence[str], env: dict[str, str]) -> dict[str, Any]:
-    """``http-timing ARGS`` once: wall time (s), the child's peak RSS (MiB, ``wait4``), its
-    exit code and the workloads its JSON printed (or its last stderr line)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.monotonic()
-        proc = subprocess.Popen([str(HTTP_TIMING), *args], env=env, stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.monotonic() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read().decode(), err.read().decode()
-    got: dict[str, Any] = {"wall_s": wall, "peak_rss_mib": usage.ru_maxrss / 1024,
-                           "exit": proc.returncode}
+    """``http-timing ARGS`` once (:func:`benchmarks.support.timed`): wall time (s), its peak
+    memory (MiB: its own peak RSS, or where it replayed in workers the most their PSS summed
+    held at once), its exit code and the workloads its JSON printed (or its last stderr
+    line)."""
+    got = timed(args, env)
+    out: dict[str, Any] = {"wall_s": got["wall_s"],
+                           "peak_rss_mib": max(got["rss_mib"], got["tree_pss_mib"]),
+                           "exit": got["exit"]}
+    answer = got.get("answer")
     try:
-        got["workloads"] = [w["workload"] for w in json.loads(stdout)["workloads"]]
-    except (ValueError, KeyError, TypeError):
-        got["error"] = (stderr.strip().splitlines() or ["no output"])[-1][:200]
-    return got
+        out["workloads"] = [w["workload"] for w in answer["workloads"]]   # type: ignore[index]
+        out["processes"] = answer.get("replay_processes", 1)   # type: ignore[union-attr]
+    except (KeyError, TypeError):
+        out["error"] = got.get("error", "no workloads in its JSON")
+    return out
 
 
 def profile(args: Sequence[str], env: dict[str, str], path: Path, top: int = 25) -> None:

@@ -57,7 +57,7 @@ import numpy as np
 
 from benchmarks.fake_kube import Cluster, fake_kube
 from benchmarks.prometheus_server import Missing, binary, prometheus_running
-from benchmarks.support import HTTP_TIMING, ROOT, describe_load, keep_record, run_main
+from benchmarks.support import HTTP_TIMING, ROOT, describe_load, keep_record, run_main, timed
 from client.run.prometheus import AGENT_METRICS, Prometheus, open_prometheus
 from client.run.prometheus_query import pod_totals, pods_seen
 
@@ -265,63 +265,6 @@ def sampled(pid: int, every_s: float = 0.05) -> Iterator[list[dict[str, int]]]:
         stop.set()
         thread.join()
         got.append(rss_kib(pid))
-
-
-def tree_memory_kib(pid: int) -> tuple[int, int]:
-    """``pid`` and all its descendants now (``/proc``; the children each task names): the
-    sum of their RSS and of their PSS (KiB; each shared page's share, so pages the
-    processes share, e.g. numpy's and Python's own, are counted once); 0 for what has
-    gone."""
-    rss = pss = 0
-    todo = [pid]
-    while todo:
-        at = todo.pop()
-        try:
-            for line in Path(f"/proc/{at}/smaps_rollup").read_text().splitlines():
-                if line.startswith(("Rss:", "Pss:")):
-                    kib = int(line.split()[1])
-                    rss, pss = (rss + kib, pss) if line.startswith("Rss:") else (rss, pss + kib)
-            for task in Path(f"/proc/{at}/task").iterdir():
-                todo.extend(int(c) for c in (task / "children").read_text().split())
-        except (OSError, ValueError):
-            continue
-    return rss, pss
-
-
-def timed(args: Sequence[str], env: Mapping[str, str]) -> dict[str, Any]:
-    """``http-timing ARGS`` once: wall (s), its peak RSS (MiB, ``wait4``'s: its own, or its
-    largest worker's), the most its whole tree held at once (sampled every 20 ms: the sum of
-    the processes' PSS, and of their RSS, MiB), CPU (s, the workers' too), exit, its JSON."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.monotonic()
-        proc = subprocess.Popen([str(HTTP_TIMING), *args], env=dict(env), stdout=out,
-                                stderr=err)
-        peak = [0, 0]
-        done = threading.Event()
-
-        def sample() -> None:
-            while not done.wait(0.02):
-                rss, pss = tree_memory_kib(proc.pid)
-                peak[:] = max(peak[0], rss), max(peak[1], pss)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.monotonic() - t0
-        done.set()
-        sampler.join()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read().decode(), err.read().decode()
-    got: dict[str, Any] = {"wall_s": wall, "rss_mib": usage.ru_maxrss / 1024,
-                           "tree_rss_mib": peak[0] / 1024, "tree_pss_mib": peak[1] / 1024,
-                           "cpu_s": usage.ru_utime + usage.ru_stime, "exit": proc.returncode}
-    try:
-        got["answer"] = json.loads(stdout)
-    except ValueError:
-        got["error"] = (stderr.strip().splitlines() or ["no output"])[-1][:300]
-    return got
 
 
 def query_stats(base: str, at: float, since_s: float, top: int = 5) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ Run a benchmark from the repository's root as ``.venv/bin/python -m benchmarks.N
 from __future__ import annotations
 
 import http.client
+import json
 import io
 import os
 import re
@@ -28,6 +29,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -54,7 +57,7 @@ __all__ = ["BIN", "BURNER", "HTTP_TIMING", "NODE_BURNER", "ROOT", "WRK_MISSING",
            "describe_load", "exit_on_sigterm", "free_port", "get", "http_server", "keep_record",
            "loadavg",
            "node_in_group", "record", "require_wrk", "run_main", "run_wrk", "scrape", "serve_in",
-           "serve_in_group", "started", "union"]
+           "serve_in_group", "started", "timed", "tree_memory_kib", "union"]
 
 ROOT = Path(__file__).resolve().parent.parent   # the checkout: raw-data/, pictures/
 HERE = Path(__file__).resolve().parent
@@ -388,3 +391,60 @@ def run_wrk(url: str, seconds: float, connections: int = 1, threads: int = 1) ->
         raise SystemExit(f"could not read wrk's output:\n{out}")
     return WrkResult(int(done.group(1)), _us(done.group(2) + done.group(3)) / 1e6,
                      _us(pct["50"]), _us(pct["90"]), _us(pct["99"]))
+
+
+def tree_memory_kib(pid: int) -> tuple[int, int]:
+    """``pid`` and all its descendants now (``/proc``; the children each task names): the
+    sum of their RSS and of their PSS (KiB; each shared page's share, so pages the
+    processes share, e.g. numpy's and Python's own, are counted once); 0 for what has
+    gone."""
+    rss = pss = 0
+    todo = [pid]
+    while todo:
+        at = todo.pop()
+        try:
+            for line in Path(f"/proc/{at}/smaps_rollup").read_text().splitlines():
+                if line.startswith(("Rss:", "Pss:")):
+                    kib = int(line.split()[1])
+                    rss, pss = (rss + kib, pss) if line.startswith("Rss:") else (rss, pss + kib)
+            for task in Path(f"/proc/{at}/task").iterdir():
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return rss, pss
+
+
+def timed(args: Sequence[str], env: Mapping[str, str]) -> dict[str, Any]:
+    """``http-timing ARGS`` once: wall (s), its peak RSS (MiB, ``wait4``'s: its own, or its
+    largest worker's), the most its whole tree held at once (sampled every 20 ms: the sum of
+    the processes' PSS, and of their RSS, MiB), CPU (s, the workers' too), exit, its JSON."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.monotonic()
+        proc = subprocess.Popen([str(HTTP_TIMING), *args], env=dict(env), stdout=out,
+                                stderr=err)
+        peak = [0, 0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.02):
+                rss, pss = tree_memory_kib(proc.pid)
+                peak[:] = max(peak[0], rss), max(peak[1], pss)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.monotonic() - t0
+        done.set()
+        sampler.join()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    got: dict[str, Any] = {"wall_s": wall, "rss_mib": usage.ru_maxrss / 1024,
+                           "tree_rss_mib": peak[0] / 1024, "tree_pss_mib": peak[1] / 1024,
+                           "cpu_s": usage.ru_utime + usage.ru_stime, "exit": proc.returncode}
+    try:
+        got["answer"] = json.loads(stdout)
+    except ValueError:
+        got["error"] = (stderr.strip().splitlines() or ["no output"])[-1][:300]
+    return got
