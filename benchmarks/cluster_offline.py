@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               flush=True)
                         if "error" in got:
                             print(f"\nerror: {got['error']}\n")
-                    args = base
+                    args = [*base, "--jobs", "1"]   # the replays in the profiled process
                     if opts.profile and len(runs) == len(opts.jobs):
                         path = work / "cluster.prof"
                         subprocess.run([sys.executable, "-m", "cProfile", "-o", str(path),

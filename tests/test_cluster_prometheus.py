@@ -285,9 +285,9 @@ def test_the_queries_name_at_most_the_points_they_say_and_hold_no_pods_raw_sampl
     totals = pod_totals(prometheus, pods_seen(prometheus, None, since_s, AT), since_s, AT)
     paths = [path for path, _ in prometheus.paths]
     # a batch a namespace: which pods span the window without a reset (one query), then
-    # theirs, 2 (shop's db-0; other's two) and the others', 3 at the steps (shop's pod with
+    # theirs, 3 (shop's db-0; other's two) and the others', 3 at the steps (shop's pod with
     # a reset and the one that left)
-    assert paths == ["/api/v1/series"] + ["/api/v1/query"] * (1 + 2 + 3 + 1 + 2)
+    assert paths == ["/api/v1/series"] + ["/api/v1/query"] * (1 + 3 + 3 + 1 + 3)
     one_series = math.ceil((since_s + LOOKBACK_S) / SCRAPE_S) + 1   # raw samples, at most
     for query, points in totals.asked:
         # steps, not samples: a range of raw samples only for resets(), a series at a time
@@ -315,9 +315,9 @@ def test_batches_hold_at_most_the_series_a_query_may_name(
     whole = pod_totals(prometheus, pods, 7 * 3600, AT)
     monkeypatch.setattr(prometheus_query, "SERIES_PER_QUERY", SERIES_PER_POD)   # a pod each
     one_by_one = pod_totals(prometheus, pods, 7 * 3600, AT)
-    # together: which pods span the window, db-0's 2 queries and the 3 of the two others;
+    # together: which pods span the window, db-0's 3 queries and the 3 of the two others;
     # a pod each: those of each
-    assert len(whole.asked) == 1 + 2 + 3 and len(one_by_one.asked) == 3 + 2 * (1 + 3)
+    assert len(whole.asked) == 1 + 3 + 3 and len(one_by_one.asked) == 3 + 3 + 2 * 3
     assert one_by_one.pods == whole.pods
 
 

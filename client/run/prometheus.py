@@ -13,6 +13,7 @@ not answered in time (:class:`PrometheusRefused`: Prometheus's own error text).
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -120,12 +121,17 @@ class Prometheus:
         return [dict(d) for d in data]
 
 
-def _httpx_get(base: str, timeout: float) -> Get:
+def _httpx_get(base: str, timeout: float) -> tuple[Get, Callable[[], None]]:
+    """The GET of Prometheus at ``base``, and what closes its connections."""
     import httpx
+
+    # one client for every query: its connections kept (a client a query costs its TLS
+    # set-up each time, most of the command's CPU over a week's queries)
+    client = httpx.Client(timeout=timeout)
 
     def get(path: str, params: Mapping[str, str]) -> tuple[int, bytes]:
         try:
-            response = httpx.get(base + path, params=dict(params), timeout=timeout)
+            response = client.get(base + path, params=dict(params))
         except httpx.TimeoutException:
             raise PrometheusRefused(f"Prometheus at {base} did not answer a query within "
                                     f"{timeout:g} s", "timeout", "timed out") from None
@@ -133,7 +139,7 @@ def _httpx_get(base: str, timeout: float) -> Get:
             reason = " ".join(str(exc).split()) or type(exc).__name__
             raise PrometheusError(f"Prometheus at {base} unreachable: {reason}") from None
         return response.status_code, response.content
-    return get
+    return get, client.close
 
 
 def _proxy_get(ns: str, service: str, port: str, timeout: float) -> tuple[str, Get]:
@@ -188,6 +194,9 @@ def open_prometheus(target: str, timeout: float = TIMEOUT) -> Prometheus:
     is asked of it yet."""
     parsed = parse_target(target)
     if isinstance(parsed, str):
-        return Prometheus(parsed, _httpx_get(parsed, timeout))
+        get, close = _httpx_get(parsed, timeout)
+        prometheus = Prometheus(parsed, get)
+        weakref.finalize(prometheus, close)   # its connections closed with it
+        return prometheus
     where, get = _proxy_get(*parsed, timeout)
     return Prometheus(where, get)

@@ -11,9 +11,10 @@ figures evaluated by Prometheus at a step fitting the window, as robusta-dev/krr
   window's start, at its first step and at its end, and the resets of its counters over the
   raw samples the steps take (``resets()`` of the three whose resets say all the others',
   which Prometheus evaluates a series at a time).
-- Those pods (most, in a cluster whose pods live longer than the window) get two queries: an
-  instant one of their counters at the window's end less at its start (what the steps'
-  increases sum to when nothing resets), and the usage rate's p95 and p90 over the steps
+- Those pods (most, in a cluster whose pods live longer than the window) get three queries:
+  their counters at the window's end, and at its start (one taken from the other is what the
+  steps' increases sum to when nothing resets; two queries, as each then reads the index of
+  its own block only), and the usage rate's p95 and p90 over the steps
   (``quantile_over_time`` of each step's increase, at a step of whole steps giving at most
   :data:`USAGE_MAX_STEPS`: a week's 10,080 steps of 60 s are 2,016 of 5 m for the quantiles,
   five times cheaper, where they were nine tenths of Prometheus's work).
@@ -64,8 +65,9 @@ STEPS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)   # seconds
 SERIES_PER_QUERY = 500
 POINTS_PER_QUERY = 2_000_000   # series x steps a query reads
 PEAK_PER_POINT = 4        # what Prometheus holds at once a point: a step's four selectors
-QUERY_WORKERS = 4         # queries at a time: their peaks, 32 M samples, within the 50 M
-# Prometheus's default --query.max-samples allows one query
+QUERY_WORKERS = 1         # queries at a time: one. Prometheus's heap holds a query's samples
+# until its collector runs: a week's queries 4 at a time took its heap to 3.25x its idle, one
+# at a time 1.95x, in about the same time over one kept connection (benchmarks/prometheus_week.py)
 COUNTERS = ("periods", "throttled_periods", "throttled_seconds", "coarse_periods",
             "wait_bucket")
 BUCKETS = 13              # the agent's wait histogram: 12 bounds and +Inf (agent/internal/metrics)
@@ -238,17 +240,29 @@ def _queries(namespace: str, pods: Sequence[str], step_ms: int, steps: int, leve
 def _whole_queries(namespace: str, pods: Sequence[str], step_ms: int, steps: int, level: str,
                    shift_ms: int) -> list[tuple[str, str, int]]:
     """(what, PromQL, points) of the queries for pods whose series span the window without a
-    reset (:func:`_ends_query` says which): their counters' figure is the counter at the
-    window's end less at its start (the steps' increases summed, without a step's work),
-    with no reset to handle (their usage: :func:`_usage_query`)."""
+    reset (:func:`_ends_query` says which): their counters at the window's end and, apart,
+    at its start (:func:`_whole_counters` takes one from the other: the steps' increases
+    summed, without a step's work), with no reset to handle (their usage:
+    :func:`_usage_query`). Apart, not in one query: Prometheus reads the index of every block
+    between a query's earliest and latest selector, a week's 84 blocks for two instants
+    (benchmarks/prometheus_week.py); alone, each instant reads its own block's."""
     sel = _selector([AGENT_METRICS[k] for k in COUNTERS], namespace, pods, level)
 
     def named(offset_ms: int) -> str:
         return f'label_replace({sel}{_offset(offset_ms)}, "metric", "$1", "__name__", "(.+)")'
     n = len(pods)
-    return [("counters_whole", "sum by (namespace, pod, metric, le) "
-             f"({named(shift_ms)} - {named(shift_ms + steps * step_ms)})",
-             n * SERIES_PER_POD * 2)]
+    return [("counters_end", named(shift_ms), n * SERIES_PER_POD),
+            ("counters_start", named(shift_ms + steps * step_ms), n * SERIES_PER_POD)]
+
+
+def _whole_counters(ends: Answer, starts: Answer) -> Answer:
+    """Each series' counter at the window's end less at its start, for the series both
+    instants hold (as PromQL's ``a - b`` matches them: on every label but the name)."""
+    def key(labels: dict[str, str]) -> frozenset[tuple[str, str]]:
+        return frozenset((k, v) for k, v in labels.items() if k != "__name__")
+    before = {key(labels): value for labels, value in starts}
+    return [(labels, value - before[k]) for labels, value in ends
+            if (k := key(labels)) in before]
 
 
 def _ends_query(namespace: str, pods: Sequence[str], step_ms: int, steps: int, level: str,
@@ -300,7 +314,7 @@ def _fold(totals: Totals, what: str, answer: list[tuple[dict[str, str], float]])
     for labels, value in answer:
         pod = totals.pods.setdefault((labels.get("namespace", ""), labels.get("pod", "")),
                                      PodTotals())
-        if what in ("counters", "counters_whole"):
+        if what == "counters":
             key = keys.get(labels.get("metric", ""))
             if key == "wait_bucket":
                 le = float(labels.get("le", "+Inf"))
@@ -399,11 +413,19 @@ def pod_totals(prometheus: Prometheus, pods: Iterable[tuple[str, str]], since_s:
             for pod, found in edges.items():
                 totals.pods[(ns, pod)] = found
             rest = [p for p in batch if p not in whole]
-            jobs += [(ns, sorted(whole), what) for what in ("counters_whole", "usage_whole")
-                     if whole]
+            jobs += [(ns, sorted(whole), what) for what in ("counters_end", "counters_start",
+                                                            "usage_whole") if whole]
             jobs += [(ns, rest, what) for what in ("counters", "usage", "edges") if rest]
-        for answers in pool.map(lambda job: _ask(prometheus, totals, *job), jobs):
-            for what, query, points, answer in answers:
-                totals.asked.append((query, points))
-                _fold(totals, what, answer)
+        ends: Answer = []   # a batch's counters at the window's end, until its start's are in
+        for (_, _, what), answers in zip(jobs, pool.map(
+                lambda job: _ask(prometheus, totals, *job), jobs)):
+            got = [a for *_, answer in answers for a in answer]
+            totals.asked += [(query, points) for _, query, points, _ in answers]
+            if what == "counters_end":
+                ends = got
+            elif what == "counters_start":   # the job after its batch's end
+                _fold(totals, "counters", _whole_counters(ends, got))
+                ends = []
+            else:
+                _fold(totals, what, got)
     return totals
