@@ -4,6 +4,7 @@
                                                       [--repeats 3] [--since 2m]
                                                       [--settle 60] [--profile FILE]
                                                       [--host-network] [--up-within 600]
+                                                      [--favoured]
 
 On the project's nodes (``python -m kubenode up --nodes 2``; this module never starts or stops
 them), with the node agent's DaemonSet (k8s/recorder/, 100 ms; deployed here if it does not run,
@@ -24,7 +25,9 @@ kubeconfig): the median wall time, the child's peak memory (``ru_maxrss`` from `
 workers, their PSS summed, sampled), the
 rows it printed and whether the throttling ones come first; the goal (issue 59): at most
 200 MiB, and 10 s for 1,000 workloads, or 10 ms a workload held beside a fixed 1 s where the node
-held fewer. ``--profile FILE`` also runs (after the record; its windows kept with
+held fewer. ``--favoured`` also runs each command in a cgroup of the machine's greatest CPU weight
+(``cpu.shares`` 262144, ``cpu.weight`` 10000): as from a laptop of its own, beside the load the
+nodes' pods put on this machine (the agents that answer it stay on the nodes). ``--profile FILE`` also runs (after the record; its windows kept with
 ``--keep-windows DIR``)
 ``cluster -n NS`` once under cProfile and prints where its time went; ``--baseline DIR``
 times another revision's ``client`` package beside this checkout's, in each repeat. Prints the
@@ -35,6 +38,7 @@ cluster_scale``). Needs root; run it under the node's lock (``flock /tmp/kube.lo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pstats
@@ -47,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import agent_cost_node, commands_remote
-from benchmarks.support import (HTTP_TIMING, describe_load, keep_record,
+from benchmarks.support import (HTTP_TIMING, describe_load, favoured_group, keep_record,
                                 recorder_on_every_node, run_main, timed)
 
 __all__ = ["NAMESPACE", "main", "timed_cluster"]
@@ -58,6 +62,7 @@ BUSY_LIMIT = "50m"
 GOAL_RSS_MIB = 200.0
 GOAL_WALL_S, GOAL_AT = 10.0, 1000          # 10 s for 1,000 workloads
 GOAL_START_S, GOAL_EACH_S = 1.0, 0.010     # where fewer are held: 1 s + 10 ms a workload
+FAVOURED = " (favoured: the greatest CPU weight)"
 
 
 def goal_wall_s(held: int) -> float:
@@ -118,13 +123,14 @@ def held_pods(n: Any, want: int, within_s: float, stalled_s: float = 60.0
         time.sleep(3)
 
 
-def timed_cluster(args: Sequence[str], env: dict[str, str]) -> dict[str, Any]:
-    """``http-timing ARGS`` once (:func:`benchmarks.support.timed`): wall time (s), its peak
-    memory (MiB: its own peak RSS, or where it replayed in workers the most their PSS summed
-    held at once), its exit code and the workloads its JSON printed (or its last stderr
-    line)."""
-    got = timed(args, env)
-    out: dict[str, Any] = {"wall_s": got["wall_s"],
+def timed_cluster(args: Sequence[str], env: dict[str, str],
+                  group: Path | None = None) -> dict[str, Any]:
+    """``http-timing ARGS`` once (:func:`benchmarks.support.timed`, in ``group`` where
+    given): wall time (s), its CPU time (s, its workers' too), its peak memory (MiB: its own
+    peak RSS, or where it replayed in workers the most their PSS summed held at once), its
+    exit code and the workloads its JSON printed (or its last stderr line)."""
+    got = timed(args, env, group)
+    out: dict[str, Any] = {"wall_s": got["wall_s"], "cpu_s": got["cpu_s"],
                            "peak_rss_mib": max(got["rss_mib"], got["tree_pss_mib"]),
                            "exit": got["exit"]}
     answer = got.get("answer")
@@ -167,6 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "the 253 a node's /24 gives)")
     parser.add_argument("--up-within", type=float, default=600.0, metavar="S",
                         help="go on with the pods running after S seconds (default 600)")
+    parser.add_argument("--favoured", action="store_true",
+                        help="also run each command in a cgroup of the machine's greatest CPU "
+                        "weight: as from a machine of its own, beside the nodes' load")
     parser.add_argument("--baseline", type=Path, metavar="DIR",
                         help="also time the client package in DIR (e.g. `git archive REV "
                         "client | tar -x -C DIR`, put first on PYTHONPATH), each repeat "
@@ -179,11 +188,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     busy = [f"{NAMESPACE}/deployment/busy-{i:03d}" for i in range(opts.busy)]
     commands = {"cluster -n NS": ["cluster", "-n", NAMESPACE],
                 "cluster -A": ["cluster", "-A"]}
-    ways = {"": env}
+    ways: dict[str, tuple[dict[str, str], Path | None]] = {"": (env, None)}
     if opts.baseline is not None:
-        ways[f" ({opts.baseline})"] = dict(env, PYTHONPATH=str(opts.baseline.resolve()))
+        ways[f" ({opts.baseline})"] = (dict(env, PYTHONPATH=str(opts.baseline.resolve())), None)
+    stack = contextlib.ExitStack()
+    if opts.favoured:   # its group removed at the end, also on failure
+        ways[FAVOURED] = (env, stack.enter_context(favoured_group()))
     tail = ["--since", opts.since, "--p99", "50", "--json"]
-    with recorder_on_every_node(n, work, log):
+    with stack, recorder_on_every_node(n, work, log):
         n.kubectl("create", "namespace", NAMESPACE, check=False)
         try:
             t0 = time.monotonic()
@@ -198,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             time.sleep(opts.settle)
             kubeconfig = str(commands_remote.user_kubeconfig(
                 n, work / "user.kubeconfig", namespace=NAMESPACE))
-            for environ in ways.values():
+            for environ, _ in ways.values():
                 environ["KUBECONFIG"] = kubeconfig
             print(f"### cluster over {opts.workloads} workloads ({opts.busy} throttling): wall "
                   f"time and peak RSS, median of {opts.repeats}\n")
@@ -213,16 +225,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs: dict[str, list[dict[str, Any]]] = {}
             for i in range(opts.repeats):
                 for name, args in commands.items():
-                    for way, environ in ways.items():
-                        got = timed_cluster([*args, *tail], environ)
+                    for way, (environ, group) in ways.items():
+                        got = timed_cluster([*args, *tail], environ, group)
                         runs.setdefault(name + way, []).append(got)
                         log(f"{name + way}: {got['wall_s']:.2f} s, "
-                            f"{got['peak_rss_mib']:.0f} MiB, exit {got['exit']}")
+                            f"{got['cpu_s']:.2f} CPU s, {got['peak_rss_mib']:.0f} MiB, "
+                            f"exit {got['exit']}")
                 log(f"repeat {i + 1} of {opts.repeats} done")
             goal_s = goal_wall_s(held)
             print(f"| command (`--since {opts.since} --p99 50 --json`) | wall s (median) | runs, s "
-                  "| peak RSS MiB (max) | rows | throttling first | exit | goal met |")
-            print("|---|---|---|---|---|---|---|---|")
+                  "| CPU s (median) | peak RSS MiB (max) | rows | throttling first | exit | "
+                  "goal met |")
+            print("|---|---|---|---|---|---|---|---|---|")
             rows = []
             for name, got in runs.items():
                 walls = [g["wall_s"] for g in got]
@@ -231,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 first = sorted(listed[:opts.busy]) == sorted(busy)
                 ours = sum(w.startswith(f"{NAMESPACE}/") for w in listed)
                 row = {"command": name, "wall_s_median": statistics.median(walls), "walls_s": walls,
+                       "cpu_s_median": statistics.median(g["cpu_s"] for g in got),
                        "peak_rss_mib": max(g["peak_rss_mib"] for g in got), "rows": len(listed),
                        "rows_of_bench": ours, "throttling_first": first,
                        "exits": [g["exit"] for g in got], "errors": failed}
@@ -238,7 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    and row["peak_rss_mib"] <= GOAL_RSS_MIB)
                 rows.append(row)
                 print(f"| {name} | {row['wall_s_median']:.2f} | "
-                      f"{', '.join(f'{w:.2f}' for w in walls)} | {row['peak_rss_mib']:.0f} | "
+                      f"{', '.join(f'{w:.2f}' for w in walls)} | {row['cpu_s_median']:.2f} | "
+                      f"{row['peak_rss_mib']:.0f} | "
                       f"{len(listed)} ({ours} of {NAMESPACE}) | {'yes' if first else 'no'} | "
                       f"{','.join(str(e) for e in row['exits'])} | "
                       f"{'yes' if row['goal_met'] else 'no'} |")

@@ -51,7 +51,7 @@ from cpuquota.cgroupfs import locate_cpu_controller
 from cpuquota.limit import Limit
 from service.cgroup import create_group, empty_group, move_pid, remove_group, set_quota
 
-__all__ = ["BIN", "BURNER", "HTTP_TIMING", "NODE_BURNER", "ROOT", "WRK_MISSING", "BurningGroup",
+__all__ = ["favoured_group", "BIN", "BURNER", "HTTP_TIMING", "NODE_BURNER", "ROOT", "WRK_MISSING", "BurningGroup",
            "recorder_on_every_node",
            "WrkResult", "burn_service", "burner_in", "burner_in_group", "calibrate",
            "describe_load", "exit_on_sigterm", "free_port", "get", "http_server", "keep_record",
@@ -414,14 +414,38 @@ def tree_memory_kib(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
-def timed(args: Sequence[str], env: Mapping[str, str]) -> dict[str, Any]:
-    """``http-timing ARGS`` once: wall (s), its peak RSS (MiB, ``wait4``'s: its own, or its
-    largest worker's), the most its whole tree held at once (sampled every 20 ms: the sum of
-    the processes' PSS, and of their RSS, MiB), CPU (s, the workers' too), exit, its JSON."""
+FAVOURED_SHARES, FAVOURED_WEIGHT = 262144, 10000   # cpu.shares' and cpu.weight's most
+
+
+@contextmanager
+def favoured_group() -> Iterator[Path]:
+    """A new cgroup of the machine's greatest CPU weight, for a command to run as on CPUs of
+    its own beside what else the machine runs (no quota: it may use every CPU); emptied and
+    removed by its path at the end."""
+    controller = locate_cpu_controller()
+    group = create_group(None, controller)
+    try:
+        name, value = (("cpu.shares", FAVOURED_SHARES) if controller.version == 1
+                       else ("cpu.weight", FAVOURED_WEIGHT))
+        (group / name).write_text(str(value))
+        yield group
+    finally:
+        empty_group(group)
+        remove_group(group)
+
+
+def timed(args: Sequence[str], env: Mapping[str, str],
+          group: Path | None = None) -> dict[str, Any]:
+    """``http-timing ARGS`` once (moved into ``group`` as it starts, where given): wall (s),
+    its peak RSS (MiB, ``wait4``'s: its own, or its largest worker's), the most its whole
+    tree held at once (sampled every 20 ms: the sum of the processes' PSS, and of their RSS,
+    MiB), CPU (s, the workers' too), exit, its JSON."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.monotonic()
         proc = subprocess.Popen([str(HTTP_TIMING), *args], env=dict(env), stdout=out,
                                 stderr=err)
+        if group is not None:
+            move_pid(group, proc.pid)   # its workers, started later, with it
         peak = [0, 0]
         done = threading.Event()
 
