@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import agent_cost_node, commands_remote
+from cpuquota.cgroupfs import CgroupError, locate_cpu_controller, read_cpu_stat
 from benchmarks.support import (HTTP_TIMING, describe_load, favoured_group, keep_record,
                                 recorder_on_every_node, run_main, timed)
 
@@ -123,14 +124,58 @@ def held_pods(n: Any, want: int, within_s: float, stalled_s: float = 60.0
         time.sleep(3)
 
 
+AGENT = "throttle-agent"   # the recorder container's process (agent/cmd/throttle-agent)
+
+
+def agents_counted() -> dict[str, int]:
+    """What the kernel counted for the node agents' groups (every ``throttle-agent`` process
+    on this machine, each group once): their CPU (ns, ``/proc/PID/stat``), their groups' periods
+    and periods throttled, throttled time (ns); {} where none runs or none can be read."""
+    seen: set[Path] = set()
+    out = dict.fromkeys(("usage_ns", "nr_periods", "nr_throttled", "throttled_ns"), 0)
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or (proc / "comm").read_text().strip() != AGENT:
+                continue
+            controller = locate_cpu_controller(proc)
+            group = controller.directory
+            if group in seen:
+                continue
+            stat = read_cpu_stat(group, controller.version)
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            usage = (int(fields[11]) + int(fields[12])) * 10**9 // os.sysconf("SC_CLK_TCK")
+        except (OSError, CgroupError, ValueError, IndexError):
+            continue   # a process that ended, or a group not readable from here
+        seen.add(group)
+        out["usage_ns"] += usage
+        if stat is not None:
+            out["nr_periods"] += stat.nr_periods
+            out["nr_throttled"] += stat.nr_throttled
+            out["throttled_ns"] += stat.throttled_ns
+    return out if seen else {}
+
+
+def agents_words(counted: dict[str, int] | None) -> str:
+    """The agents' figures for a table: CPU s, periods throttled (of periods), throttled s."""
+    if not counted:
+        return "not read"
+    return (f"{counted['usage_ns'] / 1e9:.2f}, {counted['nr_throttled']} "
+            f"({counted['nr_periods']}), {counted['throttled_ns'] / 1e9:.2f}")
+
+
 def timed_cluster(args: Sequence[str], env: dict[str, str],
                   group: Path | None = None) -> dict[str, Any]:
     """``http-timing ARGS`` once (:func:`benchmarks.support.timed`, in ``group`` where
-    given): wall time (s), its CPU time (s, its workers' too), its peak memory (MiB: its own
+    given): wall time (s), its CPU time (s, its workers' too), what the kernel counted for
+    the node agents' groups meanwhile (:func:`agents_counted`; None if not read), its peak memory (MiB: its own
     peak RSS, or where it replayed in workers the most their PSS summed held at once), its
     exit code and the workloads its JSON printed (or its last stderr line)."""
+    before = agents_counted()
     got = timed(args, env, group)
-    out: dict[str, Any] = {"wall_s": got["wall_s"], "cpu_s": got["cpu_s"],
+    after = agents_counted()
+    agents = ({k: after[k] - before[k] for k in after} if before.keys() == after.keys()
+              and before else None)
+    out: dict[str, Any] = {"wall_s": got["wall_s"], "cpu_s": got["cpu_s"], "agents": agents,
                            "peak_rss_mib": max(got["rss_mib"], got["tree_pss_mib"]),
                            "exit": got["exit"]}
     answer = got.get("answer")
@@ -234,9 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log(f"repeat {i + 1} of {opts.repeats} done")
             goal_s = goal_wall_s(held)
             print(f"| command (`--since {opts.since} --p99 50 --json`) | wall s (median) | runs, s "
-                  "| CPU s (median) | peak RSS MiB (max) | rows | throttling first | exit | "
-                  "goal met |")
-            print("|---|---|---|---|---|---|---|---|---|")
+                  "| CPU s (median) | the agents meanwhile: CPU s, periods throttled (of periods), "
+                  "throttled s | peak RSS MiB (max) | rows | throttling first | exit | goal met |")
+            print("|---|---|---|---|---|---|---|---|---|---|")
             rows = []
             for name, got in runs.items():
                 walls = [g["wall_s"] for g in got]
@@ -246,6 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ours = sum(w.startswith(f"{NAMESPACE}/") for w in listed)
                 row = {"command": name, "wall_s_median": statistics.median(walls), "walls_s": walls,
                        "cpu_s_median": statistics.median(g["cpu_s"] for g in got),
+                       "agents": [g.get("agents") for g in got],
                        "peak_rss_mib": max(g["peak_rss_mib"] for g in got), "rows": len(listed),
                        "rows_of_bench": ours, "throttling_first": first,
                        "exits": [g["exit"] for g in got], "errors": failed}
@@ -254,6 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows.append(row)
                 print(f"| {name} | {row['wall_s_median']:.2f} | "
                       f"{', '.join(f'{w:.2f}' for w in walls)} | {row['cpu_s_median']:.2f} | "
+                      f"{agents_words(got[-1].get('agents'))} | "
                       f"{row['peak_rss_mib']:.0f} | "
                       f"{len(listed)} ({ours} of {NAMESPACE}) | {'yes' if first else 'no'} | "
                       f"{','.join(str(e) for e in row['exits'])} | "
