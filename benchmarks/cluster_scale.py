@@ -27,9 +27,10 @@ rows it printed and whether the throttling ones come first; the goal (issue 59):
 200 MiB, and 10 s for 1,000 workloads, or 10 ms a workload held beside a fixed 1 s where the node
 held fewer. ``--favoured`` also runs each command in a cgroup of the machine's greatest CPU weight
 (``cpu.shares`` 262144, ``cpu.weight`` 10000): as from a laptop of its own, beside the load the
-nodes' pods put on this machine (the agents that answer it stay on the nodes). ``--profile FILE`` also runs (after the record; its windows kept with
-``--keep-windows DIR``)
-``cluster -n NS`` once under cProfile and prints where its time went; ``--baseline DIR``
+nodes' pods put on this machine (the agents that answer it stay on the nodes). Beside each
+run: what the kernel counted for the agents meanwhile (their CPU, their groups' periods
+throttled under the DaemonSet's 200m limit). ``--profile FILE`` also runs (after the record;
+its windows kept with ``--keep-windows DIR``) ``cluster -n NS`` once under cProfile and prints where its time went; ``--baseline DIR``
 times another revision's ``client`` package beside this checkout's, in each repeat. Prints the
 table and writes the record (``benchmarks/records.py``; ``python -m benchmarks
 cluster_scale``). Needs root; run it under the node's lock (``flock /tmp/kube.lock``).
