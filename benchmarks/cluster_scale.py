@@ -43,6 +43,7 @@ import contextlib
 import json
 import os
 import pstats
+import shutil
 import statistics
 import subprocess
 import sys
@@ -238,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if opts.baseline is not None:
         ways[f" ({opts.baseline})"] = (dict(env, PYTHONPATH=str(opts.baseline.resolve())), None)
     stack = contextlib.ExitStack()
+    stack.callback(shutil.rmtree, work, True)   # its scratch (a kubeconfig, the overlay)
     if opts.favoured:   # its group removed at the end, also on failure
         ways[FAVOURED] = (env, stack.enter_context(favoured_group()))
     tail = ["--since", opts.since, "--p99", "50", "--json"]

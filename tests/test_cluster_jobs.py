@@ -125,7 +125,9 @@ def test_the_workers_end_with_the_command(tmp_path: Path, monkeypatch: pytest.Mo
             proc = subprocess.Popen([str(BIN / "http-timing"), "cluster", "-n", NAMESPACE,
                                      "--since", str(since), "--until", f"{until:.3f}",
                                      "--json", "--jobs", "2"], cwd=tmp_path, stdout=out,
-                                    stderr=err, text=True)
+                                    stderr=err, text=True,
+                                    # its scratch folder here: killed, it cannot remove it
+                                    env=dict(os.environ, TMPDIR=str(tmp_path)))
         try:
             # two workers and the resource tracker, stopped once the workers replay (their
             # CPU): a worker still starting would end by itself at its first read
