@@ -12,12 +12,14 @@ timeline and the container's, the pod group read once per tick for both), at ``-
 (default http-timing record's 10 ms). ``--throttled N``: N of the pods have a shell spinning
 in their container's group, throttled every period (a node where 5 of 100 pods throttle). The
 agent runs in a cpuacct group of its own; its CPU is that group's ``cpuacct.usage`` over
-``--seconds``, after an 8 s warm-up (start-up and the new groups' first ``--hold``), cross-checked
+``--seconds``, after an 8 s warm-up (start-up and the new groups' first ``--hold``; the CPU it
+took is its own column), cross-checked
 with ``/proc/PID/stat``; its memory ``VmRSS`` at the end and ``VmHWM`` (peak); its rows a
 second at each rate from its ``/metrics`` (``throttle_lab_agent_rows_total``). ``--repeat``
 runs each row again (the machine is shared: the agent's CPU time grows with the load). Every
 group, burner and the agent are removed/stopped. Prints a table; the goal is <= 1 % of one CPU and
-<= 64 MiB for 100 pods. Needs Linux, root, Go and the v1 cpu and cpuacct hierarchies.
+<= 64 MiB for 100 pods. ``--agent-limit CPUS`` runs the agent under that CPU quota as well
+(the DaemonSet's is 0.2) and counts its periods throttled. Needs Linux, root, Go and the v1 cpu and cpuacct hierarchies.
 """
 
 from __future__ import annotations
@@ -111,47 +113,69 @@ def rows(base: str) -> dict[str, float]:
             for rate in ("fast", "idle")}
 
 
+def cpu_stat(group: Path) -> dict[str, int]:
+    """A v1 group's ``cpu.stat`` (nr_periods, nr_throttled, throttled_time)."""
+    return {k: int(v) for k, v in (line.split() for line in
+                                    (group / "cpu.stat").read_text().splitlines())}
+
+
 def measure(binary: Path, pods: int, seconds: float, interval: str, throttled: int = 0,
-            flags: Sequence[str] = ()) -> dict[str, float]:
+            flags: Sequence[str] = (), limit_cpus: float | None = None) -> dict[str, float]:
     top = f"throttle-lab-bench-agent-{os.getpid()}"
     own = CPUACCT / f"{top}-agent"
+    limited = CPU / f"{top}-agent"   # with ``limit_cpus``: the agent's quota (the DaemonSet's)
     proc: subprocess.Popen[bytes] | None = None
     burners: list[subprocess.Popen[bytes]] = []
     try:
         targets = make_pods(top, pods)
         burners = [burn_in(f"{top}/pod{i}/c") for i in range(min(throttled, pods))]
         own.mkdir()
+        procs = f"{own}/cgroup.procs"
+        if limit_cpus is not None:
+            limited.mkdir()
+            (limited / "cpu.cfs_quota_us").write_text(str(round(limit_cpus * 100_000)))
+            procs += f" {limited}/cgroup.procs"
         with tempfile.TemporaryDirectory() as tmp:
             listing = Path(tmp, "targets")
             listing.write_text("".join(f"{name} {path}\n" for name, path in targets))
             base = f"http://127.0.0.1:{free_port()}"
             proc = subprocess.Popen(
-                ["sh", "-c", f'echo $$ > {own}/cgroup.procs && exec "$@"', "sh", str(binary),
+                ["sh", "-c", f'for f in {procs}; do echo $$ > $f; done && exec "$@"', "sh",
+                 str(binary),
                  "--source", "static", "--targets", str(listing), "--timelines",
                  str(Path(tmp, "timelines")), "--listen", base.split("//")[1],
                  "--interval", interval, *flags],
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            time.sleep(8.0)   # start-up (files open) and the first --hold (5 s) over
-            if proc.poll() is not None:
-                raise SystemExit(f"the agent stopped: {proc.stderr.read().decode()[-500:]}"
-                                 if proc.stderr else "the agent stopped")
-            rows0 = rows(base)
-            usage0, cpu0, t0 = int((own / "cpuacct.usage").read_text()), proc_cpu_s(proc.pid), \
-                time.monotonic()
-            time.sleep(seconds)
-            usage1, cpu1, t1 = int((own / "cpuacct.usage").read_text()), proc_cpu_s(proc.pid), \
-                time.monotonic()
-            rows1 = rows(base)
-            rss, hwm = status_kib(proc.pid, "VmRSS"), status_kib(proc.pid, "VmHWM")
-            timelines = len(list(Path(tmp, "timelines").glob("*.cgroup.csv")))
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
-            return {"pods": pods, "throttled": len(burners), "timelines": timelines,
-                    "fast_rows_s": (rows1["fast"] - rows0["fast"]) / (t1 - t0),
-                    "idle_rows_s": (rows1["idle"] - rows0["idle"]) / (t1 - t0),
-                    "cpu_percent": 100 * (usage1 - usage0) / 1e9 / (t1 - t0),
-                    "stat_percent": 100 * (cpu1 - cpu0) / (t1 - t0),
-                    "rss_mib": rss / 1024, "hwm_mib": hwm / 1024}
+            try:
+                time.sleep(8.0)   # start-up (files open) and the first --hold (5 s) over
+                if proc.poll() is not None:
+                    raise SystemExit(f"the agent stopped: {proc.stderr.read().decode()[-500:]}"
+                                     if proc.stderr else "the agent stopped")
+                rows0 = rows(base)
+                stat0 = cpu_stat(limited) if limit_cpus is not None else {}
+                usage0, cpu0, t0 = int((own / "cpuacct.usage").read_text()), proc_cpu_s(proc.pid), \
+                    time.monotonic()
+                time.sleep(seconds)
+                usage1, cpu1, t1 = int((own / "cpuacct.usage").read_text()), proc_cpu_s(proc.pid), \
+                    time.monotonic()
+                stat1 = cpu_stat(limited) if limit_cpus is not None else {}
+                rows1 = rows(base)
+                rss, hwm = status_kib(proc.pid, "VmRSS"), status_kib(proc.pid, "VmHWM")
+                timelines = len(list(Path(tmp, "timelines").glob("*.cgroup.csv")))
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=30)
+                return {"pods": pods, "throttled": len(burners), "timelines": timelines,
+                        "fast_rows_s": (rows1["fast"] - rows0["fast"]) / (t1 - t0),
+                        "idle_rows_s": (rows1["idle"] - rows0["idle"]) / (t1 - t0),
+                        "cpu_percent": 100 * (usage1 - usage0) / 1e9 / (t1 - t0),
+                        "start_cpu_s": usage0 / 1e9,
+                        "stat_percent": 100 * (cpu1 - cpu0) / (t1 - t0),
+                        "rss_mib": rss / 1024, "hwm_mib": hwm / 1024,
+                        **{k: stat1[k] - stat0[k] for k in stat1}}
+            finally:   # stopped before its folder goes
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
     finally:
         for p in [*burners, *([proc] if proc is not None else [])]:
             if p.poll() is None:
@@ -159,8 +183,9 @@ def measure(binary: Path, pods: int, seconds: float, interval: str, throttled: i
                 p.wait()
         for hierarchy in (CPU, CPUACCT):
             remove_tree(hierarchy / top)
-        if own.exists():
-            own.rmdir()
+        for group in (own, limited):
+            if group.exists():
+                group.rmdir()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -173,6 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--agent-flag", action="append", default=[], metavar="FLAG",
                         help="a further flag for the agent (repeatable), e.g. --idle-interval=0")
     parser.add_argument("--repeat", type=int, default=1, help="runs per row (the machine is busy)")
+    parser.add_argument("--agent-limit", type=float, default=None, metavar="CPUS",
+                        help="run the agent under this CPU limit (the DaemonSet's: 0.2) and "
+                             "count its periods throttled")
     args = parser.parse_args(argv)
     if os.geteuid() != 0 or not (CPU / "cpu.cfs_quota_us").exists() or \
             not (CPUACCT / "cpuacct.usage").exists():
@@ -183,26 +211,33 @@ def main(argv: Sequence[str] | None = None) -> int:
           + (f", agent flags {' '.join(args.agent_flag)}" if args.agent_flag else ""))
     print(f"({describe_load('before')}; {time.strftime('%Y-%m-%d %H:%M %Z')}, "
           f"{os.uname().nodename}, Linux {os.uname().release})\n")
-    print("| pods | throttled pods | timelines | fast rows/s | idle rows/s "
+    limit = args.agent_limit
+    print("| pods | throttled pods | timelines | start-up CPU s | fast rows/s | idle rows/s "
           "| agent CPU (% of one CPU, cpuacct) | (/proc/PID/stat) | RSS MiB | peak RSS MiB "
-          "| goal met |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          + ("" if limit is None else f"| agent's periods throttled under {limit:g} CPU "
+             "(of periods), throttled s ")
+          + "| goal met |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|" + ("" if limit is None else "---|"))
     results = []
     for pods in args.pods:
         for _ in range(args.repeat):
             r = measure(binary, pods, args.seconds, args.interval, args.throttled,
-                        args.agent_flag)
+                        args.agent_flag, limit)
+            held = ("" if limit is None else f"{r['nr_throttled']:.0f} ({r['nr_periods']:.0f}), "
+                    f"{r['throttled_time'] / 1e9:.2f} | ")
             results.append(r)
             met = ("yes" if r["cpu_percent"] <= GOAL_CPU_PERCENT
                    and r["hwm_mib"] <= GOAL_RSS_MIB else "no")
-            print(f"| {pods} | {r['throttled']:.0f} | {r['timelines']:.0f} | "
+            print(f"| {pods} | {r['throttled']:.0f} | {r['timelines']:.0f} | {r['start_cpu_s']:.2f} | "
                   f"{r['fast_rows_s']:.0f} | {r['idle_rows_s']:.0f} | {r['cpu_percent']:.2f} | "
-                  f"{r['stat_percent']:.2f} | {r['rss_mib']:.1f} | {r['hwm_mib']:.1f} | {met} |",
+                  f"{r['stat_percent']:.2f} | {r['rss_mib']:.1f} | {r['hwm_mib']:.1f} | {held}"
+                  f"{met} |",
                   flush=True)
     print(f"\n({describe_load('after')}; goal: <= {GOAL_CPU_PERCENT:g} % of one CPU and "
           f"<= {GOAL_RSS_MIB:g} MiB for 100 pods)")
     keep_record("agent_cost", {"interval": args.interval, "throttled": args.throttled,
-                               "agent_flags": args.agent_flag, "runs": results})
+                               "agent_flags": args.agent_flag, "agent_limit": limit,
+                               "runs": results})
     return 0
 
 

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -142,9 +143,10 @@ type Store struct {
 	// Node names the agent's node. Two nodes' agents may share one directory (nodes on one
 	// machine, or a shared volume): each then lists, resumes, answers from and prunes only
 	// the segments its own node's agent wrote, and its MaxTotal counts only those.
-	Node string
-	mu   sync.Mutex
-	open map[string]bool // names of the segments being written
+	Node   string
+	mu     sync.Mutex
+	open   map[string]bool // names of the segments being written
+	parsed atomic.Int64    // metadata files read (a test: Open reads only its key's)
 }
 
 // NewStore makes the directory.
@@ -170,14 +172,30 @@ func (st *Store) ReadMetas() []Meta {
 func (st *Store) mine(m Meta) bool { return st.Node == "" || m.Agent.Node == st.Node }
 
 // readAllMetas reads every agent-written segment's metadata in the directory, any node's.
-func (st *Store) readAllMetas() []Meta {
-	paths, _ := filepath.Glob(filepath.Join(st.Dir, "*.json"))
+func (st *Store) readAllMetas() []Meta { return st.readMetasNamed("") }
+
+// readMetasNamed reads the metadata of the agent-written segments whose names begin with
+// prefix (any node's), oldest first: what Open reads for one key (its segments' names all
+// begin with its base), so that opening n timelines reads n files' metadata, not n².
+func (st *Store) readMetasNamed(prefix string) []Meta {
+	var names []string
+	if d, err := os.Open(st.Dir); err == nil {
+		all, _ := d.Readdirnames(-1)
+		d.Close()
+		for _, n := range all {
+			if strings.HasSuffix(n, ".json") && strings.HasPrefix(n, prefix) {
+				names = append(names, n)
+			}
+		}
+	}
+	sort.Strings(names)
 	var out []Meta
-	for _, p := range paths {
-		raw, err := os.ReadFile(p)
+	for _, n := range names {
+		raw, err := os.ReadFile(filepath.Join(st.Dir, n))
 		if err != nil {
 			continue
 		}
+		st.parsed.Add(1)
 		var m Meta
 		if json.Unmarshal(raw, &m) != nil || m.Tool != Tool || m.Agent.Key == "" {
 			continue
@@ -198,10 +216,10 @@ func (st *Store) Open(id Identity, base string, cgroup map[string]any, layout La
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	id.BootID, id.Node = BootID(), st.Node
-	metas := st.ReadMetas()
+	metas := st.readMetasNamed(base + "_") // a key's segments are base_<its start>[-n]
 	for i := len(metas) - 1; i >= 0; i-- {
 		m := metas[i]
-		if m.Agent.Key != id.Key {
+		if m.Agent.Key != id.Key || !st.mine(m) {
 			continue
 		}
 		if seg, ok := st.resume(m, id, cgroup, layout); ok {
