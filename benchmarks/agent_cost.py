@@ -36,6 +36,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from cpuquota.cgroupfs import read_cpu_stat
+from cpuquota.account import CpuStat
 from benchmarks.support import ROOT, describe_load, keep_record, run_main, scrape
 
 CPU = Path("/sys/fs/cgroup/cpu")
@@ -114,9 +116,10 @@ def rows(base: str) -> dict[str, float]:
 
 
 def cpu_stat(group: Path) -> dict[str, int]:
-    """A v1 group's ``cpu.stat`` (nr_periods, nr_throttled, throttled_time)."""
-    return {k: int(v) for k, v in (line.split() for line in
-                                    (group / "cpu.stat").read_text().splitlines())}
+    """A v1 group's periods, periods throttled and throttled ns (``cpu.stat``)."""
+    stat = read_cpu_stat(group, 1) or CpuStat()
+    return {"nr_periods": stat.nr_periods, "nr_throttled": stat.nr_throttled,
+            "throttled_ns": stat.throttled_ns}
 
 
 def measure(binary: Path, pods: int, seconds: float, interval: str, throttled: int = 0,
@@ -124,7 +127,6 @@ def measure(binary: Path, pods: int, seconds: float, interval: str, throttled: i
     top = f"throttle-lab-bench-agent-{os.getpid()}"
     own = CPUACCT / f"{top}-agent"
     limited = CPU / f"{top}-agent"   # with ``limit_cpus``: the agent's quota (the DaemonSet's)
-    proc: subprocess.Popen[bytes] | None = None
     burners: list[subprocess.Popen[bytes]] = []
     try:
         targets = make_pods(top, pods)
@@ -177,7 +179,7 @@ def measure(binary: Path, pods: int, seconds: float, interval: str, throttled: i
                     proc.kill()
                     proc.wait()
     finally:
-        for p in [*burners, *([proc] if proc is not None else [])]:
+        for p in burners:   # (the agent is stopped above)
             if p.poll() is None:
                 p.kill()
                 p.wait()
@@ -224,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             r = measure(binary, pods, args.seconds, args.interval, args.throttled,
                         args.agent_flag, limit)
             held = ("" if limit is None else f"{r['nr_throttled']:.0f} ({r['nr_periods']:.0f}), "
-                    f"{r['throttled_time'] / 1e9:.2f} | ")
+                    f"{r['throttled_ns'] / 1e9:.2f} | ")
             results.append(r)
             met = ("yes" if r["cpu_percent"] <= GOAL_CPU_PERCENT
                    and r["hwm_mib"] <= GOAL_RSS_MIB else "no")
