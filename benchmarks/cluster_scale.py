@@ -23,13 +23,16 @@ how many (and how fast they came up). After ``--settle`` seconds of recording, e
 user who holds only the roles of k8s/recorder/user-rbac.yaml (``benchmarks.commands_remote``'s
 kubeconfig): the median wall time, the child's peak memory (``ru_maxrss`` from ``wait4``; with
 workers, their PSS summed, sampled), the
-rows it printed and whether the throttling ones come first; the goal (issue 59): at most
+rows it printed and whether the throttling ones come first. Its modules' bytecode is cached (in
+the scratch folder, ``PYTHONPYCACHEPREFIX``, as an installed package has it; an untimed run
+first compiles it). The goal (issue 59): at most
 200 MiB, and 10 s for 1,000 workloads, or 10 ms a workload held beside a fixed 1 s where the node
 held fewer. ``--favoured`` also runs each command in a cgroup of the machine's greatest CPU weight
 (``cpu.shares`` 262144, ``cpu.weight`` 10000): as from a laptop of its own, beside the load the
 nodes' pods put on this machine (the agents that answer it stay on the nodes). Beside each
 run: what the kernel counted for the agents meanwhile (their CPU, their groups' periods
-throttled under the DaemonSet's 200m limit). ``--profile FILE`` also runs (after the record;
+throttled under the DaemonSet's 200m limit; an agent restarted meanwhile is said, not summed),
+and at the end each agent's restarts and why its last run ended (from the API server). ``--profile FILE`` also runs (after the record;
 its windows kept with ``--keep-windows DIR``) ``cluster -n NS`` once under cProfile and prints where its time went; ``--baseline DIR``
 times another revision's ``client`` package beside this checkout's, in each repeat. Prints the
 table and writes the record (``benchmarks/records.py``; ``python -m benchmarks
@@ -129,40 +132,73 @@ def held_pods(n: Any, want: int, within_s: float, stalled_s: float = 60.0
 AGENT = "throttle-agent"   # the recorder container's process (agent/cmd/throttle-agent)
 
 
-def agents_counted() -> dict[str, int]:
+def agents_counted() -> dict[str, dict[str, int]]:
     """What the kernel counted for the node agents' groups (every ``throttle-agent`` process
-    on this machine, each group once): their CPU (ns, ``/proc/PID/stat``), their groups' periods
-    and periods throttled, throttled time (ns); {} where none runs or none can be read."""
-    seen: set[Path] = set()
-    out = dict.fromkeys(("usage_ns", "nr_periods", "nr_throttled", "throttled_ns"), 0)
+    on this machine), by group: its processes' CPU (ns, ``/proc/PID/stat``), its periods and
+    periods throttled, throttled time (ns); {} where none runs or none can be read. An agent
+    restarted by its kubelet runs in a new group (its container's), so a group is one run."""
+    out: dict[str, dict[str, int]] = {}
     for proc in Path("/proc").iterdir():
         try:
             if not proc.name.isdigit() or (proc / "comm").read_text().strip() != AGENT:
                 continue
             controller = locate_cpu_controller(proc)
-            group = controller.directory
-            if group in seen:
-                continue
-            stat = read_cpu_stat(group, controller.version)
+            stat = read_cpu_stat(controller.directory, controller.version)
             fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
             usage = (int(fields[11]) + int(fields[12])) * 10**9 // os.sysconf("SC_CLK_TCK")
         except (OSError, CgroupError, ValueError, IndexError):
             continue   # a process that ended, or a group not readable from here
-        seen.add(group)
-        out["usage_ns"] += usage
-        if stat is not None:
-            out["nr_periods"] += stat.nr_periods
-            out["nr_throttled"] += stat.nr_throttled
-            out["throttled_ns"] += stat.throttled_ns
-    return out if seen else {}
+        group = out.setdefault(str(controller.directory), dict.fromkeys(
+            ("usage_ns", "nr_periods", "nr_throttled", "throttled_ns"), 0))
+        group["usage_ns"] += usage
+        if stat is not None and not group["nr_periods"]:   # the group's own, once
+            group["nr_periods"], group["nr_throttled"] = stat.nr_periods, stat.nr_throttled
+            group["throttled_ns"] = stat.throttled_ns
+    return out
+
+
+def agents_between(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]
+                   ) -> dict[str, int] | None:
+    """The agents' figures from ``before`` to ``after`` (:func:`agents_counted`), summed over
+    the groups both hold, and ``restarted``: the groups gone meanwhile (an agent's container
+    replaced: what its run counted is not in the sums). None if none was read."""
+    both = before.keys() & after.keys()
+    if not both:
+        return None
+    out = {key: sum(after[g][key] - before[g][key] for g in both)
+           for key in ("usage_ns", "nr_periods", "nr_throttled", "throttled_ns")}
+    out["restarted"] = len(before.keys() - after.keys())
+    return out
 
 
 def agents_words(counted: dict[str, int] | None) -> str:
     """The agents' figures for a table: CPU s, periods throttled (of periods), throttled s."""
     if not counted:
         return "not read"
+    restarted = counted.get("restarted", 0)
     return (f"{counted['usage_ns'] / 1e9:.2f}, {counted['nr_throttled']} "
-            f"({counted['nr_periods']}), {counted['throttled_ns'] / 1e9:.2f}")
+            f"({counted['nr_periods']}), {counted['throttled_ns'] / 1e9:.2f}"
+            + (f"; {restarted} agent restarted (not in the sums)" if restarted else ""))
+
+
+def agent_restarts(n: Any) -> list[str]:
+    """Each node agent's restarts so far and why its last run ended, from the API server
+    (``restartCount``, ``lastState.terminated``): one clause a restarted container."""
+    got = n.kubectl("-n", "throttle-lab-recorder", "get", "pods", "-o", "json", check=False)
+    try:
+        pods = json.loads(got.stdout)["items"]
+    except (ValueError, KeyError, TypeError):
+        return ["the agents' pods not read"]
+    out = []
+    for pod in pods:
+        for st in pod.get("status", {}).get("containerStatuses", []):
+            if st.get("restartCount"):
+                ended = st.get("lastState", {}).get("terminated", {})
+                out.append(f"{pod['metadata']['name']}/{st['name']} on "
+                           f"{pod['spec'].get('nodeName')}: {st['restartCount']} restarts, the "
+                           f"last {ended.get('reason', '?')} (exit {ended.get('exitCode', '?')}) "
+                           f"at {ended.get('finishedAt', '?')}")
+    return out
 
 
 def timed_cluster(args: Sequence[str], env: dict[str, str],
@@ -174,9 +210,7 @@ def timed_cluster(args: Sequence[str], env: dict[str, str],
     exit code and the workloads its JSON printed (or its last stderr line)."""
     before = agents_counted()
     got = timed(args, env, group)
-    after = agents_counted()
-    agents = ({k: after[k] - before[k] for k in after} if before.keys() == after.keys()
-              and before else None)
+    agents = agents_between(before, agents_counted())
     out: dict[str, Any] = {"wall_s": got["wall_s"], "cpu_s": got["cpu_s"], "agents": agents,
                            "peak_rss_mib": max(got["rss_mib"], got["tree_pss_mib"]),
                            "exit": got["exit"]}
@@ -258,8 +292,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             time.sleep(opts.settle)
             kubeconfig = str(commands_remote.user_kubeconfig(
                 n, work / "user.kubeconfig", namespace=NAMESPACE))
-            for environ, _ in ways.values():
-                environ["KUBECONFIG"] = kubeconfig
+            for environ, _ in ways.values():   # bytecode cached, as an installed package has it
+                environ.update(KUBECONFIG=kubeconfig, PYTHONPYCACHEPREFIX=str(work / "pycache"))
+                environ.pop("PYTHONDONTWRITEBYTECODE", None)
+            for environ in {id(e): e for e, _ in ways.values()}.values():
+                timed([*commands["cluster -n NS"], *tail], environ)   # compiled, untimed
             print(f"### cluster over {opts.workloads} workloads ({opts.busy} throttling): wall "
                   f"time and peak RSS, median of {opts.repeats}\n")
             print(f"({describe_load('before')}; {opts.workloads} one-pod Deployments over "
@@ -315,7 +352,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\n({describe_load('after')}; goal: <= {goal_s:g} s ({rule}) "
                   f"and <= {GOAL_RSS_MIB:g} MiB; pods running over time, s: "
                   f"{', '.join(f'{t:g}: {c}' for t, c in rising)})")
+            restarts = agent_restarts(n)
+            print(f"\n(the node agents' restarts by the end: {'; '.join(restarts) or 'none'})")
             keep_record("cluster_scale", {"workloads": opts.workloads, "busy": opts.busy,
+                                          "agent_restarts": restarts,
                                           "held": held, "up_s": up_s, "rising": rising,
                                           "host_network": opts.host_network,
                                           "goal_wall_s": goal_s, "goal_rss_mib": GOAL_RSS_MIB,
