@@ -35,7 +35,8 @@ from pathlib import Path
 
 from benchmarks.fake_kube import Cluster, fake_kube
 from benchmarks.prometheus_week import NAMESPACE, pod_name, workload_lists
-from benchmarks.support import HTTP_TIMING, ROOT, keep_record, run_main, timed
+from benchmarks.support import (HTTP_TIMING, ROOT, bytecode_cached, keep_record, run_main,
+                                timed)
 
 GOALS = {"wall_s": 10.0, "rss_mib": 200.0}
 PERIOD_NS = 100_000_000
@@ -104,10 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                windows(n, opts.throttling_every, since,
                                        int((until - since) * 1e9)))
                 with fake_kube(fake, work) as kubeconfig:
-                    env = dict(os.environ, KUBECONFIG=str(kubeconfig), PYTHONPATH=os.pathsep.join(
-                        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
-                        PYTHONPYCACHEPREFIX=str(work / "pycache"))
-                    env.pop("PYTHONDONTWRITEBYTECODE", None)
+                    env = bytecode_cached(dict(
+                        os.environ, KUBECONFIG=str(kubeconfig), PYTHONPATH=os.pathsep.join(
+                            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)),
+                        work / "pycache")
                     base = ["cluster", "-n", NAMESPACE, "--since", str(since), "--until",
                             f"{until:.3f}", "--json"]
                     if not runs:   # the bytecode compiled, once

@@ -57,8 +57,9 @@ from typing import Any
 
 from benchmarks import agent_cost_node, commands_remote
 from cpuquota.cgroupfs import CgroupError, locate_cpu_controller, read_cpu_stat
-from benchmarks.support import (HTTP_TIMING, describe_load, favoured_group, keep_record,
-                                recorder_on_every_node, run_main, timed)
+from kubenode.recorder import RECORDER_NAMESPACE
+from benchmarks.support import (HTTP_TIMING, bytecode_cached, describe_load, favoured_group,
+                                keep_record, recorder_on_every_node, run_main, timed)
 
 __all__ = ["NAMESPACE", "main", "timed_cluster"]
 
@@ -130,6 +131,7 @@ def held_pods(n: Any, want: int, within_s: float, stalled_s: float = 60.0
 
 
 AGENT = "throttle-agent"   # the recorder container's process (agent/cmd/throttle-agent)
+COUNTED = ("usage_ns", "nr_periods", "nr_throttled", "throttled_ns")   # agents_counted's
 
 
 def agents_counted() -> dict[str, dict[str, int]]:
@@ -148,12 +150,13 @@ def agents_counted() -> dict[str, dict[str, int]]:
             usage = (int(fields[11]) + int(fields[12])) * 10**9 // os.sysconf("SC_CLK_TCK")
         except (OSError, CgroupError, ValueError, IndexError):
             continue   # a process that ended, or a group not readable from here
-        group = out.setdefault(str(controller.directory), dict.fromkeys(
-            ("usage_ns", "nr_periods", "nr_throttled", "throttled_ns"), 0))
-        group["usage_ns"] += usage
-        if stat is not None and not group["nr_periods"]:   # the group's own, once
-            group["nr_periods"], group["nr_throttled"] = stat.nr_periods, stat.nr_throttled
-            group["throttled_ns"] = stat.throttled_ns
+        key = str(controller.directory)
+        if key not in out:   # the group's own counters, read once
+            out[key] = dict.fromkeys(COUNTED, 0)
+            if stat is not None:
+                out[key].update(nr_periods=stat.nr_periods, nr_throttled=stat.nr_throttled,
+                                throttled_ns=stat.throttled_ns)
+        out[key]["usage_ns"] += usage
     return out
 
 
@@ -166,7 +169,7 @@ def agents_between(before: dict[str, dict[str, int]], after: dict[str, dict[str,
     if not both:
         return None
     out = {key: sum(after[g][key] - before[g][key] for g in both)
-           for key in ("usage_ns", "nr_periods", "nr_throttled", "throttled_ns")}
+           for key in COUNTED}
     out["restarted"] = len(before.keys() - after.keys())
     return out
 
@@ -184,7 +187,7 @@ def agents_words(counted: dict[str, int] | None) -> str:
 def agent_restarts(n: Any) -> list[str]:
     """Each node agent's restarts so far and why its last run ended, from the API server
     (``restartCount``, ``lastState.terminated``): one clause a restarted container."""
-    got = n.kubectl("-n", "throttle-lab-recorder", "get", "pods", "-o", "json", check=False)
+    got = n.kubectl("-n", RECORDER_NAMESPACE, "get", "pods", "-o", "json", check=False)
     try:
         pods = json.loads(got.stdout)["items"]
     except (ValueError, KeyError, TypeError):
@@ -293,8 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kubeconfig = str(commands_remote.user_kubeconfig(
                 n, work / "user.kubeconfig", namespace=NAMESPACE))
             for environ, _ in ways.values():   # bytecode cached, as an installed package has it
-                environ.update(KUBECONFIG=kubeconfig, PYTHONPYCACHEPREFIX=str(work / "pycache"))
-                environ.pop("PYTHONDONTWRITEBYTECODE", None)
+                bytecode_cached(environ, work / "pycache")["KUBECONFIG"] = kubeconfig
             for environ in {id(e): e for e, _ in ways.values()}.values():
                 timed([*commands["cluster -n NS"], *tail], environ)   # compiled, untimed
             print(f"### cluster over {opts.workloads} workloads ({opts.busy} throttling): wall "
@@ -370,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:   # the record kept first: deleting many pods takes a while
             n.kubectl("delete", "clusterrolebinding", f"{NAMESPACE}-workloads",
                       "--ignore-not-found", check=False)
-            n.kubectl("-n", "throttle-lab-recorder", "delete", "rolebinding",
+            n.kubectl("-n", RECORDER_NAMESPACE, "delete", "rolebinding",
                       f"{NAMESPACE}-timelines", "--ignore-not-found", check=False)
             n.kubectl("delete", "namespace", NAMESPACE, "--wait=true",
                       f"--timeout={opts.delete_within:g}s", check=False,

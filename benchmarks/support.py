@@ -51,7 +51,7 @@ from cpuquota.cgroupfs import locate_cpu_controller
 from cpuquota.limit import Limit
 from service.cgroup import create_group, empty_group, move_pid, remove_group, set_quota
 
-__all__ = ["favoured_group", "BIN", "BURNER", "HTTP_TIMING", "NODE_BURNER", "ROOT", "WRK_MISSING", "BurningGroup",
+__all__ = ["bytecode_cached", "favoured_group", "BIN", "BURNER", "HTTP_TIMING", "NODE_BURNER", "ROOT", "WRK_MISSING", "BurningGroup",
            "recorder_on_every_node",
            "WrkResult", "burn_service", "burner_in", "burner_in_group", "calibrate",
            "describe_load", "exit_on_sigterm", "free_port", "get", "http_server", "keep_record",
@@ -432,6 +432,14 @@ def favoured_group() -> Iterator[Path]:
     finally:
         empty_group(group)
         remove_group(group)
+
+
+def bytecode_cached(env: dict[str, str], folder: Path) -> dict[str, str]:
+    """``env`` made to cache the command's bytecode in ``folder`` (a scratch folder's, as an
+    installed package has it compiled), whatever this shell says; ``env`` itself, changed."""
+    env["PYTHONPYCACHEPREFIX"] = str(folder)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
 
 def timed(args: Sequence[str], env: Mapping[str, str],
