@@ -78,6 +78,7 @@ type Agent struct {
 	late       uint64
 	reads      map[string]uint64 // rows written at each rate ("fast", "idle")
 	lastCheck  time.Time
+	now        time.Time // the wall-clock time of the tick being done (Tick's)
 	lastFlush  time.Time
 	lastPrune  time.Time
 }
@@ -195,6 +196,7 @@ func (a *Agent) start(want source.Want) error {
 		}
 		w.own.export = &labels{want.Namespace, want.Pod, want.Container, level}
 		w.own.waits = metrics.NewWaits()
+		w.own.since = a.now
 	}
 	w.own.quota = nil
 	w.own.noQuota = len(target.Levels) == 0 // none on it or above: nothing can throttle it

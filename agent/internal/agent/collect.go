@@ -29,6 +29,8 @@ var (
 		"The group's own CFS period (cpu.max / cpu.cfs_period_us); absent when it has no quota.")
 	descNoQuota = desc("throttle_lab_cpu_no_quota",
 		"1: the group has no CFS quota on it or above (exclusive CPUs under the static CPU manager, no limits.cpu): no CPU quota: throttling cannot happen here, so its throttling counters are not exported.")
+	descStart = desc("throttle_lab_cpu_counters_start_time_seconds",
+		"Unix time since which the group's counters here count without a reset: when the agent began watching it (its wait histogram counts from then; the kernel's counters from the group's creation, earlier). A later value is a new run of the counters, as process_start_time_seconds is a process's.")
 	descPressureSome = desc("throttle_lab_cpu_pressure_waiting_seconds_total",
 		"PSI: time some of the group's tasks waited for a CPU (cpu.pressure some total; cgroup v2).")
 	descPressureFull = desc("throttle_lab_cpu_pressure_stalled_seconds_total",
@@ -49,7 +51,7 @@ var (
 func (a *Agent) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPeriods, descThrottledPeriods, descThrottledSeconds,
 		descWait, descUsage, descQuota, descPeriod, descNoQuota, descPressureSome, descPressureFull,
-		descWatched, descUnresolved, descTicks, descLate, descRows, descCoarse} {
+		descWatched, descUnresolved, descTicks, descLate, descRows, descCoarse, descStart} {
 		ch <- d
 	}
 }
@@ -67,6 +69,8 @@ func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 		counter := func(d *prometheus.Desc, v float64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
 		}
+		ch <- prometheus.MustNewConstMetric(descStart, prometheus.GaugeValue,
+			float64(n.since.UnixNano())/1e9, l...)
 		if n.noQuota {
 			// no claim of throttling: the counters of a group nothing can throttle stand still
 			ch <- prometheus.MustNewConstMetric(descNoQuota, prometheus.GaugeValue, 1, l...)

@@ -68,6 +68,7 @@ func (a *Agent) Tick(now time.Time, tick int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.ticks++
+	a.now = now
 	check := now.Sub(a.lastCheck) >= a.cfg.CheckEvery
 	if fresh || (check && len(a.unresolved) > 0) {
 		a.apply(wants)

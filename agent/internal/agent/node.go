@@ -2,6 +2,7 @@ package agent
 
 import (
 	"path/filepath"
+	"time"
 
 	"github.com/throttle-lab/throttle-lab/agent/internal/cgroupfs"
 	"github.com/throttle-lab/throttle-lab/agent/internal/metrics"
@@ -51,6 +52,10 @@ type node struct {
 	noQuota bool
 	waits   *metrics.Waits
 	coarse  uint64 // the waits' periods observed more than one period after the last reading
+	// the wall-clock time its export began (with its wait histogram): every counter it
+	// exports counts since then at least without a reset (the kernel's since the group was
+	// made, earlier); a new watch of the group is a new start
+	since time.Time
 }
 
 func openNode(dir string, version int, now int64) (*node, error) {

@@ -85,6 +85,7 @@ func TestTheKubeletsSystemdLayoutOnV2(t *testing.T) {
 
 	l.watch(source.PodWants(runningPod(sdUID, sdCID))...)
 	l.run(1)
+	started := fmt.Sprintf("%g", float64(l.mono)/1e9) // the tick that began watching them
 	if len(l.a.unresolved) != 0 || len(l.a.watched) != 2 {
 		t.Fatalf("the pod and its container are watched: unresolved %v", l.a.unresolved)
 	}
@@ -114,6 +115,7 @@ func TestTheKubeletsSystemdLayoutOnV2(t *testing.T) {
 		"throttle_lab_cpu_cfs_throttled_periods_total{" + podLabels + "} 8",
 		"throttle_lab_cpu_cfs_throttled_seconds_total{" + podLabels + "} 0.64",
 		"throttle_lab_cpu_cfs_quota_seconds{" + podLabels + "} 0.02",
+		"throttle_lab_cpu_counters_start_time_seconds{" + podLabels + "} " + started,
 	} {
 		if !hasLine(pm, want) {
 			t.Fatalf("the pod's slice: %q not in %v", want, pm)
@@ -158,5 +160,22 @@ func TestTheKubeletsSystemdLayoutOnV2(t *testing.T) {
 	}
 	if cm := l.metricLines(ctrLabels); !hasLine(cm, "throttle_lab_cpu_cfs_quota_seconds{"+ctrLabels+"} 0.01") {
 		t.Fatalf("the container's own quota: %v", cm)
+	}
+	// a new segment, not a new run of the counters: the same start
+	start := "throttle_lab_cpu_counters_start_time_seconds{" + ctrLabels + "} "
+	if cm := l.metricLines(ctrLabels); !hasLine(cm, start+started) {
+		t.Fatalf("the container's counters still count since %s: %v", started, cm)
+	}
+	// watched anew (gone from the source, then back): a new run, a later start
+	l.watch()
+	l.run(1)
+	if cm := l.metricLines(ctrLabels); len(cm) != 0 {
+		t.Fatalf("no longer watched: its series end, got %v", cm)
+	}
+	l.watch(source.PodWants(runningPod(sdUID, sdCID))...)
+	l.run(1)
+	again := fmt.Sprintf("%g", float64(l.mono)/1e9)
+	if cm := l.metricLines(ctrLabels); again == started || !hasLine(cm, start+again) {
+		t.Fatalf("watched again at %s (first at %s): %v", again, started, cm)
 	}
 }
