@@ -3,19 +3,28 @@ wall time, CPU and peak RSS, Prometheus's CPU and peak RSS against its idle (iss
 
     .venv/bin/python -m benchmarks.prometheus_week [--workloads 1000] [--throttling 100]
                                                    [--days 7] [--scrape 30] [--repeats 2]
-                                                   [--data DIR] [--query-stats] [--profile F]
+                                                   [--blocks compacted|2h] [--data DIR]
+                                                   [--query-stats] [--profile F]
 
-The series are what the node agent exports for a one-pod workload and ``cluster`` reads: 18 a
-pod (periods, periods throttled, throttled seconds, usage seconds, coarse periods and the wait
-histogram's 13 buckets, ``level="pod"``), one sample each ``--scrape`` seconds (30 s: twice
-the shipped job's resolution, k8s/recorder/prometheus.yml) over ``--days`` and 2 h more, of
+The series are what the node agent exports for a one-pod workload and ``cluster`` reads: 19 a
+pod (periods, periods throttled, throttled seconds, usage seconds, coarse periods, the wait
+histogram's 13 buckets and the start_time gauge, the agent's watch begun an hour before the
+first sample; ``level="pod"``), one sample each ``--scrape`` seconds (60 s: four times the
+shipped job's 15 s, k8s/recorder/prometheus.yml) over ``--days`` and 2 h more, of
 ``--workloads`` Deployments in namespace ``bench``; the first ``--throttling`` of them
 throttled in about a third of their periods, the rest idle to busy under their limit. They are
 written as OpenMetrics text one 2 h window at a time and made blocks by ``promtool tsdb
 create-blocks-from openmetrics`` (Prometheus 2.42's promtool reads its whole input once for
-each 2 h block it makes: a file a window is read once; the backfill's time is in the table),
-into Debian's Prometheus (``--storage.tsdb.max-block-duration=2h``: its 2 h blocks are queried
-as written, with no compaction running during the queries). The workloads are listed by a
+each 2 h block it makes: a file a window is read once; the backfill's time is in the table).
+The shipped recording rules (k8s/recorder/rules.yaml) are then evaluated over them by
+``promtool tsdb create-blocks-from rules`` against a Prometheus holding them, as a Prometheus
+that had the rules loaded all week holds their series (``cluster`` reads the usage rule's over
+a long window). Then Debian's Prometheus compacts the blocks itself, at its default block
+ranges (2 h, 6 h, 18 h at its default 15 d retention), until a whole compaction cycle (one a
+minute) compacts nothing: the blocks a Prometheus that ran the week holds, and no compaction
+runs during the queries. ``--blocks 2h`` keeps promtool's 2 h blocks instead (a server run
+with ``--storage.tsdb.max-block-duration=2h``, as Thanos's sidecar asks): every query over
+the week then reads 85 blocks' index. The workloads are listed by a
 fake API server on loopback (benchmarks/fake_kube.py). After Prometheus has been idle 10 s,
 ``http-timing cluster -n bench --prometheus URL --since 7d --until END --json`` runs
 ``--repeats`` times: its wall time, its peak RSS (``ru_maxrss`` from ``wait4``), Prometheus's
@@ -26,9 +35,10 @@ The goal is judged on the whole ``VmRSS``, as the issue says RSS; ``RssAnon`` (t
 what the queries allocate, what an OOM kill counts first) is shown beside it and against its
 own idle too. The rest, ``RssFile``, is the blocks' chunks and index Prometheus ``mmap``s, the
 pages the queries have read (the page cache, given back under pressure), and stays mapped: each
-run's end shows it from ``/proc/PID/smaps`` (index, chunks, heap). The chunks of the series a
-week's queries read (the usage, whose float samples compress least, most of them) grow it
-whatever the queries' shape; the table says what the idle with those chunks added comes to.
+run's end shows it from ``/proc/PID/smaps`` (index, chunks, heap). A lookup spanning the week
+(the series API, the usage rule's samples) reads every block's index; the chunks are those of
+the usage rule's samples and of the instants' lookups; the table says what the idle with
+those chunks added comes to.
 ``--query-stats`` also asks each of the client's queries once more in-process with
 ``stats=all`` and prints the slowest; ``--profile F`` runs the command once under cProfile.
 ``--data DIR`` keeps the blocks there and reuses them when they hold these series. Prints the
@@ -55,6 +65,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 
 from benchmarks.fake_kube import Cluster, fake_kube
@@ -74,7 +85,13 @@ SHARE = (0.02, 0.06, 0.12, 0.2, 0.3, 0.42, 0.5, 0.58, 0.68, 0.8, 0.9, 0.97, 1.0)
 LIMIT_CPUS = 0.5
 COUNTERS = ("periods", "throttled_periods", "throttled_seconds", "usage_seconds",
             "coarse_periods")
+SERIES_PER_POD = len(COUNTERS) + len(BOUNDS) + 1   # and the agent's start_time gauge
 GOALS = {"wall_s": 30.0, "rss_mib": 200.0, "prometheus_ratio": 2.0}
+RULES = ROOT / "k8s" / "recorder" / "rules.yaml"
+# Prometheus's flags a layout of blocks asks: its defaults compact them; 2 h blocks as written
+BLOCKS = {"compacted": [], "2h": ["--storage.tsdb.retention.time=60d",
+                                  "--storage.tsdb.max-block-duration=2h"]}
+CONFIG = {"global": {"scrape_interval": "15s"}}
 
 
 def log(msg: str) -> None:
@@ -86,7 +103,8 @@ class Series:
     scale times a shared nondecreasing shape from the pod's own offset (so no two pods' are the
     same), the shape's steps drawn once (seeded)."""
 
-    def __init__(self, pods: int, throttling: int, samples: int, scrape_s: int) -> None:
+    def __init__(self, pods: int, throttling: int, samples: int, scrape_s: int,
+                 since: int = 0) -> None:
         rng = np.random.default_rng(59)
         n = samples + pods * 7 + 1
         self.scrape_s, self.pods, self.throttling = scrape_s, pods, throttling
@@ -99,6 +117,7 @@ class Series:
         self.throttled = np.concatenate([[0], np.cumsum(throttled)])
         self.coarse = np.concatenate([[0], np.cumsum(rng.random(n) < 0.02)])
         self.scale = rng.uniform(0.05, 0.9, pods)   # idle to busy, of the limit
+        self.since = since   # the agent's start_time gauge: before the first sample
 
     def values(self, pod: int, first: int, last: int) -> dict[str, list[Any]]:
         """Metric key (le for a bucket) -> pod ``pod``'s values at samples first..last-1."""
@@ -108,6 +127,7 @@ class Series:
             1.0 if pod < self.throttling else self.scale[pod])
         periods = self.periods[a:b] - self.periods[k]
         out: dict[str, list[Any]] = {
+            "start_time": [self.since] * (last - first),
             "periods": periods.tolist(),
             "usage_seconds": [f"{u:.3f}" for u in usage.tolist()],
             "coarse_periods": (self.coarse[a:b] - self.coarse[k]).tolist()}
@@ -146,7 +166,7 @@ def write_window(path: Path, series: Series, first_t: int, first: int, last: int
     per_pod = [series.values(p, first, last) for p in range(series.pods)]
     lines = 0
     with open(path, "w") as out:
-        families = [(AGENT_METRICS[key], [(key, "")]) for key in COUNTERS]
+        families = [(AGENT_METRICS[key], [(key, "")]) for key in (*COUNTERS, "start_time")]
         families.append((AGENT_METRICS["wait_bucket"], [(le, f',le="{le}"') for le in BOUNDS]))
         for name, keys in families:
             out.write(f"# TYPE {name} unknown\n")
@@ -207,6 +227,79 @@ def _finish(proc: subprocess.Popen[bytes], path: Path | None) -> None:
     _, err = proc.communicate(timeout=900)
     if proc.returncode != 0:
         raise SystemExit(f"promtool failed on {path}: {err.decode()[-500:]}")
+
+
+def rules_backfilled(work: Path, first_t: int, end_t: int) -> dict[str, Any]:
+    """The shipped recording rules evaluated over the series in ``work/data`` by ``promtool
+    tsdb create-blocks-from rules`` against a Prometheus holding them (its 2 h blocks as
+    written), their blocks added to the data; the time it took and the blocks."""
+    t0 = time.monotonic()
+    out = work / "rules-blocks"
+    shutil.rmtree(out, ignore_errors=True)
+    with prometheus_running(work / "prometheus-rules", CONFIG, BLOCKS["2h"],
+                            data=work / "data") as base:
+        done = subprocess.run([binary("promtool"), "tsdb", "create-blocks-from", "rules",
+                               "--quiet", f"--url={base}", f"--start={first_t}",
+                               f"--end={end_t}", f"--output-dir={out}", str(RULES)],
+                              capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise SystemExit(f"promtool could not backfill {RULES}: {done.stderr[-500:]}")
+    blocks = [d for d in out.iterdir() if (d / "meta.json").is_file()]
+    for block in blocks:
+        block.rename(work / "data" / block.name)
+    shutil.rmtree(out, ignore_errors=True)
+    return {"rules_s": time.monotonic() - t0, "rules_blocks": len(blocks)}
+
+
+def tsdb_metrics(base: str, names: Sequence[str]) -> dict[str, float]:
+    """Prometheus's own unlabelled metrics ``names`` from its /metrics."""
+    out = {}
+    for line in httpx.get(base + "/metrics", timeout=30).text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in names:
+            out[name] = float(value)
+    return out
+
+
+def compacted(work: Path, timeout_s: float = 3600.0) -> dict[str, Any]:
+    """The blocks in ``work/data`` compacted by Prometheus at its default block ranges, until a
+    whole compaction cycle (one a minute, each compacting until it plans nothing) compacts
+    nothing; the time it took and the compactions."""
+    names = ("prometheus_tsdb_compactions_total", "prometheus_tsdb_compactions_triggered_total",
+             "prometheus_tsdb_compactions_failed_total")
+    t0 = time.monotonic()
+    with prometheus_running(work / "prometheus-compact", CONFIG, BLOCKS["compacted"],
+                            data=work / "data") as base:
+        seen = tsdb_metrics(base, names)
+        while True:
+            now = tsdb_metrics(base, names)
+            if now.get(names[2], 0.0) > 0:
+                raise SystemExit(f"Prometheus failed to compact the blocks: see "
+                                 f"{work / 'prometheus-compact' / 'log'}")
+            if now.get(names[1], 0.0) >= seen.get(names[1], 0.0) + 2:
+                if now.get(names[0]) == seen.get(names[0]):
+                    break
+                seen = now
+            if time.monotonic() - t0 > timeout_s:
+                raise SystemExit(f"Prometheus still compacting after {timeout_s:.0f} s")
+            time.sleep(2)
+    return {"compact_s": time.monotonic() - t0, "compactions": now.get(names[0], 0.0)}
+
+
+def block_hours(data: Path) -> list[float]:
+    """Each block's time range in ``data`` (hours), oldest first."""
+    metas = [json.loads(m.read_text()) for m in data.glob("*/meta.json")]
+    return [(m["maxTime"] - m["minTime"]) / 3.6e6 for m in sorted(metas,
+                                                                 key=lambda m: m["minTime"])]
+
+
+def layout(hours: Sequence[float]) -> str:
+    """``hours`` in words: how many blocks of each range."""
+    counts: dict[float, int] = {}
+    for h in hours:
+        counts[round(h)] = counts.get(round(h), 0) + 1
+    return f"{len(hours)} blocks (" + ", ".join(
+        f"{n} of {h:g} h" for h, n in sorted(counts.items(), reverse=True)) + ")"
 
 
 def workload_lists(pods: int) -> dict[str, list[Any]]:
@@ -334,6 +427,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--days", type=float, default=7.0, help="cluster's --since, in days")
     parser.add_argument("--scrape", type=int, default=60, help="seconds between samples")
     parser.add_argument("--repeats", type=int, default=2, help="runs of the command")
+    parser.add_argument("--blocks", choices=sorted(BLOCKS), default="compacted",
+                        help="the blocks as Prometheus compacts them (default), or promtool's "
+                        "2 h blocks as written")
     parser.add_argument("--data", type=Path, metavar="DIR",
                         help="keep the blocks in DIR and reuse them (default: a temporary "
                         "folder, removed)")
@@ -353,7 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         work = opts.data if opts.data is not None else Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
         manifest = {"workloads": opts.workloads, "throttling": opts.throttling,
-                    "samples": samples, "scrape_s": opts.scrape}
+                    "samples": samples, "scrape_s": opts.scrape, "blocks": opts.blocks,
+                    "series_per_pod": SERIES_PER_POD}
         kept = work / "series.json"
         old = json.loads(kept.read_text()) if kept.exists() else {}
         if {k: old.get(k) for k in manifest} == manifest and (work / "data").is_dir():
@@ -365,9 +462,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             # the last window ends at an hour or two ago, on promtool's 2 h boundary
             end_t = (int(time.time()) // WINDOW_S - 1) * WINDOW_S
             first_t = end_t - samples * opts.scrape
-            log(f"writing {opts.workloads} x 18 series x {samples} samples")
+            log(f"writing {opts.workloads} x {SERIES_PER_POD} series x {samples} samples")
             filled = backfilled(work / "data", Series(opts.workloads, opts.throttling, samples,
-                                                      opts.scrape), first_t, samples)
+                                                      opts.scrape, first_t - 3600),
+                                first_t, samples)
+            filled.update(rules_backfilled(work, first_t, first_t + samples * opts.scrape))
+            log(f"rules backfilled in {filled['rules_s']:.0f} s")
+            if opts.blocks == "compacted":
+                filled.update(compacted(work))
+                log(f"compacted in {filled['compact_s']:.0f} s")
+            filled["blocks_mib"] = sum(f.stat().st_size for f in (work / "data").rglob("*")
+                                       if f.is_file()) / 2**20
             kept.write_text(json.dumps({**manifest, "first_t": first_t, "filled": filled}))
         series = Series(opts.workloads, opts.throttling, samples, opts.scrape)
         last_i = samples - 1
@@ -378,9 +483,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"backfill: {filled['samples'] / 1e6:.0f} M samples in {filled['backfill_s']:.0f} "
             f"s, {filled['blocks_mib']:.0f} MiB of blocks")
         procs: list[subprocess.Popen[bytes]] = []
-        with prometheus_running(work / "prometheus", {"global": {"scrape_interval": "15s"}},
-                                ["--storage.tsdb.retention.time=60d",
-                                 "--storage.tsdb.max-block-duration=2h"], procs=procs,
+        blocks = layout(block_hours(work / "data"))
+        with prometheus_running(work / "prometheus", CONFIG, BLOCKS[opts.blocks], procs=procs,
                                 data=work / "data") as base, \
                 fake_kube(Cluster(workload_lists(opts.workloads)), work) as kubeconfig:
             pid = procs[0].pid
@@ -398,11 +502,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"### cluster --prometheus --since {opts.days:g}d over {opts.workloads} "
                   "workloads' series\n")
             print(f"({describe_load('before')}; {opts.workloads} one-pod Deployments, "
-                  f"{opts.throttling} throttling, 18 series a pod at a {opts.scrape} s scrape "
+                  f"{opts.throttling} throttling, {SERIES_PER_POD} series a pod at a "
+                  f"{opts.scrape} s scrape "
                   f"over {samples * opts.scrape / 86400:.2f} days: "
-                  f"{filled['samples'] / 1e6:.0f} M samples in {filled['windows']} 2 h blocks "
-                  f"({filled['blocks_mib']:.0f} MiB), backfilled in "
-                  f"{filled['backfill_s']:.0f} s; Prometheus idle {idle:.0f} MiB "
+                  f"{filled['samples'] / 1e6:.0f} M samples backfilled in "
+                  f"{filled['backfill_s']:.0f} s, the shipped recording rules' in "
+                  f"{filled['rules_s']:.0f} s"
+                  + (f", compacted by Prometheus in {filled['compact_s']:.0f} s"
+                     if "compact_s" in filled else "")
+                  + f": {blocks}, {filled['blocks_mib']:.0f} MiB; Prometheus idle {idle:.0f} MiB "
                   f"(anonymous {idle_anon:.0f}; resident: index {idle_mapped['index']:.0f}, "
                   f"chunks {idle_mapped['chunks']:.0f}, heap {idle_mapped['heap']:.0f}); "
                   f"{time.strftime('%Y-%m-%d %H:%M %Z')}, "
@@ -471,13 +579,14 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"| (beside it: its anonymous peak against its anonymous idle {idle_anon:.0f} MiB) | "
           f"{anon_ratio:.2f}x | {'under 2x' if anon_ratio < GOALS['prometheus_ratio'] else 'not under 2x'} |\n"
           f"| (beside it: its idle with only the chunks the queries read added, "
-          f"{chunks_read:.0f} MiB, a week's usage series most of them) | "
+          f"{chunks_read:.0f} MiB) | "
           f"{floor_ratio:.2f}x | {'under 2x' if floor_ratio < GOALS['prometheus_ratio'] else 'not under 2x'} |")
     print(f"\n({describe_load('after')})")
     for got in runs:
         if "error" in got:
             print(f"\nerror: {got['error']}")
     keep_record("prometheus_week", {**manifest, "days": opts.days, "backfill": filled,
+                                    "block_layout": blocks,
                                     "prometheus_idle_mib": idle,
                                     "prometheus_idle_anon_mib": idle_anon, "runs": runs,
                                     "prometheus_anon_ratio": anon_ratio,

@@ -35,7 +35,8 @@ from client.run import prometheus_query
 from client.run.k8s_workloads import fold_pods
 from client.run.replay_input import read_recording
 from client.run.prometheus import (AGENT_METRICS, Prometheus, PrometheusError, open_prometheus)
-from client.run.prometheus_query import (MAX_STEPS, PEAK_PER_POINT, SERIES_PER_POD, PodTotals, Totals,
+from client.run.prometheus_query import (MAX_STEPS, PEAK_PER_POINT, RULE_COVER, SERIES_PER_POD,
+                                         USAGE_RULE, USAGE_RULE_MS, PodTotals, Totals,
                                          pod_totals, pods_seen, step_for, window)
 from cpuquota.limit import NO_QUOTA
 from tests.prometheus_support import Labels, Scraped, backfilled_prometheus, scraped_agent
@@ -65,6 +66,7 @@ PODS = {("shop", WEB_A): (START, END, START + 6 * 3600),        # reset at 6 h
         ("other", "web-5d8f9c7b6-aaaaa"): (START, END, None),
         ("other", "free-5d8f9c7b6-bbbbb"): (START, END, None)}       # no quota on its group
 NO_QUOTA_POD = ("other", "free-5d8f9c7b6-bbbbb")
+OLD_AGENT_POD = ("other", "web-5d8f9c7b6-aaaaa")   # no start_time gauge: an agent before it
 Samples = list[tuple[float, float]]
 
 
@@ -93,13 +95,17 @@ def written() -> dict[tuple[str, str], dict[str, dict[str, Samples]]]:
                 waits = [w + (j >= i) for j, w in enumerate(waits)]   # cumulative
             for key, value in values.items():
                 series.setdefault(key, {}).setdefault("", []).append((t, value))
+            if pod != OLD_AGENT_POD:   # the agent began watching 10 min before, or at the reset
+                since = reset if reset is not None and t >= reset else first - 600
+                series.setdefault("start_time", {}).setdefault("", []).append((t, since))
             for le, count in zip(BOUNDS, waits):
                 name = "+Inf" if le == float("inf") else repr(le)
                 series.setdefault("wait_bucket", {}).setdefault(name, []).append((t, count))
             t += SCRAPE_S
         if pod == NO_QUOTA_POD:   # as the agent exports it: its usage and that it has no quota
             usage = series["usage_seconds"]
-            series = {"usage_seconds": usage, "no_quota": {"": [(t, 1.0) for t, _ in usage[""]]}}
+            series = {"usage_seconds": usage, "no_quota": {"": [(t, 1.0) for t, _ in usage[""]]},
+                      "start_time": series["start_time"]}
         out[pod] = series
     return out
 
@@ -211,14 +217,84 @@ def test_the_usage_quantiles_are_at_a_coarser_step_of_whole_steps_when_many(
         if pod != NO_QUOTA_POD:   # the counters stay at every step
             assert got.total("periods") == pytest.approx(
                 sum(stepwise(series["periods"][""], totals)), rel=1e-9, abs=1e-9), pod
-    quantiles = [q for _, params in prometheus.paths if "quantile_over_time" in
-                 (q := params.get("query", ""))]
+    queries = [params.get("query", "") for _, params in prometheus.paths]
+    quantiles = [q for q in queries if "quantile_over_time" in q and USAGE_RULE not in q]
     assert quantiles and all(f":{60_000 * every}ms]" in q for q in quantiles)
+    # at 5 m steps the recording rule is asked first; these series hold none of it
+    assert any(USAGE_RULE in q for q in queries) == (every >= 5)
+    assert totals.rule_pods == 0 and not any(p.usage_rule for p in totals.pods.values())
     # the row says the quantiles' step
     row = prometheus_row(WorkloadLimits("shop/deployment/web", 2.0, 2.0), "shop",
                          [p for ns, p in seen if ns == "shop"], totals)
     assert f"per {60 * every:g} s step" in dict(row.sources)["usage_p95_cpus"]
     assert f"usage quantiles at {60 * every:g} s" in resolution(60, totals.usage_step_s)
+
+
+RULE_S = USAGE_RULE_MS // 1000
+# the recording rule's samples (k8s/recorder/rules.yaml), every 5 m: over the whole window for
+# two pods, over its last 2 h only for another (the rule loaded then), none for the rest
+RULED = {("shop", WEB_A): START, ("other", "web-5d8f9c7b6-aaaaa"): START,
+         ("shop", "db-0"): END - 2 * 3600}
+
+
+def rule_series() -> dict[Labels, Samples]:
+    rng = random.Random(5)
+    return {(("namespace", ns), ("pod", pod), ("container", ""), ("level", "pod")):
+            [(t, round(rng.uniform(0.0, 1.5), 6))
+             for t in range(math.ceil(first / RULE_S) * RULE_S, END + 1, RULE_S)]
+            for (ns, pod), first in RULED.items()}
+
+
+@pytest.fixture(scope="module")
+def ruled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[Labels, Samples]]]:
+    rules = rule_series()
+    with backfilled_prometheus(tmp_path_factory.mktemp("ruled"),
+                               {**om_series(), USAGE_RULE: rules}) as base:
+        yield base, rules
+
+
+def test_over_a_long_window_the_usage_quantiles_are_the_recording_rules_samples(
+        ruled: tuple[str, dict[Labels, Samples]], monkeypatch: pytest.MonkeyPatch) -> None:
+    # a week's quantiles at 5 m steps (here 7 h's, with at most 100 steps) are those of the
+    # rule's own samples in the window where a pod's series holds 95 % of them, one query a
+    # batch; a pod whose series holds fewer is asked at the step as before
+    base, rules = ruled
+    monkeypatch.setattr(prometheus_query, "USAGE_MAX_STEPS", 100)
+    prometheus = Asking(base)
+    since_s = 7 * 3600
+    seen = pods_seen(prometheus, None, since_s, AT)
+    totals = pod_totals(prometheus, seen, since_s, AT)
+    assert totals.usage_step_s == RULE_S and totals.rule_window
+    full = {pod for pod, first in RULED.items() if first <= totals.usage_start}
+    assert full == {("shop", WEB_A), ("other", "web-5d8f9c7b6-aaaaa")}
+    assert totals.rule_pods == len(full)
+    for pod, got in totals.pods.items():
+        assert got.usage_rule == (pod in full), pod
+        if pod in full:
+            (samples,) = [v for labels, v in rules.items() if labels[:2] == (
+                ("namespace", pod[0]), ("pod", pod[1]))]
+            values = [v for t, v in samples if totals.usage_start <= t <= AT]
+            assert len(values) >= RULE_COVER * totals.usage_steps
+            expected = np.asarray(values)
+        else:   # at the step, from the usage counter
+            expected = np.asarray(usage_stepwise(SERIES[pod]["usage_seconds"][""], totals))
+            expected /= totals.usage_step_s
+        assert got.usage["p95"] == pytest.approx(np.percentile(expected, 95), rel=1e-9), pod
+        assert got.usage["p90"] == pytest.approx(np.percentile(expected, 90), rel=1e-9), pod
+    queries = [params.get("query", "") for _, params in prometheus.paths]
+    ruled_asked = [q for q in queries if USAGE_RULE in q]
+    assert len(ruled_asked) == len({ns for ns, _ in seen})   # a batch each: one a namespace
+    # the others' usage, at the step, names no pod the rule gave
+    at_step = [q for q in queries if "quantile_over_time" in q and USAGE_RULE not in q]
+    assert at_step and not any(pod in q for q in at_step for _, pod in full)
+    # what the answer and each row say
+    said = resolution(totals.step_s, totals.usage_step_s, totals.rule_pods,
+                      sum(bool(p.usage) for p in totals.pods.values()))
+    assert f"{USAGE_RULE}'s 300 s rates for 2 of the {len(seen)} pods" in said, said
+    row = prometheus_row(WorkloadLimits("other/deployment/web", 2.0, 2.0), "other",
+                         ["web-5d8f9c7b6-aaaaa"], totals)
+    assert f"per 300 s step (the recording rule {USAGE_RULE}'s 300 s rates)" in dict(
+        row.sources)["usage_p95_cpus"]
 
 
 @pytest.mark.parametrize("since_s", [2 * 3600, 7 * 3600])
@@ -284,10 +360,14 @@ def test_the_queries_name_at_most_the_points_they_say_and_hold_no_pods_raw_sampl
     since_s = 7 * 3600
     totals = pod_totals(prometheus, pods_seen(prometheus, None, since_s, AT), since_s, AT)
     paths = [path for path, _ in prometheus.paths]
-    # a batch a namespace: which pods span the window without a reset (one query), then
-    # theirs, 3 (shop's db-0; other's two) and the others', 3 at the steps (shop's pod with
-    # a reset and the one that left)
-    assert paths == ["/api/v1/series"] + ["/api/v1/query"] * (1 + 3 + 3 + 1 + 3)
+    # a batch a namespace: which pods span the window without a reset (one query of
+    # instants; other's pod of an old agent, without the start_time gauge, its resets in a
+    # second), then theirs, 3 (shop's db-0; other's two) and the others', 3 at the steps
+    # (shop's pod with a reset and the one that left)
+    assert paths == ["/api/v1/series"] + ["/api/v1/query"] * (1 + 3 + 3 + 1 + 1 + 3)
+    ranged = [q for q, _ in totals.asked if "ms]" in q and ":60000ms]" not in q]
+    assert len(ranged) == 1 and "resets(" in ranged[0] and OLD_AGENT_POD[1] in ranged[0] \
+        and NO_QUOTA_POD[1] not in ranged[0], ranged   # the old agent's pod alone
     one_series = math.ceil((since_s + LOOKBACK_S) / SCRAPE_S) + 1   # raw samples, at most
     for query, points in totals.asked:
         # steps, not samples: a range of raw samples only for resets(), a series at a time
@@ -308,6 +388,29 @@ def test_the_queries_name_at_most_the_points_they_say_and_hold_no_pods_raw_sampl
     assert at_steps / len(totals.pods) < raw / 3, (at_steps, raw)   # 60 s steps, not 15 s
 
 
+def test_a_pod_spans_the_window_when_its_counters_run_began_before_its_first_sample() -> None:
+    # the ends query's answer: each pod's periods sample times at the window's start, first
+    # step and end, and the agent's start_time gauge at the end; the resets query's, apart
+    def edges(pod: str) -> list[tuple[dict[str, str], float]]:
+        return [({"pod": pod, "metric": "periods", "edge": edge}, t)
+                for edge, t in (("start", 1000.0), ("first", 1060.0), ("last", 8000.0))]
+
+    def said(pod: str, edge: str, value: float) -> list[tuple[dict[str, str], float]]:
+        return [({"pod": pod, "edge": edge}, value)]
+    margin = prometheus_query.SINCE_MARGIN_S   # the node's clock against Prometheus's
+    answer = (edges("before") + said("before", "since", 1000.0 - margin)   # began before it
+              + edges("restarted") + said("restarted", "since", 1000.5)   # after it: a new run
+              + edges("close") + said("close", "since", 1000.0 - margin / 2)   # too close to say
+              + edges("old") + edges("old-reset")                          # no gauge
+              + [a for a in edges("left") if a[0]["edge"] != "last"] + said("left", "since", 0))
+    whole, found, unsure = prometheus_query._whole(answer)
+    assert whole == {"before"} and unsure == {"old", "old-reset"}
+    assert (found["before"].first_s, found["before"].last_s) == (1060.0, 8000.0)
+    whole, _, unsure = prometheus_query._whole(
+        answer + said("old", "resets", 0.0) + said("old-reset", "resets", 1.0))
+    assert whole == {"before", "old"} and unsure == set()
+
+
 def test_batches_hold_at_most_the_series_a_query_may_name(
         backfilled: str, monkeypatch: pytest.MonkeyPatch) -> None:
     prometheus = open_prometheus(backfilled)
@@ -324,7 +427,7 @@ def test_batches_hold_at_most_the_series_a_query_may_name(
 def test_a_query_refused_for_its_size_is_asked_again_in_halves(
         backfilled: str, tiny: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # every pod asked at the steps (as one with a reset is): the queries that can be refused
-    monkeypatch.setattr(prometheus_query, "_whole", lambda answer: (set(), {}))
+    monkeypatch.setattr(prometheus_query, "_whole", lambda answer: (set(), {}, set()))
     pods = pods_seen(open_prometheus(backfilled), "shop", 2 * 3600, AT)
     assert len(pods) == 2
     expected = pod_totals(open_prometheus(backfilled), pods, 2 * 3600, AT)

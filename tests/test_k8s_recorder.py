@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.support import ROOT, require
+from client.run import prometheus_query
 
 pytestmark = pytest.mark.kubectl
 
@@ -152,10 +153,13 @@ def test_promtool_accepts_the_rules_and_their_unit_tests() -> None:
         result = subprocess.run([promtool(), *argv], cwd=RECORDER, capture_output=True,
                                 text=True, timeout=60)
         assert result.returncode == 0, result.stdout + result.stderr
-    rules = yaml.safe_load((RECORDER / "rules.yaml").read_text())["groups"][0]["rules"]
-    names = {r.get("record") or r.get("alert") for r in rules}
+    groups = yaml.safe_load((RECORDER / "rules.yaml").read_text())["groups"]
+    names = {r.get("record") or r.get("alert"): g.get("interval")
+             for g in groups for r in g["rules"]}
     assert "throttle_lab:cpu_cfs_throttled_period_wait_seconds:p99_5m" in names
     assert "throttle_lab:cpu_cfs_throttled_periods:ratio_5m" in names
+    # the rule cluster --prometheus reads over a long window, at the interval it assumes
+    assert names[prometheus_query.USAGE_RULE] == f"{prometheus_query.USAGE_RULE_MS // 60_000}m"
 
 
 def test_promtool_accepts_the_scrape_config(tmp_path: Any) -> None:

@@ -116,7 +116,9 @@ def cluster_table(namespace: str | None, since_s: float, until: float | None,
                  "end": asked.end, "usage_step_s": asked.usage_step_s,
                  "usage_steps": asked.usage_steps, "usage_start": asked.usage_start,
                  "queries": len(asked.asked),
-                 "says": resolution(asked.step_s, asked.usage_step_s)}
+                 "usage_rule_pods": asked.rule_pods,
+                 "says": resolution(asked.step_s, asked.usage_step_s, asked.rule_pods,
+                                    sum(bool(p.usage) for p in asked.pods.values()))}
     else:
         rows, unrecorded = rows_from_agents(workloads, since_s, until, dest, target,
                                             pictures if draw is not None else None, hpas,

@@ -27,7 +27,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 
 from client.analysis.cluster import KRR, VPA, ClusterRow, PodWindow, WorkloadLimits, no_quota
-from client.run.prometheus_query import PodTotals, Totals
+from client.run.prometheus_query import USAGE_RULE, USAGE_RULE_MS, PodTotals, Totals
 
 __all__ = ["FROM_AGENTS", "LEFT_OUT", "NOT_IN_PROMETHEUS", "bucket_quantile", "combined",
            "covers", "departed_pods", "prometheus_row", "resolution", "sources"]
@@ -38,22 +38,36 @@ LEFT_OUT = ("added delay p99 now, the recommended limit and its predicted delay:
 NOT_IN_PROMETHEUS = "not in Prometheus"
 
 
-def resolution(step_s: float, usage_step_s: float | None = None) -> str:
-    """What a step of ``step_s`` (the usage quantiles': ``usage_step_s``) lets the figures
-    see, one clause."""
+def _rule_words(rule_pods: int, pods: int) -> str:
+    return (f"{USAGE_RULE}'s {USAGE_RULE_MS // 1000} s rates"
+            + ("" if rule_pods >= pods else f" for {rule_pods} of the {pods} pods"))
+
+
+def resolution(step_s: float, usage_step_s: float | None = None, rule_pods: int = 0,
+               pods: int = 0) -> str:
+    """What a step of ``step_s`` (the usage quantiles': ``usage_step_s``; of ``pods``,
+    ``rule_pods`` had the recording rule's) lets the figures see, one clause."""
     usage_s = step_s if usage_step_s is None else usage_step_s
+    if rule_pods and rule_pods >= pods:
+        usage_s = USAGE_RULE_MS / 1000
     return (f"Prometheus at {step_s:g} s steps"
             + ("" if usage_s == step_s else f", its usage quantiles at {usage_s:g} s")
+            + (f" (the recording rule {_rule_words(rule_pods, pods)})" if rule_pods else "")
             + ": usage is each " + ("" if usage_s == step_s else f"{usage_s:g} s ")
             + "step's average, which cannot see a period of 100 ms")
 
 
-def sources(step_s: float) -> tuple[tuple[str, str], ...]:
-    """Each figure's source at a usage quantiles' step of ``step_s``."""
+def sources(step_s: float, rule_pods: int = 0, pods: int = 0) -> tuple[tuple[str, str], ...]:
+    """Each figure's source at a usage quantiles' step of ``step_s`` (of ``pods``,
+    ``rule_pods`` had the recording rule's rates)."""
+    per = (f"per {USAGE_RULE_MS // 1000} s step (the recording rule "
+           f"{_rule_words(rule_pods, pods)}"
+           + ("" if rule_pods >= pods else f", the others' per {step_s:g} s step") + ")"
+           if rule_pods else f"per {step_s:g} s step")
     return (
         ("periods", "the node agent's cpu.stat counters in Prometheus: each pod's counter at "
          "the window's end less at its start"),
-        ("usage_p95_cpus", f"{KRR.words}, on each pod's usage rate per {step_s:g} s step in "
+        ("usage_p95_cpus", f"{KRR.words}, on each pod's usage rate {per} in "
          "Prometheus, the highest pod's"),
         ("vpa_cpus", f"{VPA.words}, on the same rates"),
         ("throttled_period_wait_p99_ms", "the agent's wait histogram in Prometheus: its "
@@ -120,7 +134,8 @@ def prometheus_row(workload: WorkloadLimits, namespace: str, pod_names: Sequence
     pods = [found[(namespace, p)] for p in (*pod_names, *departed) if (namespace, p) in found]
     missing = tuple(f"{namespace}/{p}: {NOT_IN_PROMETHEUS} (no series of the node agent's "
                     "counters in the window)" for p in pod_names if (namespace, p) not in found)
-    said = sources(totals.usage_step_s)
+    said = sources(totals.usage_step_s, sum(p.usage_rule for p in pods),
+                   sum(bool(p.usage) for p in pods))
     if not pods:
         return ClusterRow(workload.workload, workload.limit_cpus, workload.request_cpus, 0,
                           0.0, None, None, None, None, None, None, None, None, None,

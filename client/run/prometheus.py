@@ -31,6 +31,8 @@ AGENT_METRICS = {
     "wait_bucket": "throttle_lab_cpu_cfs_throttled_period_wait_seconds_bucket",
     "coarse_periods": "throttle_lab_cpu_cfs_throttled_periods_coarse_total",
     "no_quota": "throttle_lab_cpu_no_quota",   # a group with no quota: no counters above
+    # since when the group's counters count without a reset (the agent's watch began)
+    "start_time": "throttle_lab_cpu_counters_start_time_seconds",
 }
 
 Get = Callable[[str, Mapping[str, str]], tuple[int, bytes]]   # (path, params) -> status, body

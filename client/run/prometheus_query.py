@@ -8,16 +8,26 @@ figures evaluated by Prometheus at a step fitting the window, as robusta-dev/krr
 - Then, for pods in batches (one namespace each, at most :data:`SERIES_PER_QUERY` series and
   :data:`POINTS_PER_QUERY` points a query), one instant query says which pods span the
   window without a reset: the time of each one's ``periods`` (or ``no_quota``) sample at the
-  window's start, at its first step and at its end, and the resets of its counters over the
-  raw samples the steps take (``resets()`` of the three whose resets say all the others',
-  which Prometheus evaluates a series at a time).
+  window's start, at its first step and at its end, and the agent's ``start_time`` gauge at
+  the end (since when its counters count without a reset: :data:`SINCE_MARGIN_S` or more
+  before the start's sample, no reset between), each an instant's lookup. A pod without that gauge (an agent from
+  before it) is asked a second query: the resets of its counters over the raw samples the
+  steps take (``resets()`` of the three whose resets say all the others', which Prometheus
+  evaluates a series at a time, reading the week's chunks of each).
 - Those pods (most, in a cluster whose pods live longer than the window) get three queries:
   their counters at the window's end, and at its start (one taken from the other is what the
   steps' increases sum to when nothing resets; two queries, as each then reads the index of
   its own block only), and the usage rate's p95 and p90 over the steps
   (``quantile_over_time`` of each step's increase, at a step of whole steps giving at most
   :data:`USAGE_MAX_STEPS`: a week's 10,080 steps of 60 s are 2,016 of 5 m for the quantiles,
-  five times cheaper, where they were nine tenths of Prometheus's work).
+  five times cheaper, where they were nine tenths of Prometheus's work). At a quantiles'
+  step of 5 m or more, they are first asked of the shipped recording rule
+  :data:`USAGE_RULE` (each group's usage rate over 5 m, every 5 m; k8s/recorder/rules.yaml),
+  a range selector of its own samples: a week is 2,016 of them a pod, where the usage series
+  holds one a scrape (10,080 at 60 s, 40,320 at the shipped 15 s), the samples whose chunks
+  Prometheus must read and hold resident. A pod whose rule series holds fewer than
+  :data:`RULE_COVER` of the window's evaluations (the rule loaded within the window, or not
+  at all) is asked at the step as before; :class:`Totals` says how many pods had the rule's.
 - The others (a pod that began or left within the window, or whose counters reset) get three
   instant queries of subqueries at the step: the counters' increase (each step's, summed: a
   reset counts what followed it), the usage rate's p95 and p90, and each pod's first and last
@@ -54,7 +64,7 @@ from client.run.prometheus import AGENT_METRICS, Prometheus, PrometheusError, Pr
 
 __all__ = ["COUNTERS", "EDGES", "MIN_STEP_S", "PodTotals", "PEAK_PER_POINT", "POINTS_PER_QUERY",
            "QUERY_WORKERS", "SERIES_PER_POD", "SERIES_PER_QUERY", "STEPS", "Totals", "USAGE_MAX_STEPS", "pod_totals",
-           "pods_seen", "step_for", "window"]
+           "pods_seen", "step_for", "USAGE_RULE", "USAGE_RULE_MS", "window"]
 
 MIN_STEP_S = 60           # 4 scrapes at the shipped 15 s (k8s/recorder/prometheus.yml)
 MAX_STEPS = 10_080        # a week at 60 s steps
@@ -79,6 +89,15 @@ LOOKBACK_MS = 300_000     # Prometheus's default: a selector takes a sample this
 # made with the group) and the agent's (the wait histogram and the coarse periods, counted
 # since the agent began watching the group: its +Inf bucket counts every wait)
 RESET_WITNESSES = (("periods", ""), ("usage_seconds", ""), ("wait_bucket", ',le="+Inf"'))
+# the recording rule of each group's usage rate over 5 m (k8s/recorder/rules.yaml), its
+# group's interval, and the share of a window's evaluations a pod's series must hold to be used
+USAGE_RULE = "throttle_lab:cpu_usage_seconds:rate5m"
+USAGE_RULE_MS = 300_000
+RULE_COVER = 0.95
+# the agent's start_time is its node's clock, a sample's time Prometheus's: a run that began
+# less than this before the window's first sample is not taken to span it (a reset just after
+# it could hide in the clocks' difference); such a pod is asked at the steps
+SINCE_MARGIN_S = 60.0
 
 
 def step_for(since_s: float, min_step_s: int = MIN_STEP_S) -> int:
@@ -101,6 +120,7 @@ class PodTotals:
     last_s: float | None = None
     # the keys of AGENT_METRICS ("periods", "no_quota") whose series the window holds
     seen: set[str] = field(default_factory=set)
+    usage_rule: bool = False          # its usage quantiles are the recording rule's samples
 
     @property
     def no_quota(self) -> bool:
@@ -124,6 +144,12 @@ class Totals:
     pods: dict[tuple[str, str], PodTotals]
     asked: list[tuple[str, int]] = field(default_factory=list)
     level: str = "pod"
+    rule_pods: int = 0    # the pods whose usage quantiles are the recording rule's
+
+    @property
+    def rule_window(self) -> bool:
+        """The usage quantiles' step is the recording rule's 5 m or more: it is asked first."""
+        return self.usage_step_ms >= USAGE_RULE_MS
 
     @property
     def step_s(self) -> float:
@@ -216,6 +242,19 @@ def _usage_query(namespace: str, pods: Sequence[str], level: str, step_ms: int, 
             len(pods) * len(QUANTILES) * (steps + 1))
 
 
+def _rule_query(namespace: str, pods: Sequence[str], level: str, span_ms: int
+                ) -> tuple[str, str, int]:
+    """(what, PromQL, points) of the usage rate's quantiles over the recording rule's samples
+    in the ``span_ms`` before the window's end, and how many it holds ("n")."""
+    sel = f"{_selector([USAGE_RULE], namespace, pods, level)}[{span_ms}ms]"
+    terms = [f'label_replace(max by (namespace, pod) (quantile_over_time({q:g}, {sel})), '
+             f'"q", "{key}", "", "")' for key, q in QUANTILES.items()]
+    terms.append(f'label_replace(min by (namespace, pod) (count_over_time({sel})), '
+                 '"q", "n", "", "")')
+    return ("usage_rule", " or ".join(terms),
+            len(pods) * len(terms) * (span_ms // USAGE_RULE_MS + 1))
+
+
 def _queries(namespace: str, pods: Sequence[str], step_ms: int, steps: int, level: str,
              shift_ms: int) -> list[tuple[str, str, int]]:
     """(what, PromQL, points) of a batch's counters' and edges' queries, to evaluate ``shift_ms`` after the
@@ -270,43 +309,61 @@ def _ends_query(namespace: str, pods: Sequence[str], step_ms: int, steps: int, l
     """(what, PromQL, points) of the query saying, for each pod, whether its series span the
     window without a reset: the time of the sample of each of :data:`EDGES` at the window's
     start, at its first step and at its end (each a selector's, as a step takes it), and the
-    resets of its counters (:data:`RESET_WITNESSES`) over the raw samples the steps take
-    (evaluated a series at a time; ``points`` counts them at the shipped 15 s scrape)."""
+    agent's ``start_time`` gauge at the end: instants only."""
     terms = [f'label_replace(label_replace(timestamp('
              f'{_selector([AGENT_METRICS[key]], namespace, pods, level)}{_offset(at)}), '
              f'"edge", "{edge}", "", ""), "metric", "{key}", "", "")'
              for key in EDGES for edge, at in (("start", shift_ms + steps * step_ms),
                                                ("first", shift_ms + (steps - 1) * step_ms),
                                                ("last", shift_ms))]
+    since = _selector([AGENT_METRICS["start_time"]], namespace, pods, level)
+    terms.append(f'label_replace(max by (namespace, pod) ({since}{_offset(shift_ms)}), '
+                 '"edge", "since", "", "")')
+    return ("ends", " or ".join(terms), len(pods) * (3 * len(EDGES) + 1))
+
+
+def _resets_query(namespace: str, pods: Sequence[str], step_ms: int, steps: int, level: str,
+                  shift_ms: int) -> tuple[str, str, int]:
+    """(what, PromQL, points) of the resets of each pod's counters (:data:`RESET_WITNESSES`)
+    over the raw samples the steps take, for pods the ``start_time`` gauge does not answer
+    for (evaluated a series at a time; ``points`` counts them at the shipped 15 s scrape)."""
     span = steps * step_ms + LOOKBACK_MS
     resets = " or ".join(
         f'label_replace(resets({_selector([AGENT_METRICS[key]], namespace, pods, level)[:-1]}'
         f'{extra}}}[{span}ms]{_offset(shift_ms)}), "metric", "{key}", "", "")'
         for key, extra in RESET_WITNESSES)
-    terms.append(f'label_replace(max by (namespace, pod) ({resets}), "edge", "resets", "", "")')
-    n = len(pods)
-    return ("ends", " or ".join(terms),
-            n * (3 * len(EDGES) + len(RESET_WITNESSES) * math.ceil(span / 15_000)))
+    return ("resets", f'label_replace(max by (namespace, pod) ({resets}), "edge", "resets", '
+            '"", "")', len(pods) * len(RESET_WITNESSES) * math.ceil(span / 15_000))
 
 
-def _whole(answer: list[tuple[dict[str, str], float]]) -> tuple[set[str], dict[str, PodTotals]]:
-    """The pods the ends query found spanning the window without a reset, and each pod's
-    edges (first and last sample's time, the metrics seen) as it found them."""
+def _whole(answer: Answer) -> tuple[set[str], dict[str, PodTotals], set[str]]:
+    """From the ends query's answer (and the resets query's, if asked): the pods spanning
+    the window without a reset, each such pod's edges (first and last sample's time, the
+    metrics seen), and the pods whose series span it but whose resets are not known yet
+    (no ``start_time`` gauge: the resets query says)."""
     ends: dict[str, dict[str, dict[str, float]]] = {}
     for labels, value in answer:
         ends.setdefault(labels.get("pod", ""), {}).setdefault(
             labels.get("metric", ""), {})[labels.get("edge", "")] = value
-    whole, edges = set(), {}
+    whole, edges, unsure = set(), {}, set()
     for pod, by in ends.items():
         seen = {key: e for key, e in by.items() if key in EDGES}
-        reset = by.get("", {}).get("resets", 0.0) > 0
-        if not reset and seen and all({"start", "first", "last"} <= e.keys()
-                                      for e in seen.values()):
+        if not seen or not all({"start", "first", "last"} <= e.keys() for e in seen.values()):
+            continue
+        said = by.get("", {})
+        if "since" in said:   # the counters' run began before the start's sample: no reset
+            spans = said["since"] + SINCE_MARGIN_S <= min(e["start"] for e in seen.values())
+        elif "resets" in said:
+            spans = said["resets"] <= 0
+        else:
+            unsure.add(pod)
+            continue
+        if spans:
             whole.add(pod)
             edges[pod] = PodTotals(first_s=min(e["first"] for e in seen.values()),
                                    last_s=max(e["last"] for e in seen.values()),
                                    seen=set(seen))
-    return whole, edges
+    return whole, edges, unsure
 
 
 def _fold(totals: Totals, what: str, answer: list[tuple[dict[str, str], float]]) -> None:
@@ -350,9 +407,14 @@ def _ask(prometheus: Prometheus, totals: Totals, namespace: str, pods: list[str]
     candidates = ([_usage_query(namespace, pods, totals.level, totals.usage_step_ms,
                                 totals.usage_steps, totals.usage_shift_ms,
                                 what == "usage_whole")] if usage else
-                  [*_queries(*args), *_whole_queries(*args), _ends_query(*args)])
+                  [_rule_query(namespace, pods, totals.level,
+                               totals.usage_steps * totals.usage_step_ms)]
+                  if what == "usage_rule" else
+                  [*_queries(*args), *_whole_queries(*args), _ends_query(*args),
+                   _resets_query(*args)])
     (query, points), = [(q, n) for w, q, n in candidates if w == what]
-    shift_ms = totals.usage_shift_ms if usage else totals.shift_ms
+    shift_ms = (totals.usage_shift_ms if usage else 0 if what == "usage_rule"
+                else totals.shift_ms)
     try:
         return [(what, query, points, prometheus.query(query, totals.end + shift_ms / 1000))]
     except PrometheusRefused as exc:
@@ -391,6 +453,40 @@ def pods_seen(prometheus: Prometheus, namespace: str | None, since_s: float, at:
         _match(level, namespace), end - steps * step_ms / 1000, end)}
 
 
+def _fold_rule(totals: Totals, answer: Answer) -> None:
+    """The rule's quantiles of each pod whose series holds :data:`RULE_COVER` of the window's
+    evaluations at least."""
+    need = RULE_COVER * totals.usage_steps * totals.usage_step_ms / USAGE_RULE_MS
+    found: dict[tuple[str, str], dict[str, float]] = {}
+    for labels, value in answer:
+        found.setdefault((labels.get("namespace", ""), labels.get("pod", "")),
+                         {})[labels.get("q", "")] = value
+    for key, got in found.items():
+        if got.get("n", 0.0) >= need and all(q in got for q in QUANTILES):
+            pod = totals.pods.setdefault(key, PodTotals())
+            pod.usage, pod.usage_rule = {q: got[q] for q in QUANTILES}, True
+            totals.rule_pods += 1
+
+
+def _asked(pool: ThreadPoolExecutor, prometheus: Prometheus, totals: Totals,
+           jobs: list[tuple[str, list[str], str]]) -> None:
+    """Each job's query (namespace, pods, what) asked and its answer folded into ``totals``."""
+    ends: Answer = []   # a batch's counters at the window's end, until its start's are in
+    for (_, _, what), answers in zip(jobs, pool.map(
+            lambda job: _ask(prometheus, totals, *job), jobs)):
+        got = [a for *_, answer in answers for a in answer]
+        totals.asked += [(query, points) for _, query, points, _ in answers]
+        if what == "counters_end":
+            ends = got
+        elif what == "counters_start":   # the job after its batch's end
+            _fold(totals, "counters", _whole_counters(ends, got))
+            ends = []
+        elif what == "usage_rule":
+            _fold_rule(totals, got)
+        else:
+            _fold(totals, what, got)
+
+
 def pod_totals(prometheus: Prometheus, pods: Iterable[tuple[str, str]], since_s: float,
                at: float, min_step_s: int = MIN_STEP_S, level: str = "pod") -> Totals:
     """The figures of each of ``pods`` (namespace, pod) the agents' counters give in the
@@ -405,27 +501,29 @@ def pod_totals(prometheus: Prometheus, pods: Iterable[tuple[str, str]], since_s:
     with ThreadPoolExecutor(max_workers=workers) as pool:
         # which pods span the window without a reset: theirs are the cheap queries
         jobs: list[tuple[str, list[str], str]] = []
+        usage: list[tuple[str, list[str], str]] = []
         for (ns, batch), answers in zip(batches, pool.map(
                 lambda b: _ask(prometheus, totals, b[0], b[1], "ends"), batches)):
             answer = [a for *_, got in answers for a in got]
             totals.asked += [(query, points) for _, query, points, _ in answers]
-            whole, edges = _whole(answer)
+            whole, edges, unsure = _whole(answer)
+            if unsure:   # no start_time gauge: their resets over the window's samples
+                asked = _ask(prometheus, totals, ns, sorted(unsure), "resets")
+                totals.asked += [(query, points) for _, query, points, _ in asked]
+                whole, edges, _ = _whole(answer + [a for *_, got in asked for a in got])
             for pod, found in edges.items():
                 totals.pods[(ns, pod)] = found
             rest = [p for p in batch if p not in whole]
-            jobs += [(ns, sorted(whole), what) for what in ("counters_end", "counters_start",
-                                                            "usage_whole") if whole]
-            jobs += [(ns, rest, what) for what in ("counters", "usage", "edges") if rest]
-        ends: Answer = []   # a batch's counters at the window's end, until its start's are in
-        for (_, _, what), answers in zip(jobs, pool.map(
-                lambda job: _ask(prometheus, totals, *job), jobs)):
-            got = [a for *_, answer in answers for a in answer]
-            totals.asked += [(query, points) for _, query, points, _ in answers]
-            if what == "counters_end":
-                ends = got
-            elif what == "counters_start":   # the job after its batch's end
-                _fold(totals, "counters", _whole_counters(ends, got))
-                ends = []
-            else:
-                _fold(totals, what, got)
+            jobs += [(ns, sorted(whole), what) for what in ("counters_end", "counters_start")
+                     if whole]
+            jobs += [(ns, rest, what) for what in ("counters", "edges") if rest]
+            usage += [(ns, pods, what) for pods, what in ((sorted(whole), "usage_whole"),
+                                                         (rest, "usage")) if pods]
+        if totals.rule_window:   # the recording rule's first, the rest at the step after
+            _asked(pool, prometheus, totals, jobs + [(ns, b, "usage_rule") for ns, b in batches])
+            usage = [(ns, left, what) for ns, pods, what in usage
+                     if (left := [p for p in pods if not totals.pods.get(
+                         (ns, p), PodTotals()).usage_rule])]
+            jobs = []
+        _asked(pool, prometheus, totals, jobs + usage)
     return totals
