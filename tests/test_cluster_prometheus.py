@@ -360,11 +360,11 @@ def test_the_queries_name_at_most_the_points_they_say_and_hold_no_pods_raw_sampl
     since_s = 7 * 3600
     totals = pod_totals(prometheus, pods_seen(prometheus, None, since_s, AT), since_s, AT)
     paths = [path for path, _ in prometheus.paths]
-    # a batch a namespace: which pods span the window without a reset (one query of
-    # instants; other's pod of an old agent, without the start_time gauge, its resets in a
-    # second), then theirs, 3 (shop's db-0; other's two) and the others', 3 at the steps
-    # (shop's pod with a reset and the one that left)
-    assert paths == ["/api/v1/series"] + ["/api/v1/query"] * (1 + 3 + 3 + 1 + 1 + 3)
+    # a batch a namespace: which pods span the window without a reset (two queries of
+    # instants, one a side of the window; other's pod of an old agent, without the
+    # start_time gauge, its resets in a third), then theirs, 3 (shop's db-0; other's two) and
+    # the others', 3 at the steps (shop's pod with a reset and the one that left)
+    assert paths == ["/api/v1/series"] + ["/api/v1/query"] * (2 + 3 + 3 + 2 + 1 + 3)
     ranged = [q for q, _ in totals.asked if "ms]" in q and ":60000ms]" not in q]
     assert len(ranged) == 1 and "resets(" in ranged[0] and OLD_AGENT_POD[1] in ranged[0] \
         and NO_QUOTA_POD[1] not in ranged[0], ranged   # the old agent's pod alone
@@ -418,9 +418,9 @@ def test_batches_hold_at_most_the_series_a_query_may_name(
     whole = pod_totals(prometheus, pods, 7 * 3600, AT)
     monkeypatch.setattr(prometheus_query, "SERIES_PER_QUERY", SERIES_PER_POD)   # a pod each
     one_by_one = pod_totals(prometheus, pods, 7 * 3600, AT)
-    # together: which pods span the window, db-0's 3 queries and the 3 of the two others;
+    # together: which pods span the window (2), db-0's 3 queries and the 3 of the two others;
     # a pod each: those of each
-    assert len(whole.asked) == 1 + 3 + 3 and len(one_by_one.asked) == 3 + 3 + 2 * 3
+    assert len(whole.asked) == 2 + 3 + 3 and len(one_by_one.asked) == 3 * 2 + 3 + 2 * 3
     assert one_by_one.pods == whole.pods
 
 
@@ -463,8 +463,9 @@ def test_a_timeout_is_split_too_and_other_refusals_are_not() -> None:
         return 200, json.dumps({"status": "success",
                                 "data": {"resultType": "vector", "result": []}}).encode()
     totals = pod_totals(Prometheus("fake", get), [("shop", "a"), ("shop", "b")], 3600, AT)
-    # each refused, then each pod's: which span the window, then the three at the steps
-    assert len(totals.asked) == 2 + 6 and len(asked) == 3 + 9
+    # each refused, then each pod's: which span the window (two queries, a side of it each),
+    # then the three at the steps
+    assert len(totals.asked) == 2 * 2 + 6 and len(asked) == 2 * 3 + 9
 
     def bad(path: str, params: Mapping[str, str]) -> tuple[int, bytes]:
         return 400, json.dumps({"status": "error", "errorType": "bad_data",
@@ -537,11 +538,12 @@ def test_cluster_says_the_step_its_answer_had(backfilled: str, tmp_path: Path,
         text = capsys.readouterr().out
     said = answer["resolution"]
     assert (said["step_s"], said["steps"], said["end"]) == (60, 420, AT)
-    assert said["queries"] == 4 and "cannot see a period of 100 ms" in said["says"]
+    # which span the window (two), then the three at the steps (a reset, one that left)
+    assert said["queries"] == 5 and "cannot see a period of 100 ms" in said["says"]
     (row,) = answer["workloads"]
     assert row["pods"] == 2   # and the one that left
     assert ("Prometheus at 60 s steps: usage is each step's average, which cannot see a "
-            "period of 100 ms (420 of them, 4 queries)") in text
+            "period of 100 ms (420 of them, 5 queries)") in text
 
 
 def one_workload(namespace: str, labelled: bool) -> dict[str, list[object]]:

@@ -6,8 +6,9 @@ figures evaluated by Prometheus at a step fitting the window, as robusta-dev/krr
   ``periods`` counter, or its ``no_quota`` gauge, names in the window (a group with no quota
   has no counter of periods: the agent says it has none instead).
 - Then, for pods in batches (one namespace each, at most :data:`SERIES_PER_QUERY` series and
-  :data:`POINTS_PER_QUERY` points a query), one instant query says which pods span the
-  window without a reset: the time of each one's ``periods`` (or ``no_quota``) sample at the
+  :data:`POINTS_PER_QUERY` points a query), two instant queries (one a side of the window,
+  each then reading the index of its own blocks only) say which pods span the window
+  without a reset: the time of each one's ``periods`` (or ``no_quota``) sample at the
   window's start, at its first step and at its end, and the agent's ``start_time`` gauge at
   the end (since when its counters count without a reset: :data:`SINCE_MARGIN_S` or more
   before the start's sample, no reset between), each an instant's lookup. A pod without that gauge (an agent from
@@ -279,7 +280,7 @@ def _queries(namespace: str, pods: Sequence[str], step_ms: int, steps: int, leve
 def _whole_queries(namespace: str, pods: Sequence[str], step_ms: int, steps: int, level: str,
                    shift_ms: int) -> list[tuple[str, str, int]]:
     """(what, PromQL, points) of the queries for pods whose series span the window without a
-    reset (:func:`_ends_query` says which): their counters at the window's end and, apart,
+    reset (:func:`_ends_queries` says which): their counters at the window's end and, apart,
     at its start (:func:`_whole_counters` takes one from the other: the steps' increases
     summed, without a step's work), with no reset to handle (their usage:
     :func:`_usage_query`). Apart, not in one query: Prometheus reads the index of every block
@@ -304,22 +305,27 @@ def _whole_counters(ends: Answer, starts: Answer) -> Answer:
             if (k := key(labels)) in before]
 
 
-def _ends_query(namespace: str, pods: Sequence[str], step_ms: int, steps: int, level: str,
-                shift_ms: int) -> tuple[str, str, int]:
-    """(what, PromQL, points) of the query saying, for each pod, whether its series span the
-    window without a reset: the time of the sample of each of :data:`EDGES` at the window's
-    start, at its first step and at its end (each a selector's, as a step takes it), and the
-    agent's ``start_time`` gauge at the end: instants only."""
-    terms = [f'label_replace(label_replace(timestamp('
-             f'{_selector([AGENT_METRICS[key]], namespace, pods, level)}{_offset(at)}), '
-             f'"edge", "{edge}", "", ""), "metric", "{key}", "", "")'
-             for key in EDGES for edge, at in (("start", shift_ms + steps * step_ms),
-                                               ("first", shift_ms + (steps - 1) * step_ms),
-                                               ("last", shift_ms))]
+def _ends_queries(namespace: str, pods: Sequence[str], step_ms: int, steps: int, level: str,
+                  shift_ms: int) -> list[tuple[str, str, int]]:
+    """(what, PromQL, points) of the two queries saying, for each pod, whether its series span
+    the window without a reset: the time of the sample of each of :data:`EDGES` at the
+    window's start and at its first step, and at its end with the agent's ``start_time`` gauge
+    there (each a selector's, as a step takes it): instants only. Two queries, one a side of
+    the window: a query reads the index of every block between its earliest and latest
+    selector (:func:`_whole_queries`)."""
+    def edge(key: str, name: str, at: int) -> str:
+        return (f'label_replace(label_replace(timestamp('
+                f'{_selector([AGENT_METRICS[key]], namespace, pods, level)}{_offset(at)}), '
+                f'"edge", "{name}", "", ""), "metric", "{key}", "", "")')
     since = _selector([AGENT_METRICS["start_time"]], namespace, pods, level)
-    terms.append(f'label_replace(max by (namespace, pod) ({since}{_offset(shift_ms)}), '
-                 '"edge", "since", "", "")')
-    return ("ends", " or ".join(terms), len(pods) * (3 * len(EDGES) + 1))
+    starts = [edge(key, name, at) for key in EDGES
+              for name, at in (("start", shift_ms + steps * step_ms),
+                               ("first", shift_ms + (steps - 1) * step_ms))]
+    ends = [edge(key, "last", shift_ms) for key in EDGES]
+    ends.append(f'label_replace(max by (namespace, pod) ({since}{_offset(shift_ms)}), '
+                '"edge", "since", "", "")')
+    return [("ends_start", " or ".join(starts), len(pods) * len(starts)),
+            ("ends_end", " or ".join(ends), len(pods) * len(ends))]
 
 
 def _resets_query(namespace: str, pods: Sequence[str], step_ms: int, steps: int, level: str,
@@ -410,7 +416,7 @@ def _ask(prometheus: Prometheus, totals: Totals, namespace: str, pods: list[str]
                   [_rule_query(namespace, pods, totals.level,
                                totals.usage_steps * totals.usage_step_ms)]
                   if what == "usage_rule" else
-                  [*_queries(*args), *_whole_queries(*args), _ends_query(*args),
+                  [*_queries(*args), *_whole_queries(*args), *_ends_queries(*args),
                    _resets_query(*args)])
     (query, points), = [(q, n) for w, q, n in candidates if w == what]
     shift_ms = (totals.usage_shift_ms if usage else 0 if what == "usage_rule"
@@ -503,7 +509,8 @@ def pod_totals(prometheus: Prometheus, pods: Iterable[tuple[str, str]], since_s:
         jobs: list[tuple[str, list[str], str]] = []
         usage: list[tuple[str, list[str], str]] = []
         for (ns, batch), answers in zip(batches, pool.map(
-                lambda b: _ask(prometheus, totals, b[0], b[1], "ends"), batches)):
+                lambda b: [*_ask(prometheus, totals, b[0], b[1], "ends_start"),
+                           *_ask(prometheus, totals, b[0], b[1], "ends_end")], batches)):
             answer = [a for *_, got in answers for a in got]
             totals.asked += [(query, points) for _, query, points, _ in answers]
             whole, edges, unsure = _whole(answer)
