@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+import yaml
 
 from client.run.cgroup_lookup import CommandResult
 from client.run.service_group import ServiceGroup, ServiceGroupError, resolve_cgroup
@@ -490,6 +491,36 @@ def test_every_quota_level_the_tightest_first(tmp_path: Path) -> None:
     target = resolve_cgroup(str(ctr), proc=proc)
     assert [lv.directory for lv in target.levels] == [ctr, pod]
     assert target.to_metadata()["quota_group"] == "/kubepods/pod1/ctr"
+
+
+def test_a_kubectl_failure_names_the_api_server_its_words_do_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a response cut short: kubectl's line names no server; the kubeconfig's current one is said
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump({
+        "current-context": "b", "contexts": [{"name": "a", "context": {"cluster": "one"}},
+                                             {"name": "b", "context": {"cluster": "two"}}],
+        "clusters": [{"name": "one", "cluster": {"server": "https://10.0.0.1:6443"}},
+                     {"name": "two", "cluster": {"server": "https://127.0.0.1:34713"}}]}))
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    proc, _pod, _container = k8s_host(tmp_path, 1, "cgroupfs", "burstable")
+    cut = CommandResult(1, "", "error: unexpected error when reading response body. Please "
+                        "retry. Original error: unexpected EOF\n")
+    with pytest.raises(ServiceGroupError) as info:
+        resolve_cgroup("k8s:shop/web", proc=proc, run=Runner({"kubectl": cut}))
+    assert ("unexpected EOF; the API server at https://127.0.0.1:34713)" in str(info.value)
+            and "10.0.0.1" not in str(info.value)), info.value
+    # kubectl's own words naming it: not said twice
+    refused = CommandResult(1, "", 'Unable to connect to the server: Get "https://127.0.0.1:'
+                            '34713/api/v1/namespaces/shop/pods/web": dial tcp: connection '
+                            'refused\n')
+    with pytest.raises(ServiceGroupError) as info:
+        resolve_cgroup("k8s:shop/web", proc=proc, run=Runner({"kubectl": refused}))
+    assert "the API server at" not in str(info.value) and "34713" in str(info.value)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))   # no kubeconfig: nothing added
+    with pytest.raises(ServiceGroupError) as info:
+        resolve_cgroup("k8s:shop/web", proc=proc, run=Runner({"kubectl": cut}))
+    assert "the API server at" not in str(info.value)
 
 
 @pytest.mark.parametrize("spec, pod_uid, answer, expected", [

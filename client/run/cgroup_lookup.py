@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from client.run.kube_api import current_server
+
 __all__ = ["CommandResult", "CommandRunner", "KubectlMissing", "LookupFailed", "docker_container_pid",
            "find_pod_directory", "kubernetes_pod", "parse_k8s_spec", "run_command"]
 
@@ -199,7 +201,9 @@ def _kubectl_failure(result: CommandResult, namespace: str, pod: str, container:
         return (f"kubectl may not read pod {namespace}/{pod}: 'get pods' in namespace "
                 f"{namespace} is needed ({line}){hint}")
     what = "uid" if pod_uid is None else f"container {container}'s id"
-    return f"kubectl cannot tell pod {namespace}/{pod}'s {what} ({line}){hint}"
+    server = current_server()   # kubectl's words may not name it (a response cut short)
+    where = f"; the API server at {server}" if server and server not in line else ""
+    return f"kubectl cannot tell pod {namespace}/{pod}'s {what} ({line}{where}){hint}"
 
 
 def _kubectl_error_line(result: CommandResult) -> str:

@@ -110,6 +110,33 @@ def context_namespace(kubeconfigs: list[Any], context: str | None = None) -> str
     return "default"
 
 
+def context_server(kubeconfigs: list[Any], context: str | None = None) -> str | None:
+    """The API server kubectl talks to: the current context's (``context`` another) cluster's
+    ``server``, merged as :func:`context_namespace`; None when the files do not say."""
+    docs = [d for d in kubeconfigs if isinstance(d, dict)]
+    name = context or next((d["current-context"] for d in docs if d.get("current-context")), None)
+    cluster = next(((e.get("context") or {}).get("cluster") for d in docs
+                    for e in d.get("contexts") or []
+                    if isinstance(e, dict) and e.get("name") == name), None)
+    return next((str(e["cluster"]["server"]) for d in docs for e in d.get("clusters") or []
+                 if isinstance(e, dict) and e.get("name") == cluster
+                 and isinstance(e.get("cluster"), dict) and e["cluster"].get("server")), None)
+
+
+def current_server(context: str | None = None) -> str | None:
+    """:func:`context_server` of the kubeconfig files kubectl would read; None where they do
+    not say or cannot be read (for an error's words: never an error itself)."""
+    import yaml  # type: ignore[import-untyped]
+
+    docs = []
+    for path in _kubeconfig_files():
+        try:
+            docs.append(yaml.safe_load(path.read_text()))
+        except (OSError, yaml.YAMLError):
+            return None
+    return context_server(docs, context)
+
+
 def current_namespace(context: str | None = None) -> str:
     """:func:`context_namespace` of the kubeconfig files kubectl would read; inside a pod
     without one, the pod's own namespace (as kubectl does); ``KubeError`` for a file that is
