@@ -97,6 +97,21 @@ def _kubeconfig_files() -> list[Path]:
     return [Path(p).expanduser() for p in names if Path(p).expanduser().exists()]
 
 
+def _kubeconfig_docs() -> list[Any]:
+    """The kubeconfig files kubectl would read, parsed in ``$KUBECONFIG``'s order;
+    ``KubeError`` (one line) for one that is not YAML or cannot be read."""
+    import yaml  # type: ignore[import-untyped]
+
+    docs = []
+    for path in _kubeconfig_files():
+        try:
+            docs.append(yaml.safe_load(path.read_text()))
+        except (OSError, yaml.YAMLError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
+            raise KubeError(f"{path}: the kubeconfig cannot be read: {reason}") from None
+    return docs
+
+
 def context_namespace(kubeconfigs: list[Any], context: str | None = None) -> str:
     """The namespace kubectl uses without ``-n``: the current context's (``context`` another),
     "default" when it has none; ``kubeconfigs`` are the parsed files in ``$KUBECONFIG``'s order,
@@ -126,36 +141,21 @@ def context_server(kubeconfigs: list[Any], context: str | None = None) -> str | 
 def current_server(context: str | None = None) -> str | None:
     """:func:`context_server` of the kubeconfig files kubectl would read; None where they do
     not say or cannot be read (for an error's words: never an error itself)."""
-    import yaml  # type: ignore[import-untyped]
-
-    docs = []
-    for path in _kubeconfig_files():
-        try:
-            docs.append(yaml.safe_load(path.read_text()))
-        except (OSError, yaml.YAMLError):
-            return None
-    return context_server(docs, context)
+    try:
+        return context_server(_kubeconfig_docs(), context)
+    except KubeError:
+        return None
 
 
 def current_namespace(context: str | None = None) -> str:
     """:func:`context_namespace` of the kubeconfig files kubectl would read; inside a pod
     without one, the pod's own namespace (as kubectl does); ``KubeError`` for a file that is
     not YAML."""
-    import yaml  # type: ignore[import-untyped]
-
-    files = _kubeconfig_files()
-    if not files:
+    if not _kubeconfig_files():
         if os.environ.get("KUBERNETES_SERVICE_HOST") and SERVICE_ACCOUNT_NAMESPACE.exists():
             return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
         return "default"
-    docs = []
-    for path in files:
-        try:
-            docs.append(yaml.safe_load(path.read_text()))
-        except (OSError, yaml.YAMLError) as exc:
-            reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
-            raise KubeError(f"{path}: the kubeconfig cannot be read: {reason}") from None
-    return context_namespace(docs, context)
+    return context_namespace(_kubeconfig_docs(), context)
 
 
 def connect(context: str | None = None) -> KubeApi:

@@ -11,8 +11,8 @@ figures evaluated by Prometheus at a step fitting the window, as robusta-dev/krr
   without a reset: the time of each one's ``periods`` (or ``no_quota``) sample at the
   window's start, at its first step and at its end, and the agent's ``start_time`` gauge at
   the end (since when its counters count without a reset: :data:`SINCE_MARGIN_S` or more
-  before the start's sample, no reset between), each an instant's lookup. A pod without that gauge (an agent from
-  before it) is asked a second query: the resets of its counters over the raw samples the
+  before the start's sample, no reset between), each an instant's lookup. A pod without
+  that gauge (an agent from before it) is asked a second query: the resets of its counters over the raw samples the
   steps take (``resets()`` of the three whose resets say all the others', which Prometheus
   evaluates a series at a time, reading the week's chunks of each).
 - Those pods (most, in a cluster whose pods live longer than the window) get three queries:
@@ -145,7 +145,10 @@ class Totals:
     pods: dict[tuple[str, str], PodTotals]
     asked: list[tuple[str, int]] = field(default_factory=list)
     level: str = "pod"
-    rule_pods: int = 0    # the pods whose usage quantiles are the recording rule's
+    @property
+    def rule_pods(self) -> int:
+        """The pods whose usage quantiles are the recording rule's."""
+        return sum(p.usage_rule for p in self.pods.values())
 
     @property
     def rule_window(self) -> bool:
@@ -471,7 +474,6 @@ def _fold_rule(totals: Totals, answer: Answer) -> None:
         if got.get("n", 0.0) >= need and all(q in got for q in QUANTILES):
             pod = totals.pods.setdefault(key, PodTotals())
             pod.usage, pod.usage_rule = {q: got[q] for q in QUANTILES}, True
-            totals.rule_pods += 1
 
 
 def _asked(pool: ThreadPoolExecutor, prometheus: Prometheus, totals: Totals,
