@@ -308,7 +308,12 @@ def stall_of(ok: Sequence[RequestRecord], lat: np.ndarray, mask: np.ndarray,
         baseline = None  # every request throttled and no CPU per request: no fast mode seen
         notes.append("no request was fast: no unthrottled latency to compare with")
     stall = None
-    if mask.any() and baseline is not None:
+    counted = [r.server_throttle_ns for r, t in zip(ok, mask) if t and r.server_throttle_ns]
+    if mask.any() and len(counted) * 2 > int(mask.sum()):
+        # the pauses the service itself counted: a load that queues the requests (or a busy
+        # machine) moves the latencies of both kinds, not the pause
+        stall = float(np.median(counted)) / 1e6
+    elif mask.any() and baseline is not None:
         stall = max(0.0, float(np.median(lat[mask])) - baseline)
     elif mask.any():  # the server's own pause figures
         paused = [max(r.server_throttle_ns or 0, r.kernel_throttled_ns or 0)
