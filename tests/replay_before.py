@@ -8,7 +8,7 @@ import math
 from client.analysis.replay import Demand, Replayed
 from cpuquota.account import CpuStat, QuotaAccount
 
-__all__ = ["replay_before"]
+__all__ = ["bunched_before", "replay_before"]
 
 
 def replay_before(demand: Demand, cpus: float | None, burst_ns: int = 0,
@@ -64,3 +64,27 @@ def replay_before(demand: Demand, cpus: float | None, burst_ns: int = 0,
     clipped = tuple((s, min(e, demand.end_ns)) for s, e in stretches if s < demand.end_ns)
     return Replayed(cpus, clipped, after - before, window)
 
+
+
+def bunched_before(demand: Demand) -> Demand:
+    """:func:`client.analysis.replay.bunched` a row at a time, as it was before its rows were
+    worked out at once."""
+    from dataclasses import replace
+
+    starts: list[int] = []
+    wanted: list[float] = []
+    used: list[float] = []
+    ends = (*demand.starts_ns[1:], demand.end_ns)
+    for s, e, w, u in zip(demand.starts_ns, ends, demand.wanted_ns,
+                          demand.used_ns or demand.wanted_ns):
+        burst = math.ceil(max(w, u) / demand.cores)
+        if 0 < burst < e - s:
+            starts += [s, s + burst]
+            wanted += [w, 0.0]
+            used += [u, 0.0]
+        else:
+            starts.append(s)
+            wanted.append(w)
+            used.append(u)
+    return replace(demand, starts_ns=tuple(starts), wanted_ns=tuple(wanted),
+                   used_ns=tuple(used))

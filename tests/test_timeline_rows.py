@@ -42,3 +42,26 @@ def test_a_short_or_bad_row_is_one_line(tmp_path: Path) -> None:
     for row, said in (("0,5,1,0", "4 fields, expected 5"), ("0,5,x,0,0", "line 2")):
         with pytest.raises(TimelineError, match=said):
             read_timeline(written(tmp_path, timeline_columns(), [row]))
+
+
+def test_the_fast_samples_are_the_frozen_ones(tmp_path: Path) -> None:
+    import dataclasses
+
+    got = read_timeline(written(tmp_path, timeline_columns(), ["0,5,1,0,0", "100,9,2,1,7"]))
+    slow = [CgroupSample(0, 5, 1, 0, 0), CgroupSample(100, 9, 2, 1, 7)]
+    assert got == slow and [hash(s) for s in got] == [hash(s) for s in slow]
+    assert [repr(s) for s in got] == [repr(s) for s in slow]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got[0].t_ns = 1   # type: ignore[misc]
+    assert dataclasses.replace(got[1], usage_ns=3) == CgroupSample(100, 3, 2, 1, 7)
+
+
+def test_rows_the_short_path_cannot_split_read_as_csv(tmp_path: Path) -> None:
+    # a quoted field, a blank line, a cut-off last line: read as every CSV is
+    rows = ['"0",5,1,0,0', "", "100,9,2,1,7"]
+    path = written(tmp_path, timeline_columns(), rows)
+    path.write_text(path.read_text() + "200,9")
+    assert read_timeline(path) == [CgroupSample(0, 5, 1, 0, 0), CgroupSample(100, 9, 2, 1, 7)]
+    for row, said in (("0,5,1,0,", "line 3: invalid literal"), ("0,5,1,0,0,1", "line 3: 6 fields")):
+        with pytest.raises(TimelineError, match=said):
+            read_timeline(written(tmp_path, timeline_columns(), ["1,2,3,4,5", row]))

@@ -105,7 +105,8 @@ def _answer(pods: Sequence[PodWindow], target: LatencyGoal, start: int, floor: i
     steps down to the floor), else searched, each limit replayed until it must miss."""
     if all(Replayer(p.demand).never_throttled(floor / 1000) for p in pods):
         return floor
-    at = search(_pooled(pods, target), target, start=start, floor=floor, ceiling=ceiling).at
+    at = search(_pooled(pods, target), target, start=start, floor=floor, ceiling=ceiling,
+                with_less=False).at
     return None if at is None else at.millicores
 
 

@@ -47,9 +47,11 @@ def _verdicts(rows: Sequence[JudgedReplay]) -> dict[int, bool]:
 
 
 def search(replay_at: Callable[[int | None], LimitRow], target: LatencyGoal, *, start: int,
-           floor: int, ceiling: int, judge: RowJudge = judge) -> PassiveAdvice:
+           floor: int, ceiling: int, judge: RowJudge = judge,
+           with_less: bool = True) -> PassiveAdvice:
     """The smallest limit in ``[floor, ceiling]`` millicores whose replay (``replay_at``; None:
-    no limit) meets ``target`` by ``judge``, to advise's tolerance."""
+    no limit) meets ``target`` by ``judge``, to advise's tolerance; and the limit a step
+    below it (``less``), unless ``with_less`` is False (a bound's search: its answer alone)."""
     free = judge(None, replay_at(None), target)
     if not free.met:
         return PassiveAdvice(target, free, (), None, None, floor, ceiling,
@@ -67,7 +69,7 @@ def search(replay_at: Callable[[int | None], LimitRow], target: LatencyGoal, *, 
                              f"no limit up to {ceiling / 1000:g} CPU met it in the replay "
                              f"({', '.join(top.missed)} at {max(tried) / 1000:g} CPU)")
     lower = max(1, round(high * LESS))
-    less = tried.get(lower) or judge(lower, replay_at(lower), target)
+    less = (tried.get(lower) or judge(lower, replay_at(lower), target)) if with_less else None
     return PassiveAdvice(target, free, tuple(tried.values()), tried[high], less, floor, ceiling)
 
 
@@ -222,7 +224,7 @@ def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start:
     def answer(replay_at: Callable[[int | None], LimitRow],
                row_judge: RowJudge = judge) -> int | None:
         at = search(replay_at, target, start=start, floor=floor, ceiling=ceiling,
-                    judge=row_judge).at
+                    judge=row_judge, with_less=False).at
         return None if at is None else at.millicores
 
     out = _hidden_bounds(replayed, answer, replays_of, ceiling)

@@ -179,6 +179,7 @@ def demand_of(timeline: Sequence[CounterSample], period_ns: int,
     starts = [s.t_ns for s in timeline[:-1]]
     ends = [s.t_ns for s in timeline[1:]]
     wanted = [float(max(0, b.usage_ns - a.usage_ns)) for a, b in zip(timeline, timeline[1:])]
+    used = tuple(wanted)   # the record's, before the hidden demand moves any
     rate = max((w / (e - s) for w, s, e in zip(wanted, starts, ends) if e > s), default=1.0)
     if cores is None:
         cores = max(1, math.ceil(rate * STILL))
@@ -204,7 +205,6 @@ def demand_of(timeline: Sequence[CounterSample], period_ns: int,
     first, last = timeline[0], timeline[-1]
     recorded = CpuStat(last.nr_periods - first.nr_periods, last.nr_throttled - first.nr_throttled,
                        last.throttled_ns - first.throttled_ns)
-    used = tuple(float(max(0, b.usage_ns - a.usage_ns)) for a, b in zip(timeline, timeline[1:]))
     steps = sorted(e - s for s, e in zip(starts, ends))
     return Demand(tuple(starts), end, tuple(wanted), period_ns, origin, cores, recorded, usage,
                   hidden, walls, used, _throttle_bounds(timeline, period_ns),
@@ -242,23 +242,20 @@ def bunched(demand: Demand) -> Demand:
     none for the rest of the row: on coarse rows (:attr:`Demand.coarse`) where in its row
     the CPU was wanted is not known, and the even spread :func:`replay` takes is its
     smoothest; this is its burstiest (a bound of the range)."""
-    starts: list[int] = []
-    wanted: list[float] = []
-    used: list[float] = []
-    ends = (*demand.starts_ns[1:], demand.end_ns)
-    for s, e, w, u in zip(demand.starts_ns, ends, demand.wanted_ns,
-                          demand.used_ns or demand.wanted_ns):
-        burst = math.ceil(max(w, u) / demand.cores)
-        if 0 < burst < e - s:
-            starts += [s, s + burst]
-            wanted += [w, 0.0]
-            used += [u, 0.0]
-        else:
-            starts.append(s)
-            wanted.append(w)
-            used.append(u)
-    return replace(demand, starts_ns=tuple(starts), wanted_ns=tuple(wanted),
-                   used_ns=tuple(used))
+    s = np.asarray(demand.starts_ns, dtype=np.int64)
+    e = np.append(s[1:], np.int64(demand.end_ns))
+    w = np.asarray(demand.wanted_ns, dtype=float)
+    u = np.asarray(demand.used_ns or demand.wanted_ns, dtype=float)
+    burst = np.ceil(np.maximum(w, u) / demand.cores).astype(np.int64)
+    split = (burst > 0) & (burst < e - s)
+    # each row, and after a split one its burst ended, wanting nothing: in time order
+    at = np.arange(len(s)) + np.cumsum(split) - split   # each row's place in the new rows
+    starts = np.empty(len(s) + int(split.sum()), dtype=np.int64)
+    wanted, used = np.zeros(len(starts)), np.zeros(len(starts))
+    starts[at], wanted[at], used[at] = s, w, u
+    starts[at[split] + 1] = (s + burst)[split]
+    return replace(demand, starts_ns=tuple(starts.tolist()), wanted_ns=tuple(wanted.tolist()),
+                   used_ns=tuple(used.tolist()))
 
 
 def held_at_most(demand: Demand, start_ns: int, end_ns: int) -> int:
@@ -418,27 +415,30 @@ def _periods_charged(demand: Demand, period: int, origin: int) -> int:
     """The periods the account counts where no limit throttles (:func:`_most_charged`): its
     timer counts a boundary from the first charged period of a run of them to the boundary
     after its last (which finds it idle and stops it), up to the window's end; a piece is
-    charged where its CPU rounds to a ns or more."""
-    ends = (*demand.starts_ns[1:], demand.end_ns)
+    charged where its CPU rounds to a ns or more (more than half a ns: ``round`` takes 0.5
+    to 0), the rows at once (the same floats as a row at a time)."""
     first = (demand.start_ns - origin) // period   # the boundaries are origin + k * period
     count = (demand.end_ns - origin) // period - first + 2
     charged = np.zeros(count, dtype=bool)
-    for t0, t1, wanted in zip(demand.starts_ns, ends, demand.wanted_ns):
-        if t1 <= t0 or wanted <= 0:
-            continue
-        arriving = wanted / (t1 - t0)
-        k = (t0 - origin) // period + 1   # a piece's period: the one its next boundary ends
-        edge = origin + k * period
-        if round(arriving * (min(t1, edge) - t0)) > 0:
-            charged[k - first] = True
-        if t1 <= edge:
-            continue
-        whole = (t1 - origin) // period    # the whole periods up to the last boundary
-        if whole > k and round(arriving * period) > 0:
-            charged[k + 1 - first:whole + 1 - first] = True
-        tail = origin + whole * period
-        if t1 > tail and round(arriving * (t1 - tail)) > 0:
-            charged[whole + 1 - first] = True
+    t0 = np.asarray(demand.starts_ns, dtype=np.int64)
+    t1 = np.append(t0[1:], np.int64(demand.end_ns))
+    wanted = np.asarray(demand.wanted_ns, dtype=float)
+    keep = (t1 > t0) & (wanted > 0)
+    t0, t1, wanted = t0[keep], t1[keep], wanted[keep]
+    arriving = wanted / (t1 - t0)
+    k = (t0 - origin) // period + 1   # a piece's period: the one its next boundary ends
+    edge = origin + k * period
+    charged[(k - first)[arriving * (np.minimum(t1, edge) - t0) > 0.5]] = True
+    past = t1 > edge
+    whole = (t1 - origin) // period    # the whole periods up to the last boundary
+    spans = past & (whole > k) & (arriving * period > 0.5)
+    if spans.any():   # periods k + 1 to whole, each charged: marked by a running count
+        runs = np.zeros(count + 1, dtype=np.int64)
+        np.add.at(runs, k[spans] + 1 - first, 1)
+        np.add.at(runs, whole[spans] + 1 - first, -1)
+        charged |= np.cumsum(runs)[:count] > 0
+    tail = origin + whole * period
+    charged[(whole + 1 - first)[past & (t1 > tail) & (arriving * (t1 - tail) > 0.5)]] = True
     last = (demand.end_ns - origin) // period   # the last boundary the window passes
     counted = charged.copy()   # a charged period's boundary, and the one after (it stops)
     counted[1:] |= charged[:-1]

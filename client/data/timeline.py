@@ -24,6 +24,7 @@ from __future__ import annotations
 import csv
 import os
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import IO
 
@@ -131,13 +132,37 @@ def _quota(quota: str, period: str) -> QuotaSetting:
     return (int(quota) if quota.strip() else None), int(period)
 
 
+# A frozen dataclass's __init__ sets each field through object.__setattr__: about 1.9 µs a
+# sample against 0.5 µs with the slots' own setters, and ``cluster`` reads a million rows.
+_new = object.__new__
+(_set_t, _set_usage, _set_periods, _set_nr, _set_throttled, _set_some, _set_full, _set_levels,
+ _set_quotas) = (getattr(CgroupSample, f.name).__set__ for f in dataclass_fields(CgroupSample))
+
+
+def _plain(t_ns: int, usage_ns: int, nr_periods: int, nr_throttled: int, throttled_ns: int,
+           quotas: tuple[QuotaSetting, ...] = ()) -> CgroupSample:
+    """``CgroupSample(t_ns, usage_ns, nr_periods, nr_throttled, throttled_ns, quotas=quotas)``,
+    the same frozen sample, built faster (see above)."""
+    sample = _new(CgroupSample)
+    _set_t(sample, t_ns)
+    _set_usage(sample, usage_ns)
+    _set_periods(sample, nr_periods)
+    _set_nr(sample, nr_throttled)
+    _set_throttled(sample, throttled_ns)
+    _set_some(sample, None)
+    _set_full(sample, None)
+    _set_levels(sample, ())
+    _set_quotas(sample, quotas)
+    return sample
+
+
 def _sample(row: list[str], pressure: bool, levels: int = 0,
             quotas: bool = False) -> CgroupSample:
     if not pressure and not levels and len(row) == (7 if quotas else 5):
         # the node agent's rows (and a one-level record's): a sample a line of them, read
         # without the general case's lists (a cluster reads hundreds of thousands)
-        return CgroupSample(int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]),
-                            None, None, (), (_quota(row[5], row[6]),) if quotas else ())
+        return _plain(int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]),
+                      (_quota(row[5], row[6]),) if quotas else ())
     t_ns, usage_ns, periods, throttled, throttled_ns = (int(v) for v in row[:5])
     some: int | None = None
     full: int | None = None
@@ -177,6 +202,10 @@ def read_timeline(path: str | os.PathLike[str]) -> list[CgroupSample]:
         raise TimelineError(f"{p}: not a cgroup timeline (expected the header "
                             f"{','.join(TIMELINE_COLUMNS)}[,...])")
     samples: list[CgroupSample] = []
+    if layout == (False, 0, False):   # the node agent's rows: five numbers, no quoting
+        plain = _plain_rows(lines)
+        if plain is not None:
+            return plain
     for line_no, row in enumerate(rows, start=2):
         if not row:
             continue
@@ -186,4 +215,20 @@ def read_timeline(path: str | os.PathLike[str]) -> list[CgroupSample]:
             samples.append(_sample(row, *layout))
         except ValueError as exc:
             raise TimelineError(f"{p}: line {line_no}: {exc}") from None
+    return samples
+
+
+def _plain_rows(lines: list[str]) -> list[CgroupSample] | None:
+    """The samples of a five-column timeline's lines (its header first), split at the commas;
+    None where a line is not five numbers so (empty, quoted, short): the CSV reader then
+    reads the file, and says which line is wrong."""
+    samples: list[CgroupSample] = []
+    append = samples.append
+    try:
+        for line in lines[1:]:
+            t_ns, usage_ns, periods, throttled, throttled_ns = line.split(",")
+            append(_plain(int(t_ns), int(usage_ns), int(periods), int(throttled),
+                          int(throttled_ns)))
+    except ValueError:   # not five fields, or one not a number
+        return None
     return samples
