@@ -175,3 +175,18 @@ def test_under_a_one_cpu_quota_it_replays_in_one_process(tmp_path: Path,
     code, told, err = table(tmp_path / "told", monkeypatch, "--jobs", "2", prefix=quota)
     assert code == 0, err
     assert told["replay_processes"] == 2 and told["workloads"] == default["workloads"]
+
+
+def test_replaying_puts_the_collector_back() -> None:
+    import gc
+
+    from client.advise.cluster_rows import REPLAY_GC_THRESHOLD, replaying
+
+    before = gc.get_threshold()
+    with replaying():
+        assert gc.get_threshold() == REPLAY_GC_THRESHOLD
+        assert gc.get_freeze_count() > 0   # the modules left out of collections
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    with pytest.raises(KeyError), replaying():
+        raise KeyError("a replay failed")
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

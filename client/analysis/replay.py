@@ -515,6 +515,7 @@ def _stepped_plain(demand: Demand, cpus: float, period: int,
     stretches: list[tuple[int, int]] = []
     wait, budget = stop if stop is not None else (0.0, math.inf)
     beyond = 0.0   # the stretches' time beyond ``wait`` each, so far
+    window_end = demand.end_ns
     backlog, held_until, cores = 0.0, demand.start_ns, demand.cores
     edge = demand.start_ns - 1   # the next boundary after the time last asked (none yet)
     fcores = float(cores)
@@ -567,16 +568,20 @@ def _stepped_plain(demand: Demand, cpus: float, period: int,
                 if resume > t:
                     stretches.append((t, resume))
                     held_until = resume
-                    beyond += max(0.0, min(resume, demand.end_ns) - t - wait)
-                    if beyond > budget:
-                        break
+                    over = (resume if resume < window_end else window_end) - t - wait
+                    if over > 0.0:
+                        beyond += over
+                        if beyond > budget:
+                            break
                     continue
             elif now > t:
                 stretches.append((t, now))
                 held_until = now
-                beyond += max(0.0, min(now, demand.end_ns) - t - wait)
-                if beyond > budget:
-                    break
+                over = (now if now < window_end else window_end) - t - wait
+                if over > 0.0:
+                    beyond += over
+                    if beyond > budget:
+                        break
                 continue
             if backlog <= 0 and 0 < arriving <= cores:   # whole periods at once where none
                 # can run out: the account's serve_steady
@@ -670,8 +675,13 @@ def _stepped_plain(demand: Demand, cpus: float, period: int,
                 since = None
             idle = False
         nxt += period
-    clipped = tuple((s, min(e, end)) for s, e in stretches if s < end)
-    return Replayed(cpus, clipped, CpuStat(nr_periods, nr_throttled, throttled_ns),
+    # the stretches in time order, each ending before the next begins: only the last ones can
+    # reach past the window's end
+    while stretches and stretches[-1][0] >= end:
+        stretches.pop()
+    if stretches and stretches[-1][1] > end:
+        stretches[-1] = (stretches[-1][0], end)
+    return Replayed(cpus, tuple(stretches), CpuStat(nr_periods, nr_throttled, throttled_ns),
                     (demand.start_ns, end))
 
 
