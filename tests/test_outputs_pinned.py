@@ -5,8 +5,9 @@ picture paths replaced by PICTURES; since then the model's inputs gained ``threa
 prediction's throughput its last digit, from the one definition of throughput; then the one
 vocabulary of issue 31: "delayed by throttling" for what counters say, "slow" for latency alone,
 a ``saturated`` key and line, and no stall or period read from a saturated run's queue; then
-issue 43's: "delayed by throttling" in every table and sentence about requests): a change
-of any number, word or key shows up here."""
+issue 43's: "delayed by throttling" in every table and sentence about requests; then the
+stall of a run whose requests carry the service's own pauses, their median): a change of any
+number, word or key shows up here."""
 
 from __future__ import annotations
 

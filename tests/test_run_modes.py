@@ -87,11 +87,12 @@ def test_open_loop_sends_each_request_when_it_is_due() -> None:
         assert r.scheduled_ns is not None and r.status == 200
         assert r.start_ns >= r.scheduled_ns - MS  # never sent early
         assert r.latency_ns > r.start_ns - r.scheduled_ns  # the wait to be sent is counted
-    # a quiet server keeps up: most requests go out near their time (a generous bound: on a
-    # busy 2-core machine a thread's wake-up alone can take tens of ms; punctuality is
-    # measured in benchmarks/load_modes.py)
+    # a quiet server keeps up: most requests go out near their time (a generous bound, ten
+    # of the plan's 25 ms intervals: on a busy 2-core machine, under the test suite's own
+    # load, a thread's wake-up alone took up to 109 ms; punctuality is measured in
+    # benchmarks/load_modes.py)
     lags = sorted(r.start_ns - r.scheduled_ns for r in records)
-    assert lags[len(lags) // 2] < 100 * MS, lags
+    assert lags[len(lags) // 2] < 250 * MS, lags
 
 
 def test_open_loop_counts_the_time_a_stall_held_requests_back() -> None:
