@@ -652,29 +652,34 @@ def _stepped_plain(demand: Demand, cpus: float, period: int,
                 else:
                     pool -= charged
             t = step
+            if (t == edge and t1 - t < period and charged and backlog == 0.0 and not debt
+                    and since is None and active and nxt == t and 0 < arriving <= cores):
+                # the row's rest past the boundary it reached, as the next step serves it:
+                # the boundary passes (the period charged: not idle), and unless the quota
+                # runs out first the rest is served at once
+                nr_periods += 1
+                pool, idle = quota, True
+                edge = nxt = t + period
+                rate = fcores if arriving >= fcores else arriving
+                if t + ceil((quota if quota > 1 else 1) / rate) >= t1:
+                    charged = round(rate * (t1 - t))
+                    now = t = t1
+                    if charged:
+                        idle = False
+                        if charged > pool:
+                            debt += charged
+                            paid = pool if pool < debt else debt
+                            pool -= paid
+                            debt -= paid
+                        else:
+                            pool -= charged
         if beyond > budget:   # the wait's share above ``wait`` passed the budget: stop
             break
     end = demand.end_ns   # the account's stats(end): the boundaries up to it pass
-    if end > now:
-        now = end
-    while active and nxt <= now:
-        nr_periods += 1
-        pool = quota
-        if since is None:
-            if idle:
-                active = False
-            else:
-                idle = True
-        else:
-            nr_throttled += 1
-            paid = pool if pool < debt else debt
-            pool -= paid
-            debt -= paid
-            if pool > 0:
-                throttled_ns += nxt - since
-                since = None
-            idle = False
-        nxt += period
+    periods, throttled, held = _boundaries_to(max(end, now), active, nxt, period, quota,
+                                              pool, debt, since, idle)
+    nr_periods, nr_throttled, throttled_ns = (nr_periods + periods, nr_throttled + throttled,
+                                              throttled_ns + held)
     # the stretches in time order, each ending before the next begins: only the last ones can
     # reach past the window's end
     while stretches and stretches[-1][0] >= end:
@@ -683,6 +688,32 @@ def _stepped_plain(demand: Demand, cpus: float, period: int,
         stretches[-1] = (stretches[-1][0], end)
     return Replayed(cpus, tuple(stretches), CpuStat(nr_periods, nr_throttled, throttled_ns),
                     (demand.start_ns, end))
+
+
+def _boundaries_to(now: int, active: bool, nxt: int, period: int, quota: int, pool: int,
+                   debt: int, since: int | None, idle: bool) -> tuple[int, int, int]:
+    """The periods, periods throttled and throttled time the boundaries up to ``now`` add
+    to :func:`_stepped_plain`'s account (its state passed in), as its loop passes them."""
+    periods = throttled = held = 0
+    while active and nxt <= now:
+        periods += 1
+        pool = quota
+        if since is None:
+            if idle:
+                active = False
+            else:
+                idle = True
+        else:
+            throttled += 1
+            paid = pool if pool < debt else debt
+            pool -= paid
+            debt -= paid
+            if pool > 0:
+                held += nxt - since
+                since = None
+            idle = False
+        nxt += period
+    return periods, throttled, held
 
 
 def added_delay(replayed: Replayed, q: float) -> float:
