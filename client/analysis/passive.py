@@ -94,7 +94,8 @@ def judge(millicores: int | None, row: LimitRow, target: LatencyGoal) -> JudgedR
         values = judged_latencies_ms(row, target)
         missed = target.misses(percentile(values, 90), percentile(values, 99), None)
     else:
-        missed = target.misses(row.delay_ms(90), row.delay_ms(99), None)
+        p90, p99 = row.delays_ms(90, 99)
+        missed = target.misses(p90, p99, None)
     return JudgedReplay(millicores, row, missed)
 
 

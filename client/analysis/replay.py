@@ -77,7 +77,7 @@ from cpuquota.account import CpuStat, QuotaAccount
 
 __all__ = ["BY_WALL", "CLOSED_GAP_NS", "MEAN", "MIN_DONORS", "ROWS", "MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "CpuDrawn",
            "Demand", "Job", "LimitRow", "Load", "bunched", "draw_cpu", "placed_shift",
-           "ReplayError", "Replayed", "Replayer", "Request", "added_delay", "demand_of", "held_at_most",
+           "ReplayError", "Replayed", "Replayer", "Request", "added_delay", "added_delays", "demand_of", "held_at_most",
            "in_flight", "load_of",
            "predicted_latency", "replay", "replay_limits", "replay_load"]
 
@@ -720,12 +720,16 @@ def added_delay(replayed: Replayed, q: float) -> float:
     """The ``q``-th percentile (0..100) of the wait, ns, until the group runs again, for a
     request arriving at a uniformly random instant of the window (0 outside the stretches;
     inside one, the rest of it)."""
+    return added_delays(replayed, (q,))[0]
+
+
+def added_delays(replayed: Replayed, qs: Sequence[float]) -> tuple[float, ...]:
+    """:func:`added_delay` at each of ``qs``, the stretches sorted once."""
     lo, hi = replayed.window
     window = hi - lo
     lengths = sorted(e - s for s, e in replayed.stretches if e > s)
     if not lengths or window <= 0:
-        return 0.0
-    beyond = 1.0 - q / 100.0   # P(wait > w) must fall to this
+        return tuple(0.0 for _ in qs)
     # the lengths above w and their sum, by bisection on the sorted lengths: the search asks
     # 64 times, and a throttled window has a stretch a period
     above = [0] * (len(lengths) + 1)
@@ -736,16 +740,20 @@ def added_delay(replayed: Replayed, q: float) -> float:
         i = bisect.bisect_right(lengths, w)
         return max(0.0, above[i] - (len(lengths) - i) * w) / window
 
-    if share_above(0.0) <= beyond:
-        return 0.0
-    low, high = 0.0, float(max(lengths))
-    for _ in range(64):
-        middle = (low + high) / 2
-        if share_above(middle) > beyond:
-            low = middle
-        else:
-            high = middle
-    return high
+    def at(q: float) -> float:
+        beyond = 1.0 - q / 100.0   # P(wait > w) must fall to this
+        if share_above(0.0) <= beyond:
+            return 0.0
+        low, high = 0.0, float(lengths[-1])
+        for _ in range(64):
+            middle = (low + high) / 2
+            if share_above(middle) > beyond:
+                low = middle
+            else:
+                high = middle
+        return high
+
+    return tuple(at(q) for q in qs)
 
 
 def predicted_latency(start_ns: int, latency_ns: int, held_ns: int,
@@ -1272,6 +1280,9 @@ class LimitRow:
 
     def delay_ms(self, q: float) -> float:
         return added_delay(self.replayed, q) / MS
+
+    def delays_ms(self, *qs: float) -> tuple[float, ...]:
+        return tuple(d / MS for d in added_delays(self.replayed, qs))
 
     def to_dict(self) -> dict[str, Any]:
         r = self.replayed

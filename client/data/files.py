@@ -49,24 +49,27 @@ def write_problem(path: Path, exc: OSError) -> str:
 
 
 @contextmanager
-def writing(path: Path) -> Iterator[Path]:
-    """Write ``path`` inside this block (its folder made first): an ``OSError`` becomes a
-    one-line :class:`FileWriteError` naming the path and the reason."""
+def writing(path: Path, *, folder_made: bool = False) -> Iterator[Path]:
+    """Write ``path`` inside this block (its folder made first, unless the caller made it:
+    ``folder_made``): an ``OSError`` becomes a one-line :class:`FileWriteError` naming the
+    path and the reason."""
     try:
-        make_folder(path.parent)
+        if not folder_made:
+            make_folder(path.parent)
         yield path
     except OSError as exc:
         raise FileWriteError(f"cannot write {path}: {write_problem(path, exc)}") from None
 
 
 @contextmanager
-def replacing(path: Path, *, sync: bool = False) -> Iterator[Path]:
+def replacing(path: Path, *, sync: bool = False, folder_made: bool = False
+              ) -> Iterator[Path]:
     """Write ``path`` whole or not at all: the block writes the temporary file it is given
     (``<path>.tmp``, beside it), fsynced after the block when ``sync``, then renamed over
     ``path``. On an error the temporary file is removed and ``path`` left as it was; an
     ``OSError`` is a one-line :class:`FileWriteError` naming ``path`` (:func:`writing`)."""
     tmp = path.with_name(path.name + ".tmp")
-    with writing(path):
+    with writing(path, folder_made=folder_made):
         try:
             yield tmp
             if sync:
@@ -82,9 +85,11 @@ def replacing(path: Path, *, sync: bool = False) -> Iterator[Path]:
             raise
 
 
-def write_whole(path: Path, text: str, *, sync: bool = False) -> None:
-    """Write ``text`` (UTF-8) as ``path``, whole or not at all (:func:`replacing`)."""
-    with replacing(path, sync=sync) as tmp:
+def write_whole(path: Path, text: str, *, sync: bool = False,
+                folder_made: bool = False) -> None:
+    """Write ``text`` (UTF-8) as ``path``, whole or not at all (:func:`replacing`;
+    ``folder_made``: its folder made already, by :func:`make_folder`)."""
+    with replacing(path, sync=sync, folder_made=folder_made) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 

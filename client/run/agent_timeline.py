@@ -325,9 +325,11 @@ class AgentLink:
                     continue
                 stem = "_".join(p for p in (ref.namespace, ref.pod, ref.container) if p)
                 path = dest_dir / f"{stem}.cgroup.csv"
-                write_whole(path, str(line.get("csv") or ""))
+                # the folder made once above: not looked up again for each of a node's
+                # windows (the cgroup mount check reads mountinfo: 0.4 s in 1,000 windows)
+                write_whole(path, str(line.get("csv") or ""), folder_made=True)
                 write_whole(path.with_name(f"{stem}.json"),
-                            json.dumps(line["meta"], indent=2) + "\n")
+                            json.dumps(line["meta"], indent=2) + "\n", folder_made=True)
                 yield ref, path
         except HTTPError as exc:
             done = False
