@@ -664,15 +664,10 @@ def _stepped_plain(demand: Demand, cpus: float, period: int,
                 if t + ceil((quota if quota > 1 else 1) / rate) >= t1:
                     charged = round(rate * (t1 - t))
                     now = t = t1
-                    if charged:
+                    if charged:   # out of a full runtime, nothing owed: the rest is owed
                         idle = False
-                        if charged > pool:
-                            debt += charged
-                            paid = pool if pool < debt else debt
-                            pool -= paid
-                            debt -= paid
-                        else:
-                            pool -= charged
+                        pool, debt = ((quota - charged, 0) if charged <= quota
+                                      else (0, charged - quota))
         if beyond > budget:   # the wait's share above ``wait`` passed the budget: stop
             break
     end = demand.end_ns   # the account's stats(end): the boundaries up to it pass
