@@ -60,3 +60,27 @@ def test_a_floor_that_meets_is_the_answer() -> None:
     replay_at, _tried = replays(edge=0)
     advice = search(replay_at, LatencyGoal(30.0), start=300, floor=10, ceiling=2000)
     assert advice.at is not None and advice.at.millicores == 10
+
+
+def test_a_search_begun_near_its_answer_judges_two_limits() -> None:
+    # a bound's search begins at the main answer: where its own answer is within one
+    # tolerance of it, below or above, two limits bracket it
+    for edge, near, expect in ((420, 440, [None, 440, 400]), (460, 440, [None, 440, 484])):
+        replay_at, tried = replays(edge=edge)
+        advice = search(replay_at, LatencyGoal(30.0), start=1000, floor=10, ceiling=2000,
+                        with_less=False, near=near)
+        assert tried == expect, (edge, tried)
+        assert advice.at is not None and advice.at.millicores == expect[-1 if edge > near else 1]
+        assert advice.less is None
+
+
+def test_a_search_begun_far_from_its_answer_finds_it_as_from_scratch() -> None:
+    # the answer within the tolerance wherever the search begins, the floor and ceiling kept
+    for edge in (15, 120, 420, 1500):
+        for near in (10, 200, 440, 1999, 5000):
+            replay_at, tried = replays(edge=edge)
+            advice = search(replay_at, LatencyGoal(30.0), start=1000, floor=10, ceiling=2000,
+                            with_less=False, near=near)
+            assert advice.at is not None and advice.at.millicores is not None, (edge, near)
+            assert edge <= advice.at.millicores <= max(10, edge * 1.1), (edge, near, tried)
+            assert all(m is None or 10 <= m <= 2000 for m in tried), (edge, near, tried)

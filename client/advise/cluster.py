@@ -82,31 +82,32 @@ def advise_pods(pods: Sequence[PodWindow], limit_cpus: float | None,
         advice = search(_pooled(pods), target, start=start, floor=floor, ceiling=ceiling)
     if advice.at is None or advice.at.millicores is None:
         return advice
-    found = []
+    found, near = [], advice.at.millicores
     if any(p.demand.throttled_wall_ns > 0 for p in pods):
         for cores in sorted({1, max(1, ceiling // 1000)} - {max(p.demand.cores for p in pods)}):
             other = [replace(p, demand=replace(p.demand, cores=cores)) for p in pods]
             found.append(Bound("the hidden demand", f"on {cores} CPU{'s' if cores > 1 else ''}",
-                               _answer(other, target, start, floor, ceiling)))
+                               _answer(other, target, start, floor, ceiling, near)))
     if coarse := [p.demand for p in pods if p.demand.coarse]:
         other = [replace(p, demand=bunched(p.demand)) if p.demand.coarse else p for p in pods]
         rows = max(d.resolution_ns for d in coarse) / MS
         found.append(Bound(f"the rows ({rows:.0f} ms apart, periods of "
                            f"{coarse[0].period_ns / MS:g} ms)",
                            "each row's CPU wanted at its start",
-                           _answer(other, target, start, floor, ceiling)))
+                           _answer(other, target, start, floor, ceiling, near)))
     return replace(advice, range=range_of(advice.at.millicores, found, ceiling))
 
 
 def _answer(pods: Sequence[PodWindow], target: LatencyGoal, start: int, floor: int,
-            ceiling: int) -> int | None:
+            ceiling: int, near: int | None = None) -> int | None:
     """The search's answer on these windows (its rows not kept): the floor where no limit
     from it up throttles any of them (every limit meets, unlimited too, and the search
-    steps down to the floor), else searched, each limit replayed until it must miss."""
+    steps down to the floor), else searched from ``near`` on (:func:`search`), each limit
+    replayed until it must miss."""
     if all(Replayer(p.demand).never_throttled(floor / 1000) for p in pods):
         return floor
     at = search(_pooled(pods, target), target, start=start, floor=floor, ceiling=ceiling,
-                with_less=False).at
+                with_less=False, near=near).at
     return None if at is None else at.millicores
 
 
@@ -253,7 +254,8 @@ def advise_workload(workload: Workload, since_s: float, until: float | None,
         if advice.at is not None and advice.at.millicores is not None:
             burst_ns = round((window.burst_ms or 0.0) * MS)
             advice = replace(advice, range=range_of(advice.at.millicores, bounds(
-                replayed, target, burst_ns, start=start, floor=floor, ceiling=ceiling), ceiling))
+                replayed, target, burst_ns, start=start, floor=floor, ceiling=ceiling,
+                near=advice.at.millicores), ceiling))
         placed, clock = replayed.placed, replayed.clock
     elif (why := unseen_pods(str(ref), got.windows)) is not None:
         advice = unanswered(_pooled(got.windows), target, start, floor, ceiling, why)

@@ -11,6 +11,7 @@ requests saved as a run (``<data-dir>/<name>-replay-<cpus>``).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -21,7 +22,7 @@ from client.advise import AdviseError
 from client.advise.answer import Answer
 from client.advise.replay import MS, ReplayInputs, load_replay, replay_answer, replayed_limit
 from client.advise.search import Rules, Search
-from client.analysis.advise import bracket, floor_millicores, shape
+from client.analysis.advise import TOLERANCE, bracket, floor_millicores, shape
 from client.analysis.goal import LatencyGoal
 from client.analysis.passive import (LESS, JudgedReplay, PassiveAdvice, RowJudge, judge,
                                      judge_tail)
@@ -48,18 +49,29 @@ def _verdicts(rows: Sequence[JudgedReplay]) -> dict[int, bool]:
 
 def search(replay_at: Callable[[int | None], LimitRow], target: LatencyGoal, *, start: int,
            floor: int, ceiling: int, judge: RowJudge = judge,
-           with_less: bool = True) -> PassiveAdvice:
+           with_less: bool = True, near: int | None = None) -> PassiveAdvice:
     """The smallest limit in ``[floor, ceiling]`` millicores whose replay (``replay_at``; None:
     no limit) meets ``target`` by ``judge``, to advise's tolerance; and the limit a step
-    below it (``less``), unless ``with_less`` is False (a bound's search: its answer alone)."""
+    below it (``less``), unless ``with_less`` is False (a bound's search: its answer alone).
+    ``near``: a limit the answer is likely near (a bound's search: the main answer), judged
+    first, then the limit one tolerance below it where it met, above where it missed: two
+    replays where the answer is between them."""
     free = judge(None, replay_at(None), target)
     if not free.met:
         return PassiveAdvice(target, free, (), None, None, floor, ceiling,
                              f"the target cannot be met by a CPU limit: even without one the "
                              f"replay misses it ({', '.join(free.missed)})")
+    if near is not None:
+        start = min(ceiling, max(floor, near))   # the steps counted from it
     driver: Search[JudgedReplay] = Search(
         lambda millicores, _role, _again: judge(millicores, replay_at(millicores), target),
         Rules(_verdicts), start=start, floor=floor, ceiling=ceiling)
+    if near is not None:
+        met = driver.once(start, "search").met
+        other = min(ceiling, max(floor, math.ceil(start / (1 + TOLERANCE)) if met
+                                 else math.floor(start * (1 + TOLERANCE))))
+        if other != start:
+            driver.once(other, "search")
     driver.run()
     tried = {row.millicores: row for row in driver.rows if row.millicores is not None}
     _low, high = bracket(_verdicts(driver.rows))
@@ -144,7 +156,8 @@ def advise_timeline(timeline: Path, target: LatencyGoal, window: Window) -> Answ
         advice = search(replay_at, target, start=start, floor=floor, ceiling=ceiling)
     if advice.at is not None and advice.at.millicores is not None:
         advice = replace(advice, range=range_of(advice.at.millicores, bounds(
-            replayed, target, burst_ns, start=start, floor=floor, ceiling=ceiling), ceiling))
+            replayed, target, burst_ns, start=start, floor=floor, ceiling=ceiling,
+            near=advice.at.millicores), ceiling))
     base = replay_answer(replayed.recording, replayed.demand, [], replayed.placed,
                          window.requests_from, replayed.clock)
     return Answer(advice, replay=base, period_ms=replayed.period_ns / MS,
@@ -207,7 +220,8 @@ Replays = Callable[[Demand, "bool | None"], Callable[[int | None], LimitRow]]
 
 
 def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start: int,
-           floor: int, ceiling: int, replays: Replays | None = None) -> list[Bound]:
+           floor: int, ceiling: int, replays: Replays | None = None,
+           near: int | None = None) -> list[Bound]:
     """The answer under each bounding assumption of what the record could not show (see
     ``client.analysis.passive_range``): the hidden demand on 1 CPU and on the CPUs in flight
     (its requests at once, at most the machine's; without requests, the machine's), where
@@ -217,14 +231,15 @@ def bounds(replayed: ReplayInputs, target: LatencyGoal, burst_ns: int, *, start:
     record hid drawn a quarter of the ranks lighter and heavier (where no distribution showed
     to draw from, given out by each one's rows and by latency less hold, and a note); the loop open and closed,
     where its shape was inferred. ``replays``: each limit's replay of a demand with the
-    requests sent as ``closed`` says (None: :func:`plain_replays`)."""
+    requests sent as ``closed`` says (None: :func:`plain_replays`). ``near``: where each
+    search begins (the answer; :func:`search`)."""
     replays_of: Replays = replays or (
         lambda other, closed: plain_replays(replayed, other, closed, burst_ns))
 
     def answer(replay_at: Callable[[int | None], LimitRow],
                row_judge: RowJudge = judge) -> int | None:
         at = search(replay_at, target, start=start, floor=floor, ceiling=ceiling,
-                    judge=row_judge, with_less=False).at
+                    judge=row_judge, with_less=False, near=near).at
         return None if at is None else at.millicores
 
     out = _hidden_bounds(replayed, answer, replays_of, ceiling)

@@ -144,7 +144,7 @@ def _sizing(replayed: ReplayInputs, replicas: int, spread: Spread, target: Laten
     if advice.at is not None and advice.at.millicores is not None:
         advice = replace(advice, range=range_of(advice.at.millicores, bounds(
             replayed, target, burst_ns, start=start, floor=floor, ceiling=ceiling,
-            replays=replays), ceiling))
+            replays=replays, near=advice.at.millicores), ceiling))
     served: tuple[int, ...] = ()
     if replayed.requests is not None:
         loads = spread_load(load_of(replayed.demand, replayed.requests, replayed.closed),
