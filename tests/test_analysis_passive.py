@@ -62,10 +62,11 @@ def test_a_floor_that_meets_is_the_answer() -> None:
     assert advice.at is not None and advice.at.millicores == 10
 
 
-def test_a_search_begun_near_its_answer_judges_two_limits() -> None:
+def test_a_search_begun_near_its_answer_steps_a_tolerance_at_a_time() -> None:
     # a bound's search begins at the main answer: where its own answer is within one
-    # tolerance of it, below or above, two limits bracket it
-    for edge, near, expect in ((420, 440, [None, 440, 400]), (460, 440, [None, 440, 484])):
+    # tolerance of it, below or above, two limits bracket it; further up, a tolerance a step
+    for edge, near, expect in ((420, 440, [None, 440, 400]), (460, 440, [None, 440, 484]),
+                               (520, 440, [None, 440, 484, 532])):
         replay_at, tried = replays(edge=edge)
         advice = search(replay_at, LatencyGoal(30.0), start=1000, floor=10, ceiling=2000,
                         with_less=False, near=near)

@@ -40,6 +40,7 @@ __all__ = ["UNSEEN_SHARE", "WHAT_TO_GIVE", "Replays", "Window", "advise_timeline
            "unanswered", "unseen"]
 
 UNSEEN_SHARE = 0.05   # fewer unthrottled periods than this share: no stretch shows the demand
+NEAR_STEPS = 3       # a search begun near its answer: the tolerance steps before it bisects
 SHIFT = 0.25          # the requests whose CPU is not known: drawn this share of ranks either way
 
 
@@ -54,8 +55,10 @@ def search(replay_at: Callable[[int | None], LimitRow], target: LatencyGoal, *, 
     no limit) meets ``target`` by ``judge``, to advise's tolerance; and the limit a step
     below it (``less``), unless ``with_less`` is False (a bound's search: its answer alone).
     ``near``: a limit the answer is likely near (a bound's search: the main answer), judged
-    first, then the limit one tolerance below it where it met, above where it missed: two
-    replays where the answer is between them."""
+    first, then one tolerance below it where it met, above where it missed, and on so while
+    the verdict holds (at most :data:`NEAR_STEPS`): two replays where the answer is between
+    the first two. A limit that misses is replayed only until it must (most often cheaper
+    than one that meets), so the search steps up from a miss a tolerance at a time."""
     free = judge(None, replay_at(None), target)
     if not free.met:
         return PassiveAdvice(target, free, (), None, None, floor, ceiling,
@@ -66,12 +69,14 @@ def search(replay_at: Callable[[int | None], LimitRow], target: LatencyGoal, *, 
     driver: Search[JudgedReplay] = Search(
         lambda millicores, _role, _again: judge(millicores, replay_at(millicores), target),
         Rules(_verdicts), start=start, floor=floor, ceiling=ceiling)
-    if near is not None:
-        met = driver.once(start, "search").met
-        other = min(ceiling, max(floor, math.ceil(start / (1 + TOLERANCE)) if met
-                                 else math.floor(start * (1 + TOLERANCE))))
-        if other != start:
-            driver.once(other, "search")
+    if near is not None:   # a tolerance at a time, while the verdict holds
+        at, met = start, driver.once(start, "search").met
+        for _ in range(NEAR_STEPS):
+            other = min(ceiling, max(floor, math.ceil(at / (1 + TOLERANCE)) if met
+                                     else math.floor(at * (1 + TOLERANCE))))
+            if other == at or driver.once(other, "search").met != met:
+                break
+            at = other
     driver.run()
     tried = {row.millicores: row for row in driver.rows if row.millicores is not None}
     _low, high = bracket(_verdicts(driver.rows))
