@@ -94,9 +94,10 @@ def test_the_share_of_requests_whose_cpu_is_not_known_widens_the_range(tmp_path:
     assert len(named) == 1, span.widened_by
     # the ranks are placed where the rows' total puts them (mostly heavy); a quarter heavier,
     # all 30 are drawn from the heavy fifth and scaled to the rows: each gets the same share
-    # of its period's 30 ms, and 0.3 CPU (the rows' rate) meets the goal
+    # of its period's 30 ms, and 0.3 CPU (the rows' rate) meets the goal; a little less may
+    # too (the backlog it leaves over the window within the goal): a tolerance of it
     assert span.low < at.millicores
-    assert 300 <= span.low <= 330
+    assert 300 / 1.1 <= span.low <= 330
     assert f"drawn a quarter heavier: {span.low / 1000:g} CPU" in named[0]
 
 

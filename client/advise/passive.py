@@ -40,7 +40,7 @@ __all__ = ["UNSEEN_SHARE", "WHAT_TO_GIVE", "Replays", "Window", "advise_timeline
            "unanswered", "unseen"]
 
 UNSEEN_SHARE = 0.05   # fewer unthrottled periods than this share: no stretch shows the demand
-NEAR_STEPS = 3       # a search begun near its answer: the tolerance steps before it bisects
+NEAR_STEPS = 3       # a replay's search: the tolerance steps up from a miss before it bisects
 SHIFT = 0.25          # the requests whose CPU is not known: drawn this share of ranks either way
 
 
@@ -54,29 +54,29 @@ def search(replay_at: Callable[[int | None], LimitRow], target: LatencyGoal, *, 
     """The smallest limit in ``[floor, ceiling]`` millicores whose replay (``replay_at``; None:
     no limit) meets ``target`` by ``judge``, to advise's tolerance; and the limit a step
     below it (``less``), unless ``with_less`` is False (a bound's search: its answer alone).
-    ``near``: a limit the answer is likely near (a bound's search: the main answer), judged
-    first, then one tolerance below it where it met, above where it missed, and on so while
-    the verdict holds (at most :data:`NEAR_STEPS`): two replays where the answer is between
-    the first two. A limit that misses is replayed only until it must (most often cheaper
-    than one that meets), so the search steps up from a miss a tolerance at a time."""
+
+    The search begins at ``start`` (``near`` where given: a limit the answer is likely near,
+    as a bound's is the main answer's), then goes one tolerance down where that met, else up
+    a tolerance at a time while the limits miss (at most :data:`NEAR_STEPS`), and bisects
+    from there (``client.analysis.advise.next_millicores``). Two replays where the answer
+    is within a tolerance of where it began. A replay that misses ends once it must (most
+    often soon), one that meets runs to the window's end: the steps up are the cheap ones."""
     free = judge(None, replay_at(None), target)
     if not free.met:
         return PassiveAdvice(target, free, (), None, None, floor, ceiling,
                              f"the target cannot be met by a CPU limit: even without one the "
                              f"replay misses it ({', '.join(free.missed)})")
-    if near is not None:
-        start = min(ceiling, max(floor, near))   # the steps counted from it
-    driver: Search[JudgedReplay] = Search(
+    at = min(ceiling, max(floor, start if near is None else near))
+    driver: Search[JudgedReplay] = Search(   # its steps counted from where it began
         lambda millicores, _role, _again: judge(millicores, replay_at(millicores), target),
-        Rules(_verdicts), start=start, floor=floor, ceiling=ceiling)
-    if near is not None:   # a tolerance at a time, while the verdict holds
-        at, met = start, driver.once(start, "search").met
-        for _ in range(NEAR_STEPS):
-            other = min(ceiling, max(floor, math.ceil(at / (1 + TOLERANCE)) if met
-                                     else math.floor(at * (1 + TOLERANCE))))
-            if other == at or driver.once(other, "search").met != met:
-                break
-            at = other
+        Rules(_verdicts), start=at, floor=floor, ceiling=ceiling)
+    met = driver.once(at, "search").met
+    for _ in range(1 if met else NEAR_STEPS):
+        other = min(ceiling, max(floor, math.ceil(at / (1 + TOLERANCE)) if met
+                                 else math.floor(at * (1 + TOLERANCE))))
+        if other == at or driver.once(other, "search").met != met:
+            break
+        at = other
     driver.run()
     tried = {row.millicores: row for row in driver.rows if row.millicores is not None}
     _low, high = bracket(_verdicts(driver.rows))
