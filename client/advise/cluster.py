@@ -73,11 +73,12 @@ def advise_pods(pods: Sequence[PodWindow], limit_cpus: float | None,
     search with the demand run on 1 CPU and on as many as the search's ceiling (the CPUs a
     pod could use at once are not in its record). ``whole=False``: only the answer, its
     range and its reason are read, not the other limits' rows, so those that miss are
-    replayed until they must (:func:`_pooled`); the answer's is whole, and where none met,
-    the search runs again whole for its reason's figures."""
+    replayed until they must (:func:`_pooled`), and the limit 25 % below the answer is not
+    replayed (``less``: None); the answer's is whole, and where none met, the search runs
+    again whole for its reason's figures."""
     start, floor, ceiling = search_span(limit_cpus, pods)
     advice = search(_pooled(pods, None if whole else target), target, start=start,
-                    floor=floor, ceiling=ceiling)
+                    floor=floor, ceiling=ceiling, with_less=whole)
     if not whole and advice.at is None:
         advice = search(_pooled(pods), target, start=start, floor=floor, ceiling=ceiling)
     if advice.at is None or advice.at.millicores is None:

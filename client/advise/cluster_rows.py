@@ -263,6 +263,9 @@ def rows_from_agents(workloads: list[Workload], since_s: float, until: float | N
         # replay's modules
         with ProcessPoolExecutor(processes, mp_context=get_context("spawn"),
                                  initializer=_quiet_worker, initargs=(os.getpid(),)) as pool:
+            # the workers started (and importing the replay) before the first window is
+            # asked for, not once it arrived: a job starts them all
+            pool.submit(int)
             try:
                 futures = [pool.submit(_row_in_worker, workload, since_s, dest, fetched,
                                        target, hpa_of.get(str(workload.ref)))

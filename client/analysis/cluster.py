@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from client.analysis.advise import floor_millicores
 from client.analysis.advise_model import USAGE_RULES
 from client.analysis.replay import Demand, Replayed, demand_of
@@ -60,9 +62,32 @@ class PodWindow:
     end_epoch_ns: int | None
 
 
+EXACT = 2.0 ** 52   # below it, an int64 product and a float64 quotient are exact (margin 2x)
+
+
 def _per_second(samples: Sequence[CounterSample]) -> tuple[float, ...]:
     """CPUs used in each whole second from the first sample (usage interpolated at each
-    second's edges)."""
+    second's edges). On all edges at once where each interpolation's product is exact in
+    int64 and float64 (so its quotient is the one Python's ints give: the same floats);
+    else an edge at a time (:func:`_per_second_each`)."""
+    times = np.fromiter((s.t_ns for s in samples), np.int64, len(samples))
+    usage = np.fromiter((s.usage_ns for s in samples), np.int64, len(samples))
+    if len(times) < 2 or np.any(np.diff(times) < 0):
+        return _per_second_each(samples)
+    edges = np.arange(int(times[0]), int(times[-1]) + 1, 1_000_000_000, dtype=np.int64)
+    i = np.clip(np.searchsorted(times, edges, side="left"), 1, len(times) - 1)
+    a_t, b_t, a_u, b_u = times[i - 1], times[i], usage[i - 1], usage[i]
+    span, into, grown = b_t - a_t, edges - a_t, b_u - a_u
+    if np.any(np.abs(grown).astype(float) * np.abs(into).astype(float) >= EXACT):
+        return _per_second_each(samples)
+    same = span == 0
+    marks = np.where(same, b_u.astype(float), a_u.astype(float) + (grown * into).astype(float)
+                     / np.where(same, 1, span).astype(float))
+    return tuple(np.maximum(0.0, np.diff(marks) / 1e9).tolist())
+
+
+def _per_second_each(samples: Sequence[CounterSample]) -> tuple[float, ...]:
+    """:func:`_per_second` an edge at a time, in Python's ints."""
     times = [s.t_ns for s in samples]
     start, end = times[0], times[-1]
 
