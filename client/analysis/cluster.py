@@ -141,7 +141,10 @@ def per_period(window: PodWindow) -> tuple[list[float], list[float], list[bool]]
 
 def pooled_replays(replays: Sequence[Replayed]) -> Replayed:
     """The replays of several pods' windows as one, end to end: a random instant of it is a
-    random replica at a random instant of its window."""
+    random replica at a random instant of its window. One is its own (its window where it
+    was: its readers take each time from the window's start)."""
+    if len(replays) == 1:
+        return replays[0]
     stretches: list[tuple[int, int]] = []
     offset = 0
     stats = CpuStat()
