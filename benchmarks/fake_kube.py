@@ -55,6 +55,7 @@ class Cluster:
     quota_dirs: dict[str, Path] = field(default_factory=dict)
     patches: list[tuple[str, dict[str, list[str]], Any]] = field(default_factory=list)
     asked: list[tuple[str, dict[str, list[str]]]] = field(default_factory=list)
+    accepts: list[tuple[str, str]] = field(default_factory=list)   # (path, its Accept)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def node_of_agent(self, name: str) -> str:
@@ -80,6 +81,7 @@ def _handler(cluster: Cluster) -> type[BaseHTTPRequestHandler]:
             path, query = unquote(url.path), parse_qs(url.query)
             with cluster.lock:
                 cluster.asked.append((path, query))
+                cluster.accepts.append((path, self.headers.get("Accept", "")))
             proxy = f"/api/v1/namespaces/{RECORDER}/pods/"
             with cluster.lock:
                 got = None if cluster.get is None else cluster.get(path)
@@ -111,8 +113,11 @@ def _handler(cluster: Cluster) -> type[BaseHTTPRequestHandler]:
                 start = int(query.get("continue", ["0"])[0])
                 end = start + int(query.get("limit", [str(len(items))])[0])
                 more = {"continue": str(end)} if end < len(items) else {}
-                self.send(200, json.dumps({"metadata": more,
-                                           "items": items[start:end]}).encode())
+                page = items[start:end]
+                if "as=PartialObjectMetadataList" in self.headers.get("Accept", ""):
+                    page = [{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                             "metadata": item.get("metadata", {})} for item in page]
+                self.send(200, json.dumps({"metadata": more, "items": page}).encode())
             elif path in ("/apis", "/apis/"):   # discovery: no API group beyond the built-in
                 self.send(200, json.dumps({"kind": "APIGroupList", "apiVersion": "v1",
                                            "groups": []}).encode())

@@ -179,6 +179,19 @@ def test_the_workloads_are_listed_without_building_the_clients_models(
         PODS)
 
 
+def test_the_replicasets_are_listed_as_their_metadata_alone(cluster: Cluster) -> None:
+    # a ReplicaSet carries its whole pod template; only its owner is read
+    workloads = list_workloads("shop")
+    accepts = {path.rsplit("/", 1)[-1]: accept for path, accept in cluster.accepts
+               if path.startswith(("/api/v1/namespaces/shop/", "/apis/apps/v1/namespaces/"))}
+    assert accepts["replicasets"].startswith(
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"), accepts
+    assert all(accepts[what] == "application/json"
+               for what in ("pods", "deployments", "statefulsets", "daemonsets")), accepts
+    web = next(w for w in workloads if str(w.ref) == "shop/deployment/web")
+    assert [p.name for p in web.pods] == ["web-5d-a", "web-5d-b", "web-5d-c"]
+
+
 def test_a_list_is_read_a_page_at_a_time_keeping_only_what_the_rows_use(
         cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     whole = list_workloads("shop")

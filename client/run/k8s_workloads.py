@@ -26,7 +26,7 @@ from urllib.parse import urlencode
 
 from client.run.agent_timeline import (AgentTimelineError, OlderAgent, PodRef, agent_kube,
                                        agent_on_node)
-from client.run.kube_api import KubeApi, api_problem, connect_as, REQUEST_TIMEOUT
+from client.run.kube_api import METADATA_ONLY, KubeApi, api_problem, connect_as, REQUEST_TIMEOUT
 
 __all__ = ["FETCH_WORKERS", "KINDS", "RECORD_LABEL", "Fetched", "PodInfo", "Workload",
            "WorkloadError", "WorkloadRef", "fetch_all_windows", "fetch_windows",
@@ -212,9 +212,11 @@ def _slim(obj: Obj) -> Obj:
                        "desiredNumberScheduled": status.get("desiredNumberScheduled")}}
 
 
-def _listed(api: KubeApi, what: str, namespace: str | None) -> list[Obj]:
+def _listed(api: KubeApi, what: str, namespace: str | None,
+            accept: str = "application/json") -> list[Obj]:
     """``list`` of pods, replicasets, deployments, statefulsets or daemonsets, as JSON, each
-    object :func:`_slim`, :data:`LIST_PAGE` at a time."""
+    object :func:`_slim`, :data:`LIST_PAGE` at a time (``accept``: as
+    :meth:`KubeApi.get_json`'s)."""
     # the raw answer, parsed as JSON, through the client's ApiClient alone: neither the
     # client's models nor its API classes (whose import took most of a 1,000-workload list)
     group = "/api/v1" if what == "pods" else "/apis/apps/v1"
@@ -224,7 +226,7 @@ def _listed(api: KubeApi, what: str, namespace: str | None) -> list[Obj]:
     while True:
         query = urlencode({"limit": LIST_PAGE, **({"continue": token} if token else {})})
         try:
-            listed = api.get_json(f"{group}{where}/{what}?{query}", REQUEST_TIMEOUT)
+            listed = api.get_json(f"{group}{where}/{what}?{query}", REQUEST_TIMEOUT, accept)
         except ValueError:
             raise WorkloadError(f"the API server at {api.server} sent a list of {what} that "
                                 "is not JSON") from None
@@ -241,19 +243,26 @@ def _listed(api: KubeApi, what: str, namespace: str | None) -> list[Obj]:
             return out
 
 
+WORKLOAD_KINDS = (("deployments", "Deployment"), ("statefulsets", "StatefulSet"),
+                  ("daemonsets", "DaemonSet"))
+
+
 def list_workloads(namespace: str | None, api: KubeApi | None = None) -> list[Workload]:
     """Every Deployment, StatefulSet and DaemonSet of ``namespace`` (None: all), with its
-    pods."""
+    pods: the five lists asked at once (each the API server's to answer, its time mostly
+    the server's), the ReplicaSets as their metadata alone (only their owners are read)."""
     api = api or connect_as(WorkloadError)
+    asked: list[tuple[str, str]] = [(what, "application/json") for what, _ in WORKLOAD_KINDS]
+    asked += [("replicasets", METADATA_ONLY), ("pods", "application/json")]
+    with ThreadPoolExecutor(max_workers=len(asked)) as pool:
+        futures = [pool.submit(_listed, api, what, namespace, accept) for what, accept in asked]
+        lists = [f.result() for f in futures]   # the first failure, in the order above
     objs: list[Obj] = []
     kinds: list[str] = []
-    for what, kind in (("deployments", "Deployment"), ("statefulsets", "StatefulSet"),
-                       ("daemonsets", "DaemonSet")):
-        found = _listed(api, what, namespace)
+    for (_, kind), found in zip(WORKLOAD_KINDS, lists):
         objs += found
         kinds += [kind] * len(found)
-    return fold_pods(objs, kinds, _listed(api, "replicasets", namespace),
-                     _listed(api, "pods", namespace))
+    return fold_pods(objs, kinds, lists[-2], lists[-1])
 
 
 def read_workload(ref: WorkloadRef, api: KubeApi | None = None) -> Workload:

@@ -20,7 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KubeApi", "KubeError", "REQUEST_TIMEOUT", "api_message", "api_problem", "connect", "connect_as",
+__all__ = ["METADATA_ONLY", "KubeApi", "KubeError", "REQUEST_TIMEOUT", "api_message", "api_problem", "connect", "connect_as",
            "context_namespace", "current_namespace"]
 
 REQUEST_TIMEOUT = 10.0   # seconds, each call (connect and read)
@@ -29,6 +29,12 @@ SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/
 
 class KubeError(RuntimeError):
     """The API cannot be reached or refused a call; one line saying which."""
+
+
+# a list's objects as their metadata alone (the API server's PartialObjectMetadataList, as
+# client-go's metadata informers ask), else the whole objects
+METADATA_ONLY = ("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,"
+                 "application/json")
 
 
 @dataclass
@@ -50,17 +56,18 @@ class KubeApi:
         from kubernetes import client
         return client.AppsV1Api(self.api_client)
 
-    def get_json(self, path: str, timeout: float = REQUEST_TIMEOUT) -> Any:
+    def get_json(self, path: str, timeout: float = REQUEST_TIMEOUT,
+                 accept: str = "application/json") -> Any:
         """GET ``path`` of the API (e.g. ``/api/v1/namespaces/NS/pods``) as its JSON, with
-        the client's auth and TLS: no model built. The client's ``ApiException`` for an
-        answer that is not 2xx, urllib3's errors for a lost server."""
+        the client's auth and TLS: no model built (``accept``: the media types asked for,
+        e.g. :data:`METADATA_ONLY`). The client's ``ApiException`` for an answer that is not
+        2xx, urllib3's errors for a lost server."""
         import json
 
         from kubernetes.client.exceptions import ApiException  # type: ignore[import-untyped]
 
         method, url, headers, body, post = self.api_client.param_serialize(
-            "GET", path, header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"])
+            "GET", path, header_params={"Accept": accept}, auth_settings=["BearerToken"])
         response = self.api_client.call_api(method, url, header_params=headers, body=body,
                                             post_params=post, _request_timeout=timeout)
         response.read()
