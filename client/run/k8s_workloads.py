@@ -186,7 +186,7 @@ def _template_labels(workload: Obj) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items()))
 
 
-LIST_PAGE = 500   # objects a list request asks for (the API's ``limit``; ``continue`` for more)
+LIST_PAGE = 250   # objects a list request asks for (the API's ``limit``; ``continue`` for more)
 
 
 def _slim(obj: Obj) -> Obj:
