@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from client.advise.replayed_limit import ReplayedLimit
-from client.analysis.clock import ALIGN_RATIO, align_records
+from client.analysis.clock import align_records
 from client.analysis.replay import (Demand, LimitRow, ReplayError, Request, demand_of,
                                     in_flight, load_of)
 from client.data.record import RawDataError
@@ -120,13 +120,13 @@ def aligned(path: Path, recording: Recording, placed: Placed, start_epoch_ns: in
                         "up with"}
     if not alignment.applied:
         why = ("the stated clock fits best" if abs(alignment.shift_ns) < MS else
-               f"the best shift near it, {alignment.describe()}, is not clearly better: "
-               f"{ALIGN_RATIO:g}x is needed")
+               alignment.refused())
         return placed, {"shift_s": 0.0, "applied": False, "says": f"{stated}: {why}"}
     moved = read_requests(path, recording, start_epoch_ns, alignment.shift_ns)
     to = "applied to --start" if placed.relative else "applied to the file's times"
     return moved, {"shift_s": alignment.shift_ns / 1e9, "applied": True,
-                   "says": f"aligned: a shift of {alignment.describe()}, {to} "
+                   "says": f"aligned: a shift of {alignment.describe()}{alignment.aside}, "
+                   f"{to} "
                    "(--no-align keeps the stated clock)"}
 
 

@@ -39,6 +39,11 @@ GRID_NS = 1_000_000
 HIGH_RATIO = 1.5      # the best line-up beats the next one this many times over: "high"
 ALIGN_RATIO = 1.5     # a shift's line-up beats the stated clock's this many times over: applied
 TIED = 0.02           # shifts whose mismatch is within 2 % of the least fit as well
+# a shift is never applied that holds the requests, within what their latencies allow, less
+# than this share of what the stated clock holds them: the group runs, and so is throttled,
+# while it serves; a line-up that puts its throttling between the requests fits the median
+# of a load throttled in every request, and is wrong
+HOLD_KEPT = 0.9
 # Unix times (the host's clock, or another's kept by NTP: off by ms) are searched this far
 # either way of their own clock; further off, a line-up a period away fits almost as well
 UNIX_NEAR_NS = 25_000_000
@@ -146,11 +151,13 @@ class Fit:
     """How the throttled stretches, moved by a shift, fit the requests' latencies: the
     ``mismatch`` (each request's hold against its latency above the median, summed over the
     requests a stretch can reach) and the ``impossible`` hold (held longer than its latency
-    less the fastest answer: no request can be)."""
+    less the fastest answer: no request can be), and ``held_ns``: the hold within what the
+    latencies allow, summed."""
 
     shift_ns: int
     mismatch_ns: float
     impossible_ns: float
+    held_ns: float = 0.0
 
 
 def _fits(requests: Sequence[tuple[int, int]], stretches: Sequence[tuple[int, int]],
@@ -167,7 +174,8 @@ def _fits(requests: Sequence[tuple[int, int]], stretches: Sequence[tuple[int, in
     for held in holds:
         reach |= held > 0
     return [Fit(int(d), float(np.abs(held[reach] - excess[reach]).sum()),
-                float(np.maximum(0.0, held - room).sum())) for d, held in zip(shifts, holds)]
+                float(np.maximum(0.0, held - room).sum()), float(np.minimum(held, room).sum()))
+            for d, held in zip(shifts, holds)]
 
 
 @dataclass(frozen=True)
@@ -177,6 +185,7 @@ class Alignment:
     chosen: Fit
     stated: Fit
     where: str        # "over the whole range" (unambiguous) or "within N ms of the stated clock"
+    set_aside: str = ""   # the unambiguous line-up passed over for a shift near the clock, why
 
     @property
     def shift_ns(self) -> int:
@@ -193,11 +202,29 @@ class Alignment:
         """Clearly better than the stated clock: it takes away the hold no latency could hold
         there (at least 1 ms of it) without fitting worse, or fits :data:`ALIGN_RATIO` times
         better."""
-        if abs(self.shift_ns) < GRID_NS:   # under the grid's ms: the stated clock
+        if abs(self.shift_ns) < GRID_NS or self.loses_holds:   # the stated clock
             return False
         removes = (self.stated.impossible_ns >= GRID_NS and
                    self.chosen.impossible_ns * ALIGN_RATIO <= self.stated.impossible_ns)
         return (removes and self.better >= 1.0) or self.better >= ALIGN_RATIO
+
+    @property
+    def loses_holds(self) -> bool:
+        """The shift holds the requests less than :data:`HOLD_KEPT` of the stated clock's
+        hold (within what their latencies allow): it moves the throttling off them."""
+        return self.chosen.held_ns < HOLD_KEPT * self.stated.held_ns
+
+    def refused(self) -> str:
+        """Why the shift is not applied (for a shift of at least a ms that is not)."""
+        if self.loses_holds:
+            return f"the best shift, {self.describe()}, {self.losing()}{self.aside}"
+        return (f"the best shift near it, {self.describe()}, is not clearly better: "
+                f"{ALIGN_RATIO:g}x is needed{self.aside}")
+
+    def losing(self) -> str:
+        kept = self.chosen.held_ns / self.stated.held_ns if self.stated.held_ns else 0.0
+        return (f"is not applied: it holds the requests {kept:.0%} as long as the stated "
+                f"clock does (it moves the throttling off them; {HOLD_KEPT:.0%} is needed)")
 
     def describe(self) -> str:
         times = "inf" if not np.isfinite(self.better) else f"{self.better:.1f}"
@@ -206,6 +233,11 @@ class Alignment:
                 f"{self.stated.mismatch_ns / 1e6:.0f} ms at the stated clock ({times}x "
                 f"better), and hold {self.chosen.impossible_ns / 1e6:.0f} ms more than the "
                 f"latencies can against {self.stated.impossible_ns / 1e6:.0f} ms")
+
+    @property
+    def aside(self) -> str:
+        """``; `` and the line-up passed over, why (empty when none was)."""
+        return f"; {self.set_aside}" if self.set_aside else ""
 
 
 def align(requests: Sequence[tuple[int, int]], stretches: Sequence[tuple[int, int]],
@@ -231,7 +263,16 @@ def align(requests: Sequence[tuple[int, int]], stretches: Sequence[tuple[int, in
     # the stated clock is judged even where it leaves requests outside the timeline
     stated, *fits = _fits(requests, stretches, [0, *near, *([] if sure is None else [sure])])
     if sure is not None:
-        return Alignment(fits[-1], stated, "the one line-up of the stalls with the throttling")
+        lined_up = Alignment(fits[-1], stated, "the one line-up of the stalls with the throttling")
+        if lined_up.applied or not near:
+            return lined_up
+        fits = fits[:-1]   # it is no better than the stated clock: a shift near it may be
+        set_aside = (f"the line-up at {sure / 1e9:+.3f} s "
+                     + (lined_up.losing() if lined_up.loses_holds else
+                        f"is not applied: it fits {lined_up.better:.1f}x better, "
+                        f"{ALIGN_RATIO:g}x is needed"))
+    else:
+        set_aside = ""
     least = min(round(f.impossible_ns / GRID_NS) for f in fits)
     fitting = [f for f in fits if round(f.impossible_ns / GRID_NS) == least]
     floor = min(f.mismatch_ns for f in fitting)
@@ -239,7 +280,8 @@ def align(requests: Sequence[tuple[int, int]], stretches: Sequence[tuple[int, in
     tied = sorted((f for f in fitting if f.mismatch_ns <= floor * (1 + TIED)),
                   key=lambda f: f.shift_ns)
     return Alignment(tied[len(tied) // 2], stated,
-                     f"searched {below / 1e6:+g} to {above / 1e6:+g} ms of the stated clock")
+                     f"searched {below / 1e6:+g} to {above / 1e6:+g} ms of the stated clock",
+                     set_aside)
 
 
 def align_records(records: Sequence[RequestRecord], timeline: Sequence[CounterSample],

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from collections.abc import Callable
 from pathlib import Path
 
-from client.analysis.clock import (ALIGN_RATIO, CHECK_WINDOW_NS, Alignment, ClockEstimate,
+from client.analysis.clock import (CHECK_WINDOW_NS, Alignment, ClockEstimate,
                                    align_records, estimate_shift)
 from client.analysis.detect import no_limit_note
 from client.commands.options import CliError, OneLineParser, check_folder
@@ -274,10 +274,10 @@ def _check_says(opts: argparse.Namespace, alignment: Alignment | None) -> str:
         return "applied: no offset (the stated clock fits best)" if alignment else (
             "applied: no offset")
     if alignment.applied:
-        return (f"applied: a shift of {alignment.describe()} (--no-align keeps the stated "
+        return (f"applied: a shift of {alignment.describe()}{alignment.aside} "
+                "(--no-align keeps the stated "
                 "clock, --offset sets one)")
-    return (f"applied: no offset (the best shift near it, {alignment.describe()}, is not "
-            f"clearly better: {ALIGN_RATIO:g}x is needed)")
+    return f"applied: no offset ({alignment.refused()})"
 
 
 def _no_overlap(path: Path, records: list[RequestRecord], timeline: list[CgroupSample],
