@@ -126,8 +126,7 @@ def aligned(path: Path, recording: Recording, placed: Placed, start_epoch_ns: in
     to = "applied to --start" if placed.relative else "applied to the file's times"
     return moved, {"shift_s": alignment.shift_ns / 1e9, "applied": True,
                    "says": f"aligned: a shift of {alignment.describe()}{alignment.aside}, "
-                   f"{to} "
-                   "(--no-align keeps the stated clock)"}
+                   f"{to} (--no-align keeps the stated clock)"}
 
 
 def load_replay(timeline: Path, requests_from: Path | None, period_ms: float | None,

@@ -157,7 +157,7 @@ class Fit:
     shift_ns: int
     mismatch_ns: float
     impossible_ns: float
-    held_ns: float = 0.0
+    held_ns: float
 
 
 def _fits(requests: Sequence[tuple[int, int]], stretches: Sequence[tuple[int, int]],
@@ -215,16 +215,17 @@ class Alignment:
         return self.chosen.held_ns < HOLD_KEPT * self.stated.held_ns
 
     def refused(self) -> str:
-        """Why the shift is not applied (for a shift of at least a ms that is not)."""
-        if self.loses_holds:
-            return f"the best shift, {self.describe()}, {self.losing()}{self.aside}"
-        return (f"the best shift near it, {self.describe()}, is not clearly better: "
-                f"{ALIGN_RATIO:g}x is needed{self.aside}")
+        """The shift, and why it is not applied (for a shift of at least a ms that is not)."""
+        best = "the best shift" if self.loses_holds else "the best shift near it"
+        return f"{best}, {self.describe()}, {self.why_not()}{self.aside}"
 
-    def losing(self) -> str:
-        kept = self.chosen.held_ns / self.stated.held_ns if self.stated.held_ns else 0.0
-        return (f"is not applied: it holds the requests {kept:.0%} as long as the stated "
-                f"clock does (it moves the throttling off them; {HOLD_KEPT:.0%} is needed)")
+    def why_not(self) -> str:
+        if self.loses_holds:
+            kept = self.chosen.held_ns / self.stated.held_ns
+            return (f"is not applied: it holds the requests {kept:.0%} as long as the stated "
+                    f"clock does (it moves the throttling off them; {HOLD_KEPT:.0%} is "
+                    "needed)")
+        return f"is not clearly better: {ALIGN_RATIO:g}x is needed"
 
     def describe(self) -> str:
         times = "inf" if not np.isfinite(self.better) else f"{self.better:.1f}"
@@ -267,10 +268,7 @@ def align(requests: Sequence[tuple[int, int]], stretches: Sequence[tuple[int, in
         if lined_up.applied or not near:
             return lined_up
         fits = fits[:-1]   # it is no better than the stated clock: a shift near it may be
-        set_aside = (f"the line-up at {sure / 1e9:+.3f} s "
-                     + (lined_up.losing() if lined_up.loses_holds else
-                        f"is not applied: it fits {lined_up.better:.1f}x better, "
-                        f"{ALIGN_RATIO:g}x is needed"))
+        set_aside = f"the line-up at {sure / 1e9:+.3f} s {lined_up.why_not()}"
     else:
         set_aside = ""
     least = min(round(f.impossible_ns / GRID_NS) for f in fits)

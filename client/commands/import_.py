@@ -275,8 +275,7 @@ def _check_says(opts: argparse.Namespace, alignment: Alignment | None) -> str:
             "applied: no offset")
     if alignment.applied:
         return (f"applied: a shift of {alignment.describe()}{alignment.aside} "
-                "(--no-align keeps the stated "
-                "clock, --offset sets one)")
+                "(--no-align keeps the stated clock, --offset sets one)")
     return f"applied: no offset ({alignment.refused()})"
 
 
