@@ -12,7 +12,10 @@ removed at the end), ``--workloads`` Deployments of one pod each in a namespace 
 (``tl-cluster-bench``, deleted at the end), spread over the nodes in turn (pinned by
 ``nodeName``) and labelled for the agent: idle ones (the node's pause image) and ``--busy`` that
 burn CPU in a loop under a 50m limit, throttled in every period (the pods of
-``benchmarks.agent_cost_node``). ``--host-network`` runs the idle ones in their node's network
+``benchmarks.agent_cost_node``). The idle ones request 1m of CPU: a pod pinned to its node is
+admitted by that node's kubelet against the node's allocatable CPU, and at the 5m of
+``agent_cost_node``'s pods a 2-CPU node admits 400 and rejects the rest (``OutOfcpu``), which
+their Deployments replace, over and over (the pods rejected meanwhile are counted). ``--host-network`` runs the idle ones in their node's network
 (``hostNetwork``: a node's pod range, a /24, gives at most 253 pods an address); past 150 pods a
 node the node needs a larger ``maxPods`` (``THROTTLE_LAB_KUBE_MAX_PODS=520`` in the environment
 of ``python -m kubenode up --nodes 2`` and of this module, which finds the node up by its
@@ -42,6 +45,7 @@ cluster_scale``). Needs root; run it under the node's lock (``flock /tmp/kube.lo
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -66,6 +70,7 @@ __all__ = ["NAMESPACE", "main", "timed_cluster"]
 NAMESPACE = "tl-cluster-bench"
 RECORD_LABEL = ("throttle-lab/record", "true")   # client/run/k8s_workloads.py
 BUSY_LIMIT = "50m"
+IDLE_REQUEST = "1m"   # a node's 2 CPUs admit 2,000 of them; at 5m, 400 (the rest OutOfcpu)
 GOAL_RSS_MIB = 200.0
 GOAL_WALL_S, GOAL_AT = 10.0, 1000          # 10 s for 1,000 workloads
 GOAL_START_S, GOAL_EACH_S = 1.0, 0.010     # where fewer are held: 1 s + 10 ms a workload
@@ -96,6 +101,8 @@ def workloads(count: int, busy: int, nodes: list[str], host_network: bool = Fals
         else:
             doc = agent_cost_node.deployment(f"idle-{i:03d}", 1, agent_cost_node.PAUSE_IMAGE,
                                              None, node)
+            doc["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = \
+                IDLE_REQUEST
             if host_network:
                 doc["spec"]["template"]["spec"]["hostNetwork"] = True
         doc["metadata"]["namespace"] = NAMESPACE
@@ -104,11 +111,23 @@ def workloads(count: int, busy: int, nodes: list[str], host_network: bool = Fals
     return items
 
 
-def running_pods(n: Any) -> int:
+def pods_by_state(n: Any) -> collections.Counter[str]:
+    """The namespace's pods by state: ``Running`` (and not being deleted), ``Pending``, and
+    a failed pod by its reason (``OutOfcpu``: rejected by its node's kubelet)."""
     pods = json.loads(n.kubectl("-n", NAMESPACE, "get", "pods", "-o", "json",
                                 timeout=120).stdout)
-    return sum(p["status"].get("phase") == "Running"
-               and not p["metadata"].get("deletionTimestamp") for p in pods["items"])
+    out: collections.Counter[str] = collections.Counter()
+    for p in pods["items"]:
+        status = p.get("status", {})
+        phase = status.get("phase", "?")
+        if phase == "Running" and p["metadata"].get("deletionTimestamp"):
+            phase = "Terminating"
+        out[status.get("reason", phase) if phase == "Failed" else phase] += 1
+    return out
+
+
+def running_pods(n: Any) -> int:
+    return pods_by_state(n)["Running"]
 
 
 def held_pods(n: Any, want: int, within_s: float, stalled_s: float = 60.0
@@ -290,6 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 timeout=600)
             held, rising = held_pods(n, opts.workloads, opts.up_within)
             up_s = time.monotonic() - t0
+            states = pods_by_state(n)   # the pods not running, by state or reason
+            others = ", ".join(f"{c} {k}" for k, c in sorted(states.items()) if k != "Running")
             log(f"{held} of {opts.workloads} pods running in {up_s:.0f} s; "
                 f"recording {opts.settle:g} s")
             time.sleep(opts.settle)
@@ -303,7 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"time and peak RSS, median of {opts.repeats}\n")
             print(f"({describe_load('before')}; {opts.workloads} one-pod Deployments over "
                   f"{len(nodes)} nodes, {held} of their pods running after {up_s:.0f} s"
-                  f"{'' if held == opts.workloads else ' (what the nodes held)'}; "
+                  f"{'' if held == opts.workloads else ' (what the nodes held)'}"
+                  f"{f' (the other pods: {others})' if others else ''}; "
                   f"{opts.busy} burning under {BUSY_LIMIT}, the rest idle "
                   f"under 200m{' in the node network' if opts.host_network else ''}, recorded "
                   f"by the agent at 100 ms for >= {opts.settle:g} s; a "
@@ -359,6 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             keep_record("cluster_scale", {"workloads": opts.workloads, "busy": opts.busy,
                                           "agent_restarts": restarts,
                                           "held": held, "up_s": up_s, "rising": rising,
+                                          "pod_states": dict(states),
                                           "host_network": opts.host_network,
                                           "goal_wall_s": goal_s, "goal_rss_mib": GOAL_RSS_MIB,
                                           "since": opts.since, "repeats": opts.repeats,
