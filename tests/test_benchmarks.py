@@ -237,3 +237,25 @@ def test_a_service_that_cannot_be_set_is_one_line() -> None:
     with pytest.raises(SystemExit, match="at most 1 CPU"):
         with burn_service(Limit(2.0), backend="inprocess"):
             pass
+
+
+def test_cluster_scale_s_thousand_pods_fit_a_two_cpu_node_s_requests() -> None:
+    """benchmarks.cluster_scale pins its pods to their nodes, so each node's kubelet admits
+    them against its allocatable CPU: a thousand one-pod workloads over two 2-CPU nodes ask
+    at most 2 CPUs a node (at 5m each, 400 a node were admitted, the rest were OutOfcpu), the
+    throttling ones come first, and every pod is labelled for the agent."""
+    from benchmarks.cluster_scale import BUSY_LIMIT, RECORD_LABEL, workloads
+
+    items = workloads(1000, 5, ["node-a", "node-b"], host_network=True)
+    asked: dict[str, int] = {}
+    for doc in items:
+        spec = doc["spec"]["template"]["spec"]
+        cpu = spec["containers"][0]["resources"]["requests"]["cpu"]
+        asked[spec["nodeName"]] = asked.get(spec["nodeName"], 0) + int(cpu.removesuffix("m"))
+        assert doc["spec"]["template"]["metadata"]["labels"][RECORD_LABEL[0]] == RECORD_LABEL[1]
+    assert len(items) == 1000 and sorted(asked) == ["node-a", "node-b"]
+    assert max(asked.values()) <= 2000, asked
+    assert [d["metadata"]["name"] for d in items[:5]] == [f"busy-{i:03d}" for i in range(5)]
+    assert all(d["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+               == BUSY_LIMIT for d in items[:5])
+    assert not any("hostNetwork" in d["spec"]["template"]["spec"] for d in items[:5])
