@@ -36,6 +36,7 @@ from client.analysis.advise import floor_millicores
 from client.analysis.advise_model import USAGE_RULES
 from client.analysis.replay import Demand, Replayed, demand_of
 from client.data.attribution import CounterSample, throttle_events
+from client.data.timeline import columns_of
 from cpuquota.account import CpuStat
 from cpuquota.limit import NO_QUOTA
 
@@ -70,8 +71,12 @@ def _per_second(samples: Sequence[CounterSample]) -> tuple[float, ...]:
     second's edges). On all edges at once where each interpolation's product is exact in
     int64 and float64 (so its quotient is the one Python's ints give: the same floats);
     else an edge at a time (:func:`_per_second_each`)."""
-    times = np.fromiter((s.t_ns for s in samples), np.int64, len(samples))
-    usage = np.fromiter((s.usage_ns for s in samples), np.int64, len(samples))
+    columns = columns_of(samples)
+    if columns is not None:   # a Rows' own columns (copied: contiguous, as fromiter's)
+        times, usage = columns[:, 0].copy(), columns[:, 1].copy()
+    else:
+        times = np.fromiter((s.t_ns for s in samples), np.int64, len(samples))
+        usage = np.fromiter((s.usage_ns for s in samples), np.int64, len(samples))
     if len(times) < 2 or np.any(np.diff(times) < 0):
         return _per_second_each(samples)
     edges = np.arange(int(times[0]), int(times[-1]) + 1, 1_000_000_000, dtype=np.int64)

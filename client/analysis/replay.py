@@ -73,6 +73,7 @@ from client.data.summary import percentile
 from client.data.attribution import (CounterSample, ThrottleEvent, period_phase,
                                      throttle_events)
 from client.data.loadshape import CLOSED_GAP_NS, chains, is_closed, time_step
+from client.data.timeline import columns_of
 from cpuquota.account import CpuStat, QuotaAccount
 
 __all__ = ["BY_WALL", "CLOSED_GAP_NS", "MEAN", "MIN_DONORS", "ROWS", "MIN_WINDOW_NS", "MIN_WINDOW_PERIODS", "CpuDrawn",
@@ -176,11 +177,8 @@ def demand_of(timeline: Sequence[CounterSample], period_ns: int,
     usage = timeline[-1].usage_ns - timeline[0].usage_ns
     if usage <= 0:
         raise ReplayError("the group used no CPU in the window: nothing to replay")
-    starts = [s.t_ns for s in timeline[:-1]]
-    ends = [s.t_ns for s in timeline[1:]]
-    wanted = [float(max(0, b.usage_ns - a.usage_ns)) for a, b in zip(timeline, timeline[1:])]
+    starts, ends, wanted, rate, steps = _intervals(timeline)
     used = tuple(wanted)   # the record's, before the hidden demand moves any
-    rate = max((w / (e - s) for w, s, e in zip(wanted, starts, ends) if e > s), default=1.0)
     if cores is None:
         cores = max(1, math.ceil(rate * STILL))
     hidden, walls, last_end = 0.0, 0, start
@@ -205,22 +203,48 @@ def demand_of(timeline: Sequence[CounterSample], period_ns: int,
     first, last = timeline[0], timeline[-1]
     recorded = CpuStat(last.nr_periods - first.nr_periods, last.nr_throttled - first.nr_throttled,
                        last.throttled_ns - first.throttled_ns)
-    steps = sorted(e - s for s, e in zip(starts, ends))
     return Demand(tuple(starts), end, tuple(wanted), period_ns, origin, cores, recorded, usage,
                   hidden, walls, used, _throttle_bounds(timeline, period_ns),
                   steps[len(steps) // 2], _counted_bounds(timeline, period_ns))
+
+
+def _intervals(timeline: Sequence[CounterSample]
+               ) -> tuple[list[int], list[int], list[float], float, list[int]]:
+    """Each row's start and end, and the CPU its usage grew by (none where it fell); the
+    highest rate of a row with a length (1.0 if none has); the rows' lengths in order. On a
+    ``Rows``' columns at once (the same ints and floats)."""
+    columns = columns_of(timeline)
+    if columns is not None:
+        t = columns[:, 0]
+        grown = np.maximum(np.diff(columns[:, 1]), 0).astype(float)
+        step = np.diff(t)
+        moving = step > 0
+        rate = float((grown[moving] / step[moving]).max()) if moving.any() else 1.0
+        return t[:-1].tolist(), t[1:].tolist(), grown.tolist(), rate, np.sort(step).tolist()
+    starts = [s.t_ns for s in timeline[:-1]]
+    ends = [s.t_ns for s in timeline[1:]]
+    wanted = [float(max(0, b.usage_ns - a.usage_ns)) for a, b in zip(timeline, timeline[1:])]
+    rate = max((w / (e - s) for w, s, e in zip(wanted, starts, ends) if e > s), default=1.0)
+    return starts, ends, wanted, rate, sorted(e - s for s, e in zip(starts, ends))
 
 
 def _throttle_bounds(timeline: Sequence[CounterSample],
                      period_ns: int) -> tuple[tuple[int, int, int], ...]:
     """Each growth of the throttled time as the rows bound it: it ended in its row interval
     and lasted at most that time (all of it on one CPU) and its periods."""
+    columns = columns_of(timeline)
+    if columns is not None:   # the same bounds, the rows at once
+        t = columns[:, 0]
+        grown, periods = np.diff(columns[:, 4]), np.diff(columns[:, 3])
+        at = np.flatnonzero(grown > 0)
+        longest = np.minimum(grown[at], np.maximum(1, periods[at]) * period_ns)
+        return tuple(zip((t[at] - longest).tolist(), t[at + 1].tolist(), longest.tolist()))
     out = []
     for a, b in zip(timeline, timeline[1:]):
-        grown = b.throttled_ns - a.throttled_ns
-        if grown > 0:
-            longest = min(grown, max(1, b.nr_throttled - a.nr_throttled) * period_ns)
-            out.append((a.t_ns - longest, b.t_ns, longest))
+        grown_ns = b.throttled_ns - a.throttled_ns
+        if grown_ns > 0:
+            longest_ns = min(grown_ns, max(1, b.nr_throttled - a.nr_throttled) * period_ns)
+            out.append((a.t_ns - longest_ns, b.t_ns, longest_ns))
     return tuple(out)
 
 
@@ -229,6 +253,13 @@ def _counted_bounds(timeline: Sequence[CounterSample],
     """Each row in which ``nr_throttled`` grew and the throttled time did not: a throttle
     the kernel counted there held the group for at most those periods, before its row's
     end (its time is added when a throttle ends, and sometimes rows later)."""
+    columns = columns_of(timeline)
+    if columns is not None:   # the same bounds, the rows at once
+        t = columns[:, 0]
+        counted = np.diff(columns[:, 3])
+        at = np.flatnonzero((counted > 0) & (np.diff(columns[:, 4]) == 0))
+        held = counted[at] * period_ns
+        return tuple(zip((t[at] - held).tolist(), t[at + 1].tolist(), held.tolist()))
     out = []
     for a, b in zip(timeline, timeline[1:]):
         periods = b.nr_throttled - a.nr_throttled

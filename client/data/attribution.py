@@ -49,6 +49,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
+from client.data.timeline import as_list, columns_of
+
 __all__ = ["MIN_OVERLAP_NS", "CounterSample", "ThrottleEvent", "attribute",
            "attribute_levels", "beyond_own", "held", "period_phase", "throttle_events",
            "throttled_stretches"]
@@ -95,11 +99,9 @@ def period_phase(timeline: Sequence[CounterSample], period_ns: int) -> int | Non
         return None
     events: list[tuple[int, int]] = []
     observations = 0
-    for before, after in zip(timeline, timeline[1:]):
-        if after.nr_periods == before.nr_periods or after.t_ns - before.t_ns >= period_ns / 2:
-            continue
+    for before_ns, after_ns in _boundary_intervals(timeline, period_ns):
         observations += 1
-        lo, hi = before.t_ns % period_ns, after.t_ns % period_ns
+        lo, hi = before_ns % period_ns, after_ns % period_ns
         if lo <= hi:
             events += [(lo, 1), (hi, -1)]
         else:
@@ -120,6 +122,20 @@ def period_phase(timeline: Sequence[CounterSample], period_ns: int) -> int | Non
         return None
     lo, hi = _widest(best_arcs, period_ns)
     return int((lo + hi) // 2) % period_ns
+
+
+def _boundary_intervals(timeline: Sequence[CounterSample],
+                        period_ns: int) -> list[tuple[int, int]]:
+    """The sample intervals (from, to) in which ``nr_periods`` grew (or fell), under half a
+    period long: each holds a boundary, close enough to place it. On a ``Rows``' columns
+    at once (the same intervals)."""
+    columns = columns_of(timeline)
+    if columns is not None:
+        t = columns[:, 0]
+        at = np.flatnonzero((np.diff(columns[:, 2]) != 0) & (2 * np.diff(t) < period_ns))
+        return list(zip(t[at].tolist(), t[at + 1].tolist()))
+    return [(before.t_ns, after.t_ns) for before, after in zip(timeline, timeline[1:])
+            if after.nr_periods != before.nr_periods and after.t_ns - before.t_ns < period_ns / 2]
 
 
 def _widest(arcs: list[tuple[int, int]], period_ns: int) -> tuple[int, int]:
@@ -158,6 +174,11 @@ def throttle_events(timeline: Sequence[CounterSample],
     throttled time yet (a throttle spanning periods) goes to the throttle that ends next,
     unless the group ran again first (its usage grew): then it was a throttle of no counted
     time, over by then."""
+    columns = columns_of(timeline)
+    if columns is not None and not ((np.diff(columns[:, 3]) > 0).any()
+                                    or (np.diff(columns[:, 4]) > 0).any()):
+        return []   # neither counter grew: no throttle (the loop below finds none), at once
+    timeline = as_list(timeline)
     phase = period_phase(timeline, period_ns) if period_ns else None
     events: list[ThrottleEvent] = []
     previous_end = timeline[0].t_ns if timeline else 0

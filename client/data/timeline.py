@@ -23,17 +23,22 @@ from __future__ import annotations
 
 import csv
 import os
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar, overload
+
+import numpy as np
 
 from client.data.folders import make_folder
 from client.data.record import RawDataError
 
 __all__ = ["PRESSURE_COLUMNS", "TIMELINE_COLUMNS", "CgroupSample", "LevelCounters",
-           "QuotaSetting", "TimelineError", "level_timelines", "open_timeline", "read_timeline",
-           "timeline_columns", "timeline_path", "timeline_row"]
+           "QuotaSetting", "Rows", "TimelineError", "as_list", "columns_of", "level_timelines",
+           "open_timeline", "read_timeline", "timeline_columns", "timeline_path", "timeline_row",
+           "timeline_rows"]
 
 TIMELINE_COLUMNS = ("t_ns", "usage_ns", "nr_periods", "nr_throttled", "throttled_ns")
 PRESSURE_COLUMNS = ("pressure_some_ns", "pressure_full_ns")
@@ -42,6 +47,9 @@ _QUOTA_FIELDS = ("quota_us", "period_us")
 
 LevelCounters = tuple[int, int, int]   # (nr_periods, nr_throttled, throttled_ns) of one level
 QuotaSetting = tuple[int | None, int]  # (quota_us or None: no quota, period_us) of one level
+
+
+T = TypeVar("T")
 
 
 class TimelineError(RawDataError):
@@ -181,6 +189,13 @@ def _sample(row: list[str], pressure: bool, levels: int = 0,
 
 def read_timeline(path: str | os.PathLike[str]) -> list[CgroupSample]:
     """The samples of a ``<name>.cgroup.csv`` (``TimelineError`` in one line if unreadable)."""
+    rows = timeline_rows(path)
+    return rows.samples() if isinstance(rows, Rows) else list(rows)
+
+
+def timeline_rows(path: str | os.PathLike[str]) -> Sequence[CgroupSample]:
+    """:func:`read_timeline`'s samples; those of a five-column file (the node agent's) as
+    :class:`Rows`, its numbers read at once and made samples only where read as such."""
     p = Path(path)
     try:
         text = p.read_text(encoding="ascii")
@@ -203,9 +218,9 @@ def read_timeline(path: str | os.PathLike[str]) -> list[CgroupSample]:
                             f"{','.join(TIMELINE_COLUMNS)}[,...])")
     samples: list[CgroupSample] = []
     if layout == (False, 0, False):   # the node agent's rows: five numbers, no quoting
-        plain = _plain_rows(lines)
-        if plain is not None:
-            return plain
+        columns = _plain_columns(lines)
+        if columns is not None:
+            return Rows(columns)
     for line_no, row in enumerate(rows, start=2):
         if not row:
             continue
@@ -218,17 +233,83 @@ def read_timeline(path: str | os.PathLike[str]) -> list[CgroupSample]:
     return samples
 
 
-def _plain_rows(lines: list[str]) -> list[CgroupSample] | None:
-    """The samples of a five-column timeline's lines (its header first), split at the commas;
-    None where a line is not five numbers so (empty, quoted, short): the CSV reader then
-    reads the file, and says which line is wrong."""
-    samples: list[CgroupSample] = []
-    append = samples.append
+def _plain_columns(lines: list[str]) -> np.ndarray | None:
+    """A five-column timeline's lines (its header first) as one int64 array, a row a line
+    (blank lines skipped, as the CSV reader does); None where a line is not five integers
+    that fit (empty, quoted, short, a float): the CSV reader then reads the file, and says
+    which line is wrong."""
+    body = lines[1:]
+    if not any(body):
+        return np.empty((0, len(TIMELINE_COLUMNS)), dtype=np.int64)
     try:
-        for line in lines[1:]:
-            t_ns, usage_ns, periods, throttled, throttled_ns = line.split(",")
-            append(_plain(int(t_ns), int(usage_ns), int(periods), int(throttled),
-                          int(throttled_ns)))
-    except ValueError:   # not five fields, or one not a number
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")   # numpy's word on a line it would bend
+            columns = np.loadtxt(body, dtype=np.int64, delimiter=",", comments=None, ndmin=2)
+    except (ValueError, OverflowError, Warning):
         return None
-    return samples
+    return columns if columns.shape[1] == len(TIMELINE_COLUMNS) else None
+
+
+class Rows(Sequence[CgroupSample]):
+    """The samples of a five-column timeline (the node agent's rows), held as one int64 array
+    (:attr:`columns`, a row a sample: ``TIMELINE_COLUMNS``, no pressure, level or quota),
+    made :class:`CgroupSample` objects only when read as such (all at once, and kept):
+    ``cluster`` reads a million rows, and judges an idle pod's window on the columns alone.
+    A slice is the same kind; equal to a list of the same samples."""
+
+    __slots__ = ("_made", "columns")
+
+    def __init__(self, columns: np.ndarray) -> None:
+        self.columns = columns
+        self._made: list[CgroupSample] | None = None
+
+    def __len__(self) -> int:
+        return len(self.columns)
+
+    @overload
+    def __getitem__(self, index: int) -> CgroupSample: ...
+    @overload
+    def __getitem__(self, index: slice) -> Rows: ...
+
+    def __getitem__(self, index: int | slice) -> CgroupSample | Rows:
+        if isinstance(index, slice):
+            part = Rows(self.columns[index])
+            part._made = None if self._made is None else self._made[index]
+            return part
+        if self._made is not None:
+            return self._made[index]
+        return _plain(*self.columns[index].tolist())
+
+    def __iter__(self) -> Iterator[CgroupSample]:
+        return iter(self.samples())
+
+    def samples(self) -> list[CgroupSample]:
+        """The samples, made once."""
+        if self._made is None:
+            self._made = [_plain(*row) for row in self.columns.tolist()]
+        return self._made
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Rows):
+            return np.array_equal(self.columns, other.columns)
+        if isinstance(other, Sequence):
+            return self.samples() == list(other)
+        return NotImplemented
+
+    __hash__ = None   # type: ignore[assignment]   # as a list's
+
+    def __repr__(self) -> str:
+        return f"Rows({len(self)} samples)"
+
+
+def columns_of(timeline: Sequence[object]) -> np.ndarray | None:
+    """The int64 array a :class:`Rows` holds (``TIMELINE_COLUMNS``); None for other samples."""
+    return timeline.columns if isinstance(timeline, Rows) else None
+
+
+def as_list(timeline: Sequence[T]) -> Sequence[T]:
+    """A :class:`Rows`' samples as a list (made once), for a loop that indexes and slices
+    them a row at a time; other samples as they are."""
+    if isinstance(timeline, Rows):
+        return timeline.samples()   # type: ignore[return-value]   # T is CgroupSample here
+    return timeline

@@ -6,6 +6,7 @@ placed on the timeline's clock. Every problem is a one-line ``RawDataError`` nam
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,7 +18,7 @@ from client.data.formats import (EPOCH, HEAD_BYTES, RUN, read_results, recognise
 from client.data.loadshape import LoadShape
 from client.data.metadata import RunMetadata
 from client.data.record import RawDataError, RequestRecord
-from client.data.timeline import CgroupSample, read_timeline, timeline_path
+from client.data.timeline import CgroupSample, Rows, timeline_path, timeline_rows
 from client.data.timeline_meta import (TimelineMetadata, read_timeline_metadata,
                                        timeline_meta_path)
 from client.run.importing import place_requests, shape_of
@@ -33,7 +34,7 @@ class Recording:
     """A timeline and what its JSON says about it."""
 
     path: Path
-    samples: list[CgroupSample]
+    samples: Sequence[CgroupSample]   # a five-column file's as Rows (client.data.timeline)
     meta: TimelineMetadata | None
     period_ns: int
     period_source: str                  # where the period came from
@@ -70,10 +71,10 @@ class Placed:
     partial: tuple[tuple[int, int, int], ...] = ()
 
 
-def _limits(samples: list[CgroupSample], meta: TimelineMetadata | None
+def _limits(samples: Sequence[CgroupSample], meta: TimelineMetadata | None
             ) -> tuple[float | None, ...]:
     seen: list[float | None] = []
-    for sample in samples:
+    for sample in () if isinstance(samples, Rows) else samples:   # Rows: no quota read
         if sample.quotas:
             quota, period = sample.quotas[0]
             cpus = None if quota is None or quota <= 0 or period <= 0 else quota / period
@@ -85,8 +86,10 @@ def _limits(samples: list[CgroupSample], meta: TimelineMetadata | None
     return (float(cpus) if isinstance(cpus, (int, float)) and cpus > 0 else None,)
 
 
-def _period(samples: list[CgroupSample], meta: TimelineMetadata | None) -> tuple[int, str]:
-    periods = [s.quotas[0][1] for s in samples if s.quotas and s.quotas[0][1] > 0]
+def _period(samples: Sequence[CgroupSample], meta: TimelineMetadata | None
+            ) -> tuple[int, str]:
+    periods = [] if isinstance(samples, Rows) else [   # Rows: no quota read
+        s.quotas[0][1] for s in samples if s.quotas and s.quotas[0][1] > 0]
     if periods:
         return max(set(periods), key=periods.count) * 1000, "the timeline's period_us"
     if meta is not None and meta.period_ns:
@@ -105,7 +108,7 @@ def _epoch(text: str | None) -> int | None:
 
 def read_recording(path: Path) -> Recording:
     """The timeline at ``path`` and its JSON (``<name>.json``; a run's or ``record``'s)."""
-    samples = read_timeline(path)
+    samples = timeline_rows(path)
     meta = read_timeline_metadata(timeline_meta_path(path))
     period_ns, source = _period(samples, meta)
     zero: int | None = None
