@@ -257,9 +257,19 @@ def timed_cluster(args: Sequence[str], env: dict[str, str],
     try:
         out["workloads"] = [w["workload"] for w in answer["workloads"]]   # type: ignore[index]
         out["processes"] = answer.get("replay_processes", 1)   # type: ignore[union-attr]
+        out["advice"] = {w["workload"]: advice_words(w)
+                         for w in answer["workloads"]}   # type: ignore[index]
     except (KeyError, TypeError):
         out["error"] = got.get("error", "no workloads in its JSON")
     return out
+
+
+def advice_words(row: dict[str, Any]) -> str:
+    """A row of cluster's JSON in a few words: its recommended limit, or why it had none."""
+    if row.get("recommended_cpus") is not None:
+        return f"{row['recommended_cpus'] * 1000:.0f}m"
+    why = [n for n in row.get("notes") or [] if n.startswith("no ")]
+    return why[0] if why else "no recommendation"
 
 
 def profile(args: Sequence[str], env: dict[str, str], path: Path, top: int = 25) -> None:
@@ -375,7 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "| CPU s (median) | the agents meanwhile: CPU s, periods throttled (of periods), "
                   "throttled s | peak RSS MiB (max) | rows | throttling first | exit | goal met |")
             print("|---|---|---|---|---|---|---|---|---|---|")
-            rows = []
+            rows, advised = [], []
             for name, got in runs.items():
                 walls = [g["wall_s"] for g in got]
                 failed = [g["error"] for g in got if "error" in g]
@@ -387,7 +397,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "agents": [g.get("agents") for g in got],
                        "peak_rss_mib": max(g["peak_rss_mib"] for g in got), "rows": len(listed),
                        "rows_of_bench": ours, "throttling_first": first,
-                       "exits": [g["exit"] for g in got], "errors": failed}
+                       "exits": [g["exit"] for g in got], "errors": failed,
+                       "busy_advice": {w: (got[-1].get("advice") or {}).get(w)
+                                       for w in busy}}
                 row["goal_met"] = (row["wall_s_median"] <= goal_s
                                    and row["peak_rss_mib"] <= GOAL_RSS_MIB)
                 rows.append(row)
@@ -400,11 +412,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{'yes' if row['goal_met'] else 'no'} |")
                 for line in sorted(set(failed)):
                     print(f"\n{name}: {line}")
+                advice = collections.Counter(w or "not listed"
+                                             for w in row["busy_advice"].values())
+                advised.append(f"{name}: {'; '.join(f'{c} {w}' for w, c in advice.items())}")
             rule = (f"{GOAL_AT:,} workloads" if held >= GOAL_AT else
                     f"{GOAL_START_S:g} s + {GOAL_EACH_S * 1000:g} ms a workload, {held} held")
             print(f"\n({describe_load('after')}; goal: <= {goal_s:g} s ({rule}) "
                   f"and <= {GOAL_RSS_MIB:g} MiB; pods running over time, s: "
                   f"{', '.join(f'{t:g}: {c}' for t, c in rising)})")
+            print(f"\n(the throttling pods' advice, the last run of each: {' | '.join(advised)})")
             restarts = agent_restarts(n)
             print(f"\n(the node agents' restarts by the end: {'; '.join(restarts) or 'none'})")
             keep_record("cluster_scale", {"workloads": opts.workloads, "busy": opts.busy,
