@@ -144,15 +144,19 @@ def row_of(workload: WorkloadLimits, pods: Sequence[PodWindow], target: LatencyG
                      "(the demand the quota hid is taken from the throttled time)")
     if (moved := replica_note(pods)) is not None:
         notes.append(moved)
-    advice = advise_pods(pods, workload.limit_cpus, target, whole=False)
-    if exclusive:   # a limit is no quota there: nothing to recommend
-        advice = replace(advice, at=None, range=None)
-    elif limited and (why := unseen_pods(str(workload.workload), pods)) is not None:
-        # as `advise --passive --k8s` answers it (exit 3): no stretch shows the hidden demand
-        advice = replace(advice, at=None, range=None, reason=why)
-    at, span = advice.at, advice.range
+    unseen = unseen_pods(str(workload.workload), pods) if limited else None
+    reason: str | None = unseen
+    if unseen is not None:
+        # as `advise --passive --k8s` answers it (exit 3): no stretch shows the hidden demand,
+        # so no limit is replayed for it
+        at, span = None, None
+    else:
+        advice = advise_pods(pods, workload.limit_cpus, target, whole=False)
+        if exclusive:   # a limit is no quota there: nothing to recommend
+            advice = replace(advice, at=None, range=None)
+        at, span, reason = advice.at, advice.range, advice.reason
     if at is None and not exclusive:
-        notes.append(f"{NO_RECOMMENDATION}{advice.reason}")
+        notes.append(f"{NO_RECOMMENDATION}{reason}")
     elif span is not None and not span.sure:
         notes.append(f"the recommended limit's {span.words()}")
     return ClusterRow(
