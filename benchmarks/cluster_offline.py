@@ -51,9 +51,11 @@ def meta(name: str, interval_s: float, zero_ns: int) -> str:
         "interval_s": interval_s, "name": name, "tool": "throttle-lab-agent", "version": ""})
 
 
-def window(since_s: int, throttled: bool, seed: int, idle_step_ns: int = 1_000_000_000) -> str:
-    """An agent's CSV over ``since_s``: ``idle_step_ns`` rows of a pause pod (a few µs of CPU a
-    second), or 100 ms rows of a pod held by its 0.5 CPU limit in most periods."""
+def window(since_s: int, throttled: bool, seed: int, idle_step_ns: int = 1_000_000_000,
+           paused: bool = False) -> str:
+    """An agent's CSV over ``since_s``: ``idle_step_ns`` rows of an idle pod (a few µs of CPU a
+    second; ``paused``: none, as a pause container's group), or 100 ms rows of a pod held by
+    its 0.5 CPU limit in most periods."""
     rng = random.Random(seed)
     step = PERIOD_NS if throttled else idle_step_ns
     lines = ["t_ns,usage_ns,nr_periods,nr_throttled,throttled_ns"]
@@ -66,15 +68,15 @@ def window(since_s: int, throttled: bool, seed: int, idle_step_ns: int = 1_000_0
             periods += 1
             if rng.random() < 0.8:
                 nr, held = nr + 1, held + rng.randrange(5_000_000, 60_000_000)
-        else:
+        elif not paused:
             usage += rng.randrange(2_000, 20_000) * step // 1_000_000_000
             periods += step // PERIOD_NS
     return "\n".join(lines) + "\n"
 
 
 def windows(pods: int, every: int, since_s: int, zero_ns: int,
-            idle_interval_s: float = 1.0) -> dict[str, tuple[str, str]]:
-    idle = window(since_s, False, 0, round(idle_interval_s * 1e9))
+            idle_interval_s: float = 1.0, paused: bool = False) -> dict[str, tuple[str, str]]:
+    idle = window(since_s, False, 0, round(idle_interval_s * 1e9), paused)
     out = {}
     for i in range(pods):
         name, throttled = pod_name(i), i % every == 0
@@ -93,6 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="cluster's --jobs for each case (0: its default)")
     parser.add_argument("--idle-interval", type=float, default=1.0,
                         help="the idle pods' rows, s (the node agent's default: 0.1)")
+    parser.add_argument("--paused", action="store_true",
+                        help="the idle pods use no CPU (a pause container's group)")
     parser.add_argument("--profile", action="store_true")
     opts = parser.parse_args(argv)
     print("| workloads | throttling | --since s | --jobs | wall s | CPU s | peak PSS MiB | "
@@ -106,7 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 until = time.time()   # the windows end now, as the agent's would
                 fake = Cluster(workload_lists(n), {"node-1": "new", "node-2": "new"},
                                windows(n, opts.throttling_every, since,
-                                       int((until - since) * 1e9), opts.idle_interval))
+                                       int((until - since) * 1e9), opts.idle_interval,
+                                       opts.paused))
                 with fake_kube(fake, work) as kubeconfig:
                     env = bytecode_cached(dict(
                         os.environ, KUBECONFIG=str(kubeconfig), PYTHONPATH=os.pathsep.join(
