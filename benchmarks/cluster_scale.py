@@ -265,11 +265,13 @@ def timed_cluster(args: Sequence[str], env: dict[str, str],
 
 
 def advice_words(row: dict[str, Any]) -> str:
-    """A row of cluster's JSON in a few words: its recommended limit, or why it had none."""
+    """A row of cluster's JSON in a few words: its recommended limit, or why it had none
+    (its note's reason, without the workload's name and the figures in brackets)."""
     if row.get("recommended_cpus") is not None:
         return f"{row['recommended_cpus'] * 1000:.0f}m"
-    why = [n for n in row.get("notes") or [] if n.startswith("no ")]
-    return why[0] if why else "no recommendation"
+    why = next((n for n in row.get("notes") or [] if n.startswith("no ")), "no recommendation")
+    why = why.replace(f"{row.get('workload')}: ", "")
+    return why.split(" (")[0]
 
 
 def profile(args: Sequence[str], env: dict[str, str], path: Path, top: int = 25) -> None:
