@@ -80,9 +80,9 @@ def windows(pods: int, every: int, since_s: int, zero_ns: int,
     out = {}
     for i in range(pods):
         name, throttled = pod_name(i), i % every == 0
+        interval_s = 0.1 if throttled else idle_interval_s
         out[f"{NAMESPACE}/{name}"] = (window(since_s, True, i) if throttled else idle,
-                                      meta(f"{NAMESPACE}_{name}", 0.1 if throttled else idle_interval_s,
-                                           zero_ns))
+                                      meta(f"{NAMESPACE}_{name}", interval_s, zero_ns))
     return out
 
 

@@ -72,8 +72,8 @@ def _per_second(samples: Sequence[CounterSample]) -> tuple[float, ...]:
     int64 and float64 (so its quotient is the one Python's ints give: the same floats);
     else an edge at a time (:func:`_per_second_each`)."""
     columns = columns_of(samples)
-    if columns is not None:   # a Rows' own columns (copied: contiguous, as fromiter's)
-        times, usage = columns[:, 0].copy(), columns[:, 1].copy()
+    if columns is not None:   # a Rows' own columns
+        times, usage = columns[:, 0], columns[:, 1]
     else:
         times = np.fromiter((s.t_ns for s in samples), np.int64, len(samples))
         usage = np.fromiter((s.usage_ns for s in samples), np.int64, len(samples))

@@ -190,10 +190,10 @@ def _sample(row: list[str], pressure: bool, levels: int = 0,
 def read_timeline(path: str | os.PathLike[str]) -> list[CgroupSample]:
     """The samples of a ``<name>.cgroup.csv`` (``TimelineError`` in one line if unreadable)."""
     rows = timeline_rows(path)
-    return rows.samples() if isinstance(rows, Rows) else list(rows)
+    return rows.samples() if isinstance(rows, Rows) else rows
 
 
-def timeline_rows(path: str | os.PathLike[str]) -> Sequence[CgroupSample]:
+def timeline_rows(path: str | os.PathLike[str]) -> Rows | list[CgroupSample]:
     """:func:`read_timeline`'s samples; those of a five-column file (the node agent's) as
     :class:`Rows`, its numbers read at once and made samples only where read as such."""
     p = Path(path)
