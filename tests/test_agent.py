@@ -248,8 +248,9 @@ def test_an_idle_group_is_read_at_the_idle_rate_and_at_the_fast_rate_once_it_thr
     throttling = gaps[first:first + 20]
     assert len(throttling) == 20 and max(throttling) < idle_s - 0.1, throttling
     assert sorted(throttling)[10] < 0.05, throttling
-    # and after the hold, the idle rate again
-    assert gaps[-1] >= idle_s - 0.02, gaps[-5:]
+    # and after the hold, the idle rate again: no gap at the fast rate, and one at least a whole
+    # idle interval (a tick read late shortens the gaps after it, as above)
+    assert gaps[-1] > idle_s / 2 and max(gaps[-3:]) >= idle_s - 0.02, gaps[-5:]
 
 @pytest.mark.timeout(960)   # a cold Go cache compiles client-go first: minutes beside the suite
 def test_the_go_unit_tests_pass() -> None:
